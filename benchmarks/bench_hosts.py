@@ -1,0 +1,128 @@
+"""How much the host inventory costs over the floor, in one run.
+
+Floor: the Docker SDK's own ``version()`` + ``info()`` on the local socket (what any tool must
+do). Peer: the ``docker info`` command line. Ours: ``HostPool.describe_all()`` (engine + GPU
+inventory through the fake nvidia-smi, which costs one process start like the real one) and
+``GET /gpudev/api/hosts`` through a real Jupyter server.
+
+Run: ``.venv/bin/python benchmarks/bench_hosts.py`` (needs a running engine). It prints a
+Markdown table; paste it into benchmarks/results/hosts.md with the date and machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import docker
+from traitlets.config import Config
+
+from jupyter_gpudev.hosts import HostPool
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE_SMI = ROOT / "tests" / "fixtures" / "fake-nvidia-smi"
+RUNS = int(os.environ.get("BENCH_RUNS", "30"))
+
+
+def timed(func: Callable[[], object], runs: int = RUNS) -> list[float]:
+    func()  # warm up (connections, imports)
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        func()
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def serve_and_time() -> list[float]:
+    port = free_port()
+    token = "bench-token"  # noqa: S105 - a throwaway token for a loopback-only server
+    env = {**os.environ, "FAKE_NVIDIA_SMI_DIR": str(ROOT / "tests/fixtures/smi/two-a100")}
+    with tempfile.TemporaryDirectory() as root:
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jupyter_server",
+                f"--port={port}",
+                "--ip=127.0.0.1",
+                f"--IdentityProvider.token={token}",
+                f"--ServerApp.root_dir={root}",
+                "--ServerApp.open_browser=False",
+                "--allow-root",
+                "--GPUInventory.backend=nvidia-smi",
+                f"--GPUInventory.nvidia_smi_path={FAKE_SMI}",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        url = f"http://127.0.0.1:{port}/gpudev/api/hosts"
+        request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    urllib.request.urlopen(request, timeout=5).read()  # noqa: S310 - loopback
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+            return timed(lambda: urllib.request.urlopen(request, timeout=10).read())  # noqa: S310
+        finally:
+            server.terminate()
+            server.wait(10)
+
+
+def main() -> None:
+    client = docker.from_env()
+    config = Config()
+    config.GPUInventory.backend = "nvidia-smi"
+    config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
+    os.environ["FAKE_NVIDIA_SMI_DIR"] = str(ROOT / "tests/fixtures/smi/two-a100")
+    pool = HostPool(config=config)
+    docker_cli = shutil.which("docker")
+    rows: list[tuple[str, list[float]]] = [
+        ("floor: SDK version()+info()", timed(lambda: (client.version(), client.info()))),
+    ]
+    if docker_cli:
+        rows.append(
+            (
+                "peer: `docker info` CLI",
+                timed(
+                    lambda: subprocess.run([docker_cli, "info"], capture_output=True, check=True)
+                ),
+            )
+        )
+    pool_engine = HostPool(config=Config({"GPUInventory": {"backend": "none"}}))
+    rows.append(("HostPool.describe_all(), no GPU probe", timed(pool_engine.describe_all)))
+    rows.append(("HostPool.describe_all(), nvidia-smi probe", timed(pool.describe_all)))
+    rows.append(("GET /gpudev/api/hosts (real server)", serve_and_time()))
+    floor = statistics.median(rows[0][1])
+    print(f"{RUNS} runs each, median and p90 in ms, ratio = median / floor median\n")
+    print("| path | median ms | p90 ms | ratio |")
+    print("| --- | --- | --- | --- |")
+    for name, samples in rows:
+        median = statistics.median(samples)
+        p90 = statistics.quantiles(samples, n=10)[-1]
+        print(f"| {name} | {median * 1000:.1f} | {p90 * 1000:.1f} | {median / floor:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

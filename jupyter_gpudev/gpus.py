@@ -1,0 +1,420 @@
+"""GPU inventory of the local host: NVML first, ``nvidia-smi`` as the fallback.
+
+GPUs are identified by UUID, never by index. "No GPU" is a normal state: the inventory then
+says why (no driver, no NVML library, no ``nvidia-smi``) instead of raising.
+
+Nothing here touches NVML at import time. The two seams for tests are the NVML loader
+(``NvmlProbe(loader=...)``) and the ``nvidia-smi`` executable (a fake one on ``PATH`` or
+``c.GPUInventory.nvidia_smi_path``); both exercise the real parsing code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import functools
+import importlib
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, replace
+from types import ModuleType
+from typing import Any, Literal
+
+from traitlets import Enum, Float, Unicode
+from traitlets.config import LoggingConfigurable
+
+Source = Literal["nvml", "nvidia-smi", "none"]
+
+#: The fields asked of ``nvidia-smi --query-gpu``, in this order.
+SMI_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "memory.total",
+    "memory.used",
+    "utilization.gpu",
+    "driver_version",
+    "pci.bus_id",
+    "mig.mode.current",
+)
+
+_MISSING = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[gpu lost]"}
+_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z/-]+$")
+_CUDA_RE = re.compile(r"CUDA Version\s*:?\s*([0-9]+\.[0-9]+)")
+_L_GPU_RE = re.compile(r"^GPU\s+(\d+):\s*(.*?)\s*\(UUID:\s*(GPU-[^)\s]+)\)")
+_L_MIG_RE = re.compile(r"^\s+MIG\s+(\S+)\s+Device\s+(\d+):\s*\(UUID:\s*(MIG-[^)\s]+)\)")
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG instance of a GPU: leasable on its own by its ``MIG-`` UUID."""
+
+    uuid: str
+    index: int
+    profile: str
+    memory_total_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One physical GPU of a host."""
+
+    uuid: str
+    index: int
+    name: str
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    utilization_percent: int | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    pci_bus_id: str | None = None
+    mig_enabled: bool = False
+    mig_devices: tuple[MigDevice, ...] = ()
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What a probe found. ``gpus`` empty with ``reason`` set is the normal "no GPU" answer."""
+
+    source: Source
+    gpus: tuple[GPU, ...] = ()
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    reason: str | None = None
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class ProbeUnavailable(Exception):
+    """A probe cannot run here (no library, no binary); ``str()`` says why, for people."""
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing helpers shared by both probes
+# --------------------------------------------------------------------------------------------
+
+
+def _opt_str(value: str) -> str | None:
+    value = value.strip()
+    return None if value.lower() in _MISSING else value
+
+
+def _opt_int(value: str) -> int | None:
+    text = _opt_str(value)
+    if text is None:
+        return None
+    text = text.removesuffix("%").removesuffix("MiB").strip()
+    try:
+        return int(float(text))
+    except ValueError:
+        return None
+
+
+def cuda_version_from_int(value: int) -> str:
+    """NVML encodes CUDA 12.4 as 12040."""
+    return f"{value // 1000}.{(value % 1000) // 10}"
+
+
+def parse_smi_csv(text: str) -> tuple[list[GPU], list[str]]:
+    """Parse ``nvidia-smi --query-gpu=<SMI_FIELDS> --format=csv,noheader,nounits``.
+
+    Returns the GPUs and one warning per line that could not be read. Lines with the wrong
+    number of fields, a non-numeric index or no valid UUID are skipped, never guessed at.
+    """
+    gpus: list[GPU] = []
+    warnings: list[str] = []
+    seen: set[str] = set()
+    for lineno, row in enumerate(csv.reader(text.splitlines(), skipinitialspace=True), 1):
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        if len(row) != len(SMI_FIELDS):
+            warnings.append(f"nvidia-smi line {lineno}: expected {len(SMI_FIELDS)} fields")
+            continue
+        values = dict(zip(SMI_FIELDS, (cell.strip() for cell in row), strict=True))
+        index = _opt_int(values["index"])
+        uuid = values["uuid"]
+        if index is None or not values["index"].strip().isdigit() or not _UUID_RE.match(uuid):
+            warnings.append(f"nvidia-smi line {lineno}: no valid index and UUID")
+            continue
+        if uuid in seen:
+            warnings.append(f"nvidia-smi line {lineno}: duplicate UUID {uuid}")
+            continue
+        seen.add(uuid)
+        mig = (_opt_str(values["mig.mode.current"]) or "").lower() == "enabled"
+        gpus.append(
+            GPU(
+                uuid=uuid,
+                index=index,
+                name=_opt_str(values["name"]) or "NVIDIA GPU",
+                memory_total_mib=_opt_int(values["memory.total"]),
+                memory_used_mib=_opt_int(values["memory.used"]),
+                utilization_percent=_opt_int(values["utilization.gpu"]),
+                driver_version=_opt_str(values["driver_version"]),
+                pci_bus_id=_opt_str(values["pci.bus_id"]),
+                mig_enabled=mig,
+            )
+        )
+    return gpus, warnings
+
+
+def parse_smi_list(text: str) -> dict[str, list[MigDevice]]:
+    """Parse ``nvidia-smi -L`` into the MIG devices of each GPU, keyed by the GPU's UUID."""
+    result: dict[str, list[MigDevice]] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        gpu = _L_GPU_RE.match(line)
+        if gpu:
+            current = gpu.group(3)
+            result.setdefault(current, [])
+            continue
+        mig = _L_MIG_RE.match(line)
+        if mig and current is not None:
+            result[current].append(
+                MigDevice(uuid=mig.group(3), index=int(mig.group(2)), profile=mig.group(1))
+            )
+    return result
+
+
+def parse_cuda_version(text: str) -> str | None:
+    """The highest CUDA version the driver supports, from ``nvidia-smi`` or ``nvidia-smi -q``."""
+    match = _CUDA_RE.search(text)
+    return match.group(1) if match else None
+
+
+def _with_driver(gpus: Iterable[GPU], driver: str | None, cuda: str | None) -> tuple[GPU, ...]:
+    return tuple(
+        replace(g, driver_version=g.driver_version or driver, cuda_version=cuda) for g in gpus
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Probes
+# --------------------------------------------------------------------------------------------
+
+
+def _import_pynvml() -> ModuleType:
+    return importlib.import_module("pynvml")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class NvmlProbe:
+    """Reads the inventory through NVML (``nvidia-ml-py``). ``loader`` is the test seam."""
+
+    def __init__(self, loader: Callable[[], ModuleType] = _import_pynvml) -> None:
+        self._loader = loader
+
+    def probe(self) -> Inventory:
+        try:
+            nvml = self._loader()
+        except ImportError as exc:
+            raise ProbeUnavailable("the nvidia-ml-py package is not installed") from exc
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            raise ProbeUnavailable(self._init_reason(nvml, exc)) from exc
+        try:
+            return self._read(nvml)
+        finally:
+            with contextlib.suppress(nvml.NVMLError):
+                nvml.nvmlShutdown()
+
+    @staticmethod
+    def _init_reason(nvml: ModuleType, exc: Exception) -> str:
+        not_found = getattr(nvml, "NVMLError_LibraryNotFound", ())
+        not_loaded = getattr(nvml, "NVMLError_DriverNotLoaded", ())
+        no_permission = getattr(nvml, "NVMLError_NoPermission", ())
+        if not_found and isinstance(exc, not_found):
+            return "no NVIDIA driver: the NVML library (libnvidia-ml.so.1) was not found"
+        if not_loaded and isinstance(exc, not_loaded):
+            return "the NVIDIA kernel driver is not loaded"
+        if no_permission and isinstance(exc, no_permission):
+            return "no permission to query the NVIDIA driver"
+        return f"NVML could not start: {exc}"
+
+    @staticmethod
+    def _optional(nvml: ModuleType, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except nvml.NVMLError:
+            return None
+
+    def _read(self, nvml: ModuleType) -> Inventory:
+        driver = _text(nvml.nvmlSystemGetDriverVersion())
+        cuda_int = self._optional(nvml, nvml.nvmlSystemGetCudaDriverVersion)
+        cuda = cuda_version_from_int(int(cuda_int)) if cuda_int else None
+        gpus: list[GPU] = []
+        warnings: list[str] = []
+        for index in range(int(nvml.nvmlDeviceGetCount())):
+            try:
+                gpus.append(self._read_gpu(nvml, index, driver, cuda))
+            except nvml.NVMLError as exc:
+                warnings.append(f"GPU {index}: {exc}")
+        return Inventory(
+            source="nvml",
+            gpus=tuple(gpus),
+            driver_version=driver,
+            cuda_version=cuda,
+            reason=None if gpus else "the NVIDIA driver reports no GPU",
+            warnings=tuple(warnings),
+        )
+
+    def _read_gpu(self, nvml: ModuleType, index: int, driver: str, cuda: str | None) -> GPU:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        memory = self._optional(nvml, lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
+        util = self._optional(nvml, lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
+        pci = self._optional(nvml, lambda: nvml.nvmlDeviceGetPciInfo(handle))
+        mig_mode = self._optional(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle))
+        mig_enabled = bool(mig_mode and mig_mode[0] == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1))
+        migs: list[MigDevice] = []
+        if mig_enabled:
+            count = self._optional(nvml, lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle)) or 0
+            for slot in range(int(count)):
+                mig = self._optional(
+                    nvml, functools.partial(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
+                )
+                if mig is None:
+                    continue
+                mig_name = _text(nvml.nvmlDeviceGetName(mig))
+                mig_mem = self._optional(nvml, functools.partial(nvml.nvmlDeviceGetMemoryInfo, mig))
+                migs.append(
+                    MigDevice(
+                        uuid=_text(nvml.nvmlDeviceGetUUID(mig)),
+                        index=len(migs),
+                        profile=mig_name.rsplit(" MIG ", 1)[-1],
+                        memory_total_mib=int(mig_mem.total) // (1 << 20) if mig_mem else None,
+                    )
+                )
+        return GPU(
+            uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+            index=index,
+            name=_text(nvml.nvmlDeviceGetName(handle)),
+            memory_total_mib=int(memory.total) // (1 << 20) if memory else None,
+            memory_used_mib=int(memory.used) // (1 << 20) if memory else None,
+            utilization_percent=int(util.gpu) if util else None,
+            driver_version=driver,
+            cuda_version=cuda,
+            pci_bus_id=_text(pci.busId) if pci else None,
+            mig_enabled=mig_enabled,
+            mig_devices=tuple(migs),
+        )
+
+
+class NvidiaSmiProbe:
+    """Reads the inventory by running ``nvidia-smi`` (argument lists only, never a shell)."""
+
+    def __init__(self, executable: str = "nvidia-smi", timeout: float = 10.0) -> None:
+        self.executable = executable
+        self.timeout = timeout
+
+    def _run(self, path: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [path, *args],
+            capture_output=True,
+            text=True,
+            timeout=self.timeout,
+            check=False,
+        )
+
+    def probe(self) -> Inventory:
+        path = shutil.which(self.executable)
+        if path is None:
+            raise ProbeUnavailable(f"{self.executable} was not found on PATH")
+        try:
+            query = self._run(
+                path, f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits"
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise ProbeUnavailable(
+                f"{self.executable} did not answer in {self.timeout:g} s"
+            ) from exc
+        except OSError as exc:
+            raise ProbeUnavailable(f"{self.executable} could not be run: {exc.strerror}") from exc
+        if query.returncode != 0:
+            first = (query.stdout.strip() or query.stderr.strip() or "no output").splitlines()[0]
+            raise ProbeUnavailable(
+                f"{self.executable} failed (exit {query.returncode}): {first[:200]}"
+            )
+        gpus, warnings = parse_smi_csv(query.stdout)
+        if not gpus and query.stdout.strip() and not query.stdout.strip().lower().startswith("no"):
+            warnings.append("nvidia-smi output could not be read")
+        cuda = self._cuda_version(path)
+        if any(g.mig_enabled for g in gpus):
+            listing = self._run(path, "-L")
+            migs = parse_smi_list(listing.stdout) if listing.returncode == 0 else {}
+            gpus = [replace(g, mig_devices=tuple(migs.get(g.uuid, ()))) for g in gpus]
+        driver = next((g.driver_version for g in gpus if g.driver_version), None)
+        reason = None
+        if not gpus:
+            reason = (
+                "nvidia-smi output could not be read" if warnings else "nvidia-smi reports no GPU"
+            )
+        return Inventory(
+            source="nvidia-smi",
+            gpus=_with_driver(gpus, driver, cuda),
+            driver_version=driver,
+            cuda_version=cuda,
+            reason=reason,
+            warnings=tuple(warnings),
+        )
+
+    def _cuda_version(self, path: str) -> str | None:
+        try:
+            result = self._run(path, "-q", "-d", "COMPUTE")
+        except (subprocess.TimeoutExpired, OSError):
+            return None
+        return parse_cuda_version(result.stdout) if result.returncode == 0 else None
+
+
+class GPUInventory(LoggingConfigurable):
+    """The local host's GPUs. Configure with ``c.GPUInventory.*``."""
+
+    backend = Enum(
+        ["auto", "nvml", "nvidia-smi", "none"],
+        default_value="auto",
+        help="""How to read the local GPUs: 'auto' tries NVML, then nvidia-smi; 'nvml' or
+        'nvidia-smi' use only that one; 'none' reports no GPU (a CPU-only host).""",
+    ).tag(config=True)
+
+    nvidia_smi_path = Unicode(
+        "nvidia-smi",
+        help="The nvidia-smi executable: a name looked up on PATH, or an absolute path.",
+    ).tag(config=True)
+
+    timeout = Float(
+        10.0, help="Seconds to wait for nvidia-smi before reporting it as not answering."
+    ).tag(config=True)
+
+    def __init__(
+        self, nvml_loader: Callable[[], ModuleType] = _import_pynvml, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self._nvml_loader = nvml_loader
+
+    def probe(self) -> Inventory:
+        """Read the inventory now (blocking: call it from a worker thread on the server)."""
+        if self.backend == "none":
+            return Inventory(source="none", reason="GPU inventory is disabled by configuration")
+        probes: list[tuple[str, NvmlProbe | NvidiaSmiProbe]] = []
+        if self.backend in ("auto", "nvml"):
+            probes.append(("NVML", NvmlProbe(self._nvml_loader)))
+        if self.backend in ("auto", "nvidia-smi"):
+            probes.append(("nvidia-smi", NvidiaSmiProbe(self.nvidia_smi_path, self.timeout)))
+        reasons: list[str] = []
+        for label, probe in probes:
+            try:
+                inventory = probe.probe()
+            except ProbeUnavailable as exc:
+                self.log.debug("GPU probe %s unavailable: %s", label, exc)
+                reasons.append(f"{label}: {exc}")
+                continue
+            for warning in inventory.warnings:
+                self.log.warning("GPU inventory (%s): %s", label, warning)
+            return inventory
+        return Inventory(source="none", reason="; ".join(reasons))

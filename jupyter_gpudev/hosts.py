@@ -1,0 +1,464 @@
+"""Hosts: one Docker engine each, with its GPUs. ``HostPool`` holds every configured host.
+
+The local engine (``DOCKER_HOST`` or the default socket) is the default host; more hosts come
+from ``c.HostPool.hosts``. The model already holds remote transports (``ssh://``, ``tcp://`` with
+TLS); connecting to them with tunnels and remote GPU inventory is a later step.
+
+Every call here that talks to an engine blocks: the server runs them in worker threads.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import socket
+import stat
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import docker
+import docker.errors
+import requests.exceptions
+from docker.constants import DEFAULT_DOCKER_API_VERSION, MINIMUM_DOCKER_API_VERSION
+from docker.tls import TLSConfig
+from docker.utils import version_lt
+from traitlets import Bool, Dict, Float, Instance, TraitError, Unicode, default, validate
+from traitlets.config import LoggingConfigurable
+
+from .errors import ConfigError, EngineUnreachable, NotFound
+from .gpus import GPUInventory, Inventory
+
+Transport = Literal["local", "ssh", "tcp"]
+
+DEFAULT_LOCAL_URL = "unix:///var/run/docker.sock"
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_HOST_KEYS = {"url", "tls_ca_cert", "tls_client_cert", "tls_client_key", "tls_verify"}
+
+
+def _check_url(where: str, url: Any) -> None:
+    if not isinstance(url, str) or not url:
+        raise ConfigError(f"{where}: 'url' is required")
+    parts = urlsplit(url)
+    if parts.password:
+        raise ConfigError(
+            f"{where}: do not put a password in the URL; ssh:// uses keys, tcp:// uses TLS "
+            "client certificates"
+        )
+    if parts.scheme not in ("unix", "ssh", "tcp"):
+        raise ConfigError(
+            f"{where}: unsupported URL {url!r}; use unix:///path, ssh://user@host[:port] "
+            "or tcp://host:port"
+        )
+    if parts.scheme == "unix" and not parts.path:
+        raise ConfigError(f"{where}: a unix:// URL needs a socket path")
+    if parts.scheme in ("ssh", "tcp") and not parts.hostname:
+        raise ConfigError(f"{where}: {url!r} has no host name")
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """How to reach one engine. ``url`` never holds a secret: TLS material is in files."""
+
+    name: str
+    url: str
+    tls_ca_cert: str | None = None
+    tls_client_cert: str | None = None
+    tls_client_key: str | None = None
+    tls_verify: bool = True
+    is_local: bool = False
+
+    @property
+    def transport(self) -> Transport:
+        scheme = urlsplit(self.url).scheme
+        if scheme == "ssh":
+            return "ssh"
+        if scheme in ("tcp", "https", "http"):
+            return "tcp"
+        return "local"
+
+    @classmethod
+    def parse(cls, name: str, value: str | dict[str, Any], *, is_local: bool = False) -> HostSpec:
+        """Validate one entry of ``c.HostPool.hosts``; errors name the trait and the host."""
+        where = f"c.HostPool.hosts[{name!r}]"
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ConfigError(
+                f"{where}: a host name is 1-63 lowercase letters, digits, '.', '_' or '-'"
+            )
+        if isinstance(value, str):
+            options: dict[str, Any] = {"url": value}
+        elif isinstance(value, dict):
+            unknown = set(value) - _HOST_KEYS
+            if unknown:
+                raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+            options = dict(value)
+        else:
+            raise ConfigError(f"{where}: expected a URL string or a dict with 'url'")
+        url = options.get("url")
+        _check_url(where, url)
+        for key in ("tls_ca_cert", "tls_client_cert", "tls_client_key"):
+            if options.get(key) is not None and not isinstance(options[key], str):
+                raise ConfigError(f"{where}: {key!r} must be a file path")
+        if bool(options.get("tls_client_cert")) != bool(options.get("tls_client_key")):
+            raise ConfigError(f"{where}: 'tls_client_cert' and 'tls_client_key' go together")
+        return cls(
+            name=name,
+            url=str(url),
+            tls_ca_cert=options.get("tls_ca_cert"),
+            tls_client_cert=options.get("tls_client_cert"),
+            tls_client_key=options.get("tls_client_key"),
+            tls_verify=bool(options.get("tls_verify", True)),
+            is_local=is_local,
+        )
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the engine says of itself."""
+
+    version: str
+    api_version: str
+    os: str
+    arch: str
+    kernel_version: str | None
+    operating_system: str | None
+    cgroup_driver: str | None
+    cgroup_version: str | None
+    runtimes: tuple[str, ...]
+    default_runtime: str | None
+    nvidia_runtime: bool
+    nvidia_hook: bool | None
+    cdi: bool
+    cdi_spec_dirs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """A host as the API and the CLI report it."""
+
+    name: str
+    url: str
+    transport: Transport
+    is_local: bool
+    reachable: bool
+    reason: str | None = None
+    engine: EngineInfo | None = None
+    gpus: Inventory = field(default_factory=lambda: Inventory(source="none"))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def describe_connection_error(url: str, exc: BaseException) -> str:
+    """Turn a failed connection into a sentence that names the address and what to do."""
+    cause: BaseException | None = exc
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, FileNotFoundError) or (
+            isinstance(cause, OSError) and cause.errno == errno.ENOENT
+        ):
+            what = "the socket does not exist"
+            break
+        if isinstance(cause, PermissionError) or (
+            isinstance(cause, OSError) and cause.errno == errno.EACCES
+        ):
+            what = "permission denied on the socket (is the server user in the 'docker' group?)"
+            break
+        if isinstance(cause, ConnectionRefusedError):
+            what = "the connection was refused"
+            break
+        if isinstance(cause, (socket.timeout, TimeoutError, requests.exceptions.Timeout)):
+            what = "it did not answer in time"
+            break
+        if isinstance(cause, socket.gaierror):
+            what = "the host name could not be resolved"
+            break
+        nxt = cause.__cause__ or cause.__context__
+        if nxt is None and cause.args and isinstance(cause.args[-1], BaseException):
+            nxt = cause.args[-1]
+        cause = nxt
+    else:
+        what = "the engine did not answer (the server log has the details)"
+    return (
+        f"No Docker engine answered at {url}: {what}. Start the Docker engine there "
+        "(`dockerd`, or `systemctl start docker`), or point jupyter-gpudev at a running one "
+        "with DOCKER_HOST or c.HostPool.local_url / c.HostPool.hosts."
+    )
+
+
+class Host:
+    """One engine: a lazily opened, persistent Docker client plus the host's GPU inventory."""
+
+    def __init__(
+        self,
+        spec: HostSpec,
+        *,
+        timeout: float,
+        gpu_inventory: GPUInventory | None,
+        log: Any,
+    ) -> None:
+        self.spec = spec
+        self.timeout = timeout
+        self.gpu_inventory = gpu_inventory
+        self.log = log
+        self._client: docker.DockerClient | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def _check_socket(self) -> None:
+        """Fail early, and without leaking a socket, when a unix:// socket cannot be used."""
+        path = urlsplit(self.spec.url).path
+        if not os.path.exists(path):
+            raise FileNotFoundError(errno.ENOENT, "No such socket", path)
+        if not stat.S_ISSOCK(os.stat(path).st_mode):
+            raise FileNotFoundError(errno.ENOENT, "Not a socket", path)
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+
+    def _connect(self) -> docker.DockerClient:
+        if urlsplit(self.spec.url).scheme == "unix":
+            self._check_socket()
+        tls: TLSConfig | bool = False
+        if self.spec.transport == "tcp" and (
+            self.spec.tls_ca_cert or self.spec.tls_client_cert or self.spec.tls_verify
+        ):
+            client_cert = (
+                (self.spec.tls_client_cert, self.spec.tls_client_key)
+                if self.spec.tls_client_cert and self.spec.tls_client_key
+                else None
+            )
+            tls = TLSConfig(
+                client_cert=client_cert,
+                ca_cert=self.spec.tls_ca_cert,
+                verify=self.spec.tls_ca_cert or self.spec.tls_verify,
+            )
+        # Negotiate the API version with a short-lived client that is closed even when the
+        # engine does not answer (version="auto" would leak its socket on failure).
+        probe = docker.DockerClient(
+            base_url=self.spec.url,
+            version=MINIMUM_DOCKER_API_VERSION,
+            timeout=int(self.timeout),
+            tls=tls,
+        )
+        try:
+            engine_api = str(probe.version(api_version=False)["ApiVersion"])
+        finally:
+            probe.close()
+        api = (
+            engine_api
+            if version_lt(engine_api, DEFAULT_DOCKER_API_VERSION)
+            else (DEFAULT_DOCKER_API_VERSION)
+        )
+        return docker.DockerClient(
+            base_url=self.spec.url, version=api, timeout=int(self.timeout), tls=tls
+        )
+
+    def client(self) -> docker.DockerClient:
+        """The engine's client, connected on first use; raises ``EngineUnreachable``."""
+        with self._lock:
+            if self._client is None:
+                try:
+                    self._client = self._connect()
+                except (docker.errors.DockerException, OSError) as exc:
+                    self.log.warning("Docker engine %s at %s: %r", self.name, self.spec.url, exc)
+                    raise EngineUnreachable(
+                        describe_connection_error(self.spec.url, exc),
+                        details={"host": self.name, "url": self.spec.url},
+                    ) from exc
+            return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def engine_info(self) -> EngineInfo:
+        """Ask the engine for its version and features; raises ``EngineUnreachable``."""
+        client = self.client()
+        try:
+            version = client.version()
+            info = client.info()
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            self.log.warning("Docker engine %s at %s: %r", self.name, self.spec.url, exc)
+            self.close()  # reconnect next time: the engine may have restarted
+            raise EngineUnreachable(
+                describe_connection_error(self.spec.url, exc),
+                details={"host": self.name, "url": self.spec.url},
+            ) from exc
+        runtimes = tuple(sorted((info.get("Runtimes") or {}).keys()))
+        cdi_dirs = tuple(info.get("CDISpecDirs") or ())
+        hook: bool | None = None
+        if self.spec.is_local:
+            hook = any(
+                shutil.which(tool) is not None
+                for tool in ("nvidia-container-runtime-hook", "nvidia-container-toolkit")
+            )
+        return EngineInfo(
+            version=str(version.get("Version", "unknown")),
+            api_version=str(version.get("ApiVersion", "unknown")),
+            os=str(version.get("Os") or info.get("OSType") or "unknown"),
+            arch=str(version.get("Arch") or info.get("Architecture") or "unknown"),
+            kernel_version=info.get("KernelVersion"),
+            operating_system=info.get("OperatingSystem"),
+            cgroup_driver=info.get("CgroupDriver"),
+            cgroup_version=info.get("CgroupVersion"),
+            runtimes=runtimes,
+            default_runtime=info.get("DefaultRuntime"),
+            nvidia_runtime="nvidia" in runtimes,
+            nvidia_hook=hook,
+            cdi=bool(cdi_dirs),
+            cdi_spec_dirs=cdi_dirs,
+        )
+
+    def gpus(self) -> Inventory:
+        if self.gpu_inventory is None:
+            return Inventory(
+                source="none",
+                reason=f"GPU inventory over {self.spec.transport}:// is not supported yet",
+            )
+        return self.gpu_inventory.probe()
+
+    def describe(self) -> HostInfo:
+        """The host's state; an unreachable engine is reported, not raised."""
+        engine: EngineInfo | None = None
+        reason: str | None = None
+        try:
+            engine = self.engine_info()
+        except EngineUnreachable as exc:
+            reason = exc.message
+        return HostInfo(
+            name=self.name,
+            url=self.spec.url,
+            transport=self.spec.transport,
+            is_local=self.spec.is_local,
+            reachable=engine is not None,
+            reason=reason,
+            engine=engine,
+            gpus=self.gpus(),
+        )
+
+
+class HostPool(LoggingConfigurable):
+    """Every host jupyter-gpudev can start containers on. Configure with ``c.HostPool.*``."""
+
+    include_local = Bool(
+        True,
+        help="Offer this machine's own Docker engine as a host (named by local_name).",
+    ).tag(config=True)
+
+    local_name = Unicode("local", help="The name under which the local engine is listed.").tag(
+        config=True
+    )
+
+    local_url = Unicode(
+        None,
+        allow_none=True,
+        help="""Address of the local Docker engine. Default: the DOCKER_HOST environment
+        variable, else unix:///var/run/docker.sock.""",
+    ).tag(config=True)
+
+    hosts = Dict(
+        default_value={},
+        help="""More hosts, by name: either a URL string (unix:///path, ssh://user@host[:port],
+        tcp://host:port) or a dict with 'url' and, for tcp://, 'tls_ca_cert', 'tls_client_cert',
+        'tls_client_key' (file paths) and 'tls_verify' (default true).""",
+    ).tag(config=True)
+
+    timeout = Float(
+        5.0, help="Seconds to wait for a Docker engine to answer an API call before giving up."
+    ).tag(config=True)
+
+    gpu_inventory = Instance(GPUInventory, help="The local host's GPU inventory.")
+
+    @default("gpu_inventory")
+    def _default_gpu_inventory(self) -> GPUInventory:
+        return GPUInventory(parent=self)
+
+    @validate("timeout")
+    def _validate_timeout(self, proposal: Any) -> float:
+        value = float(proposal["value"])
+        if value <= 0:
+            raise TraitError("c.HostPool.timeout must be a positive number of seconds")
+        return value
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._hosts: dict[str, Host] | None = None
+        self._lock = threading.Lock()
+
+    def effective_local_url(self) -> str:
+        return self.local_url or os.environ.get("DOCKER_HOST") or DEFAULT_LOCAL_URL
+
+    def specs(self) -> list[HostSpec]:
+        """Validated host specs, local first; raises ``ConfigError`` naming the bad entry."""
+        specs: list[HostSpec] = []
+        if self.include_local:
+            specs.append(HostSpec.parse(self.local_name, self.effective_local_url(), is_local=True))
+        for name, value in self.hosts.items():
+            if any(spec.name == name for spec in specs):
+                raise ConfigError(f"c.HostPool.hosts: the host name {name!r} is used twice")
+            specs.append(HostSpec.parse(name, value))
+        return specs
+
+    def _all(self) -> dict[str, Host]:
+        with self._lock:
+            if self._hosts is None:
+                self._hosts = {
+                    spec.name: Host(
+                        spec,
+                        timeout=self.timeout,
+                        gpu_inventory=self.gpu_inventory if spec.is_local else None,
+                        log=self.log,
+                    )
+                    for spec in self.specs()
+                }
+            return self._hosts
+
+    def names(self) -> list[str]:
+        return list(self._all())
+
+    def get(self, name: str) -> Host:
+        hosts = self._all()
+        if name not in hosts:
+            raise NotFound(
+                f"No host named {name!r}; known hosts: {', '.join(hosts) or 'none'}",
+                details={"host": name},
+            )
+        return hosts[name]
+
+    def describe(self, name: str) -> HostInfo:
+        return self.get(name).describe()
+
+    def describe_all(self) -> list[HostInfo]:
+        """Every host's state, probed concurrently (blocking: run it off the event loop)."""
+        hosts = list(self._all().values())
+        if len(hosts) <= 1:
+            return [host.describe() for host in hosts]
+        with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
+            return list(pool.map(Host.describe, hosts))
+
+    def close(self) -> None:
+        with self._lock:
+            for host in (self._hosts or {}).values():
+                host.close()
+            self._hosts = None
+
+
+def unreachable_summary(infos: list[HostInfo]) -> EngineUnreachable | None:
+    """The error to answer with when no host at all is reachable, else ``None``."""
+    if not infos or any(info.reachable for info in infos):
+        return None
+    message = " ".join(info.reason or f"{info.name}: unreachable" for info in infos)
+    return EngineUnreachable(
+        message,
+        details={"hosts": [{"host": info.name, "url": info.url} for info in infos]},
+    )

@@ -1,0 +1,306 @@
+"""Images: a kernel-capable base image bootstrapped from the host's package mirror.
+
+Air-gapped GPU clusters (and the machines this project is tested on) reach a Debian package
+mirror but no container registry. ``ImageBootstrapper`` then builds a real Debian image with
+``debootstrap``, imports it into the engine, and builds a Python + ipykernel image on top:
+``jupyter gpudev image bootstrap``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from traitlets import Bool, List, Unicode
+from traitlets.config import LoggingConfigurable
+
+from .errors import BadRequest, ImageError
+
+#: Progress events: ``{"stage": str, "message": str}``; the CLI prints them, the API streams them.
+Progress = Callable[[dict[str, Any]], None]
+
+APT_SOURCE_FILES = (
+    "/etc/apt/sources.list.d/debian.sources",
+    "/etc/apt/sources.list",
+)
+_SUITE_RE = re.compile(r"^[a-z][a-z0-9-]{1,30}$")
+_PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+_TAG_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,200}$")
+LABEL = "org.jupyter.gpudev"
+
+
+def _deb822_stanzas(text: str) -> Iterator[dict[str, str]]:
+    stanza: dict[str, str] = {}
+    key = ""
+    for line in [*text.splitlines(), ""]:
+        if not line.strip():
+            if stanza:
+                yield stanza
+            stanza, key = {}, ""
+        elif line.startswith("#"):
+            continue
+        elif line[0].isspace() and key:
+            stanza[key] += " " + line.strip()
+        elif ":" in line:
+            key, _, value = line.partition(":")
+            key = key.strip().lower()
+            stanza[key] = value.strip()
+
+
+def mirror_from_sources(text: str, suite: str) -> str | None:
+    """The first plain ``deb`` mirror URI that serves ``suite``, from either sources format."""
+    if re.search(r"^\s*Types\s*:", text, re.MULTILINE | re.IGNORECASE):
+        for stanza in _deb822_stanzas(text):
+            if "deb" not in stanza.get("types", "").split():
+                continue
+            if suite in stanza.get("suites", "").split() and stanza.get("uris"):
+                return stanza["uris"].split()[0]
+        return None
+    for line in text.splitlines():
+        # "deb [options] URI suite components...": drop the comment and the options
+        words = re.sub(r"\[[^\]]*\]", " ", line.split("#", 1)[0]).split()
+        if len(words) >= 3 and words[0] == "deb" and words[2] == suite:
+            return words[1]
+    return None
+
+
+def detect_mirror(suite: str, files: Iterable[str] = APT_SOURCE_FILES) -> str | None:
+    for name in files:
+        try:
+            text = Path(name).read_text()
+        except OSError:
+            continue
+        found = mirror_from_sources(text, suite)
+        if found:
+            return found
+    return None
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    image: str
+    image_id: str
+    base_image: str
+    created: bool
+    mirror: str | None
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class ImageBootstrapper(LoggingConfigurable):
+    """Builds the kernel-capable base image without a registry. ``c.ImageBootstrapper.*``."""
+
+    suite = Unicode("bookworm", help="The Debian suite debootstrap installs.").tag(config=True)
+
+    mirror = Unicode(
+        None,
+        allow_none=True,
+        help="""The Debian package mirror to bootstrap from. Default: the one this host's apt
+        uses for the suite (/etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list).""",
+    ).tag(config=True)
+
+    base_tag = Unicode(
+        "gpudev-base:bookworm", help="Tag of the plain Debian image debootstrap produces."
+    ).tag(config=True)
+
+    image_tag = Unicode(
+        "gpudev-python:bookworm",
+        help="Tag of the kernel-capable image (Python, ipykernel, pip) built on the base image.",
+    ).tag(config=True)
+
+    packages = List(
+        Unicode(),
+        default_value=["python3-ipykernel", "python3-pip", "python3-venv", "ca-certificates"],
+        help="Debian packages installed into the kernel-capable image.",
+    ).tag(config=True)
+
+    debootstrap_path = Unicode(
+        "debootstrap", help="The debootstrap executable (a name on PATH or an absolute path)."
+    ).tag(config=True)
+
+    keep_rootfs = Bool(
+        False, help="Keep the debootstrap root file system folder after importing it (debugging)."
+    ).tag(config=True)
+
+    def _check_inputs(self, mirror: str) -> None:
+        if not _SUITE_RE.match(self.suite):
+            raise BadRequest(f"Not a Debian suite name: {self.suite!r}")
+        if not re.match(r"^(https?|file)://[^\s]+$", mirror):
+            raise BadRequest(
+                f"Not a mirror URL: {mirror!r} (expected http://, https:// or file://)"
+            )
+        for tag in (self.base_tag, self.image_tag):
+            if not _TAG_RE.match(tag):
+                raise BadRequest(f"Not an image tag: {tag!r}")
+        for package in self.packages:
+            if not _PACKAGE_RE.match(package):
+                raise BadRequest(f"Not a Debian package name: {package!r}")
+
+    def _image_id(self, client: docker.DockerClient, tag: str) -> str | None:
+        try:
+            return str(client.images.get(tag).id)
+        except docker.errors.ImageNotFound:
+            return None
+
+    def run(
+        self,
+        client: docker.DockerClient,
+        *,
+        force: bool = False,
+        progress: Progress | None = None,
+    ) -> BootstrapResult:
+        """Make sure ``image_tag`` exists; build what is missing. Blocking and idempotent."""
+        say: Progress = progress or (lambda _event: None)
+        started = time.monotonic()
+        existing = self._image_id(client, self.image_tag)
+        if existing and not force:
+            say({"stage": "done", "message": f"{self.image_tag} is already present"})
+            return BootstrapResult(
+                image=self.image_tag,
+                image_id=existing,
+                base_image=self.base_tag,
+                created=False,
+                mirror=None,
+                seconds=time.monotonic() - started,
+            )
+        mirror = self.mirror or detect_mirror(self.suite)
+        if not mirror:
+            raise ImageError(
+                f"No Debian mirror for {self.suite!r} was found in this host's apt sources; "
+                "name one with --mirror URL (c.ImageBootstrapper.mirror)."
+            )
+        self._check_inputs(mirror)
+        if force or self._image_id(client, self.base_tag) is None:
+            self._bootstrap_base(client, mirror, say)
+        else:
+            say({"stage": "base", "message": f"{self.base_tag} is already present"})
+        image_id = self._build_kernel_image(client, say)
+        say({"stage": "done", "message": f"{self.image_tag} is ready"})
+        return BootstrapResult(
+            image=self.image_tag,
+            image_id=image_id,
+            base_image=self.base_tag,
+            created=True,
+            mirror=mirror,
+            seconds=time.monotonic() - started,
+        )
+
+    def _bootstrap_base(self, client: docker.DockerClient, mirror: str, say: Progress) -> None:
+        debootstrap = shutil.which(self.debootstrap_path)
+        if debootstrap is None:
+            raise ImageError(
+                f"{self.debootstrap_path} was not found; install it (apt-get install debootstrap)"
+            )
+        if hasattr(os, "geteuid") and os.geteuid() != 0:
+            raise ImageError(
+                "debootstrap needs root (it creates device nodes and sets owners); run "
+                "`sudo jupyter gpudev image bootstrap` once, or build the image elsewhere"
+            )
+        tar = shutil.which("tar")
+        if tar is None:
+            raise ImageError("tar was not found; install it (apt-get install tar)")
+        workdir = Path(tempfile.mkdtemp(prefix="gpudev-bootstrap-"))
+        rootfs = workdir / "rootfs"
+        try:
+            say({"stage": "debootstrap", "message": f"debootstrap {self.suite} from {mirror}"})
+            self._stream_process(
+                [debootstrap, "--variant=minbase", self.suite, str(rootfs), mirror],
+                "debootstrap",
+                say,
+            )
+            tarball = workdir / "rootfs.tar"
+            say(
+                {"stage": "import", "message": f"importing the root file system as {self.base_tag}"}
+            )
+            subprocess.run(
+                [tar, "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."],
+                check=True,
+                capture_output=True,
+            )
+            repository, _, tag = self.base_tag.rpartition(":")
+            client.api.import_image_from_file(
+                str(tarball),
+                repository=repository or self.base_tag,
+                tag=tag if repository else None,
+                changes=['CMD ["/bin/bash"]', f'LABEL {LABEL}.bootstrap="{self.suite}"'],
+            )
+        except subprocess.CalledProcessError as exc:
+            raise ImageError(
+                f"Packing the root file system failed (exit {exc.returncode})"
+            ) from exc
+        except docker.errors.DockerException as exc:
+            self.log.exception("Importing %s failed", self.base_tag)
+            raise ImageError(f"The engine refused to import {self.base_tag}") from exc
+        finally:
+            if not self.keep_rootfs:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+    def _stream_process(self, argv: list[str], stage: str, say: Progress) -> None:
+        tail: list[str] = []
+        with subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as proc:
+            assert proc.stdout is not None  # noqa: S101 - guaranteed by stdout=PIPE
+            for raw in proc.stdout:
+                line = raw.rstrip()
+                if line:
+                    tail = [*tail[-19:], line]
+                    say({"stage": stage, "message": line})
+            code = proc.wait()
+        if code != 0:
+            last = tail[-1] if tail else "no output"
+            raise ImageError(f"{stage} failed (exit {code}): {last}", details={"log": tail})
+
+    def dockerfile(self) -> str:
+        packages = " ".join(sorted(self.packages))
+        return (
+            f"FROM {self.base_tag}\n"
+            "ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8\n"
+            "RUN apt-get update \\\n"
+            f" && apt-get install -y --no-install-recommends {packages} \\\n"
+            " && rm -rf /var/lib/apt/lists/*\n"
+            f'LABEL {LABEL}.bootstrap="{self.suite}" {LABEL}.kernel="ipykernel"\n'
+        )
+
+    def _build_kernel_image(self, client: docker.DockerClient, say: Progress) -> str:
+        say({"stage": "build", "message": f"building {self.image_tag} on {self.base_tag}"})
+        tail: list[str] = []
+        try:
+            stream = client.api.build(
+                fileobj=io.BytesIO(self.dockerfile().encode()),
+                tag=self.image_tag,
+                rm=True,
+                forcerm=True,
+                decode=True,
+            )
+            for event in stream:
+                if "error" in event:
+                    detail = event.get("errorDetail", {}).get("message") or event["error"]
+                    raise ImageError(
+                        f"Building {self.image_tag} failed: {str(detail).strip()}",
+                        details={"log": tail},
+                    )
+                text = str(event.get("stream") or event.get("status") or "")
+                for line in filter(None, (part.rstrip() for part in text.splitlines())):
+                    tail = [*tail[-19:], line]
+                    say({"stage": "build", "message": line})
+        except docker.errors.DockerException as exc:
+            self.log.exception("Building %s failed", self.image_tag)
+            raise ImageError(f"The engine could not build {self.image_tag}") from exc
+        image_id = self._image_id(client, self.image_tag)
+        if image_id is None:
+            raise ImageError(f"The build finished but {self.image_tag} is missing")
+        return image_id

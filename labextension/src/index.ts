@@ -1,0 +1,142 @@
+import { ILayoutRestorer } from '@jupyterlab/application';
+import type {
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import {
+  ICommandPalette,
+  Notification,
+  showErrorMessage
+} from '@jupyterlab/apputils';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { ITranslator, nullTranslator } from '@jupyterlab/translation';
+import type { TranslationBundle } from '@jupyterlab/translation';
+
+import { chipIcon } from './icons';
+import { DEFAULT_INTERVAL_MS, HostsModel } from './model';
+import type { IHostsState } from './model';
+import { renderErrorDetails } from './widgets/ErrorDetails';
+import { HostsPanel, PANEL_ID, TRANSLATION_DOMAIN } from './widgets/HostsPanel';
+
+export { GPUDevAPIError, fetchHost, fetchHosts, requestAPI } from './api';
+export { HostsModel } from './model';
+export type { IHostsState } from './model';
+export { HostsPanel } from './widgets/HostsPanel';
+export type * from './tokens';
+
+/** The plugin id; also names the settings schema (schema/plugin.json). */
+export const PLUGIN_ID = 'jupyter-gpudev:plugin';
+
+/** The commands this extension adds. */
+export namespace CommandIDs {
+  export const openPanel = 'gpudev:open-panel';
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description:
+    'A left sidebar panel listing the Docker hosts with their engines and GPUs.',
+  autoStart: true,
+  optional: [ILayoutRestorer, ISettingRegistry, ICommandPalette, ITranslator],
+  activate: (
+    app: JupyterFrontEnd,
+    restorer: ILayoutRestorer | null,
+    settingRegistry: ISettingRegistry | null,
+    palette: ICommandPalette | null,
+    translator: ITranslator | null
+  ): void => {
+    const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
+
+    const model = new HostsModel({
+      serverSettings: app.serviceManager.serverSettings,
+      interval: DEFAULT_INTERVAL_MS
+    });
+    const panel = new HostsPanel({
+      model,
+      translator: translator ?? nullTranslator
+    });
+    panel.disposed.connect(() => {
+      model.dispose();
+    });
+    app.shell.add(panel, 'left', { rank: 600 });
+    if (restorer) {
+      restorer.add(panel, PANEL_ID);
+    }
+
+    app.commands.addCommand(CommandIDs.openPanel, {
+      label: trans.__('Open GPU Dev panel'),
+      caption: trans.__('Show the Docker hosts and their GPUs'),
+      icon: args => (args.isPalette ? undefined : chipIcon),
+      execute: () => {
+        app.shell.activateById(panel.id);
+      }
+    });
+    if (palette) {
+      palette.addItem({
+        command: CommandIDs.openPanel,
+        category: trans.__('GPU Dev')
+      });
+    }
+
+    notifyOnFailure(model, trans);
+
+    if (settingRegistry) {
+      settingRegistry
+        .load(PLUGIN_ID)
+        .then(settings => {
+          const apply = (): void => {
+            model.interval = readIntervalSeconds(settings) * 1000;
+          };
+          apply();
+          settings.changed.connect(apply);
+        })
+        .catch((reason: unknown) => {
+          console.error(
+            `jupyter-gpudev: could not load the settings of ${PLUGIN_ID}; using a ${DEFAULT_INTERVAL_MS / 1000} s refresh interval.`,
+            reason
+          );
+        });
+    }
+  }
+};
+
+/** The `refreshInterval` setting in seconds, falling back to the default. */
+function readIntervalSeconds(settings: ISettingRegistry.ISettings): number {
+  const value = settings.get('refreshInterval').composite;
+  return typeof value === 'number' && Number.isFinite(value) && value >= 1
+    ? value
+    : DEFAULT_INTERVAL_MS / 1000;
+}
+
+/**
+ * Show one error notification each time the host list goes from `ready` to
+ * `error` (not on every failed poll), with a button opening the details.
+ */
+function notifyOnFailure(model: HostsModel, trans: TranslationBundle): void {
+  let previous: IHostsState['status'] = model.state.status;
+  model.stateChanged.connect((_, state) => {
+    const wasReady = previous === 'ready';
+    previous = state.status;
+    const error = state.error;
+    if (!wasReady || state.status !== 'error' || !error) {
+      return;
+    }
+    const hosts = state.hosts;
+    Notification.error(trans.__('GPU Dev: %1', error.message), {
+      autoClose: false,
+      actions: [
+        {
+          label: trans.__('Show details'),
+          caption: trans.__('Show the error and the state of each host'),
+          callback: () => {
+            void showErrorMessage(trans.__('GPU Dev: hosts unavailable'), {
+              message: renderErrorDetails(error, hosts, trans)
+            });
+          }
+        }
+      ]
+    });
+  });
+}
+
+export default plugin;

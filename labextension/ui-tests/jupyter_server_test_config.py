@@ -1,0 +1,21 @@
+"""Jupyter server configuration for the Galata UI tests.
+
+The GPU inventory reads a fake nvidia-smi that prints two recorded A100 GPUs, so the
+tests see the same GPUs on any machine.
+"""
+
+import os
+from pathlib import Path
+
+from jupyterlab.galata import configure_jupyter_server
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
+
+configure_jupyter_server(c)  # noqa: F821
+# CI and the development machines run as root; this server only ever serves the tests.
+c.ServerApp.allow_root = True  # noqa: F821
+
+c.GPUInventory.backend = "nvidia-smi"  # noqa: F821
+c.GPUInventory.nvidia_smi_path = str(FIXTURES / "fake-nvidia-smi")  # noqa: F821
+os.environ["FAKE_NVIDIA_SMI_DIR"] = str(FIXTURES / "smi" / "two-a100")

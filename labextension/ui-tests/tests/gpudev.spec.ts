@@ -1,0 +1,80 @@
+import { expect, test } from '@jupyterlab/galata';
+import type { IJupyterLabPageFixture } from '@jupyterlab/galata';
+
+/** The two GPUs printed by tests/fixtures/smi/two-a100 through the fake nvidia-smi. */
+const GPU0 = 'GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77';
+const GPU1 = 'GPU-8f2a9c41-7b3e-4c55-9d0a-2e6f1b7c3d90';
+const GPU_NAME = 'NVIDIA A100-SXM4-80GB';
+
+const PANEL_ID = 'gpudev-panel';
+
+async function openPanel(page: IJupyterLabPageFixture) {
+  const tab = page.sidebar.getTabLocator(PANEL_ID);
+  await expect(tab).toHaveAttribute('title', 'GPU Dev');
+  await tab.click();
+  const panel = page.locator(`#${PANEL_ID}`);
+  await expect(panel).toBeVisible();
+  return panel;
+}
+
+test.describe('GPU Dev panel', () => {
+  test('lists the local host with its engine and both GPUs', async ({
+    page
+  }, testInfo) => {
+    const panel = await openPanel(page);
+
+    const host = panel.getByTestId('gpudev-host-local');
+    await expect(host).toBeVisible({ timeout: 30000 });
+    await expect(host.getByText('reachable', { exact: true })).toBeVisible();
+    await expect(host.getByTestId('gpudev-engine-version')).toHaveText(
+      /Docker \d+\.\d+/
+    );
+
+    const first = host.getByTestId(`gpudev-gpu-${GPU0}`);
+    const second = host.getByTestId(`gpudev-gpu-${GPU1}`);
+    await expect(first).toBeVisible();
+    await expect(second).toBeVisible();
+    await expect(first).toContainText(GPU_NAME);
+    await expect(second).toContainText(GPU_NAME);
+    await expect(first).toContainText('37% util');
+
+    const memory = first.getByRole('progressbar');
+    await expect(memory).toHaveAttribute('aria-valuenow', '1234');
+    await expect(memory).toHaveAttribute('aria-valuemax', '81920');
+
+    await panel.screenshot({ path: testInfo.outputPath('gpudev-panel.png') });
+    await page.screenshot({ path: testInfo.outputPath('gpudev-lab.png') });
+  });
+
+  test('can be opened with its command', async ({ page }) => {
+    await page.evaluate(async () => {
+      // Opened before the saved layout is restored, the panel could be
+      // collapsed again by the restorer.
+      await window.jupyterapp.restored;
+      await window.jupyterapp.commands.execute('gpudev:open-panel');
+    });
+    const panel = page.locator(`#${PANEL_ID}`);
+    await expect(panel).toBeVisible();
+    await expect(panel.getByTestId('gpudev-host-local')).toBeVisible({
+      timeout: 30000
+    });
+  });
+
+  test('the refresh button asks the server again', async ({ page }) => {
+    const panel = await openPanel(page);
+    const host = panel.getByTestId('gpudev-host-local');
+    await expect(host).toBeVisible({ timeout: 30000 });
+
+    const answered = page.waitForResponse(
+      response =>
+        response.url().includes('/gpudev/api/hosts') &&
+        response.request().method() === 'GET'
+    );
+    await panel.getByRole('button', { name: 'Refresh' }).click();
+    const response = await answered;
+    expect(response.status()).toBe(200);
+
+    await expect(host).toBeVisible();
+    await expect(host.getByTestId(`gpudev-gpu-${GPU0}`)).toBeVisible();
+  });
+});

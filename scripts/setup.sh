@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Set up everything jupyter-gpudev needs on this machine, idempotently:
+#   - a running Docker engine (installed from Debian's docker.io and started when none answers;
+#     an engine that already answers is used as it is),
+#   - the Python virtual environment .venv with the package installed editable (this builds the
+#     Lab extension with npm),
+#   - the kernel-capable base image, bootstrapped from the host's Debian mirror when missing
+#     (`jupyter gpudev image bootstrap`: no container registry needed).
+# With --test it also installs what the test suite needs: Chromium for the UI tests.
+#
+# Safe to run again: every step checks first and does nothing when its result is there.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+WITH_TEST=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) WITH_TEST=1 ;;
+    *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+
+VENV="${GPUDEV_VENV:-$ROOT/.venv}"
+IMAGE="${GPUDEV_IMAGE:-gpudev-python:bookworm}"
+PYTHON="${PYTHON:-python3}"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    echo "setup.sh: '$*' needs root and sudo is not available" >&2
+    return 1
+  fi
+}
+
+APT_UPDATED=0
+apt_install() {
+  # Install the Debian packages that are missing; nothing when all are present.
+  local missing=()
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup.sh: please install ${missing[*]} (no apt-get on this machine)" >&2
+    return 1
+  fi
+  if [ "$APT_UPDATED" -eq 0 ]; then
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    APT_UPDATED=1
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+engine_answers() { docker info >/dev/null 2>&1; }
+
+ensure_engine() {
+  step "Docker engine"
+  if engine_answers; then
+    echo "A Docker engine answers ($(docker version --format '{{.Server.Version}}')): using it as it is."
+    return 0
+  fi
+  if ! command -v dockerd >/dev/null 2>&1; then
+    apt_install docker.io
+  fi
+  command -v docker >/dev/null 2>&1 || apt_install docker.io
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    as_root systemctl start docker || true
+  fi
+  if ! engine_answers; then
+    echo "Starting dockerd in the background (log: /var/log/gpudev-dockerd.log)"
+    as_root sh -c 'setsid dockerd >/var/log/gpudev-dockerd.log 2>&1 </dev/null &'
+  fi
+  for _ in $(seq 1 120); do
+    engine_answers && break
+    sleep 0.5
+  done
+  if ! engine_answers; then
+    echo "setup.sh: the Docker engine did not start; see /var/log/gpudev-dockerd.log" >&2
+    tail -n 20 /var/log/gpudev-dockerd.log >&2 || true
+    return 1
+  fi
+  echo "Docker engine $(docker version --format '{{.Server.Version}}') is running."
+}
+
+ensure_node_deps() {
+  step "Node dependencies"
+  command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+  if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+    PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
+  else
+    echo "node_modules is up to date."
+  fi
+}
+
+ensure_venv() {
+  step "Python environment ($VENV)"
+  if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV" || { apt_install python3-venv && "$PYTHON" -m venv "$VENV"; }
+  fi
+  local stamp="$VENV/.gpudev-installed"
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ package.json -nt "$stamp" ] \
+      || [ ! -f jupyter_gpudev/labextension/package.json ]; then
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "$VENV/bin/python" -m pip install -q -e ".[test,dev]"
+    touch "$stamp"
+  else
+    echo "The package is installed; rebuilding the Lab extension if its sources changed."
+    PATH="$VENV/bin:$PATH" npm run --silent build
+  fi
+}
+
+ensure_image() {
+  step "Kernel-capable base image ($IMAGE)"
+  if docker image inspect "$IMAGE" >/dev/null 2>&1; then
+    echo "$IMAGE is present."
+    return 0
+  fi
+  apt_install debootstrap
+  # debootstrap needs root; the command reads the mirror from this host's apt sources.
+  as_root "$VENV/bin/jupyter-gpudev" image bootstrap --tag="$IMAGE"
+}
+
+ensure_browser() {
+  step "Chromium for the UI tests"
+  if [ -x /usr/bin/chromium ]; then
+    echo "$(/usr/bin/chromium --version 2>/dev/null || echo chromium) is installed."
+  else
+    apt_install chromium
+  fi
+}
+
+ensure_engine
+ensure_node_deps
+ensure_venv
+ensure_image
+if [ "$WITH_TEST" -eq 1 ]; then
+  ensure_browser
+fi
+step "Set-up complete"

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Set everything up (see scripts/setup.sh --test), then run the whole test suite:
+# ruff (lint + format), mypy --strict, eslint, prettier, the TypeScript build, pytest (unit and
+# integration tests against the real Docker engine and a real Jupyter server) and the Galata UI
+# test in real Chromium. Every check runs even when an earlier one fails; the exit code is
+# non-zero when any failed. Extra arguments go to pytest.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$ROOT/scripts/setup.sh" --test
+VENV="${GPUDEV_VENV:-$ROOT/.venv}"
+cd "$ROOT"
+export PATH="$VENV/bin:$PATH"
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+
+passed=0
+failed=0
+failures=()
+check() {
+  local name="$1"
+  shift
+  printf '\n==> %s: %s\n' "$name" "$*"
+  local started=$SECONDS
+  if "$@"; then
+    passed=$((passed + 1))
+    echo "--- $name passed ($((SECONDS - started)) s)"
+  else
+    failed=$((failed + 1))
+    failures+=("$name")
+    echo "--- $name FAILED ($((SECONDS - started)) s)"
+  fi
+}
+
+check "ruff lint" ruff check .
+check "ruff format" ruff format --check .
+check "mypy" mypy
+check "eslint" npm run --silent eslint
+check "prettier" npm run --silent prettier
+check "typescript" npm run --silent typecheck
+check "galata" npm run --silent test:ui
+check "pytest" pytest "$@"
+
+echo
+if [ "$failed" -gt 0 ]; then
+  echo "Failed checks: ${failures[*]}"
+fi
+echo "checks: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

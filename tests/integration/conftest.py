@@ -1,0 +1,46 @@
+"""Integration fixtures: the real Docker engine and a real Jupyter server (pytest-jupyter)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import docker
+import pytest
+from traitlets.config import Config
+
+from tests.conftest import FAKE_SMI, FIXTURES
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[docker.DockerClient]:
+    """The local engine. Its absence is a failure, not a skip: scripts/test.sh starts one."""
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.fail(f"integration tests need a running Docker engine (scripts/setup.sh): {exc}")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def gpudev_config() -> dict[str, Any]:
+    """Per-test overrides merged into the server config (e.g. a different local_url)."""
+    return {}
+
+
+@pytest.fixture
+def jp_server_config(gpudev_config: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Config:
+    """The extension enabled, unauthenticated access disabled, GPUs from the fake nvidia-smi."""
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
+    config: dict[str, Any] = {
+        "ServerApp": {
+            "jpserver_extensions": {"jupyter_gpudev": True},
+            "allow_unauthenticated_access": False,
+        },
+        "GPUInventory": {"backend": "nvidia-smi", "nvidia_smi_path": str(FAKE_SMI)},
+    }
+    for section, values in gpudev_config.items():
+        config.setdefault(section, {}).update(values)
+    return Config(config)

@@ -1,0 +1,79 @@
+"""The REST API through a real Jupyter server, against the real Docker engine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+
+import docker
+import pytest
+from tornado.httpclient import HTTPClientError, HTTPResponse
+
+from jupyter_gpudev import routes
+
+Fetch = Callable[..., Awaitable[HTTPResponse]]
+
+pytestmark = pytest.mark.integration
+
+
+async def test_hosts_lists_the_local_engine_with_its_real_version_and_gpus(
+    jp_fetch: Fetch, docker_client: docker.DockerClient
+) -> None:
+    # Given a server with the extension and the real local engine
+    # When the hosts are asked for
+    response = await jp_fetch("gpudev", "api", "hosts")
+    # Then the local engine is listed, reachable, with the version the engine itself reports
+    assert response.code == 200
+    (host,) = json.loads(response.body)["hosts"]
+    engine_version = docker_client.version()
+    assert host["name"] == "local"
+    assert host["reachable"] is True
+    assert host["engine"]["version"] == engine_version["Version"]
+    assert host["engine"]["api_version"] == engine_version["ApiVersion"]
+    assert host["engine"]["cgroup_driver"] == docker_client.info()["CgroupDriver"]
+    assert host["engine"]["nvidia_runtime"] is False
+    # And the GPUs the (fake) nvidia-smi reports, by UUID
+    assert [gpu["uuid"] for gpu in host["gpus"]["gpus"]] == [
+        "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77",
+        "GPU-8f2a9c41-7b3e-4c55-9d0a-2e6f1b7c3d90",
+    ]
+    assert host["gpus"]["cuda_version"] == "12.2"
+
+
+async def test_one_host_by_name(jp_fetch: Fetch) -> None:
+    response = await jp_fetch("gpudev", "api", "hosts", "local")
+    assert json.loads(response.body)["reachable"] is True
+
+
+async def test_unknown_host_is_404_with_a_message(jp_fetch: Fetch) -> None:
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch("gpudev", "api", "hosts", "nope")
+    assert caught.value.code == 404
+    assert caught.value.response is not None
+    body = json.loads(caught.value.response.body)
+    assert body == {
+        "error": "not_found",
+        "message": "No host named 'nope'; known hosts: local",
+        "details": {"host": "nope"},
+    }
+
+
+@pytest.mark.parametrize("path", ["hosts", "hosts/local"])
+async def test_every_route_refuses_requests_without_a_token(jp_fetch: Fetch, path: str) -> None:
+    # Given no Authorization header (the fixture's token is overridden with nothing)
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch("gpudev", "api", *path.split("/"), headers={"Authorization": ""})
+    # Then the server refuses
+    assert caught.value.code in (401, 403)
+
+
+async def test_every_route_refuses_a_wrong_token(jp_fetch: Fetch) -> None:
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch("gpudev", "api", "hosts", headers={"Authorization": "token wrong"})
+    assert caught.value.code in (401, 403)
+
+
+def test_the_auth_tests_cover_every_route() -> None:
+    # Adding a route without adding it to the auth test above fails here.
+    patterns = {pattern for pattern, _ in routes.handlers()}
+    assert patterns == {"/gpudev/api/hosts", "/gpudev/api/hosts/(?P<name>[^/]+)"}
