@@ -17,6 +17,8 @@ import importlib
 import re
 import shutil
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from types import ModuleType
@@ -205,12 +207,21 @@ def _text(value: Any) -> str:
 
 
 class NvmlProbe:
-    """Reads the inventory through NVML (``nvidia-ml-py``). ``loader`` is the test seam."""
+    """Reads the inventory through NVML (``nvidia-ml-py``). ``loader`` is the test seam.
+
+    NVML is initialised on the first probe (never at import) and kept until ``close()``: an
+    ``nvmlInit`` costs tens to hundreds of milliseconds on multi-GPU hosts. A failure while
+    reading (driver reloaded, GPU lost) shuts it down so that the next probe starts afresh.
+    """
 
     def __init__(self, loader: Callable[[], ModuleType] = _import_pynvml) -> None:
         self._loader = loader
+        self._nvml: ModuleType | None = None
+        self._lock = threading.Lock()
 
-    def probe(self) -> Inventory:
+    def _ensure(self) -> ModuleType:
+        if self._nvml is not None:
+            return self._nvml
         try:
             nvml = self._loader()
         except ImportError as exc:
@@ -219,11 +230,27 @@ class NvmlProbe:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:
             raise ProbeUnavailable(self._init_reason(nvml, exc)) from exc
-        try:
-            return self._read(nvml)
-        finally:
-            with contextlib.suppress(nvml.NVMLError):
-                nvml.nvmlShutdown()
+        self._nvml = nvml
+        return nvml
+
+    def probe(self) -> Inventory:
+        with self._lock:
+            nvml = self._ensure()
+            try:
+                return self._read(nvml)
+            except nvml.NVMLError as exc:
+                self._shutdown()
+                raise ProbeUnavailable(f"NVML failed while reading the GPUs: {exc}") from exc
+
+    def _shutdown(self) -> None:
+        if self._nvml is not None:
+            with contextlib.suppress(self._nvml.NVMLError):
+                self._nvml.nvmlShutdown()
+            self._nvml = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._shutdown()
 
     @staticmethod
     def _init_reason(nvml: ModuleType, exc: Exception) -> str:
@@ -312,6 +339,8 @@ class NvidiaSmiProbe:
     def __init__(self, executable: str = "nvidia-smi", timeout: float = 10.0) -> None:
         self.executable = executable
         self.timeout = timeout
+        # The CUDA version only changes with the driver: ask for it once per driver version.
+        self._cuda_by_driver: dict[str | None, str | None] = {}
 
     def _run(self, path: str, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -344,12 +373,14 @@ class NvidiaSmiProbe:
         gpus, warnings = parse_smi_csv(query.stdout)
         if not gpus and query.stdout.strip() and not query.stdout.strip().lower().startswith("no"):
             warnings.append("nvidia-smi output could not be read")
-        cuda = self._cuda_version(path)
+        driver = next((g.driver_version for g in gpus if g.driver_version), None)
+        if driver not in self._cuda_by_driver or driver is None:
+            self._cuda_by_driver[driver] = self._cuda_version(path)
+        cuda = self._cuda_by_driver[driver]
         if any(g.mig_enabled for g in gpus):
             listing = self._run(path, "-L")
             migs = parse_smi_list(listing.stdout) if listing.returncode == 0 else {}
             gpus = [replace(g, mig_devices=tuple(migs.get(g.uuid, ()))) for g in gpus]
-        driver = next((g.driver_version for g in gpus if g.driver_version), None)
         reason = None
         if not gpus:
             reason = (
@@ -391,21 +422,48 @@ class GPUInventory(LoggingConfigurable):
         10.0, help="Seconds to wait for nvidia-smi before reporting it as not answering."
     ).tag(config=True)
 
+    cache_seconds = Float(
+        1.0,
+        help="""Reuse an inventory read less than this many seconds ago, so that many panels
+        polling at once cost one read. 0 reads every time.""",
+    ).tag(config=True)
+
     def __init__(
         self, nvml_loader: Callable[[], ModuleType] = _import_pynvml, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        self._nvml_loader = nvml_loader
+        self._nvml = NvmlProbe(nvml_loader)
+        self._smi: NvidiaSmiProbe | None = None
+        self._cached: tuple[float, Inventory] | None = None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Release NVML (the server calls this when it stops)."""
+        self._nvml.close()
 
     def probe(self) -> Inventory:
-        """Read the inventory now (blocking: call it from a worker thread on the server)."""
+        """The inventory (blocking: call it from a worker thread on the server)."""
+        with self._lock:
+            now = time.monotonic()
+            if self._cached is not None and now - self._cached[0] < self.cache_seconds:
+                return self._cached[1]
+            inventory = self._probe()
+            self._cached = (time.monotonic(), inventory)
+            return inventory
+
+    def _probe(self) -> Inventory:
         if self.backend == "none":
             return Inventory(source="none", reason="GPU inventory is disabled by configuration")
         probes: list[tuple[str, NvmlProbe | NvidiaSmiProbe]] = []
         if self.backend in ("auto", "nvml"):
-            probes.append(("NVML", NvmlProbe(self._nvml_loader)))
+            probes.append(("NVML", self._nvml))
         if self.backend in ("auto", "nvidia-smi"):
-            probes.append(("nvidia-smi", NvidiaSmiProbe(self.nvidia_smi_path, self.timeout)))
+            if self._smi is None or (self._smi.executable, self._smi.timeout) != (
+                self.nvidia_smi_path,
+                self.timeout,
+            ):
+                self._smi = NvidiaSmiProbe(self.nvidia_smi_path, self.timeout)
+            probes.append(("nvidia-smi", self._smi))
         reasons: list[str] = []
         for label, probe in probes:
             try:

@@ -451,6 +451,7 @@ class HostPool(LoggingConfigurable):
             for host in (self._hosts or {}).values():
                 host.close()
             self._hosts = None
+        self.gpu_inventory.close()
 
 
 def unreachable_summary(infos: list[HostInfo]) -> EngineUnreachable | None:

@@ -278,6 +278,28 @@ def test_nvml_reads_gpus_and_mig_devices_and_shuts_down() -> None:
         ("MIG-1111", "3g.20gb", 19968),
         ("MIG-2222", "1g.5gb", 4864),
     ]
+    # And NVML stays initialised between reads until the inventory is closed
+    inventory_source = GPUInventory(backend="nvml", nvml_loader=lambda: nvml, cache_seconds=0)
+    inventory_source.probe()
+    inventory_source.probe()
+    inventory_source.close()
+    assert nvml.calls == ["init", "init", "shutdown"]
+
+
+def test_nvml_failure_while_reading_restarts_nvml_next_time(fake_smi: FakeSmi) -> None:
+    # Given NVML that starts but then loses the GPU while it is being read
+    fake_smi("two-a100")
+    nvml = fake_nvml([{"uuid": "GPU-aaaa", "name": "NVIDIA L4", "memory": (23034, 0)}])
+
+    def lost() -> int:
+        raise NVMLError("GPU is lost")
+
+    nvml.__dict__["nvmlDeviceGetCount"] = lost
+    inventory = GPUInventory(nvml_loader=lambda: nvml, cache_seconds=0)
+    # When the inventory is read
+    result = inventory.probe()
+    # Then NVML is shut down and nvidia-smi answers instead
+    assert result.source == "nvidia-smi"
     assert nvml.calls == ["init", "shutdown"]
 
 
@@ -366,3 +388,26 @@ def test_parser_reads_back_what_nvidia_smi_would_print(
         (f"GPU-{uuid}", total, util) for uuid, total, util in rows
     ]
     assert len(SMI_FIELDS) == 9
+
+
+def test_reads_within_cache_seconds_share_one_probe() -> None:
+    # Given an inventory that caches for a minute
+    nvml = fake_nvml([{"uuid": "GPU-aaaa", "name": "NVIDIA L4", "memory": (23034, 0)}])
+    reads: list[int] = []
+    count = nvml.__dict__["nvmlDeviceGetCount"]
+
+    def counting() -> int:
+        reads.append(1)
+        return int(count())
+
+    nvml.__dict__["nvmlDeviceGetCount"] = counting
+    inventory = GPUInventory(backend="nvml", nvml_loader=lambda: nvml, cache_seconds=60)
+    # When it is asked three times
+    results = [inventory.probe() for _ in range(3)]
+    # Then NVML was read once and every caller got the same answer
+    assert len(reads) == 1
+    assert results[0] is results[1] is results[2]
+    # And with caching off, every call reads
+    inventory.cache_seconds = 0
+    inventory.probe()
+    assert len(reads) == 2
