@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
 
 from . import __version__, routes
+from .containers import DevContainers
 from .hosts import HostPool
 
 
@@ -15,6 +18,7 @@ class GPUDevContext:
     """Every manager the handlers may call, built once per server."""
 
     host_pool: HostPool
+    containers: DevContainers
 
 
 class GPUDevApp(ExtensionApp):
@@ -27,11 +31,31 @@ class GPUDevApp(ExtensionApp):
 
     def initialize_settings(self) -> None:
         # Nothing here talks to an engine or to NVML: that happens on the first request.
-        self.context = GPUDevContext(host_pool=HostPool(parent=self, log=self.log))
+        host_pool = HostPool(parent=self, log=self.log)
+        root_dir = self.serverapp.root_dir if self.serverapp is not None else "."
+        containers = DevContainers(
+            root_dir=root_dir, host_pool=host_pool, parent=self, log=self.log
+        )
+        self.context = GPUDevContext(host_pool=host_pool, containers=containers)
         self.settings[routes.SETTINGS_KEY] = self.context
+
+    async def _reconcile(self) -> None:
+        """After a crash, free the leases of containers that are gone (and re-lease orphans)."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.context.containers.reconcile
+            )
+        except Exception:
+            self.log.exception("gpudev: reconciling leases with containers failed")
+
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:  # noqa: ARG002
+        self._reconcile_task = asyncio.ensure_future(self._reconcile())
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(routes.handlers())
 
     async def stop_extension(self) -> None:
+        task = getattr(self, "_reconcile_task", None)
+        if task is not None:
+            await task
         self.context.host_pool.close()

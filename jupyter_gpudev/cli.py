@@ -8,14 +8,16 @@ configured for the server is the same host here.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
 from jupyter_core.application import JupyterApp, base_aliases, base_flags
-from traitlets import Bool, Unicode
+from traitlets import Bool, Int, List, Unicode
 
 from . import __version__
-from .errors import GPUDevError
+from .containers import DevContainerInfo, DevContainers, StartRequest
+from .errors import BadRequest, GPUDevError
 from .gpus import Inventory
 from .hosts import HostInfo, HostPool, unreachable_summary
 from .images import ImageBootstrapper
@@ -173,6 +175,187 @@ class ImageBootstrapApp(GPUDevSubcommand):
         )
 
 
+class ContainerCommand(GPUDevSubcommand):
+    """Shared by the container subcommands: the manager, the root dir, progress output."""
+
+    root_dir = Unicode(
+        "",
+        help="""The workspace root (mounted into containers, searched for .devcontainer).
+        Default: c.ServerApp.root_dir if configured, else the current directory.""",
+    ).tag(config=True)
+    host = Unicode("", help="The host to use (default: the local engine).").tag(config=True)
+
+    aliases: dict[str, Any] = {
+        **GPUDevSubcommand.aliases,
+        "root-dir": "ContainerCommand.root_dir",
+        "host": "ContainerCommand.host",
+    }
+
+    def manager(self) -> DevContainers:
+        root = self.root_dir or self.config.get("ServerApp", {}).get("root_dir") or os.getcwd()
+        pool = HostPool(parent=self, log=self.log)
+        return DevContainers(root_dir=str(root), host_pool=pool, parent=self, log=self.log)
+
+    def name_arg(self) -> str:
+        if len(self.extra_args) != 1:
+            raise BadRequest(f"usage: jupyter gpudev {self.name.rsplit('-', 1)[-1]} NAME")
+        return str(self.extra_args[0])
+
+    def progress(self, event: dict[str, Any]) -> None:
+        current, total = event.get("current"), event.get("total")
+        text = f"[{event.get('stage')}] {event.get('message', '')}"
+        if isinstance(current, int) and isinstance(total, int) and total > 0:
+            done = int(30 * current / total)
+            text += f" [{'#' * done}{'.' * (30 - done)}] {100 * current // total}%"
+        print(text, file=sys.stderr, flush=True)
+
+
+def format_containers(infos: list[DevContainerInfo]) -> str:
+    if not infos:
+        return "No dev containers."
+    rows = [("NAME", "HOST", "ENVIRONMENT", "STATE", "GPUS", "OWNER", "PORTS")]
+    for info in infos:
+        ports = ",".join(f"{c}->127.0.0.1:{h}" for c, h in info.ports.items())
+        rows.append(
+            (
+                info.name,
+                info.host,
+                info.environment,
+                info.status,
+                ",".join(info.gpu_uuids) or "-",
+                info.owner,
+                ports or "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows
+    )
+
+
+class EnvsApp(ContainerCommand):
+    """List the environments that can be started."""
+
+    name = "jupyter-gpudev-envs"
+    description = "List the environments (.devcontainer files, admin config, the default)."
+
+    def run(self) -> None:
+        containers = self.manager()
+        listing = containers.environments.list(containers.root_dir)
+        lines = []
+        for env in listing.environments:
+            gpu = "no GPU" if env.gpu.mode == "none" else f"{env.gpu.count} GPU ({env.gpu.mode})"
+            image = env.image_ref()
+            lines.append(f"{env.name}  {image}  {gpu}  {env.source}")
+        lines.extend(f"problem: {p['file']}: {p['message']}" for p in listing.problems)
+        self.emit(
+            {
+                "environments": [env.to_json() for env in listing.environments],
+                "problems": listing.problems,
+            },
+            "\n".join(lines) or "No environments.",
+        )
+
+
+class StartApp(ContainerCommand):
+    """Start a dev container of an environment, with its GPUs leased."""
+
+    name = "jupyter-gpudev-start"
+    description = """Start a dev container: jupyter gpudev start ENV [--gpus N | --gpu UUID ...]
+    [--host H] [--name NAME]. Prints the container; exit 5 when no GPU is free."""
+
+    gpus = Int(-1, help="How many GPUs to lease (default: what the environment asks).").tag(
+        config=True
+    )
+    gpu = List(Unicode(), help="A GPU UUID to lease (repeat for more).").tag(config=True)
+    container_name = Unicode("", help="The container's name (default: generated).").tag(config=True)
+
+    aliases: dict[str, Any] = {
+        **ContainerCommand.aliases,
+        "gpus": "StartApp.gpus",
+        "gpu": "StartApp.gpu",
+        "name": "StartApp.container_name",
+    }
+
+    def run(self) -> None:
+        environment = self.name_arg()
+        request = StartRequest(
+            environment=environment,
+            host=self.host or None,
+            name=self.container_name or None,
+            gpus=None if self.gpus < 0 else self.gpus,
+            gpu_uuids=tuple(self.gpu),
+        )
+        info = self.manager().start(request, progress=self.progress)
+        self.emit(info.to_json(), format_containers([info]))
+
+
+class LsApp(ContainerCommand):
+    """List dev containers."""
+
+    name = "jupyter-gpudev-ls"
+    description = "List running dev containers (--all: stopped ones too)."
+    all_states = Bool(False, help="Also list stopped containers.").tag(config=True)
+    flags: dict[str, Any] = {
+        **GPUDevSubcommand.flags,
+        "all": ({"LsApp": {"all_states": True}}, "Also list stopped containers."),
+    }
+
+    def run(self) -> None:
+        infos = self.manager().list(all_states=self.all_states, host=self.host or None)
+        self.emit({"containers": [i.to_json() for i in infos]}, format_containers(infos))
+
+
+class StopApp(ContainerCommand):
+    """Stop a dev container and release its GPUs."""
+
+    name = "jupyter-gpudev-stop"
+    description = "Stop a dev container (kept, with its changes) and release its GPU lease."
+
+    def run(self) -> None:
+        info = self.manager().stop(self.name_arg(), host=self.host or None)
+        self.emit(info.to_json(), format_containers([info]))
+
+
+class RmApp(ContainerCommand):
+    """Remove a dev container."""
+
+    name = "jupyter-gpudev-rm"
+    description = "Remove a dev container; one with uncommitted changes needs --force."
+    force = Bool(False, help="Remove even with uncommitted changes.").tag(config=True)
+    flags: dict[str, Any] = {
+        **GPUDevSubcommand.flags,
+        "force": ({"RmApp": {"force": True}}, "Remove even with uncommitted changes."),
+    }
+
+    def run(self) -> None:
+        name = self.name_arg()
+        self.manager().remove(name, host=self.host or None, force=self.force)
+        self.emit({"removed": name}, f"removed {name}")
+
+
+class LogsApp(ContainerCommand):
+    """Print a dev container's output."""
+
+    name = "jupyter-gpudev-logs"
+    description = "Print a dev container's output (-f: follow it)."
+    follow = Bool(False, help="Keep printing new output.").tag(config=True)
+    flags: dict[str, Any] = {
+        **GPUDevSubcommand.flags,
+        "f": ({"LogsApp": {"follow": True}}, "Keep printing new output."),
+        "follow": ({"LogsApp": {"follow": True}}, "Keep printing new output."),
+    }
+
+    def run(self) -> None:
+        chunks = self.manager().logs(self.name_arg(), host=self.host or None, follow=self.follow)
+        if self.json_output and not self.follow:
+            print(json.dumps({"logs": "".join(chunks)}))
+            return
+        for chunk in chunks:
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+
+
 class ImageApp(JupyterApp):
     """Images: ``jupyter gpudev image bootstrap``."""
 
@@ -198,6 +381,12 @@ class GPUDevCLI(JupyterApp):
     description = "Dev containers on GPU hosts: hosts, GPUs and images."
     subcommands: dict[str, Any] = {
         "hosts": (HostsApp, "List hosts, their Docker engines and GPUs."),
+        "envs": (EnvsApp, "List the environments that can be started."),
+        "start": (StartApp, "Start a dev container with its GPUs leased."),
+        "ls": (LsApp, "List dev containers."),
+        "stop": (StopApp, "Stop a dev container and release its GPUs."),
+        "rm": (RmApp, "Remove a dev container."),
+        "logs": (LogsApp, "Print a dev container's output."),
         "image": (ImageApp, "Manage images (bootstrap a base image without a registry)."),
     }
 

@@ -69,3 +69,11 @@ class ImageError(GPUDevError):
     status = 502
     exit_code = 4
     code = "image"
+
+
+class Conflict(GPUDevError):
+    """The request clashes with the current state (a name in use, a thing already held)."""
+
+    status = 409
+    exit_code = 6
+    code = "conflict"

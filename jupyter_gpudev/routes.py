@@ -17,14 +17,14 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from .errors import GPUDevError
+from .containers import StartRequest
+from .errors import BadRequest, GPUDevError
 from .hosts import unreachable_summary
 
 SETTINGS_KEY = "gpudev"
 API = "/gpudev/api"
 
 T = TypeVar("T")
-Handler = TypeVar("Handler", bound="GPUDevHandler")
 
 
 def maps_errors(
@@ -99,8 +99,190 @@ class HostHandler(GPUDevHandler):
         self.finish(json.dumps(info.to_json()))
 
 
+def _flag(value: str | None) -> bool:
+    return (value or "").lower() in ("1", "true", "yes")
+
+
+class EnvironmentsHandler(GPUDevHandler):
+    """``GET /gpudev/api/environments``: the environments a user can start, and broken files."""
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def get(self) -> None:
+        manager = self.gpudev.containers
+        listing = await self.blocking(manager.environments.list, manager.root_dir)
+        self.finish(
+            json.dumps(
+                {
+                    "environments": [env.to_json() for env in listing.environments],
+                    "problems": listing.problems,
+                }
+            )
+        )
+
+
+def _start_request(body: Any, owner: str) -> StartRequest:
+    """Validate a start request's JSON body; every problem is a 400 naming the field."""
+    if not isinstance(body, dict):
+        raise BadRequest("The body must be a JSON object")
+    unknown = set(body) - {"environment", "host", "name", "gpus", "gpu_uuids", "image"}
+    if unknown:
+        raise BadRequest(f"Unknown fields: {', '.join(sorted(unknown))}")
+    environment = body.get("environment")
+    if not isinstance(environment, str) or not environment:
+        raise BadRequest("'environment' (a name from /gpudev/api/environments) is required")
+    for key in ("host", "name", "image"):
+        if body.get(key) is not None and not isinstance(body[key], str):
+            raise BadRequest(f"'{key}' must be a string")
+    gpus = body.get("gpus")
+    if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool)):
+        raise BadRequest("'gpus' must be a whole number")
+    uuids = body.get("gpu_uuids") or []
+    if not isinstance(uuids, list) or not all(isinstance(u, str) for u in uuids):
+        raise BadRequest("'gpu_uuids' must be a list of GPU UUIDs")
+    return StartRequest(
+        environment=environment,
+        host=body.get("host"),
+        name=body.get("name"),
+        gpus=gpus,
+        gpu_uuids=tuple(uuids),
+        owner=owner,
+        image=body.get("image"),
+    )
+
+
+class ContainersHandler(GPUDevHandler):
+    """``GET /gpudev/api/containers[?all=1]`` lists; ``POST`` starts one.
+
+    A POST with ``Accept: text/event-stream`` streams the progress (pull, build, lease, create,
+    start, lifecycle commands) as server-sent events, ending with a ``result`` or ``error``
+    event; otherwise it answers 201 with the container once it runs.
+    """
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def get(self) -> None:
+        all_states = _flag(self.get_argument("all", "1"))
+        infos = await self.blocking(self.gpudev.containers.list, all_states)
+        self.finish(json.dumps({"containers": [info.to_json() for info in infos]}))
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def post(self) -> None:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError as exc:
+            raise BadRequest("The body is not valid JSON") from exc
+        owner = getattr(self.current_user, "username", None) or "unknown"
+        request = _start_request(body, owner)
+        if "text/event-stream" in self.request.headers.get("Accept", ""):
+            await self._stream(request)
+            return
+        info = await self.blocking(self.gpudev.containers.start, request)
+        self.set_status(201)
+        self.finish(json.dumps(info.to_json()))
+
+    async def _stream(self, request: StartRequest) -> None:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+
+        def progress(event: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, ("progress", event))
+
+        async def run() -> None:
+            try:
+                info = await self.blocking(self.gpudev.containers.start, request, progress)
+            except GPUDevError as err:
+                await queue.put(("error", {"status": err.status, **err.to_json()}))
+            except Exception:
+                self.log.exception("gpudev: starting a container failed")
+                await queue.put(
+                    (
+                        "error",
+                        {
+                            "status": 500,
+                            "error": "internal",
+                            "message": "Starting the container failed (see the server log)",
+                        },
+                    )
+                )
+            else:
+                await queue.put(("result", info.to_json()))
+
+        self.set_header("Content-Type", "text/event-stream")
+        self.set_header("Cache-Control", "no-cache")
+        task = asyncio.ensure_future(run())
+        while True:
+            kind, data = await queue.get()
+            self.write(f"event: {kind}\ndata: {json.dumps(data)}\n\n")
+            try:
+                await self.flush()
+            except Exception:  # the client went away; the start still finishes
+                self.log.info("gpudev: progress stream closed by the client")
+            if kind in ("result", "error"):
+                break
+        await task
+        self.finish()
+
+
+class ContainerHandler(GPUDevHandler):
+    """``GET /gpudev/api/containers/NAME``; ``DELETE`` removes it (``?force=1`` with changes)."""
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def get(self, name: str) -> None:
+        info = await self.blocking(self.gpudev.containers.get, name)
+        self.finish(json.dumps(info.to_json()))
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def delete(self, name: str) -> None:
+        force = _flag(self.get_argument("force", "0"))
+        await self.blocking(self.gpudev.containers.remove, name, None, force)
+        self.set_status(204)
+        self.finish()
+
+
+class ContainerStopHandler(GPUDevHandler):
+    """``POST /gpudev/api/containers/NAME/stop``: stops it; the lease is freed once stopped."""
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def post(self, name: str) -> None:
+        info = await self.blocking(self.gpudev.containers.stop, name)
+        self.finish(json.dumps(info.to_json()))
+
+
+class ContainerLogsHandler(GPUDevHandler):
+    """``GET /gpudev/api/containers/NAME/logs``: ``{"logs": TEXT}``, the container's output."""
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def get(self, name: str) -> None:
+        def read() -> str:
+            return "".join(self.gpudev.containers.logs(name))
+
+        text = await self.blocking(read)
+        self.finish(json.dumps({"logs": text}))
+
+
+_NAME = r"(?P<name>[a-z0-9][a-z0-9_.-]{0,70})"
+
+
 def handlers() -> list[tuple[str, type[GPUDevHandler]]]:
     return [
         (rf"{API}/hosts", HostsHandler),
         (rf"{API}/hosts/(?P<name>[^/]+)", HostHandler),
+        (rf"{API}/environments", EnvironmentsHandler),
+        (rf"{API}/containers", ContainersHandler),
+        (rf"{API}/containers/{_NAME}", ContainerHandler),
+        (rf"{API}/containers/{_NAME}/stop", ContainerStopHandler),
+        (rf"{API}/containers/{_NAME}/logs", ContainerLogsHandler),
     ]

@@ -74,8 +74,17 @@ ensure_engine() {
     as_root systemctl start docker || true
   fi
   if ! engine_answers; then
+    local engine_path="$PATH"
+    if [ "${GPUDEV_TEST_NVIDIA_HOOK:-0}" = "1" ]; then
+      # Test suite only, and only for an engine started here: a stand-in NVIDIA hook so that the
+      # engine's GPU DeviceRequest path runs on a machine without GPUs (see the hook's header).
+      as_root install -D -m 0755 tests/fixtures/nvidia-hook/nvidia-container-runtime-hook \
+        /usr/local/lib/gpudev-test-hook/nvidia-container-runtime-hook
+      engine_path="/usr/local/lib/gpudev-test-hook:$PATH"
+      echo "The engine gets the test stand-in for the NVIDIA hook (GPUDEV_TEST_NVIDIA_HOOK=1)."
+    fi
     echo "Starting dockerd in the background (log: /var/log/gpudev-dockerd.log)"
-    as_root sh -c 'setsid dockerd >/var/log/gpudev-dockerd.log 2>&1 </dev/null &'
+    as_root env PATH="$engine_path" sh -c 'setsid dockerd >/var/log/gpudev-dockerd.log 2>&1 </dev/null &'
   fi
   for _ in $(seq 1 120); do
     engine_answers && break

@@ -6,6 +6,8 @@
 # non-zero when any failed. Extra arguments go to pytest.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# An engine started by the set-up for the tests gets the stand-in NVIDIA hook (no GPU here).
+export GPUDEV_TEST_NVIDIA_HOOK="${GPUDEV_TEST_NVIDIA_HOOK:-1}"
 "$ROOT/scripts/setup.sh" --test
 VENV="${GPUDEV_VENV:-$ROOT/.venv}"
 cd "$ROOT"

@@ -1,0 +1,716 @@
+"""Dev containers: create, start, stop, remove, list, logs, and reconcile with the lease ledger.
+
+Invariants kept here, whatever fails:
+- no container holds GPUs without an active lease, and no lease outlives its container;
+- a lease is released only after its container has really stopped;
+- a stopped container is kept (its changes are not lost) until it is removed, and removing one
+  with changes needs ``force``;
+- nothing of the server's own environment reaches a container: only the environment's
+  ``containerEnv``, the NVIDIA variables and (opt-in) the CA bundle variables.
+
+Every method here blocks (Docker SDK calls): the server runs them in worker threads.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import secrets
+import threading
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import requests.exceptions
+from docker.models.containers import Container
+from docker.types import DeviceRequest, Ulimit
+from jupyter_core.paths import jupyter_data_dir
+from traitlets import Bool, Instance, Int, Unicode, default
+from traitlets.config import LoggingConfigurable
+
+from .environments import Environment, EnvironmentManager
+from .errors import BadRequest, Conflict, GPUDevError, ImageError, NotFound
+from .gpus import Inventory
+from .hosts import Host, HostPool
+from .images import Progress
+from .leases import GPURequest, Lease, LeaseLedger, leasable_units
+from .mounts import MountPolicy
+
+LABEL = "org.jupyter.gpudev"
+L_MANAGED = f"{LABEL}.managed"
+L_NAME = f"{LABEL}.name"
+L_OWNER = f"{LABEL}.owner"
+L_ENV = f"{LABEL}.environment"
+L_HOST = f"{LABEL}.host"
+L_LEASE = f"{LABEL}.lease"
+L_GPUS = f"{LABEL}.gpus"
+L_SERVER = f"{LABEL}.server"
+L_IMAGE = f"{LABEL}.image"
+L_CREATED = f"{LABEL}.created"
+L_WORKSPACE = f"{LABEL}.workspace"
+
+PREFIX = "gpudev-"
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+_CUDA_REQ_RE = re.compile(r"cuda>=\s*([0-9]+(?:\.[0-9]+)?)")
+_CUDA_VER_RE = re.compile(r"^([0-9]+)\.([0-9]+)")
+#: Paths whose changes are not the user's work (caches, runtime state, logs).
+_NOISE = (  # paths inside containers: compared with, never written to
+    "/tmp",  # noqa: S108
+    "/var/tmp",  # noqa: S108
+    "/run",
+    "/var/run",
+    "/var/log",
+    "/var/cache",
+    "/root/.cache",
+    "/sbin/docker-init",  # the engine's init, bind-mounted by init=True
+    "/usr/sbin/docker-init",
+)
+
+
+class EngineRefused(GPUDevError):
+    """The engine refused an operation; the message says what to do, the log has the raw error."""
+
+    status = 502
+    exit_code = 4
+    code = "engine"
+
+
+class CudaMismatch(GPUDevError):
+    """The image needs a newer CUDA than the host's driver supports."""
+
+    status = 409
+    exit_code = 5
+    code = "cuda_mismatch"
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """What a user asks for. GPUs: ``gpus`` (a count) or ``gpu_uuids``; neither = the env's."""
+
+    environment: str
+    host: str | None = None
+    name: str | None = None
+    gpus: int | None = None
+    gpu_uuids: tuple[str, ...] = ()
+    owner: str | None = None
+    #: Another image for the environment (e.g. a pushed snapshot); must be allowed.
+    image: str | None = None
+
+
+@dataclass(frozen=True)
+class DevContainerInfo:
+    """A dev container as the API and the CLI report it."""
+
+    name: str
+    container_id: str
+    host: str
+    environment: str
+    owner: str
+    image: str
+    state: str
+    status: str
+    created: str
+    gpu_uuids: tuple[str, ...]
+    lease_id: str | None
+    ports: dict[str, int]
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def docker_name(name: str) -> str:
+    return name if name.startswith(PREFIX) else PREFIX + name
+
+
+def user_name(container_name: str) -> str:
+    return container_name.removeprefix(PREFIX)
+
+
+def _cuda_tuple(text: str) -> tuple[int, int] | None:
+    match = _CUDA_VER_RE.match(text.strip())
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def required_cuda(image_env: list[str]) -> str | None:
+    """The CUDA version an image needs, from ``NVIDIA_REQUIRE_CUDA`` or ``CUDA_VERSION``."""
+    values = dict(item.split("=", 1) for item in image_env if "=" in item)
+    if values.get("NVIDIA_DISABLE_REQUIRE", "").lower() in ("1", "true"):
+        return None
+    requirement = values.get("NVIDIA_REQUIRE_CUDA", "")
+    match = _CUDA_REQ_RE.search(requirement)
+    if match:
+        return match.group(1)
+    version = _cuda_tuple(values.get("CUDA_VERSION", ""))
+    return f"{version[0]}.{version[1]}" if version else None
+
+
+def check_cuda(image: str, image_env: list[str], host: str, inventory: Inventory) -> None:
+    """Refuse, with what to do, when the host driver's CUDA is older than the image needs."""
+    needed = required_cuda(image_env)
+    have = inventory.cuda_version
+    if needed is None or have is None:
+        return
+    need_t, have_t = _cuda_tuple(needed), _cuda_tuple(have)
+    if need_t is not None and have_t is not None and need_t > have_t:
+        raise CudaMismatch(
+            f"The image {image} needs CUDA >= {needed}, but the NVIDIA driver "
+            f"{inventory.driver_version or ''} on host {host!r} supports CUDA up to {have}. "
+            f"Upgrade the host's driver to one that supports CUDA {needed}, or use an image "
+            f"built for CUDA {have} or older.",
+            details={"image": image, "needs": needed, "driver_cuda": have, "host": host},
+        )
+
+
+class DevContainers(LoggingConfigurable):
+    """Dev containers on the hosts of a ``HostPool``. Configure with ``c.DevContainers.*``."""
+
+    state_dir = Unicode(
+        help="""Folder of gpudev's persistent state (the GPU lease ledger). Default:
+        <Jupyter data dir>/gpudev. The server and the CLI must use the same one."""
+    ).tag(config=True)
+
+    @default("state_dir")
+    def _default_state_dir(self) -> str:
+        return os.path.join(jupyter_data_dir(), "gpudev")
+
+    stop_timeout = Int(
+        5, help="Seconds a container gets to stop after SIGTERM before it is killed."
+    ).tag(config=True)
+
+    run_as_server_user = Bool(
+        True,
+        help="""Run containers as the server user's uid:gid so that files written in the
+        workspace keep their owner. Off: the image's user (often root).""",
+    ).tag(config=True)
+
+    keep_alive_command = Unicode(
+        "sleep infinity",
+        help="The container's main process: it only keeps the container up for kernels.",
+    ).tag(config=True)
+
+    host_pool = Instance(HostPool)
+    environments = Instance(EnvironmentManager)
+    mount_policy = Instance(MountPolicy)
+
+    @default("environments")
+    def _default_environments(self) -> EnvironmentManager:
+        return EnvironmentManager(parent=self)
+
+    @default("mount_policy")
+    def _default_mount_policy(self) -> MountPolicy:
+        return MountPolicy(parent=self)
+
+    def __init__(self, root_dir: str | Path, server_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.root_dir = Path(root_dir).resolve()
+        self.server_id = server_id or secrets.token_hex(6)
+        self._ledger: LeaseLedger | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------------------
+    # Plumbing
+    # ------------------------------------------------------------------------------------------
+
+    @property
+    def ledger(self) -> LeaseLedger:
+        with self._lock:
+            if self._ledger is None:
+                self._ledger = LeaseLedger(Path(self.state_dir) / "leases.sqlite")
+            return self._ledger
+
+    def _host(self, name: str | None) -> Host:
+        return self.host_pool.get(name or self.host_pool.local_name)
+
+    def _engine_error(self, what: str, exc: Exception) -> GPUDevError:
+        self.log.warning("%s: %r", what, exc)
+        text = str(exc)
+        if "could not select device driver" in text:
+            return EngineRefused(
+                f"{what}: the engine cannot give containers GPUs (no NVIDIA container toolkit). "
+                "Install nvidia-container-toolkit on the host and restart the Docker engine."
+            )
+        if isinstance(exc, docker.errors.NotFound):
+            return NotFound(f"{what}: not found")
+        if isinstance(exc, docker.errors.APIError) and exc.status_code == 409:
+            return Conflict(f"{what}: the engine reports a conflict (the name may be in use)")
+        return EngineRefused(f"{what}: the engine refused (the server log has the details)")
+
+    def _find(self, name: str, host: str | None = None) -> tuple[Host, Container]:
+        """The managed container called ``name`` on ``host`` (or on any host)."""
+        hosts = (
+            [self._host(host)] if host else [self.host_pool.get(n) for n in self.host_pool.names()]
+        )
+        for candidate in hosts:
+            try:
+                container = candidate.client().containers.get(docker_name(name))
+            except docker.errors.NotFound:
+                continue
+            except GPUDevError:
+                if host:
+                    raise
+                continue
+            if container.labels.get(L_MANAGED) == "1":
+                return candidate, container
+        raise NotFound(f"No dev container named {user_name(name)!r}", details={"name": name})
+
+    # ------------------------------------------------------------------------------------------
+    # Start
+    # ------------------------------------------------------------------------------------------
+
+    def _gpu_request(self, env: Environment, request: StartRequest) -> GPURequest | None:
+        if request.gpus is not None and request.gpu_uuids:
+            raise BadRequest("Ask for a number of GPUs or for named GPUs, not both")
+        if request.gpus is not None and request.gpus < 0:
+            raise BadRequest("The number of GPUs cannot be negative")
+        if request.gpu_uuids:
+            return GPURequest(uuids=tuple(request.gpu_uuids))
+        count = request.gpus if request.gpus is not None else env.gpu.count
+        if env.gpu.mode == "none" and request.gpus is None:
+            count = 0
+        if count == 0:
+            if env.gpu.mode == "required" and request.gpus == 0:
+                raise BadRequest(f"The environment {env.name!r} requires a GPU")
+            return None
+        return GPURequest(count=count, min_memory_mib=env.gpu.min_memory_mib, model=env.gpu.model)
+
+    def _ensure_image(
+        self, client: docker.DockerClient, env: Environment, say: Progress
+    ) -> tuple[str, list[str]]:
+        """Build or pull the environment's image, with progress; returns (ref, image env)."""
+        ref = env.image_ref()
+        if env.build is not None:
+            try:
+                image = client.images.get(ref)
+            except docker.errors.ImageNotFound:
+                self._build(client, env, ref, say)
+                image = client.images.get(ref)
+        else:
+            try:
+                image = client.images.get(ref)
+            except docker.errors.ImageNotFound:
+                self._pull(client, ref, say)
+                image = client.images.get(ref)
+        return ref, list(image.attrs.get("Config", {}).get("Env") or [])
+
+    def _build(
+        self, client: docker.DockerClient, env: Environment, ref: str, say: Progress
+    ) -> None:
+        assert env.build is not None  # noqa: S101 - checked by the caller
+        build = env.build
+        say({"stage": "build", "message": f"building {ref} from {build.dockerfile.name}"})
+        tail: list[str] = []
+        try:
+            for event in client.api.build(
+                path=str(build.context),
+                dockerfile=str(build.dockerfile.relative_to(build.context))
+                if build.dockerfile.is_relative_to(build.context)
+                else str(build.dockerfile),
+                tag=ref,
+                buildargs=dict(build.args),
+                target=build.target,
+                rm=True,
+                forcerm=True,
+                decode=True,
+                labels={L_ENV: env.name},
+            ):
+                if "error" in event:
+                    detail = event.get("errorDetail", {}).get("message") or event["error"]
+                    raise ImageError(
+                        f"Building the image of {env.name!r} failed: {str(detail).strip()}",
+                        details={"log": tail},
+                    )
+                text = str(event.get("stream") or event.get("status") or "")
+                for line in filter(None, (part.rstrip() for part in text.splitlines())):
+                    tail = [*tail[-29:], line]
+                    say({"stage": "build", "message": line})
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise self._engine_error(f"Building the image of {env.name!r}", exc) from exc
+
+    def _pull(self, client: docker.DockerClient, ref: str, say: Progress) -> None:
+        say({"stage": "pull", "message": f"pulling {ref}"})
+        repository, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "")
+        try:
+            for event in client.api.pull(
+                repository or ref, tag=tag or None, stream=True, decode=True
+            ):
+                if "error" in event:
+                    raise ImageError(
+                        f"The image {ref} is not on this host and could not be pulled: "
+                        f"{str(event['error']).strip()}. Without a registry, build a base image "
+                        "with `jupyter gpudev image bootstrap`, or `docker load` it.",
+                        details={"image": ref},
+                    )
+                progress = event.get("progressDetail") or {}
+                say(
+                    {
+                        "stage": "pull",
+                        "message": f"{event.get('id', '')} {event.get('status', '')}".strip(),
+                        "current": progress.get("current"),
+                        "total": progress.get("total"),
+                    }
+                )
+        except docker.errors.DockerException as exc:
+            self.log.warning("Pulling %s failed: %r", ref, exc)
+            raise ImageError(
+                f"The image {ref} is not on this host and could not be pulled (no registry "
+                "answered). Build a base image with `jupyter gpudev image bootstrap`, or "
+                "`docker load` the image.",
+                details={"image": ref},
+            ) from exc
+
+    def _new_name(self, env: Environment, request: StartRequest, owner: str) -> str:
+        if request.name:
+            if not _NAME_RE.match(request.name):
+                raise BadRequest(
+                    f"Not a container name: {request.name!r} (1-63 lowercase letters, digits, "
+                    "'.', '_' or '-')"
+                )
+            return request.name
+        slug = re.sub(r"[^a-z0-9_.-]+", "-", owner.lower()).strip("-.") or "user"
+        return f"{env.name}-{slug}-{secrets.token_hex(2)}"[:63]
+
+    def start(self, request: StartRequest, progress: Progress | None = None) -> DevContainerInfo:
+        """Create and start a dev container holding exactly its leased GPUs."""
+        say: Progress = progress or (lambda _event: None)
+        owner = request.owner or getpass.getuser()
+        env = self.environments.get(request.environment, self.root_dir)
+        if request.image:
+            env = replace(env, image=request.image, build=None)
+        self.environments.check_image_allowed(env, self.root_dir)
+        host = self._host(request.host)
+        client = host.client()
+        gpu_request = self._gpu_request(env, request)
+        inventory: Inventory | None = None
+        if gpu_request is not None:
+            inventory = host.gpus()
+            if not inventory.gpus:
+                raise BadRequest(
+                    f"GPUs were asked for, but host {host.name!r} has none: {inventory.reason}",
+                    details={"host": host.name, "reason": inventory.reason},
+                )
+        name = self._new_name(env, request, owner)
+        try:
+            client.containers.get(docker_name(name))
+        except docker.errors.NotFound:
+            pass
+        else:
+            raise Conflict(f"A container named {name!r} already exists on host {host.name!r}")
+        image, image_env = self._ensure_image(client, env, say)
+        if inventory is not None:
+            check_cuda(image, image_env, host.name, inventory)
+        lease: Lease | None = None
+        if gpu_request is not None and inventory is not None:
+            lease = self.ledger.acquire(
+                host.name, name, owner, gpu_request, leasable_units(inventory)
+            )
+            say({"stage": "lease", "message": f"leased {', '.join(lease.gpu_uuids)}"})
+        container: Container | None = None
+        try:
+            say({"stage": "create", "message": f"creating {docker_name(name)}"})
+            container = self._create(
+                client=client, env=env, name=name, owner=owner, host=host, image=image, lease=lease
+            )
+            say({"stage": "start", "message": f"starting {docker_name(name)}"})
+            container.start()
+            container.reload()
+        except BaseException as exc:
+            self._undo(container, lease)
+            if isinstance(exc, GPUDevError):
+                raise
+            if isinstance(
+                exc, (docker.errors.DockerException, requests.exceptions.RequestException)
+            ):
+                raise self._engine_error(f"Starting {name!r}", exc) from exc
+            raise
+        warnings = self._lifecycle_commands(container, env, say)
+        say({"stage": "ready", "message": f"{name} is running"})
+        return self._info(host, container, warnings=warnings)
+
+    def _undo(self, container: Container | None, lease: Lease | None) -> None:
+        """After a failed start: remove the container, then free its lease."""
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except docker.errors.DockerException:
+                self.log.exception("Could not remove %s after a failed start", container.name)
+                return  # keep the lease: the container may still hold the GPUs
+        if lease is not None:
+            self.ledger.release(lease.lease_id)
+
+    def _create(
+        self,
+        *,
+        client: docker.DockerClient,
+        env: Environment,
+        name: str,
+        owner: str,
+        host: Host,
+        image: str,
+        lease: Lease | None,
+    ) -> Container:
+        uuids = lease.gpu_uuids if lease else ()
+        environment = dict(env.container_env)
+        mounts = [self.mount_policy.workspace(self.root_dir, env.workspace_folder)]
+        mounts.extend(self.mount_policy.resolve_declared(env.mounts))
+        ca_mount, ca_env = self.mount_policy.ca_bundle()
+        if ca_mount is not None:
+            mounts.append(ca_mount)
+            environment.update(ca_env)
+        # Explicit, always: CUDA images default NVIDIA_VISIBLE_DEVICES to "all".
+        environment["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids) if uuids else "void"
+        environment["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        options = env.run_options
+        labels = {
+            L_MANAGED: "1",
+            L_NAME: name,
+            L_OWNER: owner,
+            L_ENV: env.name,
+            L_HOST: host.name,
+            L_LEASE: lease.lease_id if lease else "",
+            L_GPUS: ",".join(uuids),
+            L_SERVER: self.server_id,
+            L_IMAGE: image,
+            L_CREATED: datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            L_WORKSPACE: str(self.root_dir),
+        }
+        kwargs: dict[str, Any] = {
+            "name": docker_name(name),
+            "hostname": name[:63],
+            "command": self.keep_alive_command.split(),
+            "detach": True,
+            "init": True,
+            "labels": labels,
+            "environment": environment,
+            "mounts": [mount.to_docker() for mount in mounts],
+            "working_dir": env.workspace_folder,
+            "restart_policy": {"Name": "no"},
+            "stop_signal": "SIGTERM",
+            "ports": {f"{port}/tcp": ("127.0.0.1", None) for port in env.forward_ports},
+        }
+        if self.run_as_server_user and hasattr(os, "getuid"):
+            kwargs["user"] = f"{os.getuid()}:{os.getgid()}"
+        if uuids:
+            kwargs["device_requests"] = [
+                DeviceRequest(driver="nvidia", device_ids=list(uuids), capabilities=[["gpu"]])
+            ]
+        if options.shm_size_bytes:
+            kwargs["shm_size"] = options.shm_size_bytes
+        if options.ipc_mode:
+            kwargs["ipc_mode"] = options.ipc_mode
+        if options.network_mode:
+            kwargs["network_mode"] = options.network_mode
+            if options.network_mode == "host":
+                kwargs.pop("ports")
+        if options.pid_mode:
+            kwargs["pid_mode"] = options.pid_mode
+        if options.ulimits:
+            kwargs["ulimits"] = [Ulimit(name=n, soft=s, hard=h) for n, s, h in options.ulimits]
+        return client.containers.create(image, **kwargs)
+
+    def _lifecycle_commands(
+        self, container: Container, env: Environment, say: Progress
+    ) -> tuple[str, ...]:
+        warnings: list[str] = []
+        for stage, command in (
+            ("postCreateCommand", env.post_create_command),
+            ("postStartCommand", env.post_start_command),
+        ):
+            for label, argv in _commands(command):
+                say({"stage": stage, "message": " ".join(argv)})
+                try:
+                    code, output = container.exec_run(
+                        argv, workdir=env.workspace_folder, environment=dict(env.container_env)
+                    )
+                except docker.errors.DockerException as exc:
+                    self.log.warning("%s of %s failed: %r", stage, container.name, exc)
+                    code, output = -1, b""
+                text = output.decode(errors="replace") if isinstance(output, bytes) else ""
+                for line in text.splitlines()[-20:]:
+                    say({"stage": stage, "message": line})
+                if code != 0:
+                    warnings.append(f"{stage}{label} exited with {code}")
+        return tuple(warnings)
+
+    # ------------------------------------------------------------------------------------------
+    # Stop, remove, list, logs
+    # ------------------------------------------------------------------------------------------
+
+    def stop(self, name: str, host: str | None = None) -> DevContainerInfo:
+        """Stop a container; its lease is released only once it has really stopped."""
+        found_host, container = self._find(name, host)
+        try:
+            container.stop(timeout=self.stop_timeout)
+            container.wait(condition="not-running", timeout=self.stop_timeout + 30)
+            container.reload()
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise self._engine_error(f"Stopping {user_name(name)!r}", exc) from exc
+        if container.status == "running":
+            raise EngineRefused(f"{user_name(name)!r} is still running after stop; lease kept")
+        self._release_for(found_host, container)
+        return self._info(found_host, container)
+
+    def _release_for(self, host: Host, container: Container) -> None:
+        lease_id = container.labels.get(L_LEASE)
+        if lease_id:
+            self.ledger.release(lease_id)
+        else:
+            self.ledger.release_container(host.name, container.labels.get(L_NAME, ""))
+
+    def changes(self, name: str, host: str | None = None) -> list[str]:
+        """Paths changed in the container's file system, less caches and runtime noise."""
+        _, container = self._find(name, host)
+        return self._changes(container)
+
+    @staticmethod
+    def _changes(container: Container) -> list[str]:
+        # Mount points (and the folders the engine made for them) are not changes.
+        mounts = [str(m.get("Destination", "")) for m in container.attrs.get("Mounts") or []]
+
+        def is_noise(path: str) -> bool:
+            if "__pycache__" in path:
+                return True
+            if any(path == n or path.startswith(n + "/") for n in _NOISE):
+                return True
+            return any(
+                path == m or path.startswith(m + "/") or m.startswith(path + "/") for m in mounts
+            )
+
+        paths = {str(item["Path"]) for item in container.diff() or []}
+        # A folder is listed as changed when something inside it changed: keep the leaves.
+        parents = {os.path.dirname(path) for path in paths}
+        return sorted(path for path in paths if path not in parents and not is_noise(path))
+
+    def remove(self, name: str, host: str | None = None, force: bool = False) -> None:
+        """Remove a container; one with uncommitted changes needs ``force``."""
+        found_host, container = self._find(name, host)
+        changed = self._changes(container)
+        if changed and not force:
+            raise Conflict(
+                f"{user_name(name)!r} has {len(changed)} uncommitted change(s) (e.g. "
+                f"{', '.join(changed[:3])}): commit them first, or remove with --force",
+                details={"changes": changed[:50]},
+            )
+        try:
+            if container.status == "running":
+                container.stop(timeout=self.stop_timeout)
+                container.wait(condition="not-running", timeout=self.stop_timeout + 30)
+            container.remove(force=True)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise self._engine_error(f"Removing {user_name(name)!r}", exc) from exc
+        self._release_for(found_host, container)
+
+    def get(self, name: str, host: str | None = None) -> DevContainerInfo:
+        found_host, container = self._find(name, host)
+        return self._info(found_host, container)
+
+    def list(self, all_states: bool = True, host: str | None = None) -> list[DevContainerInfo]:
+        """Every managed container on the reachable hosts (running only unless ``all_states``)."""
+        result: list[DevContainerInfo] = []
+        names = [host] if host else self.host_pool.names()
+        for host_name in names:
+            candidate = self.host_pool.get(host_name)
+            try:
+                containers = candidate.client().containers.list(
+                    all=all_states, filters={"label": f"{L_MANAGED}=1"}
+                )
+            except GPUDevError:
+                if host:
+                    raise
+                continue
+            result.extend(self._info(candidate, c) for c in containers)
+        return sorted(result, key=lambda info: (info.host, info.name))
+
+    def logs(self, name: str, host: str | None = None, follow: bool = False) -> Iterator[str]:
+        _, container = self._find(name, host)
+        if not follow:
+            yield container.logs(timestamps=False).decode(errors="replace")
+            return
+        for chunk in container.logs(stream=True, follow=True):
+            yield chunk.decode(errors="replace")
+
+    def _info(
+        self, host: Host, container: Container, warnings: tuple[str, ...] = ()
+    ) -> DevContainerInfo:
+        labels = container.labels
+        ports: dict[str, int] = {}
+        for key, bindings in (
+            container.attrs.get("NetworkSettings", {}).get("Ports") or {}
+        ).items():
+            for binding in bindings or []:
+                if binding.get("HostIp") in ("127.0.0.1", "") and binding.get("HostPort"):
+                    ports[key.split("/")[0]] = int(binding["HostPort"])
+        lease = self.ledger.for_container(host.name, labels.get(L_NAME, ""))
+        state = container.attrs.get("State", {})
+        return DevContainerInfo(
+            name=labels.get(L_NAME, user_name(container.name or "")),
+            container_id=str(container.id),
+            host=host.name,
+            environment=labels.get(L_ENV, ""),
+            owner=labels.get(L_OWNER, ""),
+            image=labels.get(L_IMAGE, ""),
+            state=str(state.get("Status", container.status)),
+            status=_status_text(state),
+            created=labels.get(L_CREATED, ""),
+            gpu_uuids=tuple(filter(None, labels.get(L_GPUS, "").split(","))),
+            lease_id=lease.lease_id if lease else None,
+            ports=ports,
+            warnings=warnings,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Reconcile
+    # ------------------------------------------------------------------------------------------
+
+    def reconcile(self) -> dict[str, Any]:
+        """Make the ledger agree with the containers that exist (after a crash, at start-up)."""
+        reports: dict[str, Any] = {}
+        for host_name in self.host_pool.names():
+            host = self.host_pool.get(host_name)
+            try:
+                containers = host.client().containers.list(
+                    all=True, filters={"label": f"{L_MANAGED}=1"}
+                )
+            except GPUDevError as err:
+                reports[host_name] = {"skipped": err.message}
+                continue
+            # Only running containers hold GPUs: the lease of a stopped one is freed.
+            holding: dict[str, tuple[str, ...]] = {}
+            owners: dict[str, str] = {}
+            for container in containers:
+                if container.status != "running":
+                    continue
+                labels = container.labels
+                name = labels.get(L_NAME, "")
+                holding[name] = tuple(filter(None, labels.get(L_GPUS, "").split(",")))
+                owners[name] = labels.get(L_OWNER, "unknown")
+            report = self.ledger.reconcile(host_name, holding, owners=owners)
+            reports[host_name] = report.to_json()
+            self.log.info("gpudev: reconciled leases on %s: %s", host_name, report.to_json())
+        return reports
+
+
+def _status_text(state: dict[str, Any]) -> str:
+    status = str(state.get("Status", "unknown"))
+    if status == "exited":
+        return f"exited ({state.get('ExitCode', '?')})"
+    return status
+
+
+def _commands(command: Any) -> Iterator[tuple[str, list[str]]]:
+    """Lifecycle commands as argv lists: a string runs under ``sh -c`` inside the container."""
+    if command is None:
+        return
+    if isinstance(command, str):
+        yield "", ["/bin/sh", "-c", command]
+    elif isinstance(command, list):
+        yield "", [str(part) for part in command]
+    elif isinstance(command, dict):
+        for key in sorted(command):
+            for _, argv in _commands(command[key]):
+                yield f" ({key})", argv

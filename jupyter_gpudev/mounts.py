@@ -1,0 +1,245 @@
+"""Mount policy: which host folders a dev container sees, where, and whether it may write.
+
+The Jupyter root directory is always mounted read-write as the workspace. Any other host
+folder must lie inside one of ``c.MountPolicy.allowed_roots`` (none by default), and is
+read-only unless its root is marked writable.
+
+Paths are compared after following symbolic links, by whole path components (``/data-secret``
+is not inside ``/data``), and the resolved path is what Docker receives: a link inside an
+allowed root that points elsewhere is refused, and replacing that link afterwards does not
+change what was mounted. (Someone who can write inside an allowed root can still swap a folder
+for a link between the check and the container's creation; only trusted roots should be
+writable.)
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import docker.types
+from traitlets import Bool, Dict, List, Unicode
+from traitlets import Union as UnionTrait
+from traitlets.config import LoggingConfigurable
+
+from .environments import DeclaredMount
+from .errors import BadRequest, ConfigError, GPUDevError
+
+#: Container paths nothing may be mounted over (nor under).
+SYSTEM_TARGETS = (
+    "/proc",
+    "/sys",
+    "/dev",
+    "/etc",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib64",
+    "/boot",
+    "/run",
+)
+#: Variables that make pip, requests, OpenSSL, curl, conda, Node.js and git trust a CA bundle.
+CA_BUNDLE_ENV_VARS = (
+    "PIP_CERT",
+    "REQUESTS_CA_BUNDLE",
+    "SSL_CERT_FILE",
+    "CURL_CA_BUNDLE",
+    "CONDA_SSL_VERIFY",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+)
+ROOTS_TRAIT = "c.MountPolicy.allowed_roots"
+
+
+class MountNotAllowed(GPUDevError):
+    """A mount the policy refuses: outside the allowed roots, over a system path, or writable
+    where the root is read-only."""
+
+    status = 403
+    exit_code = 2
+    code = "mount_not_allowed"
+
+
+@dataclass(frozen=True)
+class ResolvedMount:
+    """A checked bind mount: ``source`` is the host path with every link resolved."""
+
+    source: str
+    target: str
+    read_only: bool
+
+    def to_docker(self) -> docker.types.Mount:
+        return docker.types.Mount(
+            target=self.target, source=self.source, type="bind", read_only=self.read_only
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class AllowedRoot:
+    """One entry of ``allowed_roots``: ``path`` as configured, ``real`` with links resolved."""
+
+    path: str
+    real: str
+    writable: bool
+
+
+def _has_dotdot(path: str) -> bool:
+    return ".." in path.replace("\\", "/").split("/")
+
+
+def check_target(target: Any, what: str = "mount target") -> str:
+    """The normalized container path, or ``BadRequest``/``MountNotAllowed`` naming the rule."""
+    if not isinstance(target, str) or not target or "\0" in target:
+        raise BadRequest(f"The {what} must be a path inside the container")
+    if _has_dotdot(target):
+        raise BadRequest(f"The {what} {target!r} contains '..'; write the path without it")
+    if not target.startswith("/"):
+        raise BadRequest(f"The {what} {target!r} must be an absolute path")
+    normal = "/" + posixpath.normpath(target).lstrip("/")
+    if normal == "/":
+        raise MountNotAllowed(f"The {what} cannot be '/' (it would hide the whole image)")
+    for system in SYSTEM_TARGETS:
+        if normal == system or normal.startswith(system + "/"):
+            raise MountNotAllowed(
+                f"The {what} {target!r} is a system path ({system}); mount somewhere else, "
+                "such as /mnt or /data"
+            )
+    return normal
+
+
+class MountPolicy(LoggingConfigurable):
+    """Which host folders may be mounted into dev containers. ``c.MountPolicy.*``."""
+
+    allowed_roots = List(
+        UnionTrait([Unicode(), Dict()]),
+        default_value=[],
+        help="""Host folders whose contents environments may mount (devcontainer.json
+        'mounts'), as absolute paths, or dicts {"path": "/data", "writable": true}. Mounts are
+        read-only unless their root is writable; the most specific root containing a path
+        decides. Empty (the default): no host folder other than the workspace is mounted.""",
+    ).tag(config=True)
+
+    mount_ca_bundle = Bool(
+        False,
+        help="""Mount the host's CA bundle (ca_bundle_path) read-only into every dev container,
+        at the same path, and point pip, requests, curl, conda, Node.js and git at it: for
+        networks whose TLS is intercepted by a proxy with its own certificate authority.""",
+    ).tag(config=True)
+
+    ca_bundle_path = Unicode(
+        "/etc/ssl/certs/ca-certificates.crt",
+        help="The host's CA bundle (PEM) that mount_ca_bundle mounts.",
+    ).tag(config=True)
+
+    def roots(self) -> list[AllowedRoot]:
+        """The allowed roots, validated; ``ConfigError`` names the bad entry."""
+        roots: list[AllowedRoot] = []
+        for index, entry in enumerate(self.allowed_roots):
+            where = f"{ROOTS_TRAIT}[{index}]"
+            path: Any
+            if isinstance(entry, str):
+                path, writable = entry, False
+            elif isinstance(entry, dict):
+                unknown = set(entry) - {"path", "writable"}
+                if unknown:
+                    raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+                path, writable = entry.get("path"), entry.get("writable", False)
+                if not isinstance(writable, bool):
+                    raise ConfigError(f"{where}: 'writable' must be true or false")
+            else:
+                raise ConfigError(f"{where}: expected a path or a dict with 'path'")
+            if not isinstance(path, str) or not os.path.isabs(path):
+                raise ConfigError(f"{where}: the root must be an absolute path")
+            if _has_dotdot(path):
+                raise ConfigError(f"{where}: write the root without '..'")
+            roots.append(AllowedRoot(path=path, real=os.path.realpath(path), writable=writable))
+        return roots
+
+    def _root_for(self, real: str) -> AllowedRoot | None:
+        """The most specific allowed root that contains ``real``, by path components."""
+        matches = [
+            root for root in self.roots() if os.path.commonpath([root.real, real]) == root.real
+        ]
+        return max(matches, key=lambda root: len(root.real), default=None)
+
+    def resolve(self, source: str, target: str, read_only: bool | None = None) -> ResolvedMount:
+        """Check one bind mount of host ``source`` at container ``target``.
+
+        ``read_only=None`` follows the root: read-write under a writable root, else read-only.
+        Malformed paths are ``BadRequest``; policy refusals are ``MountNotAllowed`` (403).
+        """
+        if not isinstance(source, str) or not source or "\0" in source:
+            raise BadRequest("A mount source must be a host path")
+        if _has_dotdot(source):
+            raise BadRequest(f"The mount source {source!r} contains '..'; write it without")
+        if not os.path.isabs(source):
+            raise BadRequest(f"The mount source {source!r} must be an absolute path")
+        normal_target = check_target(target)
+        roots = self.roots()
+        if not roots:
+            raise MountNotAllowed(
+                f"The mount source {source!r} is refused: no host folder may be mounted "
+                f"({ROOTS_TRAIT} is empty)"
+            )
+        real = os.path.realpath(source)
+        root = self._root_for(real)
+        if root is None:
+            via = f" (it resolves to {real!r})" if real != os.path.normpath(source) else ""
+            raise MountNotAllowed(
+                f"The mount source {source!r}{via} is outside the folders that may be mounted: "
+                f"{', '.join(r.path for r in roots)} ({ROOTS_TRAIT})"
+            )
+        if not os.path.exists(real):
+            raise BadRequest(f"The mount source {source!r} does not exist")
+        if read_only is False and not root.writable:
+            raise MountNotAllowed(
+                f"The mount source {source!r} cannot be writable: its root {root.path!r} is "
+                f"read-only ({ROOTS_TRAIT}: mark it {{'path': ..., 'writable': true}})"
+            )
+        effective = read_only if read_only is not None else not root.writable
+        return ResolvedMount(source=real, target=normal_target, read_only=effective)
+
+    def workspace(self, root_dir: Path, workspace_folder: str) -> ResolvedMount:
+        """The Jupyter root directory, read-write, at the environment's workspace folder."""
+        real = os.path.realpath(root_dir)
+        if not os.path.isdir(real):
+            raise BadRequest(f"The workspace {str(root_dir)!r} is not a folder")
+        target = check_target(workspace_folder, "workspace folder")
+        return ResolvedMount(source=real, target=target, read_only=False)
+
+    def ca_bundle(self) -> tuple[ResolvedMount | None, dict[str, str]]:
+        """The host CA bundle mount and the variables pointing at it, or ``(None, {})``."""
+        if not self.mount_ca_bundle:
+            return None, {}
+        path = self.ca_bundle_path
+        if not os.path.isabs(path) or _has_dotdot(path):
+            raise ConfigError("c.MountPolicy.ca_bundle_path must be an absolute path")
+        if not os.path.isfile(path):
+            self.log.warning("mount_ca_bundle is on but %s is not a file; not mounting it", path)
+            return None, {}
+        # Admin-configured and read-only: the system-path rule for targets does not apply.
+        target = "/" + posixpath.normpath(path).lstrip("/")
+        mount = ResolvedMount(source=os.path.realpath(path), target=target, read_only=True)
+        return mount, dict.fromkeys(CA_BUNDLE_ENV_VARS, target)
+
+    def resolve_declared(self, mounts: Sequence[DeclaredMount]) -> list[ResolvedMount]:
+        """Check an environment's mounts. A mount without ``readonly`` follows its root."""
+        resolved: list[ResolvedMount] = []
+        for mount in mounts:
+            if mount.type != "bind":
+                raise BadRequest(
+                    f"The mount at {mount.target!r} is a {mount.type}: named volumes are not "
+                    "supported yet; use a bind mount of a folder under an allowed root"
+                )
+            resolved.append(
+                self.resolve(mount.source, mount.target, True if mount.read_only else None)
+            )
+        return resolved

@@ -1,0 +1,143 @@
+"""Environments and containers through the REST API of a real Jupyter server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from tornado.httpclient import HTTPClientError, HTTPResponse
+
+from jupyter_gpudev.containers import L_MANAGED, L_WORKSPACE
+
+Fetch = Callable[..., Awaitable[HTTPResponse]]
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def gpudev_config(tmp_path: Path) -> dict[str, Any]:
+    return {"DevContainers": {"state_dir": str(tmp_path / "state"), "stop_timeout": 2}}
+
+
+@pytest.fixture(autouse=True)
+def _cleanup(jp_root_dir: Path, docker_client: docker.DockerClient) -> Iterator[None]:
+    yield
+    for container in docker_client.containers.list(
+        all=True, filters={"label": [f"{L_MANAGED}=1", f"{L_WORKSPACE}={jp_root_dir.resolve()}"]}
+    ):
+        container.remove(force=True)
+
+
+async def test_environments_lists_the_default(jp_fetch: Fetch) -> None:
+    response = await jp_fetch("gpudev", "api", "environments")
+    body = json.loads(response.body)
+    assert "default" in [env["name"] for env in body["environments"]]
+    assert body["problems"] == []
+
+
+async def test_start_stop_remove_through_the_api(
+    jp_fetch: Fetch, docker_client: docker.DockerClient
+) -> None:
+    # When a container is started
+    response = await jp_fetch(
+        "gpudev",
+        "api",
+        "containers",
+        method="POST",
+        body=json.dumps({"environment": "default", "name": "api-one"}),
+    )
+    # Then it is created (201), running, and owned by the server's user
+    assert response.code == 201
+    info = json.loads(response.body)
+    assert info["state"] == "running"
+    assert info["owner"]
+    listed = json.loads((await jp_fetch("gpudev", "api", "containers")).body)["containers"]
+    assert [c["name"] for c in listed] == ["api-one"]
+    one = json.loads((await jp_fetch("gpudev", "api", "containers", "api-one")).body)
+    assert one["container_id"] == info["container_id"]
+    # When it is stopped through the API
+    stopped = await jp_fetch(
+        "gpudev", "api", "containers", "api-one", "stop", method="POST", body=b""
+    )
+    assert json.loads(stopped.body)["state"] == "exited"
+    # And its logs are readable
+    logs = await jp_fetch("gpudev", "api", "containers", "api-one", "logs")
+    assert isinstance(json.loads(logs.body)["logs"], str)
+    # When it is removed
+    removed = await jp_fetch("gpudev", "api", "containers", "api-one", method="DELETE")
+    assert removed.code == 204
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch("gpudev", "api", "containers", "api-one")
+    assert caught.value.code == 404
+
+
+async def test_start_streams_progress_as_server_sent_events(jp_fetch: Fetch) -> None:
+    response = await jp_fetch(
+        "gpudev",
+        "api",
+        "containers",
+        method="POST",
+        body=json.dumps({"environment": "default", "name": "api-sse"}),
+        headers={"Accept": "text/event-stream"},
+    )
+    assert response.headers["Content-Type"] == "text/event-stream"
+    events = [
+        (block.split("\n")[0].removeprefix("event: "), json.loads(block.split("\n")[1][6:]))
+        for block in response.body.decode().strip().split("\n\n")
+    ]
+    stages = [data.get("stage") for kind, data in events if kind == "progress"]
+    assert "create" in stages
+    assert "start" in stages
+    kind, result = events[-1]
+    assert kind == "result"
+    assert result["name"] == "api-sse"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("not json", "not valid JSON"),
+        ({"name": "x"}, "'environment'"),
+        ({"environment": "default", "gpus": "two"}, "'gpus' must be a whole number"),
+        ({"environment": "default", "colour": "red"}, "Unknown fields: colour"),
+        ({"environment": "nope"}, "nope"),
+        ({"environment": "default", "name": "Bad Name"}, "Not a container name"),
+        ({"environment": "default", "image": "evil/miner:latest"}, "evil/miner:latest"),
+    ],
+)
+async def test_bad_start_requests_get_a_4xx_and_a_message(
+    jp_fetch: Fetch, body: Any, message: str
+) -> None:
+    payload = body if isinstance(body, str) else json.dumps(body)
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch("gpudev", "api", "containers", method="POST", body=payload)
+    assert 400 <= caught.value.code < 500
+    assert caught.value.response is not None
+    assert message in json.loads(caught.value.response.body)["message"]
+
+
+ROUTES = [
+    ("GET", "environments"),
+    ("GET", "containers"),
+    ("POST", "containers"),
+    ("GET", "containers/x"),
+    ("DELETE", "containers/x"),
+    ("POST", "containers/x/stop"),
+    ("GET", "containers/x/logs"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+async def test_container_routes_refuse_requests_without_a_token(
+    jp_fetch: Fetch, method: str, path: str
+) -> None:
+    kwargs: dict[str, Any] = {"method": method, "headers": {"Authorization": ""}}
+    if method == "POST":
+        kwargs["body"] = json.dumps({"environment": "default"})
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch("gpudev", "api", *path.split("/"), **kwargs)
+    assert caught.value.code in (401, 403)

@@ -1,0 +1,82 @@
+"""``jupyter gpudev envs/start/ls/stop/rm/logs`` as a user runs them, on the real engine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from subprocess import CompletedProcess
+
+import docker
+import pytest
+
+from jupyter_gpudev.containers import L_MANAGED, L_WORKSPACE
+from tests.integration.test_cli import gpudev
+
+pytestmark = pytest.mark.integration
+
+Run = Callable[..., CompletedProcess[str]]
+
+
+@pytest.fixture
+def cli(tmp_path: Path, docker_client: docker.DockerClient) -> Iterator[Run]:
+    root = tmp_path / "work"
+    root.mkdir()
+    env = {"JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_CONFIG_PATH": ""}
+
+    def run(*args: str) -> CompletedProcess[str]:
+        return gpudev(
+            *args,
+            f"--root-dir={root}",
+            f"--DevContainers.state_dir={tmp_path / 'state'}",
+            "--DevContainers.stop_timeout=2",
+            env=env,
+        )
+
+    yield run
+    for container in docker_client.containers.list(
+        all=True, filters={"label": [f"{L_MANAGED}=1", f"{L_WORKSPACE}={root.resolve()}"]}
+    ):
+        container.remove(force=True)
+
+
+def test_envs_start_ls_logs_stop_rm(cli: Run) -> None:
+    # The default environment is listed
+    envs = cli("envs", "--json")
+    assert envs.returncode == 0, envs.stderr
+    assert "default" in [e["name"] for e in json.loads(envs.stdout)["environments"]]
+    # start prints progress on stderr and the container on stdout
+    started = cli("start", "default", "--name=cli-one", "--json")
+    assert started.returncode == 0, started.stderr
+    assert "[create]" in started.stderr
+    assert json.loads(started.stdout)["state"] == "running"
+    # ls shows it; logs works
+    listed = cli("ls", "--json")
+    assert [c["name"] for c in json.loads(listed.stdout)["containers"]] == ["cli-one"]
+    assert cli("logs", "cli-one").returncode == 0
+    # stop keeps it (ls --all still shows it, plain ls does not)
+    stopped = cli("stop", "cli-one", "--json")
+    assert json.loads(stopped.stdout)["state"] == "exited"
+    assert json.loads(cli("ls", "--json").stdout)["containers"] == []
+    assert len(json.loads(cli("ls", "--all", "--json").stdout)["containers"]) == 1
+    # rm removes it
+    removed = cli("rm", "cli-one")
+    assert removed.returncode == 0, removed.stderr
+    assert json.loads(cli("ls", "--all", "--json").stdout)["containers"] == []
+
+
+def test_more_gpus_than_exist_exits_5_saying_so(cli: Run) -> None:
+    # The fake inventory (MIG layout) has four leasable units: 3 MIG instances and 1 GPU
+    result = cli("start", "default", "--name=greedy", "--gpus=5")
+    assert result.returncode == 5
+    assert "5 GPUs requested" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_environment_and_missing_name(cli: Run) -> None:
+    unknown = cli("start", "nope")
+    assert unknown.returncode == 2
+    assert "nope" in unknown.stderr
+    usage = cli("stop")
+    assert usage.returncode == 2
+    assert "usage: jupyter gpudev stop NAME" in usage.stderr

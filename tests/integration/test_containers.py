@@ -1,0 +1,437 @@
+"""Dev containers on the real engine: lifecycle, GPU leases, refusals, reconcile.
+
+GPUs come from the fake nvidia-smi (the inventory seam). Starting a container with a GPU
+DeviceRequest needs an engine with the NVIDIA hook; scripts/test.sh starts one with a stand-in
+hook (tests/fixtures/nvidia-hook) on machines without GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from traitlets.config import Config
+
+from jupyter_gpudev.containers import (
+    L_GPUS,
+    L_LEASE,
+    L_MANAGED,
+    L_SERVER,
+    CudaMismatch,
+    DevContainers,
+    StartRequest,
+    docker_name,
+)
+from jupyter_gpudev.errors import BadRequest, Conflict, GPUDevError
+from jupyter_gpudev.hosts import HostPool
+from jupyter_gpudev.leases import GPURequest, NoFreeGPU, leasable_units
+from tests.conftest import FAKE_SMI, FIXTURES
+
+pytestmark = pytest.mark.integration
+
+IMAGE = os.environ.get("GPUDEV_IMAGE", "gpudev-python:bookworm")
+BASE = "gpudev-base:bookworm"
+A100_0 = "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77"
+A100_1 = "GPU-8f2a9c41-7b3e-4c55-9d0a-2e6f1b7c3d90"
+
+
+def make_manager(root: Path, state: Path, *, gpus: bool = True, **extra: Any) -> DevContainers:
+    config = Config()
+    if gpus:
+        config.GPUInventory.backend = "nvidia-smi"
+        config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
+    else:
+        config.GPUInventory.backend = "none"
+    config.GPUInventory.cache_seconds = 0.0
+    config.DevContainers.state_dir = str(state)
+    config.DevContainers.stop_timeout = 2
+    for key, value in extra.items():
+        section, trait = key.split("__")
+        setattr(getattr(config, section), trait, value)
+    pool = HostPool(config=config)
+    return DevContainers(root_dir=root, host_pool=pool, config=config)
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
+    folder = tmp_path / "work"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def manager(
+    root: Path, tmp_path: Path, docker_client: docker.DockerClient
+) -> Iterator[DevContainers]:
+    containers = make_manager(root, tmp_path / "state")
+    yield containers
+    cleanup(docker_client, containers.server_id)
+    containers.host_pool.close()
+
+
+def cleanup(client: docker.DockerClient, server_id: str) -> None:
+    for container in client.containers.list(all=True, filters={"label": f"{L_SERVER}={server_id}"}):
+        container.remove(force=True)
+
+
+def write_devcontainer(
+    root: Path, sub: str, spec: dict[str, Any], dockerfile: str | None = None
+) -> None:
+    folder = root / ".devcontainer" / sub
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "devcontainer.json").write_text(json.dumps(spec))
+    if dockerfile is not None:
+        (folder / "Dockerfile").write_text(dockerfile)
+
+
+@pytest.fixture(scope="session")
+def gpu_engine(docker_client: docker.DockerClient) -> None:
+    """The engine can start containers with a GPU DeviceRequest (real or stand-in hook)."""
+    try:
+        docker_client.containers.run(
+            BASE,
+            ["true"],
+            remove=True,
+            device_requests=[
+                docker.types.DeviceRequest(
+                    driver="nvidia", device_ids=[A100_0], capabilities=[["gpu"]]
+                )
+            ],
+        )
+    except docker.errors.APIError as exc:
+        message = (
+            "the Docker engine has no NVIDIA hook, so GPU containers cannot start; "
+            f"scripts/test.sh starts an engine with a stand-in hook ({exc.explanation})"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def test_cpu_container_lifecycle_from_the_default_environment(
+    manager: DevContainers,
+    docker_client: docker.DockerClient,
+    root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a secret in the server's environment
+    monkeypatch.setenv("GPUDEV_TEST_SECRET", "do-not-leak")
+    events: list[dict[str, Any]] = []
+    # When a CPU-only container of the default environment is started
+    info = manager.start(StartRequest(environment="default", name="cpu-one"), events.append)
+    # Then it runs, with progress reported, labelled, as the server user, with an init process
+    assert info.state == "running"
+    assert info.gpu_uuids == ()
+    assert info.lease_id is None
+    assert [e["stage"] for e in events][-1] == "ready"
+    container = docker_client.containers.get(docker_name("cpu-one"))
+    attrs = container.attrs
+    assert container.labels[L_MANAGED] == "1"
+    assert attrs["HostConfig"]["Init"] is True
+    assert attrs["HostConfig"]["RestartPolicy"]["Name"] == "no"
+    assert attrs["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
+    assert not attrs["HostConfig"].get("DeviceRequests")
+    env = dict(item.split("=", 1) for item in attrs["Config"]["Env"])
+    # And no GPU is visible, explicitly, and nothing of the server's environment leaked in
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert "GPUDEV_TEST_SECRET" not in env
+    code, out = container.exec_run(["sh", "-c", "env"])
+    assert code == 0
+    assert b"do-not-leak" not in out
+    # And the workspace is mounted read-write at the workspace folder
+    workspace = f"/workspaces/{root.name}"
+    code, _ = container.exec_run(["sh", "-c", f"echo hi > {workspace}/from-container.txt"])
+    assert code == 0
+    written = root / "from-container.txt"
+    assert written.read_text() == "hi\n"
+    assert written.stat().st_uid == os.getuid()
+    # When it is stopped
+    stopped = manager.stop("cpu-one")
+    # Then it is kept, not running
+    assert stopped.state == "exited"
+    assert docker_client.containers.get(docker_name("cpu-one")).status == "exited"
+    assert [i.name for i in manager.list(all_states=True)] == ["cpu-one"]
+    assert manager.list(all_states=False) == []
+    # When it is removed (no change inside it)
+    manager.remove("cpu-one")
+    # Then it is gone
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(docker_name("cpu-one"))
+
+
+def test_devcontainer_with_a_dockerfile_is_built_with_progress_and_started(
+    manager: DevContainers, docker_client: docker.DockerClient, root: Path
+) -> None:
+    # Given a devcontainer.json with a Dockerfile, env, a lifecycle command and a port
+    mark = f"built-{secrets.token_hex(4)}"
+    write_devcontainer(
+        root,
+        "tools",
+        {
+            "name": "Tools",
+            # a fresh build argument each run, so the image is really built here
+            "build": {"dockerfile": "Dockerfile", "args": {"MARK": mark}},
+            "containerEnv": {"PROJECT": "demo"},
+            "postCreateCommand": "echo created > /tmp/post-create",
+            "forwardPorts": [8000],
+        },
+        dockerfile=f"FROM {BASE}\nARG MARK\nRUN echo $MARK > /built\n",
+    )
+    events: list[dict[str, Any]] = []
+    # When it is started
+    info = manager.start(StartRequest(environment="tools", name="tools-one"), events.append)
+    # Then the image was built (progress streamed), and the container runs with its settings
+    assert any(e["stage"] == "build" for e in events)
+    container = docker_client.containers.get(docker_name("tools-one"))
+    assert container.exec_run(["cat", "/built"]).output == f"{mark}\n".encode()
+    assert container.exec_run(["cat", "/tmp/post-create"]).output == b"created\n"
+    assert container.exec_run(["sh", "-c", "echo $PROJECT"]).output == b"demo\n"
+    assert info.environment == "tools"
+    # And the forwarded port is published on the loopback address only
+    bindings = container.attrs["HostConfig"]["PortBindings"]["8000/tcp"]
+    assert [b["HostIp"] for b in bindings] == ["127.0.0.1"]
+    assert info.ports["8000"] > 0
+    # A second start reuses the built image (no build)
+    again: list[dict[str, Any]] = []
+    manager.start(StartRequest(environment="tools", name="tools-two"), again.append)
+    assert not any(e["stage"] == "build" for e in again)
+
+
+@pytest.mark.usefixtures("gpu_engine")
+def test_gpu_container_gets_exactly_its_leased_uuids_and_frees_them_on_stop(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # When a container asks for one GPU (most free memory first: GPU 1 has 4 MiB used)
+    info = manager.start(StartRequest(environment="default", name="gpu-one", gpus=1))
+    # Then the engine was asked for exactly that UUID, never a bare count
+    container = docker_client.containers.get(docker_name("gpu-one"))
+    (request,) = container.attrs["HostConfig"]["DeviceRequests"]
+    assert request["Driver"] == "nvidia"
+    assert request["DeviceIDs"] == [A100_1]
+    assert request["Count"] == 0
+    assert request["Capabilities"] == [["gpu"]]
+    env = dict(item.split("=", 1) for item in container.attrs["Config"]["Env"])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == A100_1
+    assert container.exec_run(["sh", "-c", "echo $NVIDIA_VISIBLE_DEVICES"]).output == (
+        f"{A100_1}\n".encode()
+    )
+    assert info.gpu_uuids == (A100_1,)
+    assert container.labels[L_GPUS] == A100_1
+    lease = manager.ledger.for_container("local", "gpu-one")
+    assert lease is not None
+    assert lease.gpu_uuids == (A100_1,)
+    assert container.labels[L_LEASE] == lease.lease_id
+    # When it stops, the lease is free again
+    manager.stop("gpu-one")
+    assert manager.ledger.for_container("local", "gpu-one") is None
+    assert manager.ledger.active("local") == []
+
+
+@pytest.mark.usefixtures("gpu_engine")
+def test_named_gpu_and_409_when_none_is_free(manager: DevContainers) -> None:
+    # Given both GPUs are taken
+    manager.start(StartRequest(environment="default", name="holder-a", gpu_uuids=(A100_0,)))
+    manager.start(StartRequest(environment="default", name="holder-b", gpus=1))
+    # When a third container asks for a GPU
+    with pytest.raises(NoFreeGPU) as caught:
+        manager.start(StartRequest(environment="default", name="late", gpus=1))
+    # Then it is a 409 that says who holds which GPU, and nothing was left behind
+    assert caught.value.status == 409
+    assert "holder-a" in caught.value.message
+    assert "holder-b" in caught.value.message
+    with pytest.raises(GPUDevError):
+        manager.get("late")
+    assert len(manager.ledger.active("local")) == 2
+
+
+@pytest.mark.usefixtures("gpu_engine")
+def test_concurrent_starts_never_share_a_gpu(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given four starts racing for two GPUs
+    barrier = threading.Barrier(4)
+    results: dict[str, Any] = {}
+
+    def start(name: str) -> None:
+        barrier.wait()
+        try:
+            results[name] = manager.start(StartRequest(environment="default", name=name, gpus=1))
+        except GPUDevError as err:
+            results[name] = err
+
+    threads = [threading.Thread(target=start, args=(f"race-{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Then exactly two won, each with a different GPU, and the two others got a 409
+    won = [r for r in results.values() if not isinstance(r, GPUDevError)]
+    lost = [r for r in results.values() if isinstance(r, GPUDevError)]
+    assert sorted(uuid for info in won for uuid in info.gpu_uuids) == sorted([A100_0, A100_1])
+    assert all(isinstance(err, NoFreeGPU) for err in lost)
+    assert len(lost) == 2
+    # And the engine agrees: only the winners exist
+    existing = docker_client.containers.list(
+        all=True, filters={"label": f"{L_SERVER}={manager.server_id}"}
+    )
+    assert sorted(c.labels[L_GPUS] for c in existing) == sorted([A100_0, A100_1])
+
+
+def test_gpu_request_on_a_host_without_gpus_is_refused(
+    root: Path, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    manager = make_manager(root, tmp_path / "state", gpus=False)
+    try:
+        with pytest.raises(BadRequest, match="host 'local' has none"):
+            manager.start(StartRequest(environment="default", name="no-gpu-here", gpus=1))
+        assert (
+            docker_client.containers.list(
+                all=True, filters={"label": f"{L_SERVER}={manager.server_id}"}
+            )
+            == []
+        )
+    finally:
+        manager.host_pool.close()
+
+
+def test_cuda_newer_than_the_driver_is_refused_with_what_to_do(
+    manager: DevContainers, root: Path, docker_client: docker.DockerClient
+) -> None:
+    # Given an image that needs CUDA 12.4, and a driver that supports 12.2 (the fake's)
+    write_devcontainer(
+        root,
+        "cuda124",
+        {"build": {"dockerfile": "Dockerfile"}, "hostRequirements": {"gpu": True}},
+        dockerfile=f'FROM {BASE}\nENV NVIDIA_REQUIRE_CUDA="cuda>=12.4 brand=tesla,driver>=470"\n',
+    )
+    # When it is started with a GPU
+    with pytest.raises(CudaMismatch) as caught:
+        manager.start(StartRequest(environment="cuda124", name="needs-124"))
+    # Then the message says what the image needs, what the driver gives, and what to do
+    message = caught.value.message
+    assert "needs CUDA >= 12.4" in message
+    assert "supports CUDA up to 12.2" in message
+    assert "Upgrade the host's driver" in message
+    # And no container and no lease were left
+    assert manager.ledger.active("local") == []
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(docker_name("needs-124"))
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"image": IMAGE, "runArgs": ["--privileged"]}, "--privileged"),
+        ({"image": IMAGE, "runArgs": ["--cap-add=SYS_ADMIN"]}, "--cap-add"),
+        ({"image": IMAGE, "runArgs": ["--network=host"]}, "allow_host_network"),
+    ],
+)
+def test_dangerous_run_args_are_refused_by_name(
+    manager: DevContainers, root: Path, spec: dict[str, Any], message: str
+) -> None:
+    write_devcontainer(root, "risky", spec)
+    with pytest.raises(GPUDevError, match=message):
+        manager.start(StartRequest(environment="risky", name="risky-one"))
+
+
+def test_mount_escapes_are_refused(
+    root: Path, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    # Given /data is an allowed root, with a symlink inside that points outside it
+    data = tmp_path / "data"
+    data.mkdir()
+    secret = tmp_path / "data-secret"
+    secret.mkdir()
+    (data / "escape").symlink_to(secret)
+    manager = make_manager(root, tmp_path / "state", MountPolicy__allowed_roots=[str(data)])
+    try:
+        for index, source in enumerate(
+            [str(data / "escape"), str(secret), f"{data}/../data-secret", "relative/path"]
+        ):
+            write_devcontainer(
+                root,
+                f"m{index}",
+                {"image": IMAGE, "mounts": [f"source={source},target=/mnt/x,type=bind"]},
+            )
+            # When each is started
+            with pytest.raises(GPUDevError) as caught:
+                manager.start(StartRequest(environment=f"m{index}", name=f"mount-{index}"))
+            # Then it is refused with a 4xx naming the path, and nothing was created
+            assert 400 <= caught.value.status < 500
+        assert (
+            docker_client.containers.list(
+                all=True, filters={"label": f"{L_SERVER}={manager.server_id}"}
+            )
+            == []
+        )
+    finally:
+        manager.host_pool.close()
+
+
+def test_an_image_that_is_not_declared_is_refused(manager: DevContainers) -> None:
+    with pytest.raises(GPUDevError) as caught:
+        manager.start(StartRequest(environment="default", name="evil", image="evil/miner:latest"))
+    assert caught.value.status == 403
+    assert "evil/miner:latest" in caught.value.message
+
+
+def test_removing_a_container_with_changes_needs_force(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given a stopped container in which a file was changed
+    manager.start(StartRequest(environment="default", name="changed"))
+    container = docker_client.containers.get(docker_name("changed"))
+    assert container.exec_run(["sh", "-c", "echo edited >> /etc/motd"], user="0").exit_code == 0
+    manager.stop("changed")
+    # When it is removed without --force
+    with pytest.raises(Conflict) as caught:
+        manager.remove("changed")
+    # Then it is refused, naming the change, and the container is still there
+    assert "/etc/motd" in caught.value.message
+    assert docker_client.containers.get(docker_name("changed")).status == "exited"
+    # And with force it goes
+    manager.remove("changed", force=True)
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(docker_name("changed"))
+
+
+@pytest.mark.usefixtures("gpu_engine")
+def test_reconcile_after_a_crash(
+    manager: DevContainers, docker_client: docker.DockerClient, root: Path, tmp_path: Path
+) -> None:
+    # Given a running GPU container...
+    manager.start(StartRequest(environment="default", name="survivor", gpus=1))
+    survivor_gpu = manager.ledger.for_container("local", "survivor")
+    assert survivor_gpu is not None
+    # ...and a crash that lost the ledger, plus a stale lease for a container that is gone
+    fresh = make_manager(root, tmp_path / "state-after-crash")
+    fresh.server_id = manager.server_id
+    try:
+        units = fresh.ledger.active("local")
+        assert units == []
+        inventory = fresh.host_pool.get("local").gpus()
+        other = next(u for u in leasable_units(inventory) if u.uuid not in survivor_gpu.gpu_uuids)
+        stale = fresh.ledger.acquire(
+            "local", "vanished", "bob", GPURequest(uuids=(other.uuid,)), leasable_units(inventory)
+        )
+        # When the restarted server reconciles
+        report = fresh.reconcile()
+        # Then the stale lease is freed and the running container's GPU is leased again
+        assert fresh.ledger.get(stale.lease_id) is None or not any(
+            lease.lease_id == stale.lease_id for lease in fresh.ledger.active("local")
+        )
+        releases = fresh.ledger.for_container("local", "survivor")
+        assert releases is not None
+        assert releases.gpu_uuids == survivor_gpu.gpu_uuids
+        assert report["local"]
+    finally:
+        fresh.host_pool.close()

@@ -1,0 +1,247 @@
+"""Mount policy on real folders and real symbolic links, without an engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_gpudev.environments import DeclaredMount
+from jupyter_gpudev.errors import BadRequest, ConfigError, GPUDevError
+from jupyter_gpudev.mounts import (
+    CA_BUNDLE_ENV_VARS,
+    MountNotAllowed,
+    MountPolicy,
+    ResolvedMount,
+)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """tmp/data (an allowed root) with a file, a folder and links; tmp/data-secret beside it."""
+    data = tmp_path / "data"
+    (data / "sets" / "imagenet").mkdir(parents=True)
+    (data / "readme.txt").write_text("hi")
+    secret = tmp_path / "data-secret"
+    secret.mkdir()
+    (secret / "keys").write_text("secret")
+    (data / "escape").symlink_to(secret)
+    (data / "inside").symlink_to(data / "sets")
+    return tmp_path
+
+
+def policy(*roots: Any, **traits: Any) -> MountPolicy:
+    return MountPolicy(allowed_roots=list(roots), **traits)
+
+
+def refused(mounts: MountPolicy, source: str, target: str = "/mnt/x", **kwargs: Any) -> str:
+    with pytest.raises(GPUDevError) as caught:
+        mounts.resolve(source, target, **kwargs)
+    assert isinstance(caught.value, (BadRequest, MountNotAllowed))
+    assert 400 <= caught.value.status < 500
+    return caught.value.message
+
+
+def test_a_folder_under_a_root_is_mounted_read_only(tree: Path) -> None:
+    # Given /data is an allowed (read-only) root
+    mounts = policy(str(tree / "data"))
+    # When a folder under it is mounted
+    mount = mounts.resolve(str(tree / "data" / "sets"), "/data/sets/")
+    # Then the source is the real path, the target normalized, and it is read-only
+    assert mount == ResolvedMount(str((tree / "data" / "sets").resolve()), "/data/sets", True)
+    # And Docker gets a bind mount
+    docker_mount = mount.to_docker()
+    assert docker_mount["Type"] == "bind"
+    assert docker_mount["Source"] == mount.source
+    assert docker_mount["Target"] == "/data/sets"
+    assert docker_mount["ReadOnly"] is True
+
+
+def test_writable_roots(tree: Path) -> None:
+    mounts = policy({"path": str(tree / "data"), "writable": True})
+    assert mounts.resolve(str(tree / "data"), "/data").read_only is False
+    assert mounts.resolve(str(tree / "data"), "/data", read_only=True).read_only is True
+    assert mounts.resolve(str(tree / "data"), "/data", read_only=False).read_only is False
+
+
+def test_read_write_under_a_read_only_root_is_refused(tree: Path) -> None:
+    message = refused(policy(str(tree / "data")), str(tree / "data" / "sets"), read_only=False)
+    assert "its root" in message
+    assert "is read-only" in message
+
+
+def test_the_most_specific_root_decides(tree: Path) -> None:
+    # Given /data read-only and /data/sets writable
+    mounts = policy(str(tree / "data"), {"path": str(tree / "data" / "sets"), "writable": True})
+    # Then a folder under /data/sets is writable, the rest of /data is not
+    assert mounts.resolve(str(tree / "data" / "sets" / "imagenet"), "/i").read_only is False
+    assert mounts.resolve(str(tree / "data" / "readme.txt"), "/r").read_only is True
+
+
+def test_a_link_inside_a_root_to_inside_it_resolves(tree: Path) -> None:
+    mount = policy(str(tree / "data")).resolve(str(tree / "data" / "inside"), "/sets")
+    assert mount.source == str((tree / "data" / "sets").resolve())
+
+
+def test_a_link_pointing_outside_the_root_is_refused(tree: Path) -> None:
+    # Given a symlink under /data that points to /data-secret
+    mounts = policy(str(tree / "data"))
+    # When it is mounted, directly or through a path below it
+    for source in (tree / "data" / "escape", tree / "data" / "escape" / "keys"):
+        message = refused(mounts, str(source))
+        # Then it is refused, naming the path, where it leads and the rule
+        assert str(source) in message
+        assert "data-secret" in message
+        assert "outside the folders that may be mounted" in message
+
+
+def test_a_root_that_is_itself_a_link_is_resolved(tree: Path) -> None:
+    (tree / "data-link").symlink_to(tree / "data")
+    mounts = policy(str(tree / "data-link"))
+    assert mounts.resolve(str(tree / "data" / "sets"), "/s").source.endswith("/data/sets")
+    assert "outside" in refused(mounts, str(tree / "data-secret"))
+
+
+def test_a_name_that_only_starts_like_the_root_is_outside_it(tree: Path) -> None:
+    message = refused(policy(str(tree / "data")), str(tree / "data-secret"))
+    assert "outside the folders that may be mounted" in message
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "message"),
+    [
+        ("{data}/../data-secret", "/mnt/x", "contains '..'"),
+        ("{data}/sets/..", "/mnt/x", "contains '..'"),
+        ("{data}/sets", "/mnt/../etc", "contains '..'"),
+        ("data/sets", "/mnt/x", "must be an absolute path"),
+        ("", "/mnt/x", "must be a host path"),
+        ("{data}/missing", "/mnt/x", "does not exist"),
+        ("{data}/sets", "mnt/x", "must be an absolute path"),
+        ("{data}/sets", "", "must be a path inside the container"),
+    ],
+)
+def test_malformed_mounts_are_refused(tree: Path, source: str, target: str, message: str) -> None:
+    source = source.format(data=tree / "data")
+    text = refused(policy(str(tree / "data")), source, target)
+    assert message in text
+
+
+def test_a_missing_path_outside_the_roots_is_not_probed(tree: Path) -> None:
+    # A path outside the roots is refused for that, whether it exists or not
+    assert "outside" in refused(policy(str(tree / "data")), "/no/such/folder")
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/",
+        "//",
+        "/etc",
+        "/etc/ssl/certs",
+        "//etc",
+        "/usr/local/lib",
+        "/proc/1",
+        "/sys",
+        "/dev/shm",
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib64/x",
+        "/boot",
+        "/run/secrets",
+    ],
+)
+def test_system_targets_are_refused(tree: Path, target: str) -> None:
+    with pytest.raises(MountNotAllowed) as caught:
+        policy(str(tree / "data")).resolve(str(tree / "data"), target)
+    assert caught.value.status == 403
+    assert caught.value.code == "mount_not_allowed"
+
+
+def test_nothing_is_mounted_without_roots(tree: Path) -> None:
+    message = refused(policy(), str(tree / "data"))
+    assert "c.MountPolicy.allowed_roots is empty" in message
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("relative/path", "absolute path"),
+        ({"path": "/data", "writable": "yes"}, "'writable' must be"),
+        ({"path": "/data", "colour": "red"}, "unknown keys"),
+        ({"writable": True}, "absolute path"),
+        ("/data/../etc", "without '..'"),
+    ],
+)
+def test_bad_roots_are_config_errors(entry: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        policy(entry).roots()
+    assert "c.MountPolicy.allowed_roots[0]" in caught.value.message
+
+
+def test_workspace_mount(tmp_path: Path) -> None:
+    # Given a Jupyter root reached through a link
+    (tmp_path / "project").mkdir()
+    (tmp_path / "root-link").symlink_to(tmp_path / "project")
+    mounts = policy()
+    # When it is mounted as the workspace
+    mount = mounts.workspace(tmp_path / "root-link", "/workspaces/project")
+    # Then it is the real folder, read-write, even without allowed roots
+    assert mount == ResolvedMount(
+        str((tmp_path / "project").resolve()), "/workspaces/project", False
+    )
+    # And its target follows the same rules as any mount
+    with pytest.raises(MountNotAllowed, match="system path"):
+        mounts.workspace(tmp_path / "project", "/usr/src")
+    with pytest.raises(BadRequest, match=r"'\.\.'"):
+        mounts.workspace(tmp_path / "project", "/workspaces/../etc")
+
+
+def test_ca_bundle(tmp_path: Path) -> None:
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    # Off by default
+    assert policy(ca_bundle_path=str(bundle)).ca_bundle() == (None, {})
+    # On: a read-only mount at the same path, and every tool pointed at it
+    mount, env = policy(mount_ca_bundle=True, ca_bundle_path=str(bundle)).ca_bundle()
+    assert mount == ResolvedMount(str(bundle.resolve()), str(bundle), True)
+    assert env == dict.fromkeys(CA_BUNDLE_ENV_VARS, str(bundle))
+    assert {"PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "CURL_CA_BUNDLE"} <= set(env)
+    assert {"CONDA_SSL_VERIFY", "NODE_EXTRA_CA_CERTS"} <= set(env)
+    # On, but the file is missing: nothing
+    missing = policy(mount_ca_bundle=True, ca_bundle_path=str(tmp_path / "none.pem"))
+    assert missing.ca_bundle() == (None, {})
+    # A relative path is an administrator's mistake
+    with pytest.raises(ConfigError, match="ca_bundle_path"):
+        policy(mount_ca_bundle=True, ca_bundle_path="ca.pem").ca_bundle()
+
+
+def test_the_default_ca_bundle_is_mounted_over_the_image_one(tmp_path: Path) -> None:
+    mounts = MountPolicy(mount_ca_bundle=True)
+    mount, env = mounts.ca_bundle()
+    if mount is None:
+        pytest.skip("this host has no /etc/ssl/certs/ca-certificates.crt")
+    assert mount.target == "/etc/ssl/certs/ca-certificates.crt"
+    assert env["SSL_CERT_FILE"] == mount.target
+
+
+def test_declared_mounts(tree: Path) -> None:
+    # Given a read-only root and an environment's mounts
+    mounts = policy(str(tree / "data"), {"path": str(tree / "data" / "sets"), "writable": True})
+    declared = [
+        DeclaredMount(str(tree / "data" / "readme.txt"), "/readme.txt", False, "bind"),
+        DeclaredMount(str(tree / "data" / "sets"), "/sets", False, "bind"),
+        DeclaredMount(str(tree / "data" / "sets"), "/sets-ro", True, "bind"),
+    ]
+    # Then each is resolved; without "readonly" a mount follows its root
+    assert [(m.target, m.read_only) for m in mounts.resolve_declared(declared)] == [
+        ("/readme.txt", True),
+        ("/sets", False),
+        ("/sets-ro", True),
+    ]
+    # And an escaping one or a named volume is refused
+    with pytest.raises(MountNotAllowed, match="escape"):
+        mounts.resolve_declared([DeclaredMount(str(tree / "data" / "escape"), "/x")])
+    with pytest.raises(BadRequest, match="named volumes are not supported yet"):
+        mounts.resolve_declared([DeclaredMount("pip-cache", "/root/.cache/pip", False, "volume")])
