@@ -317,6 +317,17 @@ class StopApp(ContainerCommand):
         self.emit(info.to_json(), format_containers([info]))
 
 
+class ResumeApp(ContainerCommand):
+    """Start a stopped dev container again."""
+
+    name = "jupyter-gpudev-resume"
+    description = "Start a stopped dev container again, with the same GPUs (exit 5 if taken)."
+
+    def run(self) -> None:
+        info = self.manager().resume(self.name_arg(), host=self.host or None)
+        self.emit(info.to_json(), format_containers([info]))
+
+
 class RmApp(ContainerCommand):
     """Remove a dev container."""
 
@@ -385,6 +396,7 @@ class GPUDevCLI(JupyterApp):
         "start": (StartApp, "Start a dev container with its GPUs leased."),
         "ls": (LsApp, "List dev containers."),
         "stop": (StopApp, "Stop a dev container and release its GPUs."),
+        "resume": (ResumeApp, "Start a stopped dev container again."),
         "rm": (RmApp, "Remove a dev container."),
         "logs": (LogsApp, "Print a dev container's output."),
         "image": (ImageApp, "Manage images (bootstrap a base image without a registry)."),

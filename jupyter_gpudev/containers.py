@@ -375,6 +375,28 @@ class DevContainers(LoggingConfigurable):
         slug = re.sub(r"[^a-z0-9_.-]+", "-", owner.lower()).strip("-.") or "user"
         return f"{env.name}-{slug}-{secrets.token_hex(2)}"[:63]
 
+    def _resolve_gpus(
+        self, env: Environment, request: StartRequest, host: Host, say: Progress
+    ) -> tuple[GPURequest | None, Inventory | None, list[str]]:
+        """The GPU request and the host's inventory, or (None, None) for a CPU container."""
+        gpu_request = self._gpu_request(env, request)
+        inventory: Inventory | None = None
+        notes: list[str] = []
+        if gpu_request is not None:
+            inventory = host.gpus()
+            optional = env.gpu.mode == "optional" and request.gpus is None and not request.gpu_uuids
+            if optional and not self._any_free(host.name, inventory):
+                # hostRequirements.gpu "optional": run on the CPU rather than not at all.
+                notes.append(f"no free GPU on host {host.name!r}: started without a GPU")
+                say({"stage": "lease", "message": notes[-1]})
+                gpu_request, inventory = None, None
+            elif not inventory.gpus:
+                raise BadRequest(
+                    f"GPUs were asked for, but host {host.name!r} has none: {inventory.reason}",
+                    details={"host": host.name, "reason": inventory.reason},
+                )
+        return gpu_request, inventory, notes
+
     def start(self, request: StartRequest, progress: Progress | None = None) -> DevContainerInfo:
         """Create and start a dev container holding exactly its leased GPUs."""
         say: Progress = progress or (lambda _event: None)
@@ -385,15 +407,7 @@ class DevContainers(LoggingConfigurable):
         self.environments.check_image_allowed(env, self.root_dir)
         host = self._host(request.host)
         client = host.client()
-        gpu_request = self._gpu_request(env, request)
-        inventory: Inventory | None = None
-        if gpu_request is not None:
-            inventory = host.gpus()
-            if not inventory.gpus:
-                raise BadRequest(
-                    f"GPUs were asked for, but host {host.name!r} has none: {inventory.reason}",
-                    details={"host": host.name, "reason": inventory.reason},
-                )
+        gpu_request, inventory, notes = self._resolve_gpus(env, request, host, say)
         name = self._new_name(env, request, owner)
         try:
             client.containers.get(docker_name(name))
@@ -428,9 +442,40 @@ class DevContainers(LoggingConfigurable):
             ):
                 raise self._engine_error(f"Starting {name!r}", exc) from exc
             raise
-        warnings = self._lifecycle_commands(container, env, say)
+        warnings = (*notes, *self._lifecycle_commands(container, env, say))
         say({"stage": "ready", "message": f"{name} is running"})
         return self._info(host, container, warnings=warnings)
+
+    def _any_free(self, host: str, inventory: Inventory) -> bool:
+        held = self.ledger.holders(host)
+        return any(unit.uuid not in held for unit in leasable_units(inventory))
+
+    def resume(self, name: str, host: str | None = None) -> DevContainerInfo:
+        """Start a stopped dev container again, leasing the same GPUs it was created with."""
+        found_host, container = self._find(name, host)
+        if container.status == "running":
+            return self._info(found_host, container)
+        labels = container.labels
+        user = labels.get(L_NAME, user_name(name))
+        uuids = tuple(filter(None, labels.get(L_GPUS, "").split(",")))
+        lease: Lease | None = None
+        if uuids:
+            # The GPUs are part of the container (its DeviceRequest): only those will do.
+            lease = self.ledger.acquire(
+                found_host.name,
+                user,
+                labels.get(L_OWNER, "unknown"),
+                GPURequest(uuids=uuids),
+                leasable_units(found_host.gpus()),
+            )
+        try:
+            container.start()
+            container.reload()
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            if lease is not None:
+                self.ledger.release(lease.lease_id)
+            raise self._engine_error(f"Starting {user!r} again", exc) from exc
+        return self._info(found_host, container)
 
     def _undo(self, container: Container | None, lease: Lease | None) -> None:
         """After a failed start: remove the container, then free its lease."""
@@ -556,11 +601,8 @@ class DevContainers(LoggingConfigurable):
         return self._info(found_host, container)
 
     def _release_for(self, host: Host, container: Container) -> None:
-        lease_id = container.labels.get(L_LEASE)
-        if lease_id:
-            self.ledger.release(lease_id)
-        else:
-            self.ledger.release_container(host.name, container.labels.get(L_NAME, ""))
+        # By container, not by the label's lease id: a resumed container holds a newer lease.
+        self.ledger.release_container(host.name, container.labels.get(L_NAME, ""))
 
     def changes(self, name: str, host: str | None = None) -> list[str]:
         """Paths changed in the container's file system, less caches and runtime noise."""

@@ -259,6 +259,17 @@ class ContainerStopHandler(GPUDevHandler):
         self.finish(json.dumps(info.to_json()))
 
 
+class ContainerStartHandler(GPUDevHandler):
+    """``POST /gpudev/api/containers/NAME/start``: starts a stopped one with its same GPUs."""
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def post(self, name: str) -> None:
+        info = await self.blocking(self.gpudev.containers.resume, name)
+        self.finish(json.dumps(info.to_json()))
+
+
 class ContainerLogsHandler(GPUDevHandler):
     """``GET /gpudev/api/containers/NAME/logs``: ``{"logs": TEXT}``, the container's output."""
 
@@ -284,5 +295,6 @@ def handlers() -> list[tuple[str, type[GPUDevHandler]]]:
         (rf"{API}/containers", ContainersHandler),
         (rf"{API}/containers/{_NAME}", ContainerHandler),
         (rf"{API}/containers/{_NAME}/stop", ContainerStopHandler),
+        (rf"{API}/containers/{_NAME}/start", ContainerStartHandler),
         (rf"{API}/containers/{_NAME}/logs", ContainerLogsHandler),
     ]

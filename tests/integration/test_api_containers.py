@@ -64,6 +64,12 @@ async def test_start_stop_remove_through_the_api(
         "gpudev", "api", "containers", "api-one", "stop", method="POST", body=b""
     )
     assert json.loads(stopped.body)["state"] == "exited"
+    # And it can be started again, and stopped again
+    resumed = await jp_fetch(
+        "gpudev", "api", "containers", "api-one", "start", method="POST", body=b""
+    )
+    assert json.loads(resumed.body)["state"] == "running"
+    await jp_fetch("gpudev", "api", "containers", "api-one", "stop", method="POST", body=b"")
     # And its logs are readable
     logs = await jp_fetch("gpudev", "api", "containers", "api-one", "logs")
     assert isinstance(json.loads(logs.body)["logs"], str)
@@ -127,6 +133,7 @@ ROUTES = [
     ("GET", "containers/x"),
     ("DELETE", "containers/x"),
     ("POST", "containers/x/stop"),
+    ("POST", "containers/x/start"),
     ("GET", "containers/x/logs"),
 ]
 

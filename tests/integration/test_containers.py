@@ -435,3 +435,54 @@ def test_reconcile_after_a_crash(
         assert report["local"]
     finally:
         fresh.host_pool.close()
+
+
+@pytest.mark.usefixtures("gpu_engine")
+def test_a_stopped_gpu_container_resumes_with_the_same_gpu_or_not_at_all(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given a stopped container that was created with GPU 1
+    manager.start(StartRequest(environment="default", name="pausing", gpu_uuids=(A100_1,)))
+    manager.stop("pausing")
+    # And another container that took that GPU meanwhile
+    manager.start(StartRequest(environment="default", name="taker", gpu_uuids=(A100_1,)))
+    # When the first one is started again, it is refused: its GPU is part of the container
+    with pytest.raises(NoFreeGPU, match="taker"):
+        manager.resume("pausing")
+    assert docker_client.containers.get(docker_name("pausing")).status == "exited"
+    # When the GPU is free again, it resumes, leased again, and stop frees it again
+    manager.stop("taker")
+    info = manager.resume("pausing")
+    assert info.state == "running"
+    assert info.lease_id is not None
+    manager.stop("pausing")
+    assert manager.ledger.active("local") == []
+
+
+def test_optional_gpu_falls_back_to_the_cpu(
+    root: Path, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    # Given an environment whose GPU is optional, on a host without GPUs
+    write_devcontainer(root, "maybe", {"image": IMAGE, "hostRequirements": {"gpu": "optional"}})
+    manager = make_manager(root, tmp_path / "state", gpus=False)
+    try:
+        # When it is started
+        info = manager.start(StartRequest(environment="maybe", name="maybe-one"))
+        # Then it runs without a GPU, and says so
+        assert info.state == "running"
+        assert info.gpu_uuids == ()
+        assert any("started without a GPU" in w for w in info.warnings)
+    finally:
+        cleanup(docker_client, manager.server_id)
+        manager.host_pool.close()
+
+
+def test_a_missing_image_without_a_registry_points_to_bootstrap(
+    manager: DevContainers, root: Path
+) -> None:
+    write_devcontainer(root, "gone", {"image": "gpudev-missing-image:never"})
+    with pytest.raises(GPUDevError) as caught:
+        manager.start(StartRequest(environment="gone", name="gone-one"))
+    assert "gpudev-missing-image:never" in caught.value.message
+    assert "jupyter gpudev image bootstrap" in caught.value.message
+    assert manager.ledger.active("local") == []
