@@ -33,6 +33,7 @@ from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bool, Instance, Int, Unicode, default
 from traitlets.config import LoggingConfigurable
 
+from .driver import LegacyGPUInjection
 from .environments import Environment, EnvironmentManager
 from .errors import BadRequest, Conflict, GPUDevError, ImageError, NotFound
 from .gpus import Inventory
@@ -197,6 +198,11 @@ class DevContainers(LoggingConfigurable):
     host_pool = Instance(HostPool)
     environments = Instance(EnvironmentManager)
     mount_policy = Instance(MountPolicy)
+    legacy_gpus = Instance(LegacyGPUInjection)
+
+    @default("legacy_gpus")
+    def _default_legacy_gpus(self) -> LegacyGPUInjection:
+        return LegacyGPUInjection(parent=self)
 
     @default("environments")
     def _default_environments(self) -> EnvironmentManager:
@@ -428,7 +434,14 @@ class DevContainers(LoggingConfigurable):
         try:
             say({"stage": "create", "message": f"creating {docker_name(name)}"})
             container = self._create(
-                client=client, env=env, name=name, owner=owner, host=host, image=image, lease=lease
+                client=client,
+                env=env,
+                name=name,
+                owner=owner,
+                host=host,
+                image=image,
+                lease=lease,
+                inventory=inventory,
             )
             say({"stage": "start", "message": f"starting {docker_name(name)}"})
             container.start()
@@ -498,6 +511,7 @@ class DevContainers(LoggingConfigurable):
         host: Host,
         image: str,
         lease: Lease | None,
+        inventory: Inventory | None,
     ) -> Container:
         uuids = lease.gpu_uuids if lease else ()
         environment = dict(env.container_env)
@@ -540,7 +554,15 @@ class DevContainers(LoggingConfigurable):
         }
         if self.run_as_server_user and hasattr(os, "getuid"):
             kwargs["user"] = f"{os.getuid()}:{os.getgid()}"
-        if uuids:
+        if uuids and self.legacy_gpus.enabled:
+            if not host.spec.is_local or inventory is None:
+                raise BadRequest("Driver injection (c.LegacyGPUInjection) works on the local host")
+            injection = self.legacy_gpus.plan(inventory.gpus, uuids)
+            kwargs["devices"] = list(injection.devices)
+            kwargs["mounts"].extend(injection.mounts)
+            environment.update(dict(injection.environment))
+        elif uuids:
+            # By UUID, never a bare count: Docker maps count=N to "the first N GPUs".
             kwargs["device_requests"] = [
                 DeviceRequest(driver="nvidia", device_ids=list(uuids), capabilities=[["gpu"]])
             ]

@@ -74,6 +74,8 @@ class GPU:
     pci_bus_id: str | None = None
     mig_enabled: bool = False
     mig_devices: tuple[MigDevice, ...] = ()
+    #: The N of /dev/nvidiaN (NVML only; nvidia-smi does not say).
+    minor_number: int | None = None
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,7 @@ class NvmlProbe:
         memory = self._optional(nvml, lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
         util = self._optional(nvml, lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
         pci = self._optional(nvml, lambda: nvml.nvmlDeviceGetPciInfo(handle))
+        minor = self._optional(nvml, lambda: nvml.nvmlDeviceGetMinorNumber(handle))
         mig_mode = self._optional(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle))
         mig_enabled = bool(mig_mode and mig_mode[0] == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1))
         migs: list[MigDevice] = []
@@ -330,6 +333,7 @@ class NvmlProbe:
             pci_bus_id=_text(pci.busId) if pci else None,
             mig_enabled=mig_enabled,
             mig_devices=tuple(migs),
+            minor_number=int(minor) if minor is not None else None,
         )
 
 

@@ -2,10 +2,17 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import type {
+  IContainersResponse,
+  IDevContainer,
+  IEnvironment,
+  IEnvironmentProblem,
+  IEnvironmentsResponse,
   IErrorBody,
   IErrorDetails,
   IHostInfo,
-  IHostsResponse
+  IHostsResponse,
+  IStartProgress,
+  IStartRequest
 } from './tokens';
 
 /** Path of the REST API below the server's base URL. */
@@ -59,23 +66,50 @@ export namespace GPUDevAPIError {
  * @param path - segments below `gpudev/api`; each is URL-encoded.
  * @param init - the fetch options (method, body...).
  * @param settings - the server connection; defaults to the page's.
+ * @param query - query parameters, e.g. `{ force: '1' }`.
  * @throws {GPUDevAPIError} on a network failure, an error status, or a body
  *   that is not JSON.
  */
 export async function requestAPI<T>(
   path: readonly string[],
   init: RequestInit = {},
-  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings(),
+  query: Readonly<Record<string, string>> = {}
 ): Promise<T> {
-  const url = URLExt.join(
-    settings.baseUrl,
-    API_PATH,
-    ...path.map(segment => encodeURIComponent(segment))
-  );
+  const { url, response } = await send(path, init, settings, query);
+  const text = await readText(response);
+  const body = parseJSON(text);
 
-  let response: Response;
+  if (!response.ok) {
+    throw errorFromBody(response, body.parsed ? body.value : undefined);
+  }
+  if (!body.parsed) {
+    throw new GPUDevAPIError({
+      status: response.status,
+      code: INVALID_RESPONSE,
+      message: `The server answered ${url} with something that is not JSON (is the jupyter-gpudev server extension enabled?).`
+    });
+  }
+  return body.value as T;
+}
+
+/** Send one request to the API; a network failure becomes a `GPUDevAPIError`. */
+async function send(
+  path: readonly string[],
+  init: RequestInit,
+  settings: ServerConnection.ISettings,
+  query: Readonly<Record<string, string>> = {}
+): Promise<{ url: string; response: Response }> {
+  const url =
+    URLExt.join(
+      settings.baseUrl,
+      API_PATH,
+      ...path.map(segment => encodeURIComponent(segment))
+    ) + URLExt.objectToQueryString(query);
+
   try {
-    response = await ServerConnection.makeRequest(url, init, settings);
+    const response = await ServerConnection.makeRequest(url, init, settings);
+    return { url, response };
   } catch (reason) {
     throw new GPUDevAPIError({
       status: 0,
@@ -83,10 +117,11 @@ export async function requestAPI<T>(
       message: `Could not reach the Jupyter server (${describe(reason)}). Check that it is still running.`
     });
   }
+}
 
-  let text: string;
+async function readText(response: Response): Promise<string> {
   try {
-    text = await response.text();
+    return await response.text();
   } catch (reason) {
     throw new GPUDevAPIError({
       status: response.status,
@@ -94,29 +129,19 @@ export async function requestAPI<T>(
       message: `The connection to the Jupyter server broke while reading its answer (${describe(reason)}).`
     });
   }
+}
 
-  let body: unknown = undefined;
-  let parsed = false;
-  if (text.length > 0) {
-    try {
-      body = JSON.parse(text);
-      parsed = true;
-    } catch {
-      parsed = false;
-    }
+function parseJSON(
+  text: string
+): { parsed: true; value: unknown } | { parsed: false } {
+  if (text.length === 0) {
+    return { parsed: false };
   }
-
-  if (!response.ok) {
-    throw errorFromBody(response, parsed ? body : undefined);
+  try {
+    return { parsed: true, value: JSON.parse(text) as unknown };
+  } catch {
+    return { parsed: false };
   }
-  if (!parsed) {
-    throw new GPUDevAPIError({
-      status: response.status,
-      code: INVALID_RESPONSE,
-      message: `The server answered ${url} with something that is not JSON (is the jupyter-gpudev server extension enabled?).`
-    });
-  }
-  return body as T;
 }
 
 /** `GET /gpudev/api/hosts`: every configured host with its engine and GPUs. */
@@ -158,6 +183,343 @@ export async function fetchHost(
   return body;
 }
 
+/**
+ * `GET /gpudev/api/environments`: the environments dev containers can be
+ * started from, and the definitions that could not be used.
+ */
+export async function fetchEnvironments(
+  settings?: ServerConnection.ISettings
+): Promise<IEnvironmentsResponse> {
+  const body = await requestAPI<unknown>(
+    ['environments'],
+    { method: 'GET' },
+    settings
+  );
+  if (!isRecord(body) || !Array.isArray(body.environments)) {
+    throw new GPUDevAPIError({
+      status: 200,
+      code: INVALID_RESPONSE,
+      message: 'The server sent the environments in an unexpected shape.'
+    });
+  }
+  const problems = Array.isArray(body.problems) ? body.problems : [];
+  return {
+    environments: body.environments.filter(isEnvironment),
+    problems: problems.filter(isEnvironmentProblem)
+  };
+}
+
+/**
+ * `GET /gpudev/api/containers?all=1`: the dev containers of every reachable
+ * host, stopped ones included.
+ */
+export async function fetchContainers(
+  settings?: ServerConnection.ISettings
+): Promise<IContainersResponse> {
+  const body = await requestAPI<unknown>(
+    ['containers'],
+    { method: 'GET' },
+    settings,
+    { all: '1' }
+  );
+  if (!isRecord(body) || !Array.isArray(body.containers)) {
+    throw new GPUDevAPIError({
+      status: 200,
+      code: INVALID_RESPONSE,
+      message: 'The server sent the dev containers in an unexpected shape.'
+    });
+  }
+  return {
+    containers: body.containers.filter(isDevContainer).map(normaliseContainer)
+  };
+}
+
+/** Options of `startContainer`. */
+export interface IStartOptions {
+  /** Called with each `progress` event, in order. */
+  onProgress?: (progress: IStartProgress) => void;
+  /** Stops reading the progress (the start itself goes on on the server). */
+  signal?: AbortSignal;
+  settings?: ServerConnection.ISettings;
+}
+
+/**
+ * `POST /gpudev/api/containers`: start a dev container, following its
+ * progress through the server-sent events of the answer.
+ *
+ * @returns the running container (the `result` event).
+ * @throws {GPUDevAPIError} for an `error` event, an error status, or a
+ *   stream that broke or ended without a result.
+ */
+export async function startContainer(
+  request: IStartRequest,
+  options: IStartOptions = {}
+): Promise<IDevContainer> {
+  const settings = options.settings ?? ServerConnection.makeSettings();
+  const { url, response } = await send(
+    ['containers'],
+    {
+      method: 'POST',
+      body: JSON.stringify(request),
+      headers: {
+        Accept: 'text/event-stream',
+        'Content-Type': 'application/json'
+      },
+      signal: options.signal
+    },
+    settings
+  );
+  if (!response.ok) {
+    const body = parseJSON(await readText(response));
+    throw errorFromBody(response, body.parsed ? body.value : undefined);
+  }
+  const type = response.headers.get('Content-Type') ?? '';
+  if (type.includes('text/event-stream') && response.body !== null) {
+    return readStartStream(
+      response.body,
+      request.environment,
+      options.onProgress
+    );
+  }
+  // Without streaming the server answers 201 with the container.
+  const body = parseJSON(await readText(response));
+  if (body.parsed && isDevContainer(body.value)) {
+    return normaliseContainer(body.value);
+  }
+  throw new GPUDevAPIError({
+    status: response.status,
+    code: INVALID_RESPONSE,
+    message: `The server answered ${url} with neither progress events nor a dev container.`
+  });
+}
+
+/** `POST /gpudev/api/containers/NAME/stop`: stop it; its GPU lease is freed. */
+export async function stopContainer(
+  name: string,
+  settings?: ServerConnection.ISettings
+): Promise<IDevContainer> {
+  return containerAction(name, 'stop', settings);
+}
+
+/** `POST /gpudev/api/containers/NAME/start`: start a stopped one again. */
+export async function resumeContainer(
+  name: string,
+  settings?: ServerConnection.ISettings
+): Promise<IDevContainer> {
+  return containerAction(name, 'start', settings);
+}
+
+/**
+ * `DELETE /gpudev/api/containers/NAME`: remove it.
+ *
+ * @param force - remove it even with uncommitted changes; without it such a
+ *   container is refused with a 409 `conflict` whose `details.changes` lists
+ *   the changed paths.
+ */
+export async function removeContainer(
+  name: string,
+  force = false,
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<void> {
+  const { response } = await send(
+    ['containers', name],
+    { method: 'DELETE' },
+    settings,
+    force ? { force: '1' } : {}
+  );
+  if (!response.ok) {
+    const body = parseJSON(await readText(response));
+    throw errorFromBody(response, body.parsed ? body.value : undefined);
+  }
+}
+
+async function containerAction(
+  name: string,
+  action: 'stop' | 'start',
+  settings?: ServerConnection.ISettings
+): Promise<IDevContainer> {
+  const body = await requestAPI<unknown>(
+    ['containers', name, action],
+    { method: 'POST' },
+    settings
+  );
+  if (!isDevContainer(body)) {
+    throw new GPUDevAPIError({
+      status: 200,
+      code: INVALID_RESPONSE,
+      message: `The server sent dev container "${name}" in an unexpected shape.`
+    });
+  }
+  return normaliseContainer(body);
+}
+
+/** Read the events of a streamed start up to its `result` or `error`. */
+async function readStartStream(
+  stream: ReadableStream<Uint8Array>,
+  environment: string,
+  onProgress?: (progress: IStartProgress) => void
+): Promise<IDevContainer> {
+  const reader = stream.getReader();
+  const decoder = new TextDecoder();
+  const parser = new SSEParser();
+  try {
+    for (;;) {
+      let chunk: ReadableStreamReadResult<Uint8Array>;
+      try {
+        chunk = await reader.read();
+      } catch (reason) {
+        throw new GPUDevAPIError({
+          status: 0,
+          code: NETWORK_ERROR,
+          message: `The connection to the Jupyter server broke while starting "${environment}" (${describe(reason)}). The container may still be starting: refresh the list of dev containers.`
+        });
+      }
+      const events = chunk.done
+        ? [...parser.push(decoder.decode()), ...parser.end()]
+        : parser.push(decoder.decode(chunk.value, { stream: true }));
+      for (const event of events) {
+        const container = startEventOutcome(event, onProgress);
+        if (container) {
+          return container;
+        }
+      }
+      if (chunk.done) {
+        throw new GPUDevAPIError({
+          status: 200,
+          code: INVALID_RESPONSE,
+          message: `The server ended the progress of "${environment}" without saying whether the container started. Refresh the list of dev containers to see.`
+        });
+      }
+    }
+  } finally {
+    reader.cancel().catch(() => undefined);
+  }
+}
+
+/**
+ * Apply one event of a streamed start: report `progress`, return the
+ * container of `result`, throw the error of `error`; ignore anything else.
+ */
+function startEventOutcome(
+  event: IServerSentEvent,
+  onProgress?: (progress: IStartProgress) => void
+): IDevContainer | null {
+  const data = parseJSON(event.data);
+  const value = data.parsed ? data.value : undefined;
+  switch (event.event) {
+    case 'progress':
+      if (
+        isRecord(value) &&
+        typeof value.stage === 'string' &&
+        typeof value.message === 'string'
+      ) {
+        onProgress?.({
+          stage: value.stage,
+          message: value.message,
+          current: finiteOrNull(value.current),
+          total: finiteOrNull(value.total)
+        });
+      }
+      return null;
+    case 'result':
+      if (isDevContainer(value)) {
+        return normaliseContainer(value);
+      }
+      throw new GPUDevAPIError({
+        status: 200,
+        code: INVALID_RESPONSE,
+        message: 'The server sent the started dev container in an unexpected shape.'
+      });
+    case 'error': {
+      const body = isRecord(value) ? value : {};
+      throw new GPUDevAPIError({
+        status:
+          typeof body.status === 'number' && body.status > 0
+            ? body.status
+            : 500,
+        code: typeof body.error === 'string' ? body.error : 'internal',
+        message:
+          typeof body.message === 'string' && body.message
+            ? body.message
+            : 'Starting the dev container failed (the server log has the details).',
+        details: isRecord(body.details) ? body.details : null
+      });
+    }
+    default:
+      return null;
+  }
+}
+
+/** One server-sent event: its type (`message` when unnamed) and data. */
+export interface IServerSentEvent {
+  event: string;
+  data: string;
+}
+
+/**
+ * Splits a `text/event-stream` body into events. Feed it text as it arrives;
+ * an event is complete at the blank line that ends it. Comments and fields
+ * other than `event` and `data` are skipped.
+ */
+export class SSEParser {
+  /** Add text; returns the events it completed. */
+  push(text: string): IServerSentEvent[] {
+    let chunk = this._carriage + text;
+    this._carriage = '';
+    if (chunk.endsWith('\r')) {
+      // Maybe the first half of a CRLF: wait for the next chunk.
+      this._carriage = '\r';
+      chunk = chunk.slice(0, -1);
+    }
+    this._buffer += chunk.replace(/\r\n?/g, '\n');
+    const events: IServerSentEvent[] = [];
+    let end = this._buffer.indexOf('\n\n');
+    while (end !== -1) {
+      const event = parseEventBlock(this._buffer.slice(0, end));
+      this._buffer = this._buffer.slice(end + 2);
+      if (event) {
+        events.push(event);
+      }
+      end = this._buffer.indexOf('\n\n');
+    }
+    return events;
+  }
+
+  /** The stream ended: returns the last event if it lacked its blank line. */
+  end(): IServerSentEvent[] {
+    const rest = (this._buffer + this._carriage).replace(/\r\n?/g, '\n');
+    this._buffer = '';
+    this._carriage = '';
+    const event = parseEventBlock(rest.replace(/\n+$/, ''));
+    return event ? [event] : [];
+  }
+
+  private _buffer = '';
+  private _carriage = '';
+}
+
+function parseEventBlock(block: string): IServerSentEvent | null {
+  let event = 'message';
+  const data: string[] = [];
+  for (const line of block.split('\n')) {
+    if (line === '' || line.startsWith(':')) {
+      continue;
+    }
+    const colon = line.indexOf(':');
+    const field = colon === -1 ? line : line.slice(0, colon);
+    let value = colon === -1 ? '' : line.slice(colon + 1);
+    if (value.startsWith(' ')) {
+      value = value.slice(1);
+    }
+    if (field === 'event') {
+      event = value || 'message';
+    } else if (field === 'data') {
+      data.push(value);
+    }
+  }
+  return data.length > 0 ? { event, data: data.join('\n') } : null;
+}
+
 /** Wrap anything thrown into a `GPUDevAPIError` (returned as is if it is one). */
 export function toAPIError(reason: unknown): GPUDevAPIError {
   if (reason instanceof GPUDevAPIError) {
@@ -179,6 +541,72 @@ export function isHostInfo(value: unknown): value is IHostInfo {
     isRecord(value.gpus) &&
     Array.isArray(value.gpus.gpus)
   );
+}
+
+/** True when `value` has the fields the panel relies on to draw an environment. */
+export function isEnvironment(value: unknown): value is IEnvironment {
+  return (
+    isRecord(value) &&
+    typeof value.name === 'string' &&
+    typeof value.display_name === 'string' &&
+    isRecord(value.gpu) &&
+    typeof value.gpu.mode === 'string' &&
+    typeof value.gpu.count === 'number'
+  );
+}
+
+function isEnvironmentProblem(value: unknown): value is IEnvironmentProblem {
+  return (
+    isRecord(value) &&
+    typeof value.file === 'string' &&
+    typeof value.message === 'string'
+  );
+}
+
+/** True when `value` has the fields the panel relies on to draw a container. */
+export function isDevContainer(value: unknown): value is IDevContainer {
+  return (
+    isRecord(value) &&
+    typeof value.name === 'string' &&
+    typeof value.state === 'string'
+  );
+}
+
+/** The same container with every list and map the panel reads present. */
+function normaliseContainer(container: IDevContainer): IDevContainer {
+  const strings = (value: unknown): string[] =>
+    Array.isArray(value)
+      ? value.filter((item): item is string => typeof item === 'string')
+      : [];
+  const ports: Record<string, number> = {};
+  const raw: unknown = container.ports;
+  if (isRecord(raw)) {
+    for (const [key, port] of Object.entries(raw)) {
+      if (typeof port === 'number') {
+        ports[key] = port;
+      }
+    }
+  }
+  const text = (value: unknown): string =>
+    typeof value === 'string' ? value : '';
+  return {
+    ...container,
+    host: text(container.host),
+    environment: text(container.environment),
+    owner: text(container.owner),
+    image: text(container.image),
+    status: text(container.status),
+    created: text(container.created),
+    gpu_uuids: strings(container.gpu_uuids),
+    lease_id:
+      typeof container.lease_id === 'string' ? container.lease_id : null,
+    ports,
+    warnings: strings(container.warnings)
+  };
+}
+
+function finiteOrNull(value: unknown): number | null {
+  return typeof value === 'number' && Number.isFinite(value) ? value : null;
 }
 
 function errorFromBody(response: Response, body: unknown): GPUDevAPIError {

@@ -12,15 +12,33 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import type { TranslationBundle } from '@jupyterlab/translation';
 
+import { NETWORK_ERROR } from './api';
 import { chipIcon } from './icons';
-import { DEFAULT_INTERVAL_MS, HostsModel } from './model';
-import type { IHostsState } from './model';
-import { renderErrorDetails } from './widgets/ErrorDetails';
+import { ContainersModel, DEFAULT_INTERVAL_MS, HostsModel } from './model';
+import type { IContainersState, IHostsState } from './model';
+import { notifyError, renderErrorDetails } from './widgets/ErrorDetails';
 import { HostsPanel, PANEL_ID, TRANSLATION_DOMAIN } from './widgets/HostsPanel';
 
-export { GPUDevAPIError, fetchHost, fetchHosts, requestAPI } from './api';
-export { HostsModel } from './model';
-export type { IHostsState } from './model';
+export {
+  GPUDevAPIError,
+  fetchContainers,
+  fetchEnvironments,
+  fetchHost,
+  fetchHosts,
+  removeContainer,
+  requestAPI,
+  resumeContainer,
+  startContainer,
+  stopContainer
+} from './api';
+export type { IStartOptions } from './api';
+export { ContainersModel, HostsModel } from './model';
+export type {
+  ContainerAction,
+  IContainersState,
+  IHostsState,
+  IStartState
+} from './model';
 export { HostsPanel } from './widgets/HostsPanel';
 export type * from './tokens';
 
@@ -35,7 +53,7 @@ export namespace CommandIDs {
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description:
-    'A left sidebar panel listing the Docker hosts with their engines and GPUs.',
+    'A left sidebar panel listing the Docker hosts with their engines and GPUs, the environments and the dev containers.',
   autoStart: true,
   optional: [ILayoutRestorer, ISettingRegistry, ICommandPalette, ITranslator],
   activate: (
@@ -51,12 +69,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
       serverSettings: app.serviceManager.serverSettings,
       interval: DEFAULT_INTERVAL_MS
     });
+    const containers = new ContainersModel({
+      serverSettings: app.serviceManager.serverSettings,
+      interval: DEFAULT_INTERVAL_MS
+    });
     const panel = new HostsPanel({
       model,
+      containers,
       translator: translator ?? nullTranslator
     });
     panel.disposed.connect(() => {
       model.dispose();
+      containers.dispose();
     });
     app.shell.add(panel, 'left', { rank: 600 });
     if (restorer) {
@@ -65,7 +89,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     app.commands.addCommand(CommandIDs.openPanel, {
       label: trans.__('Open GPU Dev panel'),
-      caption: trans.__('Show the Docker hosts and their GPUs'),
+      caption: trans.__(
+        'Show the Docker hosts and their GPUs, the environments and the dev containers'
+      ),
       icon: args => (args.isPalette ? undefined : chipIcon),
       execute: () => {
         app.shell.activateById(panel.id);
@@ -79,13 +105,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
 
     notifyOnFailure(model, trans);
+    notifyOnContainersFailure(containers, model, trans);
 
     if (settingRegistry) {
       settingRegistry
         .load(PLUGIN_ID)
         .then(settings => {
           const apply = (): void => {
-            model.interval = readIntervalSeconds(settings) * 1000;
+            const interval = readIntervalSeconds(settings) * 1000;
+            model.interval = interval;
+            containers.interval = interval;
           };
           apply();
           settings.changed.connect(apply);
@@ -136,6 +165,37 @@ function notifyOnFailure(model: HostsModel, trans: TranslationBundle): void {
         }
       ]
     });
+  });
+}
+
+/**
+ * The same for the environments and dev containers, unless the server is
+ * out of reach or the hosts failed too: the hosts' notification says it.
+ */
+function notifyOnContainersFailure(
+  model: ContainersModel,
+  hosts: HostsModel,
+  trans: TranslationBundle
+): void {
+  let previous: IContainersState['status'] = model.state.status;
+  model.stateChanged.connect((_, state) => {
+    const wasReady = previous === 'ready';
+    previous = state.status;
+    const error = state.error;
+    if (
+      !wasReady ||
+      state.status !== 'error' ||
+      !error ||
+      error.code === NETWORK_ERROR ||
+      hosts.state.status === 'error'
+    ) {
+      return;
+    }
+    notifyError(
+      trans.__('GPU Dev: environments and dev containers unavailable'),
+      error,
+      trans
+    );
   });
 }
 

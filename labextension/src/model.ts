@@ -3,9 +3,29 @@ import { Poll } from '@lumino/polling';
 import { Signal } from '@lumino/signaling';
 import type { ISignal } from '@lumino/signaling';
 
-import { fetchHosts, toAPIError } from './api';
-import type { GPUDevAPIError } from './api';
-import type { IHostInfo, IHostsResponse } from './tokens';
+import {
+  fetchContainers,
+  fetchEnvironments,
+  fetchHosts,
+  GPUDevAPIError,
+  removeContainer,
+  resumeContainer,
+  startContainer,
+  stopContainer,
+  toAPIError
+} from './api';
+import type { IStartOptions } from './api';
+import type {
+  IContainersResponse,
+  IDevContainer,
+  IEnvironment,
+  IEnvironmentProblem,
+  IEnvironmentsResponse,
+  IHostInfo,
+  IHostsResponse,
+  IStartProgress,
+  IStartRequest
+} from './tokens';
 
 /** Default time between two refreshes of the host list, in milliseconds. */
 export const DEFAULT_INTERVAL_MS = 5000;
@@ -13,39 +33,42 @@ export const DEFAULT_INTERVAL_MS = 5000;
 /** The longest the poll waits between two attempts while failing, in milliseconds. */
 export const MAX_INTERVAL_MS = 60000;
 
-/** What the panel shows. */
-export interface IHostsState {
+/** What every polled model tells about its last answer. */
+export interface IPolledState {
   /** `loading` until the first answer, then `ready` or `error`. */
   readonly status: 'loading' | 'ready' | 'error';
-  /**
-   * The hosts of the last answer. In `error` they are the hosts the server
-   * listed with the error (with the reason each one is unreachable), if any.
-   */
-  readonly hosts: readonly IHostInfo[];
   readonly error: GPUDevAPIError | null;
   /** When the server last answered (successfully or not). */
   readonly lastUpdated: Date | null;
 }
 
+/** What the panel shows. */
+export interface IHostsState extends IPolledState {
+  /**
+   * The hosts of the last answer. In `error` they are the hosts the server
+   * listed with the error (with the reason each one is unreachable), if any.
+   */
+  readonly hosts: readonly IHostInfo[];
+}
+
 /**
- * The list of Docker hosts, refreshed by a poll.
+ * State refreshed by a poll.
  *
  * The poll backs off while requests fail and stands by while the panel is
  * hidden (`visible` is false) or the browser tab is in the background.
  */
-export class HostsModel {
-  constructor(options: HostsModel.IOptions = {}) {
-    const { serverSettings } = options;
-    this._fetch = options.fetchHosts ?? (() => fetchHosts(serverSettings));
+abstract class PolledModel<S extends IPolledState> {
+  constructor(name: string, options: PolledModel.IOptions, initial: S) {
+    this._state = initial;
     this._poll = new Poll<void, GPUDevAPIError>({
       auto: options.auto ?? true,
-      factory: () => this._update(),
+      factory: () => this._run(),
       frequency: {
         interval: clampInterval(options.interval ?? DEFAULT_INTERVAL_MS),
         backoff: true,
         max: MAX_INTERVAL_MS
       },
-      name: 'jupyter-gpudev:hosts',
+      name,
       standby: () => {
         if (this._forced) {
           return 'never';
@@ -56,12 +79,12 @@ export class HostsModel {
   }
 
   /** The current state; replaced (never mutated) on each change. */
-  get state(): IHostsState {
+  get state(): S {
     return this._state;
   }
 
-  /** Emitted with the new state each time the server answers. */
-  get stateChanged(): ISignal<this, IHostsState> {
+  /** Emitted with the new state each time it changes. */
+  get stateChanged(): ISignal<this, S> {
     return this._stateChanged;
   }
 
@@ -116,11 +139,11 @@ export class HostsModel {
     }
     const answered = new Promise<void>(resolve => {
       const done = (): void => {
-        this._stateChanged.disconnect(done);
+        this._answered.disconnect(done);
         this._poll.disposed.disconnect(done);
         resolve();
       };
-      this._stateChanged.connect(done);
+      this._answered.connect(done);
       this._poll.disposed.connect(done);
     });
     // A refresh asked for by the user runs even if the poll stands by.
@@ -138,14 +161,69 @@ export class HostsModel {
     Signal.clearData(this);
   }
 
-  private async _update(): Promise<void> {
+  /**
+   * Ask the server and apply its answer with `setState`. Reject (after
+   * applying the error) to make the poll back off.
+   */
+  protected abstract update(): Promise<void>;
+
+  protected setState(state: S): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._state = state;
+    this._stateChanged.emit(state);
+  }
+
+  private async _run(): Promise<void> {
     this._forced = false;
+    try {
+      await this.update();
+    } finally {
+      if (!this.isDisposed) {
+        this._answered.emit();
+      }
+    }
+  }
+
+  private readonly _poll: Poll<void, GPUDevAPIError>;
+  private readonly _stateChanged = new Signal<this, S>(this);
+  private readonly _answered = new Signal<this, void>(this);
+  private _state: S;
+  private _visible = false;
+  private _forced = false;
+  private _isDisposed = false;
+}
+
+namespace PolledModel {
+  export interface IOptions {
+    /** Time between two refreshes in milliseconds; default 5000. */
+    interval?: number;
+    /** Start polling at once (default true). */
+    auto?: boolean;
+  }
+}
+
+/** The list of Docker hosts, refreshed by a poll. */
+export class HostsModel extends PolledModel<IHostsState> {
+  constructor(options: HostsModel.IOptions = {}) {
+    super('jupyter-gpudev:hosts', options, {
+      status: 'loading',
+      hosts: [],
+      error: null,
+      lastUpdated: null
+    });
+    const { serverSettings } = options;
+    this._fetch = options.fetchHosts ?? (() => fetchHosts(serverSettings));
+  }
+
+  protected async update(): Promise<void> {
     let response: IHostsResponse;
     try {
       response = await this._fetch();
     } catch (reason) {
       const error = toAPIError(reason);
-      this._setState({
+      this.setState({
         status: 'error',
         hosts: error.hosts,
         error,
@@ -154,7 +232,7 @@ export class HostsModel {
       // Rejecting makes the poll back off until the server answers again.
       throw error;
     }
-    this._setState({
+    this.setState({
       status: 'ready',
       hosts: response.hosts,
       error: null,
@@ -162,39 +240,295 @@ export class HostsModel {
     });
   }
 
-  private _setState(state: IHostsState): void {
-    if (this.isDisposed) {
-      return;
-    }
-    this._state = state;
-    this._stateChanged.emit(state);
-  }
-
   private readonly _fetch: () => Promise<IHostsResponse>;
-  private readonly _poll: Poll<void, GPUDevAPIError>;
-  private readonly _stateChanged = new Signal<this, IHostsState>(this);
-  private _state: IHostsState = {
-    status: 'loading',
-    hosts: [],
-    error: null,
-    lastUpdated: null
-  };
-  private _visible = false;
-  private _forced = false;
-  private _isDisposed = false;
 }
 
 export namespace HostsModel {
-  export interface IOptions {
+  export interface IOptions extends PolledModel.IOptions {
     /** The server connection; defaults to the page's. */
     serverSettings?: ServerConnection.ISettings;
-    /** Time between two refreshes in milliseconds; default 5000. */
-    interval?: number;
-    /** Start polling at once (default true). */
-    auto?: boolean;
     /** Replaces the API call, for tests. */
     fetchHosts?: () => Promise<IHostsResponse>;
   }
+}
+
+/** An action on a dev container that can be under way. */
+export type ContainerAction = 'stop' | 'start' | 'remove';
+
+/** A start under way. */
+export interface IStartState {
+  readonly request: IStartRequest;
+  /** The last progress event; `null` until the first one. */
+  readonly progress: IStartProgress | null;
+}
+
+/** What the Environments and Dev containers sections show. */
+export interface IContainersState extends IPolledState {
+  readonly environments: readonly IEnvironment[];
+  /** Environment definitions that could not be used, with why. */
+  readonly problems: readonly IEnvironmentProblem[];
+  /** Every dev container, stopped ones included, by host then name. */
+  readonly containers: readonly IDevContainer[];
+  /** Starts under way, by environment name. */
+  readonly starting: ReadonlyMap<string, IStartState>;
+  /** Actions under way, by container name. */
+  readonly pending: ReadonlyMap<string, ContainerAction>;
+}
+
+/**
+ * The environments and the dev containers, refreshed by a poll with the
+ * same rules as the hosts, and the actions on them.
+ *
+ * Actions reject with a `GPUDevAPIError`; the list is refreshed after each.
+ */
+export class ContainersModel extends PolledModel<IContainersState> {
+  constructor(options: ContainersModel.IOptions = {}) {
+    super('jupyter-gpudev:containers', options, {
+      status: 'loading',
+      environments: [],
+      problems: [],
+      containers: [],
+      error: null,
+      lastUpdated: null,
+      starting: new Map(),
+      pending: new Map()
+    });
+    const settings = options.serverSettings;
+    this._api = {
+      fetchEnvironments: () => fetchEnvironments(settings),
+      fetchContainers: () => fetchContainers(settings),
+      startContainer: (request, startOptions) =>
+        startContainer(request, { settings, ...startOptions }),
+      stopContainer: name => stopContainer(name, settings),
+      resumeContainer: name => resumeContainer(name, settings),
+      removeContainer: (name, force) => removeContainer(name, force, settings),
+      ...options.api
+    };
+  }
+
+  /**
+   * Start a dev container from an environment, following its progress in
+   * `state.starting`. Resolves with the running container.
+   */
+  async start(request: IStartRequest): Promise<IDevContainer> {
+    const environment = request.environment;
+    if (this.state.starting.has(environment)) {
+      throw new GPUDevAPIError({
+        status: 0,
+        code: 'busy',
+        message: `A dev container of "${environment}" is already starting.`
+      });
+    }
+    this._setStarting(environment, { request, progress: null });
+    try {
+      const container = await this._api.startContainer(request, {
+        onProgress: progress => {
+          if (this.state.starting.has(environment)) {
+            this._setStarting(environment, { request, progress });
+          }
+        }
+      });
+      if (container.warnings.length > 0) {
+        this._warnings.set(container.name, container.warnings);
+      }
+      this._replace(container);
+      return container;
+    } catch (reason) {
+      throw toAPIError(reason);
+    } finally {
+      this._setStarting(environment, null);
+      this._changed();
+    }
+  }
+
+  /** Stop a running container; its GPU lease is freed. */
+  async stop(name: string): Promise<IDevContainer> {
+    return this._act(name, 'stop', async () => {
+      const container = await this._api.stopContainer(name);
+      this._replace(container);
+      return container;
+    });
+  }
+
+  /** Start a stopped container again, with the GPUs it had. */
+  async resume(name: string): Promise<IDevContainer> {
+    return this._act(name, 'start', async () => {
+      const container = await this._api.resumeContainer(name);
+      this._replace(container);
+      return container;
+    });
+  }
+
+  /**
+   * Remove a container. Without `force`, one with uncommitted changes is
+   * refused with a 409 `conflict` error (see `isUncommittedChanges`).
+   */
+  async remove(name: string, force = false): Promise<void> {
+    return this._act(name, 'remove', async () => {
+      await this._api.removeContainer(name, force);
+      this._warnings.delete(name);
+      this.setState({
+        ...this.state,
+        containers: this.state.containers.filter(c => c.name !== name)
+      });
+    });
+  }
+
+  protected async update(): Promise<void> {
+    let environments: IEnvironmentsResponse;
+    let containers: IContainersResponse;
+    try {
+      let epoch: number;
+      do {
+        // An action that ends meanwhile may have made the answer outdated:
+        // ask again then.
+        epoch = this._epoch;
+        [environments, containers] = await Promise.all([
+          this._api.fetchEnvironments(),
+          this._api.fetchContainers()
+        ]);
+      } while (epoch !== this._epoch && !this.isDisposed);
+    } catch (reason) {
+      const error = toAPIError(reason);
+      // Keep the last lists: they are shown greyed out under the error.
+      this.setState({
+        ...this.state,
+        status: 'error',
+        error,
+        lastUpdated: new Date()
+      });
+      throw error;
+    }
+    const names = new Set(containers.containers.map(c => c.name));
+    for (const name of [...this._warnings.keys()]) {
+      if (!names.has(name)) {
+        this._warnings.delete(name);
+      }
+    }
+    this.setState({
+      ...this.state,
+      status: 'ready',
+      environments: environments.environments,
+      problems: environments.problems,
+      containers: containers.containers.map(c => this._withWarnings(c)),
+      error: null,
+      lastUpdated: new Date()
+    });
+  }
+
+  private async _act<T>(
+    name: string,
+    action: ContainerAction,
+    run: () => Promise<T>
+  ): Promise<T> {
+    if (this.state.pending.has(name)) {
+      throw new GPUDevAPIError({
+        status: 0,
+        code: 'busy',
+        message: `"${name}" is busy with another action.`
+      });
+    }
+    this._setPending(name, action);
+    try {
+      return await run();
+    } catch (reason) {
+      throw toAPIError(reason);
+    } finally {
+      this._setPending(name, null);
+      this._changed();
+    }
+  }
+
+  /** Make answers asked before now outdated, and ask again. */
+  private _changed(): void {
+    this._epoch += 1;
+    void this.refresh();
+  }
+
+  /** Show the container as the server just described it. */
+  private _replace(container: IDevContainer): void {
+    const next = this._withWarnings(container);
+    const found = this.state.containers.some(c => c.name === next.name);
+    this.setState({
+      ...this.state,
+      containers: found
+        ? this.state.containers.map(c => (c.name === next.name ? next : c))
+        : [...this.state.containers, next]
+    });
+  }
+
+  /**
+   * The list does not repeat the warnings of a start (e.g. "started without
+   * a GPU"): keep showing them while the container exists.
+   */
+  private _withWarnings(container: IDevContainer): IDevContainer {
+    const kept = this._warnings.get(container.name);
+    return kept && container.warnings.length === 0
+      ? { ...container, warnings: kept }
+      : container;
+  }
+
+  private _setStarting(environment: string, value: IStartState | null): void {
+    const starting = new Map(this.state.starting);
+    if (value) {
+      starting.set(environment, value);
+    } else {
+      starting.delete(environment);
+    }
+    this.setState({ ...this.state, starting });
+  }
+
+  private _setPending(name: string, action: ContainerAction | null): void {
+    const pending = new Map(this.state.pending);
+    if (action) {
+      pending.set(name, action);
+    } else {
+      pending.delete(name);
+    }
+    this.setState({ ...this.state, pending });
+  }
+
+  private readonly _api: ContainersModel.IAPI;
+  private readonly _warnings = new Map<string, string[]>();
+  private _epoch = 0;
+}
+
+export namespace ContainersModel {
+  /** The calls the model makes; each can be replaced, for tests. */
+  export interface IAPI {
+    fetchEnvironments: () => Promise<IEnvironmentsResponse>;
+    fetchContainers: () => Promise<IContainersResponse>;
+    startContainer: (
+      request: IStartRequest,
+      options: Pick<IStartOptions, 'onProgress' | 'signal'>
+    ) => Promise<IDevContainer>;
+    stopContainer: (name: string) => Promise<IDevContainer>;
+    resumeContainer: (name: string) => Promise<IDevContainer>;
+    removeContainer: (name: string, force: boolean) => Promise<void>;
+  }
+
+  export interface IOptions extends PolledModel.IOptions {
+    /** The server connection; defaults to the page's. */
+    serverSettings?: ServerConnection.ISettings;
+    /** Replaces some API calls, for tests. */
+    api?: Partial<IAPI>;
+  }
+}
+
+/**
+ * True for the refusal to remove a container with uncommitted changes
+ * (409 `conflict`); `force` removes it anyway.
+ */
+export function isUncommittedChanges(error: GPUDevAPIError): boolean {
+  return error.status === 409 && error.code === 'conflict';
+}
+
+/** The changed paths listed with an `isUncommittedChanges` error. */
+export function changedPaths(error: GPUDevAPIError): string[] {
+  const changes = error.details?.changes;
+  return Array.isArray(changes)
+    ? changes.filter((item): item is string => typeof item === 'string')
+    : [];
 }
 
 function clampInterval(ms: number): number {

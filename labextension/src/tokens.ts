@@ -101,3 +101,107 @@ export interface IErrorBody {
   message: string;
   details?: IErrorDetails;
 }
+
+/** Whether an environment needs a GPU (`hostRequirements.gpu` of devcontainer.json). */
+export type GPUMode = 'none' | 'optional' | 'required';
+
+/** The GPUs an environment asks for. */
+export interface IGPURequirement {
+  mode: GPUMode;
+  /** GPUs leased when the start request does not name a number. */
+  count: number;
+  min_memory_mib: number | null;
+  model: string | null;
+}
+
+/**
+ * One environment a dev container can be started from, as listed by
+ * `GET /gpudev/api/environments` (only the fields the panel uses are typed).
+ */
+export interface IEnvironment {
+  name: string;
+  display_name: string;
+  /** Where it was defined: `default`, a devcontainer.json path, the config. */
+  source: string;
+  /** `null` when the image is built from a Dockerfile. */
+  image: string | null;
+  gpu: IGPURequirement;
+  forward_ports: number[];
+  workspace_folder: string;
+  /** Seconds; `null` for no idle timeout. */
+  idle_timeout: number | null;
+}
+
+/** A devcontainer.json (or configured environment) that could not be used as is. */
+export interface IEnvironmentProblem {
+  file: string;
+  /** The environment's name, when it could be read. */
+  name?: string;
+  level: 'error' | 'warning';
+  message: string;
+}
+
+/** Body of `GET /gpudev/api/environments`. */
+export interface IEnvironmentsResponse {
+  environments: IEnvironment[];
+  problems: IEnvironmentProblem[];
+}
+
+/**
+ * The engine's state of a container: `running`, `exited`, `created`,
+ * `paused`, `restarting`, `removing` or `dead`.
+ */
+export type ContainerState = string;
+
+/** One dev container, as listed by `GET /gpudev/api/containers`. */
+export interface IDevContainer {
+  name: string;
+  container_id: string;
+  host: string;
+  environment: string;
+  owner: string;
+  image: string;
+  state: ContainerState;
+  /** The engine's words for the state, e.g. "Up 3 minutes". */
+  status: string;
+  /** ISO 8601 date of creation. */
+  created: string;
+  gpu_uuids: string[];
+  lease_id: string | null;
+  /** Container port -> port on the host's 127.0.0.1. */
+  ports: Record<string, number>;
+  warnings: string[];
+}
+
+/** Body of `GET /gpudev/api/containers`. */
+export interface IContainersResponse {
+  containers: IDevContainer[];
+}
+
+/** Body of `POST /gpudev/api/containers`. */
+export interface IStartRequest {
+  /** The environment's `name`. */
+  environment: string;
+  /** How many GPUs to lease; the environment's default when left out. */
+  gpus?: number;
+  /** The host to start on; the server's local host when left out. */
+  host?: string;
+  /** The container's name; generated when left out. */
+  name?: string;
+}
+
+/**
+ * A step of a start, in order: `pull` or `build`, `lease`, `create`,
+ * `start`, `postCreateCommand`, `postStartCommand`, `ready` (some are
+ * skipped).
+ */
+export type StartStage = string;
+
+/** Data of one `progress` server-sent event of a streamed start. */
+export interface IStartProgress {
+  stage: StartStage;
+  message: string;
+  /** With `total`, how far a pull has got (bytes). */
+  current?: number | null;
+  total?: number | null;
+}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -486,3 +487,96 @@ def test_a_missing_image_without_a_registry_points_to_bootstrap(
     assert "gpudev-missing-image:never" in caught.value.message
     assert "jupyter gpudev image bootstrap" in caught.value.message
     assert manager.ledger.active("local") == []
+
+
+def fake_driver(tmp_path: Path) -> dict[str, Any]:
+    """A driver layout with real character devices (clones of /dev/null) and library files."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for node in ("nvidia0", "nvidia3", "nvidiactl", "nvidia-uvm"):
+        os.mknod(dev / node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    proc = tmp_path / "proc"
+    # GPU 1 of the fake inventory (bus 00000000:0F:00.0) is /dev/nvidia3; GPU 0 is /dev/nvidia0
+    for bus, minor in (("0000:07:00.0", 0), ("0000:0f:00.0", 3)):
+        (proc / bus).mkdir(parents=True)
+        (proc / bus / "information").write_text(f"Model: NVIDIA A100\nDevice Minor: {minor}\n")
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libcuda.so.535.129.03").write_text("not really a library")
+    (lib / "libcuda.so.1").symlink_to("libcuda.so.535.129.03")
+    (lib / "libnvidia-ml.so.1").write_text("not really a library")
+    (lib / "libunrelated.so.1").write_text("must not be mounted")
+    return {
+        "LegacyGPUInjection__enabled": True,
+        "LegacyGPUInjection__device_dir": str(dev),
+        "LegacyGPUInjection__proc_dir": str(proc),
+        "LegacyGPUInjection__library_dirs": [str(lib)],
+        "LegacyGPUInjection__binary_dirs": [],
+    }
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making device nodes needs root")
+def test_driver_injection_without_the_hook_gives_only_the_leased_gpu(
+    root: Path, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    # Given the opt-in fallback for engines without the NVIDIA hook, and a driver layout
+    manager = make_manager(root, tmp_path / "state", **fake_driver(tmp_path))
+    try:
+        # When a container leases GPU 1
+        info = manager.start(StartRequest(environment="default", name="legacy", gpus=1))
+        assert info.gpu_uuids == (A100_1,)
+        container = docker_client.containers.get(docker_name("legacy"))
+        host_config = container.attrs["HostConfig"]
+        # Then no DeviceRequest is made; only GPU 1's node and the control nodes are passed
+        assert not host_config.get("DeviceRequests")
+        assert sorted(d["PathInContainer"] for d in host_config["Devices"]) == [
+            "/dev/nvidia-uvm",
+            "/dev/nvidia3",
+            "/dev/nvidiactl",
+        ]
+        assert container.exec_run(["test", "-c", "/dev/nvidia3"]).exit_code == 0
+        assert container.exec_run(["test", "-e", "/dev/nvidia0"]).exit_code != 0
+        # And the driver libraries are there, read-only, on LD_LIBRARY_PATH
+        output = container.exec_run(["ls", "/usr/local/nvidia/lib64"]).output
+        assert isinstance(output, bytes)
+        assert sorted(output.decode().split()) == [
+            "libcuda.so.1",
+            "libcuda.so.535.129.03",
+            "libnvidia-ml.so.1",
+        ]
+        write = container.exec_run(["sh", "-c", "echo x > /usr/local/nvidia/lib64/libcuda.so.1"])
+        assert write.exit_code != 0
+        env = dict(item.split("=", 1) for item in container.attrs["Config"]["Env"])
+        assert env["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64"
+        assert env["NVIDIA_VISIBLE_DEVICES"] == A100_1
+        # And stop frees the lease as usual
+        manager.stop("legacy")
+        assert manager.ledger.active("local") == []
+    finally:
+        cleanup(docker_client, manager.server_id)
+        manager.host_pool.close()
+
+
+def test_driver_injection_refuses_what_it_cannot_map(
+    root: Path, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    # Given the fallback, but no driver information for the GPUs
+    manager = make_manager(
+        root,
+        tmp_path / "state",
+        LegacyGPUInjection__enabled=True,
+        LegacyGPUInjection__proc_dir=str(tmp_path / "nothing"),
+    )
+    try:
+        with pytest.raises(GPUDevError, match="Cannot tell which /dev/nvidia"):
+            manager.start(StartRequest(environment="default", name="unmapped", gpus=1))
+        # And nothing was left behind
+        assert manager.ledger.active("local") == []
+        assert (
+            docker_client.containers.list(
+                all=True, filters={"label": f"{L_SERVER}={manager.server_id}"}
+            )
+            == []
+        )
+    finally:
+        manager.host_pool.close()

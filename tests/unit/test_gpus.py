@@ -227,6 +227,7 @@ def fake_nvml(devices: list[dict[str, Any]], *, init_error: Exception | None = N
         nvmlDeviceGetUtilizationRates=util,
         nvmlDeviceGetPciInfo=lambda h: SimpleNamespace(busId=h.get("pci", "00000000:01:00.0")),
         nvmlDeviceGetMigMode=lambda h: (1, 1) if h.get("migs") else not_supported(),
+        nvmlDeviceGetMinorNumber=lambda h: h["minor"] if "minor" in h else not_supported(),
         nvmlDeviceGetMaxMigDeviceCount=lambda _h: 7,
         nvmlDeviceGetMigDeviceHandleByIndex=mig_handle,
     )
@@ -242,6 +243,7 @@ def test_nvml_reads_gpus_and_mig_devices_and_shuts_down() -> None:
                 "name": "NVIDIA H100 80GB HBM3",
                 "memory": (81559, 500),
                 "util": 12,
+                "minor": 4,
             },
             {
                 "uuid": "GPU-bbbb",
@@ -272,6 +274,8 @@ def test_nvml_reads_gpus_and_mig_devices_and_shuts_down() -> None:
     assert (h100.uuid, h100.memory_total_mib, h100.memory_used_mib) == ("GPU-aaaa", 81559, 500)
     assert h100.utilization_percent == 12
     assert h100.driver_version == "550.54.15"
+    assert h100.minor_number == 4
+    assert a100_minor_unknown(a100)
     assert a100.mig_enabled
     assert a100.utilization_percent is None
     assert [(m.uuid, m.profile, m.memory_total_mib) for m in a100.mig_devices] == [
@@ -301,6 +305,10 @@ def test_nvml_failure_while_reading_restarts_nvml_next_time(fake_smi: FakeSmi) -
     # Then NVML is shut down and nvidia-smi answers instead
     assert result.source == "nvidia-smi"
     assert nvml.calls == ["init", "shutdown"]
+
+
+def a100_minor_unknown(gpu: Any) -> bool:
+    return gpu.minor_number is None
 
 
 def test_nvml_without_library_falls_back_to_nvidia_smi(fake_smi: FakeSmi) -> None:

@@ -1,3 +1,4 @@
+import { Notification, showErrorMessage } from '@jupyterlab/apputils';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
@@ -6,7 +7,8 @@ import type { IHostInfo } from '../tokens';
 
 /**
  * The body of the "Show details" dialog: the server's message, the error
- * code and status, and each host the server listed with its reason.
+ * code and status, each host the server listed with its reason, and the
+ * changed paths of a container that was not removed.
  */
 export function ErrorDetails({
   error,
@@ -17,6 +19,7 @@ export function ErrorDetails({
   hosts: readonly IHostInfo[];
   trans: TranslationBundle;
 }): React.JSX.Element {
+  const changes = stringList(error.details?.changes);
   return (
     <div className="jp-gpudev-error-details">
       <p className="jp-gpudev-error-message">{error.message}</p>
@@ -40,7 +43,34 @@ export function ErrorDetails({
           ))}
         </ul>
       )}
+      {changes.length > 0 && <ChangedPaths paths={changes} trans={trans} />}
     </div>
+  );
+}
+
+/** The paths a container changed, as a scrollable list. */
+export function ChangedPaths({
+  paths,
+  trans
+}: {
+  paths: readonly string[];
+  trans: TranslationBundle;
+}): React.JSX.Element {
+  return (
+    <>
+      <p className="jp-gpudev-muted">
+        {trans._n('%1 changed path:', '%1 changed paths:', paths.length)}
+      </p>
+      <ul
+        className="jp-gpudev-changes"
+        aria-label={trans.__('Changed paths')}
+        tabIndex={0}
+      >
+        {paths.map(path => (
+          <li key={path}>{path}</li>
+        ))}
+      </ul>
+    </>
   );
 }
 
@@ -51,4 +81,36 @@ export function renderErrorDetails(
   trans: TranslationBundle
 ): React.ReactElement {
   return <ErrorDetails error={error} hosts={hosts} trans={trans} />;
+}
+
+/**
+ * Show `error` as an error notification with a "Show details" action that
+ * opens a dialog titled `title`.
+ */
+export function notifyError(
+  title: string,
+  error: GPUDevAPIError,
+  trans: TranslationBundle,
+  hosts: readonly IHostInfo[] = error.hosts
+): void {
+  Notification.error(trans.__('GPU Dev: %1', error.message), {
+    autoClose: false,
+    actions: [
+      {
+        label: trans.__('Show details'),
+        caption: trans.__('Show the error and what the server said about it'),
+        callback: () => {
+          void showErrorMessage(title, {
+            message: renderErrorDetails(error, hosts, trans)
+          });
+        }
+      }
+    ]
+  });
+}
+
+function stringList(value: unknown): string[] {
+  return Array.isArray(value)
+    ? value.filter((item): item is string => typeof item === 'string')
+    : [];
 }

@@ -5,7 +5,7 @@ import type { Message } from '@lumino/messaging';
 import * as React from 'react';
 
 import { chipIcon } from '../icons';
-import type { HostsModel, IHostsState } from '../model';
+import type { ContainersModel, HostsModel, IHostsState } from '../model';
 import type {
   IEngineInfo,
   IGPUInfo,
@@ -13,6 +13,7 @@ import type {
   IHostInfo,
   IMigDevice
 } from '../tokens';
+import { ContainersSection, EnvironmentsSection } from './ContainersView';
 
 /** The id of the panel in the shell (also used by the layout restorer). */
 export const PANEL_ID = 'gpudev-panel';
@@ -21,12 +22,14 @@ export const PANEL_ID = 'gpudev-panel';
 export const TRANSLATION_DOMAIN = 'jupyter_gpudev';
 
 /**
- * The left sidebar panel: every Docker host with its engine and GPUs.
+ * The left sidebar panel: every Docker host with its engine and GPUs, then
+ * (given a `ContainersModel`) the environments and the dev containers.
  */
 export class HostsPanel extends ReactWidget {
   constructor(options: HostsPanel.IOptions) {
     super();
     this.model = options.model;
+    this.containers = options.containers ?? null;
     this._trans = (options.translator ?? nullTranslator).load(
       TRANSLATION_DOMAIN
     );
@@ -39,30 +42,46 @@ export class HostsPanel extends ReactWidget {
   /** The hosts shown by the panel. */
   readonly model: HostsModel;
 
+  /** The environments and dev containers shown below the hosts, if any. */
+  readonly containers: ContainersModel | null;
+
   protected override onAfterAttach(msg: Message): void {
     super.onAfterAttach(msg);
     // Shown before the shell was attached (a restored layout, an early
     // command): no after-show message comes then, so check here.
-    this.model.visible = this.isVisible;
+    this._setVisible(this.isVisible);
   }
 
   protected override onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
-    this.model.visible = true;
+    this._setVisible(true);
   }
 
   protected override onAfterHide(msg: Message): void {
     super.onAfterHide(msg);
-    this.model.visible = false;
+    this._setVisible(false);
   }
 
   protected override onBeforeDetach(msg: Message): void {
-    this.model.visible = false;
+    this._setVisible(false);
     super.onBeforeDetach(msg);
   }
 
   protected render(): React.JSX.Element {
-    return <HostsView model={this.model} trans={this._trans} />;
+    return (
+      <HostsView
+        model={this.model}
+        containers={this.containers}
+        trans={this._trans}
+      />
+    );
+  }
+
+  private _setVisible(visible: boolean): void {
+    this.model.visible = visible;
+    if (this.containers) {
+      this.containers.visible = visible;
+    }
   }
 
   private readonly _trans: TranslationBundle;
@@ -71,6 +90,8 @@ export class HostsPanel extends ReactWidget {
 export namespace HostsPanel {
   export interface IOptions {
     model: HostsModel;
+    /** Adds the Environments and Dev containers sections. */
+    containers?: ContainersModel;
     translator?: ITranslator;
   }
 }
@@ -93,20 +114,29 @@ function useHostsState(model: HostsModel): IHostsState {
 
 interface IViewProps {
   model: HostsModel;
+  containers?: ContainersModel | null;
   trans: TranslationBundle;
 }
 
-/** The whole panel: header, then loading, error, empty or the host list. */
-export function HostsView({ model, trans }: IViewProps): React.JSX.Element {
+/**
+ * The whole panel: header, then loading, error, empty or the host list,
+ * then the environments and dev containers when a model for them is given.
+ */
+export function HostsView({
+  model,
+  containers,
+  trans
+}: IViewProps): React.JSX.Element {
   const state = useHostsState(model);
   const [refreshing, setRefreshing] = React.useState(false);
+  const hostsHeadingId = React.useId();
 
   const onRefresh = React.useCallback(() => {
     setRefreshing(true);
-    void model.refresh().finally(() => {
+    void Promise.all([model.refresh(), containers?.refresh()]).finally(() => {
       setRefreshing(false);
     });
-  }, [model]);
+  }, [model, containers]);
 
   return (
     <div className="jp-gpudev-view">
@@ -118,7 +148,11 @@ export function HostsView({ model, trans }: IViewProps): React.JSX.Element {
             'jp-gpudev-refresh' + (refreshing ? ' jp-gpudev-mod-busy' : '')
           }
           aria-label={trans.__('Refresh')}
-          title={trans.__('Refresh the host list')}
+          title={
+            containers
+              ? trans.__('Refresh the hosts, environments and dev containers')
+              : trans.__('Refresh the host list')
+          }
           aria-busy={refreshing}
           onClick={onRefresh}
         >
@@ -130,13 +164,28 @@ export function HostsView({ model, trans }: IViewProps): React.JSX.Element {
           {trans.__('Updated %1', state.lastUpdated.toLocaleTimeString())}
         </p>
       )}
-      <div
-        className="jp-gpudev-body"
-        aria-busy={state.status === 'loading'}
-        aria-live="polite"
-      >
-        <Body state={state} trans={trans} />
-      </div>
+      <section className="jp-gpudev-section" aria-labelledby={hostsHeadingId}>
+        <h3 id={hostsHeadingId} className="jp-gpudev-section-heading">
+          {trans.__('Hosts')}
+        </h3>
+        <div
+          className="jp-gpudev-body"
+          aria-busy={state.status === 'loading'}
+          aria-live="polite"
+        >
+          <Body state={state} trans={trans} />
+        </div>
+      </section>
+      {containers && (
+        <>
+          <EnvironmentsSection
+            model={containers}
+            hosts={state.hosts}
+            trans={trans}
+          />
+          <ContainersSection model={containers} trans={trans} />
+        </>
+      )}
     </div>
   );
 }
@@ -226,9 +275,9 @@ function HostCard({
       aria-labelledby={headingId}
     >
       <div className="jp-gpudev-host-header">
-        <h3 id={headingId} className="jp-gpudev-host-name">
+        <h4 id={headingId} className="jp-gpudev-host-name">
           {host.name}
-        </h3>
+        </h4>
         <span
           className={
             'jp-gpudev-badge ' +
@@ -305,10 +354,10 @@ function GPUSection({
     .join(' · ');
   return (
     <div className="jp-gpudev-gpu-section">
-      <h4 className="jp-gpudev-section-title">
+      <h5 className="jp-gpudev-section-title">
         {trans.__('GPUs')}
         {versions && <span className="jp-gpudev-muted"> {versions}</span>}
-      </h4>
+      </h5>
       {inventory.gpus.length === 0 ? (
         <p className="jp-gpudev-nogpu">
           <span className="jp-gpudev-nogpu-label">{trans.__('No GPU')}</span>

@@ -1,0 +1,798 @@
+import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
+import type { TranslationBundle } from '@jupyterlab/translation';
+import * as React from 'react';
+
+import { toAPIError } from '../api';
+import type { GPUDevAPIError } from '../api';
+import { changedPaths, isUncommittedChanges } from '../model';
+import type {
+  ContainerAction,
+  ContainersModel,
+  IContainersState,
+  IStartState
+} from '../model';
+import type {
+  IDevContainer,
+  IEnvironment,
+  IEnvironmentProblem,
+  IHostInfo,
+  IStartProgress,
+  IStartRequest
+} from '../tokens';
+import { ChangedPaths, notifyError } from './ErrorDetails';
+
+/** Follow the state of a `ContainersModel` from a React component. */
+export function useContainersState(model: ContainersModel): IContainersState {
+  const [state, setState] = React.useState<IContainersState>(model.state);
+  React.useEffect(() => {
+    const onChange = (_: ContainersModel, next: IContainersState): void => {
+      setState(next);
+    };
+    model.stateChanged.connect(onChange);
+    setState(model.state);
+    return () => {
+      model.stateChanged.disconnect(onChange);
+    };
+  }, [model]);
+  return state;
+}
+
+interface ISectionProps {
+  model: ContainersModel;
+  trans: TranslationBundle;
+}
+
+/**
+ * The "Environments" section: each environment with a Start button, its
+ * GPU count and host, the progress of a start, and the broken definitions.
+ */
+export function EnvironmentsSection({
+  model,
+  hosts,
+  trans
+}: ISectionProps & {
+  /** The hosts the panel knows; a host can be picked among the reachable. */
+  hosts: readonly IHostInfo[];
+}): React.JSX.Element {
+  const state = useContainersState(model);
+  const headingId = React.useId();
+  const reachable = React.useMemo(
+    () => hosts.filter(host => host.reachable),
+    [hosts]
+  );
+  const onStart = React.useCallback(
+    (env: IEnvironment, request: IStartRequest) => {
+      model.start(request).then(
+        container => {
+          Notification.success(
+            trans.__('GPU Dev: %1 is running', container.name),
+            { autoClose: 5000 }
+          );
+        },
+        (reason: unknown) => {
+          notifyError(
+            trans.__('GPU Dev: could not start %1', env.display_name),
+            toAPIError(reason),
+            trans
+          );
+        }
+      );
+    },
+    [model, trans]
+  );
+
+  return (
+    <section className="jp-gpudev-section" aria-labelledby={headingId}>
+      <h3 id={headingId} className="jp-gpudev-section-heading">
+        {trans.__('Environments')}
+      </h3>
+      <div
+        className="jp-gpudev-body"
+        aria-busy={state.status === 'loading'}
+      >
+        {state.status === 'loading' && (
+          <p className="jp-gpudev-message" role="status">
+            {trans.__('Loading environments…')}
+          </p>
+        )}
+        {state.status === 'error' && state.error && (
+          <div className="jp-gpudev-error" role="alert">
+            <p className="jp-gpudev-error-title">
+              {trans.__('Could not load the environments and dev containers')}
+            </p>
+            <p className="jp-gpudev-error-message">{state.error.message}</p>
+          </div>
+        )}
+        {state.status === 'ready' && state.environments.length === 0 && (
+          <div className="jp-gpudev-empty">
+            <p className="jp-gpudev-empty-title">
+              {trans.__('No environments')}
+            </p>
+            <p className="jp-gpudev-hint">
+              {trans.__(
+                'Add a .devcontainer/devcontainer.json to the folder Jupyter serves, or define environments with c.EnvironmentManager.environments.'
+              )}
+            </p>
+          </div>
+        )}
+        {state.environments.length > 0 && (
+          <ul className="jp-gpudev-rows" aria-label={trans.__('Environments')}>
+            {state.environments.map(env => (
+              <EnvironmentRow
+                key={env.name}
+                env={env}
+                start={state.starting.get(env.name)}
+                hosts={reachable}
+                onStart={onStart}
+                trans={trans}
+              />
+            ))}
+          </ul>
+        )}
+        {state.problems.length > 0 && (
+          <Problems problems={state.problems} trans={trans} />
+        )}
+      </div>
+    </section>
+  );
+}
+
+/** What an environment asks for, in a few words ("1 GPU", "CPU"...). */
+export function gpuRequirementText(
+  env: IEnvironment,
+  trans: TranslationBundle
+): string {
+  switch (env.gpu.mode) {
+    case 'none':
+      return trans.__('CPU');
+    case 'optional':
+      return trans.__('GPU optional');
+    default:
+      return trans._n('%1 GPU', '%1 GPUs', env.gpu.count);
+  }
+}
+
+function gpuRequirementTitle(
+  env: IEnvironment,
+  trans: TranslationBundle
+): string | undefined {
+  const parts: string[] = [];
+  if (env.gpu.mode === 'optional' && env.gpu.count > 0) {
+    parts.push(
+      trans._n(
+        '%1 GPU when one is free, else the CPU',
+        '%1 GPUs when they are free, else the CPU',
+        env.gpu.count
+      )
+    );
+  }
+  if (env.gpu.model) {
+    parts.push(trans.__('model: %1', env.gpu.model));
+  }
+  if (env.gpu.min_memory_mib !== null) {
+    parts.push(
+      trans.__(
+        'at least %1 MiB of GPU memory',
+        numberFormat.format(env.gpu.min_memory_mib)
+      )
+    );
+  }
+  return parts.length > 0 ? parts.join(' · ') : undefined;
+}
+
+const numberFormat = new Intl.NumberFormat();
+
+function EnvironmentRow({
+  env,
+  start,
+  hosts,
+  onStart,
+  trans
+}: {
+  env: IEnvironment;
+  start: IStartState | undefined;
+  hosts: readonly IHostInfo[];
+  onStart: (env: IEnvironment, request: IStartRequest) => void;
+  trans: TranslationBundle;
+}): React.JSX.Element {
+  const headingId = React.useId();
+  const gpusId = React.useId();
+  const hostId = React.useId();
+  const minGPUs = env.gpu.mode === 'required' ? 1 : 0;
+  // `null` until edited: the environment's own count (and, for an optional
+  // GPU, the server's fallback to the CPU when none is free).
+  const [gpusText, setGPUsText] = React.useState<string | null>(null);
+  const [host, setHost] = React.useState<string | null>(null);
+
+  const showHosts = hosts.length > 1;
+  const defaultHost =
+    hosts.find(candidate => candidate.is_local)?.name ?? hosts[0]?.name ?? '';
+  const selectedHost =
+    host !== null && hosts.some(candidate => candidate.name === host)
+      ? host
+      : defaultHost;
+  const hostGPUs = hosts.find(candidate => candidate.name === selectedHost)
+    ?.gpus.gpus.length;
+  const maxGPUs =
+    showHosts && hostGPUs !== undefined && hostGPUs >= minGPUs
+      ? hostGPUs
+      : undefined;
+
+  const shown = gpusText ?? String(env.gpu.count);
+  const gpus = /^\d+$/.test(shown.trim()) ? Number(shown.trim()) : NaN;
+  const valid =
+    Number.isInteger(gpus) &&
+    gpus >= minGPUs &&
+    (maxGPUs === undefined || gpus <= maxGPUs);
+  const starting = start !== undefined;
+
+  const submit = (): void => {
+    if (!valid || starting) {
+      return;
+    }
+    const request: IStartRequest = { environment: env.name };
+    if (gpus !== env.gpu.count) {
+      request.gpus = gpus;
+    }
+    if (showHosts && selectedHost) {
+      request.host = selectedHost;
+    }
+    onStart(env, request);
+  };
+
+  return (
+    <li
+      className="jp-gpudev-row jp-gpudev-env"
+      data-testid={`gpudev-env-${env.name}`}
+      aria-labelledby={headingId}
+    >
+      <div className="jp-gpudev-row-header">
+        <h4
+          id={headingId}
+          className="jp-gpudev-row-name"
+          title={trans.__('%1 (from %2)', env.name, env.source)}
+        >
+          {env.display_name}
+        </h4>
+        <span
+          className={
+            'jp-gpudev-badge ' +
+            (env.gpu.mode === 'none'
+              ? 'jp-gpudev-badge-muted'
+              : 'jp-gpudev-badge-info')
+          }
+          title={gpuRequirementTitle(env, trans)}
+        >
+          {gpuRequirementText(env, trans)}
+        </span>
+      </div>
+      <p className="jp-gpudev-row-detail" title={env.image ?? undefined}>
+        {env.image ?? trans.__('image built from a Dockerfile')}
+      </p>
+      <form
+        className="jp-gpudev-env-controls"
+        onSubmit={event => {
+          event.preventDefault();
+          submit();
+        }}
+      >
+        <label className="jp-gpudev-field" htmlFor={gpusId}>
+          <span className="jp-gpudev-field-label">{trans.__('GPUs')}</span>
+          <input
+            id={gpusId}
+            className="jp-gpudev-input jp-gpudev-gpus-input"
+            data-testid={`gpudev-env-gpus-${env.name}`}
+            type="number"
+            inputMode="numeric"
+            min={minGPUs}
+            max={maxGPUs}
+            step={1}
+            value={shown}
+            disabled={starting}
+            aria-invalid={!valid}
+            title={
+              env.gpu.mode === 'required'
+                ? trans.__('Number of GPUs to lease (at least 1)')
+                : trans.__('Number of GPUs to lease (0 for the CPU only)')
+            }
+            onChange={event => {
+              setGPUsText(event.currentTarget.value);
+            }}
+          />
+        </label>
+        {showHosts && (
+          <label className="jp-gpudev-field" htmlFor={hostId}>
+            <span className="jp-gpudev-field-label">{trans.__('Host')}</span>
+            <select
+              id={hostId}
+              className="jp-gpudev-input jp-gpudev-host-select"
+              data-testid={`gpudev-env-host-${env.name}`}
+              value={selectedHost}
+              disabled={starting}
+              onChange={event => {
+                setHost(event.currentTarget.value);
+              }}
+            >
+              {hosts.map(candidate => (
+                <option key={candidate.name} value={candidate.name}>
+                  {candidate.name}
+                </option>
+              ))}
+            </select>
+          </label>
+        )}
+        <button
+          type="submit"
+          className={
+            'jp-gpudev-button jp-gpudev-mod-accept' +
+            (starting ? ' jp-gpudev-mod-busy' : '')
+          }
+          data-testid={`gpudev-env-start-${env.name}`}
+          disabled={starting || !valid}
+          aria-busy={starting}
+          aria-label={trans.__('Start %1', env.display_name)}
+          title={
+            valid
+              ? trans.__('Start a dev container from %1', env.display_name)
+              : trans.__('Enter a valid number of GPUs')
+          }
+        >
+          {starting ? trans.__('Starting…') : trans.__('Start')}
+        </button>
+      </form>
+      {start && (
+        <StartProgress
+          environment={env.name}
+          progress={start.progress}
+          trans={trans}
+        />
+      )}
+    </li>
+  );
+}
+
+function stageLabel(stage: string, trans: TranslationBundle): string {
+  switch (stage) {
+    case 'pull':
+      return trans.__('Pulling the image');
+    case 'build':
+      return trans.__('Building the image');
+    case 'lease':
+      return trans.__('Leasing GPUs');
+    case 'create':
+      return trans.__('Creating');
+    case 'start':
+      return trans.__('Starting');
+    case 'postCreateCommand':
+      return trans.__('Running postCreateCommand');
+    case 'postStartCommand':
+      return trans.__('Running postStartCommand');
+    case 'ready':
+      return trans.__('Ready');
+    default:
+      return stage;
+  }
+}
+
+function StartProgress({
+  environment,
+  progress,
+  trans
+}: {
+  environment: string;
+  progress: IStartProgress | null;
+  trans: TranslationBundle;
+}): React.JSX.Element {
+  const current = progress?.current ?? null;
+  const total = progress?.total ?? null;
+  const measured = current !== null && total !== null && total > 0;
+  const fraction = measured ? Math.min(1, Math.max(0, current / total)) : 0;
+  return (
+    <div
+      className="jp-gpudev-progress"
+      data-testid={`gpudev-start-progress-${environment}`}
+      data-stage={progress?.stage ?? ''}
+      role="status"
+      aria-live="polite"
+    >
+      <p className="jp-gpudev-progress-text">
+        <span className="jp-gpudev-progress-stage">
+          {progress
+            ? stageLabel(progress.stage, trans)
+            : trans.__('Contacting the server…')}
+        </span>
+        {progress?.message && (
+          <span
+            className="jp-gpudev-progress-message"
+            title={progress.message}
+          >
+            {progress.message}
+          </span>
+        )}
+      </p>
+      {measured && (
+        <div
+          className="jp-gpudev-bar"
+          role="progressbar"
+          aria-label={trans.__('Progress of %1', environment)}
+          aria-valuemin={0}
+          aria-valuemax={total}
+          aria-valuenow={current}
+          aria-valuetext={trans.__('%1%', Math.round(fraction * 100))}
+        >
+          <div
+            className="jp-gpudev-bar-fill"
+            style={{ width: `${(fraction * 100).toFixed(1)}%` }}
+          />
+        </div>
+      )}
+    </div>
+  );
+}
+
+function Problems({
+  problems,
+  trans
+}: {
+  problems: readonly IEnvironmentProblem[];
+  trans: TranslationBundle;
+}): React.JSX.Element {
+  return (
+    <div className="jp-gpudev-problems">
+      <h4 className="jp-gpudev-section-title">
+        {trans._n(
+          '%1 environment file has a problem',
+          '%1 environment files have problems',
+          new Set(problems.map(problem => problem.file)).size
+        )}
+      </h4>
+      <ul aria-label={trans.__('Environment problems')}>
+        {problems.map((problem, i) => (
+          <li
+            key={i}
+            className={
+              'jp-gpudev-problem ' +
+              (problem.level === 'error'
+                ? 'jp-gpudev-mod-error'
+                : 'jp-gpudev-mod-warning')
+            }
+          >
+            <span className="jp-gpudev-problem-level">
+              {problem.level === 'error'
+                ? trans.__('Error')
+                : trans.__('Warning')}
+            </span>{' '}
+            <span className="jp-gpudev-problem-file" title={problem.file}>
+              {problem.name
+                ? trans.__('%1 (%2)', problem.name, problem.file)
+                : problem.file}
+            </span>
+            <div className="jp-gpudev-problem-message">{problem.message}</div>
+          </li>
+        ))}
+      </ul>
+    </div>
+  );
+}
+
+/**
+ * The "Dev containers" section: every container with its state, GPUs,
+ * ports and warnings, and the actions its state allows.
+ */
+export function ContainersSection({
+  model,
+  trans
+}: ISectionProps): React.JSX.Element {
+  const state = useContainersState(model);
+  const headingId = React.useId();
+
+  const onAction = React.useCallback(
+    (container: IDevContainer, action: ContainerAction) => {
+      const name = container.name;
+      const failed = (reason: unknown): void => {
+        notifyError(
+          actionFailedTitle(action, name, trans),
+          toAPIError(reason),
+          trans
+        );
+      };
+      switch (action) {
+        case 'stop':
+          model.stop(name).catch(failed);
+          break;
+        case 'start':
+          model.resume(name).catch(failed);
+          break;
+        case 'remove':
+          removeWithConfirmation(model, name, trans).catch(failed);
+          break;
+      }
+    },
+    [model, trans]
+  );
+
+  const containers = state.containers;
+  return (
+    <section className="jp-gpudev-section" aria-labelledby={headingId}>
+      <h3 id={headingId} className="jp-gpudev-section-heading">
+        {trans.__('Dev containers')}
+        {containers.length > 0 && (
+          <span className="jp-gpudev-count">{containers.length}</span>
+        )}
+      </h3>
+      <div
+        className="jp-gpudev-body"
+        aria-busy={state.status === 'loading'}
+      >
+        {state.status === 'loading' && (
+          <p className="jp-gpudev-message" role="status">
+            {trans.__('Loading dev containers…')}
+          </p>
+        )}
+        {state.status !== 'loading' && containers.length === 0 && (
+          <p className="jp-gpudev-message">
+            {state.status === 'ready'
+              ? trans.__('No dev containers. Start one from an environment.')
+              : trans.__('No dev containers known.')}
+          </p>
+        )}
+        {containers.length > 0 && (
+          <ul
+            className={
+              'jp-gpudev-rows' +
+              (state.status === 'error' ? ' jp-gpudev-mod-stale' : '')
+            }
+            aria-label={trans.__('Dev containers')}
+          >
+            {containers.map(container => (
+              <ContainerRow
+                key={`${container.host}/${container.name}`}
+                container={container}
+                pending={state.pending.get(container.name)}
+                onAction={onAction}
+                trans={trans}
+              />
+            ))}
+          </ul>
+        )}
+      </div>
+    </section>
+  );
+}
+
+function actionFailedTitle(
+  action: ContainerAction,
+  name: string,
+  trans: TranslationBundle
+): string {
+  switch (action) {
+    case 'stop':
+      return trans.__('GPU Dev: could not stop %1', name);
+    case 'start':
+      return trans.__('GPU Dev: could not start %1', name);
+    case 'remove':
+      return trans.__('GPU Dev: could not remove %1', name);
+  }
+}
+
+/**
+ * Remove a container; if it has uncommitted changes, ask whether to remove
+ * it anyway and then force it. Rejects with the error of the last attempt.
+ */
+async function removeWithConfirmation(
+  model: ContainersModel,
+  name: string,
+  trans: TranslationBundle
+): Promise<void> {
+  let refusal: GPUDevAPIError;
+  try {
+    await model.remove(name);
+    return;
+  } catch (reason) {
+    refusal = toAPIError(reason);
+    if (!isUncommittedChanges(refusal)) {
+      throw refusal;
+    }
+  }
+  const result = await showDialog({
+    title: trans.__('Remove %1 with its changes?', name),
+    body: <RemoveAnywayBody error={refusal} trans={trans} />,
+    buttons: [
+      Dialog.cancelButton({ label: trans.__('Cancel') }),
+      Dialog.warnButton({ label: trans.__('Remove anyway') })
+    ],
+    defaultButton: 0
+  });
+  if (result.button.accept) {
+    await model.remove(name, true);
+  }
+}
+
+function RemoveAnywayBody({
+  error,
+  trans
+}: {
+  error: GPUDevAPIError;
+  trans: TranslationBundle;
+}): React.JSX.Element {
+  const paths = changedPaths(error);
+  return (
+    <div className="jp-gpudev-error-details">
+      <p>{error.message}</p>
+      <p>
+        {trans.__(
+          'Removing the container loses these changes for good. Commit them first to keep them.'
+        )}
+      </p>
+      {paths.length > 0 && <ChangedPaths paths={paths} trans={trans} />}
+    </div>
+  );
+}
+
+const RUNNING_STATES = new Set(['running', 'restarting', 'paused']);
+const STARTABLE_STATES = new Set(['exited', 'created']);
+
+function stateBadgeClass(state: string): string {
+  switch (state) {
+    case 'running':
+      return 'jp-gpudev-badge-ok';
+    case 'restarting':
+    case 'paused':
+    case 'removing':
+      return 'jp-gpudev-badge-warn';
+    case 'dead':
+      return 'jp-gpudev-badge-error';
+    default:
+      return 'jp-gpudev-badge-muted';
+  }
+}
+
+/** `8000 -> 127.0.0.1:49153`, by container port. */
+export function portLines(ports: Readonly<Record<string, number>>): string[] {
+  return Object.entries(ports)
+    .sort(([a], [b]) => Number(a) - Number(b) || a.localeCompare(b))
+    .map(([inside, outside]) => `${inside} -> 127.0.0.1:${outside}`);
+}
+
+function ContainerRow({
+  container,
+  pending,
+  onAction,
+  trans
+}: {
+  container: IDevContainer;
+  pending: ContainerAction | undefined;
+  onAction: (container: IDevContainer, action: ContainerAction) => void;
+  trans: TranslationBundle;
+}): React.JSX.Element {
+  const headingId = React.useId();
+  const name = container.name;
+  const running = RUNNING_STATES.has(container.state);
+  const canStart = STARTABLE_STATES.has(container.state);
+  const canRemove = !running && container.state !== 'removing';
+  const ports = portLines(container.ports);
+  const gpus = container.gpu_uuids;
+  const busy = pending !== undefined;
+
+  const actionButton = (
+    action: ContainerAction,
+    label: string,
+    busyLabel: string,
+    caption: string,
+    extraClass = ''
+  ): React.JSX.Element => (
+    <button
+      type="button"
+      className={
+        'jp-gpudev-button' +
+        extraClass +
+        (pending === action ? ' jp-gpudev-mod-busy' : '')
+      }
+      data-testid={`gpudev-container-${action}-${name}`}
+      disabled={busy}
+      aria-busy={pending === action}
+      aria-label={trans.__('%1 %2', label, name)}
+      title={caption}
+      onClick={() => {
+        onAction(container, action);
+      }}
+    >
+      {pending === action ? busyLabel : label}
+    </button>
+  );
+
+  return (
+    <li
+      className={
+        'jp-gpudev-row jp-gpudev-container' +
+        (running ? '' : ' jp-gpudev-mod-stopped')
+      }
+      data-testid={`gpudev-container-${name}`}
+      data-state={container.state}
+      aria-labelledby={headingId}
+      aria-busy={busy}
+    >
+      <div className="jp-gpudev-row-header">
+        <h4 id={headingId} className="jp-gpudev-row-name">
+          {name}
+        </h4>
+        <span
+          className={'jp-gpudev-badge ' + stateBadgeClass(container.state)}
+          title={container.status || undefined}
+        >
+          {container.state}
+        </span>
+      </div>
+      <p className="jp-gpudev-row-detail" title={container.image || undefined}>
+        {container.host
+          ? trans.__('%1 on %2', container.environment, container.host)
+          : container.environment}
+      </p>
+      <dl className="jp-gpudev-facts">
+        <dt>{trans.__('GPUs')}</dt>
+        <dd
+          title={
+            gpus.length > 0
+              ? trans.__('UUIDs: %1', gpus.join(', '))
+              : undefined
+          }
+        >
+          {gpus.length > 0 ? gpus.length : trans.__('none (CPU)')}
+        </dd>
+        {ports.length > 0 && (
+          <>
+            <dt>{trans.__('Ports')}</dt>
+            <dd>
+              <ul className="jp-gpudev-ports">
+                {ports.map(line => (
+                  <li key={line}>{line}</li>
+                ))}
+              </ul>
+            </dd>
+          </>
+        )}
+        {container.status && (
+          <>
+            <dt>{trans.__('Status')}</dt>
+            <dd>{container.status}</dd>
+          </>
+        )}
+      </dl>
+      {container.warnings.length > 0 && (
+        <ul className="jp-gpudev-warnings">
+          {container.warnings.map((warning, i) => (
+            <li key={i}>{warning}</li>
+          ))}
+        </ul>
+      )}
+      <div
+        className="jp-gpudev-actions"
+        role="group"
+        aria-label={trans.__('Actions on %1', name)}
+      >
+        {running &&
+          actionButton(
+            'stop',
+            trans.__('Stop'),
+            trans.__('Stopping…'),
+            trans.__('Stop the container and free its GPUs; its files are kept')
+          )}
+        {canStart &&
+          actionButton(
+            'start',
+            trans.__('Start'),
+            trans.__('Starting…'),
+            trans.__('Start the container again, with the same GPUs')
+          )}
+        {canRemove &&
+          actionButton(
+            'remove',
+            trans.__('Remove'),
+            trans.__('Removing…'),
+            trans.__('Remove the container'),
+            ' jp-gpudev-mod-warn'
+          )}
+      </div>
+    </li>
+  );
+}

@@ -1,0 +1,59 @@
+"""Driver injection planning (the fallback without the NVIDIA hook), without an engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jupyter_gpudev.driver import DriverInjectionError, LegacyGPUInjection, proc_bus_id
+from jupyter_gpudev.gpus import GPU
+
+
+@pytest.mark.parametrize(
+    ("smi", "proc"),
+    [
+        ("00000000:07:00.0", "0000:07:00.0"),
+        ("00000000:0F:00.0", "0000:0f:00.0"),
+        ("0000:3B:00.0", "0000:3b:00.0"),
+    ],
+)
+def test_proc_bus_id(smi: str, proc: str) -> None:
+    assert proc_bus_id(smi) == proc
+
+
+def test_mig_instances_are_refused() -> None:
+    with pytest.raises(DriverInjectionError, match="MIG instances"):
+        LegacyGPUInjection().plan([], ["MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"])
+
+
+def test_nvml_minor_number_is_used_when_proc_has_nothing(tmp_path: Path) -> None:
+    # Given no /proc information but an NVML minor number, and a device node for it
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidia5").write_text("")  # existence is all plan() checks
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libcuda.so.1").write_text("")
+    gpu = GPU(uuid="GPU-a", index=0, name="NVIDIA L4", pci_bus_id=None, minor_number=5)
+    injection = LegacyGPUInjection(
+        device_dir=str(tmp_path / "dev"),
+        proc_dir=str(tmp_path / "none"),
+        library_dirs=[str(lib)],
+        binary_dirs=[],
+    ).plan([gpu], ["GPU-a"])
+    # Then that node is the one passed
+    assert injection.devices == (f"{tmp_path}/dev/nvidia5:/dev/nvidia5:rwm",)
+
+
+def test_missing_libcuda_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "nvidia0").write_text("")
+    gpu = GPU(uuid="GPU-a", index=0, name="NVIDIA L4", minor_number=0)
+    with pytest.raises(DriverInjectionError, match=r"libcuda\.so was not found"):
+        LegacyGPUInjection(device_dir=str(tmp_path), library_dirs=[str(tmp_path)]).plan(
+            [gpu], ["GPU-a"]
+        )
+
+
+def test_a_gpu_outside_the_inventory_is_refused() -> None:
+    with pytest.raises(DriverInjectionError, match="not in the inventory"):
+        LegacyGPUInjection().plan([], ["GPU-unknown"])
