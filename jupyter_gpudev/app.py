@@ -8,7 +8,7 @@ from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
 
-from . import __version__, routes
+from . import __version__, provisioner, routes
 from .containers import DevContainers
 from .hosts import HostPool
 
@@ -38,6 +38,8 @@ class GPUDevApp(ExtensionApp):
         )
         self.context = GPUDevContext(host_pool=host_pool, containers=containers)
         self.settings[routes.SETTINGS_KEY] = self.context
+        # gpudev kernels (provisioner instances made by jupyter_client) use this same manager.
+        provisioner.set_manager(containers)
 
     async def _reconcile(self) -> None:
         """After a crash, free the leases of containers that are gone (and re-lease orphans)."""
@@ -58,4 +60,5 @@ class GPUDevApp(ExtensionApp):
         task = getattr(self, "_reconcile_task", None)
         if task is not None:
             await task
+        provisioner.set_manager(None)
         self.context.host_pool.close()

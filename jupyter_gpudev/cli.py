@@ -12,12 +12,14 @@ import os
 import sys
 from typing import Any
 
+import docker.errors
+import requests.exceptions
 from jupyter_core.application import JupyterApp, base_aliases, base_flags
 from traitlets import Bool, Int, List, Unicode
 
 from . import __version__
 from .containers import DevContainerInfo, DevContainers, StartRequest
-from .errors import BadRequest, GPUDevError
+from .errors import BadRequest, EngineError, GPUDevError
 from .gpus import Inventory
 from .hosts import HostInfo, HostPool, unreachable_summary
 from .images import ImageBootstrapper
@@ -62,6 +64,16 @@ class GPUDevSubcommand(JupyterApp):
             self.run()
         except GPUDevError as err:
             self.fail(err)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            self.log.debug("engine error", exc_info=True)
+            self.fail(
+                EngineError(f"The Docker engine failed: {type(exc).__name__} (--debug: details)")
+            )
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Release what ``run`` opened (engine connections, NVML)."""
 
     def run(self) -> None:
         raise NotImplementedError
@@ -191,10 +203,20 @@ class ContainerCommand(GPUDevSubcommand):
         "host": "ContainerCommand.host",
     }
 
+    _manager: DevContainers | None = None
+
     def manager(self) -> DevContainers:
-        root = self.root_dir or self.config.get("ServerApp", {}).get("root_dir") or os.getcwd()
-        pool = HostPool(parent=self, log=self.log)
-        return DevContainers(root_dir=str(root), host_pool=pool, parent=self, log=self.log)
+        if self._manager is None:
+            root = self.root_dir or self.config.get("ServerApp", {}).get("root_dir") or os.getcwd()
+            pool = HostPool(parent=self, log=self.log)
+            self._manager = DevContainers(
+                root_dir=str(root), host_pool=pool, parent=self, log=self.log
+            )
+        return self._manager
+
+    def close(self) -> None:
+        if self._manager is not None:
+            self._manager.host_pool.close()
 
     def name_arg(self) -> str:
         if len(self.extra_args) != 1:

@@ -18,11 +18,12 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
@@ -35,7 +36,15 @@ from traitlets.config import LoggingConfigurable
 
 from .driver import LegacyGPUInjection
 from .environments import Environment, EnvironmentManager
-from .errors import BadRequest, Conflict, GPUDevError, ImageError, NotFound
+from .errors import (
+    BadRequest,
+    Conflict,
+    EngineError,
+    EngineUnreachable,
+    GPUDevError,
+    ImageError,
+    NotFound,
+)
 from .gpus import Inventory
 from .hosts import Host, HostPool
 from .images import Progress
@@ -55,11 +64,13 @@ L_IMAGE = f"{LABEL}.image"
 L_CREATED = f"{LABEL}.created"
 L_WORKSPACE = f"{LABEL}.workspace"
 
+T = TypeVar("T")
 PREFIX = "gpudev-"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 _CUDA_REQ_RE = re.compile(r"cuda>=\s*([0-9]+(?:\.[0-9]+)?)")
 _CUDA_VER_RE = re.compile(r"^([0-9]+)\.([0-9]+)")
 #: Paths whose changes are not the user's work (caches, runtime state, logs).
+_STOPPED = ("exited", "dead", "removing")
 _NOISE = (  # paths inside containers: compared with, never written to
     "/tmp",  # noqa: S108
     "/var/tmp",  # noqa: S108
@@ -71,14 +82,6 @@ _NOISE = (  # paths inside containers: compared with, never written to
     "/sbin/docker-init",  # the engine's init, bind-mounted by init=True
     "/usr/sbin/docker-init",
 )
-
-
-class EngineRefused(GPUDevError):
-    """The engine refused an operation; the message says what to do, the log has the raw error."""
-
-    status = 502
-    exit_code = 4
-    code = "engine"
 
 
 class CudaMismatch(GPUDevError):
@@ -190,6 +193,13 @@ class DevContainers(LoggingConfigurable):
         workspace keep their owner. Off: the image's user (often root).""",
     ).tag(config=True)
 
+    network = Unicode(
+        "gpudev",
+        help="""The Docker network dev containers join: a bridge created on first use with
+        inter-container traffic disabled, so a container (and its kernels' ports) is reachable
+        from the host but not from other containers. Empty: the engine's default bridge.""",
+    ).tag(config=True)
+
     keep_alive_command = Unicode(
         "sleep infinity",
         help="The container's main process: it only keeps the container up for kernels.",
@@ -237,7 +247,7 @@ class DevContainers(LoggingConfigurable):
         self.log.warning("%s: %r", what, exc)
         text = str(exc)
         if "could not select device driver" in text:
-            return EngineRefused(
+            return EngineError(
                 f"{what}: the engine cannot give containers GPUs (no NVIDIA container toolkit). "
                 "Install nvidia-container-toolkit on the host and restart the Docker engine."
             )
@@ -245,24 +255,38 @@ class DevContainers(LoggingConfigurable):
             return NotFound(f"{what}: not found")
         if isinstance(exc, docker.errors.APIError) and exc.status_code == 409:
             return Conflict(f"{what}: the engine reports a conflict (the name may be in use)")
-        return EngineRefused(f"{what}: the engine refused (the server log has the details)")
+        return EngineError(f"{what}: the engine refused (the server log has the details)")
+
+    def _call(self, what: str, func: Callable[[], T]) -> T:
+        """Run one engine call; its failures become errors a person can act on."""
+        try:
+            return func()
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise self._engine_error(what, exc) from exc
+
+    def _hosts(self, host: str | None) -> list[Host]:
+        if host:
+            return [self._host(host)]
+        return [self.host_pool.get(n) for n in self.host_pool.names()]
 
     def _find(self, name: str, host: str | None = None) -> tuple[Host, Container]:
-        """The managed container called ``name`` on ``host`` (or on any host)."""
-        hosts = (
-            [self._host(host)] if host else [self.host_pool.get(n) for n in self.host_pool.names()]
-        )
-        for candidate in hosts:
+        """The managed container called ``name`` on ``host`` (or on any reachable host)."""
+        unreachable: list[GPUDevError] = []
+        for candidate in self._hosts(host):
             try:
-                container = candidate.client().containers.get(docker_name(name))
+                client = candidate.client()
+                container = client.containers.get(docker_name(name))
             except docker.errors.NotFound:
                 continue
-            except GPUDevError:
-                if host:
-                    raise
+            except EngineUnreachable as err:
+                unreachable.append(err)
                 continue
+            except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+                raise self._engine_error(f"Looking up {user_name(name)!r}", exc) from exc
             if container.labels.get(L_MANAGED) == "1":
                 return candidate, container
+        if unreachable and len(unreachable) == len(self._hosts(host)):
+            raise unreachable[0]
         raise NotFound(f"No dev container named {user_name(name)!r}", details={"name": name})
 
     # ------------------------------------------------------------------------------------------
@@ -340,18 +364,18 @@ class DevContainers(LoggingConfigurable):
 
     def _pull(self, client: docker.DockerClient, ref: str, say: Progress) -> None:
         say({"stage": "pull", "message": f"pulling {ref}"})
-        repository, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "")
+        failed = ImageError(
+            f"The image {ref} is not on this host and could not be pulled (is a registry "
+            "reachable?). Without a registry, build a base image with `jupyter gpudev image "
+            "bootstrap`, or `docker load` the image.",
+            details={"image": ref},
+        )
         try:
-            for event in client.api.pull(
-                repository or ref, tag=tag or None, stream=True, decode=True
-            ):
+            # docker-py splits the reference itself (tags and @sha256 digests alike).
+            for event in client.api.pull(ref, stream=True, decode=True):
                 if "error" in event:
-                    raise ImageError(
-                        f"The image {ref} is not on this host and could not be pulled: "
-                        f"{str(event['error']).strip()}. Without a registry, build a base image "
-                        "with `jupyter gpudev image bootstrap`, or `docker load` it.",
-                        details={"image": ref},
-                    )
+                    self.log.warning("Pulling %s failed: %s", ref, event["error"])
+                    raise failed
                 progress = event.get("progressDetail") or {}
                 say(
                     {
@@ -361,14 +385,9 @@ class DevContainers(LoggingConfigurable):
                         "total": progress.get("total"),
                     }
                 )
-        except docker.errors.DockerException as exc:
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             self.log.warning("Pulling %s failed: %r", ref, exc)
-            raise ImageError(
-                f"The image {ref} is not on this host and could not be pulled (no registry "
-                "answered). Build a base image with `jupyter gpudev image bootstrap`, or "
-                "`docker load` the image.",
-                details={"image": ref},
-            ) from exc
+            raise failed from exc
 
     def _new_name(self, env: Environment, request: StartRequest, owner: str) -> str:
         if request.name:
@@ -426,9 +445,14 @@ class DevContainers(LoggingConfigurable):
             check_cuda(image, image_env, host.name, inventory)
         lease: Lease | None = None
         if gpu_request is not None and inventory is not None:
-            lease = self.ledger.acquire(
-                host.name, name, owner, gpu_request, leasable_units(inventory)
-            )
+            # Free the leases of containers that died on their own, and never hand out a GPU
+            # that a live container holds by label (another ledger, e.g. another user's).
+            _, labelled = self._reconcile_host(host)
+            held = self.ledger.holders(host.name)
+            units = [
+                u for u in leasable_units(inventory) if u.uuid in held or u.uuid not in labelled
+            ]
+            lease = self.ledger.acquire(host.name, name, owner, gpu_request, units)
             say({"stage": "lease", "message": f"leased {', '.join(lease.gpu_uuids)}"})
         container: Container | None = None
         try:
@@ -444,8 +468,7 @@ class DevContainers(LoggingConfigurable):
                 inventory=inventory,
             )
             say({"stage": "start", "message": f"starting {docker_name(name)}"})
-            container.start()
-            container.reload()
+            self._start_and_check(name, container)
         except BaseException as exc:
             self._undo(container, lease)
             if isinstance(exc, GPUDevError):
@@ -458,6 +481,21 @@ class DevContainers(LoggingConfigurable):
         warnings = (*notes, *self._lifecycle_commands(container, env, say))
         say({"stage": "ready", "message": f"{name} is running"})
         return self._info(host, container, warnings=warnings)
+
+    @staticmethod
+    def _start_and_check(name: str, container: Container) -> None:
+        """Start the container; one that exits at once is an error, with its last output."""
+        container.start()
+        container.reload()
+        if container.status == "running":
+            return
+        tail = container.logs(tail=20).decode(errors="replace").strip()
+        code = container.attrs.get("State", {}).get("ExitCode", "?")
+        raise EngineError(
+            f"{name!r} stopped right after it started (exit {code}); does the image's "
+            "ENTRYPOINT run the command it is given?",
+            details={"log": tail.splitlines()[-20:]},
+        )
 
     def _any_free(self, host: str, inventory: Inventory) -> bool:
         held = self.ledger.holders(host)
@@ -489,6 +527,35 @@ class DevContainers(LoggingConfigurable):
                 self.ledger.release(lease.lease_id)
             raise self._engine_error(f"Starting {user!r} again", exc) from exc
         return self._info(found_host, container)
+
+    def _ensure_network(self, client: docker.DockerClient) -> str:
+        """The isolated bridge network of dev containers, created if missing."""
+        if client.networks.list(names=[self.network]):
+            return self.network
+        try:
+            client.networks.create(
+                self.network,
+                driver="bridge",
+                options={"com.docker.network.bridge.enable_icc": "false"},
+                labels={L_MANAGED: "1"},
+            )
+        except docker.errors.APIError as exc:
+            if not client.networks.list(names=[self.network]):  # not a race with another start
+                raise self._engine_error(f"Creating the network {self.network!r}", exc) from exc
+        return self.network
+
+    def container_address(self, name: str, host: str | None = None) -> str:
+        """The IP address at which the host reaches the container (kernels connect there)."""
+        _, container = self._find(name, host)
+        settings = container.attrs.get("NetworkSettings", {})
+        if container.attrs.get("HostConfig", {}).get("NetworkMode") == "host":
+            return "127.0.0.1"
+        networks = settings.get("Networks") or {}
+        preferred: dict[str, Any] = networks.get(self.network) or next(iter(networks.values()), {})
+        address = str(preferred.get("IPAddress") or settings.get("IPAddress") or "")
+        if not address:
+            raise EngineError(f"{user_name(name)!r} has no network address (is it running?)")
+        return address
 
     def _undo(self, container: Container | None, lease: Lease | None) -> None:
         """After a failed start: remove the container, then free its lease."""
@@ -574,6 +641,8 @@ class DevContainers(LoggingConfigurable):
             kwargs["network_mode"] = options.network_mode
             if options.network_mode == "host":
                 kwargs.pop("ports")
+        elif self.network:
+            kwargs["network"] = self._ensure_network(client)
         if options.pid_mode:
             kwargs["pid_mode"] = options.pid_mode
         if options.ulimits:
@@ -618,7 +687,7 @@ class DevContainers(LoggingConfigurable):
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise self._engine_error(f"Stopping {user_name(name)!r}", exc) from exc
         if container.status == "running":
-            raise EngineRefused(f"{user_name(name)!r} is still running after stop; lease kept")
+            raise EngineError(f"{user_name(name)!r} is still running after stop; lease kept")
         self._release_for(found_host, container)
         return self._info(found_host, container)
 
@@ -639,6 +708,8 @@ class DevContainers(LoggingConfigurable):
         def is_noise(path: str) -> bool:
             if "__pycache__" in path:
                 return True
+            if "/.ipython/" in path and not ("/startup/" in path and path[-6:] != "README"):
+                return True  # the kernel's IPython history and runtime files
             if any(path == n or path.startswith(n + "/") for n in _NOISE):
                 return True
             return any(
@@ -651,22 +722,25 @@ class DevContainers(LoggingConfigurable):
         return sorted(path for path in paths if path not in parents and not is_noise(path))
 
     def remove(self, name: str, host: str | None = None, force: bool = False) -> None:
-        """Remove a container; one with uncommitted changes needs ``force``."""
+        """Remove a container; one with uncommitted changes needs ``force``.
+
+        A running container is stopped first (its lease freed) and only then checked for
+        changes, so nothing written while it stops is lost without ``force``.
+        """
         found_host, container = self._find(name, host)
-        changed = self._changes(container)
+        if container.status not in _STOPPED:
+            self.stop(name, found_host.name)
+            container.reload()
+        changed = self._call(
+            f"Reading the changes of {user_name(name)!r}", lambda: self._changes(container)
+        )
         if changed and not force:
             raise Conflict(
                 f"{user_name(name)!r} has {len(changed)} uncommitted change(s) (e.g. "
                 f"{', '.join(changed[:3])}): commit them first, or remove with --force",
                 details={"changes": changed[:50]},
             )
-        try:
-            if container.status == "running":
-                container.stop(timeout=self.stop_timeout)
-                container.wait(condition="not-running", timeout=self.stop_timeout + 30)
-            container.remove(force=True)
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            raise self._engine_error(f"Removing {user_name(name)!r}", exc) from exc
+        self._call(f"Removing {user_name(name)!r}", lambda: container.remove(force=True))
         self._release_for(found_host, container)
 
     def get(self, name: str, host: str | None = None) -> DevContainerInfo:
@@ -676,18 +750,23 @@ class DevContainers(LoggingConfigurable):
     def list(self, all_states: bool = True, host: str | None = None) -> list[DevContainerInfo]:
         """Every managed container on the reachable hosts (running only unless ``all_states``)."""
         result: list[DevContainerInfo] = []
-        names = [host] if host else self.host_pool.names()
-        for host_name in names:
-            candidate = self.host_pool.get(host_name)
+        hosts = self._hosts(host)
+        unreachable: list[GPUDevError] = []
+        for candidate in hosts:
             try:
-                containers = candidate.client().containers.list(
-                    all=all_states, filters={"label": f"{L_MANAGED}=1"}
-                )
-            except GPUDevError:
-                if host:
-                    raise
+                client = candidate.client()
+            except EngineUnreachable as err:
+                unreachable.append(err)
                 continue
+            containers = self._call(
+                f"Listing dev containers on {candidate.name!r}",
+                lambda client=client: client.containers.list(  # type: ignore[misc]
+                    all=all_states, filters={"label": f"{L_MANAGED}=1"}
+                ),
+            )
             result.extend(self._info(candidate, c) for c in containers)
+        if unreachable and len(unreachable) == len(hosts):
+            raise unreachable[0]  # no engine answered: say so, not "no containers"
         return sorted(result, key=lambda info: (info.host, info.name))
 
     def logs(self, name: str, host: str | None = None, follow: bool = False) -> Iterator[str]:
@@ -735,28 +814,39 @@ class DevContainers(LoggingConfigurable):
         """Make the ledger agree with the containers that exist (after a crash, at start-up)."""
         reports: dict[str, Any] = {}
         for host_name in self.host_pool.names():
-            host = self.host_pool.get(host_name)
             try:
-                containers = host.client().containers.list(
-                    all=True, filters={"label": f"{L_MANAGED}=1"}
-                )
+                report, _ = self._reconcile_host(self.host_pool.get(host_name))
             except GPUDevError as err:
                 reports[host_name] = {"skipped": err.message}
                 continue
-            # Only running containers hold GPUs: the lease of a stopped one is freed.
-            holding: dict[str, tuple[str, ...]] = {}
-            owners: dict[str, str] = {}
-            for container in containers:
-                if container.status != "running":
-                    continue
-                labels = container.labels
-                name = labels.get(L_NAME, "")
-                holding[name] = tuple(filter(None, labels.get(L_GPUS, "").split(",")))
-                owners[name] = labels.get(L_OWNER, "unknown")
-            report = self.ledger.reconcile(host_name, holding, owners=owners)
-            reports[host_name] = report.to_json()
-            self.log.info("gpudev: reconciled leases on %s: %s", host_name, report.to_json())
+            reports[host_name] = report
+            self.log.info("gpudev: reconciled leases on %s: %s", host_name, report)
         return reports
+
+    def _reconcile_host(self, host: Host) -> tuple[dict[str, Any], set[str]]:
+        """Reconcile one host; also returns the GPUs its live containers hold by label.
+
+        A container holds its GPUs in every state but stopped ones (exited, dead): a created
+        or paused container still has its DeviceRequest. Leases taken after the listing are
+        left alone (a start in flight), so this is safe to run while containers start.
+        """
+        listed_at = time.time()
+        containers = self._call(
+            "Listing dev containers",
+            lambda: host.client().containers.list(all=True, filters={"label": f"{L_MANAGED}=1"}),
+        )
+        holding: dict[str, tuple[str, ...]] = {}
+        owners: dict[str, str] = {}
+        for container in containers:
+            if container.status in _STOPPED:
+                continue
+            labels = container.labels
+            name = labels.get(L_NAME, "")
+            holding[name] = tuple(filter(None, labels.get(L_GPUS, "").split(",")))
+            owners[name] = labels.get(L_OWNER, "unknown")
+        report = self.ledger.reconcile(host.name, holding, owners=owners, created_before=listed_at)
+        labelled = {uuid for uuids in holding.values() for uuid in uuids}
+        return report.to_json(), labelled
 
 
 def _status_text(state: dict[str, Any]) -> str:

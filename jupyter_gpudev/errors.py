@@ -77,3 +77,11 @@ class Conflict(GPUDevError):
     status = 409
     exit_code = 6
     code = "conflict"
+
+
+class EngineError(GPUDevError):
+    """The engine failed an operation; the message says what to do, the log has its words."""
+
+    status = 502
+    exit_code = 4
+    code = "engine"

@@ -382,7 +382,10 @@ class NvidiaSmiProbe:
             self._cuda_by_driver[driver] = self._cuda_version(path)
         cuda = self._cuda_by_driver[driver]
         if any(g.mig_enabled for g in gpus):
-            listing = self._run(path, "-L")
+            try:
+                listing = self._run(path, "-L")
+            except (subprocess.TimeoutExpired, OSError) as exc:
+                raise ProbeUnavailable(f"{self.executable} -L did not answer: {exc}") from exc
             migs = parse_smi_list(listing.stdout) if listing.returncode == 0 else {}
             gpus = [replace(g, mig_devices=tuple(migs.get(g.uuid, ()))) for g in gpus]
         reason = None

@@ -201,12 +201,15 @@ class Host:
         timeout: float,
         gpu_inventory: GPUInventory | None,
         log: Any,
+        api_timeout: float = 300.0,
     ) -> None:
         self.spec = spec
         self.timeout = timeout
+        self.api_timeout = api_timeout
         self.gpu_inventory = gpu_inventory
         self.log = log
         self._client: docker.DockerClient | None = None
+        self._probe_client: docker.DockerClient | None = None
         self._lock = threading.Lock()
 
     @property
@@ -223,7 +226,7 @@ class Host:
         if not os.access(path, os.R_OK | os.W_OK):
             raise PermissionError(errno.EACCES, "Permission denied", path)
 
-    def _connect(self) -> docker.DockerClient:
+    def _connect(self, timeout: float) -> docker.DockerClient:
         if urlsplit(self.spec.url).scheme == "unix":
             self._check_socket()
         tls: TLSConfig | bool = False
@@ -245,7 +248,7 @@ class Host:
         probe = docker.DockerClient(
             base_url=self.spec.url,
             version=MINIMUM_DOCKER_API_VERSION,
-            timeout=int(self.timeout),
+            timeout=self.timeout,  # type: ignore[arg-type] # requests takes a float
             tls=tls,
         )
         try:
@@ -258,32 +261,47 @@ class Host:
             else (DEFAULT_DOCKER_API_VERSION)
         )
         return docker.DockerClient(
-            base_url=self.spec.url, version=api, timeout=int(self.timeout), tls=tls
+            base_url=self.spec.url,
+            version=api,
+            timeout=timeout,  # type: ignore[arg-type] # requests takes a float
+            tls=tls,
         )
 
-    def client(self) -> docker.DockerClient:
-        """The engine's client, connected on first use; raises ``EngineUnreachable``."""
+    def _connected(self, probe: bool) -> docker.DockerClient:
         with self._lock:
-            if self._client is None:
-                try:
-                    self._client = self._connect()
-                except (docker.errors.DockerException, OSError) as exc:
-                    self.log.warning("Docker engine %s at %s: %r", self.name, self.spec.url, exc)
-                    raise EngineUnreachable(
-                        describe_connection_error(self.spec.url, exc),
-                        details={"host": self.name, "url": self.spec.url},
-                    ) from exc
-            return self._client
+            current = self._probe_client if probe else self._client
+            if current is not None:
+                return current
+            try:
+                current = self._connect(self.timeout if probe else self.api_timeout)
+            except (docker.errors.DockerException, OSError) as exc:
+                self.log.warning("Docker engine %s at %s: %r", self.name, self.spec.url, exc)
+                raise EngineUnreachable(
+                    describe_connection_error(self.spec.url, exc),
+                    details={"host": self.name, "url": self.spec.url},
+                ) from exc
+            if probe:
+                self._probe_client = current
+            else:
+                self._client = current
+            return current
+
+    def client(self) -> docker.DockerClient:
+        """The client for operations (builds, starts, diffs: ``api_timeout`` per call),
+        connected on first use; raises ``EngineUnreachable``."""
+        return self._connected(probe=False)
 
     def close(self) -> None:
         with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+            for client in (self._client, self._probe_client):
+                if client is not None:
+                    client.close()
+            self._client = self._probe_client = None
 
     def engine_info(self) -> EngineInfo:
-        """Ask the engine for its version and features; raises ``EngineUnreachable``."""
-        client = self.client()
+        """Ask the engine for its version and features (``timeout`` per call); raises
+        ``EngineUnreachable``."""
+        client = self._connected(probe=True)
         try:
             version = client.version()
             info = client.info()
@@ -374,7 +392,15 @@ class HostPool(LoggingConfigurable):
     ).tag(config=True)
 
     timeout = Float(
-        5.0, help="Seconds to wait for a Docker engine to answer an API call before giving up."
+        5.0,
+        help="""Seconds to wait for a Docker engine to answer when probing it (the host list,
+        connecting). An engine slower than this is reported unreachable.""",
+    ).tag(config=True)
+
+    api_timeout = Float(
+        300.0,
+        help="""Seconds to wait for a Docker engine to answer one operation (create, start,
+        stop, diff, remove). Builds and pulls stream and are not limited by it.""",
     ).tag(config=True)
 
     gpu_inventory = Instance(GPUInventory, help="The local host's GPU inventory.")
@@ -398,11 +424,27 @@ class HostPool(LoggingConfigurable):
     def effective_local_url(self) -> str:
         return self.local_url or os.environ.get("DOCKER_HOST") or DEFAULT_LOCAL_URL
 
+    def _local_spec(self) -> HostSpec:
+        url = self.effective_local_url()
+        entry: dict[str, Any] = {"url": url}
+        if not self.local_url and url.startswith("tcp://"):
+            # DOCKER_HOST=tcp://...: TLS as the docker CLI does it, from the environment.
+            cert_path = os.environ.get("DOCKER_CERT_PATH") or os.path.expanduser("~/.docker")
+            verify = os.environ.get("DOCKER_TLS_VERIFY", "") not in ("", "0")
+            entry["tls_verify"] = verify
+            if verify:
+                entry.update(
+                    tls_ca_cert=os.path.join(cert_path, "ca.pem"),
+                    tls_client_cert=os.path.join(cert_path, "cert.pem"),
+                    tls_client_key=os.path.join(cert_path, "key.pem"),
+                )
+        return HostSpec.parse(self.local_name, entry, is_local=True)
+
     def specs(self) -> list[HostSpec]:
         """Validated host specs, local first; raises ``ConfigError`` naming the bad entry."""
         specs: list[HostSpec] = []
         if self.include_local:
-            specs.append(HostSpec.parse(self.local_name, self.effective_local_url(), is_local=True))
+            specs.append(self._local_spec())
         for name, value in self.hosts.items():
             if any(spec.name == name for spec in specs):
                 raise ConfigError(f"c.HostPool.hosts: the host name {name!r} is used twice")
@@ -416,6 +458,7 @@ class HostPool(LoggingConfigurable):
                     spec.name: Host(
                         spec,
                         timeout=self.timeout,
+                        api_timeout=self.api_timeout,
                         gpu_inventory=self.gpu_inventory if spec.is_local else None,
                         log=self.log,
                     )

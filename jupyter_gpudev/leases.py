@@ -730,12 +730,33 @@ class LeaseLedger:
         self._log_release(lease, "container released")
         return replace(lease, released_at=now)
 
+    def _free_vanished(
+        self,
+        conn: sqlite3.Connection,
+        host: str,
+        containers: Mapping[str, tuple[str, ...]],
+        created_before: float | None,
+        now: float,
+    ) -> tuple[dict[str, Lease], list[Lease]]:
+        """Free the leases whose container is gone; returns the others by container, and those."""
+        leased: dict[str, Lease] = {}
+        freed: list[Lease] = []
+        for lease in self._active(conn, host):
+            if lease.container in containers:
+                leased[lease.container] = lease
+            elif created_before is not None and lease.created_at >= created_before:
+                continue  # taken after the listing: a start in flight
+            elif self._mark_released(conn, lease.lease_id, now):
+                freed.append(replace(lease, released_at=now))
+        return leased, freed
+
     def reconcile(
         self,
         host: str,
         containers: Mapping[str, tuple[str, ...]],
         *,
         owners: Mapping[str, str] | None = None,
+        created_before: float | None = None,
     ) -> ReconcileReport:
         """Make the ledger agree with the containers that exist on ``host``, in one transaction.
 
@@ -743,19 +764,15 @@ class LeaseLedger:
         (running or stopped) to the GPU UUIDs its label says it holds; ``owners`` optionally
         gives their owners (default ``"unknown"``). Leases of vanished containers are freed;
         containers that hold GPUs by label but no lease get one again if those GPUs are free.
+        Leases created at or after ``created_before`` (the time the containers were listed)
+        are left alone: their container may be being created right now.
         """
         now = self._clock()
-        freed: list[Lease] = []
         releases: list[Lease] = []
         conflicts: list[ReconcileConflict] = []
         mismatched: list[LeaseMismatch] = []
         with self._transaction() as conn:
-            leased: dict[str, Lease] = {}
-            for lease in self._active(conn, host):
-                if lease.container in containers:
-                    leased[lease.container] = lease
-                elif self._mark_released(conn, lease.lease_id, now):
-                    freed.append(replace(lease, released_at=now))
+            leased, freed = self._free_vanished(conn, host, containers, created_before, now)
             held = {uuid: lease for lease in leased.values() for uuid in lease.gpu_uuids}
             for name in sorted(containers):
                 labelled = tuple(dict.fromkeys(containers[name]))

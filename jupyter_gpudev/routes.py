@@ -11,20 +11,30 @@ import asyncio
 import functools
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+import docker.errors
+import requests.exceptions
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
 from .containers import StartRequest
-from .errors import BadRequest, GPUDevError
+from .errors import BadRequest, EngineError, GPUDevError
 from .hosts import unreachable_summary
 
 SETTINGS_KEY = "gpudev"
 API = "/gpudev/api"
 
 T = TypeVar("T")
+
+
+F = TypeVar("F", bound=Callable[..., Awaitable[None]])
+
+
+def authorized_to_execute(method: F) -> F:
+    """``@authorized`` for the ``execute`` action: starting a container runs code in it."""
+    return cast(F, authorized("execute")(method))
 
 
 def maps_errors(
@@ -36,6 +46,13 @@ def maps_errors(
     async def wrapper(self: GPUDevHandler, *args: Any, **kwargs: Any) -> None:
         try:
             await method(self, *args, **kwargs)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            self.log.warning(
+                "gpudev %s %s: engine error %r", self.request.method, self.request.path, exc
+            )
+            failed = EngineError("The Docker engine failed the operation (see the server log)")
+            self.set_status(failed.status)
+            self.finish(json.dumps(failed.to_json()))
         except GPUDevError as err:
             self.log.info(
                 "gpudev %s %s -> %s: %s",
@@ -169,7 +186,7 @@ class ContainersHandler(GPUDevHandler):
         self.finish(json.dumps({"containers": [info.to_json() for info in infos]}))
 
     @web.authenticated
-    @authorized
+    @authorized_to_execute  # starting runs the environment's lifecycle commands
     @maps_errors
     async def post(self) -> None:
         try:
@@ -263,7 +280,7 @@ class ContainerStartHandler(GPUDevHandler):
     """``POST /gpudev/api/containers/NAME/start``: starts a stopped one with its same GPUs."""
 
     @web.authenticated
-    @authorized
+    @authorized_to_execute
     @maps_errors
     async def post(self, name: str) -> None:
         info = await self.blocking(self.gpudev.containers.resume, name)

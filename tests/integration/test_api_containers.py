@@ -56,7 +56,7 @@ async def test_start_stop_remove_through_the_api(
     assert info["state"] == "running"
     assert info["owner"]
     listed = json.loads((await jp_fetch("gpudev", "api", "containers")).body)["containers"]
-    assert [c["name"] for c in listed] == ["api-one"]
+    assert "api-one" in [c["name"] for c in listed]
     one = json.loads((await jp_fetch("gpudev", "api", "containers", "api-one")).body)
     assert one["container_id"] == info["container_id"]
     # When it is stopped through the API

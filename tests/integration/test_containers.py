@@ -160,8 +160,8 @@ def test_cpu_container_lifecycle_from_the_default_environment(
     # Then it is kept, not running
     assert stopped.state == "exited"
     assert docker_client.containers.get(docker_name("cpu-one")).status == "exited"
-    assert [i.name for i in manager.list(all_states=True)] == ["cpu-one"]
-    assert manager.list(all_states=False) == []
+    assert "cpu-one" in [i.name for i in manager.list(all_states=True)]
+    assert "cpu-one" not in [i.name for i in manager.list(all_states=False)]
     # When it is removed (no change inside it)
     manager.remove("cpu-one")
     # Then it is gone

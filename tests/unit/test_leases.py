@@ -566,3 +566,20 @@ def test_concurrent_processes_never_share_a_gpu(tmp_path: Path) -> None:
     leased = [uuid for got in outcomes.values() for uuid in got]
     assert sorted(leased) == sorted(gpu_uuid(i) for i in range(PROCESS_GPUS))
     assert len(LeaseLedger(path).holders(HOST)) == PROCESS_GPUS
+
+
+def test_reconcile_leaves_leases_taken_after_the_listing_alone(tmp_path: Path) -> None:
+    # Given a lease taken before the containers were listed, and one taken after (a start in
+    # flight whose container does not exist yet)
+    clock = [1000.0]
+    ledger = LeaseLedger(tmp_path / "leases.sqlite", clock=lambda: clock[0])
+    pool = units(gpu(0), gpu(1))
+    old = take(ledger, "old-gone", GPURequest(uuids=(gpu_uuid(0),)), pool)
+    listed_at = clock[0] + 1
+    clock[0] += 2
+    in_flight = take(ledger, "being-created", GPURequest(uuids=(gpu_uuid(1),)), pool)
+    # When reconcile runs on a listing that has neither container
+    report = ledger.reconcile(HOST, {}, created_before=listed_at)
+    # Then only the older lease is freed
+    assert [lease.lease_id for lease in report.freed] == [old.lease_id]
+    assert ledger.for_container(HOST, "being-created") == in_flight

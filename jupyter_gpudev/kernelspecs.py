@@ -1,0 +1,106 @@
+"""Kernel picker entries: one ``gpudev-<environment>`` kernelspec per environment.
+
+``GPUDevKernelSpecManager`` adds them to the ordinary kernelspecs, computed from the
+environments each time the list is asked for, so adding, changing or removing a
+devcontainer.json shows in the picker without restarting the server. Enabled by
+``c.ServerApp.kernel_spec_manager_class`` (the package's server config does it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
+from traitlets import Bool, Unicode
+
+from .environments import Environment, EnvironmentManager
+from .errors import GPUDevError
+from .provisioner import DEFAULT_ARGV
+
+PREFIX = "gpudev-"
+RESOURCES = str(Path(__file__).with_name("kernelspec_resources"))
+
+
+def display_name(env: Environment) -> str:
+    if env.gpu.mode == "none" or env.gpu.count == 0:
+        gpus = "CPU"
+    else:
+        plural = "s" if env.gpu.count != 1 else ""
+        gpus = f"{env.gpu.count} GPU{plural}" + (" optional" if env.gpu.mode == "optional" else "")
+    return f"{env.display_name} ({gpus}) · gpudev"
+
+
+def kernelspec_for(env: Environment) -> KernelSpec:
+    return KernelSpec(
+        argv=list(DEFAULT_ARGV),
+        display_name=display_name(env),
+        language="python",
+        interrupt_mode="signal",
+        resource_dir=RESOURCES,
+        metadata={
+            "kernel_provisioner": {
+                "provisioner_name": "gpudev",
+                "config": {"environment": env.name},
+            },
+            "gpudev": {"environment": env.name, "gpus": env.gpu.count, "mode": env.gpu.mode},
+        },
+    )
+
+
+class GPUDevKernelSpecManager(KernelSpecManager):
+    """The usual kernelspecs plus one per gpudev environment."""
+
+    gpudev_kernels = Bool(
+        True, help="Offer a kernel for each gpudev environment in the picker."
+    ).tag(config=True)
+
+    root_dir = Unicode(
+        "",
+        help="Where environments are searched; default: the server's root_dir, else the cwd.",
+    ).tag(config=True)
+
+    def _environments(self) -> list[Environment]:
+        if not self.gpudev_kernels:
+            return []
+        root = self.root_dir or getattr(self.parent, "root_dir", "") or "."
+        manager = EnvironmentManager(parent=self)
+        try:
+            return manager.list(Path(root)).environments
+        except GPUDevError as err:
+            self.log.warning("gpudev: environments could not be listed: %s", err.message)
+            return []
+
+    def find_kernel_specs(self) -> dict[str, str]:
+        specs: dict[str, str] = super().find_kernel_specs()
+        for env in self._environments():
+            specs[PREFIX + env.name] = RESOURCES
+        return specs
+
+    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+        if kernel_name.startswith(PREFIX):
+            wanted = kernel_name.removeprefix(PREFIX)
+            for env in self._environments():
+                if env.name == wanted:
+                    return kernelspec_for(env)
+            raise NoSuchKernel(kernel_name)
+        spec: KernelSpec = super().get_kernel_spec(kernel_name)
+        return spec
+
+    def get_all_specs(self) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        base = super().find_kernel_specs()
+        for name in base:
+            try:
+                result[name] = {
+                    "resource_dir": base[name],
+                    "spec": super().get_kernel_spec(name).to_dict(),
+                }
+            except NoSuchKernel:
+                continue
+        for env in self._environments():
+            result[PREFIX + env.name] = {
+                "resource_dir": RESOURCES,
+                "spec": kernelspec_for(env).to_dict(),
+            }
+        return result

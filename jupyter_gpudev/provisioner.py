@@ -1,0 +1,400 @@
+"""``GPUDevProvisioner``: Jupyter kernels whose process lives inside a dev container.
+
+A kernelspec whose metadata names the ``gpudev`` provisioner launches its kernel in a dev
+container of its environment: a container dedicated to that kernel (created at launch with its
+GPUs leased, stopped at shutdown), or a running dev container the spec names (shared by several
+kernels, left running). The image, build, pull and GPU lease all happen in ``pre_launch``,
+before the kernel starts, so the kernel start timeout only counts the kernel itself.
+
+The kernel binds its ZMQ ports inside the container; the server reaches them at the
+container's address on the isolated ``gpudev`` network (see ``DevContainers.network``), which
+other containers cannot reach. A restart replaces only the kernel process: the container, and
+everything installed in it, survives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import random
+import shlex
+import signal
+import tarfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import docker.errors
+from jupyter_client.connect import KernelConnectionInfo
+from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
+from traitlets import Bool, Int, Unicode
+from traitlets.config import Config
+
+from .containers import DevContainers, StartRequest, docker_name
+from .errors import Conflict, GPUDevError
+from .hosts import HostPool
+
+T = TypeVar("T")
+
+#: Where a kernel's connection file and pid file live inside the container.
+RUNTIME_DIR = "/tmp/.gpudev"  # noqa: S108 - inside the container, owned by the kernel's user
+DEFAULT_ARGV = ["python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+IMAGE_KERNELSPECS = (
+    "/usr/local/share/jupyter/kernels/python3/kernel.json",
+    "/usr/share/jupyter/kernels/python3/kernel.json",
+    "/opt/conda/share/jupyter/kernels/python3/kernel.json",
+)
+PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+
+_shared_manager: DevContainers | None = None
+_shared_lock = threading.Lock()
+_ports_in_use: dict[str, set[int]] = {}
+
+
+def set_manager(manager: DevContainers | None) -> None:
+    """The server's ``DevContainers`` (set by ``GPUDevApp``), shared by every kernel."""
+    global _shared_manager  # noqa: PLW0603 - one manager per process, by design
+    with _shared_lock:
+        _shared_manager = manager
+
+
+def _manager_for(provisioner: GPUDevProvisioner) -> DevContainers:
+    """The server's manager, or (outside a server, e.g. jupyter console) one of our own."""
+    global _shared_manager  # noqa: PLW0603
+    with _shared_lock:
+        if _shared_manager is None:
+            config = provisioner.config if isinstance(provisioner.config, Config) else Config()
+            root = os.getcwd()
+            pool = HostPool(config=config)
+            _shared_manager = DevContainers(root_dir=root, host_pool=pool, config=config)
+        return _shared_manager
+
+
+class GPUDevProvisioner(KernelProvisionerBase):
+    """Launches the kernel inside a dev container (``provisioner_name: gpudev``).
+
+    Its ``config`` in the kernelspec metadata: ``environment`` (the environment's name),
+    ``gpus`` (how many GPUs a dedicated container leases; default: the environment's),
+    ``container`` (the name of a running dev container to share instead), ``host``.
+    """
+
+    environment = Unicode("default", config=True, help="The environment of the container.")
+    container = Unicode(
+        "", config=True, help="A running dev container to launch into (shared, left running)."
+    )
+    gpus = Int(-1, config=True, help="GPUs a dedicated container leases (-1: the environment's).")
+    host = Unicode("", config=True, help="The host (default: the local engine).")
+    remove_unchanged = Bool(
+        True,
+        config=True,
+        help="""Remove a dedicated container at shutdown when nothing changed in it; one with
+        changes is only stopped (kept until committed or discarded).""",
+    )
+
+    # State, persisted through get/load_provisioner_info for reconnection after a restart.
+    _container_name: str = ""
+    _dedicated: bool = False
+    _exec_id: str = ""
+    _ports: tuple[int, ...] = ()
+    _exit_code: int | None = None
+
+    @property
+    def has_process(self) -> bool:
+        return bool(self._exec_id) and self._exit_code is None
+
+    @property
+    def _manager(self) -> DevContainers:
+        return _manager_for(self)
+
+    async def _run(self, func: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(None, func, *args)
+
+    def _container(self) -> Any:
+        _, container = self._manager._find(self._container_name, self.host or None)
+        return container
+
+    # ------------------------------------------------------------------------------------------
+    # Launch
+    # ------------------------------------------------------------------------------------------
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        """Make the container ready (build/pull, lease, start) before the kernel is started."""
+        kwargs = await super().pre_launch(**kwargs)
+        if self._container_name:
+            pass  # a restart: the same container, with everything installed in it
+        elif self.container:
+            self._container_name = self.container
+            self._dedicated = False
+        else:
+            owner = self._owner()
+            request = StartRequest(
+                environment=self.environment,
+                host=self.host or None,
+                gpus=None if self.gpus < 0 else self.gpus,
+                owner=owner,
+                name=f"kernel-{self.kernel_id}"[:63] if self.kernel_id else None,
+            )
+            info = await self._run(self._manager.start, request, self._log_progress)
+            self._container_name = info.name
+            self._dedicated = True
+        # The kernel's own launch command is built in launch_kernel (it runs in the container).
+        kwargs["cmd"] = await self._run(self._kernel_argv)
+        return kwargs
+
+    def _owner(self) -> str:
+        parent = self.parent
+        for attr in ("owner", "username"):
+            value = getattr(parent, attr, None)
+            if isinstance(value, str) and value:
+                return value
+        return os.environ.get("USER") or "unknown"
+
+    def _log_progress(self, event: dict[str, Any]) -> None:
+        self.log.info(
+            "gpudev kernel %s: [%s] %s", self.kernel_id, event.get("stage"), event.get("message")
+        )
+
+    def _kernel_argv(self) -> list[str]:
+        """The image's own python3 kernelspec argv if it has one, else the ipykernel default."""
+        container = self._container()
+        for path in IMAGE_KERNELSPECS:
+            code, output = container.exec_run(["cat", path])
+            if code == 0 and isinstance(output, bytes):
+                try:
+                    argv = json.loads(output)["argv"]
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+                    return list(argv)
+        return list(DEFAULT_ARGV)
+
+    def _choose_ports(self) -> tuple[int, ...]:
+        with _shared_lock:
+            used = _ports_in_use.setdefault(self._container_name, set())
+            rng = random.SystemRandom()
+            ports: list[int] = []
+            while len(ports) < len(PORT_NAMES):
+                port = rng.randint(40000, 59999)
+                if port not in used and port not in ports:
+                    ports.append(port)
+            used.update(ports)
+            return tuple(ports)
+
+    def _release_ports(self) -> None:
+        with _shared_lock:
+            _ports_in_use.get(self._container_name, set()).difference_update(self._ports)
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        return await self._run(self._launch, cmd, kwargs)
+
+    def _launch(self, cmd: list[str], kwargs: dict[str, Any]) -> KernelConnectionInfo:
+        km: Any = self.parent
+        address = self._manager.container_address(self._container_name, self.host or None)
+        if not self._ports:  # a restart keeps its ports, as jupyter_client's local kernels do
+            self._ports = self._choose_ports()
+        kernel_file = f"{RUNTIME_DIR}/kernel-{self.kernel_id}.json"
+        pid_file = f"{RUNTIME_DIR}/kernel-{self.kernel_id}.pid"
+        info: dict[str, Any] = {
+            "transport": "tcp",
+            "signature_scheme": km.session.signature_scheme,
+            "kernel_name": getattr(km, "kernel_name", ""),
+            **dict(zip(PORT_NAMES, self._ports, strict=True)),
+        }
+        key = km.session.key
+        inside = {**info, "ip": "0.0.0.0", "key": key.decode()}  # noqa: S104 - container-local
+        container = self._container()
+        self._put_file(container, kernel_file, json.dumps(inside).encode())
+        local_file = getattr(km, "connection_file", "")
+        argv = [kernel_file if arg in (local_file, "{connection_file}") else arg for arg in cmd]
+        wrapper = ["/bin/sh", "-c", f'echo $$ > {shlex.quote(pid_file)}; exec "$@"', "kernel"]
+        exec_id = container.client.api.exec_create(
+            container.id,
+            [*wrapper, *argv],
+            workdir=self._workdir(kwargs.get("cwd")),
+            environment=self._kernel_env(kwargs.get("env") or {}),
+        )["Id"]
+        container.client.api.exec_start(exec_id, detach=True)
+        self._exec_id = str(exec_id)
+        self._exit_code = None
+        self.log.info(
+            "gpudev kernel %s started in %s (%s) on %s:%s",
+            self.kernel_id,
+            self._container_name,
+            " ".join(argv),
+            address,
+            self._ports,
+        )
+        connection: KernelConnectionInfo = {**info, "ip": address, "key": key}  # type: ignore[typeddict-item]
+        return connection
+
+    def _kernel_env(self, env: dict[str, str]) -> dict[str, str]:
+        """Only what the kernel needs from the launch environment: never the server's own."""
+        keep = {"JPY_SESSION_NAME"}
+        spec_env = getattr(getattr(self, "kernel_spec", None), "env", None) or {}
+        result = {k: v for k, v in env.items() if k in keep}
+        result.update({k: str(v) for k, v in spec_env.items()})
+        return result
+
+    def _workdir(self, cwd: str | None) -> str:
+        """The notebook's folder, as seen inside the container (the workspace mount)."""
+        manager = self._manager
+        env = manager.environments.get(self.environment, manager.root_dir)
+        base = env.workspace_folder
+        if not cwd:
+            return base
+        try:
+            relative = Path(cwd).resolve().relative_to(manager.root_dir)
+        except ValueError:
+            return base
+        return str(Path(base) / relative) if str(relative) != "." else base
+
+    @staticmethod
+    def _put_file(container: Any, path: str, data: bytes) -> None:
+        """Write a private file (0600, owned by the kernel's user) into the container."""
+        folder, name = os.path.split(path)
+        uid, gid = (os.getuid(), os.getgid()) if hasattr(os, "getuid") else (0, 0)
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            folder_info = tarfile.TarInfo(os.path.basename(folder))
+            folder_info.type = tarfile.DIRTYPE
+            folder_info.mode = 0o700
+            folder_info.uid, folder_info.gid = uid, gid
+            folder_info.mtime = int(time.time())
+            tar.addfile(folder_info)
+            file_info = tarfile.TarInfo(f"{os.path.basename(folder)}/{name}")
+            file_info.size = len(data)
+            file_info.mode = 0o600
+            file_info.uid, file_info.gid = uid, gid
+            file_info.mtime = int(time.time())
+            tar.addfile(file_info, io.BytesIO(data))
+        container.put_archive(os.path.dirname(folder), buffer.getvalue())
+
+    # ------------------------------------------------------------------------------------------
+    # Process control
+    # ------------------------------------------------------------------------------------------
+
+    def _poll_sync(self) -> int | None:
+        if not self._exec_id:
+            return 0
+        try:
+            state = self._container().client.api.exec_inspect(self._exec_id)
+        except (docker.errors.DockerException, GPUDevError):
+            self._exit_code = -1
+            return self._exit_code
+        if state.get("Running"):
+            return None
+        self._exit_code = int(state.get("ExitCode") or 0)
+        return self._exit_code
+
+    async def poll(self) -> int | None:
+        if self._exit_code is not None:
+            return self._exit_code
+        return await self._run(self._poll_sync)
+
+    async def wait(self) -> int | None:
+        while True:
+            code = await self.poll()
+            if code is not None:
+                return code
+            await asyncio.sleep(0.05)
+
+    def _signal_sync(self, signum: int) -> None:
+        pid_file = f"{RUNTIME_DIR}/kernel-{self.kernel_id}.pid"
+        try:
+            container = self._container()
+            container.exec_run(
+                ["/bin/sh", "-c", f'kill -{int(signum)} "$(cat {shlex.quote(pid_file)})"']
+            )
+        except (docker.errors.DockerException, GPUDevError) as exc:
+            self.log.warning("gpudev kernel %s: signal %s failed: %r", self.kernel_id, signum, exc)
+
+    async def send_signal(self, signum: int) -> None:
+        if self.has_process:
+            await self._run(self._signal_sync, signum)
+
+    async def kill(self, restart: bool = False) -> None:  # noqa: ARG002 - same either way
+        await self.send_signal(signal.SIGKILL)
+
+    async def terminate(self, restart: bool = False) -> None:  # noqa: ARG002
+        await self.send_signal(signal.SIGTERM)
+
+    async def cleanup(self, restart: bool = False) -> None:
+        await self._run(self._cleanup_sync, restart)
+
+    def _cleanup_sync(self, restart: bool) -> None:
+        self._exec_id = ""
+        if restart or not self._container_name:
+            return
+        self._release_ports()
+        self._ports = ()
+        if not self._dedicated:
+            self._remove_runtime_files()
+            return
+        manager = self._manager
+        try:
+            # The lease is released as soon as the container has stopped (well under 1 s).
+            manager.stop(self._container_name, self.host or None)
+            if self.remove_unchanged:
+                try:
+                    manager.remove(self._container_name, self.host or None)
+                except Conflict:
+                    self.log.info(
+                        "gpudev kernel %s: %s has changes: stopped and kept until committed or "
+                        "removed",
+                        self.kernel_id,
+                        self._container_name,
+                    )
+        except GPUDevError as err:
+            self.log.warning(
+                "gpudev kernel %s: cleaning up %s: %s",
+                self.kernel_id,
+                self._container_name,
+                err.message,
+            )
+
+    def _remove_runtime_files(self) -> None:
+        with contextlib.suppress(docker.errors.DockerException, GPUDevError):
+            self._container().exec_run(
+                [
+                    "rm",
+                    "-f",
+                    f"{RUNTIME_DIR}/kernel-{self.kernel_id}.json",
+                    f"{RUNTIME_DIR}/kernel-{self.kernel_id}.pid",
+                ]
+            )
+
+    def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
+        return recommended
+
+    def get_stable_start_time(self, recommended: float = 10.0) -> float:
+        return recommended
+
+    async def get_provisioner_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = await super().get_provisioner_info()
+        info.update(
+            container=self._container_name,
+            dedicated=self._dedicated,
+            exec_id=self._exec_id,
+            ports=list(self._ports),
+        )
+        return info
+
+    async def load_provisioner_info(self, provisioner_info: dict[str, Any]) -> None:
+        await super().load_provisioner_info(provisioner_info)
+        self._container_name = str(provisioner_info.get("container", ""))
+        self._dedicated = bool(provisioner_info.get("dedicated", False))
+        self._exec_id = str(provisioner_info.get("exec_id", ""))
+        self._ports = tuple(int(p) for p in provisioner_info.get("ports", []))
+
+
+def container_of(kernel_manager: Any) -> str | None:
+    """The dev container a kernel manager's kernel runs in, if it is a gpudev kernel."""
+    provisioner = getattr(kernel_manager, "provisioner", None)
+    if isinstance(provisioner, GPUDevProvisioner) and provisioner._container_name:
+        return docker_name(provisioner._container_name)
+    return None
