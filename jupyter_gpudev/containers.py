@@ -737,7 +737,7 @@ class DevContainers(LoggingConfigurable):
         if changed and not force:
             raise Conflict(
                 f"{user_name(name)!r} has {len(changed)} uncommitted change(s) (e.g. "
-                f"{', '.join(changed[:3])}): commit them first, or remove with --force",
+                f"{', '.join(changed[:3])}): commit them first, or remove it with force",
                 details={"changes": changed[:50]},
             )
         self._call(f"Removing {user_name(name)!r}", lambda: container.remove(force=True))

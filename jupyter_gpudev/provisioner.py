@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import docker.errors
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
-from traitlets import Bool, Int, Unicode
+from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import Config
 
 from .containers import DevContainers, StartRequest, docker_name
@@ -40,6 +40,15 @@ from .errors import Conflict, GPUDevError
 from .hosts import HostPool
 
 T = TypeVar("T")
+
+
+class KernelStartFailed(GPUDevError):
+    """The kernel process died at start; the message has its last output line."""
+
+    status = 500
+    exit_code = 4
+    code = "kernel_start"
+
 
 #: Where a kernel's connection file and pid file live inside the container.
 RUNTIME_DIR = "/tmp/.gpudev"  # noqa: S108 - inside the container, owned by the kernel's user
@@ -89,6 +98,12 @@ class GPUDevProvisioner(KernelProvisionerBase):
     )
     gpus = Int(-1, config=True, help="GPUs a dedicated container leases (-1: the environment's).")
     host = Unicode("", config=True, help="The host (default: the local engine).")
+    startup_check_seconds = Float(
+        0.15,
+        config=True,
+        help="""After launching, watch the kernel this long: one that exits at once is
+        reported with its output and cleaned up, instead of a 'kernel died' restart loop.""",
+    )
     remove_unchanged = Bool(
         True,
         config=True,
@@ -211,7 +226,13 @@ class GPUDevProvisioner(KernelProvisionerBase):
         self._put_file(container, kernel_file, json.dumps(inside).encode())
         local_file = getattr(km, "connection_file", "")
         argv = [kernel_file if arg in (local_file, "{connection_file}") else arg for arg in cmd]
-        wrapper = ["/bin/sh", "-c", f'echo $$ > {shlex.quote(pid_file)}; exec "$@"', "kernel"]
+        log_file = f"{RUNTIME_DIR}/kernel-{self.kernel_id}.log"
+        wrapper = [
+            "/bin/sh",
+            "-c",
+            f'echo $$ > {shlex.quote(pid_file)}; exec "$@" >> {shlex.quote(log_file)} 2>&1',
+            "kernel",
+        ]
         exec_id = container.client.api.exec_create(
             container.id,
             [*wrapper, *argv],
@@ -221,6 +242,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         container.client.api.exec_start(exec_id, detach=True)
         self._exec_id = str(exec_id)
         self._exit_code = None
+        self._check_started(container, argv, log_file)
         self.log.info(
             "gpudev kernel %s started in %s (%s) on %s:%s",
             self.kernel_id,
@@ -231,6 +253,27 @@ class GPUDevProvisioner(KernelProvisionerBase):
         )
         connection: KernelConnectionInfo = {**info, "ip": address, "key": key}  # type: ignore[typeddict-item]
         return connection
+
+    def _check_started(self, container: Any, argv: list[str], log_file: str) -> None:
+        """A kernel that dies at once (no ipykernel, a bad argv) is an error with its output,
+        and leaves no container or lease behind, instead of a "kernel died" restart loop."""
+        deadline = time.monotonic() + self.startup_check_seconds
+        while time.monotonic() < deadline:
+            if self._poll_sync() is not None:
+                break
+            time.sleep(0.02)
+        code = self._exit_code
+        if code is None:
+            return
+        _, output = container.exec_run(["tail", "-n", "20", log_file])
+        tail = output.decode(errors="replace").strip() if isinstance(output, bytes) else ""
+        self._cleanup_sync(restart=False)
+        raise KernelStartFailed(
+            f"The kernel exited at once (exit {code}) in {self._container_name!r}: "
+            f"{tail.splitlines()[-1] if tail else 'no output'}. Does the image have ipykernel, "
+            f"and is the kernel command right ({' '.join(argv)})?",
+            details={"log": tail.splitlines()},
+        )
 
     def _kernel_env(self, env: dict[str, str]) -> dict[str, str]:
         """Only what the kernel needs from the launch environment: never the server's own."""
@@ -365,6 +408,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
                     "-f",
                     f"{RUNTIME_DIR}/kernel-{self.kernel_id}.json",
                     f"{RUNTIME_DIR}/kernel-{self.kernel_id}.pid",
+                    f"{RUNTIME_DIR}/kernel-{self.kernel_id}.log",
                 ]
             )
 

@@ -118,6 +118,8 @@ ensure_venv() {
       || [ ! -f jupyter_gpudev/labextension/package.json ]; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
     PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "$VENV/bin/python" -m pip install -q -e ".[test,dev]"
+    # Serve the build output itself (a link), so `npm run build` reaches a running Lab.
+    "$VENV/bin/jupyter" labextension develop --overwrite . >/dev/null
     touch "$stamp"
   else
     echo "The package is installed; rebuilding the Lab extension if its sources changed."

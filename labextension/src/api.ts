@@ -428,7 +428,8 @@ function startEventOutcome(
       throw new GPUDevAPIError({
         status: 200,
         code: INVALID_RESPONSE,
-        message: 'The server sent the started dev container in an unexpected shape.'
+        message:
+          'The server sent the started dev container in an unexpected shape.'
       });
     case 'error': {
       const body = isRecord(value) ? value : {};

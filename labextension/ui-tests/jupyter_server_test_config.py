@@ -1,10 +1,12 @@
 """Jupyter server configuration for the Galata UI tests.
 
 The GPU inventory reads a fake nvidia-smi that prints two recorded A100 GPUs, so the
-tests see the same GPUs on any machine.
+tests see the same GPUs on any machine. Dev containers keep their GPU lease ledger in a
+fresh folder per server, so a test run never sees another run's leases.
 """
 
 import os
+import tempfile
 from pathlib import Path
 
 from jupyterlab.galata import configure_jupyter_server
@@ -19,3 +21,6 @@ c.ServerApp.allow_root = True  # noqa: F821
 c.GPUInventory.backend = "nvidia-smi"  # noqa: F821
 c.GPUInventory.nvidia_smi_path = str(FIXTURES / "fake-nvidia-smi")  # noqa: F821
 os.environ["FAKE_NVIDIA_SMI_DIR"] = str(FIXTURES / "smi" / "two-a100")
+
+c.DevContainers.state_dir = tempfile.mkdtemp(prefix="gpudev-ui-tests-")  # noqa: F821
+c.DevContainers.stop_timeout = 2  # noqa: F821

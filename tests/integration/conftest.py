@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,6 +11,9 @@ import pytest
 from traitlets.config import Config
 
 from tests.conftest import FAKE_SMI, FIXTURES
+
+BASE = "gpudev-base:bookworm"
+A100_0 = "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77"
 
 
 @pytest.fixture(scope="session")
@@ -44,3 +48,27 @@ def jp_server_config(gpudev_config: dict[str, Any], monkeypatch: pytest.MonkeyPa
     for section, values in gpudev_config.items():
         config.setdefault(section, {}).update(values)
     return Config(config)
+
+
+@pytest.fixture(scope="session")
+def gpu_engine(docker_client: docker.DockerClient) -> None:
+    """The engine can start containers with a GPU DeviceRequest (real or stand-in hook)."""
+    try:
+        docker_client.containers.run(
+            BASE,
+            ["true"],
+            remove=True,
+            device_requests=[
+                docker.types.DeviceRequest(
+                    driver="nvidia", device_ids=[A100_0], capabilities=[["gpu"]]
+                )
+            ],
+        )
+    except docker.errors.APIError as exc:
+        message = (
+            "the Docker engine has no NVIDIA hook, so GPU containers cannot start; "
+            f"scripts/test.sh starts an engine with a stand-in hook ({exc.explanation})"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)

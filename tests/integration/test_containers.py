@@ -93,30 +93,6 @@ def write_devcontainer(
         (folder / "Dockerfile").write_text(dockerfile)
 
 
-@pytest.fixture(scope="session")
-def gpu_engine(docker_client: docker.DockerClient) -> None:
-    """The engine can start containers with a GPU DeviceRequest (real or stand-in hook)."""
-    try:
-        docker_client.containers.run(
-            BASE,
-            ["true"],
-            remove=True,
-            device_requests=[
-                docker.types.DeviceRequest(
-                    driver="nvidia", device_ids=[A100_0], capabilities=[["gpu"]]
-                )
-            ],
-        )
-    except docker.errors.APIError as exc:
-        message = (
-            "the Docker engine has no NVIDIA hook, so GPU containers cannot start; "
-            f"scripts/test.sh starts an engine with a stand-in hook ({exc.explanation})"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-
-
 def test_cpu_container_lifecycle_from_the_default_environment(
     manager: DevContainers,
     docker_client: docker.DockerClient,

@@ -86,10 +86,7 @@ export function EnvironmentsSection({
       <h3 id={headingId} className="jp-gpudev-section-heading">
         {trans.__('Environments')}
       </h3>
-      <div
-        className="jp-gpudev-body"
-        aria-busy={state.status === 'loading'}
-      >
+      <div className="jp-gpudev-body" aria-busy={state.status === 'loading'}>
         {state.status === 'loading' && (
           <p className="jp-gpudev-message" role="status">
             {trans.__('Loading environments…')}
@@ -402,10 +399,7 @@ function StartProgress({
             : trans.__('Contacting the server…')}
         </span>
         {progress?.message && (
-          <span
-            className="jp-gpudev-progress-message"
-            title={progress.message}
-          >
+          <span className="jp-gpudev-progress-message" title={progress.message}>
             {progress.message}
           </span>
         )}
@@ -462,11 +456,11 @@ function Problems({
                 ? trans.__('Error')
                 : trans.__('Warning')}
             </span>{' '}
-            <span className="jp-gpudev-problem-file" title={problem.file}>
-              {problem.name
-                ? trans.__('%1 (%2)', problem.name, problem.file)
-                : problem.file}
-            </span>
+            {!problem.message.includes(problem.file) && (
+              <span className="jp-gpudev-problem-file" title={problem.file}>
+                {problem.file}
+              </span>
+            )}
             <div className="jp-gpudev-problem-message">{problem.message}</div>
           </li>
         ))}
@@ -520,10 +514,7 @@ export function ContainersSection({
           <span className="jp-gpudev-count">{containers.length}</span>
         )}
       </h3>
-      <div
-        className="jp-gpudev-body"
-        aria-busy={state.status === 'loading'}
-      >
+      <div className="jp-gpudev-body" aria-busy={state.status === 'loading'}>
         {state.status === 'loading' && (
           <p className="jp-gpudev-message" role="status">
             {trans.__('Loading dev containers…')}
@@ -732,9 +723,7 @@ function ContainerRow({
         <dt>{trans.__('GPUs')}</dt>
         <dd
           title={
-            gpus.length > 0
-              ? trans.__('UUIDs: %1', gpus.join(', '))
-              : undefined
+            gpus.length > 0 ? trans.__('UUIDs: %1', gpus.join(', ')) : undefined
           }
         >
           {gpus.length > 0 ? gpus.length : trans.__('none (CPU)')}
@@ -751,7 +740,7 @@ function ContainerRow({
             </dd>
           </>
         )}
-        {container.status && (
+        {container.status && container.status !== container.state && (
           <>
             <dt>{trans.__('Status')}</dt>
             <dd>{container.status}</dd>

@@ -1,0 +1,154 @@
+import { expect, test } from '@jupyterlab/galata';
+import type { IJupyterLabPageFixture } from '@jupyterlab/galata';
+import type { APIRequestContext } from '@playwright/test';
+
+/**
+ * A dev container from the built-in `default` environment (the kernel image
+ * gpudev-python:bookworm, no GPU), on the real Docker engine of this machine.
+ */
+const ENV = 'default';
+const PANEL_ID = 'gpudev-panel';
+
+/** Names of the containers the test started, removed again after it. */
+const started = new Set<string>();
+
+async function openPanel(page: IJupyterLabPageFixture) {
+  const tab = page.sidebar.getTabLocator(PANEL_ID);
+  await expect(tab).toHaveAttribute('title', 'GPU Dev');
+  await tab.click();
+  const panel = page.locator(`#${PANEL_ID}`);
+  await expect(panel).toBeVisible();
+  return panel;
+}
+
+interface IListedContainer {
+  name: string;
+  owner: string;
+  environment: string;
+  state: string;
+}
+
+/** The (anonymous) user of the browser context, who owns what it starts. */
+async function currentUser(request: APIRequestContext): Promise<string> {
+  const me = await request.get('/api/me');
+  expect(me.ok()).toBe(true);
+  const body = (await me.json()) as { identity: { username: string } };
+  return body.identity.username;
+}
+
+/** The dev containers `owner` has, through the API. */
+async function containersOf(
+  request: APIRequestContext,
+  owner: string
+): Promise<IListedContainer[]> {
+  const listed = await request.get('/gpudev/api/containers?all=1');
+  expect(listed.ok()).toBe(true);
+  const body = (await listed.json()) as { containers: IListedContainer[] };
+  return body.containers.filter(container => container.owner === owner);
+}
+
+/**
+ * Remove, whatever state they are in, the containers this test started and
+ * any other container of the browser's user, so a failed run leaves nothing.
+ */
+async function removeLeftovers(request: APIRequestContext): Promise<void> {
+  const names = new Set(started);
+  for (const container of await containersOf(
+    request,
+    await currentUser(request)
+  )) {
+    names.add(container.name);
+  }
+  for (const name of names) {
+    const removed = await request.delete(
+      `/gpudev/api/containers/${encodeURIComponent(name)}?force=1`
+    );
+    expect([204, 404]).toContain(removed.status());
+  }
+  started.clear();
+}
+
+test.describe('Dev containers', () => {
+  // Pulling nothing, but creating and stopping a container takes a while.
+  test.setTimeout(180000);
+
+  test.afterEach(async ({ page }) => {
+    await removeLeftovers(page.request);
+  });
+
+  test('start a CPU container from an environment, stop it, remove it', async ({
+    page
+  }, testInfo) => {
+    // Given the panel listing the default environment
+    const panel = await openPanel(page);
+    const environment = panel.getByTestId(`gpudev-env-${ENV}`);
+    await expect(environment).toBeVisible({ timeout: 30000 });
+    await expect(environment).toContainText('CPU');
+    const gpus = panel.getByTestId(`gpudev-env-gpus-${ENV}`);
+    if ((await gpus.inputValue()) !== '0') {
+      await gpus.fill('0');
+    }
+
+    // When it is started
+    const owner = await currentUser(page.request);
+    expect(await containersOf(page.request, owner)).toHaveLength(0);
+    const answered = page.waitForResponse(
+      response =>
+        new URL(response.url()).pathname.endsWith('/gpudev/api/containers') &&
+        response.request().method() === 'POST'
+    );
+    await panel.getByTestId(`gpudev-env-start-${ENV}`).click();
+    const response = await answered;
+    expect(response.status()).toBe(200);
+    expect(response.headers()['content-type']).toContain('text/event-stream');
+    let name = '';
+    await expect(async () => {
+      const mine = await containersOf(page.request, owner);
+      expect(mine).toHaveLength(1);
+      name = mine[0]?.name ?? '';
+    }).toPass({ timeout: 60000 });
+    started.add(name);
+
+    // Then its row shows it running, without GPUs, and the progress is gone
+    const row = panel.getByTestId(`gpudev-container-${name}`);
+    await expect(row).toHaveAttribute('data-state', 'running', {
+      timeout: 60000
+    });
+    await expect(row).toContainText(ENV);
+    await expect(row).toContainText('none (CPU)');
+    // The streamed result arrived (it is what raises this notification).
+    await expect(
+      page.getByText(`GPU Dev: ${name} is running`).first()
+    ).toBeVisible();
+    await expect(panel.getByTestId(`gpudev-start-progress-${ENV}`)).toHaveCount(
+      0
+    );
+    await expect(panel.getByTestId(`gpudev-env-start-${ENV}`)).toBeEnabled();
+    await row.scrollIntoViewIfNeeded();
+    await panel.screenshot({
+      path: testInfo.outputPath('gpudev-containers.png')
+    });
+
+    // When it is stopped, then it shows exited and can be started or removed
+    await row.getByTestId(`gpudev-container-stop-${name}`).click();
+    await expect(row).toHaveAttribute('data-state', 'exited', {
+      timeout: 60000
+    });
+    await expect(
+      row.getByTestId(`gpudev-container-start-${name}`)
+    ).toBeVisible();
+
+    // When it is removed (confirming if it has changes), then its row goes
+    await row.getByTestId(`gpudev-container-remove-${name}`).click();
+    const confirm = page
+      .locator('.jp-Dialog')
+      .getByRole('button', { name: 'Remove anyway' });
+    await expect(async () => {
+      if (await confirm.isVisible()) {
+        await confirm.click();
+      }
+      await expect(row).toHaveCount(0, { timeout: 1000 });
+    }).toPass({ timeout: 60000 });
+    started.delete(name);
+  });
+});
