@@ -547,6 +547,11 @@ class DevContainers(LoggingConfigurable):
     def container_address(self, name: str, host: str | None = None) -> str:
         """The IP address at which the host reaches the container (kernels connect there)."""
         _, container = self._find(name, host)
+        return self.address_of(container)
+
+    def address_of(self, container: Container) -> str:
+        """``container_address`` of a container object already at hand."""
+        name = container.labels.get(L_NAME, container.name or "")
         settings = container.attrs.get("NetworkSettings", {})
         if container.attrs.get("HostConfig", {}).get("NetworkMode") == "host":
             return "127.0.0.1"

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import os
 import random
 import shlex
 import signal
-import tarfile
 import threading
 import time
 from collections.abc import Callable
@@ -63,6 +61,7 @@ PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port
 _shared_manager: DevContainers | None = None
 _shared_lock = threading.Lock()
 _ports_in_use: dict[str, set[int]] = {}
+_argv_by_image: dict[str, list[str]] = {}
 
 
 def set_manager(manager: DevContainers | None) -> None:
@@ -99,7 +98,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
     gpus = Int(-1, config=True, help="GPUs a dedicated container leases (-1: the environment's).")
     host = Unicode("", config=True, help="The host (default: the local engine).")
     startup_check_seconds = Float(
-        0.15,
+        0.05,
         config=True,
         help="""After launching, watch the kernel this long: one that exits at once is
         reported with its output and cleaned up, instead of a 'kernel died' restart loop.""",
@@ -117,6 +116,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
     _exec_id: str = ""
     _ports: tuple[int, ...] = ()
     _exit_code: int | None = None
+    _api: Any = None
 
     @property
     def has_process(self) -> bool:
@@ -175,8 +175,21 @@ class GPUDevProvisioner(KernelProvisionerBase):
         )
 
     def _kernel_argv(self) -> list[str]:
-        """The image's own python3 kernelspec argv if it has one, else the ipykernel default."""
+        """The image's own python3 kernelspec argv if it has one, else the ipykernel default
+        (looked up once per image: an exec costs tens of milliseconds)."""
         container = self._container()
+        image_id = str(container.attrs.get("Image", ""))
+        with _shared_lock:
+            cached = _argv_by_image.get(image_id)
+        if cached is not None:
+            return list(cached)
+        argv = self._read_image_argv(container)
+        with _shared_lock:
+            _argv_by_image[image_id] = argv
+        return list(argv)
+
+    @staticmethod
+    def _read_image_argv(container: Any) -> list[str]:
         for path in IMAGE_KERNELSPECS:
             code, output = container.exec_run(["cat", path])
             if code == 0 and isinstance(output, bytes):
@@ -209,11 +222,14 @@ class GPUDevProvisioner(KernelProvisionerBase):
 
     def _launch(self, cmd: list[str], kwargs: dict[str, Any]) -> KernelConnectionInfo:
         km: Any = self.parent
-        address = self._manager.container_address(self._container_name, self.host or None)
+        container = self._container()
+        self._api = container.client.api
+        address = self._manager.address_of(container)
         if not self._ports:  # a restart keeps its ports, as jupyter_client's local kernels do
             self._ports = self._choose_ports()
-        kernel_file = f"{RUNTIME_DIR}/kernel-{self.kernel_id}.json"
-        pid_file = f"{RUNTIME_DIR}/kernel-{self.kernel_id}.pid"
+        kernel_file, pid_file, log_file = (
+            f"{RUNTIME_DIR}/kernel-{self.kernel_id}.{ext}" for ext in ("json", "pid", "log")
+        )
         info: dict[str, Any] = {
             "transport": "tcp",
             "signature_scheme": km.session.signature_scheme,
@@ -222,24 +238,26 @@ class GPUDevProvisioner(KernelProvisionerBase):
         }
         key = km.session.key
         inside = {**info, "ip": "0.0.0.0", "key": key.decode()}  # noqa: S104 - container-local
-        container = self._container()
-        self._put_file(container, kernel_file, json.dumps(inside).encode())
         local_file = getattr(km, "connection_file", "")
         argv = [kernel_file if arg in (local_file, "{connection_file}") else arg for arg in cmd]
-        log_file = f"{RUNTIME_DIR}/kernel-{self.kernel_id}.log"
-        wrapper = [
-            "/bin/sh",
-            "-c",
-            f'echo $$ > {shlex.quote(pid_file)}; exec "$@" >> {shlex.quote(log_file)} 2>&1',
-            "kernel",
-        ]
-        exec_id = container.client.api.exec_create(
+        # One exec: write the private connection file (the key leaves the environment before
+        # the kernel starts), record the pid for signals, then become the kernel.
+        script = (
+            f"umask 077; mkdir -p {RUNTIME_DIR}; "
+            f'printf "%s" "$GPUDEV_CONNECTION" > {shlex.quote(kernel_file)}; '
+            "unset GPUDEV_CONNECTION; "
+            f"echo $$ > {shlex.quote(pid_file)}; "
+            f'exec "$@" >> {shlex.quote(log_file)} 2>&1'
+        )
+        environment = self._kernel_env(kwargs.get("env") or {})
+        environment["GPUDEV_CONNECTION"] = json.dumps(inside)
+        exec_id = self._api.exec_create(
             container.id,
-            [*wrapper, *argv],
-            workdir=self._workdir(kwargs.get("cwd")),
-            environment=self._kernel_env(kwargs.get("env") or {}),
+            ["/bin/sh", "-c", script, "kernel", *argv],
+            workdir=self._workdir(container, kwargs.get("cwd")),
+            environment=environment,
         )["Id"]
-        container.client.api.exec_start(exec_id, detach=True)
+        self._api.exec_start(exec_id, detach=True)
         self._exec_id = str(exec_id)
         self._exit_code = None
         self._check_started(container, argv, log_file)
@@ -283,11 +301,10 @@ class GPUDevProvisioner(KernelProvisionerBase):
         result.update({k: str(v) for k, v in spec_env.items()})
         return result
 
-    def _workdir(self, cwd: str | None) -> str:
+    def _workdir(self, container: Any, cwd: str | None) -> str:
         """The notebook's folder, as seen inside the container (the workspace mount)."""
         manager = self._manager
-        env = manager.environments.get(self.environment, manager.root_dir)
-        base = env.workspace_folder
+        base = str(container.attrs.get("Config", {}).get("WorkingDir") or "/")
         if not cwd:
             return base
         try:
@@ -295,27 +312,6 @@ class GPUDevProvisioner(KernelProvisionerBase):
         except ValueError:
             return base
         return str(Path(base) / relative) if str(relative) != "." else base
-
-    @staticmethod
-    def _put_file(container: Any, path: str, data: bytes) -> None:
-        """Write a private file (0600, owned by the kernel's user) into the container."""
-        folder, name = os.path.split(path)
-        uid, gid = (os.getuid(), os.getgid()) if hasattr(os, "getuid") else (0, 0)
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            folder_info = tarfile.TarInfo(os.path.basename(folder))
-            folder_info.type = tarfile.DIRTYPE
-            folder_info.mode = 0o700
-            folder_info.uid, folder_info.gid = uid, gid
-            folder_info.mtime = int(time.time())
-            tar.addfile(folder_info)
-            file_info = tarfile.TarInfo(f"{os.path.basename(folder)}/{name}")
-            file_info.size = len(data)
-            file_info.mode = 0o600
-            file_info.uid, file_info.gid = uid, gid
-            file_info.mtime = int(time.time())
-            tar.addfile(file_info, io.BytesIO(data))
-        container.put_archive(os.path.dirname(folder), buffer.getvalue())
 
     # ------------------------------------------------------------------------------------------
     # Process control
@@ -325,7 +321,9 @@ class GPUDevProvisioner(KernelProvisionerBase):
         if not self._exec_id:
             return 0
         try:
-            state = self._container().client.api.exec_inspect(self._exec_id)
+            if self._api is None:
+                self._api = self._container().client.api
+            state = self._api.exec_inspect(self._exec_id)
         except (docker.errors.DockerException, GPUDevError):
             self._exit_code = -1
             return self._exit_code
