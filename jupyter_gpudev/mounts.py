@@ -115,6 +115,14 @@ def check_target(target: Any, what: str = "mount target") -> str:
     return normal
 
 
+def _is_within(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or inside it, by whole path components."""
+    try:
+        return os.path.commonpath([path, folder]) == folder
+    except ValueError:
+        return False
+
+
 class MountPolicy(LoggingConfigurable):
     """Which host folders may be mounted into dev containers. ``c.MountPolicy.*``."""
 
@@ -205,6 +213,19 @@ class MountPolicy(LoggingConfigurable):
                 f"read-only ({ROOTS_TRAIT}: mark it {{'path': ..., 'writable': true}})"
             )
         effective = read_only if read_only is not None else not root.writable
+        if not effective:
+            # A read-only root nested inside this writable mount would be writable through it.
+            nested = [
+                r.path
+                for r in roots
+                if not r.writable and r.path != real and _is_within(r.path, real)
+            ]
+            if nested and read_only is False:
+                raise MountNotAllowed(
+                    f"The mount source {source!r} cannot be writable: it contains the read-only "
+                    f"root {nested[0]!r} ({ROOTS_TRAIT})"
+                )
+            effective = bool(nested)
         return ResolvedMount(source=real, target=normal_target, read_only=effective)
 
     def workspace(self, root_dir: Path, workspace_folder: str) -> ResolvedMount:

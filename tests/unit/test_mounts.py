@@ -245,3 +245,20 @@ def test_declared_mounts(tree: Path) -> None:
         mounts.resolve_declared([DeclaredMount(str(tree / "data" / "escape"), "/x")])
     with pytest.raises(BadRequest, match="named volumes are not supported yet"):
         mounts.resolve_declared([DeclaredMount("pip-cache", "/root/.cache/pip", False, "volume")])
+
+
+def test_a_read_only_root_inside_a_writable_one_stays_read_only(tmp_path: Path) -> None:
+    # Given /data is writable but /data/secret is declared read-only
+    data = tmp_path / "data"
+    (data / "secret").mkdir(parents=True)
+    policy = MountPolicy(
+        allowed_roots=[{"path": str(data), "writable": True}, str(data / "secret")]
+    )
+    # When /data is mounted without saying, it is read-only (else /data/secret would be writable)
+    assert policy.resolve(str(data), "/mnt/data").read_only is True
+    # And asking for a writable /data is refused, naming the nested root
+    with pytest.raises(MountNotAllowed, match="contains the read-only root"):
+        policy.resolve(str(data), "/mnt/data", read_only=False)
+    # While a sibling folder of the secret one is writable as before
+    (data / "scratch").mkdir()
+    assert policy.resolve(str(data / "scratch"), "/mnt/scratch").read_only is False
