@@ -119,7 +119,8 @@ ensure_venv() {
     "$VENV/bin/python" -m pip install -q --upgrade pip
     PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "$VENV/bin/python" -m pip install -q -e ".[test,dev]"
     # Serve the build output itself (a link), so `npm run build` reaches a running Lab.
-    "$VENV/bin/jupyter" labextension develop --overwrite . >/dev/null
+    PATH="$VENV/bin:$PATH" "$VENV/bin/jupyter" labextension develop --overwrite . >/dev/null 2>&1 \
+      || echo "note: could not link the Lab extension for development; the installed copy is used"
     touch "$stamp"
   else
     echo "The package is installed; rebuilding the Lab extension if its sources changed."
