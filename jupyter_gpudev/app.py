@@ -43,10 +43,10 @@ class GPUDevApp(ExtensionApp):
 
     async def _reconcile(self) -> None:
         """After a crash, free the leases of containers that are gone (and re-lease orphans)."""
+        loop = asyncio.get_running_loop()
         try:
-            await asyncio.get_running_loop().run_in_executor(
-                None, self.context.containers.reconcile
-            )
+            await loop.run_in_executor(None, self.context.containers.stop_orphan_kernels)
+            await loop.run_in_executor(None, self.context.containers.reconcile)
         except Exception:
             self.log.exception("gpudev: reconciling leases with containers failed")
 

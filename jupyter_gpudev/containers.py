@@ -13,10 +13,13 @@ Every method here blocks (Docker SDK calls): the server runs them in worker thre
 
 from __future__ import annotations
 
+import builtins
 import getpass
+import hashlib
 import os
 import re
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -63,6 +66,11 @@ L_SERVER = f"{LABEL}.server"
 L_IMAGE = f"{LABEL}.image"
 L_CREATED = f"{LABEL}.created"
 L_WORKSPACE = f"{LABEL}.workspace"
+#: On a container dedicated to one kernel: the kernel's id.
+L_KERNEL = f"{LABEL}.kernel"
+#: Which server process made it: "<machine>:<pid>", and which lease ledger it used.
+L_PROCESS = f"{LABEL}.process"
+L_LEDGER = f"{LABEL}.ledger"
 
 T = TypeVar("T")
 PREFIX = "gpudev-"
@@ -104,6 +112,8 @@ class StartRequest:
     owner: str | None = None
     #: Another image for the environment (e.g. a pushed snapshot); must be allowed.
     image: str | None = None
+    #: Set by the kernel provisioner for a container dedicated to that kernel.
+    kernel_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -232,6 +242,12 @@ class DevContainers(LoggingConfigurable):
     # ------------------------------------------------------------------------------------------
     # Plumbing
     # ------------------------------------------------------------------------------------------
+
+    @property
+    def ledger_id(self) -> str:
+        """Names this manager's lease ledger in container labels (a hash of its path)."""
+        path = os.path.realpath(os.path.join(self.state_dir, "leases.sqlite"))
+        return hashlib.sha256(path.encode()).hexdigest()[:16]
 
     @property
     def ledger(self) -> LeaseLedger:
@@ -466,6 +482,7 @@ class DevContainers(LoggingConfigurable):
                 image=image,
                 lease=lease,
                 inventory=inventory,
+                kernel_id=request.kernel_id,
             )
             say({"stage": "start", "message": f"starting {docker_name(name)}"})
             self._start_and_check(name, container)
@@ -584,6 +601,7 @@ class DevContainers(LoggingConfigurable):
         image: str,
         lease: Lease | None,
         inventory: Inventory | None,
+        kernel_id: str | None = None,
     ) -> Container:
         uuids = lease.gpu_uuids if lease else ()
         environment = dict(env.container_env)
@@ -596,7 +614,6 @@ class DevContainers(LoggingConfigurable):
         # Explicit, always: CUDA images default NVIDIA_VISIBLE_DEVICES to "all".
         environment["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids) if uuids else "void"
         environment["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        options = env.run_options
         labels = {
             L_MANAGED: "1",
             L_NAME: name,
@@ -609,7 +626,11 @@ class DevContainers(LoggingConfigurable):
             L_IMAGE: image,
             L_CREATED: datetime.now(timezone.utc).isoformat(timespec="seconds"),
             L_WORKSPACE: str(self.root_dir),
+            L_PROCESS: f"{socket.gethostname()}:{os.getpid()}",
+            L_LEDGER: self.ledger_id,
         }
+        if kernel_id:
+            labels[L_KERNEL] = kernel_id
         kwargs: dict[str, Any] = {
             "name": docker_name(name),
             "hostname": name[:63],
@@ -626,6 +647,18 @@ class DevContainers(LoggingConfigurable):
         }
         if self.run_as_server_user and hasattr(os, "getuid"):
             kwargs["user"] = f"{os.getuid()}:{os.getgid()}"
+        self._gpu_options(kwargs, environment, uuids, host, inventory)
+        self._run_options(kwargs, env, client)
+        return client.containers.create(image, **kwargs)
+
+    def _gpu_options(
+        self,
+        kwargs: dict[str, Any],
+        environment: dict[str, str],
+        uuids: tuple[str, ...],
+        host: Host,
+        inventory: Inventory | None,
+    ) -> None:
         if uuids and self.legacy_gpus.enabled:
             if not host.spec.is_local or inventory is None:
                 raise BadRequest("Driver injection (c.LegacyGPUInjection) works on the local host")
@@ -638,6 +671,12 @@ class DevContainers(LoggingConfigurable):
             kwargs["device_requests"] = [
                 DeviceRequest(driver="nvidia", device_ids=list(uuids), capabilities=[["gpu"]])
             ]
+
+    def _run_options(
+        self, kwargs: dict[str, Any], env: Environment, client: docker.DockerClient
+    ) -> None:
+        """The accepted runArgs, and the isolated network unless the environment names one."""
+        options = env.run_options
         if options.shm_size_bytes:
             kwargs["shm_size"] = options.shm_size_bytes
         if options.ipc_mode:
@@ -652,7 +691,6 @@ class DevContainers(LoggingConfigurable):
             kwargs["pid_mode"] = options.pid_mode
         if options.ulimits:
             kwargs["ulimits"] = [Ulimit(name=n, soft=s, hard=h) for n, s, h in options.ulimits]
-        return client.containers.create(image, **kwargs)
 
     def _lifecycle_commands(
         self, container: Container, env: Environment, say: Progress
@@ -815,6 +853,40 @@ class DevContainers(LoggingConfigurable):
     # Reconcile
     # ------------------------------------------------------------------------------------------
 
+    def stop_orphan_kernels(self) -> builtins.list[str]:
+        """Stop the kernel containers a dead server left running, so they free their GPUs.
+
+        A container dedicated to a kernel is an orphan when it was made through this same
+        ledger by a server process of this machine that no longer runs (after a crash or a
+        SIGKILL its kernels cannot be reached again). Unchanged ones are removed; ones with
+        changes are kept, stopped, until committed or removed.
+        """
+        machine = socket.gethostname()
+        stopped: builtins.list[str] = []
+        for host in self._hosts(None):
+            try:
+                containers = host.client().containers.list(
+                    filters={"label": [f"{L_MANAGED}=1", L_KERNEL, f"{L_LEDGER}={self.ledger_id}"]}
+                )
+            except (GPUDevError, docker.errors.DockerException) as exc:
+                self.log.warning("gpudev: orphan kernels on %s not checked: %r", host.name, exc)
+                continue
+            for container in containers:
+                where, _, pid = container.labels.get(L_PROCESS, "").partition(":")
+                if where != machine or not pid.isdigit() or _process_alive(int(pid)):
+                    continue
+                name = container.labels.get(L_NAME, user_name(container.name or ""))
+                try:
+                    self.remove(name, host.name)
+                except Conflict:
+                    pass  # stopped (lease freed) and kept: it has changes
+                except GPUDevError as err:
+                    self.log.warning("gpudev: orphan kernel container %s: %s", name, err.message)
+                    continue
+                self.log.info("gpudev: stopped %s, left by a server that is gone", name)
+                stopped.append(name)
+        return stopped
+
     def reconcile(self) -> dict[str, Any]:
         """Make the ledger agree with the containers that exist (after a crash, at start-up)."""
         reports: dict[str, Any] = {}
@@ -852,6 +924,16 @@ class DevContainers(LoggingConfigurable):
         report = self.ledger.reconcile(host.name, holding, owners=owners, created_before=listed_at)
         labelled = {uuid for uuids in holding.values() for uuid in uuids}
         return report.to_json(), labelled
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def _status_text(state: dict[str, Any]) -> str:

@@ -153,6 +153,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
                 gpus=None if self.gpus < 0 else self.gpus,
                 owner=owner,
                 name=f"kernel-{self.kernel_id}"[:63] if self.kernel_id else None,
+                kernel_id=self.kernel_id or None,
             )
             info = await self._run(self._manager.start, request, self._log_progress)
             self._container_name = info.name

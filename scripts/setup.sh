@@ -115,6 +115,7 @@ ensure_venv() {
   fi
   local stamp="$VENV/.gpudev-installed"
   if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ package.json -nt "$stamp" ] \
+      || [ jupyter-config/server-config/jupyter_gpudev.json -nt "$stamp" ] \
       || [ ! -f jupyter_gpudev/labextension/package.json ]; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
     PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "$VENV/bin/python" -m pip install -q -e ".[test,dev]"
