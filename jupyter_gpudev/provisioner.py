@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import docker.errors
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
+from tornado import web
 from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import Config
 
@@ -38,6 +39,16 @@ from .errors import Conflict, GPUDevError
 from .hosts import HostPool
 
 T = TypeVar("T")
+
+
+class KernelLaunchError(web.HTTPError):
+    """A gpudev error while launching a kernel, in the form jupyter_server reports to the user
+    (its status and message, instead of "Unhandled error"); ``error`` is the original."""
+
+    def __init__(self, error: GPUDevError) -> None:
+        # tornado formats log_message with %: keep a literal % literal.
+        super().__init__(error.status, log_message=error.message.replace("%", "%%"))
+        self.error = error
 
 
 class KernelStartFailed(GPUDevError):
@@ -139,6 +150,12 @@ class GPUDevProvisioner(KernelProvisionerBase):
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         """Make the container ready (build/pull, lease, start) before the kernel is started."""
+        try:
+            return await self._pre_launch(**kwargs)
+        except GPUDevError as err:
+            raise KernelLaunchError(err) from err
+
+    async def _pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         kwargs = await super().pre_launch(**kwargs)
         if self._container_name:
             pass  # a restart: the same container, with everything installed in it
@@ -219,7 +236,10 @@ class GPUDevProvisioner(KernelProvisionerBase):
             _ports_in_use.get(self._container_name, set()).difference_update(self._ports)
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
-        return await self._run(self._launch, cmd, kwargs)
+        try:
+            return await self._run(self._launch, cmd, kwargs)
+        except GPUDevError as err:
+            raise KernelLaunchError(err) from err
 
     def _launch(self, cmd: list[str], kwargs: dict[str, Any]) -> KernelConnectionInfo:
         km: Any = self.parent

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -13,14 +14,14 @@ from typing import Any
 import docker
 import pytest
 from jupyter_client.manager import AsyncKernelManager
-from tornado.httpclient import HTTPResponse
+from tornado.httpclient import HTTPClientError, HTTPResponse
 from traitlets.config import Config
 
 from jupyter_gpudev import provisioner
 from jupyter_gpudev.containers import L_SERVER, DevContainers, docker_name
 from jupyter_gpudev.hosts import HostPool
 from jupyter_gpudev.kernelspecs import GPUDevKernelSpecManager
-from jupyter_gpudev.provisioner import KernelStartFailed
+from jupyter_gpudev.provisioner import KernelLaunchError, KernelStartFailed
 from tests.conftest import FAKE_SMI, FIXTURES
 
 A100_1 = "GPU-8f2a9c41-7b3e-4c55-9d0a-2e6f1b7c3d90"
@@ -193,12 +194,18 @@ async def test_a_kernel_that_fails_at_start_is_cleaned_up(
     (folder / "devcontainer.json").write_text(json.dumps({"image": "gpudev-base:bookworm"}))
     km = kernel_manager(manager, "gpudev-bare")
     # When its kernel is started
-    with pytest.raises(KernelStartFailed) as caught:
+    with pytest.raises(KernelLaunchError) as caught:
         await km.start_kernel()
-    # Then the error says what happened, with the kernel's own last words
-    assert "The kernel exited at once (exit 127)" in caught.value.message
-    assert "Does the image have ipykernel" in caught.value.message
-    assert any("not found" in line for line in caught.value.details["log"])
+    # Then the error says what happened, with the kernel's own last words, in the form the
+    # Jupyter server shows (a status and a message)
+    error = caught.value.error
+    assert isinstance(error, KernelStartFailed)
+    assert "The kernel exited at once (exit 127)" in error.message
+    assert "Does the image have ipykernel" in error.message
+    assert any("not found" in line for line in error.details["log"])
+    assert caught.value.status_code == 500
+    assert caught.value.log_message is not None
+    assert "exited at once" in caught.value.log_message
     # And no container and no lease are left
     assert manager.ledger.active("local") == []
     assert (
@@ -287,3 +294,27 @@ async def test_a_gpudev_kernel_through_the_server_rest_api_and_websocket(
         # When the kernel is deleted, its container goes (nothing changed in it)
         await jp_fetch("api", "kernels", kernel["id"], method="DELETE")
     assert docker_client.containers.list(all=True, filters={"name": container_name}) == []
+
+
+async def test_a_kernel_start_failure_reaches_the_user_as_a_message(
+    jp_fetch: Fetch, jp_root_dir: Path, docker_client: docker.DockerClient
+) -> None:
+    # Given an environment whose image cannot run a kernel
+    workspace = os.path.realpath(jp_root_dir)
+    folder = jp_root_dir / ".devcontainer" / "bare"
+    folder.mkdir(parents=True)
+    (folder / "devcontainer.json").write_text(json.dumps({"image": "gpudev-base:bookworm"}))
+    # When its kernel is started through the REST API
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch("api", "kernels", method="POST", body=json.dumps({"name": "gpudev-bare"}))
+    # Then the answer carries our message, not "Unhandled error"
+    assert caught.value.code == 500
+    assert caught.value.response is not None
+    body = json.loads(caught.value.response.body)
+    assert "The kernel exited at once" in body["message"]
+    assert (
+        docker_client.containers.list(
+            all=True, filters={"label": f"org.jupyter.gpudev.workspace={workspace}"}
+        )
+        == []
+    )
