@@ -50,7 +50,7 @@ from .errors import (
 )
 from .gpus import Inventory
 from .hosts import Host, HostPool
-from .images import Progress
+from .images import Progress, stream_build
 from .leases import GPURequest, Lease, LeaseLedger, leasable_units
 from .mounts import MountPolicy
 
@@ -350,9 +350,11 @@ class DevContainers(LoggingConfigurable):
         assert env.build is not None  # noqa: S101 - checked by the caller
         build = env.build
         say({"stage": "build", "message": f"building {ref} from {build.dockerfile.name}"})
-        tail: list[str] = []
         try:
-            for event in client.api.build(
+            stream_build(
+                client,
+                f"the image of {env.name!r}",
+                say,
                 path=str(build.context),
                 dockerfile=str(build.dockerfile.relative_to(build.context))
                 if build.dockerfile.is_relative_to(build.context)
@@ -360,21 +362,8 @@ class DevContainers(LoggingConfigurable):
                 tag=ref,
                 buildargs=dict(build.args),
                 target=build.target,
-                rm=True,
-                forcerm=True,
-                decode=True,
                 labels={L_ENV: env.name},
-            ):
-                if "error" in event:
-                    detail = event.get("errorDetail", {}).get("message") or event["error"]
-                    raise ImageError(
-                        f"Building the image of {env.name!r} failed: {str(detail).strip()}",
-                        details={"log": tail},
-                    )
-                text = str(event.get("stream") or event.get("status") or "")
-                for line in filter(None, (part.rstrip() for part in text.splitlines())):
-                    tail = [*tail[-29:], line]
-                    say({"stage": "build", "message": line})
+            )
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise self._engine_error(f"Building the image of {env.name!r}", exc) from exc
 

@@ -40,6 +40,25 @@ _TAG_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,200}$")
 LABEL = "org.jupyter.gpudev"
 
 
+def stream_build(client: docker.DockerClient, what: str, say: Progress, **build_args: Any) -> None:
+    """Run ``docker build`` with its log streamed to ``say``.
+
+    An error the engine reports inside the (successful) HTTP stream is an ``ImageError``
+    naming ``what`` with the build's last lines; transport errors propagate to the caller.
+    """
+    tail: list[str] = []
+    for event in client.api.build(rm=True, forcerm=True, decode=True, **build_args):
+        if "error" in event:
+            detail = event.get("errorDetail", {}).get("message") or event["error"]
+            raise ImageError(
+                f"Building {what} failed: {str(detail).strip()}", details={"log": tail}
+            )
+        text = str(event.get("stream") or event.get("status") or "")
+        for line in filter(None, (part.rstrip() for part in text.splitlines())):
+            tail = [*tail[-29:], line]
+            say({"stage": "build", "message": line})
+
+
 def _deb822_stanzas(text: str) -> Iterator[dict[str, str]]:
     stanza: dict[str, str] = {}
     key = ""
@@ -277,26 +296,14 @@ class ImageBootstrapper(LoggingConfigurable):
 
     def _build_kernel_image(self, client: docker.DockerClient, say: Progress) -> str:
         say({"stage": "build", "message": f"building {self.image_tag} on {self.base_tag}"})
-        tail: list[str] = []
         try:
-            stream = client.api.build(
+            stream_build(
+                client,
+                self.image_tag,
+                say,
                 fileobj=io.BytesIO(self.dockerfile().encode()),
                 tag=self.image_tag,
-                rm=True,
-                forcerm=True,
-                decode=True,
             )
-            for event in stream:
-                if "error" in event:
-                    detail = event.get("errorDetail", {}).get("message") or event["error"]
-                    raise ImageError(
-                        f"Building {self.image_tag} failed: {str(detail).strip()}",
-                        details={"log": tail},
-                    )
-                text = str(event.get("stream") or event.get("status") or "")
-                for line in filter(None, (part.rstrip() for part in text.splitlines())):
-                    tail = [*tail[-19:], line]
-                    say({"stage": "build", "message": line})
         except docker.errors.DockerException as exc:
             self.log.exception("Building %s failed", self.image_tag)
             raise ImageError(f"The engine could not build {self.image_tag}") from exc
