@@ -19,6 +19,7 @@ import hashlib
 import os
 import re
 import secrets
+import shutil
 import socket
 import threading
 import time
@@ -208,6 +209,12 @@ class DevContainers(LoggingConfigurable):
         help="""The Docker network dev containers join: a bridge created on first use with
         inter-container traffic disabled, so a container (and its kernels' ports) is reachable
         from the host but not from other containers. Empty: the engine's default bridge.""",
+    ).tag(config=True)
+
+    docker_cli = Unicode(
+        "docker",
+        help="""The docker command line (a name on PATH or a path), used for terminals inside
+        dev containers: a terminal runs `docker exec -it` in a pseudo-terminal.""",
     ).tag(config=True)
 
     keep_alive_command = Unicode(
@@ -800,6 +807,44 @@ class DevContainers(LoggingConfigurable):
         if unreachable and len(unreachable) == len(hosts):
             raise unreachable[0]  # no engine answered: say so, not "no containers"
         return sorted(result, key=lambda info: (info.host, info.name))
+
+    def terminal_command(self, name: str, host: str | None = None) -> builtins.list[str]:
+        """The argv of a shell inside a running dev container, for a Jupyter terminal.
+
+        Every element comes from the engine or from configuration, never from the request: the
+        container is found by its validated name, and addressed by its id.
+        """
+        found_host, container = self._find(name, host)
+        if container.status != "running":
+            raise Conflict(f"{user_name(name)!r} is not running: start it first")
+        cli = shutil.which(self.docker_cli)
+        if cli is None:
+            raise EngineError(
+                f"Terminals in containers need the docker command line ({self.docker_cli!r} "
+                "was not found on PATH; set c.DevContainers.docker_cli)"
+            )
+        spec = found_host.spec
+        argv = [cli, "--host", spec.url]
+        if spec.transport == "tcp" and (spec.tls_verify or spec.tls_ca_cert):
+            argv.append("--tlsverify")
+            if spec.tls_ca_cert:
+                argv += ["--tlscacert", spec.tls_ca_cert]
+            if spec.tls_client_cert and spec.tls_client_key:
+                argv += ["--tlscert", spec.tls_client_cert, "--tlskey", spec.tls_client_key]
+        workdir = str(container.attrs.get("Config", {}).get("WorkingDir") or "/")
+        return [
+            *argv,
+            "exec",
+            "-it",
+            "-e",
+            "TERM=xterm-256color",
+            "-w",
+            workdir,
+            str(container.id),
+            "/bin/sh",
+            "-c",
+            "if command -v bash >/dev/null 2>&1; then exec bash; else exec sh; fi",
+        ]
 
     def logs(self, name: str, host: str | None = None, follow: bool = False) -> Iterator[str]:
         _, container = self._find(name, host)

@@ -287,6 +287,23 @@ class ContainerStartHandler(GPUDevHandler):
         self.finish(json.dumps(info.to_json()))
 
 
+class ContainerTerminalHandler(GPUDevHandler):
+    """``POST /gpudev/api/containers/NAME/terminal``: a Jupyter terminal whose shell runs in the
+    container; answers the terminal's model (``{"name": ...}``, open it with terminal:open)."""
+
+    @web.authenticated
+    @authorized_to_execute
+    @maps_errors
+    async def post(self, name: str) -> None:
+        manager = self.settings.get("terminal_manager")
+        if manager is None:
+            raise EngineError("Terminals are disabled on this Jupyter server")
+        argv = await self.blocking(self.gpudev.containers.terminal_command, name)
+        model = manager.create(shell_command=argv)
+        self.set_status(201)
+        self.finish(json.dumps(model))
+
+
 class ContainerLogsHandler(GPUDevHandler):
     """``GET /gpudev/api/containers/NAME/logs``: ``{"logs": TEXT}``, the container's output."""
 
@@ -313,5 +330,6 @@ def handlers() -> list[tuple[str, type[GPUDevHandler]]]:
         (rf"{API}/containers/{_NAME}", ContainerHandler),
         (rf"{API}/containers/{_NAME}/stop", ContainerStopHandler),
         (rf"{API}/containers/{_NAME}/start", ContainerStartHandler),
+        (rf"{API}/containers/{_NAME}/terminal", ContainerTerminalHandler),
         (rf"{API}/containers/{_NAME}/logs", ContainerLogsHandler),
     ]

@@ -134,6 +134,7 @@ ROUTES = [
     ("DELETE", "containers/x"),
     ("POST", "containers/x/stop"),
     ("POST", "containers/x/start"),
+    ("POST", "containers/x/terminal"),
     ("GET", "containers/x/logs"),
 ]
 

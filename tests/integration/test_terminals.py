@@ -1,0 +1,92 @@
+"""Terminals inside dev containers, through a real Jupyter server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from tornado.httpclient import HTTPClientError, HTTPResponse
+
+from jupyter_gpudev.containers import L_MANAGED, L_WORKSPACE
+
+Fetch = Callable[..., Awaitable[HTTPResponse]]
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def gpudev_config(tmp_path: Path) -> dict[str, Any]:
+    return {
+        "DevContainers": {"state_dir": str(tmp_path / "state"), "stop_timeout": 2},
+        # jupyter_server_terminals' websocket handler does not load when unauthenticated access
+        # is disabled server-wide (its GET lacks the marker jupyter_server checks for); every
+        # request below still carries the token.
+        "ServerApp": {"allow_unauthenticated_access": True},
+    }
+
+
+@pytest.fixture(autouse=True)
+def _cleanup(jp_root_dir: Path, docker_client: docker.DockerClient) -> Iterator[None]:
+    yield
+    for container in docker_client.containers.list(
+        all=True, filters={"label": [f"{L_MANAGED}=1", f"{L_WORKSPACE}={jp_root_dir.resolve()}"]}
+    ):
+        container.remove(force=True)
+
+
+async def test_a_lab_terminal_runs_its_shell_in_the_container(
+    jp_fetch: Fetch,
+    jp_ws_fetch: Callable[..., Awaitable[Any]],
+    docker_client: docker.DockerClient,
+) -> None:
+    # Given a running dev container
+    await jp_fetch(
+        "gpudev",
+        "api",
+        "containers",
+        method="POST",
+        body=json.dumps({"environment": "default", "name": "api-term"}),
+    )
+    hostname = docker_client.containers.get("gpudev-api-term").attrs["Config"]["Hostname"]
+    # When a terminal is opened into it
+    response = await jp_fetch(
+        "gpudev", "api", "containers", "api-term", "terminal", method="POST", body=b""
+    )
+    assert response.code == 201
+    name = json.loads(response.body)["name"]
+    # Then it is an ordinary Jupyter terminal, whose shell runs inside the container
+    terminals = json.loads((await jp_fetch("api", "terminals")).body)
+    assert name in [t["name"] for t in terminals]
+    ws = await jp_ws_fetch("terminals", "websocket", name)
+    ws.write_message(json.dumps(["stdin", "echo in-$(hostname)-ok\r"]))
+    seen = ""
+    deadline = asyncio.get_running_loop().time() + 30
+    while f"in-{hostname}-ok" not in seen:
+        assert asyncio.get_running_loop().time() < deadline, seen[-500:]
+        raw = await asyncio.wait_for(ws.read_message(), timeout=30)
+        message = json.loads(raw)
+        if message[0] == "stdout":
+            seen += message[1]
+    ws.close()
+    await jp_fetch("api", "terminals", name, method="DELETE")
+
+
+async def test_no_terminal_into_a_stopped_container(jp_fetch: Fetch) -> None:
+    await jp_fetch(
+        "gpudev",
+        "api",
+        "containers",
+        method="POST",
+        body=json.dumps({"environment": "default", "name": "api-stopped"}),
+    )
+    await jp_fetch("gpudev", "api", "containers", "api-stopped", "stop", method="POST", body=b"")
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch(
+            "gpudev", "api", "containers", "api-stopped", "terminal", method="POST", body=b""
+        )
+    assert caught.value.code == 409
