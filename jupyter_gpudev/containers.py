@@ -514,8 +514,11 @@ class DevContainers(LoggingConfigurable):
         held = self.ledger.holders(host)
         return any(unit.uuid not in held for unit in leasable_units(inventory))
 
-    def resume(self, name: str, host: str | None = None) -> DevContainerInfo:
+    def resume(
+        self, name: str, host: str | None = None, progress: Progress | None = None
+    ) -> DevContainerInfo:
         """Start a stopped dev container again, leasing the same GPUs it was created with."""
+        say: Progress = progress or (lambda _event: None)
         found_host, container = self._find(name, host)
         if container.status == "running":
             return self._info(found_host, container)
@@ -533,13 +536,24 @@ class DevContainers(LoggingConfigurable):
                 leasable_units(found_host.gpus()),
             )
         try:
-            container.start()
-            container.reload()
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            self._start_and_check(user, container)
+        except BaseException as exc:
             if lease is not None:
                 self.ledger.release(lease.lease_id)
-            raise self._engine_error(f"Starting {user!r} again", exc) from exc
-        return self._info(found_host, container)
+            if isinstance(
+                exc, (docker.errors.DockerException, requests.exceptions.RequestException)
+            ):
+                raise self._engine_error(f"Starting {user!r} again", exc) from exc
+            raise
+        return self._info(found_host, container, warnings=self._post_start(container, say))
+
+    def _post_start(self, container: Container, say: Progress) -> tuple[str, ...]:
+        """postStartCommand runs at every start (postCreateCommand only at the first)."""
+        try:
+            env = self.environments.get(container.labels.get(L_ENV, ""), self.root_dir)
+        except GPUDevError as err:
+            return (f"postStartCommand not run: {err.message}",)
+        return self._lifecycle_commands(container, replace(env, post_create_command=None), say)
 
     def _ensure_network(self, client: docker.DockerClient) -> str:
         """The isolated bridge network of dev containers, created if missing."""

@@ -158,7 +158,8 @@ def test_devcontainer_with_a_dockerfile_is_built_with_progress_and_started(
             # a fresh build argument each run, so the image is really built here
             "build": {"dockerfile": "Dockerfile", "args": {"MARK": mark}},
             "containerEnv": {"PROJECT": "demo"},
-            "postCreateCommand": "echo created > /tmp/post-create",
+            "postCreateCommand": "echo created >> /tmp/post-create",
+            "postStartCommand": ["sh", "-c", "echo started >> /tmp/post-start"],
             "forwardPorts": [8000],
         },
         dockerfile=f"FROM {BASE}\nARG MARK\nRUN echo $MARK > /built\n",
@@ -177,6 +178,12 @@ def test_devcontainer_with_a_dockerfile_is_built_with_progress_and_started(
     bindings = container.attrs["HostConfig"]["PortBindings"]["8000/tcp"]
     assert [b["HostIp"] for b in bindings] == ["127.0.0.1"]
     assert info.ports["8000"] > 0
+    # And across a stop and a resume, postStartCommand runs again, postCreateCommand does not
+    manager.stop("tools-one")
+    manager.resume("tools-one")
+    container = docker_client.containers.get(docker_name("tools-one"))
+    assert container.exec_run(["cat", "/tmp/post-start"]).output == b"started\nstarted\n"
+    assert container.exec_run(["cat", "/tmp/post-create"]).output == b"created\n"
     # A second start reuses the built image (no build)
     again: list[dict[str, Any]] = []
     manager.start(StartRequest(environment="tools", name="tools-two"), again.append)
