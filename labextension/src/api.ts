@@ -2,6 +2,7 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import type {
+  IContainerTerminal,
   IContainersResponse,
   IDevContainer,
   IEnvironment,
@@ -307,6 +308,36 @@ export async function resumeContainer(
   settings?: ServerConnection.ISettings
 ): Promise<IDevContainer> {
   return containerAction(name, 'start', settings);
+}
+
+/**
+ * `POST /gpudev/api/containers/NAME/terminal`: a Jupyter terminal whose shell
+ * runs inside the running container; open it with the `terminal:open`
+ * command and the returned `name`.
+ *
+ * @throws {GPUDevAPIError} 409 `conflict` when the container is not running.
+ */
+export async function openContainerTerminal(
+  name: string,
+  settings?: ServerConnection.ISettings
+): Promise<IContainerTerminal> {
+  const body = await requestAPI<unknown>(
+    ['containers', name, 'terminal'],
+    { method: 'POST' },
+    settings
+  );
+  if (!isRecord(body) || typeof body.name !== 'string' || !body.name) {
+    throw new GPUDevAPIError({
+      status: 201,
+      code: INVALID_RESPONSE,
+      message: `The server sent the terminal of dev container "${name}" in an unexpected shape.`
+    });
+  }
+  return {
+    name: body.name,
+    last_activity:
+      typeof body.last_activity === 'string' ? body.last_activity : null
+  };
 }
 
 /**

@@ -25,6 +25,7 @@ export {
   fetchEnvironments,
   fetchHost,
   fetchHosts,
+  openContainerTerminal,
   removeContainer,
   requestAPI,
   resumeContainer,
@@ -40,6 +41,7 @@ export type {
   IStartState
 } from './model';
 export { HostsPanel } from './widgets/HostsPanel';
+export type { OpenTerminal } from './widgets/ContainersView';
 export type * from './tokens';
 
 /** The plugin id; also names the settings schema (schema/plugin.json). */
@@ -49,6 +51,9 @@ export const PLUGIN_ID = 'jupyter-gpudev:plugin';
 export namespace CommandIDs {
   export const openPanel = 'gpudev:open-panel';
 }
+
+/** JupyterLab's command opening an existing terminal by `name` (terminal extension). */
+const OPEN_TERMINAL_COMMAND = 'terminal:open';
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
@@ -76,6 +81,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const panel = new HostsPanel({
       model,
       containers,
+      openTerminal: name => openTerminal(app, name, trans),
       translator: translator ?? nullTranslator
     });
     panel.disposed.connect(() => {
@@ -128,6 +134,29 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
   }
 };
+
+/**
+ * Open the Jupyter terminal `name` (made in a dev container) in the main
+ * area. Without JupyterLab's terminal extension, say so and shut the
+ * terminal down again rather than leave it running unseen.
+ */
+async function openTerminal(
+  app: JupyterFrontEnd,
+  name: string,
+  trans: TranslationBundle
+): Promise<void> {
+  if (!app.commands.hasCommand(OPEN_TERMINAL_COMMAND)) {
+    Notification.error(
+      trans.__(
+        'GPU Dev: terminals are not available in this JupyterLab (the terminal extension is disabled or missing).'
+      ),
+      { autoClose: false }
+    );
+    await app.serviceManager.terminals.shutdown(name).catch(() => undefined);
+    return;
+  }
+  await app.commands.execute(OPEN_TERMINAL_COMMAND, { name });
+}
 
 /** The `refreshInterval` setting in seconds, falling back to the default. */
 function readIntervalSeconds(settings: ISettingRegistry.ISettings): number {

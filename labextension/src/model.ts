@@ -8,6 +8,7 @@ import {
   fetchEnvironments,
   fetchHosts,
   GPUDevAPIError,
+  openContainerTerminal,
   removeContainer,
   resumeContainer,
   startContainer,
@@ -16,6 +17,7 @@ import {
 } from './api';
 import type { IStartOptions } from './api';
 import type {
+  IContainerTerminal,
   IContainersResponse,
   IDevContainer,
   IEnvironment,
@@ -253,7 +255,7 @@ export namespace HostsModel {
 }
 
 /** An action on a dev container that can be under way. */
-export type ContainerAction = 'stop' | 'start' | 'remove';
+export type ContainerAction = 'stop' | 'start' | 'remove' | 'terminal';
 
 /** A start under way. */
 export interface IStartState {
@@ -302,6 +304,7 @@ export class ContainersModel extends PolledModel<IContainersState> {
       stopContainer: name => stopContainer(name, settings),
       resumeContainer: name => resumeContainer(name, settings),
       removeContainer: (name, force) => removeContainer(name, force, settings),
+      openContainerTerminal: name => openContainerTerminal(name, settings),
       ...options.api
     };
   }
@@ -371,6 +374,17 @@ export class ContainersModel extends PolledModel<IContainersState> {
         ...this.state,
         containers: this.state.containers.filter(c => c.name !== name)
       });
+    });
+  }
+
+  /**
+   * Make a Jupyter terminal whose shell runs inside a running container.
+   * Resolves with the terminal's name, to open with `terminal:open`.
+   */
+  async terminal(name: string): Promise<string> {
+    return this._act(name, 'terminal', async () => {
+      const terminal = await this._api.openContainerTerminal(name);
+      return terminal.name;
     });
   }
 
@@ -505,6 +519,7 @@ export namespace ContainersModel {
     stopContainer: (name: string) => Promise<IDevContainer>;
     resumeContainer: (name: string) => Promise<IDevContainer>;
     removeContainer: (name: string, force: boolean) => Promise<void>;
+    openContainerTerminal: (name: string) => Promise<IContainerTerminal>;
   }
 
   export interface IOptions extends PolledModel.IOptions {

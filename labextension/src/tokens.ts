@@ -178,6 +178,18 @@ export interface IContainersResponse {
   containers: IDevContainer[];
 }
 
+/**
+ * Body of `POST /gpudev/api/containers/NAME/terminal` (status 201): the model
+ * of a Jupyter terminal whose shell runs inside the container. Open it with
+ * the `terminal:open` command and its `name`.
+ */
+export interface IContainerTerminal {
+  /** The terminal's name on the Jupyter server, e.g. `"1"`. */
+  name: string;
+  /** ISO 8601 date of the terminal's last activity, when the server said. */
+  last_activity: string | null;
+}
+
 /** Body of `POST /gpudev/api/containers`. */
 export interface IStartRequest {
   /** The environment's `name`. */

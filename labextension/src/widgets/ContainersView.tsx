@@ -470,13 +470,24 @@ function Problems({
 }
 
 /**
+ * Open an existing Jupyter terminal, by its name, in the main area (the
+ * panel passes the `terminal:open` command of JupyterLab).
+ */
+export type OpenTerminal = (name: string) => Promise<void>;
+
+/**
  * The "Dev containers" section: every container with its state, GPUs,
- * ports and warnings, and the actions its state allows.
+ * ports and warnings, and the actions its state allows. Running containers
+ * get a Terminal button when `openTerminal` is given.
  */
 export function ContainersSection({
   model,
+  openTerminal,
   trans
-}: ISectionProps): React.JSX.Element {
+}: ISectionProps & {
+  /** Opens the terminal made in a container; no Terminal button without it. */
+  openTerminal?: OpenTerminal;
+}): React.JSX.Element {
   const state = useContainersState(model);
   const headingId = React.useId();
 
@@ -500,9 +511,14 @@ export function ContainersSection({
         case 'remove':
           removeWithConfirmation(model, name, trans).catch(failed);
           break;
+        case 'terminal':
+          if (openTerminal) {
+            model.terminal(name).then(openTerminal).catch(failed);
+          }
+          break;
       }
     },
-    [model, trans]
+    [model, openTerminal, trans]
   );
 
   const containers = state.containers;
@@ -540,6 +556,7 @@ export function ContainersSection({
                 key={`${container.host}/${container.name}`}
                 container={container}
                 pending={state.pending.get(container.name)}
+                canOpenTerminal={openTerminal !== undefined}
                 onAction={onAction}
                 trans={trans}
               />
@@ -563,6 +580,8 @@ function actionFailedTitle(
       return trans.__('GPU Dev: could not start %1', name);
     case 'remove':
       return trans.__('GPU Dev: could not remove %1', name);
+    case 'terminal':
+      return trans.__('GPU Dev: could not open a terminal in %1', name);
   }
 }
 
@@ -648,11 +667,13 @@ export function portLines(ports: Readonly<Record<string, number>>): string[] {
 function ContainerRow({
   container,
   pending,
+  canOpenTerminal,
   onAction,
   trans
 }: {
   container: IDevContainer;
   pending: ContainerAction | undefined;
+  canOpenTerminal: boolean;
   onAction: (container: IDevContainer, action: ContainerAction) => void;
   trans: TranslationBundle;
 }): React.JSX.Element {
@@ -661,6 +682,8 @@ function ContainerRow({
   const running = RUNNING_STATES.has(container.state);
   const canStart = STARTABLE_STATES.has(container.state);
   const canRemove = !running && container.state !== 'removing';
+  // The server opens terminals in running containers only (not paused ones).
+  const canTerminal = canOpenTerminal && container.state === 'running';
   const ports = portLines(container.ports);
   const gpus = container.gpu_uuids;
   const busy = pending !== undefined;
@@ -759,6 +782,13 @@ function ContainerRow({
         role="group"
         aria-label={trans.__('Actions on %1', name)}
       >
+        {canTerminal &&
+          actionButton(
+            'terminal',
+            trans.__('Terminal'),
+            trans.__('Opening…'),
+            trans.__('Open a terminal with a shell inside the container')
+          )}
         {running &&
           actionButton(
             'stop',

@@ -14,6 +14,7 @@ import type {
   IMigDevice
 } from '../tokens';
 import { ContainersSection, EnvironmentsSection } from './ContainersView';
+import type { OpenTerminal } from './ContainersView';
 
 /** The id of the panel in the shell (also used by the layout restorer). */
 export const PANEL_ID = 'gpudev-panel';
@@ -30,6 +31,7 @@ export class HostsPanel extends ReactWidget {
     super();
     this.model = options.model;
     this.containers = options.containers ?? null;
+    this._openTerminal = options.openTerminal;
     this._trans = (options.translator ?? nullTranslator).load(
       TRANSLATION_DOMAIN
     );
@@ -72,6 +74,7 @@ export class HostsPanel extends ReactWidget {
       <HostsView
         model={this.model}
         containers={this.containers}
+        openTerminal={this._openTerminal}
         trans={this._trans}
       />
     );
@@ -85,6 +88,7 @@ export class HostsPanel extends ReactWidget {
   }
 
   private readonly _trans: TranslationBundle;
+  private readonly _openTerminal: OpenTerminal | undefined;
 }
 
 export namespace HostsPanel {
@@ -92,6 +96,11 @@ export namespace HostsPanel {
     model: HostsModel;
     /** Adds the Environments and Dev containers sections. */
     containers?: ContainersModel;
+    /**
+     * Opens a Jupyter terminal by its name in the main area; gives running
+     * dev containers a Terminal button.
+     */
+    openTerminal?: OpenTerminal;
     translator?: ITranslator;
   }
 }
@@ -115,6 +124,7 @@ function useHostsState(model: HostsModel): IHostsState {
 interface IViewProps {
   model: HostsModel;
   containers?: ContainersModel | null;
+  openTerminal?: OpenTerminal;
   trans: TranslationBundle;
 }
 
@@ -125,6 +135,7 @@ interface IViewProps {
 export function HostsView({
   model,
   containers,
+  openTerminal,
   trans
 }: IViewProps): React.JSX.Element {
   const state = useHostsState(model);
@@ -183,7 +194,11 @@ export function HostsView({
             hosts={state.hosts}
             trans={trans}
           />
-          <ContainersSection model={containers} trans={trans} />
+          <ContainersSection
+            model={containers}
+            openTerminal={openTerminal}
+            trans={trans}
+          />
         </>
       )}
     </div>

@@ -12,6 +12,9 @@ const PANEL_ID = 'gpudev-panel';
 /** Names of the containers the test started, removed again after it. */
 const started = new Set<string>();
 
+/** Names of the Jupyter terminals the test opened, shut down after it. */
+const openedTerminals = new Set<string>();
+
 async function openPanel(page: IJupyterLabPageFixture) {
   const tab = page.sidebar.getTabLocator(PANEL_ID);
   await expect(tab).toHaveAttribute('title', 'GPU Dev');
@@ -47,11 +50,27 @@ async function containersOf(
   return body.containers.filter(container => container.owner === owner);
 }
 
+/** Shut a Jupyter terminal down (it may be gone already). */
+async function shutDownTerminal(
+  request: APIRequestContext,
+  name: string
+): Promise<void> {
+  const deleted = await request.delete(
+    `/api/terminals/${encodeURIComponent(name)}`
+  );
+  expect([204, 404]).toContain(deleted.status());
+  openedTerminals.delete(name);
+}
+
 /**
  * Remove, whatever state they are in, the containers this test started and
  * any other container of the browser's user, so a failed run leaves nothing.
+ * The terminals it opened are shut down first.
  */
 async function removeLeftovers(request: APIRequestContext): Promise<void> {
+  for (const name of [...openedTerminals]) {
+    await shutDownTerminal(request, name);
+  }
   const names = new Set(started);
   for (const container of await containersOf(
     request,
@@ -71,12 +90,17 @@ async function removeLeftovers(request: APIRequestContext): Promise<void> {
 test.describe('Dev containers', () => {
   // Pulling nothing, but creating and stopping a container takes a while.
   test.setTimeout(180000);
+  // Galata's terminals fixture mocks GET /api/terminals to list only the
+  // terminals the page made through /api/terminals; a container's terminal is
+  // made through the gpudev API, so terminal:open would not find it (and
+  // would start a new one on the server's host under its name).
+  test.use({ terminals: null });
 
   test.afterEach(async ({ page }) => {
     await removeLeftovers(page.request);
   });
 
-  test('start a CPU container from an environment, stop it, remove it', async ({
+  test('start a CPU container from an environment, open a terminal in it, stop it, remove it', async ({
     page
   }, testInfo) => {
     // Given the panel listing the default environment
@@ -129,6 +153,87 @@ test.describe('Dev containers', () => {
       path: testInfo.outputPath('gpudev-containers.png')
     });
 
+    // When a terminal is opened in it from its row
+    // xterm draws on a canvas (WebGL or 2D): what the terminal shows is read
+    // from the stdout messages of its websocket instead of the page.
+    const output = new Map<string, string>();
+    page.on('websocket', socket => {
+      const match = /\/terminals\/websocket\/([^/?#]+)/.exec(socket.url());
+      if (!match) {
+        return;
+      }
+      const terminal = decodeURIComponent(match[1]);
+      socket.on('framereceived', frame => {
+        const payload =
+          typeof frame.payload === 'string'
+            ? frame.payload
+            : frame.payload.toString('utf8');
+        let message: unknown;
+        try {
+          message = JSON.parse(payload);
+        } catch {
+          return;
+        }
+        if (
+          Array.isArray(message) &&
+          message[0] === 'stdout' &&
+          typeof message[1] === 'string'
+        ) {
+          output.set(terminal, (output.get(terminal) ?? '') + message[1]);
+        }
+      });
+    });
+    const terminalButton = row.getByTestId(`gpudev-container-terminal-${name}`);
+    await expect(terminalButton).toBeEnabled();
+    await expect(terminalButton).toHaveAttribute(
+      'aria-label',
+      `Terminal ${name}`
+    );
+    const made = page.waitForResponse(
+      response =>
+        new URL(response.url()).pathname.endsWith(
+          `/gpudev/api/containers/${name}/terminal`
+        ) && response.request().method() === 'POST'
+    );
+    await terminalButton.click();
+    const madeResponse = await made;
+    expect(madeResponse.status()).toBe(201);
+    const terminalName = ((await madeResponse.json()) as { name: string }).name;
+    expect(terminalName).toBeTruthy();
+    openedTerminals.add(terminalName);
+
+    // Then it opens in the main area, with a shell inside the container
+    const terminalTab = page.activity.getTabLocator(`Terminal ${terminalName}`);
+    await expect(terminalTab).toBeVisible({ timeout: 30000 });
+    const terminalView = page.getByRole('main').locator('.jp-Terminal');
+    await expect(terminalView).toBeVisible({ timeout: 30000 });
+    await expect(terminalButton).toBeEnabled();
+    // The shell is ready once it has printed its prompt.
+    await expect
+      .poll(() => output.get(terminalName) ?? '', { timeout: 30000 })
+      .not.toBe('');
+    await terminalView.click();
+    await page.keyboard.type('echo in-$(hostname)-ok');
+    await page.keyboard.press('Enter');
+    // The container's hostname is its name, cut to the 63 characters allowed.
+    const expected = `in-${name.slice(0, 63)}-ok`;
+    await expect
+      .poll(() => output.get(terminalName) ?? '', { timeout: 30000 })
+      .toContain(expected);
+    await terminalView.screenshot({
+      path: testInfo.outputPath('gpudev-terminal.png')
+    });
+
+    // When its tab is closed and the terminal shut down
+    await terminalTab.locator('.lm-TabBar-tabCloseIcon').click();
+    await expect(terminalTab).toHaveCount(0);
+    await shutDownTerminal(page.request, terminalName);
+    const running = await page.request.get('/api/terminals');
+    expect(running.ok()).toBe(true);
+    expect(
+      ((await running.json()) as { name: string }[]).map(t => t.name)
+    ).not.toContain(terminalName);
+
     // When it is stopped, then it shows exited and can be started or removed
     await row.getByTestId(`gpudev-container-stop-${name}`).click();
     await expect(row).toHaveAttribute('data-state', 'exited', {
@@ -137,6 +242,9 @@ test.describe('Dev containers', () => {
     await expect(
       row.getByTestId(`gpudev-container-start-${name}`)
     ).toBeVisible();
+    await expect(
+      row.getByTestId(`gpudev-container-terminal-${name}`)
+    ).toHaveCount(0);
 
     // When it is removed (confirming if it has changes), then its row goes
     await row.getByTestId(`gpudev-container-remove-${name}`).click();
