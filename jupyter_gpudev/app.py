@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
+from tornado.ioloop import IOLoop
 
 from . import __version__, provisioner, routes
 from .containers import DevContainers
+from .culler import GPUCuller
 from .hosts import HostPool
 
 
@@ -19,6 +21,7 @@ class GPUDevContext:
 
     host_pool: HostPool
     containers: DevContainers
+    culler: GPUCuller
 
 
 class GPUDevApp(ExtensionApp):
@@ -36,10 +39,16 @@ class GPUDevApp(ExtensionApp):
         containers = DevContainers(
             root_dir=root_dir, host_pool=host_pool, parent=self, log=self.log
         )
-        self.context = GPUDevContext(host_pool=host_pool, containers=containers)
+        culler = GPUCuller(self.serverapp.kernel_manager if self.serverapp else None, parent=self)
+        self.context = GPUDevContext(host_pool=host_pool, containers=containers, culler=culler)
         self.settings[routes.SETTINGS_KEY] = self.context
         # gpudev kernels (provisioner instances made by jupyter_client) use this same manager.
         provisioner.set_manager(containers)
+        # Once the event loop runs: clean up after a crash, then watch idle GPU kernels. A
+        # started server calls _start_jupyter_server_extension; a server embedded in a running
+        # loop (tests) gets the callback; whichever comes first does it.
+        self._loop_started = False
+        IOLoop.current().add_callback(self._on_loop_start)
 
     async def _reconcile(self) -> None:
         """After a crash, free the leases of containers that are gone (and re-lease orphans)."""
@@ -51,7 +60,14 @@ class GPUDevApp(ExtensionApp):
             self.log.exception("gpudev: reconciling leases with containers failed")
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:  # noqa: ARG002
+        await self._on_loop_start()
+
+    async def _on_loop_start(self) -> None:
+        if self._loop_started:
+            return
+        self._loop_started = True
         self._reconcile_task = asyncio.ensure_future(self._reconcile())
+        self.context.culler.start()
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(routes.handlers())
@@ -60,5 +76,6 @@ class GPUDevApp(ExtensionApp):
         task = getattr(self, "_reconcile_task", None)
         if task is not None:
             await task
+        await self.context.culler.stop()
         provisioner.set_manager(None)
         self.context.host_pool.close()

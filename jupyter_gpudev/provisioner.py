@@ -128,6 +128,28 @@ class GPUDevProvisioner(KernelProvisionerBase):
     _ports: tuple[int, ...] = ()
     _exit_code: int | None = None
     _api: Any = None
+    _idle_timeout: float | None = None
+    #: Set by the GPU culler: at shutdown, stop the container but keep it (a reclaim).
+    keep_container: bool = False
+
+    @property
+    def container_name(self) -> str:
+        return self._container_name
+
+    def gpu_uuids(self) -> tuple[str, ...]:
+        """The GPUs this kernel holds: those of its dedicated container's lease (a kernel in a
+        shared container holds none of its own)."""
+        if not self._dedicated or not self._container_name:
+            return ()
+        manager = self._manager
+        lease = manager.ledger.for_container(
+            self.host or manager.host_pool.local_name, self._container_name
+        )
+        return lease.gpu_uuids if lease else ()
+
+    def idle_timeout(self) -> float | None:
+        """The environment's own idle timeout (customizations.gpudev.idleTimeout), if any."""
+        return self._idle_timeout
 
     @property
     def has_process(self) -> bool:
@@ -175,6 +197,10 @@ class GPUDevProvisioner(KernelProvisionerBase):
             info = await self._run(self._manager.start, request, self._log_progress)
             self._container_name = info.name
             self._dedicated = True
+            env = await self._run(
+                self._manager.environments.get, self.environment, self._manager.root_dir
+            )
+            self._idle_timeout = env.idle_timeout
         # The kernel's own launch command is built in launch_kernel (it runs in the container).
         kwargs["cmd"] = await self._run(self._kernel_argv)
         return kwargs
@@ -401,7 +427,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         try:
             # The lease is released as soon as the container has stopped (well under 1 s).
             manager.stop(self._container_name, self.host or None)
-            if self.remove_unchanged:
+            if self.remove_unchanged and not self.keep_container:
                 try:
                     manager.remove(self._container_name, self.host or None)
                 except Conflict:

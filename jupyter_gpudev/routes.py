@@ -318,7 +318,53 @@ class ContainerLogsHandler(GPUDevHandler):
         self.finish(json.dumps({"logs": text}))
 
 
+class ReclaimsHandler(GPUDevHandler):
+    """``GET /gpudev/api/reclaims``: GPU kernels about to be reclaimed for idleness."""
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def get(self) -> None:
+        culler = self.gpudev.culler
+        pending = await self.blocking(culler.pending)
+        self.finish(
+            json.dumps(
+                {
+                    "reclaims": [r.to_json() for r in pending],
+                    "idle_timeout": culler.idle_timeout,
+                    "warning_seconds": culler.warning_seconds,
+                }
+            )
+        )
+
+
+class KernelKeepHandler(GPUDevHandler):
+    """``POST /gpudev/api/kernels/ID/keep``: the user keeps an idle GPU kernel (for now)."""
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def post(self, kernel_id: str) -> None:
+        await self.blocking(self.gpudev.culler.keep, kernel_id)
+        self.set_status(204)
+        self.finish()
+
+
+class KernelReleaseHandler(GPUDevHandler):
+    """``POST /gpudev/api/kernels/ID/release``: shut an idle GPU kernel down now; its
+    container is stopped and kept, its GPUs freed."""
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def post(self, kernel_id: str) -> None:
+        await self.gpudev.culler.release(kernel_id)
+        self.set_status(204)
+        self.finish()
+
+
 _NAME = r"(?P<name>[a-z0-9][a-z0-9_.-]{0,70})"
+_KERNEL = r"(?P<kernel_id>[0-9a-f-]{1,64})"
 
 
 def handlers() -> list[tuple[str, type[GPUDevHandler]]]:
@@ -331,5 +377,8 @@ def handlers() -> list[tuple[str, type[GPUDevHandler]]]:
         (rf"{API}/containers/{_NAME}/stop", ContainerStopHandler),
         (rf"{API}/containers/{_NAME}/start", ContainerStartHandler),
         (rf"{API}/containers/{_NAME}/terminal", ContainerTerminalHandler),
+        (rf"{API}/reclaims", ReclaimsHandler),
+        (rf"{API}/kernels/{_KERNEL}/keep", KernelKeepHandler),
+        (rf"{API}/kernels/{_KERNEL}/release", KernelReleaseHandler),
         (rf"{API}/containers/{_NAME}/logs", ContainerLogsHandler),
     ]

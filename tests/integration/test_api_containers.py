@@ -135,6 +135,9 @@ ROUTES = [
     ("POST", "containers/x/stop"),
     ("POST", "containers/x/start"),
     ("POST", "containers/x/terminal"),
+    ("GET", "reclaims"),
+    ("POST", "kernels/abc-1/keep"),
+    ("POST", "kernels/abc-1/release"),
     ("GET", "containers/x/logs"),
 ]
 
