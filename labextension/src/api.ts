@@ -12,6 +12,8 @@ import type {
   IErrorDetails,
   IHostInfo,
   IHostsResponse,
+  IReclaim,
+  IReclaimsResponse,
   IStartProgress,
   IStartRequest
 } from './tokens';
@@ -364,6 +366,76 @@ export async function removeContainer(
   }
 }
 
+/**
+ * `GET /gpudev/api/reclaims`: the GPU kernels that will be shut down for
+ * idleness soon unless they are used or kept.
+ */
+export async function fetchReclaims(
+  settings?: ServerConnection.ISettings
+): Promise<IReclaimsResponse> {
+  const body = await requestAPI<unknown>(
+    ['reclaims'],
+    { method: 'GET' },
+    settings
+  );
+  if (!isRecord(body) || !Array.isArray(body.reclaims)) {
+    throw new GPUDevAPIError({
+      status: 200,
+      code: INVALID_RESPONSE,
+      message:
+        'The server sent the pending GPU reclaims in an unexpected shape.'
+    });
+  }
+  return {
+    reclaims: body.reclaims.filter(isReclaim).map(normaliseReclaim),
+    idle_timeout: finiteOrNull(body.idle_timeout) ?? 0,
+    warning_seconds: finiteOrNull(body.warning_seconds) ?? 0
+  };
+}
+
+/**
+ * `POST /gpudev/api/kernels/ID/keep`: keep an idle GPU kernel; its idle
+ * time starts again and it leaves the pending reclaims.
+ *
+ * @throws {GPUDevAPIError} 404 `not_found` when no such kernel holds GPUs.
+ */
+export async function keepKernel(
+  kernelId: string,
+  settings?: ServerConnection.ISettings
+): Promise<void> {
+  return kernelAction(kernelId, 'keep', settings);
+}
+
+/**
+ * `POST /gpudev/api/kernels/ID/release`: shut an idle GPU kernel down now;
+ * its container is stopped (and kept) and its GPUs freed.
+ *
+ * @throws {GPUDevAPIError} 404 `not_found` when no such kernel holds GPUs.
+ */
+export async function releaseKernel(
+  kernelId: string,
+  settings?: ServerConnection.ISettings
+): Promise<void> {
+  return kernelAction(kernelId, 'release', settings);
+}
+
+/** An action on a kernel, answered with an empty 204 when it went well. */
+async function kernelAction(
+  kernelId: string,
+  action: 'keep' | 'release',
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<void> {
+  const { response } = await send(
+    ['kernels', kernelId, action],
+    { method: 'POST' },
+    settings
+  );
+  if (!response.ok) {
+    const body = parseJSON(await readText(response));
+    throw errorFromBody(response, body.parsed ? body.value : undefined);
+  }
+}
+
 async function containerAction(
   name: string,
   action: 'stop' | 'start',
@@ -602,6 +674,34 @@ export function isDevContainer(value: unknown): value is IDevContainer {
     typeof value.name === 'string' &&
     typeof value.state === 'string'
   );
+}
+
+/** True when `value` has the fields the panel relies on to show a reclaim. */
+export function isReclaim(value: unknown): value is IReclaim {
+  return (
+    isRecord(value) &&
+    typeof value.kernel_id === 'string' &&
+    value.kernel_id !== '' &&
+    typeof value.container === 'string' &&
+    typeof value.reclaim_at === 'number' &&
+    Number.isFinite(value.reclaim_at)
+  );
+}
+
+/** The same reclaim with every field the panel reads present. */
+function normaliseReclaim(reclaim: IReclaim): IReclaim {
+  const raw: unknown = reclaim.gpu_uuids;
+  return {
+    kernel_id: reclaim.kernel_id,
+    container: reclaim.container,
+    environment:
+      typeof reclaim.environment === 'string' ? reclaim.environment : '',
+    gpu_uuids: Array.isArray(raw)
+      ? raw.filter((item): item is string => typeof item === 'string')
+      : [],
+    idle_seconds: Math.max(0, finiteOrNull(reclaim.idle_seconds) ?? 0),
+    reclaim_at: reclaim.reclaim_at
+  };
 }
 
 /** The same container with every list and map the panel reads present. */

@@ -14,10 +14,23 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 
 import { NETWORK_ERROR } from './api';
 import { chipIcon } from './icons';
-import { ContainersModel, DEFAULT_INTERVAL_MS, HostsModel } from './model';
-import type { IContainersState, IHostsState } from './model';
+import {
+  ContainersModel,
+  DEFAULT_INTERVAL_MS,
+  HostsModel,
+  RECLAIMS_INTERVAL_MS,
+  ReclaimsModel
+} from './model';
+import type {
+  IContainersState,
+  IHostsState,
+  IReclaimsState,
+  ReclaimAction
+} from './model';
+import type { IReclaim } from './tokens';
 import { notifyError, renderErrorDetails } from './widgets/ErrorDetails';
 import { HostsPanel, PANEL_ID, TRANSLATION_DOMAIN } from './widgets/HostsPanel';
+import { reclaimMessage, runReclaimAction } from './widgets/Reclaims';
 
 export {
   GPUDevAPIError,
@@ -25,7 +38,10 @@ export {
   fetchEnvironments,
   fetchHost,
   fetchHosts,
+  fetchReclaims,
+  keepKernel,
   openContainerTerminal,
+  releaseKernel,
   removeContainer,
   requestAPI,
   resumeContainer,
@@ -33,12 +49,14 @@ export {
   stopContainer
 } from './api';
 export type { IStartOptions } from './api';
-export { ContainersModel, HostsModel } from './model';
+export { ContainersModel, HostsModel, ReclaimsModel } from './model';
 export type {
   ContainerAction,
   IContainersState,
   IHostsState,
-  IStartState
+  IReclaimsState,
+  IStartState,
+  ReclaimAction
 } from './model';
 export { HostsPanel } from './widgets/HostsPanel';
 export type { OpenTerminal } from './widgets/ContainersView';
@@ -78,15 +96,23 @@ const plugin: JupyterFrontEndPlugin<void> = {
       serverSettings: app.serviceManager.serverSettings,
       interval: DEFAULT_INTERVAL_MS
     });
+    // Polled whether the panel is shown or not: the warning of an idle GPU
+    // kernel matters most while the user is elsewhere.
+    const reclaims = new ReclaimsModel({
+      serverSettings: app.serviceManager.serverSettings,
+      interval: RECLAIMS_INTERVAL_MS
+    });
     const panel = new HostsPanel({
       model,
       containers,
+      reclaims,
       openTerminal: name => openTerminal(app, name, trans),
       translator: translator ?? nullTranslator
     });
     panel.disposed.connect(() => {
       model.dispose();
       containers.dispose();
+      reclaims.dispose();
     });
     app.shell.add(panel, 'left', { rank: 600 });
     if (restorer) {
@@ -112,6 +138,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     notifyOnFailure(model, trans);
     notifyOnContainersFailure(containers, model, trans);
+    notifyOnReclaims(reclaims, containers, trans);
+    notifyOnReclaimsFailure(reclaims, containers, model, trans);
 
     if (settingRegistry) {
       settingRegistry
@@ -222,6 +250,105 @@ function notifyOnContainersFailure(
     }
     notifyError(
       trans.__('GPU Dev: environments and dev containers unavailable'),
+      error,
+      trans
+    );
+  });
+}
+
+/**
+ * Show one warning notification for each pending reclaim of an idle GPU
+ * kernel when it appears (not on every poll), with Keep and Release now
+ * actions; dismiss it once the reclaim leaves the list (kept, used or
+ * released). A reclaim whose time moved (the kernel was used, then idle
+ * again) is a new one.
+ */
+function notifyOnReclaims(
+  reclaims: ReclaimsModel,
+  containers: ContainersModel,
+  trans: TranslationBundle
+): void {
+  /** The notification of each reclaim, by kernel id. */
+  const shown = new Map<string, { id: string; reclaimAt: number }>();
+  const act = (reclaim: IReclaim, action: ReclaimAction): void => {
+    void runReclaimAction(reclaims, containers, reclaim, action, trans);
+  };
+  const onChange = (_: ReclaimsModel, state: IReclaimsState): void => {
+    // Without an answer nothing is known to have changed: keep them all.
+    if (state.status !== 'ready') {
+      return;
+    }
+    const current = new Map(state.reclaims.map(r => [r.kernel_id, r]));
+    for (const [kernelId, notice] of [...shown]) {
+      const reclaim = current.get(kernelId);
+      if (!reclaim || Math.abs(reclaim.reclaim_at - notice.reclaimAt) > 1) {
+        Notification.dismiss(notice.id);
+        shown.delete(kernelId);
+      }
+    }
+    for (const reclaim of state.reclaims) {
+      if (shown.has(reclaim.kernel_id)) {
+        continue;
+      }
+      const id = Notification.warning(reclaimMessage(reclaim, trans), {
+        autoClose: false,
+        actions: [
+          {
+            label: trans.__('Keep'),
+            caption: trans.__(
+              'Keep the kernel and its GPUs: its idle time starts again'
+            ),
+            displayType: 'accent',
+            callback: () => {
+              act(reclaim, 'keep');
+            }
+          },
+          {
+            label: trans.__('Release now'),
+            caption: trans.__(
+              'Shut the kernel down now: its container is stopped and kept, its GPUs freed'
+            ),
+            displayType: 'warn',
+            callback: () => {
+              act(reclaim, 'release');
+            }
+          }
+        ]
+      });
+      shown.set(reclaim.kernel_id, { id, reclaimAt: reclaim.reclaim_at });
+    }
+  };
+  reclaims.stateChanged.connect(onChange);
+}
+
+/**
+ * One error notification when the pending reclaims go from `ready` to
+ * `error`, unless the server is out of reach or another list failed too:
+ * their notification says it.
+ */
+function notifyOnReclaimsFailure(
+  model: ReclaimsModel,
+  containers: ContainersModel,
+  hosts: HostsModel,
+  trans: TranslationBundle
+): void {
+  let previous: IReclaimsState['status'] = model.state.status;
+  model.stateChanged.connect((_, state) => {
+    const wasReady = previous === 'ready';
+    previous = state.status;
+    const error = state.error;
+    if (
+      !wasReady ||
+      state.status !== 'error' ||
+      !error ||
+      error.code === NETWORK_ERROR ||
+      hosts.state.status === 'error' ||
+      containers.state.status === 'error'
+    ) {
+      return;
+    }
+    notifyError(
+      trans.__('GPU Dev: idle GPU kernels unavailable'),
       error,
       trans
     );

@@ -7,8 +7,11 @@ import {
   fetchContainers,
   fetchEnvironments,
   fetchHosts,
+  fetchReclaims,
   GPUDevAPIError,
+  keepKernel,
   openContainerTerminal,
+  releaseKernel,
   removeContainer,
   resumeContainer,
   startContainer,
@@ -25,12 +28,17 @@ import type {
   IEnvironmentsResponse,
   IHostInfo,
   IHostsResponse,
+  IReclaim,
+  IReclaimsResponse,
   IStartProgress,
   IStartRequest
 } from './tokens';
 
 /** Default time between two refreshes of the host list, in milliseconds. */
 export const DEFAULT_INTERVAL_MS = 5000;
+
+/** Time between two looks at the pending GPU reclaims, in milliseconds. */
+export const RECLAIMS_INTERVAL_MS = 10000;
 
 /** The longest the poll waits between two attempts while failing, in milliseconds. */
 export const MAX_INTERVAL_MS = 60000;
@@ -57,7 +65,8 @@ export interface IHostsState extends IPolledState {
  * State refreshed by a poll.
  *
  * The poll backs off while requests fail and stands by while the panel is
- * hidden (`visible` is false) or the browser tab is in the background.
+ * hidden (`visible` is false, unless `pausesWhenHidden` says otherwise) or
+ * the browser tab is in the background.
  */
 abstract class PolledModel<S extends IPolledState> {
   constructor(name: string, options: PolledModel.IOptions, initial: S) {
@@ -75,7 +84,7 @@ abstract class PolledModel<S extends IPolledState> {
         if (this._forced) {
           return 'never';
         }
-        return this._visible ? 'when-hidden' : true;
+        return this._visible || !this.pausesWhenHidden ? 'when-hidden' : true;
       }
     });
   }
@@ -161,6 +170,15 @@ abstract class PolledModel<S extends IPolledState> {
     this._isDisposed = true;
     this._poll.dispose();
     Signal.clearData(this);
+  }
+
+  /**
+   * Whether the poll stands by while the panel is hidden (it always does
+   * while the browser tab is in the background). A model whose answers
+   * matter when the user is elsewhere returns false.
+   */
+  protected get pausesWhenHidden(): boolean {
+    return true;
   }
 
   /**
@@ -544,6 +562,176 @@ export function changedPaths(error: GPUDevAPIError): string[] {
   return Array.isArray(changes)
     ? changes.filter((item): item is string => typeof item === 'string')
     : [];
+}
+
+/** An action on a pending reclaim that can be under way. */
+export type ReclaimAction = 'keep' | 'release';
+
+/** The GPU kernels about to be shut down for idleness. */
+export interface IReclaimsState extends IPolledState {
+  /**
+   * The pending reclaims of the last answer, soonest first. In `error` they
+   * are those of the last successful answer.
+   */
+  readonly reclaims: readonly IReclaim[];
+  /** Seconds a GPU kernel may stay idle; `null` until the first answer. */
+  readonly idleTimeout: number | null;
+  /** How long before a reclaim it is listed; `null` until the first answer. */
+  readonly warningSeconds: number | null;
+  /** Actions under way, by kernel id. */
+  readonly pending: ReadonlyMap<string, ReclaimAction>;
+}
+
+/**
+ * The GPU kernels the server will shut down for idleness unless they are
+ * used or kept, refreshed by a poll, and the actions on them.
+ *
+ * Unlike the other models it keeps polling while the panel is hidden: the
+ * warning matters most when the user is elsewhere. It still stands by while
+ * the browser tab is in the background.
+ *
+ * Actions reject with a `GPUDevAPIError`; the list is refreshed after each.
+ */
+export class ReclaimsModel extends PolledModel<IReclaimsState> {
+  constructor(options: ReclaimsModel.IOptions = {}) {
+    super(
+      'jupyter-gpudev:reclaims',
+      { ...options, interval: options.interval ?? RECLAIMS_INTERVAL_MS },
+      {
+        status: 'loading',
+        reclaims: [],
+        idleTimeout: null,
+        warningSeconds: null,
+        error: null,
+        lastUpdated: null,
+        pending: new Map()
+      }
+    );
+    const settings = options.serverSettings;
+    this._api = {
+      fetchReclaims: () => fetchReclaims(settings),
+      keepKernel: kernelId => keepKernel(kernelId, settings),
+      releaseKernel: kernelId => releaseKernel(kernelId, settings),
+      ...options.api
+    };
+  }
+
+  /** The pending reclaims (the same as `state.reclaims`). */
+  get reclaims(): readonly IReclaim[] {
+    return this.state.reclaims;
+  }
+
+  /** The pending reclaim of the kernel running in `container`, if any. */
+  forContainer(container: string): IReclaim | undefined {
+    return this.state.reclaims.find(r => r.container === container);
+  }
+
+  /** Keep an idle GPU kernel: its idle time starts again. */
+  async keep(kernelId: string): Promise<void> {
+    return this._act(kernelId, 'keep', () => this._api.keepKernel(kernelId));
+  }
+
+  /** Shut an idle GPU kernel down now; its container is stopped and kept. */
+  async release(kernelId: string): Promise<void> {
+    return this._act(kernelId, 'release', () =>
+      this._api.releaseKernel(kernelId)
+    );
+  }
+
+  protected override get pausesWhenHidden(): boolean {
+    return false;
+  }
+
+  protected async update(): Promise<void> {
+    let response: IReclaimsResponse;
+    try {
+      let epoch: number;
+      do {
+        // An action that ends meanwhile may have made the answer outdated
+        // (a kept kernel still listed): ask again then.
+        epoch = this._epoch;
+        response = await this._api.fetchReclaims();
+      } while (epoch !== this._epoch && !this.isDisposed);
+    } catch (reason) {
+      const error = toAPIError(reason);
+      this.setState({
+        ...this.state,
+        status: 'error',
+        error,
+        lastUpdated: new Date()
+      });
+      throw error;
+    }
+    this.setState({
+      ...this.state,
+      status: 'ready',
+      reclaims: response.reclaims,
+      idleTimeout: response.idle_timeout,
+      warningSeconds: response.warning_seconds,
+      error: null,
+      lastUpdated: new Date()
+    });
+  }
+
+  private async _act(
+    kernelId: string,
+    action: ReclaimAction,
+    run: () => Promise<void>
+  ): Promise<void> {
+    if (this.state.pending.has(kernelId)) {
+      throw new GPUDevAPIError({
+        status: 0,
+        code: 'busy',
+        message: `The kernel ${kernelId} is busy with another action.`
+      });
+    }
+    this._setPending(kernelId, action);
+    try {
+      await run();
+      // Done: the server no longer lists it.
+      this.setState({
+        ...this.state,
+        reclaims: this.state.reclaims.filter(r => r.kernel_id !== kernelId)
+      });
+    } catch (reason) {
+      throw toAPIError(reason);
+    } finally {
+      this._setPending(kernelId, null);
+      this._epoch += 1;
+      void this.refresh();
+    }
+  }
+
+  private _setPending(kernelId: string, action: ReclaimAction | null): void {
+    const pending = new Map(this.state.pending);
+    if (action) {
+      pending.set(kernelId, action);
+    } else {
+      pending.delete(kernelId);
+    }
+    this.setState({ ...this.state, pending });
+  }
+
+  private readonly _api: ReclaimsModel.IAPI;
+  private _epoch = 0;
+}
+
+export namespace ReclaimsModel {
+  /** The calls the model makes; each can be replaced, for tests. */
+  export interface IAPI {
+    fetchReclaims: () => Promise<IReclaimsResponse>;
+    keepKernel: (kernelId: string) => Promise<void>;
+    releaseKernel: (kernelId: string) => Promise<void>;
+  }
+
+  export interface IOptions extends PolledModel.IOptions {
+    /** Time between two refreshes in milliseconds; default 10000. */
+    interval?: number;
+    /** The server connection; defaults to the page's. */
+    serverSettings?: ServerConnection.ISettings;
+    /** Replaces some API calls, for tests. */
+    api?: Partial<IAPI>;
+  }
 }
 
 function clampInterval(ms: number): number {

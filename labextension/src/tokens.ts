@@ -217,3 +217,30 @@ export interface IStartProgress {
   current?: number | null;
   total?: number | null;
 }
+
+/**
+ * A GPU kernel the server will shut down for idleness at `reclaim_at`
+ * unless it is used or kept first (`GET /gpudev/api/reclaims`).
+ */
+export interface IReclaim {
+  kernel_id: string;
+  /** The kernel's dev container, stopped (and kept) by the reclaim. */
+  container: string;
+  environment: string;
+  /** The GPUs the reclaim frees. */
+  gpu_uuids: string[];
+  /** Seconds since the kernel's last activity. */
+  idle_seconds: number;
+  /** When the kernel will be shut down, in seconds since the Unix epoch. */
+  reclaim_at: number;
+}
+
+/** Body of `GET /gpudev/api/reclaims`. */
+export interface IReclaimsResponse {
+  /** The pending reclaims, soonest first. */
+  reclaims: IReclaim[];
+  /** Seconds a GPU kernel may stay idle (0: reclaim is off). */
+  idle_timeout: number;
+  /** How long before a reclaim it is listed. */
+  warning_seconds: number;
+}

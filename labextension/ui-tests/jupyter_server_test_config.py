@@ -3,8 +3,13 @@
 The GPU inventory reads a fake nvidia-smi that prints two recorded A100 GPUs, so the
 tests see the same GPUs on any machine. Dev containers keep their GPU lease ledger in a
 fresh folder per server, so a test run never sees another run's leases.
+
+The served folder gets a ``gpu`` environment (one GPU, the kernel image) and the GPU
+culler short timeouts, so a test can watch an idle GPU kernel be warned about and
+released within seconds.
 """
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -24,3 +29,24 @@ os.environ["FAKE_NVIDIA_SMI_DIR"] = str(FIXTURES / "smi" / "two-a100")
 
 c.DevContainers.state_dir = tempfile.mkdtemp(prefix="gpudev-ui-tests-")  # noqa: F821
 c.DevContainers.stop_timeout = 2  # noqa: F821
+
+# --config replaces the usual config files, so the package's jupyter_gpudev.json does not set
+# this here: without it there are no gpudev-<environment> kernels.
+c.ServerApp.kernel_spec_manager_class = (  # noqa: F821
+    "jupyter_gpudev.kernelspecs.GPUDevKernelSpecManager"
+)
+
+# An idle GPU kernel is listed 5 s after its last activity and released 15 s later.
+c.GPUCuller.idle_timeout = 20  # noqa: F821
+c.GPUCuller.warning_seconds = 15  # noqa: F821
+c.GPUCuller.check_interval = 1  # noqa: F821
+
+# The galata root dir is a fresh folder per server (or JUPYTERLAB_GALATA_ROOT_DIR).
+GPU_ENVIRONMENT = (
+    Path(c.ServerApp.root_dir) / ".devcontainer" / "gpu" / "devcontainer.json"  # noqa: F821
+)
+GPU_ENVIRONMENT.parent.mkdir(parents=True, exist_ok=True)
+GPU_ENVIRONMENT.write_text(
+    json.dumps({"image": "gpudev-python:bookworm", "hostRequirements": {"gpu": True}}, indent=2)
+    + "\n"
+)

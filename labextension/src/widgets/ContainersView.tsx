@@ -9,17 +9,22 @@ import type {
   ContainerAction,
   ContainersModel,
   IContainersState,
-  IStartState
+  IReclaimsState,
+  IStartState,
+  ReclaimAction,
+  ReclaimsModel
 } from '../model';
 import type {
   IDevContainer,
   IEnvironment,
   IEnvironmentProblem,
   IHostInfo,
+  IReclaim,
   IStartProgress,
   IStartRequest
 } from '../tokens';
 import { ChangedPaths, notifyError } from './ErrorDetails';
+import { ReclaimWarning, runReclaimAction, useReclaimsState } from './Reclaims';
 
 /** Follow the state of a `ContainersModel` from a React component. */
 export function useContainersState(model: ContainersModel): IContainersState {
@@ -478,17 +483,23 @@ export type OpenTerminal = (name: string) => Promise<void>;
 /**
  * The "Dev containers" section: every container with its state, GPUs,
  * ports and warnings, and the actions its state allows. Running containers
- * get a Terminal button when `openTerminal` is given.
+ * get a Terminal button when `openTerminal` is given, and those whose GPU
+ * kernel is about to be released for idleness (given `reclaims`) a warning
+ * with Keep and Release now buttons.
  */
 export function ContainersSection({
   model,
+  reclaims,
   openTerminal,
   trans
 }: ISectionProps & {
+  /** The pending reclaims of idle GPU kernels, shown in their container's row. */
+  reclaims?: ReclaimsModel | null;
   /** Opens the terminal made in a container; no Terminal button without it. */
   openTerminal?: OpenTerminal;
 }): React.JSX.Element {
   const state = useContainersState(model);
+  const reclaimsState = useReclaimsState(reclaims ?? null);
   const headingId = React.useId();
 
   const onAction = React.useCallback(
@@ -519,6 +530,26 @@ export function ContainersSection({
       }
     },
     [model, openTerminal, trans]
+  );
+
+  const onReclaim = React.useCallback(
+    (reclaim: IReclaim, action: ReclaimAction) => {
+      if (reclaims) {
+        void runReclaimAction(reclaims, model, reclaim, action, trans);
+      }
+    },
+    [reclaims, model, trans]
+  );
+
+  const reclaimByContainer = React.useMemo(
+    () =>
+      new Map(
+        (reclaimsState?.reclaims ?? []).map(reclaim => [
+          reclaim.container,
+          reclaim
+        ])
+      ),
+    [reclaimsState?.reclaims]
   );
 
   const containers = state.containers;
@@ -558,6 +589,12 @@ export function ContainersSection({
                 pending={state.pending.get(container.name)}
                 canOpenTerminal={openTerminal !== undefined}
                 onAction={onAction}
+                reclaim={reclaimByContainer.get(container.name)}
+                reclaimPending={reclaimPendingOf(
+                  reclaimsState,
+                  reclaimByContainer.get(container.name)
+                )}
+                onReclaim={onReclaim}
                 trans={trans}
               />
             ))}
@@ -566,6 +603,13 @@ export function ContainersSection({
       </div>
     </section>
   );
+}
+
+function reclaimPendingOf(
+  state: IReclaimsState | null,
+  reclaim: IReclaim | undefined
+): ReclaimAction | undefined {
+  return reclaim ? state?.pending.get(reclaim.kernel_id) : undefined;
 }
 
 function actionFailedTitle(
@@ -669,12 +713,19 @@ function ContainerRow({
   pending,
   canOpenTerminal,
   onAction,
+  reclaim,
+  reclaimPending,
+  onReclaim,
   trans
 }: {
   container: IDevContainer;
   pending: ContainerAction | undefined;
   canOpenTerminal: boolean;
   onAction: (container: IDevContainer, action: ContainerAction) => void;
+  /** The pending reclaim of the container's idle GPU kernel, if any. */
+  reclaim: IReclaim | undefined;
+  reclaimPending: ReclaimAction | undefined;
+  onReclaim: (reclaim: IReclaim, action: ReclaimAction) => void;
   trans: TranslationBundle;
 }): React.JSX.Element {
   const headingId = React.useId();
@@ -776,6 +827,14 @@ function ContainerRow({
             <li key={i}>{warning}</li>
           ))}
         </ul>
+      )}
+      {reclaim && (
+        <ReclaimWarning
+          reclaim={reclaim}
+          pending={reclaimPending}
+          onAction={onReclaim}
+          trans={trans}
+        />
       )}
       <div
         className="jp-gpudev-actions"

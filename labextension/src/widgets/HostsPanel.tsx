@@ -5,7 +5,12 @@ import type { Message } from '@lumino/messaging';
 import * as React from 'react';
 
 import { chipIcon } from '../icons';
-import type { ContainersModel, HostsModel, IHostsState } from '../model';
+import type {
+  ContainersModel,
+  HostsModel,
+  IHostsState,
+  ReclaimsModel
+} from '../model';
 import type {
   IEngineInfo,
   IGPUInfo,
@@ -31,6 +36,7 @@ export class HostsPanel extends ReactWidget {
     super();
     this.model = options.model;
     this.containers = options.containers ?? null;
+    this.reclaims = options.reclaims ?? null;
     this._openTerminal = options.openTerminal;
     this._trans = (options.translator ?? nullTranslator).load(
       TRANSLATION_DOMAIN
@@ -46,6 +52,13 @@ export class HostsPanel extends ReactWidget {
 
   /** The environments and dev containers shown below the hosts, if any. */
   readonly containers: ContainersModel | null;
+
+  /**
+   * The idle GPU kernels about to be released, shown in their container's
+   * row. Its poll goes on while the panel is hidden (the panel does not
+   * drive it).
+   */
+  readonly reclaims: ReclaimsModel | null;
 
   protected override onAfterAttach(msg: Message): void {
     super.onAfterAttach(msg);
@@ -74,6 +87,7 @@ export class HostsPanel extends ReactWidget {
       <HostsView
         model={this.model}
         containers={this.containers}
+        reclaims={this.reclaims}
         openTerminal={this._openTerminal}
         trans={this._trans}
       />
@@ -96,6 +110,12 @@ export namespace HostsPanel {
     model: HostsModel;
     /** Adds the Environments and Dev containers sections. */
     containers?: ContainersModel;
+    /**
+     * Adds, in the Dev containers section, a warning with Keep and Release
+     * now buttons to the row of each container whose idle GPU kernel is
+     * about to be released.
+     */
+    reclaims?: ReclaimsModel;
     /**
      * Opens a Jupyter terminal by its name in the main area; gives running
      * dev containers a Terminal button.
@@ -124,6 +144,7 @@ function useHostsState(model: HostsModel): IHostsState {
 interface IViewProps {
   model: HostsModel;
   containers?: ContainersModel | null;
+  reclaims?: ReclaimsModel | null;
   openTerminal?: OpenTerminal;
   trans: TranslationBundle;
 }
@@ -135,6 +156,7 @@ interface IViewProps {
 export function HostsView({
   model,
   containers,
+  reclaims,
   openTerminal,
   trans
 }: IViewProps): React.JSX.Element {
@@ -144,10 +166,14 @@ export function HostsView({
 
   const onRefresh = React.useCallback(() => {
     setRefreshing(true);
-    void Promise.all([model.refresh(), containers?.refresh()]).finally(() => {
+    void Promise.all([
+      model.refresh(),
+      containers?.refresh(),
+      reclaims?.refresh()
+    ]).finally(() => {
       setRefreshing(false);
     });
-  }, [model, containers]);
+  }, [model, containers, reclaims]);
 
   return (
     <div className="jp-gpudev-view">
@@ -196,6 +222,7 @@ export function HostsView({
           />
           <ContainersSection
             model={containers}
+            reclaims={reclaims}
             openTerminal={openTerminal}
             trans={trans}
           />
