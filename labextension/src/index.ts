@@ -11,8 +11,10 @@ import {
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import type { TranslationBundle } from '@jupyterlab/translation';
+import type { ISignal } from '@lumino/signaling';
 
 import { NETWORK_ERROR } from './api';
+import type { GPUDevAPIError } from './api';
 import { chipIcon } from './icons';
 import {
   ContainersModel,
@@ -21,12 +23,7 @@ import {
   RECLAIMS_INTERVAL_MS,
   ReclaimsModel
 } from './model';
-import type {
-  IContainersState,
-  IHostsState,
-  IReclaimsState,
-  ReclaimAction
-} from './model';
+import type { IPolledState, IReclaimsState, ReclaimAction } from './model';
 import type { IReclaim } from './tokens';
 import { notifyError, renderErrorDetails } from './widgets/ErrorDetails';
 import { HostsPanel, PANEL_ID, TRANSLATION_DOMAIN } from './widgets/HostsPanel';
@@ -136,10 +133,55 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     }
 
-    notifyOnFailure(model, trans);
-    notifyOnContainersFailure(containers, model, trans);
+    // The hosts: the details show the state of each host.
+    notifyOnTransitionToError(model, {
+      notify: (error, state) => {
+        const hosts = state.hosts;
+        Notification.error(trans.__('GPU Dev: %1', error.message), {
+          autoClose: false,
+          actions: [
+            {
+              label: trans.__('Show details'),
+              caption: trans.__('Show the error and the state of each host'),
+              callback: () => {
+                void showErrorMessage(trans.__('GPU Dev: hosts unavailable'), {
+                  message: renderErrorDetails(error, hosts, trans)
+                });
+              }
+            }
+          ]
+        });
+      }
+    });
+    // The environments and dev containers, unless the server is out of
+    // reach or the hosts failed too: the hosts' notification says it.
+    notifyOnTransitionToError(containers, {
+      skipWhen: error =>
+        error.code === NETWORK_ERROR || model.state.status === 'error',
+      notify: error => {
+        notifyError(
+          trans.__('GPU Dev: environments and dev containers unavailable'),
+          error,
+          trans
+        );
+      }
+    });
     notifyOnReclaims(reclaims, containers, trans);
-    notifyOnReclaimsFailure(reclaims, containers, model, trans);
+    // The pending reclaims, unless the server is out of reach or another
+    // list failed too: their notification says it.
+    notifyOnTransitionToError(reclaims, {
+      skipWhen: error =>
+        error.code === NETWORK_ERROR ||
+        model.state.status === 'error' ||
+        containers.state.status === 'error',
+      notify: error => {
+        notifyError(
+          trans.__('GPU Dev: idle GPU kernels unavailable'),
+          error,
+          trans
+        );
+      }
+    });
 
     if (settingRegistry) {
       settingRegistry
@@ -195,64 +237,27 @@ function readIntervalSeconds(settings: ISettingRegistry.ISettings): number {
 }
 
 /**
- * Show one error notification each time the host list goes from `ready` to
- * `error` (not on every failed poll), with a button opening the details.
+ * Call `notify` once each time `model` goes from `ready` to `error` (not on
+ * every failed poll), unless `skipWhen` says another notification already
+ * tells it.
  */
-function notifyOnFailure(model: HostsModel, trans: TranslationBundle): void {
-  let previous: IHostsState['status'] = model.state.status;
-  model.stateChanged.connect((_, state) => {
-    const wasReady = previous === 'ready';
-    previous = state.status;
-    const error = state.error;
-    if (!wasReady || state.status !== 'error' || !error) {
-      return;
-    }
-    const hosts = state.hosts;
-    Notification.error(trans.__('GPU Dev: %1', error.message), {
-      autoClose: false,
-      actions: [
-        {
-          label: trans.__('Show details'),
-          caption: trans.__('Show the error and the state of each host'),
-          callback: () => {
-            void showErrorMessage(trans.__('GPU Dev: hosts unavailable'), {
-              message: renderErrorDetails(error, hosts, trans)
-            });
-          }
-        }
-      ]
-    });
-  });
-}
-
-/**
- * The same for the environments and dev containers, unless the server is
- * out of reach or the hosts failed too: the hosts' notification says it.
- */
-function notifyOnContainersFailure(
-  model: ContainersModel,
-  hosts: HostsModel,
-  trans: TranslationBundle
+function notifyOnTransitionToError<S extends IPolledState>(
+  model: { readonly state: S; readonly stateChanged: ISignal<unknown, S> },
+  options: {
+    notify: (error: GPUDevAPIError, state: S) => void;
+    skipWhen?: (error: GPUDevAPIError) => boolean;
+  }
 ): void {
-  let previous: IContainersState['status'] = model.state.status;
+  const { notify, skipWhen = () => false } = options;
+  let previous: IPolledState['status'] = model.state.status;
   model.stateChanged.connect((_, state) => {
     const wasReady = previous === 'ready';
     previous = state.status;
     const error = state.error;
-    if (
-      !wasReady ||
-      state.status !== 'error' ||
-      !error ||
-      error.code === NETWORK_ERROR ||
-      hosts.state.status === 'error'
-    ) {
+    if (!wasReady || state.status !== 'error' || !error || skipWhen(error)) {
       return;
     }
-    notifyError(
-      trans.__('GPU Dev: environments and dev containers unavailable'),
-      error,
-      trans
-    );
+    notify(error, state);
   });
 }
 
@@ -319,40 +324,6 @@ function notifyOnReclaims(
     }
   };
   reclaims.stateChanged.connect(onChange);
-}
-
-/**
- * One error notification when the pending reclaims go from `ready` to
- * `error`, unless the server is out of reach or another list failed too:
- * their notification says it.
- */
-function notifyOnReclaimsFailure(
-  model: ReclaimsModel,
-  containers: ContainersModel,
-  hosts: HostsModel,
-  trans: TranslationBundle
-): void {
-  let previous: IReclaimsState['status'] = model.state.status;
-  model.stateChanged.connect((_, state) => {
-    const wasReady = previous === 'ready';
-    previous = state.status;
-    const error = state.error;
-    if (
-      !wasReady ||
-      state.status !== 'error' ||
-      !error ||
-      error.code === NETWORK_ERROR ||
-      hosts.state.status === 'error' ||
-      containers.state.status === 'error'
-    ) {
-      return;
-    }
-    notifyError(
-      trans.__('GPU Dev: idle GPU kernels unavailable'),
-      error,
-      trans
-    );
-  });
 }
 
 export default plugin;
