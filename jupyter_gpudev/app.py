@@ -13,6 +13,9 @@ from . import __version__, provisioner, routes
 from .containers import DevContainers
 from .culler import GPUCuller
 from .hosts import HostPool
+from .kernelspecs import GPUDevKernelSpecManager
+
+KERNELSPEC_MANAGER = "jupyter_gpudev.kernelspecs.GPUDevKernelSpecManager"
 
 
 @dataclass
@@ -68,6 +71,22 @@ class GPUDevApp(ExtensionApp):
         self._loop_started = True
         self._reconcile_task = asyncio.ensure_future(self._reconcile())
         self.context.culler.start()
+
+    def _link_jupyter_server_extension(self, serverapp: Any) -> None:
+        # The gpudev kernels are in the picker through our kernelspec manager, unless the
+        # administrator chose another one. (Set here: the server builds its managers after
+        # linking extensions, and reads no ServerApp traits from an extension's config files.)
+        chosen = serverapp.config.get("ServerApp", {}).get("kernel_spec_manager_class")
+        if chosen is None:
+            serverapp.kernel_spec_manager_class = GPUDevKernelSpecManager
+        elif chosen not in (GPUDevKernelSpecManager, KERNELSPEC_MANAGER):
+            self.log.warning(
+                "gpudev: c.ServerApp.kernel_spec_manager_class is %s; the gpudev kernels are "
+                "not in the picker (use %s, or a subclass of it)",
+                chosen,
+                KERNELSPEC_MANAGER,
+            )
+        super()._link_jupyter_server_extension(serverapp)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(routes.handlers())

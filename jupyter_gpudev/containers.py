@@ -35,7 +35,7 @@ import requests.exceptions
 from docker.models.containers import Container
 from docker.types import DeviceRequest, Ulimit
 from jupyter_core.paths import jupyter_data_dir
-from traitlets import Bool, Instance, Int, Unicode, default
+from traitlets import Bool, Float, Instance, Int, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from .driver import LegacyGPUInjection
@@ -209,6 +209,13 @@ class DevContainers(LoggingConfigurable):
         help="""The Docker network dev containers join: a bridge created on first use with
         inter-container traffic disabled, so a container (and its kernels' ports) is reachable
         from the host but not from other containers. Empty: the engine's default bridge.""",
+    ).tag(config=True)
+
+    reconcile_grace = Float(
+        120.0,
+        help="""Seconds during which a new lease is never freed by reconciliation even though
+        its container is not (yet) listed: a start in flight (lease taken, container being
+        created) in this or another process.""",
     ).tag(config=True)
 
     docker_cli = Unicode(
@@ -952,8 +959,9 @@ class DevContainers(LoggingConfigurable):
         """Reconcile one host; also returns the GPUs its live containers hold by label.
 
         A container holds its GPUs in every state but stopped ones (exited, dead): a created
-        or paused container still has its DeviceRequest. Leases taken after the listing are
-        left alone (a start in flight), so this is safe to run while containers start.
+        or paused container still has its DeviceRequest. Leases younger than
+        ``reconcile_grace`` are left alone (a start in flight: its lease is taken before its
+        container exists), so this is safe to run while containers start.
         """
         listed_at = time.time()
         containers = self._call(
@@ -969,7 +977,9 @@ class DevContainers(LoggingConfigurable):
             name = labels.get(L_NAME, "")
             holding[name] = tuple(filter(None, labels.get(L_GPUS, "").split(",")))
             owners[name] = labels.get(L_OWNER, "unknown")
-        report = self.ledger.reconcile(host.name, holding, owners=owners, created_before=listed_at)
+        report = self.ledger.reconcile(
+            host.name, holding, owners=owners, created_before=listed_at - self.reconcile_grace
+        )
         labelled = {uuid for uuids in holding.values() for uuid in uuids}
         return report.to_json(), labelled
 

@@ -30,12 +30,6 @@ os.environ["FAKE_NVIDIA_SMI_DIR"] = str(FIXTURES / "smi" / "two-a100")
 c.DevContainers.state_dir = tempfile.mkdtemp(prefix="gpudev-ui-tests-")  # noqa: F821
 c.DevContainers.stop_timeout = 2  # noqa: F821
 
-# --config replaces the usual config files, so the package's jupyter_gpudev.json does not set
-# this here: without it there are no gpudev-<environment> kernels.
-c.ServerApp.kernel_spec_manager_class = (  # noqa: F821
-    "jupyter_gpudev.kernelspecs.GPUDevKernelSpecManager"
-)
-
 # An idle GPU kernel is listed 5 s after its last activity and released 15 s later.
 c.GPUCuller.idle_timeout = 20  # noqa: F821
 c.GPUCuller.warning_seconds = 15  # noqa: F821

@@ -397,7 +397,7 @@ def test_reconcile_after_a_crash(
     survivor_gpu = manager.ledger.for_container("local", "survivor")
     assert survivor_gpu is not None
     # ...and a crash that lost the ledger, plus a stale lease for a container that is gone
-    fresh = make_manager(root, tmp_path / "state-after-crash")
+    fresh = make_manager(root, tmp_path / "state-after-crash", DevContainers__reconcile_grace=0.0)
     fresh.server_id = manager.server_id
     try:
         units = fresh.ledger.active("local")
@@ -563,3 +563,15 @@ def test_driver_injection_refuses_what_it_cannot_map(
         )
     finally:
         manager.host_pool.close()
+
+
+def test_reconcile_never_frees_the_lease_of_a_start_in_flight(manager: DevContainers) -> None:
+    # Given a lease just taken for a container that does not exist yet (being created)
+    inventory = manager.host_pool.get("local").gpus()
+    lease = manager.ledger.acquire(
+        "local", "in-flight", "alice", GPURequest(count=1), leasable_units(inventory)
+    )
+    # When another start (or the server's start-up) reconciles the host
+    manager.reconcile()
+    # Then the young lease is still held: freeing it would hand its GPU out twice
+    assert manager.ledger.for_container("local", "in-flight") == lease

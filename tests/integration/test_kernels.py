@@ -218,10 +218,8 @@ async def test_a_kernel_that_fails_at_start_is_cleaned_up(
 
 @pytest.fixture
 def gpudev_config(tmp_path: Path) -> dict[str, Any]:
+    # No kernel_spec_manager_class here: the extension itself puts the gpudev kernels in.
     return {
-        "ServerApp": {
-            "kernel_spec_manager_class": "jupyter_gpudev.kernelspecs.GPUDevKernelSpecManager"
-        },
         "DevContainers": {"state_dir": str(tmp_path / "state"), "stop_timeout": 2},
     }
 

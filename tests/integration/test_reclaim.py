@@ -22,9 +22,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("gpu_engine")]
 @pytest.fixture
 def gpudev_config(tmp_path: Path) -> dict[str, Any]:
     return {
-        "ServerApp": {
-            "kernel_spec_manager_class": "jupyter_gpudev.kernelspecs.GPUDevKernelSpecManager"
-        },
         "DevContainers": {"state_dir": str(tmp_path / "state"), "stop_timeout": 2},
         "GPUCuller": {"idle_timeout": 6.0, "warning_seconds": 4.0, "check_interval": 0.25},
     }

@@ -52,8 +52,6 @@ class Server:
             f"--ServerApp.root_dir={root}",
             "--ServerApp.open_browser=False",
             "--allow-root",
-            "--ServerApp.kernel_spec_manager_class="
-            "jupyter_gpudev.kernelspecs.GPUDevKernelSpecManager",
             "--GPUInventory.backend=nvidia-smi",
             f"--GPUInventory.nvidia_smi_path={FAKE_SMI}",
             f"--DevContainers.state_dir={state}",
