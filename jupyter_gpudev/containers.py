@@ -755,11 +755,6 @@ class DevContainers(LoggingConfigurable):
         # By container, not by the label's lease id: a resumed container holds a newer lease.
         self.ledger.release_container(host.name, container.labels.get(L_NAME, ""))
 
-    def changes(self, name: str, host: str | None = None) -> list[str]:
-        """Paths changed in the container's file system, less caches and runtime noise."""
-        _, container = self._find(name, host)
-        return self._changes(container)
-
     @staticmethod
     def _changes(container: Container) -> list[str]:
         # Mount points (and the folders the engine made for them) are not changes.

@@ -135,7 +135,10 @@ class GPUCuller(LoggingConfigurable):
 
     async def release(self, kernel_id: str) -> None:
         """Reclaim now: shut the kernel down; its container is stopped and kept."""
-        provisioner = self._require(kernel_id)
+        # Finding the kernel's GPUs reads the lease ledger: off the event loop.
+        provisioner = await asyncio.get_running_loop().run_in_executor(
+            None, self._require, kernel_id
+        )
         provisioner.keep_container = True
         self._kept.pop(kernel_id, None)
         self.log.info("gpudev: releasing the GPUs of idle kernel %s", kernel_id)
@@ -145,7 +148,8 @@ class GPUCuller(LoggingConfigurable):
         """One look: reclaim every GPU kernel past its timeout. Returns their ids."""
         reclaimed = []
         now = self._clock()
-        for reclaim in self.pending():
+        pending = await asyncio.get_running_loop().run_in_executor(None, self.pending)
+        for reclaim in pending:
             if reclaim.reclaim_at <= now:
                 try:
                     await self.release(reclaim.kernel_id)

@@ -34,7 +34,7 @@ from tornado import web
 from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import Config
 
-from .containers import DevContainers, StartRequest, docker_name
+from .containers import DevContainers, StartRequest
 from .errors import Conflict, GPUDevError
 from .hosts import HostPool
 
@@ -479,11 +479,3 @@ class GPUDevProvisioner(KernelProvisionerBase):
         self._dedicated = bool(provisioner_info.get("dedicated", False))
         self._exec_id = str(provisioner_info.get("exec_id", ""))
         self._ports = tuple(int(p) for p in provisioner_info.get("ports", []))
-
-
-def container_of(kernel_manager: Any) -> str | None:
-    """The dev container a kernel manager's kernel runs in, if it is a gpudev kernel."""
-    provisioner = getattr(kernel_manager, "provisioner", None)
-    if isinstance(provisioner, GPUDevProvisioner) and provisioner._container_name:
-        return docker_name(provisioner._container_name)
-    return None
