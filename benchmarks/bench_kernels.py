@@ -20,6 +20,7 @@ import os
 import queue
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -61,6 +62,39 @@ async def ready(km: AsyncKernelManager) -> Any:
     return client
 
 
+def first_kernel_info(info: dict[str, Any]) -> None:
+    """Wait for the first kernel_info reply: the same readiness test for every kernel measured
+    (a client without a kernel manager judges "alive" by heartbeats, which start late, so ask
+    for kernel_info until the kernel answers)."""
+    kc = BlockingKernelClient()
+    kc.load_connection_info(info)  # type: ignore[arg-type]
+    kc.start_channels()
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            kc.kernel_info()
+            try:
+                reply = kc.get_shell_msg(timeout=0.25)
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise
+                continue
+            if reply["msg_type"] == "kernel_info_reply":  # to this request or an earlier one
+                return
+    finally:
+        kc.stop_channels()
+
+
+async def started_and_ready(km: AsyncKernelManager) -> float:
+    """Seconds from start_kernel to the kernel's first kernel_info reply."""
+    started = time.perf_counter()
+    await km.start_kernel()
+    await asyncio.get_running_loop().run_in_executor(
+        None, first_kernel_info, dict(km.get_connection_info())
+    )
+    return time.perf_counter() - started
+
+
 async def round_trips(client: Any) -> list[float]:
     samples = []
     for _ in range(ROUND_TRIPS):
@@ -70,13 +104,13 @@ async def round_trips(client: Any) -> list[float]:
     return samples
 
 
-async def local_kernel() -> tuple[float, list[float]]:
-    km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager())
-    started = time.perf_counter()
-    await km.start_kernel()
+async def local_kernel(
+    ksm: KernelSpecManager | None = None, name: str = "python3", with_trips: bool = False
+) -> tuple[float, list[float]]:
+    km = AsyncKernelManager(kernel_name=name, kernel_spec_manager=ksm or KernelSpecManager())
+    elapsed = await started_and_ready(km)
     client = await ready(km)
-    elapsed = time.perf_counter() - started
-    trips = await round_trips(client)
+    trips = await round_trips(client) if with_trips else []
     client.stop_channels()
     await km.shutdown_kernel(now=True)
     return elapsed, trips
@@ -103,26 +137,75 @@ def raw_docker_run(client: docker.DockerClient, work: Path) -> float:
         ports={f"{p}/tcp": ("127.0.0.1", p) for p in ports},
         mounts=[docker.types.Mount("/conn", str(work), type="bind")],
     )
-    kc = BlockingKernelClient()
-    kc.load_connection_info({**info, "ip": "127.0.0.1"})  # type: ignore[typeddict-item]
-    kc.start_channels()
-    # A client without a kernel manager judges "alive" by heartbeats, which start late: ask for
-    # kernel_info until the kernel answers (what wait_for_ready does for a managed kernel).
-    deadline = time.monotonic() + 120
-    while True:
-        kc.kernel_info()
-        try:
-            reply = kc.get_shell_msg(timeout=0.25)
-        except queue.Empty:
-            if time.monotonic() > deadline:
-                raise
-            continue
-        if reply["msg_type"] == "kernel_info_reply":  # to this request or an earlier one
-            break
+    first_kernel_info({**info, "ip": "127.0.0.1"})
     elapsed = time.perf_counter() - started
-    kc.stop_channels()
     container.remove(force=True)
     return elapsed
+
+
+def raw_docker_exec(client: docker.DockerClient, name: str, manager: DevContainers) -> float:
+    """A bare ``docker exec`` of the image's ipykernel in the running dev container (no
+    provisioner): the same-version floor for a warm start."""
+    container = client.containers.get(docker_name(name))
+    ports = free_ports(5)
+    names = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+    info: dict[str, Any] = {
+        **dict(zip(names, ports, strict=True)),
+        "transport": "tcp",
+        "signature_scheme": "hmac-sha256",
+        "key": os.urandom(16).hex(),
+    }
+    inside = json.dumps({**info, "ip": "0.0.0.0"})  # noqa: S104
+    started = time.perf_counter()
+    exec_id = client.api.exec_create(
+        container.id,
+        [
+            "/bin/sh",
+            "-c",
+            'printf "%s" "$C" > /tmp/floor.json; echo $$ > /tmp/floor.pid; '
+            "exec python3 -m ipykernel_launcher -f /tmp/floor.json",
+        ],
+        environment={"C": inside},
+    )["Id"]
+    client.api.exec_start(exec_id, detach=True)
+    first_kernel_info({**info, "ip": manager.address_of(container)})
+    elapsed = time.perf_counter() - started
+    container.exec_run(["/bin/sh", "-c", "kill $(cat /tmp/floor.pid)"])
+    return elapsed
+
+
+def same_version_kernels(engine: docker.DockerClient, kernels: Path) -> KernelSpecManager | None:
+    """A local venv (benchmarks/.venv-image-kernel) with the image's own ipykernel stack, and a
+    kernelspec for it: the same-version floor for a warm start. None if it cannot be built."""
+    versions = engine.containers.run(
+        IMAGE,
+        [
+            "python3",
+            "-c",
+            "import importlib.metadata as m; print(' '.join(f'{p}=={m.version(p)}' for p in "
+            "('ipykernel','ipython','jupyter_client','pyzmq','tornado','traitlets')))",
+        ],
+        remove=True,
+    )
+    pins = versions.decode().split()
+    venv = ROOT / "benchmarks" / ".venv-image-kernel"
+    python = venv / "bin" / "python"
+    stamp = venv / "pins.txt"
+    if not stamp.exists() or stamp.read_text().split() != pins:
+        try:
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", *pins], check=True)
+        except subprocess.CalledProcessError as exc:
+            print(f"same-version local kernel unavailable ({exc})", file=sys.stderr)
+            return None
+        stamp.write_text(" ".join(pins))
+    spec = kernels / "image-version"
+    spec.mkdir(parents=True, exist_ok=True)
+    argv = [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (spec / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": " ".join(pins), "language": "python"})
+    )
+    return KernelSpecManager(kernel_dirs=[str(kernels)])
 
 
 async def main() -> None:
@@ -139,7 +222,9 @@ async def main() -> None:
         provisioner.set_manager(manager)
         ksm = GPUDevKernelSpecManager(root_dir=str(work))
 
-        floor_cold, ours_cold, local_start, ours_warm = [], [], [], []
+        floor_cold, ours_cold, local_start, ours_warm, exec_warm = [], [], [], [], []
+        same_start: list[float] = []
+        same_ksm = same_version_kernels(engine, Path(tmp) / "local-kernels")
         local_trips: list[float] = []
         ours_trips: list[float] = []
         released: list[float] = []
@@ -166,21 +251,17 @@ async def main() -> None:
         for run in range(RUNS + 1):  # run 0 warms up
             raw = raw_docker_run(engine, Path(tmp))
             km = AsyncKernelManager(kernel_name="gpudev-default", kernel_spec_manager=ksm)
-            started = time.perf_counter()
-            await km.start_kernel()
+            cold = await started_and_ready(km)
             client = await ready(km)
-            cold = time.perf_counter() - started
             trips = await round_trips(client) if run == RUNS else []
             client.stop_channels()
             await km.shutdown_kernel()
-            local, ltrips = await local_kernel()
+            local, ltrips = await local_kernel(with_trips=run == RUNS)
+            same = (await local_kernel(same_ksm, "image-version"))[0] if same_ksm else 0.0
             wkm = AsyncKernelManager(kernel_name="bench-shared", kernel_spec_manager=shared_ksm)
-            started = time.perf_counter()
-            await wkm.start_kernel()
-            wclient = await ready(wkm)
-            warm = time.perf_counter() - started
-            wclient.stop_channels()
+            warm = await started_and_ready(wkm)
             await wkm.shutdown_kernel()
+            exec_floor = raw_docker_exec(engine, shared.name, manager)
             # Shutdown to lease released, on a GPU kernel (needs the NVIDIA hook or a GPU)
             if gpu_ok:
                 try:
@@ -210,6 +291,8 @@ async def main() -> None:
             ours_cold.append(cold)
             local_start.append(local)
             ours_warm.append(warm)
+            exec_warm.append(exec_floor)
+            same_start.append(same)
             if gpu_ok:
                 released.append(freed)
             if run == RUNS:
@@ -229,6 +312,9 @@ async def main() -> None:
     print("| --- | --- | --- | --- | --- |")
     print(row("cold start vs docker run + ipykernel", ours_cold, floor_cold, "<= 1.15"))
     print(row("warm start vs local ipykernel", ours_warm, local_start, "<= 1.2"))
+    if same_ksm is not None:
+        print(row("warm start vs local ipykernel, image's versions", ours_warm, same_start, "-"))
+    print(row("warm start vs bare docker exec of the image's kernel", ours_warm, exec_warm, "-"))
     print(row("1+1 round trip vs local ipykernel", ours_trips, local_trips, "<= 1.1"))
     if released:
         print(

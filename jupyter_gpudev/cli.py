@@ -243,7 +243,7 @@ def format_containers(infos: list[DevContainerInfo]) -> str:
                 info.name,
                 info.host,
                 info.environment,
-                info.status,
+                info.status + (" (pinned)" if info.pinned else ""),
                 ",".join(info.gpu_uuids) or "-",
                 info.owner,
                 ports or "-",
@@ -350,6 +350,31 @@ class ResumeApp(ContainerCommand):
         self.emit(info.to_json(), format_containers([info]))
 
 
+class PinApp(ContainerCommand):
+    """Pin a shared dev container."""
+
+    name = "jupyter-gpudev-pin"
+    description = (
+        "Pin a shared dev container: it keeps running, with its GPUs, after its last kernel "
+        "ends (unpinned ones stop then, after c.DevContainers.linger seconds)."
+    )
+
+    def run(self) -> None:
+        info = self.manager().pin(self.name_arg(), host=self.host or None, pinned=True)
+        self.emit(info.to_json(), format_containers([info]))
+
+
+class UnpinApp(ContainerCommand):
+    """Unpin a dev container."""
+
+    name = "jupyter-gpudev-unpin"
+    description = "Unpin a dev container: it stops when its last kernel ends."
+
+    def run(self) -> None:
+        info = self.manager().pin(self.name_arg(), host=self.host or None, pinned=False)
+        self.emit(info.to_json(), format_containers([info]))
+
+
 class RmApp(ContainerCommand):
     """Remove a dev container."""
 
@@ -420,6 +445,8 @@ class GPUDevCLI(JupyterApp):
         "stop": (StopApp, "Stop a dev container and release its GPUs."),
         "resume": (ResumeApp, "Start a stopped dev container again."),
         "rm": (RmApp, "Remove a dev container."),
+        "pin": (PinApp, "Keep a shared dev container running after its last kernel."),
+        "unpin": (UnpinApp, "Let a shared dev container stop after its last kernel."),
         "logs": (LogsApp, "Print a dev container's output."),
         "image": (ImageApp, "Manage images (bootstrap a base image without a registry)."),
     }

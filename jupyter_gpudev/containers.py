@@ -134,6 +134,10 @@ class DevContainerInfo:
     lease_id: str | None
     ports: dict[str, int]
     warnings: tuple[str, ...] = field(default=())
+    #: Kept running after its last kernel ends (see ``DevContainers.pin``).
+    pinned: bool = False
+    #: The kernel this container was created for (``None``: a container kernels may share).
+    kernel_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -222,6 +226,14 @@ class DevContainers(LoggingConfigurable):
         "docker",
         help="""The docker command line (a name on PATH or a path), used for terminals inside
         dev containers: a terminal runs `docker exec -it` in a pseudo-terminal.""",
+    ).tag(config=True)
+
+    linger = Float(
+        0.0,
+        help="""Seconds a shared dev container (one that kernels were started in, not one
+        dedicated to a kernel) keeps running after its last kernel ends before it is stopped
+        and its GPUs released; 0 stops it at once. A pinned container is never stopped this
+        way (`jupyter gpudev pin NAME`, the panel's Pin button).""",
     ).tag(config=True)
 
     keep_alive_command = Unicode(
@@ -646,8 +658,9 @@ class DevContainers(LoggingConfigurable):
             L_PROCESS: f"{socket.gethostname()}:{os.getpid()}",
             L_LEDGER: self.ledger_id,
         }
-        if kernel_id:
-            labels[L_KERNEL] = kernel_id
+        # Always set, even empty: an image's own labels are inherited by its containers, and an
+        # image may carry ours (gpudev's bootstrap images once did).
+        labels[L_KERNEL] = kernel_id or ""
         kwargs: dict[str, Any] = {
             "name": docker_name(name),
             "hostname": name[:63],
@@ -797,6 +810,21 @@ class DevContainers(LoggingConfigurable):
             )
         self._call(f"Removing {user_name(name)!r}", lambda: container.remove(force=True))
         self._release_for(found_host, container)
+        self.ledger.set_pinned(found_host.name, user_name(name), False)
+
+    def pin(self, name: str, host: str | None = None, pinned: bool = True) -> DevContainerInfo:
+        """Pin a shared dev container: it keeps running (and holding its GPUs) after its last
+        kernel ends, until stopped by hand. ``pinned=False`` unpins it."""
+        found_host, container = self._find(name, host)
+        if container.labels.get(L_KERNEL):
+            raise BadRequest(
+                f"{user_name(name)!r} belongs to one kernel and ends with it; pin a dev "
+                "container that kernels share instead"
+            )
+        self.ledger.set_pinned(
+            found_host.name, container.labels.get(L_NAME, user_name(name)), pinned
+        )
+        return self._info(found_host, container)
 
     def get(self, name: str, host: str | None = None) -> DevContainerInfo:
         found_host, container = self._find(name, host)
@@ -897,6 +925,8 @@ class DevContainers(LoggingConfigurable):
             lease_id=lease.lease_id if lease else None,
             ports=ports,
             warnings=warnings,
+            pinned=labels.get(L_NAME, "") in self.ledger.pinned(host.name),
+            kernel_id=labels.get(L_KERNEL) or None,
         )
 
     # ------------------------------------------------------------------------------------------
@@ -922,6 +952,8 @@ class DevContainers(LoggingConfigurable):
                 self.log.warning("gpudev: orphan kernels on %s not checked: %r", host.name, exc)
                 continue
             for container in containers:
+                if not container.labels.get(L_KERNEL):
+                    continue  # a dev container kernels share (the label is set, empty)
                 where, _, pid = container.labels.get(L_PROCESS, "").partition(":")
                 if where != machine or not pid.isdigit() or _process_alive(int(pid)):
                     continue

@@ -291,7 +291,7 @@ class ImageBootstrapper(LoggingConfigurable):
             "RUN apt-get update \\\n"
             f" && apt-get install -y --no-install-recommends {packages} \\\n"
             " && rm -rf /var/lib/apt/lists/*\n"
-            f'LABEL {LABEL}.bootstrap="{self.suite}" {LABEL}.kernel="ipykernel"\n'
+            f'LABEL {LABEL}.bootstrap="{self.suite}" {LABEL}.bootstrap.kernel="ipykernel"\n'
         )
 
     def _build_kernel_image(self, client: docker.DockerClient, say: Progress) -> str:

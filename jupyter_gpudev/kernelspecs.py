@@ -1,9 +1,11 @@
-"""Kernel picker entries: one ``gpudev-<environment>`` kernelspec per environment.
+"""Kernel picker entries: one ``gpudev-<environment>`` kernelspec per environment (a kernel in
+a new container of its own), and one ``gpudev--<container>`` per running shared dev container
+(a kernel in that container, next to its other kernels).
 
-``GPUDevKernelSpecManager`` adds them to the ordinary kernelspecs, computed from the
-environments each time the list is asked for, so adding, changing or removing a
-devcontainer.json shows in the picker without restarting the server. Enabled by
-``c.ServerApp.kernel_spec_manager_class`` (the package's server config does it).
+``GPUDevKernelSpecManager`` adds them to the ordinary kernelspecs, computed each time the list
+is asked for, so adding, changing or removing a devcontainer.json, or starting a dev container,
+shows in the picker without restarting the server. The extension makes it the server's
+``kernel_spec_manager_class`` when it is linked.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from typing import Any
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
 from traitlets import Bool, Unicode
 
+from .containers import DevContainerInfo
 from .environments import Environment, EnvironmentManager
-from .errors import GPUDevError
-from .provisioner import DEFAULT_ARGV
+from .errors import GPUDevError, NotFound
+from .provisioner import DEFAULT_ARGV, current_manager
 
 PREFIX = "gpudev-"
+#: Environment names start with a letter or digit, so this never names an environment.
+SHARED_PREFIX = "gpudev--"
 RESOURCES = str(Path(__file__).with_name("kernelspec_resources"))
 
 
@@ -48,6 +53,35 @@ def kernelspec_for(env: Environment) -> KernelSpec:
     )
 
 
+def shared_kernelspec_for(info: DevContainerInfo) -> KernelSpec:
+    """A kernel in a running dev container that kernels share (``info``)."""
+    count = len(info.gpu_uuids)
+    gpus = f"{count} GPU{'s' if count != 1 else ''}" if count else "CPU"
+    return KernelSpec(
+        argv=list(DEFAULT_ARGV),
+        display_name=f"{info.environment} in {info.name} ({gpus}, shared) · gpudev",
+        language="python",
+        interrupt_mode="signal",
+        resource_dir=RESOURCES,
+        metadata={
+            "kernel_provisioner": {
+                "provisioner_name": "gpudev",
+                "config": {
+                    "environment": info.environment,
+                    "container": info.name,
+                    "host": info.host,
+                },
+            },
+            "gpudev": {
+                "environment": info.environment,
+                "container": info.name,
+                "host": info.host,
+                "gpus": count,
+            },
+        },
+    )
+
+
 class GPUDevKernelSpecManager(KernelSpecManager):
     """The usual kernelspecs plus one per gpudev environment."""
 
@@ -71,13 +105,37 @@ class GPUDevKernelSpecManager(KernelSpecManager):
             self.log.warning("gpudev: environments could not be listed: %s", err.message)
             return []
 
+    def _shared_containers(self) -> list[DevContainerInfo]:
+        """Running dev containers that kernels can share (not those made for one kernel)."""
+        manager = current_manager()
+        if not self.gpudev_kernels or manager is None:
+            return []
+        try:
+            infos = manager.list(all_states=False)
+        except GPUDevError as err:
+            self.log.warning("gpudev: dev containers could not be listed: %s", err.message)
+            return []
+        return [i for i in infos if i.kernel_id is None and i.state == "running"]
+
     def find_kernel_specs(self) -> dict[str, str]:
         specs: dict[str, str] = super().find_kernel_specs()
         for env in self._environments():
             specs[PREFIX + env.name] = RESOURCES
+        for info in self._shared_containers():
+            specs[SHARED_PREFIX + info.name] = RESOURCES
         return specs
 
     def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+        if kernel_name.startswith(SHARED_PREFIX):
+            manager = current_manager()
+            if manager is None:
+                raise NoSuchKernel(kernel_name)
+            try:
+                # Any state: a kernel started in a stopped shared container starts it again.
+                info = manager.get(kernel_name.removeprefix(SHARED_PREFIX))
+            except NotFound:
+                raise NoSuchKernel(kernel_name) from None
+            return shared_kernelspec_for(info)
         if kernel_name.startswith(PREFIX):
             wanted = kernel_name.removeprefix(PREFIX)
             for env in self._environments():
@@ -102,5 +160,10 @@ class GPUDevKernelSpecManager(KernelSpecManager):
             result[PREFIX + env.name] = {
                 "resource_dir": RESOURCES,
                 "spec": kernelspec_for(env).to_dict(),
+            }
+        for info in self._shared_containers():
+            result[SHARED_PREFIX + info.name] = {
+                "resource_dir": RESOURCES,
+                "spec": shared_kernelspec_for(info).to_dict(),
             }
         return result

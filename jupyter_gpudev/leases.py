@@ -32,7 +32,7 @@ from .errors import BadRequest, Conflict, GPUDevError
 from .gpus import Inventory
 
 #: The schema this module writes (``PRAGMA user_version``).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = (
     """
@@ -62,6 +62,15 @@ _SCHEMA = (
     """
     CREATE UNIQUE INDEX IF NOT EXISTS lease_gpus_active_uuid
         ON lease_gpus (host, uuid) WHERE active = 1
+    """,
+    # Schema 2: shared dev containers the user pinned (kept running after their last kernel).
+    """
+    CREATE TABLE IF NOT EXISTS pins (
+        host      TEXT NOT NULL,
+        container TEXT NOT NULL,
+        pinned_at REAL NOT NULL,
+        PRIMARY KEY (host, container)
+    )
     """,
 )
 
@@ -616,6 +625,23 @@ class LeaseLedger:
     def holders(self, host: str) -> dict[str, Lease]:
         """Which active lease holds each leased GPU UUID of a host."""
         return {uuid: lease for lease in self.active(host) for uuid in lease.gpu_uuids}
+
+    def pinned(self, host: str) -> set[str]:
+        """The containers of a host that are pinned (kept running after their last kernel)."""
+        with self._transaction("DEFERRED") as conn:
+            rows = conn.execute("SELECT container FROM pins WHERE host = ?", (host,)).fetchall()
+            return {name for (name,) in rows}
+
+    def set_pinned(self, host: str, container: str, pinned: bool) -> None:
+        """Pin a container (or unpin it; unpinning one that is not pinned does nothing)."""
+        with self._transaction() as conn:
+            if pinned:
+                conn.execute(
+                    "INSERT OR IGNORE INTO pins (host, container, pinned_at) VALUES (?, ?, ?)",
+                    (host, container, time.time()),
+                )
+            else:
+                conn.execute("DELETE FROM pins WHERE host = ? AND container = ?", (host, container))
 
     # -- writing ----------------------------------------------------------------------------
 

@@ -72,6 +72,10 @@ PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port
 _shared_manager: DevContainers | None = None
 _shared_lock = threading.Lock()
 _ports_in_use: dict[str, set[int]] = {}
+#: The kernels running in each shared container, by (host, container name).
+_kernels_in: dict[tuple[str, str], set[str]] = {}
+#: Shared containers waiting out their linger after their last kernel ended.
+_lingering: dict[tuple[str, str], asyncio.TimerHandle] = {}
 _argv_by_image: dict[str, list[str]] = {}
 
 
@@ -80,6 +84,12 @@ def set_manager(manager: DevContainers | None) -> None:
     global _shared_manager  # noqa: PLW0603 - one manager per process, by design
     with _shared_lock:
         _shared_manager = manager
+
+
+def current_manager() -> DevContainers | None:
+    """The manager ``set_manager`` gave (inside a Jupyter server), else ``None``."""
+    with _shared_lock:
+        return _shared_manager
 
 
 def _manager_for(provisioner: GPUDevProvisioner) -> DevContainers:
@@ -128,6 +138,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
     _ports: tuple[int, ...] = ()
     _exit_code: int | None = None
     _api: Any = None
+    _launching: Any = None
     _idle_timeout: float | None = None
     #: Set by the GPU culler: at shutdown, stop the container but keep it (a reclaim).
     keep_container: bool = False
@@ -184,6 +195,8 @@ class GPUDevProvisioner(KernelProvisionerBase):
         elif self.container:
             self._container_name = self.container
             self._dedicated = False
+            await self._run(self._ensure_running)
+            self._join_shared()
         else:
             owner = self._owner()
             request = StartRequest(
@@ -205,6 +218,51 @@ class GPUDevProvisioner(KernelProvisionerBase):
         kwargs["cmd"] = await self._run(self._kernel_argv)
         return kwargs
 
+    def _shared_key(self) -> tuple[str, str]:
+        return (self.host or self._manager.host_pool.local_name, self._container_name)
+
+    def _ensure_running(self) -> None:
+        """A shared container that was stopped (e.g. after its last kernel) starts again, with
+        the GPUs it was created with."""
+        info = self._manager.get(self._container_name, self.host or None)
+        if info.kernel_id:
+            raise Conflict(
+                f"{self._container_name!r} belongs to another kernel; start a kernel in a dev "
+                "container that kernels share, or in a new one"
+            )
+        if info.state != "running":
+            self._manager.resume(self._container_name, self.host or None, self._log_progress)
+
+    def _join_shared(self) -> None:
+        key = self._shared_key()
+        with _shared_lock:
+            _kernels_in.setdefault(key, set()).add(self.kernel_id)
+            waiting = _lingering.pop(key, None)
+        if waiting is not None:
+            waiting.cancel()
+
+    async def _leave_shared(self) -> None:
+        """The last kernel of a shared container ended: stop it (freeing its GPUs) after the
+        linger (``c.DevContainers.linger``), unless it is pinned or a kernel came back."""
+        key = self._shared_key()
+        with _shared_lock:
+            kernels = _kernels_in.get(key, set())
+            kernels.discard(self.kernel_id)
+            if kernels:
+                return
+            _kernels_in.pop(key, None)
+        manager = self._manager
+        if manager.linger > 0:
+            loop = asyncio.get_running_loop()
+
+            def later() -> None:
+                loop.run_in_executor(None, _stop_if_unused, manager, key, self.log)
+
+            with _shared_lock:
+                _lingering[key] = loop.call_later(manager.linger, later)
+            return
+        await self._run(_stop_if_unused, manager, key, self.log)
+
     def _owner(self) -> str:
         parent = self.parent
         for attr in ("owner", "username"):
@@ -222,6 +280,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         """The image's own python3 kernelspec argv if it has one, else the ipykernel default
         (looked up once per image: an exec costs tens of milliseconds)."""
         container = self._container()
+        self._launching = container  # launch_kernel uses it: one lookup per start
         image_id = str(container.attrs.get("Image", ""))
         with _shared_lock:
             cached = _argv_by_image.get(image_id)
@@ -269,7 +328,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
 
     def _launch(self, cmd: list[str], kwargs: dict[str, Any]) -> KernelConnectionInfo:
         km: Any = self.parent
-        container = self._container()
+        container, self._launching = self._launching or self._container(), None
         self._api = container.client.api
         address = self._manager.address_of(container)
         if not self._ports:  # a restart keeps its ports, as jupyter_client's local kernels do
@@ -412,7 +471,10 @@ class GPUDevProvisioner(KernelProvisionerBase):
         await self.send_signal(signal.SIGTERM)
 
     async def cleanup(self, restart: bool = False) -> None:
+        shared = not restart and not self._dedicated and bool(self._container_name)
         await self._run(self._cleanup_sync, restart)
+        if shared:
+            await self._leave_shared()
 
     def _cleanup_sync(self, restart: bool) -> None:
         self._exec_id = ""
@@ -479,3 +541,22 @@ class GPUDevProvisioner(KernelProvisionerBase):
         self._dedicated = bool(provisioner_info.get("dedicated", False))
         self._exec_id = str(provisioner_info.get("exec_id", ""))
         self._ports = tuple(int(p) for p in provisioner_info.get("ports", []))
+
+
+def _stop_if_unused(manager: DevContainers, key: tuple[str, str], log: Any) -> None:
+    """Stop a shared container whose last kernel ended, unless a kernel joined it since or the
+    user pinned it. Runs off the event loop (it waits for the container to stop)."""
+    host, name = key
+    with _shared_lock:
+        _lingering.pop(key, None)
+        if _kernels_in.get(key):
+            return
+    try:
+        if name in manager.ledger.pinned(host):
+            log.info("gpudev: %s is pinned: kept running after its last kernel", name)
+            return
+        manager.stop(name, host)
+    except GPUDevError as err:
+        log.warning("gpudev: stopping %s after its last kernel: %s", name, err.message)
+        return
+    log.info("gpudev: stopped %s (its last kernel ended); its GPUs are free", name)

@@ -287,6 +287,25 @@ class ContainerStartHandler(GPUDevHandler):
         self.finish(json.dumps(info.to_json()))
 
 
+class ContainerPinHandler(GPUDevHandler):
+    """``PUT /gpudev/api/containers/NAME/pin`` pins a shared dev container (it keeps running
+    after its last kernel ends); ``DELETE`` unpins it. Both answer the container."""
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def put(self, name: str) -> None:
+        info = await self.blocking(self.gpudev.containers.pin, name, None, True)
+        self.finish(json.dumps(info.to_json()))
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def delete(self, name: str) -> None:
+        info = await self.blocking(self.gpudev.containers.pin, name, None, False)
+        self.finish(json.dumps(info.to_json()))
+
+
 class ContainerTerminalHandler(GPUDevHandler):
     """``POST /gpudev/api/containers/NAME/terminal``: a Jupyter terminal whose shell runs in the
     container; answers the terminal's model (``{"name": ...}``, open it with terminal:open)."""
@@ -376,6 +395,7 @@ def handlers() -> list[tuple[str, type[GPUDevHandler]]]:
         (rf"{API}/containers/{_NAME}", ContainerHandler),
         (rf"{API}/containers/{_NAME}/stop", ContainerStopHandler),
         (rf"{API}/containers/{_NAME}/start", ContainerStartHandler),
+        (rf"{API}/containers/{_NAME}/pin", ContainerPinHandler),
         (rf"{API}/containers/{_NAME}/terminal", ContainerTerminalHandler),
         (rf"{API}/reclaims", ReclaimsHandler),
         (rf"{API}/kernels/{_KERNEL}/keep", KernelKeepHandler),

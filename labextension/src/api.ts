@@ -313,6 +313,27 @@ export async function resumeContainer(
 }
 
 /**
+ * `PUT /gpudev/api/containers/NAME/pin` (pin) or `DELETE` (unpin): whether a
+ * shared container keeps running, with its GPUs, after its last kernel ends.
+ *
+ * @returns the container, with its new `pinned`.
+ * @throws {GPUDevAPIError} 400 for a container made for one kernel (its
+ *   `kernel_id` is set): it ends with its kernel and cannot be pinned.
+ */
+export async function pinContainer(
+  name: string,
+  pinned: boolean,
+  settings?: ServerConnection.ISettings
+): Promise<IDevContainer> {
+  const body = await requestAPI<unknown>(
+    ['containers', name, 'pin'],
+    { method: pinned ? 'PUT' : 'DELETE' },
+    settings
+  );
+  return checkedContainer(name, body);
+}
+
+/**
  * `POST /gpudev/api/containers/NAME/terminal`: a Jupyter terminal whose shell
  * runs inside the running container; open it with the `terminal:open`
  * command and the returned `name`.
@@ -446,6 +467,11 @@ async function containerAction(
     { method: 'POST' },
     settings
   );
+  return checkedContainer(name, body);
+}
+
+/** The container of an action's answer, or an error for another shape. */
+function checkedContainer(name: string, body: unknown): IDevContainer {
   if (!isDevContainer(body)) {
     throw new GPUDevAPIError({
       status: 200,
@@ -667,7 +693,12 @@ function isEnvironmentProblem(value: unknown): value is IEnvironmentProblem {
   );
 }
 
-/** True when `value` has the fields the panel relies on to draw a container. */
+/**
+ * True when `value` has the fields the panel relies on to draw a container.
+ * The others, `pinned` and `kernel_id` included (a server from before them
+ * leaves them out), are made usable by `normaliseContainer` rather than
+ * hiding a container that may hold GPUs.
+ */
 export function isDevContainer(value: unknown): value is IDevContainer {
   return (
     isRecord(value) &&
@@ -704,7 +735,10 @@ function normaliseReclaim(reclaim: IReclaim): IReclaim {
   };
 }
 
-/** The same container with every list and map the panel reads present. */
+/**
+ * The same container with every field the panel reads present and of its
+ * type: `pinned` false and `kernel_id` null when the server left them out.
+ */
 function normaliseContainer(container: IDevContainer): IDevContainer {
   const strings = (value: unknown): string[] =>
     Array.isArray(value)
@@ -721,6 +755,9 @@ function normaliseContainer(container: IDevContainer): IDevContainer {
   }
   const text = (value: unknown): string =>
     typeof value === 'string' ? value : '';
+  // Both are missing from the answers of a server from before them.
+  const pinned: unknown = container.pinned;
+  const kernelId: unknown = container.kernel_id;
   return {
     ...container,
     host: text(container.host),
@@ -733,7 +770,9 @@ function normaliseContainer(container: IDevContainer): IDevContainer {
     lease_id:
       typeof container.lease_id === 'string' ? container.lease_id : null,
     ports,
-    warnings: strings(container.warnings)
+    warnings: strings(container.warnings),
+    pinned: pinned === true,
+    kernel_id: typeof kernelId === 'string' && kernelId !== '' ? kernelId : null
   };
 }
 

@@ -38,6 +38,7 @@ export {
   fetchReclaims,
   keepKernel,
   openContainerTerminal,
+  pinContainer,
   releaseKernel,
   removeContainer,
   requestAPI,

@@ -11,6 +11,7 @@ import {
   GPUDevAPIError,
   keepKernel,
   openContainerTerminal,
+  pinContainer,
   releaseKernel,
   removeContainer,
   resumeContainer,
@@ -273,7 +274,8 @@ export namespace HostsModel {
 }
 
 /** An action on a dev container that can be under way. */
-export type ContainerAction = 'stop' | 'start' | 'remove' | 'terminal';
+export type ContainerAction =
+  'stop' | 'start' | 'remove' | 'terminal' | 'pin' | 'unpin';
 
 /** A start under way. */
 export interface IStartState {
@@ -321,6 +323,7 @@ export class ContainersModel extends PolledModel<IContainersState> {
         startContainer(request, { settings, ...startOptions }),
       stopContainer: name => stopContainer(name, settings),
       resumeContainer: name => resumeContainer(name, settings),
+      pinContainer: (name, pinned) => pinContainer(name, pinned, settings),
       removeContainer: (name, force) => removeContainer(name, force, settings),
       openContainerTerminal: name => openContainerTerminal(name, settings),
       ...options.api
@@ -375,6 +378,19 @@ export class ContainersModel extends PolledModel<IContainersState> {
   async resume(name: string): Promise<IDevContainer> {
     return this._act(name, 'start', async () => {
       const container = await this._api.resumeContainer(name);
+      this._replace(container);
+      return container;
+    });
+  }
+
+  /**
+   * Pin a shared container (`kernel_id` null), so it keeps running with its
+   * GPUs after its last kernel ends, or unpin it (`pinned` false), so it
+   * stops then. A container made for one kernel is refused with a 400.
+   */
+  async pin(name: string, pinned: boolean): Promise<IDevContainer> {
+    return this._act(name, pinned ? 'pin' : 'unpin', async () => {
+      const container = await this._api.pinContainer(name, pinned);
       this._replace(container);
       return container;
     });
@@ -536,6 +552,7 @@ export namespace ContainersModel {
     ) => Promise<IDevContainer>;
     stopContainer: (name: string) => Promise<IDevContainer>;
     resumeContainer: (name: string) => Promise<IDevContainer>;
+    pinContainer: (name: string, pinned: boolean) => Promise<IDevContainer>;
     removeContainer: (name: string, force: boolean) => Promise<void>;
     openContainerTerminal: (name: string) => Promise<IContainerTerminal>;
   }

@@ -171,6 +171,17 @@ export interface IDevContainer {
   /** Container port -> port on the host's 127.0.0.1. */
   ports: Record<string, number>;
   warnings: string[];
+  /**
+   * Whether it keeps running (with its GPUs) after its last kernel ends.
+   * Only a shared container (`kernel_id` null) can be pinned: one that is
+   * not is stopped, and its GPUs freed, when its last kernel ends.
+   */
+  pinned: boolean;
+  /**
+   * The kernel the container was created for, and ends with; `null` for a
+   * container that kernels can share.
+   */
+  kernel_id: string | null;
 }
 
 /** Body of `GET /gpudev/api/containers`. */

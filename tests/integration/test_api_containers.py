@@ -135,6 +135,8 @@ ROUTES = [
     ("POST", "containers/x/stop"),
     ("POST", "containers/x/start"),
     ("POST", "containers/x/terminal"),
+    ("PUT", "containers/x/pin"),
+    ("DELETE", "containers/x/pin"),
     ("GET", "reclaims"),
     ("POST", "kernels/abc-1/keep"),
     ("POST", "kernels/abc-1/release"),
@@ -147,8 +149,32 @@ async def test_container_routes_refuse_requests_without_a_token(
     jp_fetch: Fetch, method: str, path: str
 ) -> None:
     kwargs: dict[str, Any] = {"method": method, "headers": {"Authorization": ""}}
-    if method == "POST":
+    if method in ("POST", "PUT"):
         kwargs["body"] = json.dumps({"environment": "default"})
     with pytest.raises(HTTPClientError) as caught:
         await jp_fetch("gpudev", "api", *path.split("/"), **kwargs)
     assert caught.value.code in (401, 403)
+
+
+async def test_pin_and_unpin_through_the_api(jp_fetch: Fetch) -> None:
+    # Given a running shared dev container
+    await jp_fetch(
+        "gpudev",
+        "api",
+        "containers",
+        method="POST",
+        body=json.dumps({"environment": "default", "name": "api-pin"}),
+    )
+    # When it is pinned (PUT) and unpinned (DELETE)
+    pinned = await jp_fetch("gpudev", "api", "containers", "api-pin", "pin", method="PUT", body=b"")
+    assert json.loads(pinned.body)["pinned"] is True
+    listed = json.loads((await jp_fetch("gpudev", "api", "containers")).body)["containers"]
+    assert [c["pinned"] for c in listed if c["name"] == "api-pin"] == [True]
+    unpinned = await jp_fetch("gpudev", "api", "containers", "api-pin", "pin", method="DELETE")
+    assert json.loads(unpinned.body)["pinned"] is False
+    # And an unknown container is a 404 with a message
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch("gpudev", "api", "containers", "nothing-here", "pin", method="PUT", body=b"")
+    assert caught.value.code == 404
+    assert caught.value.response is not None
+    assert "nothing-here" in json.loads(caught.value.response.body)["message"]

@@ -9,8 +9,10 @@ from subprocess import CompletedProcess
 
 import docker
 import pytest
+from traitlets.config import Config
 
-from jupyter_gpudev.containers import L_MANAGED, L_WORKSPACE
+from jupyter_gpudev.containers import L_MANAGED, L_WORKSPACE, DevContainers
+from jupyter_gpudev.hosts import HostPool
 from tests.integration.test_cli import gpudev
 
 pytestmark = pytest.mark.integration
@@ -86,3 +88,44 @@ def test_unknown_environment_and_missing_name(cli: Run) -> None:
     usage = cli("stop")
     assert usage.returncode == 2
     assert "usage: jupyter gpudev stop NAME" in usage.stderr
+
+
+def test_pin_unpin_and_a_cli_container_survives_the_orphan_sweep(
+    cli: Run, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    # Given an image that carries gpudev's own labels (bootstrap images once did: containers
+    # inherit them), and a dev container of it started from the command line, whose process
+    # has exited
+    folder = tmp_path / "work" / ".devcontainer" / "labelled"
+    folder.mkdir(parents=True)
+    (folder / "Dockerfile").write_text(
+        "FROM gpudev-python:bookworm\n"
+        'LABEL org.jupyter.gpudev.kernel="ipykernel" org.jupyter.gpudev.lease="bogus"\n'
+    )
+    (folder / "devcontainer.json").write_text(json.dumps({"build": {"dockerfile": "Dockerfile"}}))
+    started = cli("start", "labelled", "--name=cli-shared", "--json")
+    assert started.returncode == 0, started.stderr
+    assert json.loads(started.stdout)["kernel_id"] is None
+    # When it is pinned and listed
+    pinned = cli("pin", "cli-shared", "--json")
+    assert pinned.returncode == 0, pinned.stderr
+    assert json.loads(pinned.stdout)["pinned"] is True
+    assert "(pinned)" in cli("ls").stdout
+    unpinned = cli("unpin", "cli-shared", "--json")
+    assert json.loads(unpinned.stdout)["pinned"] is False
+    # And a server starting on the same ledger sweeps the orphan kernel containers
+    config = Config()
+    config.DevContainers.state_dir = str(tmp_path / "state")
+    manager = DevContainers(
+        root_dir=tmp_path / "work", host_pool=HostPool(config=config), config=config
+    )
+    try:
+        assert "cli-shared" not in manager.stop_orphan_kernels()
+    finally:
+        manager.host_pool.close()
+    # Then the container (made for no kernel) is left running
+    assert docker_client.containers.get("gpudev-cli-shared").status == "running"
+    # And an unknown container cannot be pinned: a message, not a traceback
+    missing = cli("pin", "no-such-box")
+    assert missing.returncode != 0
+    assert "No dev container named 'no-such-box'" in missing.stderr

@@ -53,7 +53,7 @@ def test_the_image_is_labelled_as_bootstrapped(
 ) -> None:
     labels = docker_client.images.get(bootstrapped).labels
     assert labels["org.jupyter.gpudev.bootstrap"] == "bookworm"
-    assert labels["org.jupyter.gpudev.kernel"] == "ipykernel"
+    assert labels["org.jupyter.gpudev.bootstrap.kernel"] == "ipykernel"
 
 
 def test_running_it_again_changes_nothing(

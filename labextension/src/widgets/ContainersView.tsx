@@ -519,6 +519,10 @@ export function ContainersSection({
         case 'start':
           model.resume(name).catch(failed);
           break;
+        case 'pin':
+        case 'unpin':
+          model.pin(name, action === 'pin').catch(failed);
+          break;
         case 'remove':
           removeWithConfirmation(model, name, trans).catch(failed);
           break;
@@ -622,6 +626,10 @@ function actionFailedTitle(
       return trans.__('GPU Dev: could not stop %1', name);
     case 'start':
       return trans.__('GPU Dev: could not start %1', name);
+    case 'pin':
+      return trans.__('GPU Dev: could not pin %1', name);
+    case 'unpin':
+      return trans.__('GPU Dev: could not unpin %1', name);
     case 'remove':
       return trans.__('GPU Dev: could not remove %1', name);
     case 'terminal':
@@ -738,6 +746,11 @@ function ContainerRow({
   const ports = portLines(container.ports);
   const gpus = container.gpu_uuids;
   const busy = pending !== undefined;
+  // Only a container that kernels share stops when its last kernel ends, so
+  // only one can be pinned; one made for a kernel ends with that kernel.
+  const shared = container.kernel_id === null;
+  const canPin = shared && container.state !== 'removing';
+  const pinning = pending === 'pin' || pending === 'unpin';
 
   const actionButton = (
     action: ContainerAction,
@@ -781,6 +794,29 @@ function ContainerRow({
         <h4 id={headingId} className="jp-gpudev-row-name">
           {name}
         </h4>
+        {container.pinned && (
+          <span
+            className="jp-gpudev-badge jp-gpudev-badge-pinned"
+            data-testid={`gpudev-container-pinned-${name}`}
+            title={trans.__(
+              'Pinned: keeps running, with its GPUs, after its last kernel ends'
+            )}
+          >
+            {trans.__('pinned')}
+          </span>
+        )}
+        {!shared && (
+          <span
+            className="jp-gpudev-badge jp-gpudev-badge-muted"
+            data-testid={`gpudev-container-kernel-${name}`}
+            title={trans.__(
+              'Made for one kernel (%1): it ends with that kernel',
+              container.kernel_id ?? ''
+            )}
+          >
+            {trans.__('kernel')}
+          </span>
+        )}
         <span
           className={'jp-gpudev-badge ' + stateBadgeClass(container.state)}
           title={container.status || undefined}
@@ -855,6 +891,38 @@ function ContainerRow({
             trans.__('Stopping…'),
             trans.__('Stop the container and free its GPUs; its files are kept')
           )}
+        {canPin && (
+          <button
+            type="button"
+            className={
+              'jp-gpudev-button jp-gpudev-pin' +
+              (pinning ? ' jp-gpudev-mod-busy' : '')
+            }
+            data-testid={`gpudev-container-pin-${name}`}
+            disabled={busy}
+            aria-busy={pinning}
+            aria-pressed={container.pinned}
+            aria-label={trans.__('Pin %1', name)}
+            title={
+              container.pinned
+                ? trans.__('Let it stop when its last kernel ends')
+                : trans.__(
+                    'Keep it running, with its GPUs, after its last kernel ends'
+                  )
+            }
+            onClick={() => {
+              onAction(container, container.pinned ? 'unpin' : 'pin');
+            }}
+          >
+            {pending === 'pin'
+              ? trans.__('Pinning…')
+              : pending === 'unpin'
+                ? trans.__('Unpinning…')
+                : container.pinned
+                  ? trans.__('Unpin')
+                  : trans.__('Pin')}
+          </button>
+        )}
         {canStart &&
           actionButton(
             'start',

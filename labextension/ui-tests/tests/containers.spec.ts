@@ -29,6 +29,20 @@ interface IListedContainer {
   owner: string;
   environment: string;
   state: string;
+  pinned: boolean;
+  kernel_id: string | null;
+}
+
+/** One dev container, through the API. */
+async function getContainer(
+  request: APIRequestContext,
+  name: string
+): Promise<IListedContainer> {
+  const got = await request.get(
+    `/gpudev/api/containers/${encodeURIComponent(name)}`
+  );
+  expect(got.ok()).toBe(true);
+  return (await got.json()) as IListedContainer;
 }
 
 /** The (anonymous) user of the browser context, who owns what it starts. */
@@ -258,5 +272,84 @@ test.describe('Dev containers', () => {
       await expect(row).toHaveCount(0, { timeout: 1000 });
     }).toPass({ timeout: 60000 });
     started.delete(name);
+  });
+
+  test('pin a shared container from its row, then unpin it', async ({
+    page
+  }, testInfo) => {
+    // Given a CPU container started through the REST API (no kernel: shared)
+    const made = await page.request.post('/gpudev/api/containers', {
+      data: { environment: ENV, gpus: 0 },
+      timeout: 120000
+    });
+    expect(made.status()).toBe(201);
+    const container = (await made.json()) as IListedContainer;
+    const name = container.name;
+    expect(name).toBeTruthy();
+    started.add(name);
+    expect(container.kernel_id).toBeNull();
+    expect(container.pinned).toBe(false);
+
+    // Then its row has an unpressed Pin button and no pinned badge
+    const panel = await openPanel(page);
+    const row = panel.getByTestId(`gpudev-container-${name}`);
+    await expect(row).toHaveAttribute('data-state', 'running', {
+      timeout: 60000
+    });
+    const pin = row.getByTestId(`gpudev-container-pin-${name}`);
+    const badge = row.getByTestId(`gpudev-container-pinned-${name}`);
+    await expect(pin).toHaveText('Pin');
+    await expect(pin).toHaveAttribute('aria-pressed', 'false');
+    await expect(pin).toHaveAttribute(
+      'title',
+      'Keep it running, with its GPUs, after its last kernel ends'
+    );
+    await expect(badge).toHaveCount(0);
+    await expect(
+      row.getByTestId(`gpudev-container-kernel-${name}`)
+    ).toHaveCount(0);
+
+    // When Pin is clicked
+    const pinned = page.waitForResponse(
+      response =>
+        new URL(response.url()).pathname.endsWith(
+          `/gpudev/api/containers/${name}/pin`
+        ) && response.request().method() === 'PUT'
+    );
+    await pin.click();
+    expect((await pinned).status()).toBe(200);
+
+    // Then the row shows it pinned, and so does the server
+    await expect(badge).toBeVisible();
+    await expect(badge).toHaveText('pinned');
+    await expect(pin).toHaveAttribute('aria-pressed', 'true');
+    await expect(pin).toHaveText('Unpin');
+    await expect(pin).toHaveAttribute(
+      'title',
+      'Let it stop when its last kernel ends'
+    );
+    expect((await getContainer(page.request, name)).pinned).toBe(true);
+    await row.scrollIntoViewIfNeeded();
+    await row.screenshot({
+      path: testInfo.outputPath('gpudev-container-pinned.png')
+    });
+
+    // When Unpin is clicked
+    const unpinned = page.waitForResponse(
+      response =>
+        new URL(response.url()).pathname.endsWith(
+          `/gpudev/api/containers/${name}/pin`
+        ) && response.request().method() === 'DELETE'
+    );
+    await pin.click();
+    expect((await unpinned).status()).toBe(200);
+
+    // Then the badge goes and the server has it unpinned
+    await expect(badge).toHaveCount(0);
+    await expect(pin).toHaveAttribute('aria-pressed', 'false');
+    await expect(pin).toHaveText('Pin');
+    expect((await getContainer(page.request, name)).pinned).toBe(false);
+    // It still runs: unpinning stops nothing by itself.
+    await expect(row).toHaveAttribute('data-state', 'running');
   });
 });
