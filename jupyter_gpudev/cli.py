@@ -414,6 +414,36 @@ class LogsApp(ContainerCommand):
             sys.stdout.flush()
 
 
+class DiffApp(ContainerCommand):
+    """Print a dev container's changes as a Dockerfile diff."""
+
+    name = "jupyter-gpudev-diff"
+    description = (
+        "Print what changed inside a dev container (apt and Python packages, conda, files, "
+        "environment variables) as a unified diff of its environment's Dockerfile. Nothing is "
+        "written. Credentials and installs a Dockerfile cannot repeat are listed on stderr."
+    )
+
+    def run(self) -> None:
+        from .capture import ChangeCapture  # noqa: PLC0415 - only this command needs it
+
+        name = self.name_arg()
+        captured, rendered = ChangeCapture(self.manager()).diff(name, self.host or None)
+        if self.json_output:
+            print(json.dumps({**rendered.to_json(), "changes": captured.changes.to_json()}))
+            return
+        for line in rendered.reported:
+            print(f"note: {line}", file=sys.stderr)
+        if not rendered.diff:
+            print(f"No changes in {name} since its baseline.", file=sys.stderr)
+            return
+        sys.stdout.write(rendered.diff)
+        ignored = captured.changes.files.ignored
+        if ignored:
+            left = ", ".join(f"{count} {why}" for why, count in sorted(ignored.items()))
+            print(f"left out: {left}", file=sys.stderr)
+
+
 class ImageApp(JupyterApp):
     """Images: ``jupyter gpudev image bootstrap``."""
 
@@ -448,6 +478,7 @@ class GPUDevCLI(JupyterApp):
         "pin": (PinApp, "Keep a shared dev container running after its last kernel."),
         "unpin": (UnpinApp, "Let a shared dev container stop after its last kernel."),
         "logs": (LogsApp, "Print a dev container's output."),
+        "diff": (DiffApp, "Print a dev container's changes as a Dockerfile diff."),
         "image": (ImageApp, "Manage images (bootstrap a base image without a registry)."),
     }
 

@@ -511,8 +511,26 @@ class DevContainers(LoggingConfigurable):
                 raise self._engine_error(f"Starting {name!r}", exc) from exc
             raise
         warnings = (*notes, *self._lifecycle_commands(container, env, say))
+        if env.post_create_command or env.post_start_command:
+            warnings += self._record_baseline(container, say)
         say({"stage": "ready", "message": f"{name} is running"})
         return self._info(host, container, warnings=warnings)
+
+    def _record_baseline(self, container: Container, say: Progress) -> tuple[str, ...]:
+        """What the lifecycle commands installed is part of the environment, not a change:
+        the container's own baseline is taken after them (others use their image's)."""
+        from .capture import ChangeCapture  # noqa: PLC0415 - capture imports this module
+
+        say({"stage": "baseline", "message": "recording the packages after the commands"})
+        try:
+            ChangeCapture(self).record_baseline(container)
+        except (GPUDevError, docker.errors.DockerException) as exc:
+            self.log.warning("gpudev: no baseline for %s: %r", container.name, exc)
+            return (
+                "the package baseline could not be recorded: diffs will include what the "
+                "lifecycle commands installed",
+            )
+        return ()
 
     @staticmethod
     def _start_and_check(name: str, container: Container) -> None:
@@ -810,6 +828,9 @@ class DevContainers(LoggingConfigurable):
             )
         self._call(f"Removing {user_name(name)!r}", lambda: container.remove(force=True))
         self._release_for(found_host, container)
+        from .capture import Baselines  # noqa: PLC0415 - capture imports this module
+
+        Baselines(self.state_dir).forget(str(container.id))
         self.ledger.set_pinned(found_host.name, user_name(name), False)
 
     def pin(self, name: str, host: str | None = None, pinned: bool = True) -> DevContainerInfo:

@@ -1,0 +1,256 @@
+"""Capture a dev container's change set and render its Dockerfile diff.
+
+``ChangeCapture`` joins the parts: the container's baseline (``Baselines``, kept in the state
+folder), the package probe and ``docker diff`` (``jupyter_gpudev.changes``) and the renderer
+(``jupyter_gpudev.dockerfile``). A running container is probed with ``docker exec``; a stopped
+one (kept because it has changes) through a temporary image of it, in a throwaway container
+with no network and no GPU, so that looking at changes never needs a GPU lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import docker.errors
+import requests
+
+from . import changes as ch
+from .dockerfile import RenderedDiff, render
+from .environments import Environment
+from .errors import EngineError, GPUDevError
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
+
+    from .containers import DevContainerInfo, DevContainers
+
+_SAFE_ID = "0123456789abcdefsha256:"
+
+
+def _check_id(value: str) -> str:
+    if not value or any(c not in _SAFE_ID for c in value):
+        raise EngineError(f"Unexpected image or container id {value!r}")
+    return value.replace("sha256:", "")
+
+
+class Baselines:
+    """Baselines on disk: per image (what a container of it starts from) and per container
+    (one probed after its lifecycle commands, or moved forward by ``commit --write``)."""
+
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.folder = Path(state_dir) / "baselines"
+        self._lock = threading.Lock()
+
+    def _read(self, path: Path) -> dict[str, Any] | None:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _write(self, path: Path, data: dict[str, Any]) -> None:
+        with self._lock:
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data, sort_keys=True))
+            os.replace(tmp, path)
+
+    def image(self, image_id: str) -> ch.PackageState | None:
+        data = self._read(self.folder / f"image-{_check_id(image_id)}.json")
+        return ch.PackageState.from_json(data) if data else None
+
+    def save_image(self, image_id: str, state: ch.PackageState) -> None:
+        self._write(self.folder / f"image-{_check_id(image_id)}.json", state.to_json())
+
+    def container(self, container_id: str) -> tuple[ch.PackageState, dict[str, str] | None] | None:
+        data = self._read(self.folder / f"container-{_check_id(container_id)}.json")
+        if not data:
+            return None
+        env = data.get("env")
+        return ch.PackageState.from_json(data["packages"]), (
+            dict(env) if isinstance(env, dict) else None
+        )
+
+    def save_container(
+        self, container_id: str, state: ch.PackageState, env: dict[str, str] | None
+    ) -> None:
+        self._write(
+            self.folder / f"container-{_check_id(container_id)}.json",
+            {"packages": state.to_json(), "env": env},
+        )
+
+    def forget(self, container_id: str) -> None:
+        path = self.folder / f"container-{_check_id(container_id)}.json"
+        path.unlink(missing_ok=True)
+
+
+@dataclass
+class Captured:
+    """A container's change set, with what it was captured from."""
+
+    info: DevContainerInfo
+    environment: Environment
+    changes: ch.ChangeSet
+
+
+class ChangeCapture:
+    """Change sets and Dockerfile diffs of the dev containers of a ``DevContainers``."""
+
+    def __init__(self, containers: DevContainers) -> None:
+        self.containers = containers
+        self.baselines = Baselines(containers.state_dir)
+
+    # -- baselines --------------------------------------------------------------------------
+
+    def record_baseline(self, container: Container) -> None:
+        """Probe a container that just ran its lifecycle commands: its own baseline."""
+        result = ch.probe(container)
+        env = list(container.attrs.get("Config", {}).get("Env") or [])
+        self.baselines.save_container(
+            str(container.id), result.state, dict(e.split("=", 1) for e in env if "=" in e)
+        )
+
+    def _image_baseline(self, client: docker.DockerClient, image_id: str) -> ch.PackageState:
+        cached = self.baselines.image(image_id)
+        if cached is not None:
+            return cached
+        state = self._probe_image(client, image_id).state
+        self.baselines.save_image(image_id, state)
+        return state
+
+    @staticmethod
+    def _probe_image(
+        client: docker.DockerClient,
+        image: str,
+        owned_dpkg: list[str] | None = None,
+        owned_dists: list[str] | None = None,
+    ) -> ch.ProbeResult:
+        """The probe in a throwaway container of ``image`` (no network, no GPU, as root)."""
+        try:
+            output = client.containers.run(
+                image,
+                entrypoint=["/bin/sh", "-c", ch.PROBE_SCRIPT],
+                command=[],
+                environment={
+                    "GPUDEV_PY_PROBE": ch.PY_PROBE,
+                    "GPUDEV_OWNED_DPKG": " ".join(owned_dpkg or []),
+                    "GPUDEV_OWNED_DISTS": json.dumps(owned_dists or []),
+                },
+                user="0",
+                network_disabled=True,
+                remove=True,
+                labels={"org.jupyter.gpudev.probe": "1"},
+            )
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise EngineError(f"Probing the packages of {image}: {exc}") from exc
+        text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
+        return ch.parse_probe(text)
+
+    def baseline(
+        self, client: docker.DockerClient, container: Container
+    ) -> tuple[ch.PackageState, dict[str, str] | None]:
+        own = self.baselines.container(str(container.id))
+        if own is not None:
+            return own
+        return self._image_baseline(client, _check_id(str(container.attrs.get("Image", "")))), None
+
+    # -- capture ------------------------------------------------------------------------------
+
+    def capture(self, name: str, host: str | None = None) -> Captured:
+        """The change set of a dev container, running or stopped."""
+        manager = self.containers
+        found_host, container = manager._find(name, host)
+        client = found_host.client()
+        info = manager._info(found_host, container)
+        environment = manager.environments.get(info.environment, manager.root_dir)
+        try:
+            base_state, base_env = self.baseline(client, container)
+            diff = container.diff() or []
+            current = self._probe_current(client, container, base_state)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise EngineError(f"Reading the changes of {name!r}: {exc}") from exc
+        result = ch.package_changes(base_state, current.state)
+        mounts = [str(m.get("Destination", "")) for m in container.attrs.get("Mounts") or []]
+        new_envs = [p.env.prefix for p in result.python if p.new_env]
+        result.files = ch.file_changes(diff, mounts, current.owned_files, new_envs)
+        image_env = client.images.get(str(container.attrs["Image"])).attrs["Config"].get("Env")
+        ch.env_changes(
+            container.attrs.get("Config", {}).get("Env") or [],
+            image_env or [],
+            base_env,
+            result,
+        )
+        return Captured(info, environment, result)
+
+    def _probe_current(
+        self, client: docker.DockerClient, container: Container, base: ch.PackageState
+    ) -> ch.ProbeResult:
+        """Probe the container as it is now, with the files of its changed packages."""
+        running = container.status == "running"
+        if running:
+            first = ch.probe(container)
+        else:
+            image = container.commit(changes=['LABEL org.jupyter.gpudev.probe="1"'], pause=False)
+            try:
+                return self._probe_twice(client, str(image.id), base)
+            finally:
+                with contextlib.suppress(docker.errors.DockerException):
+                    client.images.remove(str(image.id), force=True, noprune=False)
+        dpkg, dists = ch.changed_packages(base, first.state)
+        if not dpkg and not dists:
+            return first
+        return ch.probe(container, dpkg, dists)
+
+    def _probe_twice(
+        self, client: docker.DockerClient, image: str, base: ch.PackageState
+    ) -> ch.ProbeResult:
+        first = self._probe_image(client, image)
+        dpkg, dists = ch.changed_packages(base, first.state)
+        if not dpkg and not dists:
+            return first
+        return self._probe_image(client, image, dpkg, [ch.normalize(d) for d in dists])
+
+    # -- render -------------------------------------------------------------------------------
+
+    def diff(self, name: str, host: str | None = None) -> tuple[Captured, RenderedDiff]:
+        """The Dockerfile diff of a dev container's changes."""
+        captured = self.capture(name, host)
+        env = captured.environment
+        root = self.containers.root_dir
+        if env.build is not None:
+            dockerfile = env.build.dockerfile
+            try:
+                old_text: str | None = dockerfile.read_text()
+            except OSError as exc:
+                raise GPUDevError(f"Reading {dockerfile}: {exc.strerror}") from exc
+            context = env.build.context
+        else:
+            folder = (
+                (root / env.source).parent
+                if env.source.endswith("devcontainer.json")
+                else root / ".devcontainer" / env.name
+            )
+            dockerfile, old_text, context = folder / "Dockerfile", None, folder
+        rendered = render(
+            captured.changes,
+            container=captured.info.name,
+            environment=env.name,
+            dockerfile=_relative(dockerfile, root),
+            old_text=old_text,
+            image=captured.info.image or env.image,
+            context_folder=_relative(context / "gpudev-context" / captured.info.name, context),
+        )
+        return captured, rendered
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)

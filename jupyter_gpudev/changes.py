@@ -1,0 +1,841 @@
+"""What a user changed inside a dev container, as a change set (the input of a Dockerfile diff).
+
+A change set compares the container now with its **baseline**: the state it started from. The
+baseline of a container whose environment ran no lifecycle command is its image's (probed once
+per image in a throwaway container and kept in the state folder); one that ran
+postCreateCommand/postStartCommand is probed right after them, so what the environment itself
+declares is never reported as a change. ``commit --write`` moves the baseline forward.
+
+What is captured:
+
+- apt/dpkg: manually installed packages added, removed or changed version (automatic
+  dependencies follow them); apt sources and keys come with the files;
+- Python: for every interpreter, venv and conda environment found (``/usr/bin/python3``,
+  ``/usr/local/bin/python3``, conda's, any ``pyvenv.cfg`` under ``/opt``, ``/root``, ``/home``,
+  ``/usr/local``, ``/srv``), distributions added, removed and upgraded, with editable, VCS and
+  local-path installs marked as such (PEP 610 ``direct_url.json``);
+- conda: the explicit install requests of each environment's history, and its channels;
+- files: ``docker diff``, without caches, temporary files, logs, mounts, package-manager state
+  and files owned by the packages above, and the NVIDIA driver files the runtime injects;
+- environment variables of the container that its image does not have (gpudev's own left out).
+
+Paths and contents that look like credentials are reported and never emitted.
+
+Everything runs through the engine API: the probes are constant scripts executed in the
+container (``docker exec``), with the only variable input (package names read from the
+container itself, validated) passed in the environment, never in a command line.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from .errors import EngineError
+
+#: Markers between the sections of the probe's output.
+_SECTION = "@@gpudev "
+
+#: Python side of the probe: one JSON object per interpreter (standard library only, 3.8+).
+PY_PROBE = r"""
+import json, os, sys, sysconfig
+try:
+    from importlib import metadata
+except ImportError:
+    metadata = None
+out = {"executable": sys.executable, "prefix": sys.prefix, "base_prefix": sys.base_prefix,
+       "version": "%d.%d" % sys.version_info[:2], "dists": [],
+       "externally_managed": os.path.exists(
+           os.path.join(sysconfig.get_paths()["stdlib"], "EXTERNALLY-MANAGED"))}
+owned = set(json.loads(os.environ.get("GPUDEV_OWNED_DISTS") or "[]"))
+files = []
+seen = set()
+import glob
+site = "/.local/lib/python%d.%d/site-packages" % sys.version_info[:2]
+user_sites = sorted(glob.glob("/home/*" + site) + glob.glob("/root" + site))
+found = list(metadata.distributions()) if metadata else []
+if metadata and sys.prefix == sys.base_prefix:  # user sites belong to the system interpreter
+    found += list(metadata.distributions(path=[p for p in user_sites if p not in sys.path]))
+for dist in found:
+    name = dist.metadata["Name"] or ""
+    key = name.lower().replace("_", "-").replace(".", "-")
+    if not name or key in seen:
+        continue
+    seen.add(key)
+    try:
+        direct = dist.read_text("direct_url.json")
+    except Exception:
+        direct = None
+    out["dists"].append([name, dist.version, direct])
+    if key in owned:
+        for f in dist.files or []:
+            try:
+                files.append(str(f.locate()))
+            except Exception:
+                pass
+out["owned_files"] = files
+print(json.dumps(out))
+"""
+
+#: Shell side of the probe: dpkg, apt marks, conda histories and channels, then each Python.
+PROBE_SCRIPT = r"""
+set +e
+echo "@@gpudev dpkg"
+dpkg-query -W -f '${binary:Package}\t${Version}\t${db:Status-Abbrev}\n' 2>/dev/null
+echo "@@gpudev apt-auto"
+cat /var/lib/apt/extended_states 2>/dev/null
+for h in /opt/conda/conda-meta/history /opt/conda/envs/*/conda-meta/history; do
+  [ -f "$h" ] && { echo "@@gpudev conda-history $h"; cat "$h"; }
+done
+for c in /opt/conda/.condarc /root/.condarc /etc/conda/.condarc; do
+  [ -f "$c" ] && { echo "@@gpudev condarc $c"; cat "$c"; }
+done
+for p in $GPUDEV_OWNED_DPKG; do
+  echo "@@gpudev dpkg-files $p"
+  cat "/var/lib/dpkg/info/$p.list" 2>/dev/null
+done
+{
+  for py in /usr/bin/python3 /usr/local/bin/python3 /opt/conda/bin/python \
+            /opt/conda/envs/*/bin/python; do
+    [ -x "$py" ] && echo "$py"
+  done
+  find /opt /root /home /usr/local /srv -maxdepth 4 -name pyvenv.cfg 2>/dev/null |
+    while IFS= read -r cfg; do
+      d=${cfg%/pyvenv.cfg}
+      [ -x "$d/bin/python" ] && echo "$d/bin/python"
+    done
+} | sort -u | while IFS= read -r py; do
+  echo "@@gpudev python $py"
+  "$py" -c "$GPUDEV_PY_PROBE" 2>/dev/null
+done
+echo "@@gpudev end"
+"""
+
+_DPKG_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]*(:[a-z0-9-]+)?$")
+_PY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+#: Environment variables gpudev or the engine set: never part of a change set.
+RUNTIME_ENV = frozenset(
+    {
+        "PATH",
+        "HOSTNAME",
+        "HOME",
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_DRIVER_CAPABILITIES",
+        "CUDA_DEVICE_ORDER",
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "PIP_CERT",
+        "CURL_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+        "GIT_SSL_CAINFO",
+    }
+)
+
+#: Paths that are never changes: temporary, caches, logs, runtime state, the engine's own.
+NOISE_PREFIXES = (
+    "/tmp",  # noqa: S108 - paths inside the container
+    "/var/tmp",  # noqa: S108
+    "/run",
+    "/var/run",
+    "/var/log",
+    "/var/cache",
+    "/var/lib/apt",
+    "/var/lib/dpkg",
+    "/var/lib/ucf",
+    "/var/lib/systemd",
+    "/var/backups",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/root/.cache",
+    "/root/.ipython",
+    "/root/.local/share/jupyter",
+    "/root/.jupyter",
+    "/root/.npm",
+    "/sbin/docker-init",
+    "/usr/sbin/docker-init",
+    "/opt/conda/pkgs",
+    "/opt/conda/conda-meta",
+)
+NOISE_FILES = frozenset(
+    {
+        "/.dockerenv",
+        "/etc/hostname",
+        "/etc/hosts",
+        "/etc/resolv.conf",
+        "/etc/mtab",
+        "/etc/ld.so.cache",
+    }
+)
+#: Basename patterns that are noise anywhere.
+NOISE_NAMES = (
+    "__pycache__",
+    "*.pyc",
+    "*.pyo",
+    "*.log",
+    "*.swp",
+    "*~",
+    ".bash_history",
+    ".python_history",
+    ".lesshst",
+    ".viminfo",
+    ".wget-hsts",
+    ".sudo_as_admin_successful",
+    ".ipynb_checkpoints",
+)
+#: Under a home folder: caches and Jupyter/IPython runtime state.
+NOISE_HOME = (".cache", ".ipython", ".local/share/jupyter", ".jupyter/lab/workspaces", ".npm")
+#: What the NVIDIA container runtime (or gpudev's driver injection) puts into a container.
+DRIVER_PATTERNS = (
+    "*/libcuda.so*",
+    "*/libcudadebugger.so*",
+    "*/libnvidia-*.so*",
+    "*/libnvcuvid.so*",
+    "*/libnvoptix.so*",
+    "*/libEGL_nvidia.so*",
+    "*/libGLESv1_CM_nvidia.so*",
+    "*/libGLESv2_nvidia.so*",
+    "*/libGLX_nvidia.so*",
+    "/usr/bin/nvidia-*",
+    "/usr/lib/firmware/nvidia*",
+    "/lib/firmware/nvidia*",
+    "/etc/vulkan/icd.d/nvidia*",
+    "/usr/share/glvnd/egl_vendor.d/*nvidia*",
+    "/usr/share/egl/egl_external_platform.d/*nvidia*",
+    "/usr/local/nvidia*",
+    "/usr/local/gpudev-driver*",
+)
+#: Package install folders: their content is covered by the package changes.
+_SITE_DIRS = ("site-packages", "dist-packages")
+
+#: File names and paths that hold credentials: reported, never emitted.
+SECRET_PATTERNS = (
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "*id_rsa*",
+    "*id_ecdsa*",
+    "*id_ed25519*",
+    "*id_dsa*",
+    "*/.ssh/*",
+    "*/.netrc",
+    "*/.pypirc",
+    "*/.git-credentials",
+    "*/.docker/config.json",
+    "*/.aws/credentials",
+    "*/.kube/config",
+    "*/.config/gcloud/*",
+    "*token*",
+    "*secret*",
+    "*credential*",
+    "*password*",
+    "*/.npmrc",
+    "*/.condarc.token*",
+)
+_SECRET_ENV_RE = re.compile(
+    r"(TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|API_?KEY|ACCESS_?KEY|PRIVATE|CREDENTIAL|AUTH)",
+    re.IGNORECASE,
+)
+_SECRET_VALUE_RE = re.compile(
+    r"(-----BEGIN [A-Z ]*PRIVATE KEY-----|\bgh[pousr]_[A-Za-z0-9]{30,}|\bxox[abpr]-|"
+    r"\bAKIA[0-9A-Z]{16}\b|\bhf_[A-Za-z0-9]{30,}|\bglpat-[A-Za-z0-9_-]{20,}|\bsk-[A-Za-z0-9]{32,})"
+)
+
+
+def looks_secret_path(path: str) -> bool:
+    lowered = path.lower()
+    return any(fnmatch.fnmatchcase(lowered, pattern) for pattern in SECRET_PATTERNS)
+
+
+def looks_secret_env(name: str, value: str) -> bool:
+    return bool(_SECRET_ENV_RE.search(name) or _SECRET_VALUE_RE.search(value))
+
+
+def looks_secret_content(data: bytes) -> bool:
+    return bool(_SECRET_VALUE_RE.search(data[:1_000_000].decode("utf-8", "replace")))
+
+
+def normalize(name: str) -> str:
+    """A distribution name as pip compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# ----------------------------------------------------------------------------------------------
+# Package state
+# ----------------------------------------------------------------------------------------------
+
+PySource = Literal["index", "editable", "vcs", "local", "archive"]
+
+
+@dataclass(frozen=True)
+class PyDist:
+    """A Python distribution. ``source``: from an index, or an editable / VCS / local-path /
+    archive-URL install (PEP 610); ``url`` says from where (with the VCS commit)."""
+
+    name: str
+    version: str
+    source: PySource = "index"
+    url: str = ""
+
+    @classmethod
+    def parse(cls, name: str, version: str, direct_url: str | None) -> PyDist:
+        if not direct_url:
+            return cls(name, version)
+        try:
+            data = json.loads(direct_url)
+        except ValueError:
+            return cls(name, version)
+        url = str(data.get("url", ""))
+        if data.get("dir_info", {}).get("editable"):
+            return cls(name, version, "editable", url)
+        if "vcs_info" in data:
+            vcs = data["vcs_info"]
+            ref = vcs.get("commit_id") or vcs.get("requested_revision") or ""
+            return cls(name, version, "vcs", f"{vcs.get('vcs', 'git')}+{url}@{ref}")
+        if url.startswith("file:"):
+            return cls(name, version, "local", url)
+        return cls(name, version, "archive", url)
+
+    def requirement(self) -> str:
+        """What ``pip install`` is given to get this again (``name @ URL`` for VCS/archives)."""
+        if self.source in ("vcs", "archive"):
+            return f"{self.name} @ {self.url}"
+        return f"{self.name}=={self.version}"
+
+
+@dataclass(frozen=True)
+class PythonEnv:
+    """One interpreter or environment and its distributions (keyed by normalized name)."""
+
+    python: str
+    prefix: str
+    base_prefix: str
+    version: str
+    externally_managed: bool
+    dists: dict[str, PyDist] = field(default_factory=dict)
+
+    @property
+    def is_venv(self) -> bool:
+        return self.prefix != self.base_prefix
+
+    @property
+    def is_conda(self) -> bool:
+        return "/conda" in self.prefix or "/miniconda" in self.prefix
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["dists"] = {k: asdict(v) for k, v in sorted(self.dists.items())}
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PythonEnv:
+        dists = {k: PyDist(**v) for k, v in dict(data.get("dists", {})).items()}
+        fields = {k: data[k] for k in ("python", "prefix", "base_prefix", "version")}
+        return cls(**fields, externally_managed=bool(data["externally_managed"]), dists=dists)
+
+
+@dataclass(frozen=True)
+class CondaEnv:
+    """A conda environment: the specs the user asked for (its history), and its channels."""
+
+    prefix: str
+    requested: tuple[str, ...] = ()
+    channels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PackageState:
+    """The package managers' view of a container at one moment."""
+
+    dpkg: dict[str, str] = field(default_factory=dict)
+    dpkg_auto: frozenset[str] = frozenset()
+    python: dict[str, PythonEnv] = field(default_factory=dict)
+    conda: dict[str, CondaEnv] = field(default_factory=dict)
+
+    def dpkg_manual(self) -> set[str]:
+        return set(self.dpkg) - self.dpkg_auto
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dpkg": dict(sorted(self.dpkg.items())),
+            "dpkg_auto": sorted(self.dpkg_auto),
+            "python": {k: v.to_json() for k, v in sorted(self.python.items())},
+            "conda": {
+                k: {
+                    "prefix": v.prefix,
+                    "requested": list(v.requested),
+                    "channels": list(v.channels),
+                }
+                for k, v in sorted(self.conda.items())
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PackageState:
+        return cls(
+            dpkg=dict(data.get("dpkg", {})),
+            dpkg_auto=frozenset(data.get("dpkg_auto", [])),
+            python={k: PythonEnv.from_json(v) for k, v in dict(data.get("python", {})).items()},
+            conda={
+                k: CondaEnv(v["prefix"], tuple(v["requested"]), tuple(v["channels"]))
+                for k, v in dict(data.get("conda", {})).items()
+            },
+        )
+
+
+@dataclass
+class ProbeResult:
+    state: PackageState
+    #: Files owned by the packages named in the probe's request (dpkg lists, pip RECORDs).
+    owned_files: set[str] = field(default_factory=set)
+
+
+def parse_apt_auto(text: str) -> set[str]:
+    """Package names marked ``Auto-Installed: 1`` in apt's extended_states."""
+    auto: set[str] = set()
+    package, arch = "", ""
+    for line in [*text.splitlines(), ""]:
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if not line.strip():
+            package, arch = "", ""
+        elif key == "Package":
+            package = value
+        elif key == "Architecture":
+            arch = value
+        elif key == "Auto-Installed" and value == "1" and package:
+            auto.add(package)
+            if arch:
+                auto.add(f"{package}:{arch}")
+    return auto
+
+
+def parse_conda_history(text: str) -> tuple[str, ...]:
+    """The specs of ``conda install``/``create`` requests still standing in a history file
+    (later ``remove`` requests take them out), in the order first asked for."""
+    requested: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line.startswith("# update specs:") and not line.startswith("# remove specs:"):
+            continue
+        removing = line.startswith("# remove")
+        specs_text = line.split(":", 1)[1].strip()
+        try:
+            specs = json.loads(specs_text.replace("'", '"'))
+        except ValueError:
+            continue
+        for spec in specs if isinstance(specs, list) else []:
+            name = re.split(r"[<>=!~ \[]", str(spec), maxsplit=1)[0].split("::")[-1]
+            if removing:
+                requested.pop(name, None)
+            else:
+                requested[name] = str(spec)
+    return tuple(requested.values())
+
+
+def parse_condarc_channels(text: str) -> tuple[str, ...]:
+    """The ``channels:`` list of a .condarc (the plain YAML list form)."""
+    channels: list[str] = []
+    inside = False
+    for line in text.splitlines():
+        if re.match(r"^channels\s*:", line):
+            inside = True
+            rest = line.split(":", 1)[1].strip()
+            if rest.startswith("["):
+                return tuple(c.strip(" '\"") for c in rest.strip("[]").split(",") if c.strip())
+            continue
+        if inside:
+            match = re.match(r"^\s*-\s*(\S+)", line)
+            if match:
+                channels.append(match.group(1).strip("'\""))
+            elif line.strip() and not line.startswith(" "):
+                inside = False
+    return tuple(channels)
+
+
+def parse_probe(text: str) -> ProbeResult:
+    """Read the output of ``PROBE_SCRIPT``."""
+    sections: list[tuple[str, str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith(_SECTION):
+            kind, _, arg = line[len(_SECTION) :].partition(" ")
+            sections.append((kind, arg, []))
+        elif sections:
+            sections[-1][2].append(line)
+    if not sections or sections[-1][0] != "end":
+        raise EngineError("The package probe in the container stopped before its end")
+    dpkg: dict[str, str] = {}
+    auto: set[str] = set()
+    python: dict[str, PythonEnv] = {}
+    histories: dict[str, tuple[str, ...]] = {}
+    channels: tuple[str, ...] = ()
+    owned: set[str] = set()
+    for kind, arg, lines in sections:
+        if kind == "dpkg":
+            dpkg.update(_parse_dpkg(lines))
+        elif kind == "apt-auto":
+            auto |= parse_apt_auto("\n".join(lines))
+        elif kind == "conda-history":
+            prefix = arg.removesuffix("/conda-meta/history")
+            histories[prefix] = parse_conda_history("\n".join(lines))
+        elif kind == "condarc":
+            channels = channels or parse_condarc_channels("\n".join(lines))
+        elif kind == "dpkg-files":
+            owned.update(os.path.normpath(line) for line in lines if line.startswith("/"))
+        elif kind == "python":
+            env, files = _parse_python(arg, lines)
+            if env is not None and env.prefix not in python:
+                python[env.prefix] = env
+            owned.update(files)
+    # dpkg-query names multi-arch packages "name:arch"; apt's marks use the bare name too.
+    state = PackageState(
+        dpkg=dpkg,
+        dpkg_auto=frozenset(p for p in dpkg if p in auto or p.split(":")[0] in auto),
+        python=python,
+        conda={p: CondaEnv(p, specs, channels) for p, specs in histories.items()},
+    )
+    return ProbeResult(state, owned)
+
+
+def _parse_dpkg(lines: list[str]) -> dict[str, str]:
+    """``dpkg-query`` lines: installed packages (status ``ii``/``hi``) and their versions."""
+    installed: dict[str, str] = {}
+    for line in lines:
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[2].strip() in ("ii", "hi"):
+            installed[parts[0]] = parts[1]
+    return installed
+
+
+def _parse_python(python: str, lines: list[str]) -> tuple[PythonEnv | None, list[str]]:
+    for line in lines:
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        dists = {}
+        for name, version, direct in data.get("dists", []):
+            dist = PyDist.parse(str(name), str(version), direct)
+            dists[normalize(dist.name)] = dist
+        env = PythonEnv(
+            python=python,
+            prefix=str(data["prefix"]),
+            base_prefix=str(data["base_prefix"]),
+            version=str(data["version"]),
+            externally_managed=bool(data.get("externally_managed")),
+            dists=dists,
+        )
+        return env, [os.path.normpath(str(f)) for f in data.get("owned_files", [])]
+    return None, []
+
+
+def probe(
+    container: Any, owned_dpkg: Iterable[str] = (), owned_dists: Iterable[str] = ()
+) -> ProbeResult:
+    """Run the probe in a running container (one ``docker exec``, as root so that every
+    package database is readable). ``owned_*``: packages whose files to list too."""
+    dpkg_names = sorted(p for p in owned_dpkg if _DPKG_NAME_RE.match(p))
+    dist_names = sorted(normalize(d) for d in owned_dists if _PY_NAME_RE.match(d))
+    code, output = container.exec_run(
+        ["/bin/sh", "-c", PROBE_SCRIPT],
+        user="0",
+        environment={
+            "GPUDEV_PY_PROBE": PY_PROBE,
+            "GPUDEV_OWNED_DPKG": " ".join(dpkg_names),
+            "GPUDEV_OWNED_DISTS": json.dumps(dist_names),
+        },
+    )
+    text = output.decode("utf-8", "replace") if isinstance(output, bytes) else ""
+    if code not in (0, None):
+        raise EngineError(
+            f"The package probe failed in {container.name} (exit {code})",
+            details={"output": text.splitlines()[-10:]},
+        )
+    return parse_probe(text)
+
+
+# ----------------------------------------------------------------------------------------------
+# Change set
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AptChanges:
+    added: list[tuple[str, str]] = field(default_factory=list)
+    removed: list[tuple[str, str]] = field(default_factory=list)
+    upgraded: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.upgraded)
+
+
+@dataclass
+class PythonChanges:
+    env: PythonEnv
+    #: The environment did not exist in the baseline (a new venv).
+    new_env: bool = False
+    added: list[PyDist] = field(default_factory=list)
+    removed: list[PyDist] = field(default_factory=list)
+    upgraded: list[tuple[PyDist, PyDist]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.new_env or self.added or self.removed or self.upgraded)
+
+
+@dataclass
+class CondaChanges:
+    prefix: str
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    channels: tuple[str, ...] = ()
+
+
+@dataclass
+class FileChanges:
+    #: Files added or changed, kept (copied into the image).
+    kept: list[str] = field(default_factory=list)
+    #: Files or folders deleted from the image (top-most only).
+    deleted: list[str] = field(default_factory=list)
+    #: Kept paths that look like credentials: reported, not copied.
+    secrets: list[str] = field(default_factory=list)
+    #: How many changed paths each filter left out.
+    ignored: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class ChangeSet:
+    apt: AptChanges = field(default_factory=AptChanges)
+    python: list[PythonChanges] = field(default_factory=list)
+    conda: list[CondaChanges] = field(default_factory=list)
+    files: FileChanges = field(default_factory=FileChanges)
+    env: dict[str, str] = field(default_factory=dict)
+    env_removed: list[str] = field(default_factory=list)
+    env_secrets: list[str] = field(default_factory=list)
+    #: Things captured that a Dockerfile cannot reproduce (editable installs...).
+    notes: list[str] = field(default_factory=list)
+
+    def is_empty(self) -> bool:
+        return not (
+            self.apt
+            or any(self.python)
+            or any(c.added or c.removed for c in self.conda)
+            or self.files.kept
+            or self.files.deleted
+            or self.env
+            or self.env_removed
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "apt": {
+                "added": [{"name": n, "version": v} for n, v in self.apt.added],
+                "removed": [{"name": n, "version": v} for n, v in self.apt.removed],
+                "upgraded": [{"name": n, "from": a, "to": b} for n, a, b in self.apt.upgraded],
+            },
+            "python": [
+                {
+                    "python": p.env.python,
+                    "prefix": p.env.prefix,
+                    "new_env": p.new_env,
+                    "added": [asdict(d) for d in p.added],
+                    "removed": [asdict(d) for d in p.removed],
+                    "upgraded": [
+                        {"name": b.name, "from": a.version, "to": b.version, "source": b.source}
+                        for a, b in p.upgraded
+                    ],
+                }
+                for p in self.python
+                if p
+            ],
+            "conda": [asdict(c) for c in self.conda if c.added or c.removed],
+            "files": asdict(self.files),
+            "env": dict(self.env),
+            "env_removed": list(self.env_removed),
+            "env_secrets": list(self.env_secrets),
+            "notes": list(self.notes),
+            "empty": self.is_empty(),
+        }
+
+
+def package_changes(baseline: PackageState, now: PackageState) -> ChangeSet:
+    """The package part of a change set (sorted: the same changes, the same order)."""
+    changes = ChangeSet()
+    before_manual, now_manual = baseline.dpkg_manual(), now.dpkg_manual()
+    for name in sorted(now_manual):
+        if name not in baseline.dpkg:
+            changes.apt.added.append((name, now.dpkg[name]))
+        elif baseline.dpkg[name] != now.dpkg[name]:
+            changes.apt.upgraded.append((name, baseline.dpkg[name], now.dpkg[name]))
+    for name in sorted(before_manual):
+        if name not in now.dpkg:
+            changes.apt.removed.append((name, baseline.dpkg[name]))
+    for prefix in sorted(now.python):
+        changes.python.append(_python_changes(baseline.python.get(prefix), now.python[prefix]))
+        changes.notes.extend(_not_reproducible(changes.python[-1]))
+    for prefix in sorted(set(baseline.python) - set(now.python)):
+        changes.notes.append(f"the Python environment {prefix} was deleted (see the files)")
+    for prefix in sorted(now.conda):
+        conda_now = now.conda[prefix]
+        conda_before = baseline.conda.get(prefix, CondaEnv(prefix))
+        added = [s for s in conda_now.requested if s not in conda_before.requested]
+        removed = [s for s in conda_before.requested if s not in conda_now.requested]
+        changes.conda.append(CondaChanges(prefix, added, removed, conda_now.channels))
+    return changes
+
+
+def changed_packages(baseline: PackageState, now: PackageState) -> tuple[list[str], list[str]]:
+    """dpkg packages and Python distributions new or changed since the baseline, automatic
+    dependencies included: the packages whose files are not file changes."""
+    dpkg = [p for p, v in now.dpkg.items() if baseline.dpkg.get(p) != v]
+    dists: set[str] = set()
+    for prefix, env in now.python.items():
+        old = baseline.python.get(prefix)
+        dists.update(d.name for k, d in env.dists.items() if old is None or old.dists.get(k) != d)
+    return sorted(dpkg), sorted(dists)
+
+
+def _has_ancestor_in(path: str, paths: set[str]) -> bool:
+    parent = os.path.dirname(path)
+    while parent not in ("/", ""):
+        if parent in paths:
+            return True
+        parent = os.path.dirname(parent)
+    return False
+
+
+def _python_changes(before: PythonEnv | None, env: PythonEnv) -> PythonChanges:
+    py = PythonChanges(env=env, new_env=before is None)
+    old = before.dists if before else {}
+    for key in sorted(env.dists):
+        dist = env.dists[key]
+        if key not in old:
+            py.added.append(dist)
+        elif (old[key].version, old[key].source, old[key].url) != (
+            dist.version,
+            dist.source,
+            dist.url,
+        ):
+            py.upgraded.append((old[key], dist))
+    py.removed = [old[key] for key in sorted(old) if key not in env.dists]
+    return py
+
+
+def _not_reproducible(py: PythonChanges) -> list[str]:
+    return [
+        f"{dist.name} {dist.version} is a {dist.source} install from {dist.url} "
+        f"({py.env.python}): a Dockerfile cannot install it from there; add its source to "
+        "the build context and install it in the Dockerfile"
+        for dist in [*py.added, *(b for _, b in py.upgraded)]
+        if dist.source in ("editable", "local")
+    ]
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix.rstrip("/") + "/")
+
+
+def _home_relative(path: str) -> str | None:
+    parts = path.split("/")
+    if len(parts) > 3 and parts[1] == "home":
+        return "/".join(parts[3:])
+    if len(parts) > 2 and parts[1] == "root":
+        return "/".join(parts[2:])
+    return None
+
+
+def _is_noise(path: str) -> bool:
+    if path in NOISE_FILES or any(_under(path, p) for p in NOISE_PREFIXES):
+        return True
+    parts = path.split("/")
+    if any(fnmatch.fnmatchcase(part, pattern) for part in parts for pattern in NOISE_NAMES):
+        return True
+    home = _home_relative(path)
+    return home is not None and any(home == n or home.startswith(n + "/") for n in NOISE_HOME)
+
+
+def classify_path(
+    path: str, mounts: Iterable[str], owned: set[str], owned_dirs: Iterable[str] = ()
+) -> str | None:
+    """Why a changed path is left out of a change set (``None``: it is kept). ``owned``: files
+    of changed packages; ``owned_dirs``: whole folders they made (new virtual environments)."""
+    reason: str | None = None
+    if _is_noise(path):
+        reason = "temporary, cache or runtime state"
+    elif any(_under(path, m) or m.startswith(path.rstrip("/") + "/") for m in mounts):
+        reason = "mounts"
+    elif any(fnmatch.fnmatchcase(path, pattern) for pattern in DRIVER_PATTERNS):
+        reason = "NVIDIA driver files"
+    elif (
+        path in owned
+        or any(part in _SITE_DIRS for part in path.split("/"))
+        or any(_under(path, d) for d in owned_dirs)
+    ):
+        reason = "package files"
+    return reason
+
+
+def file_changes(
+    diff: Iterable[Mapping[str, Any]],
+    mounts: Iterable[str],
+    owned: set[str],
+    owned_dirs: Iterable[str] = (),
+) -> FileChanges:
+    """Filter ``docker diff`` (``[{"Path", "Kind"}]``, Kind 0 changed, 1 added, 2 deleted)."""
+    mounts = [m for m in mounts if m]
+    entries = {str(item["Path"]): int(item["Kind"]) for item in diff}
+    result = FileChanges()
+    # A folder is listed as changed when something inside changed: only the leaves are
+    # changes (a folder that is itself added or deleted is its own leaf once its content is
+    # filtered).
+    parents = {os.path.dirname(p) for p in entries}
+    deleted = {p for p, kind in entries.items() if kind == 2}
+    for path in sorted(deleted):
+        if _has_ancestor_in(path, deleted):
+            continue  # inside a deleted folder: its removal covers it
+        reason = classify_path(path, mounts, owned, owned_dirs)
+        if reason is None:
+            result.deleted.append(path)
+        else:
+            result.ignored[reason] = result.ignored.get(reason, 0) + 1
+    for path in sorted(entries):
+        kind = entries[path]
+        if kind == 2 or path in parents:
+            continue
+        reason = classify_path(path, mounts, owned, owned_dirs)
+        if reason is not None:
+            result.ignored[reason] = result.ignored.get(reason, 0) + 1
+        elif looks_secret_path(path):
+            result.secrets.append(path)
+        else:
+            result.kept.append(path)
+    return result
+
+
+def env_changes(
+    container_env: Iterable[str],
+    image_env: Iterable[str],
+    baseline_env: Mapping[str, str] | None,
+    changes: ChangeSet,
+) -> None:
+    """Environment variables of the container that its image (or the baseline) has not."""
+    now = dict(item.split("=", 1) for item in container_env if "=" in item)
+    before = (
+        dict(baseline_env)
+        if baseline_env is not None
+        else dict(item.split("=", 1) for item in image_env if "=" in item)
+    )
+    for name in sorted(now):
+        if name in RUNTIME_ENV or name.startswith("GPUDEV_") or before.get(name) == now[name]:
+            continue
+        if looks_secret_env(name, now[name]):
+            changes.env_secrets.append(name)
+        else:
+            changes.env[name] = now[name]
+    changes.env_removed = sorted(n for n in before if n not in now and n not in RUNTIME_ENV)

@@ -1,0 +1,258 @@
+"""A change set rendered as a Dockerfile diff: the lines that rebuild what changed.
+
+The new lines go at the end of the environment's Dockerfile (its last stage), or into a new
+Dockerfile ``FROM`` the environment's image when it only had an image. One layer per kind of
+change, always in the same order and sorted inside, so the same changes give the same diff:
+
+1. apt sources and keys (``COPY``), then ``apt-get update && apt-get install`` with pinned
+   versions and the list cleanup in one ``RUN``; removals with ``apt-get purge``;
+2. conda installs and removals per environment;
+3. per Python environment: a new venv is created, then ``pip install`` of pinned
+   requirements, then ``pip uninstall``;
+4. kept files: one ``COPY`` of the generated build-context folder onto ``/``;
+5. deleted files: ``RUN ["rm", "-rf", "--", ...]`` (exec form: no shell);
+6. ``ENV`` lines.
+
+Values that come from the container (package names, versions, paths) are validated or quoted:
+nothing read from a container is pasted into a shell line as is. Credentials are never
+written: they are listed in the report only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from .changes import ChangeSet
+
+MARK = "# --- gpudev:"
+_APT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]*(:[a-z0-9-]+)?$")
+_APT_VERSION_RE = re.compile(r"^[A-Za-z0-9.+~:-]+$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CONDA_SPEC_RE = re.compile(r"^[A-Za-z0-9_.:/=<>!*,-]+$")
+_USER_RE = re.compile(r"^\s*USER\s+(\S+)", re.IGNORECASE)
+#: Where an apt source or key lives: copied before the packages are installed.
+APT_PATHS = ("/etc/apt/", "/usr/share/keyrings/", "/etc/apt/keyrings/")
+#: How many kept paths the Dockerfile comment names.
+LISTED_FILES = 10
+
+
+@dataclass
+class RenderedDiff:
+    """A Dockerfile diff: the old and new Dockerfile, the unified diff, what was left out."""
+
+    dockerfile: str
+    created: bool
+    old_text: str
+    new_text: str
+    diff: str
+    #: The build-context folder (relative to the build context) the COPY line reads.
+    context_folder: str
+    #: Files to put into the context folder (container paths).
+    files: list[str] = field(default_factory=list)
+    #: What was not written (credentials, installs a Dockerfile cannot repeat), one per line.
+    reported: list[str] = field(default_factory=list)
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the new lines: the same changes give the same digest."""
+        return hashlib.sha256(self.new_text.encode()).hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dockerfile": self.dockerfile,
+            "created": self.created,
+            "diff": self.diff,
+            "context_folder": self.context_folder,
+            "files": list(self.files),
+            "reported": list(self.reported),
+            "digest": self.digest,
+            "empty": not self.diff,
+        }
+
+
+def _continued(head: str, items: list[str], tail: str = "") -> list[str]:
+    """``head \\`` then one item per line, indented, then an optional tail."""
+    lines = [f"{head} \\"]
+    for i, item in enumerate(items):
+        last = i == len(items) - 1 and not tail
+        lines.append(f"      {item}" + ("" if last else " \\"))
+    if tail:
+        lines.append(f" {tail}")
+    return lines
+
+
+def _apt_lines(changes: ChangeSet, reported: list[str]) -> list[str]:
+    lines: list[str] = []
+    install: list[str] = []
+    for name, version in [*changes.apt.added, *((n, v) for n, _, v in changes.apt.upgraded)]:
+        if _APT_NAME_RE.match(name) and _APT_VERSION_RE.match(version):
+            install.append(f"{name}={version}")
+        else:
+            reported.append(f"apt package {name!r} {version!r}: not a valid name/version")
+    if install:
+        lines += _continued(
+            "RUN apt-get update \\\n && apt-get install -y --no-install-recommends",
+            sorted(install),
+            "&& rm -rf /var/lib/apt/lists/*",
+        )
+    remove = sorted(n for n, _ in changes.apt.removed if _APT_NAME_RE.match(n))
+    if remove:
+        lines.append("RUN apt-get purge -y " + " ".join(remove))
+    return lines
+
+
+def _conda_lines(changes: ChangeSet) -> list[str]:
+    lines: list[str] = []
+    for conda in changes.conda:
+        prefix = shlex.quote(conda.prefix)
+        specs = [s for s in conda.added if _CONDA_SPEC_RE.match(s)]
+        if specs:
+            channels = " ".join(f"-c {shlex.quote(c)}" for c in conda.channels)
+            quoted = " ".join(shlex.quote(s) for s in specs)
+            lines.append(f"RUN conda install -y -p {prefix} {channels} {quoted}".replace("  ", " "))
+        removed = [re.split(r"[<>=!~ ]", s, maxsplit=1)[0] for s in conda.removed]
+        removed = [r for r in removed if _CONDA_SPEC_RE.match(r)]
+        if removed:
+            lines.append(f"RUN conda remove -y -p {prefix} " + " ".join(removed))
+    return lines
+
+
+def _python_lines(changes: ChangeSet, reported: list[str]) -> list[str]:
+    lines: list[str] = []
+    for py in changes.python:
+        if not py:
+            continue
+        env = py.env
+        python = shlex.quote(env.python)
+        flags = "--break-system-packages " if env.externally_managed else ""
+        if py.new_env and env.is_venv:
+            base = shlex.quote(f"{env.base_prefix}/bin/python{env.version}")
+            lines.append(f"RUN {base} -m venv {shlex.quote(env.prefix)}")
+        wanted = [*py.added, *(b for _, b in py.upgraded)]
+        if py.new_env and env.is_venv:
+            # A fresh venv has pip and setuptools of its own: only what was added on top.
+            wanted = [d for d in wanted if d.name.lower() not in ("pip", "setuptools", "wheel")]
+        requirements = sorted(
+            shlex.quote(d.requirement()) for d in wanted if d.source not in ("editable", "local")
+        )
+        if requirements:
+            lines += _continued(
+                f"RUN {python} -m pip install --no-cache-dir {flags}".rstrip(), requirements
+            )
+        removed = sorted(shlex.quote(d.name) for d in py.removed)
+        if removed:
+            lines.append(f"RUN {python} -m pip uninstall -y {flags}" + " ".join(removed))
+    reported.extend(changes.notes)
+    return lines
+
+
+def _env_lines(changes: ChangeSet, reported: list[str]) -> list[str]:
+    lines: list[str] = []
+    for name in sorted(changes.env):
+        if not _ENV_NAME_RE.match(name):
+            reported.append(f"environment variable {name!r}: not a valid name")
+            continue
+        lines.append(f"ENV {name}={json.dumps(changes.env[name])}")
+    reported.extend(
+        f"environment variable {name}: looks like a credential, not written"
+        for name in changes.env_secrets
+    )
+    reported.extend(
+        f"environment variable {name}: unset in the container (a Dockerfile cannot unset it)"
+        for name in changes.env_removed
+    )
+    return lines
+
+
+def _last_user(text: str) -> str | None:
+    user = None
+    for line in text.splitlines():
+        match = _USER_RE.match(line)
+        if match:
+            user = match.group(1)
+        elif line.strip().upper().startswith("FROM "):
+            user = None  # a new stage starts as root
+    return user
+
+
+def change_lines(
+    changes: ChangeSet, container: str, environment: str, context_folder: str, user: str | None
+) -> tuple[list[str], list[str], list[str]]:
+    """The Dockerfile lines for a change set; also the files to copy and what is reported."""
+    reported: list[str] = []
+    files = changes.files
+    apt_files = sorted(p for p in files.kept if p.startswith(APT_PATHS))
+    other_files = sorted(p for p in files.kept if not p.startswith(APT_PATHS))
+    body: list[str] = []
+    if apt_files:
+        body.append(f"COPY {context_folder}/apt/ /")
+    body += _apt_lines(changes, reported)
+    body += _conda_lines(changes)
+    body += _python_lines(changes, reported)
+    if other_files:
+        shown = ", ".join(other_files[:LISTED_FILES])
+        more = len(other_files) - LISTED_FILES
+        body.append(
+            f"# {len(other_files)} file(s): {shown}" + (f" and {more} more" if more > 0 else "")
+        )
+        body.append(f"COPY {context_folder}/files/ /")
+    if files.deleted:
+        body.append("RUN " + json.dumps(["rm", "-rf", "--", *sorted(files.deleted)]))
+    body += _env_lines(changes, reported)
+    reported.extend(f"{path}: looks like a credential, not copied" for path in files.secrets)
+    if not body:
+        return [], [], reported
+    lines = [f"{MARK} changes of dev container {container} (environment {environment}) ---"]
+    if user not in (None, "root", "0", "0:0"):
+        lines.append("USER root")
+    lines += body
+    if user not in (None, "root", "0", "0:0"):
+        lines.append(f"USER {user}")
+    return lines, [*apt_files, *other_files], reported
+
+
+def render(
+    changes: ChangeSet,
+    *,
+    container: str,
+    environment: str,
+    dockerfile: str,
+    old_text: str | None,
+    image: str | None,
+    context_folder: str,
+) -> RenderedDiff:
+    """The Dockerfile diff of ``changes``: appended to ``old_text`` (the environment's
+    Dockerfile), or a new Dockerfile ``FROM image`` when ``old_text`` is ``None``."""
+    created = old_text is None
+    base = old_text if old_text is not None else f"FROM {image}\n"
+    lines, files, reported = change_lines(
+        changes, container, environment, context_folder, _last_user(base)
+    )
+    if not lines:
+        return RenderedDiff(dockerfile, False, base, base, "", context_folder, [], reported)
+    new_text = base if base.endswith("\n") else base + "\n"
+    new_text += "\n" + "\n".join(lines) + "\n"
+    diff = "".join(
+        difflib.unified_diff(
+            [] if created else base.splitlines(keepends=True),
+            new_text.splitlines(keepends=True),
+            fromfile="/dev/null" if created else f"a/{dockerfile}",
+            tofile=f"b/{dockerfile}",
+        )
+    )
+    return RenderedDiff(
+        dockerfile,
+        created,
+        "" if created else base,
+        new_text,
+        diff,
+        context_folder,
+        files,
+        reported,
+    )

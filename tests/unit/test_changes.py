@@ -1,0 +1,328 @@
+"""Change sets: parsing the probe, package and file changes, credentials, Dockerfile lines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jupyter_gpudev import changes as ch
+from jupyter_gpudev.dockerfile import render
+from jupyter_gpudev.errors import EngineError
+
+PY = json.dumps(
+    {
+        "executable": "/usr/bin/python3",
+        "prefix": "/usr",
+        "base_prefix": "/usr",
+        "version": "3.11",
+        "externally_managed": True,
+        "dists": [
+            ["six", "1.16.0", None],
+            ["Requests", "2.31.0", None],
+            [
+                "mylib",
+                "0.1",
+                json.dumps({"url": "file:///src/mylib", "dir_info": {"editable": True}}),
+            ],
+            [
+                "tool",
+                "1.0",
+                json.dumps(
+                    {
+                        "url": "https://github.com/x/tool",
+                        "vcs_info": {"vcs": "git", "commit_id": "abc123"},
+                    }
+                ),
+            ],
+        ],
+        "owned_files": ["/usr/local/lib/python3.11/dist-packages/../../../bin/req"],
+    }
+)
+
+PROBE = f"""@@gpudev dpkg
+bash\t5.2.15-2+b2\tii
+cowsay\t3.03+dfsg2-8\tii
+perl\t5.36.0-7\tii
+old\t1.0\trc
+@@gpudev apt-auto
+Package: perl
+Architecture: amd64
+Auto-Installed: 1
+
+@@gpudev dpkg-files cowsay
+/usr/games/cowsay
+/etc/cowsay
+@@gpudev python /usr/bin/python3
+{PY}
+@@gpudev end
+"""
+
+
+def test_parse_probe_reads_every_section() -> None:
+    result = ch.parse_probe(PROBE)
+    state = result.state
+    # Then installed packages (not the config-only "rc" one) and the auto marks are read
+    assert state.dpkg == {"bash": "5.2.15-2+b2", "cowsay": "3.03+dfsg2-8", "perl": "5.36.0-7"}
+    assert state.dpkg_manual() == {"bash", "cowsay"}
+    # And the Python environment with its distributions, by normalized name
+    env = state.python["/usr"]
+    assert env.externally_managed
+    assert not env.is_venv
+    assert env.dists["requests"].version == "2.31.0"
+    assert env.dists["mylib"].source == "editable"
+    assert env.dists["tool"].requirement() == "tool @ git+https://github.com/x/tool@abc123"
+    # And owned files, normalized
+    assert "/usr/games/cowsay" in result.owned_files
+    assert "/usr/local/bin/req" in result.owned_files
+
+
+def test_a_probe_that_stopped_early_is_an_error() -> None:
+    with pytest.raises(EngineError, match="stopped before its end"):
+        ch.parse_probe("@@gpudev dpkg\nbash\t1\tii\n")
+
+
+def test_state_round_trips_through_json() -> None:
+    state = ch.parse_probe(PROBE).state
+    assert ch.PackageState.from_json(json.loads(json.dumps(state.to_json()))) == state
+
+
+def state(
+    dpkg: dict[str, str], dists: dict[str, str], auto: frozenset[str] = frozenset()
+) -> ch.PackageState:
+    env = ch.PythonEnv(
+        python="/usr/bin/python3",
+        prefix="/usr",
+        base_prefix="/usr",
+        version="3.11",
+        externally_managed=True,
+        dists={ch.normalize(n): ch.PyDist(n, v) for n, v in dists.items()},
+    )
+    return ch.PackageState(dpkg=dpkg, dpkg_auto=auto, python={"/usr": env})
+
+
+def test_package_changes_added_removed_upgraded_in_a_stable_order() -> None:
+    before = state({"bash": "5", "vim": "9", "libx": "1"}, {"six": "1.16", "packaging": "23.0"})
+    after = state(
+        {"bash": "5", "zsh": "5.9", "cowsay": "3", "libx": "2", "libdep": "1"},
+        {"packaging": "24.1", "iniconfig": "2.0.0"},
+        auto=frozenset({"libdep", "libx"}),
+    )
+    changes = ch.package_changes(before, after)
+    # Manual packages only: automatic dependencies follow them
+    assert changes.apt.added == [("cowsay", "3"), ("zsh", "5.9")]
+    assert changes.apt.removed == [("vim", "9")]
+    assert changes.apt.upgraded == []  # libx changed, but it is automatic now
+    py = changes.python[0]
+    assert [d.name for d in py.added] == ["iniconfig"]
+    assert [d.name for d in py.removed] == ["six"]
+    assert [(a.version, b.version) for a, b in py.upgraded] == [("23.0", "24.1")]
+    # And the packages whose files are package files: new or changed, automatic ones too
+    dpkg, dists = ch.changed_packages(before, after)
+    assert dpkg == ["cowsay", "libdep", "libx", "zsh"]
+    assert dists == ["iniconfig", "packaging"]
+
+
+DIFF = [
+    {"Path": "/etc", "Kind": 0},
+    {"Path": "/etc/motd", "Kind": 0},
+    {"Path": "/etc/issue", "Kind": 2},
+    {"Path": "/etc/old", "Kind": 2},
+    {"Path": "/etc/old/a.conf", "Kind": 2},
+    {"Path": "/root", "Kind": 0},
+    {"Path": "/root/.config", "Kind": 1},
+    {"Path": "/root/.config/app", "Kind": 1},
+    {"Path": "/root/.config/app/settings.toml", "Kind": 1},
+    {"Path": "/root/.cache/pip/x", "Kind": 1},
+    {"Path": "/root/.ipython/profile_default/history.sqlite", "Kind": 1},
+    {"Path": "/root/.ssh/id_ed25519", "Kind": 1},
+    {"Path": "/root/.bash_history", "Kind": 1},
+    {"Path": "/tmp/x", "Kind": 1},
+    {"Path": "/var/lib/dpkg/status", "Kind": 0},
+    {"Path": "/var/log/apt/history.log", "Kind": 0},
+    {"Path": "/usr/games/cowsay", "Kind": 1},
+    {"Path": "/usr/local/lib/python3.11/dist-packages/six.py", "Kind": 1},
+    {"Path": "/srv/app/__pycache__/m.cpython-311.pyc", "Kind": 1},
+    {"Path": "/usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05", "Kind": 1},
+    {"Path": "/usr/bin/nvidia-smi", "Kind": 1},
+    {"Path": "/workspaces/proj/notebook.ipynb", "Kind": 1},
+    {"Path": "/workspaces", "Kind": 1},
+    {"Path": "/opt/venv/bin/python", "Kind": 1},
+]
+
+
+def test_file_changes_keep_what_a_user_changed_and_filter_the_rest() -> None:
+    files = ch.file_changes(DIFF, ["/workspaces/proj"], {"/usr/games/cowsay"}, ["/opt/venv"])
+    # Then an edited /etc file and a new ~/.config file are kept; folders are not listed
+    assert files.kept == ["/etc/motd", "/root/.config/app/settings.toml"]
+    # And a deleted file, and a deleted folder once (not its content)
+    assert files.deleted == ["/etc/issue", "/etc/old"]
+    # And a private key is reported, never kept
+    assert files.secrets == ["/root/.ssh/id_ed25519"]
+    # And each filter is counted
+    assert files.ignored == {
+        "temporary, cache or runtime state": 7,
+        "mounts": 2,
+        "NVIDIA driver files": 2,
+        "package files": 3,
+    }
+
+
+def test_env_changes_leave_out_runtime_variables_and_report_credentials() -> None:
+    changes = ch.ChangeSet()
+    ch.env_changes(
+        [
+            "PATH=/usr/bin",
+            "LANG=C.UTF-8",
+            "MY_SETTING=on",
+            "HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789",
+            "NVIDIA_VISIBLE_DEVICES=GPU-1",
+            "NOTE=contains ghp_abcdefghijklmnopqrstuvwxyz0123456789AB",
+        ],
+        ["PATH=/usr/local/bin:/usr/bin", "LANG=C.UTF-8", "GONE=1"],
+        None,
+        changes,
+    )
+    assert changes.env == {"MY_SETTING": "on"}
+    assert changes.env_secrets == ["HF_TOKEN", "NOTE"]
+    assert changes.env_removed == ["GONE"]
+
+
+def test_conda_history_and_channels() -> None:
+    history = """==> 2024-01-01 00:00:00 <==
+# cmd: /opt/conda/bin/conda create -p /opt/conda python=3.11
+# conda version: 23.1.0
++defaults/linux-64::python-3.11.0-h7a1cb2a_3
+# update specs: ['python=3.11']
+==> 2024-02-01 00:00:00 <==
+# cmd: /opt/conda/bin/conda install -y numpy scipy
+# update specs: ['numpy', 'scipy']
+==> 2024-02-02 00:00:00 <==
+# cmd: /opt/conda/bin/conda remove -y scipy
+# remove specs: ['scipy']
+"""
+    assert ch.parse_conda_history(history) == ("python=3.11", "numpy")
+    assert ch.parse_condarc_channels("channels:\n  - conda-forge\n  - defaults\nx: 1\n") == (
+        "conda-forge",
+        "defaults",
+    )
+    assert ch.parse_condarc_channels("channels: [conda-forge, nvidia]\n") == (
+        "conda-forge",
+        "nvidia",
+    )
+
+
+def full_changes() -> ch.ChangeSet:
+    before = state({"bash": "5", "vim": "9"}, {"six": "1.16", "packaging": "23.0", "gone": "1"})
+    after = state(
+        {"bash": "5", "cowsay": "3.03+dfsg2-8"},
+        {"six": "1.16", "packaging": "24.1", "iniconfig": "2.0.0"},
+    )
+    changes = ch.package_changes(before, after)
+    changes.files = ch.file_changes(
+        DIFF, ["/workspaces/proj"], {"/usr/games/cowsay"}, ["/opt/venv"]
+    )
+    ch.env_changes(["MY_SETTING=on", "API_KEY=x"], [], None, changes)
+    return changes
+
+
+def test_render_appends_one_layer_per_kind_in_a_stable_order() -> None:
+    old = "FROM gpudev-python:bookworm\nUSER jovyan\n"
+    rendered = render(
+        full_changes(),
+        container="box",
+        environment="gpu",
+        dockerfile=".devcontainer/gpu/Dockerfile",
+        old_text=old,
+        image=None,
+        context_folder="gpudev-context/box",
+    )
+    assert (
+        rendered.new_text
+        == old
+        + "\n"
+        + "\n".join(
+            [
+                "# --- gpudev: changes of dev container box (environment gpu) ---",
+                "USER root",
+                "RUN apt-get update \\",
+                " && apt-get install -y --no-install-recommends \\",
+                "      cowsay=3.03+dfsg2-8 \\",
+                " && rm -rf /var/lib/apt/lists/*",
+                "RUN apt-get purge -y vim",
+                "RUN /usr/bin/python3 -m pip install --no-cache-dir --break-system-packages \\",
+                "      iniconfig==2.0.0 \\",
+                "      packaging==24.1",
+                "RUN /usr/bin/python3 -m pip uninstall -y --break-system-packages gone",
+                "# 2 file(s): /etc/motd, /root/.config/app/settings.toml",
+                "COPY gpudev-context/box/files/ /",
+                'RUN ["rm", "-rf", "--", "/etc/issue", "/etc/old"]',
+                'ENV MY_SETTING="on"',
+                "USER jovyan",
+            ]
+        )
+        + "\n"
+    )
+    assert rendered.diff.startswith("--- a/.devcontainer/gpu/Dockerfile\n+++ b/")
+    assert "API_KEY" not in rendered.new_text
+    assert "environment variable API_KEY: looks like a credential, not written" in rendered.reported
+    assert "/root/.ssh/id_ed25519: looks like a credential, not copied" in rendered.reported
+    # The same changes give the same diff
+    again = render(
+        full_changes(),
+        container="box",
+        environment="gpu",
+        dockerfile=".devcontainer/gpu/Dockerfile",
+        old_text=old,
+        image=None,
+        context_folder="gpudev-context/box",
+    )
+    assert again.diff == rendered.diff
+    assert again.digest == rendered.digest
+
+
+def test_render_a_new_dockerfile_from_an_image_and_nothing_for_no_changes() -> None:
+    rendered = render(
+        full_changes(),
+        container="box",
+        environment="default",
+        dockerfile=".devcontainer/default/Dockerfile",
+        old_text=None,
+        image="gpudev-python:bookworm",
+        context_folder="gpudev-context/box",
+    )
+    assert rendered.created
+    assert rendered.diff.startswith("--- /dev/null\n+++ b/.devcontainer/default/Dockerfile\n")
+    assert "+FROM gpudev-python:bookworm\n" in rendered.diff
+    empty = render(
+        ch.ChangeSet(),
+        container="box",
+        environment="default",
+        dockerfile="Dockerfile",
+        old_text="FROM x\n",
+        image=None,
+        context_folder="c",
+    )
+    assert empty.diff == ""
+
+
+def test_values_from_the_container_are_validated_or_quoted() -> None:
+    changes = ch.ChangeSet()
+    changes.apt.added = [("evil;rm", "1"), ("ok", "1;reboot")]
+    env = ch.PythonEnv("/usr/bin/python3", "/usr", "/usr", "3.11", False)
+    changes.python = [ch.PythonChanges(env, added=[ch.PyDist("x", "1 ; rm -rf /")])]
+    changes.env = {"BAD NAME": "1", "GOOD": 'a"b$c'}
+    rendered = render(
+        changes,
+        container="box",
+        environment="e",
+        dockerfile="Dockerfile",
+        old_text="FROM x\n",
+        image=None,
+        context_folder="c",
+    )
+    assert "evil" not in rendered.new_text
+    assert "reboot" not in rendered.new_text
+    assert "'x==1 ; rm -rf /'" in rendered.new_text
+    assert 'ENV GOOD="a\\"b$c"' in rendered.new_text
+    assert any("BAD NAME" in r for r in rendered.reported)
