@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,26 +68,37 @@ class Baselines:
     def save_image(self, image_id: str, state: ch.PackageState) -> None:
         self._write(self.folder / f"image-{_check_id(image_id)}.json", state.to_json())
 
-    def container(self, container_id: str) -> tuple[ch.PackageState, dict[str, str] | None] | None:
+    def container(self, container_id: str) -> Baseline | None:
         data = self._read(self.folder / f"container-{_check_id(container_id)}.json")
         if not data:
             return None
         env = data.get("env")
-        return ch.PackageState.from_json(data["packages"]), (
-            dict(env) if isinstance(env, dict) else None
+        files = data.get("files")
+        return Baseline(
+            ch.PackageState.from_json(data["packages"]),
+            dict(env) if isinstance(env, dict) else None,
+            {str(k): int(v) for k, v in files.items()} if isinstance(files, dict) else {},
         )
 
-    def save_container(
-        self, container_id: str, state: ch.PackageState, env: dict[str, str] | None
-    ) -> None:
+    def save_container(self, container_id: str, baseline: Baseline) -> None:
         self._write(
             self.folder / f"container-{_check_id(container_id)}.json",
-            {"packages": state.to_json(), "env": env},
+            {"packages": baseline.packages.to_json(), "env": baseline.env, "files": baseline.files},
         )
 
     def forget(self, container_id: str) -> None:
         path = self.folder / f"container-{_check_id(container_id)}.json"
         path.unlink(missing_ok=True)
+
+
+@dataclass
+class Baseline:
+    """What a container started from: its packages, its environment variables (``None``: its
+    image's) and the file changes it already had (``docker diff`` path -> kind)."""
+
+    packages: ch.PackageState
+    env: dict[str, str] | None = None
+    files: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -112,8 +123,10 @@ class ChangeCapture:
         """Probe a container that just ran its lifecycle commands: its own baseline."""
         result = ch.probe(container)
         env = list(container.attrs.get("Config", {}).get("Env") or [])
+        files = {str(d["Path"]): int(d["Kind"]) for d in container.diff() or []}
         self.baselines.save_container(
-            str(container.id), result.state, dict(e.split("=", 1) for e in env if "=" in e)
+            str(container.id),
+            Baseline(result.state, dict(e.split("=", 1) for e in env if "=" in e), files),
         )
 
     def _image_baseline(self, client: docker.DockerClient, image_id: str) -> ch.PackageState:
@@ -152,13 +165,12 @@ class ChangeCapture:
         text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
         return ch.parse_probe(text)
 
-    def baseline(
-        self, client: docker.DockerClient, container: Container
-    ) -> tuple[ch.PackageState, dict[str, str] | None]:
+    def baseline(self, client: docker.DockerClient, container: Container) -> Baseline:
         own = self.baselines.container(str(container.id))
         if own is not None:
             return own
-        return self._image_baseline(client, _check_id(str(container.attrs.get("Image", "")))), None
+        image = _check_id(str(container.attrs.get("Image", "")))
+        return Baseline(self._image_baseline(client, image))
 
     # -- capture ------------------------------------------------------------------------------
 
@@ -170,12 +182,17 @@ class ChangeCapture:
         info = manager._info(found_host, container)
         environment = manager.environments.get(info.environment, manager.root_dir)
         try:
-            base_state, base_env = self.baseline(client, container)
-            diff = container.diff() or []
-            current = self._probe_current(client, container, base_state)
+            base = self.baseline(client, container)
+            # A path the baseline already had, with the same kind, is not a new change.
+            diff = [
+                d
+                for d in container.diff() or []
+                if base.files.get(str(d["Path"])) != int(d["Kind"])
+            ]
+            current = self._probe_current(client, container, base.packages)
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise EngineError(f"Reading the changes of {name!r}: {exc}") from exc
-        result = ch.package_changes(base_state, current.state)
+        result = ch.package_changes(base.packages, current.state)
         mounts = [str(m.get("Destination", "")) for m in container.attrs.get("Mounts") or []]
         new_envs = [p.env.prefix for p in result.python if p.new_env]
         result.files = ch.file_changes(diff, mounts, current.owned_files, new_envs)
@@ -183,7 +200,7 @@ class ChangeCapture:
         ch.env_changes(
             container.attrs.get("Config", {}).get("Env") or [],
             image_env or [],
-            base_env,
+            base.env,
             result,
         )
         return Captured(info, environment, result)

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .errors import EngineError
+from .mounts import CA_BUNDLE_ENV_VARS
 
 #: Markers between the sections of the probe's output.
 _SECTION = "@@gpudev "
@@ -128,12 +129,7 @@ RUNTIME_ENV = frozenset(
         "NVIDIA_VISIBLE_DEVICES",
         "NVIDIA_DRIVER_CAPABILITIES",
         "CUDA_DEVICE_ORDER",
-        "SSL_CERT_FILE",
-        "REQUESTS_CA_BUNDLE",
-        "PIP_CERT",
-        "CURL_CA_BUNDLE",
-        "NODE_EXTRA_CA_CERTS",
-        "GIT_SSL_CAINFO",
+        *CA_BUNDLE_ENV_VARS,
     }
 )
 

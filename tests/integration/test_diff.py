@@ -1,0 +1,176 @@
+"""``jupyter gpudev diff``: real changes made inside a real dev container, captured and rendered.
+
+The container reaches Debian's mirror (apt, plain HTTP) and the Python package index (through
+the host CA bundle, mounted by ``c.MountPolicy.mount_ca_bundle``), as a user's would.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from traitlets.config import Config
+
+from jupyter_gpudev.capture import ChangeCapture
+from jupyter_gpudev.containers import L_SERVER, DevContainers, StartRequest
+from jupyter_gpudev.hosts import HostPool
+from tests.integration.test_cli import gpudev
+
+pytestmark = pytest.mark.integration
+
+SETUP_PY = (
+    "from setuptools import setup\n"
+    'setup(name="gpudevbase", version="1.0", packages=["gpudevbase"])\n'
+)
+
+
+@pytest.fixture
+def manager(tmp_path: Path, docker_client: docker.DockerClient) -> Iterator[DevContainers]:
+    root = tmp_path / "work"
+    folder = root / ".devcontainer" / "diff"
+    (folder / "basepkg" / "gpudevbase").mkdir(parents=True)
+    (folder / "basepkg" / "setup.py").write_text(SETUP_PY)
+    (folder / "basepkg" / "gpudevbase" / "__init__.py").write_text("VALUE = 1\n")
+    # An image with a pip-installed package (to uninstall) on top of the kernel image
+    (folder / "Dockerfile").write_text(
+        "FROM gpudev-python:bookworm\n"
+        "COPY basepkg /tmp/basepkg\n"
+        "RUN python3 -m pip install --no-index --no-build-isolation --break-system-packages "
+        "/tmp/basepkg && rm -rf /tmp/basepkg /root/.cache\n"
+    )
+    (folder / "devcontainer.json").write_text(
+        json.dumps({"build": {"dockerfile": "Dockerfile"}, "containerEnv": {"MY_SETTING": "on"}})
+    )
+    config = Config()
+    config.DevContainers.state_dir = str(tmp_path / "state")
+    config.DevContainers.stop_timeout = 2
+    config.MountPolicy.mount_ca_bundle = True
+    containers = DevContainers(root_dir=root, host_pool=HostPool(config=config), config=config)
+    yield containers
+    for container in docker_client.containers.list(
+        all=True, filters={"label": f"{L_SERVER}={containers.server_id}"}
+    ):
+        container.remove(force=True)
+    containers.host_pool.close()
+
+
+def sh(docker_client: docker.DockerClient, name: str, script: str) -> str:
+    container = docker_client.containers.get(f"gpudev-{name}")
+    code, output = container.exec_run(["/bin/sh", "-c", script], user="0")
+    text = output.decode(errors="replace")
+    assert code == 0, text
+    return text
+
+
+CHANGES = """
+set -e
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends cowsay >/dev/null
+python3 -m pip install -q --no-cache-dir --break-system-packages iniconfig==2.0.0 packaging==24.1
+python3 -m pip uninstall -y -q --break-system-packages gpudevbase
+echo "Welcome to the GPU box" >> /etc/motd
+rm /etc/issue
+mkdir -p /root/.config/tool && echo "colour = true" > /root/.config/tool/config.toml
+mkdir -p /root/.ssh && echo "-----BEGIN OPENSSH PRIVATE KEY-----" > /root/.ssh/id_ed25519
+"""
+
+
+def test_changes_made_in_a_container_come_out_as_a_dockerfile_diff(
+    manager: DevContainers, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    # Given a dev container of an environment with its own Dockerfile
+    info = manager.start(StartRequest(environment="diff", name="diffbox"))
+    capture = ChangeCapture(manager)
+    # Then right after the start, only the variable the environment sets and the image lacks
+    _, fresh = capture.diff("diffbox")
+    added = [line for line in fresh.diff.splitlines() if line.startswith("+") and "+++" not in line]
+    assert [a for a in added if a != "+" and not a.startswith("+#")] == ['+ENV MY_SETTING="on"']
+    # When a user installs and removes packages, edits /etc, deletes a file, adds a config
+    sh(docker_client, "diffbox", CHANGES)
+    captured, rendered = capture.diff("diffbox")
+    lines = rendered.new_text.splitlines()
+    # Then the Dockerfile gets the apt install, pinned, in one layer with the list cleanup
+    cowsay = (
+        docker_client.containers.get("gpudev-diffbox")
+        .exec_run(["dpkg-query", "-W", "-f", "${Version}", "cowsay"])[1]
+        .decode()
+    )
+    start = lines.index("RUN apt-get update \\")
+    assert lines[start : start + 4] == [
+        "RUN apt-get update \\",
+        " && apt-get install -y --no-install-recommends \\",
+        f"      cowsay={cowsay} \\",
+        " && rm -rf /var/lib/apt/lists/*",
+    ]
+    # And pip installs (a new package, an upgrade of a base one) pinned, and the uninstall
+    start = lines.index(
+        "RUN /usr/bin/python3 -m pip install --no-cache-dir --break-system-packages \\"
+    )
+    assert lines[start + 1 : start + 3] == ["      iniconfig==2.0.0 \\", "      packaging==24.1"]
+    assert "RUN /usr/bin/python3 -m pip uninstall -y --break-system-packages gpudevbase" in lines
+    # And the edited and new files are copied, the deleted one removed, the variable set
+    assert captured.changes.files.kept == ["/etc/motd", "/root/.config/tool/config.toml"]
+    assert "COPY gpudev-context/diffbox/files/ /" in lines
+    assert 'RUN ["rm", "-rf", "--", "/etc/issue"]' in lines
+    assert 'ENV MY_SETTING="on"' in lines
+    # And the key is reported, never written; packages' own files are not file changes
+    assert "/root/.ssh/id_ed25519: looks like a credential, not copied" in rendered.reported
+    assert "id_ed25519" not in rendered.new_text
+    assert "/usr/games/cowsay" not in rendered.new_text
+    # And it is a unified diff of the environment's Dockerfile, stable from one run to the next
+    assert rendered.diff.startswith(
+        "--- a/.devcontainer/diff/Dockerfile\n+++ b/.devcontainer/diff/Dockerfile\n"
+    )
+    assert capture.diff("diffbox")[1].diff == rendered.diff
+    # When the container is stopped (kept because it has changes), the diff is the same
+    manager.stop(info.name)
+    assert capture.diff("diffbox")[1].diff == rendered.diff
+    # And the command line prints the same diff, and the credential as a note on stderr
+    result = gpudev(
+        "diff",
+        "diffbox",
+        f"--root-dir={manager.root_dir}",
+        f"--DevContainers.state_dir={tmp_path / 'state'}",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == rendered.diff
+    assert "note: /root/.ssh/id_ed25519: looks like a credential, not copied" in result.stderr
+
+
+def test_lifecycle_commands_are_part_of_the_baseline(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given an environment whose postCreateCommand installs a package and writes a file
+    folder = manager.root_dir / ".devcontainer" / "lifecycle"
+    folder.mkdir(parents=True)
+    (folder / "devcontainer.json").write_text(
+        json.dumps(
+            {
+                "image": "gpudev-python:bookworm",
+                "postCreateCommand": "python3 -m venv /opt/tools && touch /etc/from-lifecycle",
+            }
+        )
+    )
+    manager.start(StartRequest(environment="lifecycle", name="lifebox"))
+    capture = ChangeCapture(manager)
+    # Then what the environment's own commands did is not a change
+    captured, rendered = capture.diff("lifebox")
+    assert rendered.diff == "", rendered.diff
+    # And a user's change after them is
+    sh(docker_client, "lifebox", "echo tuned > /etc/from-user")
+    captured, rendered = capture.diff("lifebox")
+    assert captured.changes.files.kept == ["/etc/from-user"]
+    assert rendered.created  # the environment had only an image: a new Dockerfile FROM it
+    assert "+FROM gpudev-python:bookworm\n" in rendered.diff
+    # And an unknown container is a clear error
+    result = gpudev(
+        "diff",
+        "nobox",
+        f"--root-dir={manager.root_dir}",
+        f"--DevContainers.state_dir={manager.state_dir}",
+    )
+    assert result.returncode == 2
+    assert "No dev container named 'nobox'" in result.stderr
