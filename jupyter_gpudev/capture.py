@@ -10,8 +10,11 @@ with no network and no GPU, so that looking at changes never needs a GPU lease.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
+import shutil
+import tarfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +24,8 @@ import docker.errors
 import requests
 
 from . import changes as ch
-from .dockerfile import RenderedDiff, render
-from .environments import Environment
+from .dockerfile import APT_PATHS, RenderedDiff, render
+from .environments import Environment, read_jsonc_file
 from .errors import EngineError, GPUDevError
 
 if TYPE_CHECKING:
@@ -238,23 +241,28 @@ class ChangeCapture:
     def diff(self, name: str, host: str | None = None) -> tuple[Captured, RenderedDiff]:
         """The Dockerfile diff of a dev container's changes."""
         captured = self.capture(name, host)
-        env = captured.environment
+        return captured, self._render(captured)
+
+    def _targets(self, env: Environment) -> tuple[Path, str | None, Path]:
+        """The Dockerfile to patch (or create), its text (``None``: new) and build context."""
         root = self.containers.root_dir
         if env.build is not None:
-            dockerfile = env.build.dockerfile
             try:
-                old_text: str | None = dockerfile.read_text()
+                return env.build.dockerfile, env.build.dockerfile.read_text(), env.build.context
             except OSError as exc:
-                raise GPUDevError(f"Reading {dockerfile}: {exc.strerror}") from exc
-            context = env.build.context
-        else:
-            folder = (
-                (root / env.source).parent
-                if env.source.endswith("devcontainer.json")
-                else root / ".devcontainer" / env.name
-            )
-            dockerfile, old_text, context = folder / "Dockerfile", None, folder
-        rendered = render(
+                raise GPUDevError(f"Reading {env.build.dockerfile}: {exc.strerror}") from exc
+        folder = (
+            (root / env.source).parent
+            if env.source.endswith("devcontainer.json")
+            else root / ".devcontainer" / env.name
+        )
+        return folder / "Dockerfile", None, folder
+
+    def _render(self, captured: Captured) -> RenderedDiff:
+        env = captured.environment
+        root = self.containers.root_dir
+        dockerfile, old_text, context = self._targets(env)
+        return render(
             captured.changes,
             container=captured.info.name,
             environment=env.name,
@@ -263,7 +271,125 @@ class ChangeCapture:
             image=captured.info.image or env.image,
             context_folder=_relative(context / "gpudev-context" / captured.info.name, context),
         )
-        return captured, rendered
+
+    def write(self, name: str, host: str | None = None) -> WriteResult:
+        """Apply the diff: copy the kept files into the build context, write the Dockerfile
+        (the previous one kept as ``Dockerfile.prev``), point devcontainer.json at a new
+        Dockerfile, and move the container's baseline forward (a diff right after is empty).
+        Files whose content looks like a credential are left out and reported."""
+        captured = self.capture(name, host)
+        found_host, container = self.containers._find(name, host)
+        dockerfile, old_text, context = self._targets(captured.environment)
+        folder = context / "gpudev-context" / captured.info.name
+        secrets = self._export(container, captured.changes.files.kept, folder)
+        files = captured.changes.files
+        files.kept = [p for p in files.kept if p not in secrets]
+        files.secrets = sorted({*files.secrets, *secrets})
+        rendered = self._render(captured)
+        backup = devcontainer = None
+        if rendered.diff:
+            if old_text is not None:
+                backup = dockerfile.with_name(dockerfile.name + ".prev")
+                backup.write_text(old_text)
+            dockerfile.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write(dockerfile, rendered.new_text)
+            if rendered.created:
+                devcontainer = self._use_dockerfile(captured.environment, dockerfile)
+        self._move_baseline(found_host.client(), container)
+        return WriteResult(
+            rendered, dockerfile, backup, folder if rendered.files else None, devcontainer
+        )
+
+    def _export(self, container: Container, paths: list[str], folder: Path) -> set[str]:
+        """Copy kept files out of the container into ``folder/apt`` and ``folder/files``
+        (one archive per path, members checked: regular files, folders and links inside the
+        path only). Returns the paths whose content looks like a credential (not copied)."""
+        secrets: set[str] = set()
+        if not paths:
+            return secrets
+        if folder.exists():
+            shutil.rmtree(folder)
+        for path in paths:
+            sub = "apt" if path.startswith(APT_PATHS) else "files"
+            target = folder / sub / path.lstrip("/")
+            try:
+                stream, _ = container.get_archive(path)
+                data = b"".join(stream)
+            except docker.errors.NotFound:
+                continue  # gone since the capture
+            except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+                raise EngineError(f"Copying {path} out of {container.name}: {exc}") from exc
+            with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+                member = archive.next()
+                if member is None or not (member.isfile() or member.issym()):
+                    continue
+                if member.isfile():
+                    extracted = archive.extractfile(member)
+                    content = extracted.read() if extracted else b""
+                    if ch.looks_secret_content(content):
+                        secrets.add(path)
+                        continue
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(content)
+                    target.chmod(member.mode & 0o777)
+                else:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.unlink(missing_ok=True)
+                    target.symlink_to(member.linkname)
+        return secrets
+
+    def _use_dockerfile(self, env: Environment, dockerfile: Path) -> Path:
+        """Point the environment's devcontainer.json at the new Dockerfile instead of its
+        image (created for the built-in or admin environments); the old one is kept."""
+        path = dockerfile.parent / "devcontainer.json"
+        data: dict[str, Any] = {}
+        if path.exists():
+            loaded = read_jsonc_file(path, str(path))
+            data = dict(loaded) if isinstance(loaded, dict) else {}
+            path.with_name("devcontainer.json.prev").write_text(path.read_text())
+        data.pop("image", None)
+        data["build"] = {"dockerfile": dockerfile.name}
+        if not path.exists() and env.container_env:
+            data["containerEnv"] = dict(env.container_env)
+        _atomic_write(path, json.dumps(data, indent=2) + "\n")
+        return path
+
+    def _move_baseline(self, client: docker.DockerClient, container: Container) -> None:
+        current = self._probe_current(client, container, self.baseline(client, container).packages)
+        container.reload()
+        env = list(container.attrs.get("Config", {}).get("Env") or [])
+        files = {str(d["Path"]): int(d["Kind"]) for d in container.diff() or []}
+        self.baselines.save_container(
+            str(container.id),
+            Baseline(current.state, dict(e.split("=", 1) for e in env if "=" in e), files),
+        )
+
+
+@dataclass
+class WriteResult:
+    """What ``commit --write`` wrote: the Dockerfile (and its backup), the files copied into
+    the build context, devcontainer.json when it was switched to the new Dockerfile."""
+
+    rendered: RenderedDiff
+    dockerfile: Path
+    backup: Path | None
+    context_folder: Path | None
+    devcontainer: Path | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.rendered.to_json(),
+            "written": str(self.dockerfile),
+            "backup": str(self.backup) if self.backup else None,
+            "context_folder": str(self.context_folder) if self.context_folder else None,
+            "devcontainer": str(self.devcontainer) if self.devcontainer else None,
+        }
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.gpudev-tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _relative(path: Path, root: Path) -> str:

@@ -438,10 +438,58 @@ class DiffApp(ContainerCommand):
             print(f"No changes in {name} since its baseline.", file=sys.stderr)
             return
         sys.stdout.write(rendered.diff)
+        sys.stdout.flush()
         ignored = captured.changes.files.ignored
         if ignored:
             left = ", ".join(f"{count} {why}" for why, count in sorted(ignored.items()))
             print(f"left out: {left}", file=sys.stderr)
+
+
+class CommitApp(ContainerCommand):
+    """Turn a dev container's changes into its environment's Dockerfile."""
+
+    name = "jupyter-gpudev-commit"
+    description = (
+        "Show a dev container's changes as a Dockerfile diff; with --write, apply it: the "
+        "changed files are copied into the build context (gpudev-context/NAME/), the "
+        "Dockerfile is written (the previous one kept as Dockerfile.prev; devcontainer.json "
+        "is pointed at a new Dockerfile), and the container's baseline moves forward, so a "
+        "diff right after is empty."
+    )
+    write = Bool(False, help="Apply the diff to the Dockerfile.").tag(config=True)
+    flags: dict[str, Any] = {
+        **GPUDevSubcommand.flags,
+        "write": ({"CommitApp": {"write": True}}, "Apply the diff to the Dockerfile."),
+    }
+
+    def run(self) -> None:
+        from .capture import ChangeCapture  # noqa: PLC0415 - only this command needs it
+
+        name = self.name_arg()
+        capture = ChangeCapture(self.manager())
+        if not self.write:
+            _, rendered = capture.diff(name, self.host or None)
+            result: dict[str, Any] = {**rendered.to_json(), "written": None}
+        else:
+            self.progress({"stage": "capture", "message": f"reading the changes of {name}"})
+            written = capture.write(name, self.host or None)
+            rendered = written.rendered
+            result = written.to_json()
+        if self.json_output:
+            print(json.dumps(result))
+            return
+        for line in rendered.reported:
+            print(f"note: {line}", file=sys.stderr)
+        if not rendered.diff:
+            print(f"No changes in {name} since its baseline.", file=sys.stderr)
+            return
+        sys.stdout.write(rendered.diff)
+        sys.stdout.flush()
+        if result.get("written"):
+            print(f"wrote {result['written']}", file=sys.stderr)
+            for key in ("backup", "devcontainer", "context_folder"):
+                if result.get(key):
+                    print(f"  {key.replace('_', ' ')}: {result[key]}", file=sys.stderr)
 
 
 class ImageApp(JupyterApp):
@@ -479,6 +527,7 @@ class GPUDevCLI(JupyterApp):
         "unpin": (UnpinApp, "Let a shared dev container stop after its last kernel."),
         "logs": (LogsApp, "Print a dev container's output."),
         "diff": (DiffApp, "Print a dev container's changes as a Dockerfile diff."),
+        "commit": (CommitApp, "Write a dev container's changes into its Dockerfile."),
         "image": (ImageApp, "Manage images (bootstrap a base image without a registry)."),
     }
 

@@ -60,6 +60,7 @@ def manager(tmp_path: Path, docker_client: docker.DockerClient) -> Iterator[DevC
 def sh(docker_client: docker.DockerClient, name: str, script: str) -> str:
     container = docker_client.containers.get(f"gpudev-{name}")
     code, output = container.exec_run(["/bin/sh", "-c", script], user="0")
+    assert isinstance(output, bytes)
     text = output.decode(errors="replace")
     assert code == 0, text
     return text
@@ -93,11 +94,7 @@ def test_changes_made_in_a_container_come_out_as_a_dockerfile_diff(
     captured, rendered = capture.diff("diffbox")
     lines = rendered.new_text.splitlines()
     # Then the Dockerfile gets the apt install, pinned, in one layer with the list cleanup
-    cowsay = (
-        docker_client.containers.get("gpudev-diffbox")
-        .exec_run(["dpkg-query", "-W", "-f", "${Version}", "cowsay"])[1]
-        .decode()
-    )
+    cowsay = sh(docker_client, "diffbox", "dpkg-query -W -f '${Version}' cowsay")
     start = lines.index("RUN apt-get update \\")
     assert lines[start : start + 4] == [
         "RUN apt-get update \\",
@@ -174,3 +171,80 @@ def test_lifecycle_commands_are_part_of_the_baseline(
     )
     assert result.returncode == 2
     assert "No dev container named 'nobox'" in result.stderr
+
+
+def test_commit_write_patches_the_dockerfile_and_the_rebuilt_image_has_the_changes(
+    manager: DevContainers, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    # Given a dev container with an uninstalled base package, an edited and a new /etc file,
+    # and a config file whose content is a private key
+    manager.start(StartRequest(environment="diff", name="writebox"))
+    sh(
+        docker_client,
+        "writebox",
+        "python3 -m pip uninstall -y -q --break-system-packages gpudevbase && "
+        "echo 'Welcome to the GPU box' >> /etc/motd && "
+        "mkdir -p /etc/tool && echo 'threads = 4' > /etc/tool/tool.conf && "
+        "printf '%s\\n' '-----BEGIN RSA PRIVATE KEY-----' > /etc/tool/settings.conf",
+    )
+    folder = manager.root_dir / ".devcontainer" / "diff"
+    before = (folder / "Dockerfile").read_text()
+    # When `jupyter gpudev commit --write` runs
+    args = (
+        f"--root-dir={manager.root_dir}",
+        f"--DevContainers.state_dir={tmp_path / 'state'}",
+    )
+    result = gpudev("commit", "writebox", "--write", *args)
+    assert result.returncode == 0, result.stderr
+    # Then the Dockerfile is patched, the previous one kept, the files copied into the context
+    after = (folder / "Dockerfile").read_text()
+    assert after.startswith(before)
+    assert (folder / "Dockerfile.prev").read_text() == before
+    assert "pip uninstall -y --break-system-packages gpudevbase" in after
+    copied = folder / "gpudev-context" / "writebox" / "files" / "etc"
+    assert (copied / "tool" / "tool.conf").read_text() == "threads = 4\n"
+    assert (copied / "motd").read_text().endswith("Welcome to the GPU box\n")
+    # And the file holding a key is left out and reported
+    assert not (copied / "tool" / "settings.conf").exists()
+    assert "/etc/tool/settings.conf: looks like a credential, not copied" in result.stderr
+    # And a diff right after, on the unchanged container, is empty
+    again = gpudev("diff", "writebox", *args)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == ""
+    assert "No changes in writebox" in again.stderr
+    # When the environment is started again, its image is rebuilt from the patched Dockerfile
+    manager.start(StartRequest(environment="diff", name="rebuilt"))
+    out = sh(
+        docker_client,
+        "rebuilt",
+        "cat /etc/tool/tool.conf /etc/motd; python3 -c 'import gpudevbase' 2>&1 || true",
+    )
+    # Then the rebuilt container has the changes
+    assert "threads = 4" in out
+    assert "Welcome to the GPU box" in out
+    assert "No module named 'gpudevbase'" in out
+
+
+def test_commit_write_of_an_image_only_environment_creates_its_dockerfile(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given an environment with only an image, and a changed container of it
+    folder = manager.root_dir / ".devcontainer" / "plain"
+    folder.mkdir(parents=True)
+    (folder / "devcontainer.json").write_text(
+        '{\n  // an image, no Dockerfile\n  "image": "gpudev-python:bookworm",\n'
+        '  "containerEnv": {"LANGUAGE": "en"}\n}\n'
+    )
+    manager.start(StartRequest(environment="plain", name="plainbox"))
+    sh(docker_client, "plainbox", "echo 'set -o vi' > /etc/inputrc.local")
+    # When the changes are written
+    written = ChangeCapture(manager).write("plainbox")
+    # Then a Dockerfile FROM the image is created and devcontainer.json builds it instead
+    assert written.rendered.created
+    assert (folder / "Dockerfile").read_text().startswith("FROM gpudev-python:bookworm\n")
+    config = json.loads((folder / "devcontainer.json").read_text())
+    assert config == {"build": {"dockerfile": "Dockerfile"}, "containerEnv": {"LANGUAGE": "en"}}
+    assert "// an image" in (folder / "devcontainer.json.prev").read_text()
+    env = manager.environments.get("plain", manager.root_dir)
+    assert env.build is not None
+    assert env.build.dockerfile == (folder / "Dockerfile").resolve()
