@@ -229,6 +229,8 @@ async def main() -> None:
         ours_trips: list[float] = []
         released: list[float] = []
         shared = manager.start(StartRequest(environment="default", name="bench-shared"))
+        # Pinned: a shared container otherwise stops when its last kernel ends.
+        manager.pin(shared.name)
         spec_dir = Path(tmp) / "kernels" / "bench-shared"
         spec_dir.mkdir(parents=True)
         (spec_dir / "kernel.json").write_text(
