@@ -39,9 +39,7 @@ import importlib
 import json
 import os
 import platform
-import queue
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,11 +48,10 @@ import time
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
 
 import docker
+from floor import first_kernel_info, round_trips, run_floor_kernel
 from jupyter_client.asynchronous.client import AsyncKernelClient
-from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
@@ -84,47 +81,6 @@ CMD /usr/local/bin/bootstrap-kernel.sh
 """
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [int(sock.getsockname()[1]) for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
-
-
-def first_kernel_info(info: dict[str, Any]) -> None:
-    """Wait for the first kernel_info reply (as bench_kernels.first_kernel_info: ask for
-    kernel_info until the kernel answers, the same readiness test for every kernel measured)."""
-    kc = BlockingKernelClient()
-    kc.load_connection_info(info)  # type: ignore[arg-type]
-    kc.start_channels()
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            kc.kernel_info()
-            try:
-                reply = kc.get_shell_msg(timeout=0.25)
-            except queue.Empty:
-                if time.monotonic() > deadline:
-                    raise
-                continue
-            if reply["msg_type"] == "kernel_info_reply":  # to this request or an earlier one
-                return
-    finally:
-        kc.stop_channels()
-
-
-async def round_trips(client: Any) -> list[float]:
-    samples = []
-    for _ in range(ROUND_TRIPS):
-        started = time.perf_counter()
-        await client.execute_interactive("1+1", timeout=30, output_hook=lambda _msg: None)
-        samples.append(time.perf_counter() - started)
-    return samples
-
-
 @dataclass
 class Samples:
     cold: list[float] = field(default_factory=list)
@@ -149,32 +105,12 @@ async def floor_kernel(
     """``docker run`` of the image's ipykernel with published ports (bench_kernels'
     raw_docker_run): cold start to the first kernel_info reply, round trips, then shutdown
     request to the container removed."""
-    ports = free_ports(5)
-    names = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
-    info: dict[str, Any] = {
-        **dict(zip(names, ports, strict=True)),
-        "transport": "tcp",
-        "signature_scheme": "hmac-sha256",
-        "key": os.urandom(16).hex(),
-    }
-    (work / "kernel.json").write_text(json.dumps({**info, "ip": "0.0.0.0"}))  # noqa: S104
-    started = time.perf_counter()
-    container = engine.containers.run(
-        IMAGE,
-        ["python3", "-m", "ipykernel_launcher", "-f", "/conn/kernel.json"],
-        name=name,
-        detach=True,
-        init=True,
-        ports={f"{p}/tcp": ("127.0.0.1", p) for p in ports},
-        mounts=[docker.types.Mount("/conn", str(work), type="bind")],
-    )
-    first_kernel_info({**info, "ip": "127.0.0.1"})
-    cold = time.perf_counter() - started
+    container, info, cold = run_floor_kernel(engine, IMAGE, work, name)
     client = AsyncKernelClient()
-    client.load_connection_info({**info, "ip": "127.0.0.1"})  # type: ignore[typeddict-item]
+    client.load_connection_info(info)  # type: ignore[arg-type]
     client.start_channels()
     await client.wait_for_ready(timeout=120)
-    trips = await round_trips(client) if with_trips else []
+    trips = await round_trips(client, ROUND_TRIPS) if with_trips else []
     started = time.perf_counter()
     client.shutdown()
     await asyncio.to_thread(container.wait, timeout=60)
@@ -197,7 +133,7 @@ async def gateway_kernel(
     client = km.client()
     client.start_channels()
     await client.wait_for_ready(timeout=120)
-    trips = await round_trips(client) if with_trips else []
+    trips = await round_trips(client, ROUND_TRIPS) if with_trips else []
     client.stop_channels()
     started = time.perf_counter()
     await km.shutdown_kernel()

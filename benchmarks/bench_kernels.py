@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import queue
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
-from jupyter_client.blocking.client import BlockingKernelClient
+from floor import first_kernel_info, new_connection_info, round_trips, run_floor_kernel
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from traitlets.config import Config
@@ -45,44 +43,11 @@ ROOT = Path(__file__).resolve().parent.parent
 A100 = "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77"
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [int(sock.getsockname()[1]) for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
-
-
 async def ready(km: AsyncKernelManager) -> Any:
     client = km.client()
     client.start_channels()
     await client.wait_for_ready(timeout=120)
     return client
-
-
-def first_kernel_info(info: dict[str, Any]) -> None:
-    """Wait for the first kernel_info reply: the same readiness test for every kernel measured
-    (a client without a kernel manager judges "alive" by heartbeats, which start late, so ask
-    for kernel_info until the kernel answers)."""
-    kc = BlockingKernelClient()
-    kc.load_connection_info(info)  # type: ignore[arg-type]
-    kc.start_channels()
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            kc.kernel_info()
-            try:
-                reply = kc.get_shell_msg(timeout=0.25)
-            except queue.Empty:
-                if time.monotonic() > deadline:
-                    raise
-                continue
-            if reply["msg_type"] == "kernel_info_reply":  # to this request or an earlier one
-                return
-    finally:
-        kc.stop_channels()
 
 
 async def started_and_ready(km: AsyncKernelManager) -> float:
@@ -95,22 +60,13 @@ async def started_and_ready(km: AsyncKernelManager) -> float:
     return time.perf_counter() - started
 
 
-async def round_trips(client: Any) -> list[float]:
-    samples = []
-    for _ in range(ROUND_TRIPS):
-        started = time.perf_counter()
-        await client.execute_interactive("1+1", timeout=30, output_hook=lambda _msg: None)
-        samples.append(time.perf_counter() - started)
-    return samples
-
-
 async def local_kernel(
     ksm: KernelSpecManager | None = None, name: str = "python3", with_trips: bool = False
 ) -> tuple[float, list[float]]:
     km = AsyncKernelManager(kernel_name=name, kernel_spec_manager=ksm or KernelSpecManager())
     elapsed = await started_and_ready(km)
     client = await ready(km)
-    trips = await round_trips(client) if with_trips else []
+    trips = await round_trips(client, ROUND_TRIPS) if with_trips else []
     client.stop_channels()
     await km.shutdown_kernel(now=True)
     return elapsed, trips
@@ -118,27 +74,7 @@ async def local_kernel(
 
 def raw_docker_run(client: docker.DockerClient, work: Path) -> float:
     """docker run of ipykernel with published ports, up to the kernel_info reply."""
-
-    ports = free_ports(5)
-    names = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
-    info: dict[str, Any] = {
-        **dict(zip(names, ports, strict=True)),
-        "transport": "tcp",
-        "signature_scheme": "hmac-sha256",
-        "key": os.urandom(16).hex(),
-    }
-    (work / "kernel.json").write_text(json.dumps({**info, "ip": "0.0.0.0"}))  # noqa: S104
-    started = time.perf_counter()
-    container = client.containers.run(
-        IMAGE,
-        ["python3", "-m", "ipykernel_launcher", "-f", "/conn/kernel.json"],
-        detach=True,
-        init=True,
-        ports={f"{p}/tcp": ("127.0.0.1", p) for p in ports},
-        mounts=[docker.types.Mount("/conn", str(work), type="bind")],
-    )
-    first_kernel_info({**info, "ip": "127.0.0.1"})
-    elapsed = time.perf_counter() - started
+    container, _, elapsed = run_floor_kernel(client, IMAGE, work)
     container.remove(force=True)
     return elapsed
 
@@ -147,14 +83,7 @@ def raw_docker_exec(client: docker.DockerClient, name: str, manager: DevContaine
     """A bare ``docker exec`` of the image's ipykernel in the running dev container (no
     provisioner): the same-version floor for a warm start."""
     container = client.containers.get(docker_name(name))
-    ports = free_ports(5)
-    names = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
-    info: dict[str, Any] = {
-        **dict(zip(names, ports, strict=True)),
-        "transport": "tcp",
-        "signature_scheme": "hmac-sha256",
-        "key": os.urandom(16).hex(),
-    }
+    info = new_connection_info()
     inside = json.dumps({**info, "ip": "0.0.0.0"})  # noqa: S104
     started = time.perf_counter()
     exec_id = client.api.exec_create(
@@ -255,7 +184,7 @@ async def main() -> None:
             km = AsyncKernelManager(kernel_name="gpudev-default", kernel_spec_manager=ksm)
             cold = await started_and_ready(km)
             client = await ready(km)
-            trips = await round_trips(client) if run == RUNS else []
+            trips = await round_trips(client, ROUND_TRIPS) if run == RUNS else []
             client.stop_channels()
             await km.shutdown_kernel()
             local, ltrips = await local_kernel(with_trips=run == RUNS)

@@ -358,21 +358,19 @@ class PinApp(ContainerCommand):
         "Pin a shared dev container: it keeps running, with its GPUs, after its last kernel "
         "ends (unpinned ones stop then, after c.DevContainers.linger seconds)."
     )
+    pinned = True
 
     def run(self) -> None:
-        info = self.manager().pin(self.name_arg(), host=self.host or None, pinned=True)
+        info = self.manager().pin(self.name_arg(), host=self.host or None, pinned=self.pinned)
         self.emit(info.to_json(), format_containers([info]))
 
 
-class UnpinApp(ContainerCommand):
+class UnpinApp(PinApp):
     """Unpin a dev container."""
 
     name = "jupyter-gpudev-unpin"
     description = "Unpin a dev container: it stops when its last kernel ends."
-
-    def run(self) -> None:
-        info = self.manager().pin(self.name_arg(), host=self.host or None, pinned=False)
-        self.emit(info.to_json(), format_containers([info]))
+    pinned = False
 
 
 class RmApp(ContainerCommand):

@@ -36,20 +36,27 @@ def display_name(env: Environment) -> str:
     return f"{env.display_name} ({gpus}) · gpudev"
 
 
-def kernelspec_for(env: Environment) -> KernelSpec:
+def _gpudev_spec(display: str, config: dict[str, Any], gpudev: dict[str, Any]) -> KernelSpec:
+    """A kernelspec launched by the gpudev provisioner with ``config``."""
     return KernelSpec(
         argv=list(DEFAULT_ARGV),
-        display_name=display_name(env),
+        display_name=display,
         language="python",
         interrupt_mode="signal",
         resource_dir=RESOURCES,
         metadata={
-            "kernel_provisioner": {
-                "provisioner_name": "gpudev",
-                "config": {"environment": env.name},
-            },
-            "gpudev": {"environment": env.name, "gpus": env.gpu.count, "mode": env.gpu.mode},
+            "kernel_provisioner": {"provisioner_name": "gpudev", "config": config},
+            "gpudev": gpudev,
         },
+    )
+
+
+def kernelspec_for(env: Environment) -> KernelSpec:
+    """A kernel in a new container of its own, of environment ``env``."""
+    return _gpudev_spec(
+        display_name(env),
+        {"environment": env.name},
+        {"environment": env.name, "gpus": env.gpu.count, "mode": env.gpu.mode},
     )
 
 
@@ -57,28 +64,11 @@ def shared_kernelspec_for(info: DevContainerInfo) -> KernelSpec:
     """A kernel in a running dev container that kernels share (``info``)."""
     count = len(info.gpu_uuids)
     gpus = f"{count} GPU{'s' if count != 1 else ''}" if count else "CPU"
-    return KernelSpec(
-        argv=list(DEFAULT_ARGV),
-        display_name=f"{info.environment} in {info.name} ({gpus}, shared) · gpudev",
-        language="python",
-        interrupt_mode="signal",
-        resource_dir=RESOURCES,
-        metadata={
-            "kernel_provisioner": {
-                "provisioner_name": "gpudev",
-                "config": {
-                    "environment": info.environment,
-                    "container": info.name,
-                    "host": info.host,
-                },
-            },
-            "gpudev": {
-                "environment": info.environment,
-                "container": info.name,
-                "host": info.host,
-                "gpus": count,
-            },
-        },
+    where = {"environment": info.environment, "container": info.name, "host": info.host}
+    return _gpudev_spec(
+        f"{info.environment} in {info.name} ({gpus}, shared) · gpudev",
+        where,
+        {**where, "gpus": count},
     )
 
 
