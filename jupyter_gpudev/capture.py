@@ -297,7 +297,7 @@ class ChangeCapture:
                 devcontainer = self._use_dockerfile(captured.environment, dockerfile)
         self._move_baseline(found_host.client(), container)
         return WriteResult(
-            rendered, dockerfile, backup, folder if rendered.files else None, devcontainer
+            captured, rendered, dockerfile, backup, folder if rendered.files else None, devcontainer
         )
 
     def _export(self, container: Container, paths: list[str], folder: Path) -> set[str]:
@@ -370,6 +370,7 @@ class WriteResult:
     """What ``commit --write`` wrote: the Dockerfile (and its backup), the files copied into
     the build context, devcontainer.json when it was switched to the new Dockerfile."""
 
+    captured: Captured
     rendered: RenderedDiff
     dockerfile: Path
     backup: Path | None

@@ -412,37 +412,6 @@ class LogsApp(ContainerCommand):
             sys.stdout.flush()
 
 
-class DiffApp(ContainerCommand):
-    """Print a dev container's changes as a Dockerfile diff."""
-
-    name = "jupyter-gpudev-diff"
-    description = (
-        "Print what changed inside a dev container (apt and Python packages, conda, files, "
-        "environment variables) as a unified diff of its environment's Dockerfile. Nothing is "
-        "written. Credentials and installs a Dockerfile cannot repeat are listed on stderr."
-    )
-
-    def run(self) -> None:
-        from .capture import ChangeCapture  # noqa: PLC0415 - only this command needs it
-
-        name = self.name_arg()
-        captured, rendered = ChangeCapture(self.manager()).diff(name, self.host or None)
-        if self.json_output:
-            print(json.dumps({**rendered.to_json(), "changes": captured.changes.to_json()}))
-            return
-        for line in rendered.reported:
-            print(f"note: {line}", file=sys.stderr)
-        if not rendered.diff:
-            print(f"No changes in {name} since its baseline.", file=sys.stderr)
-            return
-        sys.stdout.write(rendered.diff)
-        sys.stdout.flush()
-        ignored = captured.changes.files.ignored
-        if ignored:
-            left = ", ".join(f"{count} {why}" for why, count in sorted(ignored.items()))
-            print(f"left out: {left}", file=sys.stderr)
-
-
 class CommitApp(ContainerCommand):
     """Turn a dev container's changes into its environment's Dockerfile."""
 
@@ -461,20 +430,19 @@ class CommitApp(ContainerCommand):
     }
 
     def run(self) -> None:
-        from .capture import ChangeCapture  # noqa: PLC0415 - only this command needs it
+        from .capture import ChangeCapture  # noqa: PLC0415 - only these commands need it
 
         name = self.name_arg()
         capture = ChangeCapture(self.manager())
-        if not self.write:
-            _, rendered = capture.diff(name, self.host or None)
-            result: dict[str, Any] = {**rendered.to_json(), "written": None}
-        else:
+        if self.write:
             self.progress({"stage": "capture", "message": f"reading the changes of {name}"})
             written = capture.write(name, self.host or None)
-            rendered = written.rendered
-            result = written.to_json()
+            captured, rendered, result = written.captured, written.rendered, written.to_json()
+        else:
+            captured, rendered = capture.diff(name, self.host or None)
+            result = {**rendered.to_json(), "written": None}
         if self.json_output:
-            print(json.dumps(result))
+            print(json.dumps({**result, "changes": captured.changes.to_json()}))
             return
         for line in rendered.reported:
             print(f"note: {line}", file=sys.stderr)
@@ -483,11 +451,31 @@ class CommitApp(ContainerCommand):
             return
         sys.stdout.write(rendered.diff)
         sys.stdout.flush()
+        ignored = captured.changes.files.ignored
+        if ignored:
+            left = ", ".join(f"{count} {why}" for why, count in sorted(ignored.items()))
+            print(f"left out: {left}", file=sys.stderr)
         if result.get("written"):
             print(f"wrote {result['written']}", file=sys.stderr)
             for key in ("backup", "devcontainer", "context_folder"):
                 if result.get(key):
                     print(f"  {key.replace('_', ' ')}: {result[key]}", file=sys.stderr)
+
+
+class DiffApp(CommitApp):
+    """Print a dev container's changes as a Dockerfile diff."""
+
+    name = "jupyter-gpudev-diff"
+    description = (
+        "Print what changed inside a dev container (apt and Python packages, conda, files, "
+        "environment variables) as a unified diff of its environment's Dockerfile. Nothing is "
+        "written. Credentials and installs a Dockerfile cannot repeat are listed on stderr."
+    )
+    flags: dict[str, Any] = dict(GPUDevSubcommand.flags)
+
+    def run(self) -> None:
+        self.write = False  # never, whatever c.CommitApp.write says
+        super().run()
 
 
 class ImageApp(JupyterApp):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from jupyter_gpudev import changes as ch
-from jupyter_gpudev.dockerfile import render
+from jupyter_gpudev.dockerfile import RenderedDiff, render
 from jupyter_gpudev.errors import EngineError
 
 PY = json.dumps(
@@ -226,16 +226,30 @@ def full_changes() -> ch.ChangeSet:
     return changes
 
 
+def render_box(
+    changes: ch.ChangeSet,
+    environment: str,
+    dockerfile: str,
+    old_text: str | None,
+    image: str | None,
+    *,
+    context_folder: str = "gpudev-context/box",
+) -> RenderedDiff:
+    return render(
+        changes,
+        container="box",
+        environment=environment,
+        dockerfile=dockerfile,
+        old_text=old_text,
+        image=image,
+        context_folder=context_folder,
+    )
+
+
 def test_render_appends_one_layer_per_kind_in_a_stable_order() -> None:
     old = "FROM gpudev-python:bookworm\nUSER jovyan\n"
-    rendered = render(
-        full_changes(),
-        container="box",
-        environment="gpu",
-        dockerfile=".devcontainer/gpu/Dockerfile",
-        old_text=old,
-        image=None,
-        context_folder="gpudev-context/box",
+    rendered = render_box(
+        full_changes(), "gpu", ".devcontainer/gpu/Dockerfile", old, None, "gpudev-context/box"
     )
     assert (
         rendered.new_text
@@ -268,40 +282,27 @@ def test_render_appends_one_layer_per_kind_in_a_stable_order() -> None:
     assert "environment variable API_KEY: looks like a credential, not written" in rendered.reported
     assert "/root/.ssh/id_ed25519: looks like a credential, not copied" in rendered.reported
     # The same changes give the same diff
-    again = render(
-        full_changes(),
-        container="box",
-        environment="gpu",
-        dockerfile=".devcontainer/gpu/Dockerfile",
-        old_text=old,
-        image=None,
-        context_folder="gpudev-context/box",
+    again = render_box(
+        full_changes(), "gpu", ".devcontainer/gpu/Dockerfile", old, None, "gpudev-context/box"
     )
     assert again.diff == rendered.diff
     assert again.digest == rendered.digest
 
 
 def test_render_a_new_dockerfile_from_an_image_and_nothing_for_no_changes() -> None:
-    rendered = render(
+    rendered = render_box(
         full_changes(),
-        container="box",
-        environment="default",
-        dockerfile=".devcontainer/default/Dockerfile",
-        old_text=None,
-        image="gpudev-python:bookworm",
-        context_folder="gpudev-context/box",
+        "default",
+        ".devcontainer/default/Dockerfile",
+        None,
+        "gpudev-python:bookworm",
+        "gpudev-context/box",
     )
     assert rendered.created
     assert rendered.diff.startswith("--- /dev/null\n+++ b/.devcontainer/default/Dockerfile\n")
     assert "+FROM gpudev-python:bookworm\n" in rendered.diff
-    empty = render(
-        ch.ChangeSet(),
-        container="box",
-        environment="default",
-        dockerfile="Dockerfile",
-        old_text="FROM x\n",
-        image=None,
-        context_folder="c",
+    empty = render_box(
+        ch.ChangeSet(), "default", "Dockerfile", "FROM x\n", None, context_folder="c"
     )
     assert empty.diff == ""
 
@@ -312,15 +313,7 @@ def test_values_from_the_container_are_validated_or_quoted() -> None:
     env = ch.PythonEnv("/usr/bin/python3", "/usr", "/usr", "3.11", False)
     changes.python = [ch.PythonChanges(env, added=[ch.PyDist("x", "1 ; rm -rf /")])]
     changes.env = {"BAD NAME": "1", "GOOD": 'a"b$c'}
-    rendered = render(
-        changes,
-        container="box",
-        environment="e",
-        dockerfile="Dockerfile",
-        old_text="FROM x\n",
-        image=None,
-        context_folder="c",
-    )
+    rendered = render_box(changes, "e", "Dockerfile", "FROM x\n", None, context_folder="c")
     assert "evil" not in rendered.new_text
     assert "reboot" not in rendered.new_text
     assert "'x==1 ; rm -rf /'" in rendered.new_text
