@@ -248,9 +248,7 @@ def render_box(
 
 def test_render_appends_one_layer_per_kind_in_a_stable_order() -> None:
     old = "FROM gpudev-python:bookworm\nUSER jovyan\n"
-    rendered = render_box(
-        full_changes(), "gpu", ".devcontainer/gpu/Dockerfile", old, None, "gpudev-context/box"
-    )
+    rendered = render_box(full_changes(), "gpu", ".devcontainer/gpu/Dockerfile", old, None)
     assert (
         rendered.new_text
         == old
@@ -282,9 +280,7 @@ def test_render_appends_one_layer_per_kind_in_a_stable_order() -> None:
     assert "environment variable API_KEY: looks like a credential, not written" in rendered.reported
     assert "/root/.ssh/id_ed25519: looks like a credential, not copied" in rendered.reported
     # The same changes give the same diff
-    again = render_box(
-        full_changes(), "gpu", ".devcontainer/gpu/Dockerfile", old, None, "gpudev-context/box"
-    )
+    again = render_box(full_changes(), "gpu", ".devcontainer/gpu/Dockerfile", old, None)
     assert again.diff == rendered.diff
     assert again.digest == rendered.digest
 
@@ -296,7 +292,6 @@ def test_render_a_new_dockerfile_from_an_image_and_nothing_for_no_changes() -> N
         ".devcontainer/default/Dockerfile",
         None,
         "gpudev-python:bookworm",
-        "gpudev-context/box",
     )
     assert rendered.created
     assert rendered.diff.startswith("--- /dev/null\n+++ b/.devcontainer/default/Dockerfile\n")
