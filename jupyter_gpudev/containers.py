@@ -865,7 +865,7 @@ class DevContainers(LoggingConfigurable):
             containers = self._call(
                 f"Listing dev containers on {candidate.name!r}",
                 lambda client=client: client.containers.list(  # type: ignore[misc]
-                    all=all_states, filters={"label": f"{L_MANAGED}=1"}
+                    all=all_states, filters={"label": f"{L_MANAGED}=1"}, ignore_removed=True
                 ),
             )
             result.extend(self._info(candidate, c) for c in containers)
@@ -967,7 +967,8 @@ class DevContainers(LoggingConfigurable):
         for host in self._hosts(None):
             try:
                 containers = host.client().containers.list(
-                    filters={"label": [f"{L_MANAGED}=1", L_KERNEL, f"{L_LEDGER}={self.ledger_id}"]}
+                    filters={"label": [f"{L_MANAGED}=1", L_KERNEL, f"{L_LEDGER}={self.ledger_id}"]},
+                    ignore_removed=True,
                 )
             except (GPUDevError, docker.errors.DockerException) as exc:
                 self.log.warning("gpudev: orphan kernels on %s not checked: %r", host.name, exc)
@@ -1014,7 +1015,11 @@ class DevContainers(LoggingConfigurable):
         listed_at = time.time()
         containers = self._call(
             "Listing dev containers",
-            lambda: host.client().containers.list(all=True, filters={"label": f"{L_MANAGED}=1"}),
+            # A container removed between the listing and its inspection (a start that lost a
+            # race and cleaned up) is simply not there.
+            lambda: host.client().containers.list(
+                all=True, filters={"label": f"{L_MANAGED}=1"}, ignore_removed=True
+            ),
         )
         holding: dict[str, tuple[str, ...]] = {}
         owners: dict[str, str] = {}
