@@ -245,9 +245,20 @@ _SECRET_VALUE_RE = re.compile(
 )
 
 
+def _any_of(patterns: Iterable[str]) -> re.Pattern[str]:
+    """One compiled regular expression for several shell patterns (thousands of paths are
+    checked: one match per path, not one per pattern)."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+
+
+_SECRET_PATH_RE = _any_of(SECRET_PATTERNS)
+_DRIVER_RE = _any_of(DRIVER_PATTERNS)
+_NOISE_NAME_RE = _any_of(NOISE_NAMES)
+_NOISE_PREFIX_RE = re.compile("^(?:" + "|".join(re.escape(p) for p in NOISE_PREFIXES) + ")(?:/|$)")
+
+
 def looks_secret_path(path: str) -> bool:
-    lowered = path.lower()
-    return any(fnmatch.fnmatchcase(lowered, pattern) for pattern in SECRET_PATTERNS)
+    return _SECRET_PATH_RE.match(path.lower()) is not None
 
 
 def looks_secret_env(name: str, value: str) -> bool:
@@ -747,10 +758,9 @@ def _home_relative(path: str) -> str | None:
 
 
 def _is_noise(path: str) -> bool:
-    if path in NOISE_FILES or any(_under(path, p) for p in NOISE_PREFIXES):
+    if path in NOISE_FILES or _NOISE_PREFIX_RE.match(path):
         return True
-    parts = path.split("/")
-    if any(fnmatch.fnmatchcase(part, pattern) for part in parts for pattern in NOISE_NAMES):
+    if any(_NOISE_NAME_RE.match(part) for part in path.split("/")):
         return True
     home = _home_relative(path)
     return home is not None and any(home == n or home.startswith(n + "/") for n in NOISE_HOME)
@@ -766,7 +776,7 @@ def classify_path(
         reason = "temporary, cache or runtime state"
     elif any(_under(path, m) or m.startswith(path.rstrip("/") + "/") for m in mounts):
         reason = "mounts"
-    elif any(fnmatch.fnmatchcase(path, pattern) for pattern in DRIVER_PATTERNS):
+    elif _DRIVER_RE.match(path):
         reason = "NVIDIA driver files"
     elif (
         path in owned
