@@ -10,6 +10,7 @@ from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import IOLoop
 
 from . import __version__, provisioner, routes
+from .capture import ChangeCapture
 from .containers import DevContainers
 from .culler import GPUCuller
 from .hosts import HostPool
@@ -25,6 +26,7 @@ class GPUDevContext:
     host_pool: HostPool
     containers: DevContainers
     culler: GPUCuller
+    capture: ChangeCapture
 
 
 class GPUDevApp(ExtensionApp):
@@ -43,7 +45,12 @@ class GPUDevApp(ExtensionApp):
             root_dir=root_dir, host_pool=host_pool, parent=self, log=self.log
         )
         culler = GPUCuller(self.serverapp.kernel_manager if self.serverapp else None, parent=self)
-        self.context = GPUDevContext(host_pool=host_pool, containers=containers, culler=culler)
+        self.context = GPUDevContext(
+            host_pool=host_pool,
+            containers=containers,
+            culler=culler,
+            capture=ChangeCapture(containers),
+        )
         self.settings[routes.SETTINGS_KEY] = self.context
         # gpudev kernels (provisioner instances made by jupyter_client) use this same manager.
         provisioner.set_manager(containers)

@@ -306,6 +306,44 @@ class ContainerPinHandler(GPUDevHandler):
         self.finish(json.dumps(info.to_json()))
 
 
+class ContainerDiffHandler(GPUDevHandler):
+    """``GET /gpudev/api/containers/NAME/diff``: its changes as a Dockerfile diff
+    (``jupyter gpudev diff NAME --json``): ``diff``, ``dockerfile``, ``created``, ``files``,
+    ``reported``, ``digest``, ``empty`` and the change set under ``changes``."""
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def get(self, name: str) -> None:
+        captured, rendered = await self.blocking(self.gpudev.capture.diff, name)
+        self.finish(json.dumps({**rendered.to_json(), "changes": captured.changes.to_json()}))
+
+
+class ContainerCommitHandler(GPUDevHandler):
+    """``POST /gpudev/api/containers/NAME/commit`` with ``{"write": true}``: apply the diff to
+    the environment's Dockerfile (``jupyter gpudev commit NAME --write``); answers what was
+    written. ``write`` false (the default) only renders it, like the diff route."""
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def post(self, name: str) -> None:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError as exc:
+            raise BadRequest('The body must be JSON, e.g. {"write": true}') from exc
+        write = body.get("write", False) if isinstance(body, dict) else None
+        if not isinstance(write, bool):
+            raise BadRequest('"write" must be true or false')
+        if write:
+            written = await self.blocking(self.gpudev.capture.write, name)
+            captured, result = written.captured, written.to_json()
+        else:
+            captured, rendered = await self.blocking(self.gpudev.capture.diff, name)
+            result = {**rendered.to_json(), "written": None}
+        self.finish(json.dumps({**result, "changes": captured.changes.to_json()}))
+
+
 class ContainerTerminalHandler(GPUDevHandler):
     """``POST /gpudev/api/containers/NAME/terminal``: a Jupyter terminal whose shell runs in the
     container; answers the terminal's model (``{"name": ...}``, open it with terminal:open)."""
@@ -396,6 +434,8 @@ def handlers() -> list[tuple[str, type[GPUDevHandler]]]:
         (rf"{API}/containers/{_NAME}/stop", ContainerStopHandler),
         (rf"{API}/containers/{_NAME}/start", ContainerStartHandler),
         (rf"{API}/containers/{_NAME}/pin", ContainerPinHandler),
+        (rf"{API}/containers/{_NAME}/diff", ContainerDiffHandler),
+        (rf"{API}/containers/{_NAME}/commit", ContainerCommitHandler),
         (rf"{API}/containers/{_NAME}/terminal", ContainerTerminalHandler),
         (rf"{API}/reclaims", ReclaimsHandler),
         (rf"{API}/kernels/{_KERNEL}/keep", KernelKeepHandler),

@@ -137,6 +137,8 @@ ROUTES = [
     ("POST", "containers/x/terminal"),
     ("PUT", "containers/x/pin"),
     ("DELETE", "containers/x/pin"),
+    ("GET", "containers/x/diff"),
+    ("POST", "containers/x/commit"),
     ("GET", "reclaims"),
     ("POST", "kernels/abc-1/keep"),
     ("POST", "kernels/abc-1/release"),
@@ -178,3 +180,50 @@ async def test_pin_and_unpin_through_the_api(jp_fetch: Fetch) -> None:
     assert caught.value.code == 404
     assert caught.value.response is not None
     assert "nothing-here" in json.loads(caught.value.response.body)["message"]
+
+
+async def test_diff_and_commit_through_the_api(
+    jp_fetch: Fetch, jp_root_dir: Path, docker_client: docker.DockerClient
+) -> None:
+    # Given a running dev container of the built-in environment, with an edited file
+    await jp_fetch(
+        "gpudev",
+        "api",
+        "containers",
+        method="POST",
+        body=json.dumps({"environment": "default", "name": "api-diff"}),
+    )
+    container = docker_client.containers.get("gpudev-api-diff")
+    code, _ = container.exec_run(["/bin/sh", "-c", "echo tuned > /etc/api-tuned"], user="0")
+    assert code == 0
+    # When its diff is asked for
+    diff = json.loads((await jp_fetch("gpudev", "api", "containers", "api-diff", "diff")).body)
+    # Then it is a new Dockerfile FROM the image with the file, and the change set
+    assert diff["created"] is True
+    assert "+FROM gpudev-python:bookworm\n" in diff["diff"]
+    assert diff["changes"]["files"]["kept"] == ["/etc/api-tuned"]
+    # When a bad commit request is sent, it is a 400 that says why
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch(
+            "gpudev", "api", "containers", "api-diff", "commit", method="POST", body='{"write": 1}'
+        )
+    assert caught.value.code == 400
+    # When it is committed with write
+    written = await jp_fetch(
+        "gpudev",
+        "api",
+        "containers",
+        "api-diff",
+        "commit",
+        method="POST",
+        body=json.dumps({"write": True}),
+    )
+    result = json.loads(written.body)
+    # Then the Dockerfile and the copied file are in the workspace, and the diff is empty now
+    dockerfile = jp_root_dir / ".devcontainer" / "default" / "Dockerfile"
+    assert result["written"] == str(dockerfile)
+    assert dockerfile.read_text().startswith("FROM gpudev-python:bookworm\n")
+    copied = dockerfile.parent / "gpudev-context" / "api-diff" / "files" / "etc" / "api-tuned"
+    assert copied.read_text() == "tuned\n"
+    again = json.loads((await jp_fetch("gpudev", "api", "containers", "api-diff", "diff")).body)
+    assert again["empty"] is True
