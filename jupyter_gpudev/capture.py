@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from .containers import DevContainerInfo, DevContainers
 
 _SAFE_ID = "0123456789abcdefsha256:"
+#: Where the list of files to export is put inside the container (the kernels' runtime dir).
+EXPORT_DIR = "/tmp/.gpudev"  # noqa: S108 - inside the container
 
 
 def _check_id(value: str) -> str:
@@ -301,42 +303,107 @@ class ChangeCapture:
         )
 
     def _export(self, container: Container, paths: list[str], folder: Path) -> set[str]:
-        """Copy kept files out of the container into ``folder/apt`` and ``folder/files``
-        (one archive per path, members checked: regular files, folders and links inside the
-        path only). Returns the paths whose content looks like a credential (not copied)."""
+        """Copy kept files out of the container into ``folder/apt`` and ``folder/files``:
+        regular files and symbolic links, written at paths computed here (never at a name read
+        from an archive). Returns the paths whose content looks like a credential (not
+        copied). A running container sends them all in one archive; otherwise one each."""
         secrets: set[str] = set()
         if not paths:
             return secrets
         if folder.exists():
             shutil.rmtree(folder)
+        wanted = set(paths)
+        container.reload()
+        batch = self._batch_archive(container, paths) if container.status == "running" else None
+        if batch is not None:
+            with tarfile.open(fileobj=io.BytesIO(batch)) as archive:
+                for member in archive:
+                    path = "/" + member.name.removeprefix("./").lstrip("/")
+                    self._extract(
+                        archive, member, path, wanted=wanted, folder=folder, secrets=secrets
+                    )
+            return secrets
         for path in paths:
-            sub = "apt" if path.startswith(APT_PATHS) else "files"
-            target = folder / sub / path.lstrip("/")
-            try:
-                stream, _ = container.get_archive(path)
-                data = b"".join(stream)
-            except docker.errors.NotFound:
-                continue  # gone since the capture
-            except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-                raise EngineError(f"Copying {path} out of {container.name}: {exc}") from exc
+            data = self._archive(container, path)
+            if data is None:
+                continue
             with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-                member = archive.next()
-                if member is None or not (member.isfile() or member.issym()):
-                    continue
-                if member.isfile():
-                    extracted = archive.extractfile(member)
-                    content = extracted.read() if extracted else b""
-                    if ch.looks_secret_content(content):
-                        secrets.add(path)
-                        continue
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(content)
-                    target.chmod(member.mode & 0o777)
-                else:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.unlink(missing_ok=True)
-                    target.symlink_to(member.linkname)
+                first = archive.next()  # a single-path archive: its first member is the path
+                if first is not None:
+                    self._extract(
+                        archive, first, path, wanted=wanted, folder=folder, secrets=secrets
+                    )
         return secrets
+
+    def _extract(
+        self,
+        archive: tarfile.TarFile,
+        member: tarfile.TarInfo,
+        path: str,
+        *,
+        wanted: set[str],
+        folder: Path,
+        secrets: set[str],
+    ) -> None:
+        if path not in wanted or not (member.isfile() or member.issym()):
+            return
+        target = folder / ("apt" if path.startswith(APT_PATHS) else "files") / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if member.issym():
+            target.unlink(missing_ok=True)
+            target.symlink_to(member.linkname)
+            return
+        extracted = archive.extractfile(member)
+        content = extracted.read() if extracted else b""
+        if ch.looks_secret_content(content):
+            secrets.add(path)
+            return
+        target.write_bytes(content)
+        target.chmod(member.mode & 0o777)
+
+    @staticmethod
+    def _archive(container: Container, path: str) -> bytes | None:
+        try:
+            stream, _ = container.get_archive(path)
+            return b"".join(stream)
+        except docker.errors.NotFound:
+            return None  # gone since the capture
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise EngineError(f"Copying {path} out of {container.name}: {exc}") from exc
+
+    @staticmethod
+    def _batch_archive(container: Container, paths: list[str]) -> bytes | None:
+        """All paths in one tar stream (``tar -T`` reading a NUL-separated list put into the
+        container); ``None`` when the image has no usable tar (then one archive per path)."""
+        listing = "\0".join(paths).encode() + b"\0"
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            info = tarfile.TarInfo("gpudev-export.list")
+            info.size, info.mode = len(listing), 0o600
+            tar.addfile(info, io.BytesIO(listing))
+        try:
+            container.exec_run(["mkdir", "-p", EXPORT_DIR], user="0")
+            if not container.put_archive(EXPORT_DIR, buffer.getvalue()):
+                return None
+            code, (out, _) = container.exec_run(
+                [
+                    "tar",
+                    "-c",
+                    "-f",
+                    "-",
+                    "--null",
+                    "--no-recursion",
+                    "--ignore-failed-read",
+                    "-T",
+                    f"{EXPORT_DIR}/gpudev-export.list",
+                ],
+                user="0",
+                demux=True,
+            )
+            container.exec_run(["rm", "-f", f"{EXPORT_DIR}/gpudev-export.list"], user="0")
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return None
+        return out if code == 0 and isinstance(out, bytes) and out else None
 
     def _use_dockerfile(self, env: Environment, dockerfile: Path) -> Path:
         """Point the environment's devcontainer.json at the new Dockerfile instead of its

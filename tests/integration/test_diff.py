@@ -237,11 +237,14 @@ def test_commit_write_of_an_image_only_environment_creates_its_dockerfile(
     )
     manager.start(StartRequest(environment="plain", name="plainbox"))
     sh(docker_client, "plainbox", "echo 'set -o vi' > /etc/inputrc.local")
-    # When the changes are written
+    manager.stop("plainbox")
+    # When the changes of the stopped container are written
     written = ChangeCapture(manager).write("plainbox")
     # Then a Dockerfile FROM the image is created and devcontainer.json builds it instead
     assert written.rendered.created
     assert (folder / "Dockerfile").read_text().startswith("FROM gpudev-python:bookworm\n")
+    copied = folder / "gpudev-context" / "plainbox" / "files" / "etc" / "inputrc.local"
+    assert copied.read_text() == "set -o vi\n"
     config = json.loads((folder / "devcontainer.json").read_text())
     assert config == {"build": {"dockerfile": "Dockerfile"}, "containerEnv": {"LANGUAGE": "en"}}
     assert "// an image" in (folder / "devcontainer.json.prev").read_text()
