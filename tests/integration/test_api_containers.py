@@ -32,6 +32,19 @@ def _cleanup(jp_root_dir: Path, docker_client: docker.DockerClient) -> Iterator[
         container.remove(force=True)
 
 
+async def start_default(jp_fetch: Fetch, name: str) -> dict[str, Any]:
+    """Start a dev container of the built-in environment through the API."""
+    response = await jp_fetch(
+        "gpudev",
+        "api",
+        "containers",
+        method="POST",
+        body=json.dumps({"environment": "default", "name": name}),
+    )
+    started: dict[str, Any] = json.loads(response.body)
+    return started
+
+
 async def test_environments_lists_the_default(jp_fetch: Fetch) -> None:
     response = await jp_fetch("gpudev", "api", "environments")
     body = json.loads(response.body)
@@ -160,13 +173,7 @@ async def test_container_routes_refuse_requests_without_a_token(
 
 async def test_pin_and_unpin_through_the_api(jp_fetch: Fetch) -> None:
     # Given a running shared dev container
-    await jp_fetch(
-        "gpudev",
-        "api",
-        "containers",
-        method="POST",
-        body=json.dumps({"environment": "default", "name": "api-pin"}),
-    )
+    await start_default(jp_fetch, "api-pin")
     # When it is pinned (PUT) and unpinned (DELETE)
     pinned = await jp_fetch("gpudev", "api", "containers", "api-pin", "pin", method="PUT", body=b"")
     assert json.loads(pinned.body)["pinned"] is True
@@ -186,13 +193,7 @@ async def test_diff_and_commit_through_the_api(
     jp_fetch: Fetch, jp_root_dir: Path, docker_client: docker.DockerClient
 ) -> None:
     # Given a running dev container of the built-in environment, with an edited file
-    await jp_fetch(
-        "gpudev",
-        "api",
-        "containers",
-        method="POST",
-        body=json.dumps({"environment": "default", "name": "api-diff"}),
-    )
+    await start_default(jp_fetch, "api-diff")
     container = docker_client.containers.get("gpudev-api-diff")
     code, _ = container.exec_run(["/bin/sh", "-c", "echo tuned > /etc/api-tuned"], user="0")
     assert code == 0

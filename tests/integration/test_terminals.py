@@ -13,6 +13,7 @@ import pytest
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
 from jupyter_gpudev.containers import L_MANAGED, L_WORKSPACE
+from tests.integration.test_api_containers import start_default
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 
@@ -45,13 +46,7 @@ async def test_a_lab_terminal_runs_its_shell_in_the_container(
     docker_client: docker.DockerClient,
 ) -> None:
     # Given a running dev container
-    await jp_fetch(
-        "gpudev",
-        "api",
-        "containers",
-        method="POST",
-        body=json.dumps({"environment": "default", "name": "api-term"}),
-    )
+    await start_default(jp_fetch, "api-term")
     hostname = docker_client.containers.get("gpudev-api-term").attrs["Config"]["Hostname"]
     # When a terminal is opened into it
     response = await jp_fetch(
@@ -77,13 +72,7 @@ async def test_a_lab_terminal_runs_its_shell_in_the_container(
 
 
 async def test_no_terminal_into_a_stopped_container(jp_fetch: Fetch) -> None:
-    await jp_fetch(
-        "gpudev",
-        "api",
-        "containers",
-        method="POST",
-        body=json.dumps({"environment": "default", "name": "api-stopped"}),
-    )
+    await start_default(jp_fetch, "api-stopped")
     await jp_fetch("gpudev", "api", "containers", "api-stopped", "stop", method="POST", body=b"")
     with pytest.raises(HTTPClientError) as caught:
         await jp_fetch(
