@@ -13,7 +13,6 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import tarfile
 import threading
 from dataclasses import dataclass, field
@@ -62,9 +61,7 @@ class Baselines:
     def _write(self, path: Path, data: dict[str, Any]) -> None:
         with self._lock:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data, sort_keys=True))
-            os.replace(tmp, path)
+            _atomic_write(path, json.dumps(data, sort_keys=True))
 
     def image(self, image_id: str) -> ch.PackageState | None:
         data = self._read(self.folder / f"image-{_check_id(image_id)}.json")
@@ -108,11 +105,20 @@ class Baseline:
 
 @dataclass
 class Captured:
-    """A container's change set, with what it was captured from."""
+    """A container's change set, with what it was captured from: the container, its packages
+    now and its whole ``docker diff`` (what a baseline moved forward to this point holds)."""
 
     info: DevContainerInfo
     environment: Environment
     changes: ch.ChangeSet
+    container: Container
+    packages: ch.PackageState
+    diff: list[dict[str, Any]]
+
+    def as_baseline(self) -> Baseline:
+        env = self.container.attrs.get("Config", {}).get("Env") or []
+        files = {str(d["Path"]): int(d["Kind"]) for d in self.diff}
+        return Baseline(self.packages, ch.env_dict(env), files)
 
 
 class ChangeCapture:
@@ -126,13 +132,10 @@ class ChangeCapture:
 
     def record_baseline(self, container: Container) -> None:
         """Probe a container that just ran its lifecycle commands: its own baseline."""
-        result = ch.probe(container)
-        env = list(container.attrs.get("Config", {}).get("Env") or [])
+        env = container.attrs.get("Config", {}).get("Env") or []
         files = {str(d["Path"]): int(d["Kind"]) for d in container.diff() or []}
-        self.baselines.save_container(
-            str(container.id),
-            Baseline(result.state, dict(e.split("=", 1) for e in env if "=" in e), files),
-        )
+        baseline = Baseline(ch.probe(container).state, ch.env_dict(env), files)
+        self.baselines.save_container(str(container.id), baseline)
 
     def _image_baseline(self, client: docker.DockerClient, image_id: str) -> ch.PackageState:
         cached = self.baselines.image(image_id)
@@ -155,11 +158,7 @@ class ChangeCapture:
                 image,
                 entrypoint=["/bin/sh", "-c", ch.PROBE_SCRIPT],
                 command=[],
-                environment={
-                    "GPUDEV_PY_PROBE": ch.PY_PROBE,
-                    "GPUDEV_OWNED_DPKG": " ".join(owned_dpkg or []),
-                    "GPUDEV_OWNED_DISTS": json.dumps(owned_dists or []),
-                },
+                environment=ch.probe_environment(owned_dpkg or [], owned_dists or []),
                 user="0",
                 network_disabled=True,
                 remove=True,
@@ -188,12 +187,9 @@ class ChangeCapture:
         environment = manager.environments.get(info.environment, manager.root_dir)
         try:
             base = self.baseline(client, container)
+            whole_diff = list(container.diff() or [])
             # A path the baseline already had, with the same kind, is not a new change.
-            diff = [
-                d
-                for d in container.diff() or []
-                if base.files.get(str(d["Path"])) != int(d["Kind"])
-            ]
+            diff = [d for d in whole_diff if base.files.get(str(d["Path"])) != int(d["Kind"])]
             current = self._probe_current(client, container, base.packages)
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise EngineError(f"Reading the changes of {name!r}: {exc}") from exc
@@ -208,7 +204,7 @@ class ChangeCapture:
             base.env,
             result,
         )
-        return Captured(info, environment, result)
+        return Captured(info, environment, result, container, current.state, whole_diff)
 
     def _probe_current(
         self, client: docker.DockerClient, container: Container, base: ch.PackageState
@@ -236,7 +232,7 @@ class ChangeCapture:
         dpkg, dists = ch.changed_packages(base, first.state)
         if not dpkg and not dists:
             return first
-        return self._probe_image(client, image, dpkg, [ch.normalize(d) for d in dists])
+        return self._probe_image(client, image, dpkg, dists)
 
     # -- render -------------------------------------------------------------------------------
 
@@ -280,10 +276,9 @@ class ChangeCapture:
         Dockerfile, and move the container's baseline forward (a diff right after is empty).
         Files whose content looks like a credential are left out and reported."""
         captured = self.capture(name, host)
-        found_host, container = self.containers._find(name, host)
         dockerfile, old_text, context = self._targets(captured.environment)
         folder = context / "gpudev-context" / captured.info.name
-        secrets = self._export(container, captured.changes.files.kept, folder)
+        secrets = self._export(captured.container, captured.changes.files.kept, folder)
         files = captured.changes.files
         files.kept = [p for p in files.kept if p not in secrets]
         files.secrets = sorted({*files.secrets, *secrets})
@@ -297,21 +292,22 @@ class ChangeCapture:
             _atomic_write(dockerfile, rendered.new_text)
             if rendered.created:
                 devcontainer = self._use_dockerfile(captured.environment, dockerfile)
-        self._move_baseline(found_host.client(), container)
+        # What was just captured is the new starting point: a diff right after is empty.
+        self.baselines.save_container(str(captured.container.id), captured.as_baseline())
         return WriteResult(
             captured, rendered, dockerfile, backup, folder if rendered.files else None, devcontainer
         )
 
     def _export(self, container: Container, paths: list[str], folder: Path) -> set[str]:
-        """Copy kept files out of the container into ``folder/apt`` and ``folder/files``:
+        """Copy kept files out of the container into ``folder/apt`` and ``folder/files``
+        (added to what an earlier commit of the container put there: its COPY line reads the
+        same folder):
         regular files and symbolic links, written at paths computed here (never at a name read
         from an archive). Returns the paths whose content looks like a credential (not
         copied). A running container sends them all in one archive; otherwise one each."""
         secrets: set[str] = set()
         if not paths:
             return secrets
-        if folder.exists():
-            shutil.rmtree(folder)
         wanted = set(paths)
         container.reload()
         batch = self._batch_archive(container, paths) if container.status == "running" else None
@@ -420,16 +416,6 @@ class ChangeCapture:
             data["containerEnv"] = dict(env.container_env)
         _atomic_write(path, json.dumps(data, indent=2) + "\n")
         return path
-
-    def _move_baseline(self, client: docker.DockerClient, container: Container) -> None:
-        current = self._probe_current(client, container, self.baseline(client, container).packages)
-        container.reload()
-        env = list(container.attrs.get("Config", {}).get("Env") or [])
-        files = {str(d["Path"]): int(d["Kind"]) for d in container.diff() or []}
-        self.baselines.save_container(
-            str(container.id),
-            Baseline(current.state, dict(e.split("=", 1) for e in env if "=" in e), files),
-        )
 
 
 @dataclass

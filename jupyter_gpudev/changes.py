@@ -543,21 +543,34 @@ def _parse_python(python: str, lines: list[str]) -> tuple[PythonEnv | None, list
     return None, []
 
 
+def probe_environment(
+    owned_dpkg: Iterable[str] = (), owned_dists: Iterable[str] = ()
+) -> dict[str, str]:
+    """The environment ``PROBE_SCRIPT`` runs with (its only variable input, validated):
+    ``owned_*`` are the packages whose files it lists too."""
+    return {
+        "GPUDEV_PY_PROBE": PY_PROBE,
+        "GPUDEV_OWNED_DPKG": " ".join(sorted(p for p in owned_dpkg if _DPKG_NAME_RE.match(p))),
+        "GPUDEV_OWNED_DISTS": json.dumps(
+            sorted(normalize(d) for d in owned_dists if _PY_NAME_RE.match(d))
+        ),
+    }
+
+
+def env_dict(items: Iterable[str]) -> dict[str, str]:
+    """``["NAME=value", ...]`` (a container's or image's ``Config.Env``) as a dict."""
+    return dict(item.split("=", 1) for item in items if "=" in item)
+
+
 def probe(
     container: Any, owned_dpkg: Iterable[str] = (), owned_dists: Iterable[str] = ()
 ) -> ProbeResult:
     """Run the probe in a running container (one ``docker exec``, as root so that every
     package database is readable). ``owned_*``: packages whose files to list too."""
-    dpkg_names = sorted(p for p in owned_dpkg if _DPKG_NAME_RE.match(p))
-    dist_names = sorted(normalize(d) for d in owned_dists if _PY_NAME_RE.match(d))
     code, output = container.exec_run(
         ["/bin/sh", "-c", PROBE_SCRIPT],
         user="0",
-        environment={
-            "GPUDEV_PY_PROBE": PY_PROBE,
-            "GPUDEV_OWNED_DPKG": " ".join(dpkg_names),
-            "GPUDEV_OWNED_DISTS": json.dumps(dist_names),
-        },
+        environment=probe_environment(owned_dpkg, owned_dists),
     )
     text = output.decode("utf-8", "replace") if isinstance(output, bytes) else ""
     if code not in (0, None):
@@ -831,12 +844,8 @@ def env_changes(
     changes: ChangeSet,
 ) -> None:
     """Environment variables of the container that its image (or the baseline) has not."""
-    now = dict(item.split("=", 1) for item in container_env if "=" in item)
-    before = (
-        dict(baseline_env)
-        if baseline_env is not None
-        else dict(item.split("=", 1) for item in image_env if "=" in item)
-    )
+    now = env_dict(container_env)
+    before = dict(baseline_env) if baseline_env is not None else env_dict(image_env)
     for name in sorted(now):
         if name in RUNTIME_ENV or name.startswith("GPUDEV_") or before.get(name) == now[name]:
             continue
