@@ -212,15 +212,23 @@ def test_commit_write_patches_the_dockerfile_and_the_rebuilt_image_has_the_chang
     assert again.returncode == 0, again.stderr
     assert again.stdout == ""
     assert "No changes in writebox" in again.stderr
+    # When a later change is committed too, the first commit's files stay in the context
+    sh(docker_client, "writebox", "echo 'later' > /etc/tool/later.conf")
+    second = gpudev("commit", "writebox", "--write", *args)
+    assert second.returncode == 0, second.stderr
+    assert (copied / "tool" / "tool.conf").read_text() == "threads = 4\n"
+    assert (copied / "tool" / "later.conf").read_text() == "later\n"
     # When the environment is started again, its image is rebuilt from the patched Dockerfile
     manager.start(StartRequest(environment="diff", name="rebuilt"))
     out = sh(
         docker_client,
         "rebuilt",
-        "cat /etc/tool/tool.conf /etc/motd; python3 -c 'import gpudevbase' 2>&1 || true",
+        "cat /etc/tool/tool.conf /etc/tool/later.conf /etc/motd; "
+        "python3 -c 'import gpudevbase' 2>&1 || true",
     )
     # Then the rebuilt container has the changes
     assert "threads = 4" in out
+    assert "later" in out
     assert "Welcome to the GPU box" in out
     assert "No module named 'gpudevbase'" in out
 
