@@ -23,19 +23,20 @@ import shlex
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import docker.errors
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
+from requests.exceptions import RequestException
 from tornado import web
 from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import Config
 
 from .containers import DevContainers, StartRequest
-from .errors import Conflict, GPUDevError
+from .errors import Conflict, EngineError, GPUDevError
 from .hosts import HostPool
 
 T = TypeVar("T")
@@ -139,6 +140,10 @@ class GPUDevProvisioner(KernelProvisionerBase):
     _exit_code: int | None = None
     _api: Any = None
     _launching: Any = None
+    #: The kernel has started once (a later failed launch is a restart's: the container stays).
+    _launched: bool = False
+    #: Counted among the kernels of a shared container.
+    _joined: bool = False
     _idle_timeout: float | None = None
     #: Set by the GPU culler: at shutdown, stop the container but keep it (a reclaim).
     keep_container: bool = False
@@ -183,10 +188,29 @@ class GPUDevProvisioner(KernelProvisionerBase):
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         """Make the container ready (build/pull, lease, start) before the kernel is started."""
+        return await self._guarded(not self._container_name, self._pre_launch(**kwargs))
+
+    async def _guarded(self, first: bool, step: Awaitable[T]) -> T:
+        """Run a launch step. When the kernel's first start fails, nothing is left behind
+        (jupyter_client never calls cleanup() for a kernel that did not start): its dedicated
+        container is removed and its lease freed, or it leaves its shared container. Errors
+        reach the user as HTTP errors with a message, engine errors included."""
         try:
-            return await self._pre_launch(**kwargs)
-        except GPUDevError as err:
-            raise KernelLaunchError(err) from err
+            return await step
+        except BaseException as exc:
+            if first:
+                await self._abandon()
+            error = exc if isinstance(exc, GPUDevError) else None
+            if isinstance(exc, (docker.errors.DockerException, RequestException)):
+                error = EngineError(f"Starting the kernel in {self._container_name!r}: {exc}")
+            if error is None:
+                raise
+            raise KernelLaunchError(error) from exc
+
+    async def _abandon(self) -> None:
+        await self._run(self._cleanup_sync, False)
+        if self._joined:
+            await self._leave_shared()
 
     async def _pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         kwargs = await super().pre_launch(**kwargs)
@@ -195,8 +219,8 @@ class GPUDevProvisioner(KernelProvisionerBase):
         elif self.container:
             self._container_name = self.container
             self._dedicated = False
+            # Joined first: a pending linger stop is cancelled before the container is checked.
             await self._run(self._ensure_running)
-            self._join_shared()
         else:
             owner = self._owner()
             request = StartRequest(
@@ -230,11 +254,13 @@ class GPUDevProvisioner(KernelProvisionerBase):
                 f"{self._container_name!r} belongs to another kernel; start a kernel in a dev "
                 "container that kernels share, or in a new one"
             )
+        self._join_shared()
         if info.state != "running":
             self._manager.resume(self._container_name, self.host or None, self._log_progress)
 
     def _join_shared(self) -> None:
         key = self._shared_key()
+        self._joined = True
         with _shared_lock:
             _kernels_in.setdefault(key, set()).add(self.kernel_id)
             waiting = _lingering.pop(key, None)
@@ -245,6 +271,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         """The last kernel of a shared container ended: stop it (freeing its GPUs) after the
         linger (``c.DevContainers.linger``), unless it is pinned or a kernel came back."""
         key = self._shared_key()
+        self._joined = False
         with _shared_lock:
             kernels = _kernels_in.get(key, set())
             kernels.discard(self.kernel_id)
@@ -321,10 +348,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
             _ports_in_use.get(self._container_name, set()).difference_update(self._ports)
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
-        try:
-            return await self._run(self._launch, cmd, kwargs)
-        except GPUDevError as err:
-            raise KernelLaunchError(err) from err
+        return await self._guarded(not self._launched, self._run(self._launch, cmd, kwargs))
 
     def _launch(self, cmd: list[str], kwargs: dict[str, Any]) -> KernelConnectionInfo:
         km: Any = self.parent
@@ -367,6 +391,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         self._exec_id = str(exec_id)
         self._exit_code = None
         self._check_started(container, argv, log_file)
+        self._launched = True
         self.log.info(
             "gpudev kernel %s started in %s (%s) on %s:%s",
             self.kernel_id,
@@ -391,7 +416,6 @@ class GPUDevProvisioner(KernelProvisionerBase):
             return
         _, output = container.exec_run(["tail", "-n", "20", log_file])
         tail = output.decode(errors="replace").strip() if isinstance(output, bytes) else ""
-        self._cleanup_sync(restart=False)
         raise KernelStartFailed(
             f"The kernel exited at once (exit {code}) in {self._container_name!r}: "
             f"{tail.splitlines()[-1] if tail else 'no output'}. Does the image have ipykernel, "
@@ -471,9 +495,8 @@ class GPUDevProvisioner(KernelProvisionerBase):
         await self.send_signal(signal.SIGTERM)
 
     async def cleanup(self, restart: bool = False) -> None:
-        shared = not restart and not self._dedicated and bool(self._container_name)
         await self._run(self._cleanup_sync, restart)
-        if shared:
+        if not restart and self._joined:
             await self._leave_shared()
 
     def _cleanup_sync(self, restart: bool) -> None:
@@ -486,12 +509,13 @@ class GPUDevProvisioner(KernelProvisionerBase):
             self._remove_runtime_files()
             return
         manager = self._manager
+        host = self.host or None
         try:
-            # The lease is released as soon as the container has stopped (well under 1 s).
-            manager.stop(self._container_name, self.host or None)
+            # Either way the lease is released as soon as the container has stopped (well
+            # under 1 s); remove() stops it first.
             if self.remove_unchanged and not self.keep_container:
                 try:
-                    manager.remove(self._container_name, self.host or None)
+                    manager.remove(self._container_name, host)
                 except Conflict:
                     self.log.info(
                         "gpudev kernel %s: %s has changes: stopped and kept until committed or "
@@ -499,6 +523,8 @@ class GPUDevProvisioner(KernelProvisionerBase):
                         self.kernel_id,
                         self._container_name,
                     )
+            else:
+                manager.stop(self._container_name, host)
         except GPUDevError as err:
             self.log.warning(
                 "gpudev kernel %s: cleaning up %s: %s",
@@ -518,12 +544,6 @@ class GPUDevProvisioner(KernelProvisionerBase):
                     f"{RUNTIME_DIR}/kernel-{self.kernel_id}.log",
                 ]
             )
-
-    def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
-        return recommended
-
-    def get_stable_start_time(self, recommended: float = 10.0) -> float:
-        return recommended
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         info: dict[str, Any] = await super().get_provisioner_info()

@@ -13,6 +13,7 @@ import docker
 import pytest
 from jupyter_client.manager import AsyncKernelManager
 
+from jupyter_gpudev import provisioner
 from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
 from jupyter_gpudev.errors import BadRequest
 from jupyter_gpudev.kernelspecs import SHARED_PREFIX, GPUDevKernelSpecManager
@@ -151,3 +152,41 @@ async def test_a_kernel_container_cannot_be_pinned_or_shared(
         assert SHARED_PREFIX + name not in ksm.find_kernel_specs()
     finally:
         await km.shutdown_kernel()
+
+
+async def test_an_engine_error_while_launching_leaves_no_container_lease_or_member(
+    manager: DevContainers,
+    docker_client: docker.DockerClient,
+    gpu_engine: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given the engine fails the kernel's exec, after the GPU container was made and leased
+    gpu_environment(manager.root_dir)
+    failing = docker.errors.APIError("exec refused by the engine")
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise failing
+
+    monkeypatch.setattr(docker.api.client.APIClient, "exec_create", refuse)
+    monkeypatch.setattr(provisioner, "_argv_by_image", {})  # looked up without an exec below
+    monkeypatch.setattr(
+        provisioner.GPUDevProvisioner,
+        "_read_image_argv",
+        staticmethod(lambda _container: list(provisioner.DEFAULT_ARGV)),
+    )
+    km = kernel_manager(manager, "gpudev-gpu")
+    # When its kernel is started
+    with pytest.raises(provisioner.KernelLaunchError) as caught:
+        await km.start_kernel()
+    # Then the user gets the engine's message, and no container or lease is left
+    assert "exec refused by the engine" in caught.value.error.message
+    assert manager.ledger.active("local") == []
+    assert docker_client.containers.list(all=True, filters={"name": "gpudev-kernel-"}) == []
+    # And a kernel that fails in a shared container leaves its count (the container stops
+    # with its last kernel, as after a shutdown)
+    manager.start(StartRequest(environment="default", name="shared-fail"))
+    shared = kernel_manager(manager, SHARED_PREFIX + "shared-fail")
+    with pytest.raises(provisioner.KernelLaunchError):
+        await shared.start_kernel()
+    assert provisioner._kernels_in.get(("local", "shared-fail")) is None
+    assert state(docker_client, "shared-fail") == "exited"
