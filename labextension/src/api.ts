@@ -272,10 +272,7 @@ export async function startContainer(
     },
     settings
   );
-  if (!response.ok) {
-    const body = parseJSON(await readText(response));
-    throw errorFromBody(response, body.parsed ? body.value : undefined);
-  }
+  await throwUnlessOK(response);
   const type = response.headers.get('Content-Type') ?? '';
   if (type.includes('text/event-stream') && response.body !== null) {
     return readStartStream(
@@ -381,10 +378,7 @@ export async function removeContainer(
     settings,
     force ? { force: '1' } : {}
   );
-  if (!response.ok) {
-    const body = parseJSON(await readText(response));
-    throw errorFromBody(response, body.parsed ? body.value : undefined);
-  }
+  await throwUnlessOK(response);
 }
 
 /**
@@ -451,10 +445,7 @@ async function kernelAction(
     { method: 'POST' },
     settings
   );
-  if (!response.ok) {
-    const body = parseJSON(await readText(response));
-    throw errorFromBody(response, body.parsed ? body.value : undefined);
-  }
+  await throwUnlessOK(response);
 }
 
 async function containerAction(
@@ -721,15 +712,12 @@ export function isReclaim(value: unknown): value is IReclaim {
 
 /** The same reclaim with every field the panel reads present. */
 function normaliseReclaim(reclaim: IReclaim): IReclaim {
-  const raw: unknown = reclaim.gpu_uuids;
   return {
     kernel_id: reclaim.kernel_id,
     container: reclaim.container,
     environment:
       typeof reclaim.environment === 'string' ? reclaim.environment : '',
-    gpu_uuids: Array.isArray(raw)
-      ? raw.filter((item): item is string => typeof item === 'string')
-      : [],
+    gpu_uuids: stringArray(reclaim.gpu_uuids),
     idle_seconds: Math.max(0, finiteOrNull(reclaim.idle_seconds) ?? 0),
     reclaim_at: reclaim.reclaim_at
   };
@@ -740,10 +728,6 @@ function normaliseReclaim(reclaim: IReclaim): IReclaim {
  * type: `pinned` false and `kernel_id` null when the server left them out.
  */
 function normaliseContainer(container: IDevContainer): IDevContainer {
-  const strings = (value: unknown): string[] =>
-    Array.isArray(value)
-      ? value.filter((item): item is string => typeof item === 'string')
-      : [];
   const ports: Record<string, number> = {};
   const raw: unknown = container.ports;
   if (isRecord(raw)) {
@@ -766,18 +750,33 @@ function normaliseContainer(container: IDevContainer): IDevContainer {
     image: text(container.image),
     status: text(container.status),
     created: text(container.created),
-    gpu_uuids: strings(container.gpu_uuids),
+    gpu_uuids: stringArray(container.gpu_uuids),
     lease_id:
       typeof container.lease_id === 'string' ? container.lease_id : null,
     ports,
-    warnings: strings(container.warnings),
+    warnings: stringArray(container.warnings),
     pinned: pinned === true,
     kernel_id: typeof kernelId === 'string' && kernelId !== '' ? kernelId : null
   };
 }
 
+/** The strings of `value` when it is an array (anything else left out); else `[]`. */
+export function stringArray(value: unknown): string[] {
+  return Array.isArray(value)
+    ? value.filter((item): item is string => typeof item === 'string')
+    : [];
+}
+
 function finiteOrNull(value: unknown): number | null {
   return typeof value === 'number' && Number.isFinite(value) ? value : null;
+}
+
+/** Throw the error an answer with an error status tells; nothing for a success. */
+async function throwUnlessOK(response: Response): Promise<void> {
+  if (!response.ok) {
+    const body = parseJSON(await readText(response));
+    throw errorFromBody(response, body.parsed ? body.value : undefined);
+  }
 }
 
 function errorFromBody(response: Response, body: unknown): GPUDevAPIError {

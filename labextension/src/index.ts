@@ -3,11 +3,7 @@ import type {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import {
-  ICommandPalette,
-  Notification,
-  showErrorMessage
-} from '@jupyterlab/apputils';
+import { ICommandPalette, Notification } from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import type { TranslationBundle } from '@jupyterlab/translation';
@@ -25,7 +21,7 @@ import {
 } from './model';
 import type { IPolledState, IReclaimsState, ReclaimAction } from './model';
 import type { IReclaim } from './tokens';
-import { notifyError, renderErrorDetails } from './widgets/ErrorDetails';
+import { notifyError } from './widgets/ErrorDetails';
 import { HostsPanel, PANEL_ID, TRANSLATION_DOMAIN } from './widgets/HostsPanel';
 import { reclaimMessage, runReclaimAction } from './widgets/Reclaims';
 
@@ -137,21 +133,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
     // The hosts: the details show the state of each host.
     notifyOnTransitionToError(model, {
       notify: (error, state) => {
-        const hosts = state.hosts;
-        Notification.error(trans.__('GPU Dev: %1', error.message), {
-          autoClose: false,
-          actions: [
-            {
-              label: trans.__('Show details'),
-              caption: trans.__('Show the error and the state of each host'),
-              callback: () => {
-                void showErrorMessage(trans.__('GPU Dev: hosts unavailable'), {
-                  message: renderErrorDetails(error, hosts, trans)
-                });
-              }
-            }
-          ]
-        });
+        notifyError(
+          trans.__('GPU Dev: hosts unavailable'),
+          error,
+          trans,
+          state.hosts
+        );
       }
     });
     // The environments and dev containers, unless the server is out of
@@ -169,12 +156,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     notifyOnReclaims(reclaims, containers, trans);
     // The pending reclaims, unless the server is out of reach or another
-    // list failed too: their notification says it.
+    // list failed too: their notification says it. That holds only while
+    // the panel is shown: hidden, the other polls stand by (their state is
+    // stale and they notify nothing) while this one goes on.
     notifyOnTransitionToError(reclaims, {
       skipWhen: error =>
-        error.code === NETWORK_ERROR ||
-        model.state.status === 'error' ||
-        containers.state.status === 'error',
+        (model.visible &&
+          (error.code === NETWORK_ERROR || model.state.status === 'error')) ||
+        (containers.visible && containers.state.status === 'error'),
       notify: error => {
         notifyError(
           trans.__('GPU Dev: idle GPU kernels unavailable'),
@@ -208,14 +197,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
 /**
  * Open the Jupyter terminal `name` (made in a dev container) in the main
- * area. Without JupyterLab's terminal extension, say so and shut the
- * terminal down again rather than leave it running unseen.
+ * area. Without JupyterLab's terminal extension, or when opening it fails,
+ * say so and shut the terminal down again rather than leave it running
+ * unseen.
  */
 async function openTerminal(
   app: JupyterFrontEnd,
   name: string,
   trans: TranslationBundle
 ): Promise<void> {
+  const shutDown = (): Promise<void> =>
+    app.serviceManager.terminals.shutdown(name).catch(() => undefined);
   if (!app.commands.hasCommand(OPEN_TERMINAL_COMMAND)) {
     Notification.error(
       trans.__(
@@ -223,10 +215,22 @@ async function openTerminal(
       ),
       { autoClose: false }
     );
-    await app.serviceManager.terminals.shutdown(name).catch(() => undefined);
+    await shutDown();
     return;
   }
-  await app.commands.execute(OPEN_TERMINAL_COMMAND, { name });
+  try {
+    await app.commands.execute(OPEN_TERMINAL_COMMAND, { name });
+  } catch (reason) {
+    await shutDown();
+    const cause = reason instanceof Error ? reason.message : String(reason);
+    throw new Error(
+      trans.__(
+        'Could not open terminal %1 (%2); it has been shut down.',
+        name,
+        cause
+      )
+    );
+  }
 }
 
 /** The `refreshInterval` setting in seconds, falling back to the default. */

@@ -17,6 +17,7 @@ import {
   resumeContainer,
   startContainer,
   stopContainer,
+  stringArray,
   toAPIError
 } from './api';
 import type { IStartOptions } from './api';
@@ -188,6 +189,23 @@ abstract class PolledModel<S extends IPolledState> {
    */
   protected abstract update(): Promise<void>;
 
+  /**
+   * Apply a failed update: `status` becomes `error` (with `extra`, the rest
+   * of the state kept), then throw the error so that the poll backs off
+   * until the server answers again.
+   */
+  protected fail(reason: unknown, extra: Partial<S> = {}): never {
+    const error = toAPIError(reason);
+    this.setState({
+      ...this.state,
+      ...extra,
+      status: 'error',
+      error,
+      lastUpdated: new Date()
+    });
+    throw error;
+  }
+
   protected setState(state: S): void {
     if (this.isDisposed) {
       return;
@@ -244,14 +262,7 @@ export class HostsModel extends PolledModel<IHostsState> {
       response = await this._fetch();
     } catch (reason) {
       const error = toAPIError(reason);
-      this.setState({
-        status: 'error',
-        hosts: error.hosts,
-        error,
-        lastUpdated: new Date()
-      });
-      // Rejecting makes the poll back off until the server answers again.
-      throw error;
+      this.fail(error, { hosts: error.hosts });
     }
     this.setState({
       status: 'ready',
@@ -437,15 +448,8 @@ export class ContainersModel extends PolledModel<IContainersState> {
         ]);
       } while (epoch !== this._epoch && !this.isDisposed);
     } catch (reason) {
-      const error = toAPIError(reason);
       // Keep the last lists: they are shown greyed out under the error.
-      this.setState({
-        ...this.state,
-        status: 'error',
-        error,
-        lastUpdated: new Date()
-      });
-      throw error;
+      this.fail(reason);
     }
     const names = new Set(containers.containers.map(c => c.name));
     for (const name of [...this._warnings.keys()]) {
@@ -517,23 +521,17 @@ export class ContainersModel extends PolledModel<IContainersState> {
   }
 
   private _setStarting(environment: string, value: IStartState | null): void {
-    const starting = new Map(this.state.starting);
-    if (value) {
-      starting.set(environment, value);
-    } else {
-      starting.delete(environment);
-    }
-    this.setState({ ...this.state, starting });
+    this.setState({
+      ...this.state,
+      starting: withEntry(this.state.starting, environment, value)
+    });
   }
 
   private _setPending(name: string, action: ContainerAction | null): void {
-    const pending = new Map(this.state.pending);
-    if (action) {
-      pending.set(name, action);
-    } else {
-      pending.delete(name);
-    }
-    this.setState({ ...this.state, pending });
+    this.setState({
+      ...this.state,
+      pending: withEntry(this.state.pending, name, action)
+    });
   }
 
   private readonly _api: ContainersModel.IAPI;
@@ -575,10 +573,7 @@ export function isUncommittedChanges(error: GPUDevAPIError): boolean {
 
 /** The changed paths listed with an `isUncommittedChanges` error. */
 export function changedPaths(error: GPUDevAPIError): string[] {
-  const changes = error.details?.changes;
-  return Array.isArray(changes)
-    ? changes.filter((item): item is string => typeof item === 'string')
-    : [];
+  return stringArray(error.details?.changes);
 }
 
 /** An action on a pending reclaim that can be under way. */
@@ -633,16 +628,6 @@ export class ReclaimsModel extends PolledModel<IReclaimsState> {
     };
   }
 
-  /** The pending reclaims (the same as `state.reclaims`). */
-  get reclaims(): readonly IReclaim[] {
-    return this.state.reclaims;
-  }
-
-  /** The pending reclaim of the kernel running in `container`, if any. */
-  forContainer(container: string): IReclaim | undefined {
-    return this.state.reclaims.find(r => r.container === container);
-  }
-
   /** Keep an idle GPU kernel: its idle time starts again. */
   async keep(kernelId: string): Promise<void> {
     return this._act(kernelId, 'keep', () => this._api.keepKernel(kernelId));
@@ -670,14 +655,7 @@ export class ReclaimsModel extends PolledModel<IReclaimsState> {
         response = await this._api.fetchReclaims();
       } while (epoch !== this._epoch && !this.isDisposed);
     } catch (reason) {
-      const error = toAPIError(reason);
-      this.setState({
-        ...this.state,
-        status: 'error',
-        error,
-        lastUpdated: new Date()
-      });
-      throw error;
+      this.fail(reason);
     }
     this.setState({
       ...this.state,
@@ -720,13 +698,10 @@ export class ReclaimsModel extends PolledModel<IReclaimsState> {
   }
 
   private _setPending(kernelId: string, action: ReclaimAction | null): void {
-    const pending = new Map(this.state.pending);
-    if (action) {
-      pending.set(kernelId, action);
-    } else {
-      pending.delete(kernelId);
-    }
-    this.setState({ ...this.state, pending });
+    this.setState({
+      ...this.state,
+      pending: withEntry(this.state.pending, kernelId, action)
+    });
   }
 
   private readonly _api: ReclaimsModel.IAPI;
@@ -749,6 +724,21 @@ export namespace ReclaimsModel {
     /** Replaces some API calls, for tests. */
     api?: Partial<IAPI>;
   }
+}
+
+/** A copy of `map` with `key` set to `value`, or removed when it is `null`. */
+function withEntry<K, V>(
+  map: ReadonlyMap<K, V>,
+  key: K,
+  value: V | null
+): Map<K, V> {
+  const copy = new Map(map);
+  if (value === null) {
+    copy.delete(key);
+  } else {
+    copy.set(key, value);
+  }
+  return copy;
 }
 
 function clampInterval(ms: number): number {

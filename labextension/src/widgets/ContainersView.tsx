@@ -8,7 +8,6 @@ import { changedPaths, isUncommittedChanges } from '../model';
 import type {
   ContainerAction,
   ContainersModel,
-  IContainersState,
   IReclaimsState,
   IStartState,
   ReclaimAction,
@@ -24,23 +23,8 @@ import type {
   IStartRequest
 } from '../tokens';
 import { ChangedPaths, notifyError } from './ErrorDetails';
-import { ReclaimWarning, runReclaimAction, useReclaimsState } from './Reclaims';
-
-/** Follow the state of a `ContainersModel` from a React component. */
-export function useContainersState(model: ContainersModel): IContainersState {
-  const [state, setState] = React.useState<IContainersState>(model.state);
-  React.useEffect(() => {
-    const onChange = (_: ContainersModel, next: IContainersState): void => {
-      setState(next);
-    };
-    model.stateChanged.connect(onChange);
-    setState(model.state);
-    return () => {
-      model.stateChanged.disconnect(onChange);
-    };
-  }, [model]);
-  return state;
-}
+import { useModelState } from './hooks';
+import { ReclaimWarning, runReclaimAction } from './Reclaims';
 
 interface ISectionProps {
   model: ContainersModel;
@@ -59,7 +43,7 @@ export function EnvironmentsSection({
   /** The hosts the panel knows; a host can be picked among the reachable. */
   hosts: readonly IHostInfo[];
 }): React.JSX.Element {
-  const state = useContainersState(model);
+  const state = useModelState(model);
   const headingId = React.useId();
   const reachable = React.useMemo(
     () => hosts.filter(host => host.reachable),
@@ -498,8 +482,8 @@ export function ContainersSection({
   /** Opens the terminal made in a container; no Terminal button without it. */
   openTerminal?: OpenTerminal;
 }): React.JSX.Element {
-  const state = useContainersState(model);
-  const reclaimsState = useReclaimsState(reclaims ?? null);
+  const state = useModelState(model);
+  const reclaimsState = useModelState(reclaims ?? null);
   const headingId = React.useId();
 
   const onAction = React.useCallback(

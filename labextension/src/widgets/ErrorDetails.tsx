@@ -2,6 +2,7 @@ import { Notification, showErrorMessage } from '@jupyterlab/apputils';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
+import { NETWORK_ERROR, stringArray } from '../api';
 import type { GPUDevAPIError } from '../api';
 import type { IHostInfo } from '../tokens';
 
@@ -19,14 +20,16 @@ export function ErrorDetails({
   hosts: readonly IHostInfo[];
   trans: TranslationBundle;
 }): React.JSX.Element {
-  const changes = stringList(error.details?.changes);
+  const changes = stringArray(error.details?.changes);
   return (
     <div className="jp-gpudev-error-details">
       <p className="jp-gpudev-error-message">{error.message}</p>
       <p className="jp-gpudev-muted">
         {error.status > 0
           ? trans.__('Error "%1" (HTTP %2)', error.code, error.status)
-          : trans.__('Error "%1" (no answer from the server)', error.code)}
+          : error.code === NETWORK_ERROR
+            ? trans.__('Error "%1" (no answer from the server)', error.code)
+            : trans.__('Error "%1"', error.code)}
       </p>
       {hosts.length > 0 && (
         <ul className="jp-gpudev-error-hosts">
@@ -107,10 +110,4 @@ export function notifyError(
       }
     ]
   });
-}
-
-function stringList(value: unknown): string[] {
-  return Array.isArray(value)
-    ? value.filter((item): item is string => typeof item === 'string')
-    : [];
 }

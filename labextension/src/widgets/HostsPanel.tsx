@@ -20,6 +20,7 @@ import type {
 } from '../tokens';
 import { ContainersSection, EnvironmentsSection } from './ContainersView';
 import type { OpenTerminal } from './ContainersView';
+import { useModelState } from './hooks';
 
 /** The id of the panel in the shell (also used by the layout restorer). */
 export const PANEL_ID = 'gpudev-panel';
@@ -125,22 +126,6 @@ export namespace HostsPanel {
   }
 }
 
-/** Follow the model's state from a React component. */
-function useHostsState(model: HostsModel): IHostsState {
-  const [state, setState] = React.useState<IHostsState>(model.state);
-  React.useEffect(() => {
-    const onChange = (_: HostsModel, next: IHostsState): void => {
-      setState(next);
-    };
-    model.stateChanged.connect(onChange);
-    setState(model.state);
-    return () => {
-      model.stateChanged.disconnect(onChange);
-    };
-  }, [model]);
-  return state;
-}
-
 interface IViewProps {
   model: HostsModel;
   containers?: ContainersModel | null;
@@ -160,7 +145,7 @@ export function HostsView({
   openTerminal,
   trans
 }: IViewProps): React.JSX.Element {
-  const state = useHostsState(model);
+  const state = useModelState(model);
   const [refreshing, setRefreshing] = React.useState(false);
   const hostsHeadingId = React.useId();
 

@@ -2,41 +2,9 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
 import { toAPIError } from '../api';
-import type {
-  ContainersModel,
-  IReclaimsState,
-  ReclaimAction,
-  ReclaimsModel
-} from '../model';
+import type { ContainersModel, ReclaimAction, ReclaimsModel } from '../model';
 import type { IReclaim } from '../tokens';
 import { notifyError } from './ErrorDetails';
-
-/**
- * Follow the state of a `ReclaimsModel` from a React component; `null`
- * without a model.
- */
-export function useReclaimsState(
-  model: ReclaimsModel | null
-): IReclaimsState | null {
-  const [state, setState] = React.useState<IReclaimsState | null>(
-    model?.state ?? null
-  );
-  React.useEffect(() => {
-    if (!model) {
-      setState(null);
-      return;
-    }
-    const onChange = (_: ReclaimsModel, next: IReclaimsState): void => {
-      setState(next);
-    };
-    model.stateChanged.connect(onChange);
-    setState(model.state);
-    return () => {
-      model.stateChanged.disconnect(onChange);
-    };
-  }, [model]);
-  return state;
-}
 
 /** When the kernel will be released, as hours and minutes of the local time. */
 export function reclaimTime(reclaim: IReclaim): string {

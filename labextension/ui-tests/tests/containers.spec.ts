@@ -1,28 +1,19 @@
 import { expect, test } from '@jupyterlab/galata';
-import type { IJupyterLabPageFixture } from '@jupyterlab/galata';
 import type { APIRequestContext } from '@playwright/test';
+
+import { openPanel } from './helpers';
 
 /**
  * A dev container from the built-in `default` environment (the kernel image
  * gpudev-python:bookworm, no GPU), on the real Docker engine of this machine.
  */
 const ENV = 'default';
-const PANEL_ID = 'gpudev-panel';
 
 /** Names of the containers the test started, removed again after it. */
 const started = new Set<string>();
 
 /** Names of the Jupyter terminals the test opened, shut down after it. */
 const openedTerminals = new Set<string>();
-
-async function openPanel(page: IJupyterLabPageFixture) {
-  const tab = page.sidebar.getTabLocator(PANEL_ID);
-  await expect(tab).toHaveAttribute('title', 'GPU Dev');
-  await tab.click();
-  const panel = page.locator(`#${PANEL_ID}`);
-  await expect(panel).toBeVisible();
-  return panel;
-}
 
 interface IListedContainer {
   name: string;

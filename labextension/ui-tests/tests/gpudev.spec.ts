@@ -1,21 +1,11 @@
 import { expect, test } from '@jupyterlab/galata';
-import type { IJupyterLabPageFixture } from '@jupyterlab/galata';
+
+import { openPanel, PANEL_ID } from './helpers';
 
 /** The two GPUs printed by tests/fixtures/smi/two-a100 through the fake nvidia-smi. */
 const GPU0 = 'GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77';
 const GPU1 = 'GPU-8f2a9c41-7b3e-4c55-9d0a-2e6f1b7c3d90';
 const GPU_NAME = 'NVIDIA A100-SXM4-80GB';
-
-const PANEL_ID = 'gpudev-panel';
-
-async function openPanel(page: IJupyterLabPageFixture) {
-  const tab = page.sidebar.getTabLocator(PANEL_ID);
-  await expect(tab).toHaveAttribute('title', 'GPU Dev');
-  await tab.click();
-  const panel = page.locator(`#${PANEL_ID}`);
-  await expect(panel).toBeVisible();
-  return panel;
-}
 
 test.describe('GPU Dev panel', () => {
   test('lists the local host with its engine and both GPUs', async ({

@@ -1,6 +1,7 @@
 import { expect, test } from '@jupyterlab/galata';
-import type { IJupyterLabPageFixture } from '@jupyterlab/galata';
 import type { APIRequestContext, Page } from '@playwright/test';
+
+import { openPanel } from './helpers';
 
 /**
  * A kernel of the `gpu` environment (.devcontainer/gpu/devcontainer.json,
@@ -10,7 +11,6 @@ import type { APIRequestContext, Page } from '@playwright/test';
  * before that (so 5 s after its last activity).
  */
 const KERNEL_NAME = 'gpudev-gpu';
-const PANEL_ID = 'gpudev-panel';
 
 /** The reclaims are polled every 10 s: a warning shows within ~15 s. */
 const WARNING_TIMEOUT = 20000;
@@ -26,15 +26,6 @@ interface IListedReclaim {
   container: string;
   gpu_uuids: string[];
   reclaim_at: number;
-}
-
-async function openPanel(page: IJupyterLabPageFixture) {
-  const tab = page.sidebar.getTabLocator(PANEL_ID);
-  await expect(tab).toHaveAttribute('title', 'GPU Dev');
-  await tab.click();
-  const panel = page.locator(`#${PANEL_ID}`);
-  await expect(panel).toBeVisible();
-  return panel;
 }
 
 /** The pending reclaims, through the API. */

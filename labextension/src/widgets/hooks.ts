@@ -1,0 +1,33 @@
+import type { ISignal } from '@lumino/signaling';
+import * as React from 'react';
+
+/** A model whose state is replaced, and announced, on each change. */
+export interface IStateModel<S> {
+  readonly state: S;
+  readonly stateChanged: ISignal<unknown, S>;
+}
+
+/**
+ * Follow the state of a model from a React component; `null` without a
+ * model.
+ */
+export function useModelState<S>(model: IStateModel<S>): S;
+export function useModelState<S>(model: IStateModel<S> | null): S | null;
+export function useModelState<S>(model: IStateModel<S> | null): S | null {
+  const [state, setState] = React.useState<S | null>(model?.state ?? null);
+  React.useEffect(() => {
+    if (!model) {
+      setState(null);
+      return;
+    }
+    const onChange = (_: unknown, next: S): void => {
+      setState(next);
+    };
+    model.stateChanged.connect(onChange);
+    setState(model.state);
+    return () => {
+      model.stateChanged.disconnect(onChange);
+    };
+  }, [model]);
+  return state;
+}
