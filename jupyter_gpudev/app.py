@@ -63,11 +63,13 @@ class GPUDevApp(ExtensionApp):
     async def _reconcile(self) -> None:
         """After a crash, free the leases of containers that are gone (and re-lease orphans)."""
         loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(None, self.context.containers.stop_orphan_kernels)
-            await loop.run_in_executor(None, self.context.containers.reconcile)
-        except Exception:
-            self.log.exception("gpudev: reconciling leases with containers failed")
+        containers = self.context.containers
+        # Each step on its own: a failed sweep must not keep the leases unreconciled.
+        for step in (containers.stop_orphan_kernels, containers.reconcile):
+            try:
+                await loop.run_in_executor(None, step)
+            except Exception:
+                self.log.exception("gpudev: %s failed", step.__name__)
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:  # noqa: ARG002
         await self._on_loop_start()

@@ -80,12 +80,18 @@ class Baselines:
             ch.PackageState.from_json(data["packages"]),
             dict(env) if isinstance(env, dict) else None,
             {str(k): int(v) for k, v in files.items()} if isinstance(files, dict) else {},
+            [str(p) for p in data.get("secrets") or []],
         )
 
     def save_container(self, container_id: str, baseline: Baseline) -> None:
         self._write(
             self.folder / f"container-{_check_id(container_id)}.json",
-            {"packages": baseline.packages.to_json(), "env": baseline.env, "files": baseline.files},
+            {
+                "packages": baseline.packages.to_json(),
+                "env": baseline.env,
+                "files": baseline.files,
+                "secrets": baseline.secrets,
+            },
         )
 
     def forget(self, container_id: str) -> None:
@@ -101,6 +107,9 @@ class Baseline:
     packages: ch.PackageState
     env: dict[str, str] | None = None
     files: dict[str, int] = field(default_factory=dict)
+    #: Changed files a commit left out because their content holds a credential: still
+    #: changes (kept from a removal without force), reported, never copied.
+    secrets: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -116,9 +125,14 @@ class Captured:
     diff: list[dict[str, Any]]
 
     def as_baseline(self) -> Baseline:
-        env = self.container.attrs.get("Config", {}).get("Env") or []
-        files = {str(d["Path"]): int(d["Kind"]) for d in self.diff}
-        return Baseline(self.packages, ch.env_dict(env), files)
+        """The container as it is now, less what a commit did not write (credentials): those
+        stay changes, reported by the next diff and kept from a removal without force."""
+        env = ch.env_dict(self.container.attrs.get("Config", {}).get("Env") or [])
+        secrets = set(self.changes.files.secrets)
+        files = {str(d["Path"]): int(d["Kind"]) for d in self.diff if d["Path"] not in secrets}
+        for name in self.changes.env_secrets:
+            env.pop(name, None)
+        return Baseline(self.packages, env, files, sorted(secrets))
 
 
 class ChangeCapture:
@@ -126,7 +140,7 @@ class ChangeCapture:
 
     def __init__(self, containers: DevContainers) -> None:
         self.containers = containers
-        self.baselines = Baselines(containers.state_dir)
+        self.baselines = containers.baselines
 
     # -- baselines --------------------------------------------------------------------------
 
@@ -194,9 +208,14 @@ class ChangeCapture:
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise EngineError(f"Reading the changes of {name!r}: {exc}") from exc
         result = ch.package_changes(base.packages, current.state)
-        mounts = [str(m.get("Destination", "")) for m in container.attrs.get("Mounts") or []]
+        mounts = ch.mount_targets(container.attrs)
         new_envs = [p.env.prefix for p in result.python if p.new_env]
         result.files = ch.file_changes(diff, mounts, current.owned_files, new_envs)
+        known = set(base.secrets)  # found by content at an earlier commit
+        result.files.secrets = sorted(
+            {*result.files.secrets, *known.intersection(result.files.kept)}
+        )
+        result.files.kept = [p for p in result.files.kept if p not in known]
         image_env = client.images.get(str(container.attrs["Image"])).attrs["Config"].get("Env")
         ch.env_changes(
             container.attrs.get("Config", {}).get("Env") or [],

@@ -149,11 +149,6 @@ NOISE_PREFIXES = (
     "/proc",
     "/sys",
     "/dev",
-    "/root/.cache",
-    "/root/.ipython",
-    "/root/.local/share/jupyter",
-    "/root/.jupyter",
-    "/root/.npm",
     "/sbin/docker-init",
     "/usr/sbin/docker-init",
     "/opt/conda/pkgs",
@@ -207,6 +202,7 @@ DRIVER_PATTERNS = (
     "/usr/local/nvidia*",
     "/usr/local/gpudev-driver*",
 )
+PACKAGE_FILES = "package files"
 #: Package install folders: their content is covered by the package changes.
 _SITE_DIRS = ("site-packages", "dist-packages")
 
@@ -627,6 +623,13 @@ class FileChanges:
     secrets: list[str] = field(default_factory=list)
     #: How many changed paths each filter left out.
     ignored: dict[str, int] = field(default_factory=dict)
+    #: The paths left out as package files (the package changes cover them).
+    packaged: list[str] = field(default_factory=list)
+
+    def ignore(self, path: str, reason: str) -> None:
+        self.ignored[reason] = self.ignored.get(reason, 0) + 1
+        if reason == PACKAGE_FILES:
+            self.packaged.append(path)
 
 
 @dataclass
@@ -675,7 +678,7 @@ class ChangeSet:
                 if p
             ],
             "conda": [asdict(c) for c in self.conda if c.added or c.removed],
-            "files": asdict(self.files),
+            "files": {k: v for k, v in asdict(self.files).items() if k != "packaged"},
             "env": dict(self.env),
             "env_removed": list(self.env_removed),
             "env_secrets": list(self.env_secrets),
@@ -776,7 +779,12 @@ def _is_noise(path: str) -> bool:
     if any(_NOISE_NAME_RE.match(part) for part in path.split("/")):
         return True
     home = _home_relative(path)
-    return home is not None and any(home == n or home.startswith(n + "/") for n in NOISE_HOME)
+    if home is None or not any(home == n or home.startswith(n + "/") for n in NOISE_HOME):
+        return False
+    # IPython startup scripts are the user's own, not runtime state.
+    return not (
+        home.startswith(".ipython/") and "/startup/" in home and not home.endswith("README")
+    )
 
 
 def classify_path(
@@ -796,7 +804,7 @@ def classify_path(
         or any(part in _SITE_DIRS for part in path.split("/"))
         or any(_under(path, d) for d in owned_dirs)
     ):
-        reason = "package files"
+        reason = PACKAGE_FILES
     return reason
 
 
@@ -822,19 +830,35 @@ def file_changes(
         if reason is None:
             result.deleted.append(path)
         else:
-            result.ignored[reason] = result.ignored.get(reason, 0) + 1
+            result.ignore(path, reason)
     for path in sorted(entries):
         kind = entries[path]
         if kind == 2 or path in parents:
             continue
         reason = classify_path(path, mounts, owned, owned_dirs)
         if reason is not None:
-            result.ignored[reason] = result.ignored.get(reason, 0) + 1
+            result.ignore(path, reason)
         elif looks_secret_path(path):
             result.secrets.append(path)
         else:
             result.kept.append(path)
     return result
+
+
+def mount_targets(attrs: Mapping[str, Any]) -> list[str]:
+    """Where a container (its inspect ``attrs``) has mounts: never changes."""
+    return [str(m.get("Destination", "")) for m in attrs.get("Mounts") or []]
+
+
+def uncommitted(
+    diff: Iterable[Mapping[str, Any]], mounts: Iterable[str], baseline_files: Mapping[str, int]
+) -> list[str]:
+    """What removing a container would lose: the file changes a commit carries (credentials
+    included) and, as the packages are not probed here, every changed package file. Noise,
+    mounts, driver files and what the baseline already had are not."""
+    fresh = [d for d in diff if baseline_files.get(str(d["Path"])) != int(d["Kind"])]
+    files = file_changes(fresh, mounts, set())
+    return sorted({*files.kept, *files.deleted, *files.secrets, *files.packaged})
 
 
 def env_changes(

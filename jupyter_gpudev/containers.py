@@ -38,6 +38,8 @@ from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bool, Float, Instance, Int, Unicode, default
 from traitlets.config import LoggingConfigurable
 
+from .capture import Baselines, ChangeCapture
+from .changes import mount_targets, uncommitted
 from .driver import LegacyGPUInjection
 from .environments import Environment, EnvironmentManager
 from .errors import (
@@ -52,7 +54,7 @@ from .errors import (
 from .gpus import Inventory
 from .hosts import Host, HostPool
 from .images import Progress, stream_build
-from .leases import GPURequest, Lease, LeaseLedger, leasable_units
+from .leases import GPURequest, Lease, LeaseLedger, NoFreeGPU, leasable_units
 from .mounts import MountPolicy
 
 LABEL = "org.jupyter.gpudev"
@@ -78,19 +80,7 @@ PREFIX = "gpudev-"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 _CUDA_REQ_RE = re.compile(r"cuda>=\s*([0-9]+(?:\.[0-9]+)?)")
 _CUDA_VER_RE = re.compile(r"^([0-9]+)\.([0-9]+)")
-#: Paths whose changes are not the user's work (caches, runtime state, logs).
 _STOPPED = ("exited", "dead", "removing")
-_NOISE = (  # paths inside containers: compared with, never written to
-    "/tmp",  # noqa: S108
-    "/var/tmp",  # noqa: S108
-    "/run",
-    "/var/run",
-    "/var/log",
-    "/var/cache",
-    "/root/.cache",
-    "/sbin/docker-init",  # the engine's init, bind-mounted by init=True
-    "/usr/sbin/docker-init",
-)
 
 
 class CudaMismatch(GPUDevError):
@@ -145,6 +135,11 @@ class DevContainerInfo:
 
 def docker_name(name: str) -> str:
     return name if name.startswith(PREFIX) else PREFIX + name
+
+
+def labelled_gpus(labels: dict[str, str]) -> tuple[str, ...]:
+    """The GPU UUIDs a container was created with (its label)."""
+    return tuple(filter(None, labels.get(L_GPUS, "").split(",")))
 
 
 def user_name(container_name: str) -> str:
@@ -281,6 +276,11 @@ class DevContainers(LoggingConfigurable):
             if self._ledger is None:
                 self._ledger = LeaseLedger(Path(self.state_dir) / "leases.sqlite")
             return self._ledger
+
+    @property
+    def baselines(self) -> Baselines:
+        """What each container started from (see ``jupyter_gpudev.capture``)."""
+        return Baselines(self.state_dir)
 
     def _host(self, name: str | None) -> Host:
         return self.host_pool.get(name or self.host_pool.local_name)
@@ -422,36 +422,29 @@ class DevContainers(LoggingConfigurable):
 
     def _new_name(self, env: Environment, request: StartRequest, owner: str) -> str:
         if request.name:
-            if not _NAME_RE.match(request.name):
+            if not _NAME_RE.match(request.name) or request.name.startswith(PREFIX):
                 raise BadRequest(
                     f"Not a container name: {request.name!r} (1-63 lowercase letters, digits, "
-                    "'.', '_' or '-')"
+                    f"'.', '_' or '-', not starting with {PREFIX!r})"
                 )
             return request.name
         slug = re.sub(r"[^a-z0-9_.-]+", "-", owner.lower()).strip("-.") or "user"
         return f"{env.name}-{slug}-{secrets.token_hex(2)}"[:63]
 
     def _resolve_gpus(
-        self, env: Environment, request: StartRequest, host: Host, say: Progress
-    ) -> tuple[GPURequest | None, Inventory | None, list[str]]:
+        self, env: Environment, request: StartRequest, host: Host
+    ) -> tuple[GPURequest | None, Inventory | None]:
         """The GPU request and the host's inventory, or (None, None) for a CPU container."""
         gpu_request = self._gpu_request(env, request)
         inventory: Inventory | None = None
-        notes: list[str] = []
         if gpu_request is not None:
             inventory = host.gpus()
-            optional = env.gpu.mode == "optional" and request.gpus is None and not request.gpu_uuids
-            if optional and not self._any_free(host.name, inventory):
-                # hostRequirements.gpu "optional": run on the CPU rather than not at all.
-                notes.append(f"no free GPU on host {host.name!r}: started without a GPU")
-                say({"stage": "lease", "message": notes[-1]})
-                gpu_request, inventory = None, None
-            elif not inventory.gpus:
+            if not inventory.gpus and not self._optional(env, request):
                 raise BadRequest(
                     f"GPUs were asked for, but host {host.name!r} has none: {inventory.reason}",
                     details={"host": host.name, "reason": inventory.reason},
                 )
-        return gpu_request, inventory, notes
+        return gpu_request, inventory
 
     def start(self, request: StartRequest, progress: Progress | None = None) -> DevContainerInfo:
         """Create and start a dev container holding exactly its leased GPUs."""
@@ -463,7 +456,7 @@ class DevContainers(LoggingConfigurable):
         self.environments.check_image_allowed(env, self.root_dir)
         host = self._host(request.host)
         client = host.client()
-        gpu_request, inventory, notes = self._resolve_gpus(env, request, host, say)
+        gpu_request, inventory = self._resolve_gpus(env, request, host)
         name = self._new_name(env, request, owner)
         try:
             client.containers.get(docker_name(name))
@@ -475,18 +468,20 @@ class DevContainers(LoggingConfigurable):
         if inventory is not None:
             check_cuda(image, image_env, host.name, inventory)
         lease: Lease | None = None
+        notes: list[str] = []
         if gpu_request is not None and inventory is not None:
-            # Free the leases of containers that died on their own, and never hand out a GPU
-            # that a live container holds by label (another ledger, e.g. another user's).
-            _, labelled = self._reconcile_host(host)
-            held = self.ledger.holders(host.name)
-            units = [
-                u for u in leasable_units(inventory) if u.uuid in held or u.uuid not in labelled
-            ]
-            lease = self.ledger.acquire(host.name, name, owner, gpu_request, units)
-            say({"stage": "lease", "message": f"leased {', '.join(lease.gpu_uuids)}"})
+            try:
+                lease = self._lease(host, name, owner, gpu_request, inventory)
+            except NoFreeGPU:
+                if not self._optional(env, request):
+                    raise
+                notes.append(f"no free GPU on host {host.name!r}: started without a GPU")
+                say({"stage": "lease", "message": notes[-1]})
+                inventory = None
         container: Container | None = None
         try:
+            if lease is not None:
+                say({"stage": "lease", "message": f"leased {', '.join(lease.gpu_uuids)}"})
             say({"stage": "create", "message": f"creating {docker_name(name)}"})
             container = self._create(
                 client=client,
@@ -519,8 +514,6 @@ class DevContainers(LoggingConfigurable):
     def _record_baseline(self, container: Container, say: Progress) -> tuple[str, ...]:
         """What the lifecycle commands installed is part of the environment, not a change:
         the container's own baseline is taken after them (others use their image's)."""
-        from .capture import ChangeCapture  # noqa: PLC0415 - capture imports this module
-
         say({"stage": "baseline", "message": "recording the packages after the commands"})
         try:
             ChangeCapture(self).record_baseline(container)
@@ -547,9 +540,21 @@ class DevContainers(LoggingConfigurable):
             details={"log": tail.splitlines()[-20:]},
         )
 
-    def _any_free(self, host: str, inventory: Inventory) -> bool:
-        held = self.ledger.holders(host)
-        return any(unit.uuid not in held for unit in leasable_units(inventory))
+    def _lease(
+        self, host: Host, name: str, owner: str, request: GPURequest, inventory: Inventory
+    ) -> Lease:
+        # Free the leases of containers that died on their own, and never hand out a GPU that
+        # a live container holds by label (another ledger, e.g. another user's).
+        _, labelled = self._reconcile_host(host)
+        held = self.ledger.holders(host.name)
+        units = [u for u in leasable_units(inventory) if u.uuid in held or u.uuid not in labelled]
+        return self.ledger.acquire(host.name, name, owner, request, units)
+
+    @staticmethod
+    def _optional(env: Environment, request: StartRequest) -> bool:
+        """hostRequirements.gpu "optional" and no GPUs asked for by hand: run on the CPU
+        rather than not at all when no GPU can be leased."""
+        return env.gpu.mode == "optional" and request.gpus is None and not request.gpu_uuids
 
     def resume(
         self, name: str, host: str | None = None, progress: Progress | None = None
@@ -561,7 +566,7 @@ class DevContainers(LoggingConfigurable):
             return self._info(found_host, container)
         labels = container.labels
         user = labels.get(L_NAME, user_name(name))
-        uuids = tuple(filter(None, labels.get(L_GPUS, "").split(",")))
+        uuids = labelled_gpus(labels)
         lease: Lease | None = None
         if uuids:
             # The GPUs are part of the container (its DeviceRequest): only those will do.
@@ -575,8 +580,14 @@ class DevContainers(LoggingConfigurable):
         try:
             self._start_and_check(user, container)
         except BaseException as exc:
-            if lease is not None:
-                self.ledger.release(lease.lease_id)
+            # The lease goes only with the container stopped: it may have started after all.
+            try:
+                container.stop(timeout=self.stop_timeout)
+            except (docker.errors.DockerException, requests.exceptions.RequestException):
+                self.log.exception("Could not stop %s after a failed start", container.name)
+            else:
+                if lease is not None:
+                    self.ledger.release(lease.lease_id)
             if isinstance(
                 exc, (docker.errors.DockerException, requests.exceptions.RequestException)
             ):
@@ -771,6 +782,11 @@ class DevContainers(LoggingConfigurable):
     def stop(self, name: str, host: str | None = None) -> DevContainerInfo:
         """Stop a container; its lease is released only once it has really stopped."""
         found_host, container = self._find(name, host)
+        self._stop(found_host, container)
+        return self._info(found_host, container)
+
+    def _stop(self, host: Host, container: Container) -> None:
+        name = container.labels.get(L_NAME, user_name(container.name or ""))
         try:
             container.stop(timeout=self.stop_timeout)
             container.wait(condition="not-running", timeout=self.stop_timeout + 30)
@@ -779,33 +795,11 @@ class DevContainers(LoggingConfigurable):
             raise self._engine_error(f"Stopping {user_name(name)!r}", exc) from exc
         if container.status == "running":
             raise EngineError(f"{user_name(name)!r} is still running after stop; lease kept")
-        self._release_for(found_host, container)
-        return self._info(found_host, container)
+        self._release_for(host, container)
 
     def _release_for(self, host: Host, container: Container) -> None:
         # By container, not by the label's lease id: a resumed container holds a newer lease.
         self.ledger.release_container(host.name, container.labels.get(L_NAME, ""))
-
-    @staticmethod
-    def _changes(container: Container) -> list[str]:
-        # Mount points (and the folders the engine made for them) are not changes.
-        mounts = [str(m.get("Destination", "")) for m in container.attrs.get("Mounts") or []]
-
-        def is_noise(path: str) -> bool:
-            if "__pycache__" in path:
-                return True
-            if "/.ipython/" in path and not ("/startup/" in path and path[-6:] != "README"):
-                return True  # the kernel's IPython history and runtime files
-            if any(path == n or path.startswith(n + "/") for n in _NOISE):
-                return True
-            return any(
-                path == m or path.startswith(m + "/") or m.startswith(path + "/") for m in mounts
-            )
-
-        paths = {str(item["Path"]) for item in container.diff() or []}
-        # A folder is listed as changed when something inside it changed: keep the leaves.
-        parents = {os.path.dirname(path) for path in paths}
-        return sorted(path for path in paths if path not in parents and not is_noise(path))
 
     def remove(self, name: str, host: str | None = None, force: bool = False) -> None:
         """Remove a container; one with uncommitted changes needs ``force``.
@@ -815,10 +809,15 @@ class DevContainers(LoggingConfigurable):
         """
         found_host, container = self._find(name, host)
         if container.status not in _STOPPED:
-            self.stop(name, found_host.name)
-            container.reload()
+            self._stop(found_host, container)
+        baseline = self.baselines.container(str(container.id))
         changed = self._call(
-            f"Reading the changes of {user_name(name)!r}", lambda: self._changes(container)
+            f"Reading the changes of {user_name(name)!r}",
+            lambda: uncommitted(
+                container.diff() or [],
+                mount_targets(container.attrs),
+                baseline.files if baseline else {},
+            ),
         )
         if changed and not force:
             raise Conflict(
@@ -828,10 +827,10 @@ class DevContainers(LoggingConfigurable):
             )
         self._call(f"Removing {user_name(name)!r}", lambda: container.remove(force=True))
         self._release_for(found_host, container)
-        from .capture import Baselines  # noqa: PLC0415 - capture imports this module
-
-        Baselines(self.state_dir).forget(str(container.id))
-        self.ledger.set_pinned(found_host.name, user_name(name), False)
+        self.baselines.forget(str(container.id))
+        self.ledger.set_pinned(
+            found_host.name, container.labels.get(L_NAME, user_name(name)), False
+        )
 
     def pin(self, name: str, host: str | None = None, pinned: bool = True) -> DevContainerInfo:
         """Pin a shared dev container: it keeps running (and holding its GPUs) after its last
@@ -942,7 +941,7 @@ class DevContainers(LoggingConfigurable):
             state=str(state.get("Status", container.status)),
             status=_status_text(state),
             created=labels.get(L_CREATED, ""),
-            gpu_uuids=tuple(filter(None, labels.get(L_GPUS, "").split(","))),
+            gpu_uuids=labelled_gpus(labels),
             lease_id=lease.lease_id if lease else None,
             ports=ports,
             warnings=warnings,
@@ -1028,7 +1027,7 @@ class DevContainers(LoggingConfigurable):
                 continue
             labels = container.labels
             name = labels.get(L_NAME, "")
-            holding[name] = tuple(filter(None, labels.get(L_GPUS, "").split(",")))
+            holding[name] = labelled_gpus(labels)
             owners[name] = labels.get(L_OWNER, "unknown")
         report = self.ledger.reconcile(
             host.name, holding, owners=owners, created_before=listed_at - self.reconcile_grace

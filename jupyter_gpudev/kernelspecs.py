@@ -10,6 +10,7 @@ shows in the picker without restarting the server. The extension makes it the se
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +88,11 @@ class GPUDevKernelSpecManager(KernelSpecManager):
     def _environments(self) -> list[Environment]:
         if not self.gpudev_kernels:
             return []
-        root = self.root_dir or getattr(self.parent, "root_dir", "") or "."
-        manager = EnvironmentManager(parent=self)
+        # The server's own environment manager and root (the ones kernels start with).
+        containers = current_manager()
+        manager = containers.environments if containers else EnvironmentManager(parent=self)
+        default_root = containers.root_dir if containers else getattr(self.parent, "root_dir", "")
+        root = self.root_dir or default_root or "."
         try:
             return manager.list(Path(root)).environments
         except GPUDevError as err:
@@ -135,7 +139,12 @@ class GPUDevKernelSpecManager(KernelSpecManager):
         spec: KernelSpec = super().get_kernel_spec(kernel_name)
         return spec
 
-    def get_all_specs(self) -> dict[str, Any]:
+    async def get_all_specs(self) -> dict[str, Any]:  # type: ignore[override]
+        """Every spec, computed off the event loop (it reads devcontainer files and asks the
+        engines for their containers); the server awaits it (as for the gateway's)."""
+        return await asyncio.get_running_loop().run_in_executor(None, self._all_specs)
+
+    def _all_specs(self) -> dict[str, Any]:
         result: dict[str, Any] = {}
         base = super().find_kernel_specs()
         for name in base:

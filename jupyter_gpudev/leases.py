@@ -535,7 +535,7 @@ class LeaseLedger:
             self._ensure_schema()
             with contextlib.closing(self._open()) as conn:
                 yield conn
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:  # OSError: its folder cannot be made
             self.log.exception("Lease database %s could not be used", self.path)
             raise LedgerUnavailable(
                 f"The lease database {self.path} could not be used (the server log has the "

@@ -125,6 +125,7 @@ async def test_start_streams_progress_as_server_sent_events(jp_fetch: Fetch) -> 
         ({"environment": "default", "colour": "red"}, "Unknown fields: colour"),
         ({"environment": "nope"}, "nope"),
         ({"environment": "default", "name": "Bad Name"}, "Not a container name"),
+        ({"environment": "default", "name": "gpudev-x"}, "not starting with 'gpudev-'"),
         ({"environment": "default", "image": "evil/miner:latest"}, "evil/miner:latest"),
     ],
 )

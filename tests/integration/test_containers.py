@@ -461,6 +461,26 @@ def test_optional_gpu_falls_back_to_the_cpu(
         manager.host_pool.close()
 
 
+def test_optional_gpu_falls_back_when_no_gpu_matches_its_filter(
+    manager: DevContainers, root: Path
+) -> None:
+    # Given an optional GPU of a model this host (two A100s) does not have
+    write_devcontainer(
+        root,
+        "maybe-h100",
+        {
+            "image": IMAGE,
+            "hostRequirements": {"gpu": "optional"},
+            "customizations": {"gpudev": {"gpuModel": "H100"}},
+        },
+    )
+    # When it is started, it runs on the CPU and says so (no 409)
+    info = manager.start(StartRequest(environment="maybe-h100", name="maybe-h100"))
+    assert info.gpu_uuids == ()
+    assert any("started without a GPU" in w for w in info.warnings)
+    assert manager.ledger.active("local") == []
+
+
 def test_a_missing_image_without_a_registry_points_to_bootstrap(
     manager: DevContainers, root: Path
 ) -> None:

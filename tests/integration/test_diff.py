@@ -16,6 +16,7 @@ from traitlets.config import Config
 
 from jupyter_gpudev.capture import ChangeCapture
 from jupyter_gpudev.containers import L_SERVER, DevContainers, StartRequest
+from jupyter_gpudev.errors import Conflict
 from jupyter_gpudev.hosts import HostPool
 from tests.integration.test_cli import gpudev
 
@@ -231,6 +232,9 @@ def test_commit_write_patches_the_dockerfile_and_the_rebuilt_image_has_the_chang
     assert "later" in out
     assert "Welcome to the GPU box" in out
     assert "No module named 'gpudevbase'" in out
+    # And the key file left out is still an uncommitted change: no removal without force
+    with pytest.raises(Conflict, match=r"settings\.conf"):
+        manager.remove("writebox")
 
 
 def test_commit_write_of_an_image_only_environment_creates_its_dockerfile(
@@ -259,3 +263,5 @@ def test_commit_write_of_an_image_only_environment_creates_its_dockerfile(
     env = manager.environments.get("plain", manager.root_dir)
     assert env.build is not None
     assert env.build.dockerfile == (folder / "Dockerfile").resolve()
+    # And, everything committed, it can be removed without force
+    manager.remove("plainbox")

@@ -58,7 +58,7 @@ async def test_kernels_share_a_container_that_stops_with_its_last_kernel(
     info = manager.start(StartRequest(environment="gpu", name="box"))
     ksm = GPUDevKernelSpecManager(root_dir=str(manager.root_dir))
     # Then the picker offers a kernel in it, saying it is shared and has one GPU
-    spec = ksm.get_all_specs()[SHARED_PREFIX + "box"]["spec"]
+    spec = (await ksm.get_all_specs())[SHARED_PREFIX + "box"]["spec"]
     assert spec["display_name"] == "gpu in box (1 GPU, shared) · gpudev"
     # When two kernels start in it
     first = kernel_manager(manager, SHARED_PREFIX + "box")
