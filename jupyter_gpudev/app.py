@@ -11,6 +11,7 @@ from tornado.ioloop import IOLoop
 
 from . import __version__, provisioner, routes
 from .capture import ChangeCapture
+from .commit import Committer
 from .containers import DevContainers
 from .culler import GPUCuller
 from .hosts import HostPool
@@ -27,6 +28,7 @@ class GPUDevContext:
     containers: DevContainers
     culler: GPUCuller
     capture: ChangeCapture
+    committer: Committer
 
 
 class GPUDevApp(ExtensionApp):
@@ -45,11 +47,13 @@ class GPUDevApp(ExtensionApp):
             root_dir=root_dir, host_pool=host_pool, parent=self, log=self.log
         )
         culler = GPUCuller(self.serverapp.kernel_manager if self.serverapp else None, parent=self)
+        capture = ChangeCapture(containers)
         self.context = GPUDevContext(
             host_pool=host_pool,
             containers=containers,
             culler=culler,
-            capture=ChangeCapture(containers),
+            capture=capture,
+            committer=Committer(capture, containers.registries),
         )
         self.settings[routes.SETTINGS_KEY] = self.context
         # gpudev kernels (provisioner instances made by jupyter_client) use this same manager.

@@ -13,7 +13,9 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import tarfile
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +25,7 @@ import docker.errors
 import requests
 
 from . import changes as ch
-from .dockerfile import APT_PATHS, RenderedDiff, render
+from .dockerfile import RenderedDiff, is_source_path, render
 from .environments import Environment, read_jsonc_file
 from .errors import EngineError, GPUDevError
 
@@ -123,6 +125,8 @@ class Captured:
     container: Container
     packages: ch.PackageState
     diff: list[dict[str, Any]]
+    #: The client of the engine the container is on.
+    client: docker.DockerClient
 
     def as_baseline(self) -> Baseline:
         """The container as it is now, less what a commit did not write (credentials): those
@@ -223,7 +227,7 @@ class ChangeCapture:
             base.env,
             result,
         )
-        return Captured(info, environment, result, container, current.state, whole_diff)
+        return Captured(info, environment, result, container, current.state, whole_diff, client)
 
     def _probe_current(
         self, client: docker.DockerClient, container: Container, base: ch.PackageState
@@ -275,7 +279,7 @@ class ChangeCapture:
         )
         return folder / "Dockerfile", None, folder
 
-    def _render(self, captured: Captured) -> RenderedDiff:
+    def _render(self, captured: Captured, message: str | None = None) -> RenderedDiff:
         env = captured.environment
         root = self.containers.root_dir
         dockerfile, old_text, context = self._targets(env)
@@ -287,38 +291,68 @@ class ChangeCapture:
             old_text=old_text,
             image=captured.info.image or env.image,
             context_folder=_relative(context / "gpudev-context" / captured.info.name, context),
+            message=message,
         )
 
-    def write(self, name: str, host: str | None = None) -> WriteResult:
-        """Apply the diff: copy the kept files into the build context, write the Dockerfile
-        (the previous one kept as ``Dockerfile.prev``), point devcontainer.json at a new
-        Dockerfile, and move the container's baseline forward (a diff right after is empty).
-        Files whose content looks like a credential are left out and reported."""
+    def prepare(self, name: str, host: str | None = None, message: str | None = None) -> Prepared:
+        """Capture the changes and copy the kept files out of the container into a staging
+        folder (files whose content looks like a credential are left out and reported), then
+        render the diff. Nothing in the workspace is touched until ``apply``; ``discard``
+        (or ``apply``) removes the staging folder."""
         captured = self.capture(name, host)
         dockerfile, old_text, context = self._targets(captured.environment)
-        folder = context / "gpudev-context" / captured.info.name
-        secrets = self._export(captured.container, captured.changes.files.kept, folder)
         files = captured.changes.files
+        staging = Path(tempfile.mkdtemp(prefix="gpudev-stage-")) if files.kept else None
+        try:
+            secrets = self._export(captured.container, files.kept, staging) if staging else set()
+        except BaseException:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
         files.kept = [p for p in files.kept if p not in secrets]
         files.secrets = sorted({*files.secrets, *secrets})
-        rendered = self._render(captured)
+        rendered = self._render(captured, message)
+        return Prepared(captured, rendered, dockerfile, old_text, context, staging)
+
+    def apply(self, prepared: Prepared) -> WriteResult:
+        """Write what ``prepare`` staged: the kept files into the build context
+        (``gpudev-context/NAME/``, added to an earlier commit's), the Dockerfile (the previous
+        one kept as ``Dockerfile.prev``), devcontainer.json pointed at a new Dockerfile; then
+        the container's baseline moves forward (a diff right after is empty)."""
+        captured, rendered = prepared.captured, prepared.rendered
+        dockerfile = prepared.dockerfile
+        folder = prepared.folder
         backup = devcontainer = None
-        if rendered.diff:
-            if old_text is not None:
-                backup = dockerfile.with_name(dockerfile.name + ".prev")
-                backup.write_text(old_text)
-            dockerfile.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(dockerfile, rendered.new_text)
-            if rendered.created:
-                devcontainer = self._use_dockerfile(captured.environment, dockerfile)
+        try:
+            if rendered.diff:
+                if prepared.staging is not None and rendered.files:
+                    shutil.copytree(prepared.staging, folder, symlinks=True, dirs_exist_ok=True)
+                if prepared.old_text is not None:
+                    backup = dockerfile.with_name(dockerfile.name + ".prev")
+                    backup.write_text(prepared.old_text)
+                dockerfile.parent.mkdir(parents=True, exist_ok=True)
+                _atomic_write(dockerfile, rendered.new_text)
+                if rendered.created:
+                    devcontainer = self._use_dockerfile(captured.environment, dockerfile)
+        except OSError as exc:
+            raise GPUDevError(
+                f"Writing the commit of {captured.info.name} failed: {exc.strerror} "
+                f"({exc.filename})"
+            ) from exc
+        finally:
+            prepared.discard()
         # What was just captured is the new starting point: a diff right after is empty.
         self.baselines.save_container(str(captured.container.id), captured.as_baseline())
         return WriteResult(
             captured, rendered, dockerfile, backup, folder if rendered.files else None, devcontainer
         )
 
+    def write(self, name: str, host: str | None = None, message: str | None = None) -> WriteResult:
+        """``prepare`` then ``apply``: the Dockerfile diff written into the workspace."""
+        return self.apply(self.prepare(name, host, message))
+
     def _export(self, container: Container, paths: list[str], folder: Path) -> set[str]:
-        """Copy kept files out of the container into ``folder/apt`` and ``folder/files``
+        """Copy kept files out of the container into ``folder/sources`` and ``folder/files``
         (added to what an earlier commit of the container put there: its COPY line reads the
         same folder):
         regular files and symbolic links, written at paths computed here (never at a name read
@@ -362,7 +396,7 @@ class ChangeCapture:
     ) -> None:
         if path not in wanted or not (member.isfile() or member.issym()):
             return
-        target = folder / ("apt" if path.startswith(APT_PATHS) else "files") / path.lstrip("/")
+        target = folder / ("sources" if is_source_path(path) else "files") / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         if member.issym():
             target.unlink(missing_ok=True)
@@ -435,6 +469,29 @@ class ChangeCapture:
             data["containerEnv"] = dict(env.container_env)
         _atomic_write(path, json.dumps(data, indent=2) + "\n")
         return path
+
+
+@dataclass
+class Prepared:
+    """A commit ready to be written: the capture, its rendered diff, the Dockerfile and build
+    context it goes to, and the staging folder holding the kept files (``sources/``, ``files/``)."""
+
+    captured: Captured
+    rendered: RenderedDiff
+    dockerfile: Path
+    old_text: str | None
+    context: Path
+    staging: Path | None
+
+    @property
+    def folder(self) -> Path:
+        """Where the kept files go in the build context (what the COPY lines read)."""
+        return self.context / "gpudev-context" / self.captured.info.name
+
+    def discard(self) -> None:
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            self.staging = None
 
 
 @dataclass

@@ -253,6 +253,11 @@ _NOISE_NAME_RE = _any_of(NOISE_NAMES)
 _NOISE_PREFIX_RE = re.compile("^(?:" + "|".join(re.escape(p) for p in NOISE_PREFIXES) + ")(?:/|$)")
 
 
+def is_driver_path(path: str) -> bool:
+    """Whether a path is one of the NVIDIA driver files a GPU runtime injects."""
+    return _DRIVER_RE.match(path) is not None
+
+
 def looks_secret_path(path: str) -> bool:
     return _SECRET_PATH_RE.match(path.lower()) is not None
 
@@ -711,6 +716,43 @@ def package_changes(baseline: PackageState, now: PackageState) -> ChangeSet:
         removed = [s for s in conda_before.requested if s not in conda_now.requested]
         changes.conda.append(CondaChanges(prefix, added, removed, conda_now.channels))
     return changes
+
+
+def package_differences(container: PackageState, rebuilt: PackageState) -> list[str]:
+    """Every package that differs between a container and an image rebuilt from its
+    Dockerfile (dpkg, each Python environment, conda requests), one sentence each."""
+    out: list[str] = []
+
+    def versions(kind: str, a: Mapping[str, str], b: Mapping[str, str]) -> None:
+        for name in sorted(set(a) | set(b)):
+            was, now = a.get(name), b.get(name)
+            if was == now:
+                continue
+            if now is None:
+                out.append(f"{kind} {name} {was}: in the container, missing from the rebuild")
+            elif was is None:
+                out.append(f"{kind} {name} {now}: in the rebuild, not in the container")
+            else:
+                out.append(f"{kind} {name}: {was} in the container, {now} in the rebuild")
+
+    versions("apt", container.dpkg, rebuilt.dpkg)
+    for prefix in sorted(set(container.python) | set(rebuilt.python)):
+        ours, theirs = container.python.get(prefix), rebuilt.python.get(prefix)
+        if ours is None or theirs is None:
+            where = "the container" if theirs is None else "the rebuild"
+            out.append(f"python environment {prefix}: only in {where}")
+            continue
+        versions(
+            f"python ({prefix})",
+            {d.name: d.version for d in ours.dists.values()},
+            {d.name: d.version for d in theirs.dists.values()},
+        )
+    for prefix in sorted(set(container.conda) | set(rebuilt.conda)):
+        a = set(container.conda[prefix].requested) if prefix in container.conda else set()
+        b = set(rebuilt.conda[prefix].requested) if prefix in rebuilt.conda else set()
+        out.extend(f"conda ({prefix}) {s}: in the container only" for s in sorted(a - b))
+        out.extend(f"conda ({prefix}) {s}: in the rebuild only" for s in sorted(b - a))
+    return out
 
 
 def changed_packages(baseline: PackageState, now: PackageState) -> tuple[list[str], list[str]]:

@@ -18,6 +18,7 @@ from jupyter_core.application import JupyterApp, base_aliases, base_flags
 from traitlets import Bool, Int, List, Unicode
 
 from . import __version__
+from .commit import CommitOptions
 from .containers import DevContainerInfo, DevContainers, StartRequest
 from .errors import BadRequest, EngineError, GPUDevError
 from .gpus import Inventory
@@ -215,6 +216,8 @@ class ContainerCommand(GPUDevSubcommand):
         return self._manager
 
     def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
         if self._manager is not None:
             self._manager.host_pool.close()
 
@@ -223,13 +226,78 @@ class ContainerCommand(GPUDevSubcommand):
             raise BadRequest(f"usage: jupyter gpudev {self.name.rsplit('-', 1)[-1]} NAME")
         return str(self.extra_args[0])
 
+    _bar: ProgressBar | None = None
+
     def progress(self, event: dict[str, Any]) -> None:
+        if self._bar is None:
+            self._bar = ProgressBar()
+        self._bar.update(event)
+
+
+def _size(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{count} B"  # pragma: no cover - the loop returns
+
+
+class ProgressBar:
+    """Progress events on stderr. On a terminal, per-layer and byte progress redraws one line
+    in place with a bar; elsewhere (a log, CI) that progress prints at most every 10 %. Other
+    messages (stages, build output) print as lines."""
+
+    WIDTH = 30
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.drawn = False
+        self.stage = ""
+        self.printed_pct = -10
+
+    def update(self, event: dict[str, Any]) -> None:
+        stage = str(event.get("stage") or "")
+        message = str(event.get("message") or "")
         current, total = event.get("current"), event.get("total")
-        text = f"[{event.get('stage')}] {event.get('message', '')}"
+        if stage != self.stage:
+            self.stage, self.printed_pct = stage, -10
         if isinstance(current, int) and isinstance(total, int) and total > 0:
-            done = int(30 * current / total)
-            text += f" [{'#' * done}{'.' * (30 - done)}] {100 * current // total}%"
-        print(text, file=sys.stderr, flush=True)
+            pct = min(100, 100 * current // total)
+            done = self.WIDTH * pct // 100
+            bar = "#" * done + "." * (self.WIDTH - done)
+            text = f"[{stage}] [{bar}] {pct:3d}% {_size(current)} of {_size(total)}"
+            if self.tty:
+                self._redraw(f"{text} {message}")
+            elif pct >= self.printed_pct + 10 or (pct == 100 and self.printed_pct < 100):
+                self.printed_pct = pct
+                self._line(text)
+            return
+        if event.get("transient"):
+            if self.tty:
+                self._redraw(f"[{stage}] {message}")
+            return
+        self._line(f"[{stage}] {message}")
+
+    def _redraw(self, text: str) -> None:
+        width = 120
+        self.stream.write("\r\x1b[2K" + text[:width])
+        self.stream.flush()
+        self.drawn = True
+
+    def _line(self, text: str) -> None:
+        if self.drawn:
+            self.stream.write("\r\x1b[2K")
+            self.drawn = False
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.drawn = False
 
 
 def format_containers(infos: list[DevContainerInfo]) -> str:
@@ -417,44 +485,98 @@ class CommitApp(ContainerCommand):
 
     name = "jupyter-gpudev-commit"
     description = (
-        "Show a dev container's changes as a Dockerfile diff; with --write, apply it: the "
-        "changed files are copied into the build context (gpudev-context/NAME/), the "
-        "Dockerfile is written (the previous one kept as Dockerfile.prev; devcontainer.json "
-        "is pointed at a new Dockerfile), and the container's baseline moves forward, so a "
-        "diff right after is empty."
+        "Show a dev container's changes as a Dockerfile diff: jupyter gpudev commit NAME "
+        "[--write] [--verify] [--snapshot TAG] [--push] [-m MESSAGE] [--json]. --verify builds "
+        "the patched Dockerfile and compares its packages with the container's; --snapshot "
+        "commits the container as the image TAG (driver files left out, labelled with the "
+        "environment, base image digest and diff hash); --push pushes it with your Docker "
+        "credentials; --write applies the diff: the changed files are copied into the build "
+        "context (gpudev-context/NAME/), the Dockerfile is written (the previous one kept as "
+        "Dockerfile.prev; devcontainer.json is pointed at a new Dockerfile) and the "
+        "container's baseline moves forward, so a diff right after is empty. The workspace is "
+        "written last: a failed verify or push writes nothing."
     )
     write = Bool(False, help="Apply the diff to the Dockerfile.").tag(config=True)
+    verify = Bool(
+        False, help="Build the patched Dockerfile and compare its packages with the container's."
+    ).tag(config=True)
+    snapshot = Unicode(
+        "", help="Commit the container as this image tag ([REGISTRY/]NAME[:TAG])."
+    ).tag(config=True)
+    push = Bool(False, help="Push the --snapshot image to the registry its tag names.").tag(
+        config=True
+    )
+    message = Unicode("", help="A message: a comment in the Dockerfile, the image's label.").tag(
+        config=True
+    )
+    aliases: dict[str, Any] = {
+        **ContainerCommand.aliases,
+        "snapshot": "CommitApp.snapshot",
+        "m": "CommitApp.message",
+        "message": "CommitApp.message",
+    }
     flags: dict[str, Any] = {
         **GPUDevSubcommand.flags,
         "write": ({"CommitApp": {"write": True}}, "Apply the diff to the Dockerfile."),
+        "verify": (
+            {"CommitApp": {"verify": True}},
+            "Build the patched Dockerfile and compare its packages with the container's.",
+        ),
+        "push": ({"CommitApp": {"push": True}}, "Push the --snapshot image."),
     }
+
+    def options(self) -> CommitOptions:
+        return CommitOptions(
+            write=self.write,
+            verify=self.verify,
+            snapshot=self.snapshot or None,
+            push=self.push,
+            message=self.message or None,
+        )
 
     def run(self) -> None:
         from .capture import ChangeCapture  # noqa: PLC0415 - only these commands need it
+        from .commit import Committer  # noqa: PLC0415
 
         name = self.name_arg()
-        capture = ChangeCapture(self.manager())
-        if self.write:
-            self.progress({"stage": "capture", "message": f"reading the changes of {name}"})
-            written = capture.write(name, self.host or None)
-            captured, rendered, result = written.captured, written.rendered, written.to_json()
-        else:
-            captured, rendered = capture.diff(name, self.host or None)
-            result = {**rendered.to_json(), "written": None}
+        manager = self.manager()
+        committer = Committer(ChangeCapture(manager), manager.registries)
+        options = self.options()
+        quiet = self.json_output or options == CommitOptions(message=options.message)
+        outcome = committer.commit(
+            name, options, self.host or None, None if quiet else self.progress
+        )
+        if self._bar is not None:
+            self._bar.close()
+        result = outcome.to_json()
         if self.json_output:
-            print(json.dumps({**result, "changes": captured.changes.to_json()}))
+            print(json.dumps(result))
             return
+        rendered = outcome.prepared.rendered
+        captured = outcome.prepared.captured
         for line in rendered.reported:
             print(f"note: {line}", file=sys.stderr)
         if not rendered.diff:
             print(f"No changes in {name} since its baseline.", file=sys.stderr)
-            return
-        sys.stdout.write(rendered.diff)
-        sys.stdout.flush()
+        else:
+            sys.stdout.write(rendered.diff)
+            sys.stdout.flush()
         ignored = captured.changes.files.ignored
-        if ignored:
+        if ignored and rendered.diff:
             left = ", ".join(f"{count} {why}" for why, count in sorted(ignored.items()))
             print(f"left out: {left}", file=sys.stderr)
+        if outcome.verify is not None:
+            print(
+                f"verified: the rebuilt image has the container's packages "
+                f"({outcome.verify.seconds:.1f} s)",
+                file=sys.stderr,
+            )
+        if outcome.snapshot is not None:
+            snap = outcome.snapshot
+            line = f"snapshot: {snap.reference} ({snap.image_id[:19]})"
+            if snap.pushed_digest is not None:
+                line += f", pushed {snap.pushed_digest}".rstrip()
+            print(line, file=sys.stderr)
         if result.get("written"):
             print(f"wrote {result['written']}", file=sys.stderr)
             for key in ("backup", "devcontainer", "context_folder"):
@@ -473,9 +595,11 @@ class DiffApp(CommitApp):
     )
     flags: dict[str, Any] = dict(GPUDevSubcommand.flags)
 
-    def run(self) -> None:
-        self.write = False  # never, whatever c.CommitApp.write says
-        super().run()
+    aliases: dict[str, Any] = dict(ContainerCommand.aliases)
+
+    def options(self) -> CommitOptions:
+        # Nothing but the diff, whatever c.CommitApp says.
+        return CommitOptions()
 
 
 class ImageApp(JupyterApp):

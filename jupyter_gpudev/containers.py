@@ -56,6 +56,7 @@ from .hosts import Host, HostPool
 from .images import Progress, stream_build
 from .leases import GPURequest, Lease, LeaseLedger, NoFreeGPU, leasable_units
 from .mounts import MountPolicy
+from .registry import Registries, RegistryError
 
 LABEL = "org.jupyter.gpudev"
 L_MANAGED = f"{LABEL}.managed"
@@ -240,6 +241,11 @@ class DevContainers(LoggingConfigurable):
     environments = Instance(EnvironmentManager)
     mount_policy = Instance(MountPolicy)
     legacy_gpus = Instance(LegacyGPUInjection)
+    registries = Instance(Registries)
+
+    @default("registries")
+    def _default_registries(self) -> Registries:
+        return Registries(parent=self)
 
     @default("legacy_gpus")
     def _default_legacy_gpus(self) -> LegacyGPUInjection:
@@ -394,31 +400,17 @@ class DevContainers(LoggingConfigurable):
             raise self._engine_error(f"Building the image of {env.name!r}", exc) from exc
 
     def _pull(self, client: docker.DockerClient, ref: str, say: Progress) -> None:
-        say({"stage": "pull", "message": f"pulling {ref}"})
-        failed = ImageError(
-            f"The image {ref} is not on this host and could not be pulled (is a registry "
-            "reachable?). Without a registry, build a base image with `jupyter gpudev image "
-            "bootstrap`, or `docker load` the image.",
-            details={"image": ref},
-        )
+        """Pull with the registry's credentials; a registry that cannot be reached or refuses
+        says so, with what to do when no registry is reachable at all."""
         try:
-            # docker-py splits the reference itself (tags and @sha256 digests alike).
-            for event in client.api.pull(ref, stream=True, decode=True):
-                if "error" in event:
-                    self.log.warning("Pulling %s failed: %s", ref, event["error"])
-                    raise failed
-                progress = event.get("progressDetail") or {}
-                say(
-                    {
-                        "stage": "pull",
-                        "message": f"{event.get('id', '')} {event.get('status', '')}".strip(),
-                        "current": progress.get("current"),
-                        "total": progress.get("total"),
-                    }
-                )
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            self.log.warning("Pulling %s failed: %r", ref, exc)
-            raise failed from exc
+            self.registries.pull(client, ref, say)
+        except RegistryError as err:
+            raise ImageError(
+                f"The image {ref} is not on this host and could not be pulled: {err.message}. "
+                "Without a registry, build a base image with `jupyter gpudev image bootstrap`, "
+                "or `docker load` the image.",
+                details={"image": ref, **err.details},
+            ) from err
 
     def _new_name(self, env: Environment, request: StartRequest, owner: str) -> str:
         if request.name:

@@ -4,7 +4,8 @@ The new lines go at the end of the environment's Dockerfile (its last stage), or
 Dockerfile ``FROM`` the environment's image when it only had an image. One layer per kind of
 change, always in the same order and sorted inside, so the same changes give the same diff:
 
-1. apt sources and keys (``COPY``), then ``apt-get update && apt-get install`` with pinned
+1. package-manager sources, keys and configuration (apt sources, pip.conf, .condarc: one
+   ``COPY``), then ``apt-get update && apt-get install`` with pinned
    versions and the list cleanup in one ``RUN``; removals with ``apt-get purge``;
 2. conda installs and removals per environment;
 3. per Python environment: a new venv is created, then ``pip install`` of pinned
@@ -36,8 +37,27 @@ _APT_VERSION_RE = re.compile(r"^[A-Za-z0-9.+~:-]+$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONDA_SPEC_RE = re.compile(r"^[A-Za-z0-9_.:/=<>!*,-]+$")
 _USER_RE = re.compile(r"^\s*USER\s+(\S+)", re.IGNORECASE)
-#: Where an apt source or key lives: copied before the packages are installed.
-APT_PATHS = ("/etc/apt/", "/usr/share/keyrings/", "/etc/apt/keyrings/")
+#: Package-manager sources, keys and configuration (apt sources and keys, pip.conf, .condarc):
+#: copied before the packages are installed, so the installs use them (a private index, an
+#: added apt repository).
+SOURCE_PREFIXES = (
+    "/etc/apt/",
+    "/usr/share/keyrings/",
+    "/etc/pip.conf",
+    "/etc/xdg/pip/",
+    "/etc/conda/",
+    "/opt/conda/.condarc",
+)
+_SOURCE_HOME_RE = re.compile(
+    r"^/(?:root|home/[^/]+)/(?:\.pip/|\.config/pip/|\.condarc$|\.config/conda/)"
+)
+
+
+def is_source_path(path: str) -> bool:
+    """Whether a kept file configures a package manager (see ``SOURCE_PREFIXES``)."""
+    return path.startswith(SOURCE_PREFIXES) or _SOURCE_HOME_RE.match(path) is not None
+
+
 #: How many kept paths the Dockerfile comment names.
 LISTED_FILES = 10
 
@@ -181,17 +201,36 @@ def _last_user(text: str) -> str | None:
     return user
 
 
+def comment_lines(message: str | None) -> list[str]:
+    """A commit message as Dockerfile comment lines (control characters dropped)."""
+    if not message:
+        return []
+    lines = []
+    for line in message.strip().splitlines():
+        clean = "".join(c for c in line if c.isprintable()).rstrip()
+        lines.append(f"# {clean}" if clean else "#")
+    return lines
+
+
 def change_lines(
-    changes: ChangeSet, container: str, environment: str, context_folder: str, user: str | None
+    changes: ChangeSet,
+    container: str,
+    environment: str,
+    context_folder: str,
+    user: str | None,
+    *,
+    message: str | None = None,
 ) -> tuple[list[str], list[str], list[str]]:
     """The Dockerfile lines for a change set; also the files to copy and what is reported."""
     reported: list[str] = []
     files = changes.files
-    apt_files = sorted(p for p in files.kept if p.startswith(APT_PATHS))
-    other_files = sorted(p for p in files.kept if not p.startswith(APT_PATHS))
+    source_files = sorted(p for p in files.kept if is_source_path(p))
+    other_files = sorted(p for p in files.kept if not is_source_path(p))
     body: list[str] = []
-    if apt_files:
-        body.append(f"COPY {context_folder}/apt/ /")
+    if source_files:
+        shown = ", ".join(source_files[:LISTED_FILES])
+        body.append(f"# package sources and configuration: {shown}")
+        body.append(f"COPY {context_folder}/sources/ /")
     body += _apt_lines(changes, reported)
     body += _conda_lines(changes)
     body += _python_lines(changes, reported)
@@ -209,12 +248,13 @@ def change_lines(
     if not body:
         return [], [], reported
     lines = [f"{MARK} changes of dev container {container} (environment {environment}) ---"]
+    lines += comment_lines(message)
     if user not in (None, "root", "0", "0:0"):
         lines.append("USER root")
     lines += body
     if user not in (None, "root", "0", "0:0"):
         lines.append(f"USER {user}")
-    return lines, [*apt_files, *other_files], reported
+    return lines, [*source_files, *other_files], reported
 
 
 def render(
@@ -226,13 +266,14 @@ def render(
     old_text: str | None,
     image: str | None,
     context_folder: str,
+    message: str | None = None,
 ) -> RenderedDiff:
     """The Dockerfile diff of ``changes``: appended to ``old_text`` (the environment's
     Dockerfile), or a new Dockerfile ``FROM image`` when ``old_text`` is ``None``."""
     created = old_text is None
     base = old_text if old_text is not None else f"FROM {image}\n"
     lines, files, reported = change_lines(
-        changes, container, environment, context_folder, _last_user(base)
+        changes, container, environment, context_folder, _last_user(base), message=message
     )
     if not lines:
         return RenderedDiff(dockerfile, False, base, base, "", context_folder, [], reported)

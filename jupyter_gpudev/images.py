@@ -40,14 +40,20 @@ _TAG_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,200}$")
 LABEL = "org.jupyter.gpudev"
 
 
-def stream_build(client: docker.DockerClient, what: str, say: Progress, **build_args: Any) -> None:
-    """Run ``docker build`` with its log streamed to ``say``.
+def stream_build(
+    client: docker.DockerClient, what: str, say: Progress, **build_args: Any
+) -> str | None:
+    """Run ``docker build`` with its log streamed to ``say``; returns the image id.
 
     An error the engine reports inside the (successful) HTTP stream is an ``ImageError``
     naming ``what`` with the build's last lines; transport errors propagate to the caller.
     """
     tail: list[str] = []
+    image_id: str | None = None
     for event in client.api.build(rm=True, forcerm=True, decode=True, **build_args):
+        aux = event.get("aux")
+        if isinstance(aux, dict) and aux.get("ID"):
+            image_id = str(aux["ID"])
         if "error" in event:
             detail = event.get("errorDetail", {}).get("message") or event["error"]
             raise ImageError(
@@ -57,6 +63,7 @@ def stream_build(client: docker.DockerClient, what: str, say: Progress, **build_
         for line in filter(None, (part.rstrip() for part in text.splitlines())):
             tail = [*tail[-29:], line]
             say({"stage": "build", "message": line})
+    return image_id
 
 
 def _deb822_stanzas(text: str) -> Iterator[dict[str, str]]:

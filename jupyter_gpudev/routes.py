@@ -19,6 +19,7 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
+from .commit import CommitOptions
 from .containers import StartRequest
 from .errors import BadRequest, EngineError, GPUDevError
 from .hosts import unreachable_summary
@@ -80,6 +81,49 @@ class GPUDevHandler(APIHandler):
     async def blocking(self, func: Callable[..., T], *args: Any) -> T:
         """Run a blocking call (Docker SDK, NVML, nvidia-smi) off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(None, func, *args)
+
+    def wants_events(self) -> bool:
+        return "text/event-stream" in self.request.headers.get("Accept", "")
+
+    async def stream_events(self, what: str, func: Callable[..., Any], *args: Any) -> None:
+        """Run ``func(*args, progress)`` in a worker thread and answer with server-sent
+        events: ``progress`` events while it runs, then one ``result`` (its ``to_json()``) or
+        ``error`` event (a ``GPUDevError``'s body with its status; anything else is logged and
+        answered with a generic message). A client that goes away does not stop the work."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+
+        def progress(event: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, ("progress", event))
+
+        async def run() -> None:
+            try:
+                result = await self.blocking(func, *args, progress)
+            except GPUDevError as err:
+                await queue.put(("error", {"status": err.status, **err.to_json()}))
+            except Exception:
+                self.log.exception("gpudev: %s failed", what)
+                failed = {"status": 500, "error": "internal"}
+                await queue.put(
+                    ("error", {**failed, "message": f"{what} failed (see the server log)"})
+                )
+            else:
+                await queue.put(("result", result.to_json()))
+
+        self.set_header("Content-Type", "text/event-stream")
+        self.set_header("Cache-Control", "no-cache")
+        task = asyncio.ensure_future(run())
+        while True:
+            kind, data = await queue.get()
+            self.write(f"event: {kind}\ndata: {json.dumps(data)}\n\n")
+            try:
+                await self.flush()
+            except Exception:  # the client went away; the work still finishes
+                self.log.info("gpudev: progress stream closed by the client")
+            if kind in ("result", "error"):
+                break
+        await task
+        self.finish()
 
 
 class HostsHandler(GPUDevHandler):
@@ -195,54 +239,14 @@ class ContainersHandler(GPUDevHandler):
             raise BadRequest("The body is not valid JSON") from exc
         owner = getattr(self.current_user, "username", None) or "unknown"
         request = _start_request(body, owner)
-        if "text/event-stream" in self.request.headers.get("Accept", ""):
-            await self._stream(request)
+        if self.wants_events():
+            await self.stream_events(
+                "Starting the container", self.gpudev.containers.start, request
+            )
             return
         info = await self.blocking(self.gpudev.containers.start, request)
         self.set_status(201)
         self.finish(json.dumps(info.to_json()))
-
-    async def _stream(self, request: StartRequest) -> None:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
-
-        def progress(event: dict[str, Any]) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, ("progress", event))
-
-        async def run() -> None:
-            try:
-                info = await self.blocking(self.gpudev.containers.start, request, progress)
-            except GPUDevError as err:
-                await queue.put(("error", {"status": err.status, **err.to_json()}))
-            except Exception:
-                self.log.exception("gpudev: starting a container failed")
-                await queue.put(
-                    (
-                        "error",
-                        {
-                            "status": 500,
-                            "error": "internal",
-                            "message": "Starting the container failed (see the server log)",
-                        },
-                    )
-                )
-            else:
-                await queue.put(("result", info.to_json()))
-
-        self.set_header("Content-Type", "text/event-stream")
-        self.set_header("Cache-Control", "no-cache")
-        task = asyncio.ensure_future(run())
-        while True:
-            kind, data = await queue.get()
-            self.write(f"event: {kind}\ndata: {json.dumps(data)}\n\n")
-            try:
-                await self.flush()
-            except Exception:  # the client went away; the start still finishes
-                self.log.info("gpudev: progress stream closed by the client")
-            if kind in ("result", "error"):
-                break
-        await task
-        self.finish()
 
 
 class ContainerHandler(GPUDevHandler):
@@ -320,28 +324,51 @@ class ContainerDiffHandler(GPUDevHandler):
 
 
 class ContainerCommitHandler(GPUDevHandler):
-    """``POST /gpudev/api/containers/NAME/commit`` with ``{"write": true}``: apply the diff to
-    the environment's Dockerfile (``jupyter gpudev commit NAME --write``); answers what was
-    written. ``write`` false (the default) only renders it, like the diff route."""
+    """``POST /gpudev/api/containers/NAME/commit``: ``jupyter gpudev commit NAME`` with a JSON
+    body of options: ``write``, ``verify``, ``push`` (booleans), ``snapshot`` (an image tag),
+    ``message``. Answers the diff, what was written, the verify report and the snapshot; with
+    ``Accept: text/event-stream``, progress events first (capture, verify build, snapshot,
+    push), then the ``result`` or ``error`` event. All options false only renders the diff.
+    Needs the ``execute`` permission: a verify build runs the Dockerfile's commands."""
 
     @web.authenticated
-    @authorized
+    @authorized_to_execute
     @maps_errors
     async def post(self, name: str) -> None:
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except ValueError as exc:
-            raise BadRequest('The body must be JSON, e.g. {"write": true}') from exc
-        write = body.get("write", False) if isinstance(body, dict) else None
-        if not isinstance(write, bool):
-            raise BadRequest('"write" must be true or false')
-        if write:
-            written = await self.blocking(self.gpudev.capture.write, name)
-            captured, result = written.captured, written.to_json()
-        else:
-            captured, rendered = await self.blocking(self.gpudev.capture.diff, name)
-            result = {**rendered.to_json(), "written": None}
-        self.finish(json.dumps({**result, "changes": captured.changes.to_json()}))
+        options = _commit_options(self.request.body)
+        options.check()
+        if self.wants_events():
+            await self.stream_events(
+                f"Committing {name}", self.gpudev.committer.commit, name, options, None
+            )
+            return
+        result = await self.blocking(self.gpudev.committer.commit, name, options)
+        self.finish(json.dumps(result.to_json()))
+
+
+def _commit_options(raw: bytes | None) -> CommitOptions:
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError as exc:
+        raise BadRequest('The body must be JSON, e.g. {"write": true}') from exc
+    if not isinstance(body, dict):
+        raise BadRequest('The body must be a JSON object, e.g. {"write": true}')
+    unknown = sorted(set(body) - {"write", "verify", "push", "snapshot", "message"})
+    if unknown:
+        raise BadRequest(f"Unknown commit option(s): {', '.join(unknown)}")
+    for key in ("write", "verify", "push"):
+        if not isinstance(body.get(key, False), bool):
+            raise BadRequest(f'"{key}" must be true or false')
+    for key in ("snapshot", "message"):
+        if body.get(key) is not None and not isinstance(body[key], str):
+            raise BadRequest(f'"{key}" must be a string')
+    return CommitOptions(
+        write=body.get("write", False),
+        verify=body.get("verify", False),
+        snapshot=body.get("snapshot") or None,
+        push=body.get("push", False),
+        message=body.get("message") or None,
+    )
 
 
 class ContainerTerminalHandler(GPUDevHandler):

@@ -6,7 +6,8 @@
 #     Lab extension with npm),
 #   - the kernel-capable base image, bootstrapped from the host's Debian mirror when missing
 #     (`jupyter gpudev image bootstrap`: no container registry needed).
-# With --test it also installs what the test suite needs: Chromium for the UI tests.
+# With --test it also installs what the test suite needs: Chromium for the UI tests, and the
+# container registry and htpasswd tool for the registry tests.
 #
 # Safe to run again: every step checks first and does nothing when its result is there.
 set -euo pipefail
@@ -64,6 +65,11 @@ ensure_engine() {
   step "Docker engine"
   if engine_answers; then
     echo "A Docker engine answers ($(docker version --format '{{.Server.Version}}')): using it as it is."
+    if [ "${GPUDEV_TEST_NVIDIA_HOOK:-0}" = "1" ] && [ -d /usr/local/lib/gpudev-test-hook ]; then
+      # An engine an earlier set-up started with the stand-in hook: keep its copy current.
+      as_root install -m 0755 tests/fixtures/nvidia-hook/nvidia-container-runtime-hook \
+        /usr/local/lib/gpudev-test-hook/nvidia-container-runtime-hook
+    fi
     return 0
   fi
   if ! command -v dockerd >/dev/null 2>&1; then
@@ -140,6 +146,14 @@ ensure_image() {
   as_root "$VENV/bin/jupyter-gpudev" image bootstrap --tag="$IMAGE"
 }
 
+ensure_registry() {
+  step "A container registry with password authentication, for the registry tests"
+  # The tests start their own instance (loopback, a random port, their own htpasswd): this
+  # only installs the programs. Debian's docker-registry is the CNCF distribution registry.
+  apt_install docker-registry apache2-utils
+  echo "$(docker-registry --version 2>/dev/null | head -n 1 || echo docker-registry) is installed."
+}
+
 ensure_browser() {
   step "Chromium for the UI tests"
   if [ -x /usr/bin/chromium ]; then
@@ -155,5 +169,6 @@ ensure_venv
 ensure_image
 if [ "$WITH_TEST" -eq 1 ]; then
   ensure_browser
+  ensure_registry
 fi
 step "Set-up complete"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -229,3 +230,69 @@ async def test_diff_and_commit_through_the_api(
     assert copied.read_text() == "tuned\n"
     again = json.loads((await jp_fetch("gpudev", "api", "containers", "api-diff", "diff")).body)
     assert again["empty"] is True
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"push": True}, "--push needs --snapshot TAG"),
+        ({"snapshot": "Not A Tag"}, "is not an image reference"),
+        ({"snapshot": 3}, '"snapshot" must be a string'),
+        ({"squash": True}, "Unknown commit option(s): squash"),
+        ([], "must be a JSON object"),
+    ],
+)
+async def test_bad_commit_options_are_refused_before_anything_runs(
+    jp_fetch: Fetch, body: Any, message: str
+) -> None:
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch(
+            "gpudev", "api", "containers", "nobody", "commit", method="POST", body=json.dumps(body)
+        )
+    assert caught.value.code == 400
+    assert caught.value.response is not None
+    assert message in json.loads(caught.value.response.body)["message"]
+
+
+async def test_commit_with_a_snapshot_streams_progress_events(
+    jp_fetch: Fetch, docker_client: docker.DockerClient
+) -> None:
+    # Given a running dev container with an edited file
+    await start_default(jp_fetch, "api-snap")
+    container = docker_client.containers.get("gpudev-api-snap")
+    code, _ = container.exec_run(["/bin/sh", "-c", "echo snap > /etc/api-snap"], user="0")
+    assert code == 0
+    tag = "gpudev-test/api-snap:v1"
+    try:
+        # When it is committed as a snapshot, asking for server-sent events
+        response = await jp_fetch(
+            "gpudev",
+            "api",
+            "containers",
+            "api-snap",
+            "commit",
+            method="POST",
+            body=json.dumps({"snapshot": tag, "message": "from the API"}),
+            headers={"Accept": "text/event-stream"},
+        )
+        events = [
+            (block.split("\n")[0].removeprefix("event: "), json.loads(block.split("\n")[1][6:]))
+            for block in response.body.decode().strip().split("\n\n")
+        ]
+        # Then progress came first (capture, snapshot), then the result with the snapshot
+        stages = [data.get("stage") for kind, data in events if kind == "progress"]
+        assert stages[0] == "capture"
+        assert "snapshot" in stages
+        kind, result = events[-1]
+        assert kind == "result"
+        assert result["snapshot"]["reference"] == tag
+        assert result["snapshot"]["pushed"] is False
+        assert result["written"] is None
+        # And the image exists with the change and the message
+        image = docker_client.images.get(tag)
+        assert image.labels["org.opencontainers.image.description"] == "from the API"
+        out = docker_client.containers.run(tag, ["cat", "/etc/api-snap"], remove=True)
+        assert out == b"snap\n"
+    finally:
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            docker_client.images.remove(tag)

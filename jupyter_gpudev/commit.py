@@ -1,0 +1,500 @@
+"""``jupyter gpudev commit``: the Dockerfile diff, verified, snapshotted, pushed and written.
+
+One commit runs these steps, each optional after the first, in an order that leaves nothing
+half-done when a later step fails:
+
+1. **capture**: the change set, with the kept files copied into a staging folder
+   (``ChangeCapture.prepare``), and the diff rendered;
+2. **verify**: the patched Dockerfile is built (the build context with the staged files added,
+   the workspace untouched) and the rebuilt image's packages are compared with the
+   container's; any difference stops the commit (``VerifyFailed``) and each one is reported;
+3. **snapshot**: a ``docker commit`` image of the container, tagged, labelled with its
+   environment, base image digest and the diff's hash, with the driver files an NVIDIA runtime
+   injected removed, and an image configuration of its own (the environment image's command
+   and variables plus the committed ENV lines: no lease, runtime or credential variable);
+4. **push**: the snapshot to the registry its tag names, with the user's credentials; a
+   failure restores the tag as it was;
+5. **write**: only now is the workspace written (``ChangeCapture.apply``), and with ``verify``
+   the verified image becomes the environment's image (the next start does not rebuild).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import IO, TYPE_CHECKING, Any, cast
+
+import docker
+import docker.errors
+import requests
+from docker.utils import build as docker_build
+
+from . import changes as ch
+from .errors import BadRequest, EngineError, GPUDevError
+from .images import Progress, stream_build
+from .registry import Reference, Registries
+
+if TYPE_CHECKING:
+    from .capture import ChangeCapture, Prepared, WriteResult
+
+LABEL = "org.jupyter.gpudev"
+L_SNAPSHOT_ENV = f"{LABEL}.snapshot.environment"
+L_SNAPSHOT_CONTAINER = f"{LABEL}.snapshot.container"
+L_SNAPSHOT_DIFF = f"{LABEL}.snapshot.diff"
+L_SNAPSHOT_DOCKERFILE = f"{LABEL}.snapshot.dockerfile"
+L_VERIFY = f"{LABEL}.verify"
+#: OCI's own annotations for the base image.
+L_BASE_NAME = "org.opencontainers.image.base.name"
+L_BASE_DIGEST = "org.opencontainers.image.base.digest"
+L_DESCRIPTION = "org.opencontainers.image.description"
+L_CREATED = "org.opencontainers.image.created"
+#: The Dockerfile a verify build reads (added to the build context, not written anywhere).
+VERIFY_DOCKERFILE = ".gpudev-verify.Dockerfile"
+#: Image configuration keys a snapshot takes from the environment's image.
+_IMAGE_CONFIG_KEYS = (
+    "Cmd",
+    "Entrypoint",
+    "WorkingDir",
+    "User",
+    "ExposedPorts",
+    "Volumes",
+    "StopSignal",
+    "Healthcheck",
+    "Shell",
+    "OnBuild",
+)
+MAX_MESSAGE = 4000
+
+
+class VerifyFailed(GPUDevError):
+    """The image rebuilt from the patched Dockerfile has other packages than the container."""
+
+    status = 409
+    exit_code = 7
+    code = "verify_failed"
+
+
+@dataclass(frozen=True)
+class CommitOptions:
+    """What a commit does beyond rendering the diff."""
+
+    write: bool = False
+    verify: bool = False
+    snapshot: str | None = None
+    push: bool = False
+    message: str | None = None
+
+    def check(self) -> None:
+        """A clear error for options that cannot work together or a bad tag."""
+        if self.push and not self.snapshot:
+            raise BadRequest("--push needs --snapshot TAG: the tag names the registry")
+        if self.snapshot:
+            reference = Reference.parse(self.snapshot)
+            if self.push and reference.registry == "docker.io" and "/" not in reference.repository:
+                raise BadRequest(
+                    f"{self.snapshot!r} names no registry or account: push to "
+                    "REGISTRY/NAME:TAG (e.g. 127.0.0.1:5000/team/env:v1)"
+                )
+        if self.message and len(self.message) > MAX_MESSAGE:
+            raise BadRequest(f"The message is longer than {MAX_MESSAGE} characters")
+
+
+@dataclass
+class VerifyReport:
+    """A verify build: the image, how long it took, each package difference."""
+
+    image_id: str
+    seconds: float
+    differences: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "image_id": self.image_id,
+            "seconds": round(self.seconds, 2),
+            "differences": list(self.differences),
+            "ok": not self.differences,
+        }
+
+
+@dataclass
+class Snapshot:
+    """A snapshot image: its tag, id, labels, the driver files left out, the pushed digest."""
+
+    reference: str
+    image_id: str
+    labels: dict[str, str]
+    removed_driver_files: list[str]
+    pushed_digest: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "reference": self.reference,
+            "image_id": self.image_id,
+            "labels": dict(self.labels),
+            "removed_driver_files": list(self.removed_driver_files),
+            "pushed": self.pushed_digest is not None,
+            "digest": self.pushed_digest or None,
+        }
+
+
+@dataclass
+class CommitResult:
+    prepared: Prepared
+    written: WriteResult | None = None
+    verify: VerifyReport | None = None
+    snapshot: Snapshot | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        base = (
+            self.written.to_json()
+            if self.written is not None
+            else {**self.prepared.rendered.to_json(), "written": None}
+        )
+        return {
+            **base,
+            "verify": self.verify.to_json() if self.verify else None,
+            "snapshot": self.snapshot.to_json() if self.snapshot else None,
+            "changes": self.prepared.captured.changes.to_json(),
+        }
+
+
+class Committer:
+    """Runs commits (see the module's docstring) for a ``ChangeCapture``."""
+
+    def __init__(self, capture: ChangeCapture, registries: Registries) -> None:
+        self.capture = capture
+        self.registries = registries
+        self.log = capture.containers.log
+
+    def commit(
+        self,
+        name: str,
+        options: CommitOptions,
+        host: str | None = None,
+        say: Progress | None = None,
+    ) -> CommitResult:
+        say = say or (lambda _event: None)
+        options.check()
+        say({"stage": "capture", "message": f"reading the changes of {name}"})
+        prepared = self.capture.prepare(name, host, options.message)
+        result = CommitResult(prepared)
+        client = prepared.captured.client
+        keep_verified = False
+        try:
+            if options.verify:
+                result.verify = self._verify(client, prepared, say)
+                if result.verify.differences:
+                    raise VerifyFailed(
+                        f"The image rebuilt from the patched Dockerfile differs from {name} in "
+                        f"{len(result.verify.differences)} package(s): "
+                        + "; ".join(result.verify.differences[:10])
+                        + ("; ..." if len(result.verify.differences) > 10 else "")
+                        + ". Nothing was written.",
+                        details={"differences": result.verify.differences},
+                    )
+            if options.snapshot:
+                result.snapshot = self._snapshot(client, prepared, options, say)
+            if options.write:
+                say({"stage": "write", "message": f"writing {prepared.dockerfile}"})
+                result.written = self.capture.apply(prepared)
+                if result.verify is not None:
+                    keep_verified = self._adopt(client, prepared, result.verify.image_id, say)
+        finally:
+            prepared.discard()
+            if result.verify is not None and not keep_verified:
+                _remove_image(client, result.verify.image_id)
+        say({"stage": "done", "message": f"commit of {name} done"})
+        return result
+
+    # -- verify -------------------------------------------------------------------------------
+
+    def _verify(
+        self, client: docker.DockerClient, prepared: Prepared, say: Progress
+    ) -> VerifyReport:
+        env = prepared.captured.environment
+        say({"stage": "verify", "message": "building the patched Dockerfile"})
+        started = time.monotonic()
+        build = env.build
+        with _verify_context(prepared) as context:
+            try:
+                image_id = stream_build(
+                    client,
+                    f"the patched Dockerfile of {env.name!r}",
+                    say,
+                    fileobj=context,
+                    custom_context=True,
+                    dockerfile=VERIFY_DOCKERFILE,
+                    buildargs=dict(build.args) if build else None,
+                    target=build.target if build else None,
+                    labels={L_VERIFY: prepared.captured.info.name},
+                )
+            except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+                raise EngineError(
+                    f"Building the patched Dockerfile of {env.name!r}: {exc}"
+                ) from exc
+        if not image_id:
+            raise EngineError("The engine built the patched Dockerfile but named no image")
+        report = VerifyReport(image_id, 0.0)
+        try:
+            say({"stage": "verify", "message": "comparing the packages of the rebuilt image"})
+            rebuilt = self.capture._probe_image(client, image_id).state
+        except BaseException:
+            _remove_image(client, image_id)
+            raise
+        report.differences = ch.package_differences(prepared.captured.packages, rebuilt)
+        report.seconds = time.monotonic() - started
+        verdict = (
+            "the rebuilt image has the container's packages"
+            if not report.differences
+            else f"{len(report.differences)} difference(s)"
+        )
+        say({"stage": "verify", "message": verdict})
+        return report
+
+    def _adopt(
+        self, client: docker.DockerClient, prepared: Prepared, image_id: str, say: Progress
+    ) -> bool:
+        """Tag the verified image as the environment's image, when the written Dockerfile is
+        what the environment builds now (then the next start does not build it again)."""
+        manager = self.capture.containers
+        try:
+            env = manager.environments.get(prepared.captured.environment.name, manager.root_dir)
+            if env.build is None or env.build.target:
+                return False
+            repository, tag = env.image_ref().rsplit(":", 1)
+            client.api.tag(image_id, repository, tag)
+        except (GPUDevError, docker.errors.DockerException, requests.RequestException) as exc:
+            self.log.info("The verified image is not reused for the next start: %s", exc)
+            return False
+        say({"stage": "write", "message": f"the verified image is {env.image_ref()}"})
+        return True
+
+    # -- snapshot and push --------------------------------------------------------------------
+
+    def _snapshot(
+        self,
+        client: docker.DockerClient,
+        prepared: Prepared,
+        options: CommitOptions,
+        say: Progress,
+    ) -> Snapshot:
+        assert options.snapshot  # noqa: S101 - checked by the caller
+        reference = Reference.parse(options.snapshot)
+        captured = prepared.captured
+        container = captured.container
+        say({"stage": "snapshot", "message": f"committing {captured.info.name}"})
+        drivers = sorted(
+            str(d["Path"])
+            for d in captured.diff
+            if int(d["Kind"]) != 2 and ch.is_driver_path(str(d["Path"]))
+        )
+        previous = _image_id(client, options.snapshot)
+        temporary: list[str] = []
+        try:
+            committed = container.commit()
+            temporary.append(str(committed.id))
+            layers_from = str(committed.id)
+            if drivers:
+                say(
+                    {
+                        "stage": "snapshot",
+                        "message": f"leaving out {len(drivers)} injected driver file(s)",
+                    }
+                )
+                layers_from = self._without(client, layers_from, drivers)
+                temporary.append(layers_from)
+            labels = self._labels(client, prepared, options.message)
+            config = self._image_config(client, prepared, labels)
+            image_id = _load_config(client, layers_from, config, reference)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise EngineError(f"Committing {captured.info.name}: {exc}") from exc
+        finally:
+            for image in reversed(temporary):
+                _remove_image(client, image)
+        snapshot = Snapshot(options.snapshot, image_id, labels, drivers)
+        say({"stage": "snapshot", "message": f"tagged {options.snapshot} ({image_id[:19]})"})
+        if options.push:
+            try:
+                snapshot.pushed_digest = self.registries.push(client, options.snapshot, say)
+            except BaseException:
+                _restore_tag(client, reference, previous)
+                raise
+        return snapshot
+
+    @staticmethod
+    def _without(client: docker.DockerClient, image: str, paths: list[str]) -> str:
+        """A layer on ``image`` that removes ``paths`` (no shell, no network, as root)."""
+        helper = client.containers.create(
+            image,
+            entrypoint=["rm", "-f", "--"],
+            command=paths,
+            user="0",
+            network_disabled=True,
+            labels={f"{LABEL}.probe": "1"},
+        )
+        try:
+            helper.start()
+            status = helper.wait(timeout=120)
+            if int(status.get("StatusCode", 1)) != 0:
+                raise EngineError("Removing the injected driver files from the snapshot failed")
+            return str(helper.commit().id)
+        finally:
+            with contextlib.suppress(docker.errors.DockerException):
+                helper.remove(force=True)
+
+    def _labels(
+        self, client: docker.DockerClient, prepared: Prepared, message: str | None
+    ) -> dict[str, str]:
+        captured = prepared.captured
+        image_ref = str(captured.container.attrs.get("Config", {}).get("Image") or "")
+        base = client.images.get(str(captured.container.attrs["Image"]))
+        digests = [str(d) for d in base.attrs.get("RepoDigests") or []]
+        labels = {
+            L_SNAPSHOT_ENV: captured.environment.name,
+            L_SNAPSHOT_CONTAINER: captured.info.name,
+            L_SNAPSHOT_DIFF: "sha256:" + _sha256(prepared.rendered.diff),
+            L_SNAPSHOT_DOCKERFILE: "sha256:" + prepared.rendered.digest,
+            L_BASE_NAME: image_ref,
+            L_BASE_DIGEST: digests[0].rsplit("@", 1)[-1] if digests else str(base.id),
+            L_CREATED: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        if message:
+            labels[L_DESCRIPTION] = message.strip()
+        return labels
+
+    @staticmethod
+    def _image_config(
+        client: docker.DockerClient, prepared: Prepared, labels: dict[str, str]
+    ) -> dict[str, Any]:
+        """The snapshot's configuration: the environment image's, plus the ENV lines the diff
+        has (no GPU, runtime or CA-bundle variable, no credential) and the labels."""
+        captured = prepared.captured
+        base = client.images.get(str(captured.container.attrs["Image"])).attrs
+        base_config = base.get("Config") or {}
+        config = {k: base_config[k] for k in _IMAGE_CONFIG_KEYS if base_config.get(k)}
+        env = ch.env_dict(base_config.get("Env") or [])
+        env.update(captured.changes.env)
+        config["Env"] = [f"{k}={v}" for k, v in env.items()]
+        config["Labels"] = {
+            k: v for k, v in (base_config.get("Labels") or {}).items() if not k.startswith(LABEL)
+        }
+        config["Labels"].update(labels)
+        return {
+            "architecture": base.get("Architecture") or "amd64",
+            "os": base.get("Os") or "linux",
+            **({"variant": base["Variant"]} if base.get("Variant") else {}),
+            "created": labels[L_CREATED],
+            "config": config,
+        }
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _image_id(client: docker.DockerClient, ref: str) -> str | None:
+    try:
+        return str(client.images.get(ref).id)
+    except docker.errors.ImageNotFound:
+        return None
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise EngineError(f"Looking up {ref}: {exc}") from exc
+
+
+def _remove_image(client: docker.DockerClient, image: str) -> None:
+    with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
+        client.images.remove(image, force=False, noprune=False)
+
+
+def _restore_tag(client: docker.DockerClient, reference: Reference, previous: str | None) -> None:
+    """Put a tag back as it was before a failed snapshot push (removed when it was new)."""
+    with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
+        if previous is None:
+            client.images.remove(f"{reference.repository}:{reference.tag}", noprune=False)
+        else:
+            client.api.tag(previous, reference.repository, reference.tag, force=True)
+
+
+def _load_config(
+    client: docker.DockerClient, layers_from: str, config: dict[str, Any], reference: Reference
+) -> str:
+    """An image made of the layers of ``layers_from`` with the configuration ``config``,
+    tagged ``reference``: loaded from an archive holding only the configuration and the
+    manifest (the engine has every layer already, so no layer data is read or written)."""
+    source = client.images.get(layers_from).attrs
+    diff_ids = list((source.get("RootFS") or {}).get("Layers") or [])
+    if not diff_ids:
+        raise EngineError(f"The image {layers_from} has no layers to snapshot")
+    config = {**config, "rootfs": {"type": "layers", "diff_ids": diff_ids}}
+    raw = json.dumps(config, sort_keys=True).encode()
+    digest = _sha256(raw.decode())
+    manifest = [
+        {
+            "Config": f"{digest}.json",
+            "RepoTags": [f"{reference.repository}:{reference.tag}"],
+            "Layers": [f"{i:04d}/layer.tar" for i in range(len(diff_ids))],
+        }
+    ]
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, data in ((f"{digest}.json", raw), ("manifest.json", json.dumps(manifest))):
+            blob = data if isinstance(data, bytes) else data.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(blob), 0o644
+            archive.addfile(info, io.BytesIO(blob))
+    for event in client.api.load_image(buffer.getvalue()):  # type: ignore[no-untyped-call]
+        if isinstance(event, dict) and ("error" in event or "errorDetail" in event):
+            detail = (event.get("errorDetail") or {}).get("message") or event.get("error")
+            raise EngineError(f"Writing the snapshot's configuration failed: {detail}")
+    return f"sha256:{digest}"
+
+
+@contextlib.contextmanager
+def _verify_context(prepared: Prepared) -> Any:
+    """The build context of a verify build, as a tar file: the environment's build context
+    (its .dockerignore applied), the patched Dockerfile and the staged files, where the
+    written commit would put them."""
+    context = prepared.context
+    text = prepared.rendered.new_text
+    exclude: list[str] = []
+    ignore = context / ".dockerignore"
+    if ignore.is_file():
+        lines = (line.strip() for line in ignore.read_text().splitlines())
+        exclude = [line for line in lines if line and not line.startswith("#")]
+    handle: IO[bytes]
+    if context.is_dir():
+        archive_file = docker_build.tar(
+            context,
+            exclude=exclude,
+            dockerfile=(VERIFY_DOCKERFILE, text),
+        )
+        handle = cast("IO[bytes]", archive_file)
+    else:
+        handle = tempfile.NamedTemporaryFile()  # noqa: SIM115 - closed below
+        with tarfile.open(fileobj=handle, mode="w") as archive:
+            _add_bytes(archive, VERIFY_DOCKERFILE, text.encode())
+    try:
+        if prepared.staging is not None:
+            handle.seek(0)
+            with tarfile.open(fileobj=handle, mode="a") as archive:
+                folder = prepared.folder.relative_to(context)
+                for entry in sorted(prepared.staging.rglob("*")):
+                    arcname = str(folder / entry.relative_to(prepared.staging))
+                    archive.add(str(entry), arcname=arcname, recursive=False)
+        handle.seek(0)
+        yield handle
+    finally:
+        handle.close()
+
+
+def _add_bytes(archive: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(data), 0o644
+    archive.addfile(info, io.BytesIO(data))

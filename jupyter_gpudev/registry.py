@@ -1,0 +1,256 @@
+"""Registries: image references, the credentials for a registry, push and pull with progress.
+
+Credentials come, in this order, from ``c.Registries.credentials`` (a password file, never a
+password in a log) or from the user's Docker client configuration (``$DOCKER_CONFIG`` or
+``~/.docker/config.json``: ``auths`` written by ``docker login``, ``credsStore`` and
+``credHelpers``), read again for every push or pull so that a ``docker login`` made after the
+server started counts. They go to the engine in its ``X-Registry-Auth`` header and nowhere else:
+never logged, never in an error, never in an answer.
+
+The engine answers a push or pull with HTTP 200 and reports failures inside the stream; each
+such event is an error here (``RegistryError``), with the registry's own words and what the user
+can do about it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import requests
+from docker import auth as docker_auth
+from traitlets import Dict
+from traitlets.config import LoggingConfigurable
+
+from .errors import BadRequest, ConfigError, GPUDevError
+from .images import Progress
+
+#: ``[registry/]path[:tag]``, lower-case path components as the distribution spec has them.
+_REFERENCE_RE = re.compile(
+    r"^(?:(?P<registry>(?:[a-zA-Z0-9-]+\.)*[a-zA-Z0-9-]+(?::[0-9]{1,5})?|\[[0-9a-fA-F:]+\](?::[0-9]{1,5})?)/)?"
+    r"(?P<path>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?$"
+)
+_AUTH_WORDS = ("unauthorized", "authentication required", "no basic auth", "denied", "401")
+
+
+class RegistryError(GPUDevError):
+    """A push or pull that the registry or the engine refused."""
+
+    status = 502
+    exit_code = 4
+    code = "registry"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An image reference split into its registry, repository and tag."""
+
+    registry: str
+    repository: str
+    tag: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.repository}:{self.tag}"
+
+    @classmethod
+    def parse(cls, ref: str) -> Reference:
+        """Parse ``[registry/]path[:tag]`` (tag ``latest`` when none); a clear error otherwise."""
+        match = _REFERENCE_RE.match(ref or "")
+        first = (ref or "").split("/", 1)[0]
+        if match is None or len(ref) > 255:
+            raise BadRequest(
+                f"{ref!r} is not an image reference: expected [REGISTRY/]NAME[:TAG], with NAME "
+                "in lower case (e.g. 127.0.0.1:5000/team/pytorch:v2)",
+                details={"reference": ref},
+            )
+        registry = match.group("registry")
+        # A first component without '.', ':' or 'localhost' is a Docker Hub path, not a host.
+        if registry and "." not in first and ":" not in first and first != "localhost":
+            registry = None
+        repository = ref.rsplit(":", 1)[0] if match.group("tag") else ref
+        registry_name = registry or docker_auth.INDEX_NAME
+        return cls(registry_name, repository, match.group("tag") or "latest")
+
+
+class Registries(LoggingConfigurable):
+    """Credentials for image registries (push of snapshots, pull of environment images)."""
+
+    credentials = Dict(
+        per_key_traits=None,
+        default_value={},
+        help="""Credentials per registry host, used instead of the Docker client
+        configuration for that registry, e.g.
+        {"registry.example.com": {"username": "ci", "password_file": "/run/secrets/registry"}}.
+        Keys: username with password_file (read for each push or pull) or password, or
+        identity_token. Registries not listed use $DOCKER_CONFIG/config.json or
+        ~/.docker/config.json (docker login, credsStore, credHelpers).""",
+    ).tag(config=True)
+
+    def auth_for(self, registry: str) -> tuple[dict[str, str], str]:
+        """The auth config for ``registry`` and where it came from (said in errors).
+
+        An empty dict when none is known: the engine then tries without credentials.
+        """
+        configured = self.credentials.get(registry)
+        if configured is not None:
+            return self._configured(registry, configured), "c.Registries.credentials"
+        try:
+            loaded = docker_auth.load_config()
+            found = docker_auth.resolve_authconfig(loaded, registry)
+        except (docker.errors.DockerException, OSError, ValueError) as exc:
+            self.log.warning("Reading the Docker credentials for %s failed: %s", registry, exc)
+            found = None
+        if not found:
+            return {}, "none"
+        auth = {k: str(v) for k, v in found.items() if v}
+        if "IdentityToken" in found:
+            auth = {"identitytoken": str(found["IdentityToken"])}
+        return auth, "the Docker client configuration"
+
+    @staticmethod
+    def _configured(registry: str, entry: Any) -> dict[str, str]:
+        if not isinstance(entry, dict):
+            raise ConfigError(f"c.Registries.credentials[{registry!r}] must be a dict")
+        if entry.get("identity_token"):
+            return {"identitytoken": str(entry["identity_token"])}
+        username = entry.get("username")
+        password = entry.get("password")
+        if entry.get("password_file"):
+            try:
+                password = Path(str(entry["password_file"])).read_text().strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"Reading the password file for {registry} failed: {exc.strerror}"
+                ) from exc
+        if not username or not password:
+            raise ConfigError(
+                f"c.Registries.credentials[{registry!r}] needs username and password_file "
+                "(or password, or identity_token)"
+            )
+        return {"username": str(username), "password": str(password), "serveraddress": registry}
+
+    # -- push and pull ------------------------------------------------------------------------
+
+    def push(self, client: docker.DockerClient, ref: str, say: Progress) -> str:
+        """Push ``ref`` with progress; returns the pushed manifest digest ("" if not told)."""
+        reference = Reference.parse(ref)
+        auth, source = self.auth_for(reference.registry)
+        say({"stage": "push", "message": f"pushing {ref} to {reference.registry}"})
+        layers = _LayerProgress("push", say)
+        digest = ""
+        try:
+            events = client.api.push(
+                reference.repository,
+                tag=reference.tag,
+                stream=True,
+                decode=True,
+                auth_config=auth,
+            )
+            for event in events:
+                if "error" in event or "errorDetail" in event:
+                    raise self._refused("push", ref, reference.registry, event, source)
+                aux = event.get("aux") or {}
+                if isinstance(aux, dict) and aux.get("Digest"):
+                    digest = str(aux["Digest"])
+                layers.update(event)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise self._refused(
+                "push", ref, reference.registry, {"error": _explanation(exc)}, source
+            ) from exc
+        say({"stage": "push", "message": f"pushed {ref} {digest}".rstrip()})
+        return digest
+
+    def pull(self, client: docker.DockerClient, ref: str, say: Progress) -> None:
+        """Pull ``ref`` with the registry's credentials and progress."""
+        reference = Reference.parse(ref) if "@" not in ref else None
+        registry = reference.registry if reference else docker_auth.resolve_repository_name(ref)[0]
+        auth, source = self.auth_for(registry)
+        say({"stage": "pull", "message": f"pulling {ref}"})
+        layers = _LayerProgress("pull", say)
+        try:
+            for event in client.api.pull(ref, stream=True, decode=True, auth_config=auth):
+                if "error" in event or "errorDetail" in event:
+                    raise self._refused("pull", ref, registry, event, source)
+                layers.update(event)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            failed = {"error": _explanation(exc)}
+            raise self._refused("pull", ref, registry, failed, source) from exc
+
+    def _refused(
+        self, verb: str, ref: str, registry: str, event: dict[str, Any], source: str
+    ) -> RegistryError:
+        detail = event.get("errorDetail") or {}
+        words = str(detail.get("message") or event.get("error") or "unknown error").strip()
+        self.log.warning("%s of %s failed: %s", verb.capitalize(), ref, words)
+        lowered = words.lower()
+        if any(w in lowered for w in _AUTH_WORDS):
+            if source == "none":
+                hint = (
+                    f"no credentials are known for {registry}: run `docker login {registry}` "
+                    "as the user running Jupyter, or set c.Registries.credentials"
+                )
+            else:
+                hint = (
+                    f"check the credentials for {registry} in {source} "
+                    f"(`docker login {registry}` replaces them)"
+                )
+            return RegistryError(
+                f"The registry {registry} refused the {verb} of {ref}: {words}; {hint}",
+                details={"reference": ref, "registry": registry, "credentials": source},
+            )
+        return RegistryError(
+            f"The {verb} of {ref} to {registry} failed: {words}"
+            if verb == "push"
+            else f"Pulling {ref} from {registry} failed: {words}",
+            details={"reference": ref, "registry": registry},
+        )
+
+
+def _explanation(exc: Exception) -> str:
+    if isinstance(exc, docker.errors.APIError):
+        return str(exc.explanation or exc)
+    return str(exc)
+
+
+class _LayerProgress:
+    """Per-layer push/pull events summed into one progress figure (bytes done of known)."""
+
+    def __init__(self, stage: str, say: Progress) -> None:
+        self.stage = stage
+        self.say = say
+        self.layers: dict[str, tuple[int, int]] = {}
+
+    def update(self, event: dict[str, Any]) -> None:
+        layer = str(event.get("id") or "")
+        status = str(event.get("status") or "")
+        detail = event.get("progressDetail") or {}
+        current, total = detail.get("current"), detail.get("total")
+        if layer and isinstance(current, int) and isinstance(total, int) and total > 0:
+            self.layers[layer] = (min(current, total), total)
+        elif (
+            layer
+            and layer in self.layers
+            and status.lower().startswith(
+                ("pushed", "layer already exists", "pull complete", "already exists", "mounted")
+            )
+        ):
+            total = self.layers[layer][1]
+            self.layers[layer] = (total, total)
+        done = sum(c for c, _ in self.layers.values())
+        known = sum(t for _, t in self.layers.values())
+        message = f"{layer} {status}".strip()
+        self.say(
+            {
+                "stage": self.stage,
+                "message": message,
+                "current": done if known else None,
+                "total": known or None,
+                "transient": True,
+            }
+        )

@@ -1,0 +1,277 @@
+"""``jupyter gpudev commit``: --verify rebuilds the patched Dockerfile, --snapshot and --push to a
+real registry with htpasswd authentication, and the pushed image started by an environment.
+
+Python packages come from a package index served here over plain HTTP on the Docker bridge
+(a private index, as air-gapped GPU clusters have): the container's /etc/pip.conf points at it,
+and the rendered Dockerfile copies that file before its pip install, so the verify build
+installs from the same index.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from traitlets.config import Config
+
+from jupyter_gpudev.capture import ChangeCapture
+from jupyter_gpudev.commit import (
+    L_BASE_DIGEST,
+    L_SNAPSHOT_DIFF,
+    L_SNAPSHOT_ENV,
+    CommitOptions,
+    Committer,
+    VerifyFailed,
+)
+from jupyter_gpudev.containers import L_SERVER, DevContainers, StartRequest
+from jupyter_gpudev.hosts import HostPool
+from jupyter_gpudev.registry import RegistryError
+from tests.conftest import FAKE_SMI, FIXTURES
+from tests.integration.conftest import A100_0, Registry
+from tests.integration.test_cli import gpudev
+from tests.integration.test_diff import SETUP_PY, sh
+
+pytestmark = pytest.mark.integration
+
+WHEELS = ("iniconfig==2.0.0", "packaging==24.1")
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="session")
+def package_index(
+    tmp_path_factory: pytest.TempPathFactory, docker_client: docker.DockerClient
+) -> Iterator[str]:
+    """A PEP 503 index of two wheels on the Docker bridge's host address: its URL."""
+    folder = tmp_path_factory.mktemp("index")
+    files = folder / "files"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(files), *WHEELS],
+        check=True,
+    )
+    for wheel in files.glob("*.whl"):
+        project = wheel.name.split("-")[0].lower().replace("_", "-")
+        page = folder / "simple" / project
+        page.mkdir(parents=True, exist_ok=True)
+        (page / "index.html").write_text(f'<a href="../../files/{wheel.name}">{wheel.name}</a>\n')
+    gateway = docker_client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    handler = functools.partial(QuietHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer((gateway, 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://{gateway}:{server.server_address[1]}/simple"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def manager(
+    tmp_path: Path, docker_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[DevContainers]:
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
+    root = tmp_path / "work"
+    folder = root / ".devcontainer" / "verify"
+    (folder / "basepkg" / "gpudevbase").mkdir(parents=True)
+    (folder / "basepkg" / "setup.py").write_text(SETUP_PY)
+    (folder / "basepkg" / "gpudevbase" / "__init__.py").write_text("VALUE = 1\n")
+    (folder / "Dockerfile").write_text(
+        "FROM gpudev-python:bookworm\n"
+        "COPY basepkg /tmp/basepkg\n"
+        "RUN python3 -m pip install --no-index --no-build-isolation --break-system-packages "
+        "/tmp/basepkg && rm -rf /tmp/basepkg /root/.cache\n"
+    )
+    (folder / "devcontainer.json").write_text(
+        json.dumps({"build": {"dockerfile": "Dockerfile"}, "containerEnv": {"MY_SETTING": "on"}})
+    )
+    config = Config()
+    config.DevContainers.state_dir = str(tmp_path / "state")
+    config.DevContainers.stop_timeout = 2
+    config.GPUInventory.backend = "nvidia-smi"
+    config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
+    config.GPUInventory.cache_seconds = 0.0
+    containers = DevContainers(root_dir=root, host_pool=HostPool(config=config), config=config)
+    yield containers
+    for container in docker_client.containers.list(
+        all=True, filters={"label": f"{L_SERVER}={containers.server_id}"}
+    ):
+        container.remove(force=True)
+    containers.host_pool.close()
+
+
+def changes(index: str) -> str:
+    host = index.split("//", 1)[1].split(":", 1)[0]
+    return f"""
+set -e
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends cowsay >/dev/null
+printf '[global]\\nindex-url = {index}\\ntrusted-host = {host}\\n' > /etc/pip.conf
+python3 -m pip install -q --no-cache-dir --break-system-packages iniconfig==2.0.0 packaging==24.1
+python3 -m pip uninstall -y -q --break-system-packages gpudevbase
+echo "Welcome to the GPU box" >> /etc/motd
+rm /etc/issue
+"""
+
+
+def test_verify_rebuilds_the_patched_dockerfile_with_every_kind_of_change(
+    manager: DevContainers, docker_client: docker.DockerClient, package_index: str
+) -> None:
+    # Given a container with an apt install, a pip install and upgrade from a private index,
+    # a pip uninstall of a base package, an edited /etc file, a deleted file, and a variable
+    manager.start(StartRequest(environment="verify", name="vbox"))
+    sh(docker_client, "vbox", changes(package_index))
+    committer = Committer(ChangeCapture(manager), manager.registries)
+    events: list[dict[str, object]] = []
+    # When it is committed with --verify --write
+    result = committer.commit("vbox", CommitOptions(verify=True, write=True), None, events.append)
+    # Then the rebuilt image has exactly the container's packages, and the diff was written
+    assert result.verify is not None
+    assert result.verify.differences == []
+    lines = result.prepared.rendered.new_text.splitlines()
+    # (the pip configuration is copied before the pip install, so the build used the index)
+    copy = lines.index("COPY gpudev-context/vbox/sources/ /")
+    assert copy < next(i for i, line in enumerate(lines) if i > 3 and "-m pip install" in line)
+    assert result.written is not None
+    assert "verify" in {e["stage"] for e in events}
+    # And the verified image is the environment's image now: the next start builds nothing
+    env = manager.environments.get("verify", manager.root_dir)
+    assert docker_client.images.get(env.image_ref()).id == result.verify.image_id
+    events.clear()
+    manager.start(StartRequest(environment="verify", name="vbox2"), progress=events.append)
+    assert "build" not in {e["stage"] for e in events}
+    check = (
+        "dpkg-query -W cowsay && python3 -c 'import iniconfig, packaging; "
+        "print(packaging.__version__)' && ! python3 -c 'import gpudevbase' 2>/dev/null && "
+        "grep -c 'GPU box' /etc/motd && ! test -e /etc/issue && echo $MY_SETTING"
+    )
+    out = sh(docker_client, "vbox2", check)
+    assert "24.1" in out
+    assert out.strip().endswith("on")
+
+    # When something a Dockerfile cannot repeat is added (a local-path install)
+    sh(
+        docker_client,
+        "vbox",
+        "mkdir -p /opt/localpkg/localpkg && cd /opt/localpkg && "
+        'printf \'from setuptools import setup\\nsetup(name="localpkg", version="1.0", '
+        'packages=["localpkg"])\\n\' > setup.py && touch localpkg/__init__.py && '
+        "python3 -m pip install -q --no-index --no-build-isolation --break-system-packages .",
+    )
+    dockerfile = manager.root_dir / ".devcontainer" / "verify" / "Dockerfile"
+    before = dockerfile.read_text()
+    # Then verify reports the difference and nothing is written
+    with pytest.raises(VerifyFailed) as failed:
+        committer.commit("vbox", CommitOptions(verify=True, write=True))
+    assert any("localpkg" in d for d in failed.value.details["differences"])
+    assert "in the container, missing from the rebuild" in failed.value.message
+    assert dockerfile.read_text() == before
+    # And the change is still there to commit (the baseline did not move)
+    _, rendered = ChangeCapture(manager).diff("vbox")
+    assert any("localpkg" in line for line in rendered.reported)
+
+
+def test_snapshot_push_and_pull_back_with_real_registry_credentials(  # noqa: PLR0917
+    manager: DevContainers,
+    docker_client: docker.DockerClient,
+    registry: Registry,
+    gpu_engine: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a GPU dev container (the runtime put driver files into it) with a change, and the
+    # user's Docker credentials for the registry, as `docker login` writes them
+    monkeypatch.setenv("DOCKER_CONFIG", str(registry.docker_config(tmp_path / "docker")))
+    manager.start(
+        StartRequest(environment="verify", name="sbox", gpu_uuids=(A100_0,)),
+    )
+    sh(docker_client, "sbox", "test -e /usr/bin/nvidia-smi && echo tuned > /etc/gpu-tuning")
+    tag = f"{registry.address}/team/verify:v1"
+    committer = Committer(ChangeCapture(manager), manager.registries)
+    events: list[dict[str, object]] = []
+    # When it is committed as a snapshot and pushed
+    result = committer.commit(
+        "sbox",
+        CommitOptions(snapshot=tag, push=True, message="tuned the GPU box"),
+        None,
+        events.append,
+    )
+    # Then the image is labelled, has the change, lacks the driver files, and has no lease
+    # or runtime variables
+    assert result.snapshot is not None
+    assert str(result.snapshot.pushed_digest).startswith("sha256:")
+    assert "/usr/bin/nvidia-smi" in result.snapshot.removed_driver_files
+    image = docker_client.images.get(tag)
+    labels = image.labels
+    assert labels[L_SNAPSHOT_ENV] == "verify"
+    assert labels[L_SNAPSHOT_DIFF].startswith("sha256:")
+    assert labels[L_BASE_DIGEST].startswith("sha256:")
+    assert labels["org.opencontainers.image.description"] == "tuned the GPU box"
+    env = image.attrs["Config"]["Env"]
+    assert "MY_SETTING=on" in env
+    assert not [e for e in env if e.startswith(("NVIDIA_VISIBLE_DEVICES=", "GPUDEV_"))]
+    # And push progress came with byte counts
+    assert any(e["stage"] == "push" and e.get("total") for e in events)
+    # When the local copy is removed and the image pulled back with the same credentials
+    docker_client.images.remove(tag)
+    manager.registries.pull(docker_client, tag, lambda _e: None)
+    out = docker_client.containers.run(
+        tag,
+        ["sh", "-c", "cat /etc/gpu-tuning; ls /usr/bin/nvidia-smi 2>&1 || true"],
+        remove=True,
+    ).decode()
+    # Then it has the change and not the driver placeholder
+    assert out.startswith("tuned")
+    assert "No such file" in out
+
+
+def test_wrong_password_fails_clearly_leaves_nothing_and_never_shows_the_password(
+    manager: DevContainers,
+    docker_client: docker.DockerClient,
+    registry: Registry,
+    tmp_path: Path,
+) -> None:
+    # Given credentials with a wrong password, from the command line's own configuration
+    wrong = "not-" + registry.password
+    config = registry.docker_config(tmp_path / "docker", password=wrong)
+    manager.start(StartRequest(environment="verify", name="wbox"))
+    sh(docker_client, "wbox", "echo changed > /etc/motd.d-wbox")
+    tag = f"{registry.address}/team/wrong:v1"
+    dockerfile = manager.root_dir / ".devcontainer" / "verify" / "Dockerfile"
+    before = dockerfile.read_text()
+    # When `jupyter gpudev commit --write --snapshot --push` runs
+    result = gpudev(
+        "commit",
+        "wbox",
+        "--write",
+        f"--snapshot={tag}",
+        "--push",
+        f"--root-dir={manager.root_dir}",
+        f"--DevContainers.state_dir={manager.state_dir}",
+        "--debug",
+        env={"DOCKER_CONFIG": str(config)},
+    )
+    # Then it fails with a message naming the registry and the credentials' source
+    assert result.returncode == RegistryError.exit_code, result.stderr
+    assert f"The registry {registry.address} refused the push" in result.stderr
+    assert "Docker client configuration" in result.stderr
+    # And nothing is half-done: no local tag, no Dockerfile change, the change still pending
+    with pytest.raises(docker.errors.ImageNotFound):
+        docker_client.images.get(tag)
+    assert dockerfile.read_text() == before
+    assert not dockerfile.with_name("Dockerfile.prev").exists()
+    _, rendered = ChangeCapture(manager).diff("wbox")
+    assert "/etc/motd.d-wbox" in rendered.new_text
+    # And neither password appears in the output, even with --debug logging
+    for secret in (wrong, registry.password):
+        assert secret not in result.stdout
+        assert secret not in result.stderr
