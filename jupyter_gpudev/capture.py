@@ -19,10 +19,11 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import docker.errors
 import requests
+from docker.utils import socket as docker_socket
 
 from . import changes as ch
 from .dockerfile import RenderedDiff, is_source_path, render
@@ -294,15 +295,23 @@ class ChangeCapture:
             message=message,
         )
 
-    def prepare(self, name: str, host: str | None = None, message: str | None = None) -> Prepared:
+    def prepare(
+        self,
+        name: str,
+        host: str | None = None,
+        message: str | None = None,
+        *,
+        stage: bool = True,
+    ) -> Prepared:
         """Capture the changes and copy the kept files out of the container into a staging
         folder (files whose content looks like a credential are left out and reported), then
         render the diff. Nothing in the workspace is touched until ``apply``; ``discard``
-        (or ``apply``) removes the staging folder."""
+        (or ``apply``) removes the staging folder. ``stage=False`` copies nothing (a diff or
+        snapshot only: the credential check by content then does not run)."""
         captured = self.capture(name, host)
         dockerfile, old_text, context = self._targets(captured.environment)
         files = captured.changes.files
-        staging = Path(tempfile.mkdtemp(prefix="gpudev-stage-")) if files.kept else None
+        staging = Path(tempfile.mkdtemp(prefix="gpudev-stage-")) if files.kept and stage else None
         try:
             secrets = self._export(captured.container, files.kept, staging) if staging else set()
         except BaseException:
@@ -365,7 +374,7 @@ class ChangeCapture:
         container.reload()
         batch = self._batch_archive(container, paths) if container.status == "running" else None
         if batch is not None:
-            with tarfile.open(fileobj=io.BytesIO(batch)) as archive:
+            with batch, tarfile.open(fileobj=batch) as archive:
                 for member in archive:
                     path = "/" + member.name.removeprefix("./").lstrip("/")
                     self._extract(
@@ -421,7 +430,7 @@ class ChangeCapture:
             raise EngineError(f"Copying {path} out of {container.name}: {exc}") from exc
 
     @staticmethod
-    def _batch_archive(container: Container, paths: list[str]) -> bytes | None:
+    def _batch_archive(container: Container, paths: list[str]) -> IO[bytes] | None:
         """All paths in one tar stream (``tar -T`` reading a NUL-separated list put into the
         container); ``None`` when the image has no usable tar (then one archive per path)."""
         listing = "\0".join(paths).encode() + b"\0"
@@ -434,7 +443,11 @@ class ChangeCapture:
             container.exec_run(["mkdir", "-p", EXPORT_DIR], user="0")
             if not container.put_archive(EXPORT_DIR, buffer.getvalue()):
                 return None
-            code, (out, _) = container.exec_run(
+            if container.client is None:
+                return None
+            api = container.client.api
+            exec_id = api.exec_create(
+                str(container.id),
                 [
                     "tar",
                     "-c",
@@ -447,12 +460,27 @@ class ChangeCapture:
                     f"{EXPORT_DIR}/gpudev-export.list",
                 ],
                 user="0",
-                demux=True,
-            )
+            )["Id"]
+            # Streamed into a spooled file: docker-py's non-streamed demux joins the frames
+            # one by one (quadratic: minutes for a few tens of MB).
+            out = tempfile.SpooledTemporaryFile(max_size=32 << 20)  # noqa: SIM115 - returned
+            sock = api.exec_start(exec_id, socket=True)
+            try:
+                frames = docker_socket.frames_iter(sock, tty=False)  # type: ignore[no-untyped-call]
+                for stream, data in frames:
+                    if stream == docker_socket.STDOUT:
+                        out.write(data)
+            finally:
+                _close_raw(sock)
+            code = api.exec_inspect(exec_id).get("ExitCode")
             container.exec_run(["rm", "-f", f"{EXPORT_DIR}/gpudev-export.list"], user="0")
         except (docker.errors.DockerException, requests.exceptions.RequestException):
             return None
-        return out if code == 0 and isinstance(out, bytes) and out else None
+        if code != 0 or out.tell() == 0:
+            out.close()
+            return None
+        out.seek(0)
+        return out
 
     def _use_dockerfile(self, env: Environment, dockerfile: Path) -> Path:
         """Point the environment's devcontainer.json at the new Dockerfile instead of its
@@ -514,6 +542,16 @@ class WriteResult:
             "context_folder": str(self.context_folder) if self.context_folder else None,
             "devcontainer": str(self.devcontainer) if self.devcontainer else None,
         }
+
+
+def _close_raw(sock: Any) -> None:
+    """Close a socket docker-py handed out (``socket=True``): the file object, the HTTP
+    response it keeps alive and the connection's socket (closing the file object alone
+    leaves the connection open)."""
+    for part in (sock, getattr(sock, "_response", None), getattr(sock, "_sock", None)):
+        if part is not None:
+            with contextlib.suppress(OSError, ValueError):  # already closed by another part
+                part.close()
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -744,8 +744,8 @@ def package_differences(container: PackageState, rebuilt: PackageState) -> list[
             continue
         versions(
             f"python ({prefix})",
-            {d.name: d.version for d in ours.dists.values()},
-            {d.name: d.version for d in theirs.dists.values()},
+            {key: d.version for key, d in ours.dists.items()},
+            {key: d.version for key, d in theirs.dists.items()},
         )
     for prefix in sorted(set(container.conda) | set(rebuilt.conda)):
         a = set(container.conda[prefix].requested) if prefix in container.conda else set()

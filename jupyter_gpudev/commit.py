@@ -183,7 +183,8 @@ class Committer:
         say = say or (lambda _event: None)
         options.check()
         say({"stage": "capture", "message": f"reading the changes of {name}"})
-        prepared = self.capture.prepare(name, host, options.message)
+        staged = options.write or options.verify or options.push  # push: the content check
+        prepared = self.capture.prepare(name, host, options.message, stage=staged)
         result = CommitResult(prepared)
         client = prepared.captured.client
         keep_verified = False
@@ -288,6 +289,17 @@ class Committer:
         assert options.snapshot  # noqa: S101 - checked by the caller
         reference = Reference.parse(options.snapshot)
         captured = prepared.captured
+        secrets = captured.changes.files.secrets
+        if options.push and secrets:
+            # A commit copies the container's whole layer: a key in it would be in the registry
+            # (a removal in a later layer would still push its bytes).
+            raise BadRequest(
+                f"Not pushing a snapshot of {captured.info.name}: it has files that look like "
+                f"credentials ({', '.join(secrets[:5])}{', ...' if len(secrets) > 5 else ''}); "
+                "a snapshot holds every file of the container. Remove them from the container "
+                "(or move them to a mount) and commit again.",
+                details={"secrets": secrets},
+            )
         container = captured.container
         say({"stage": "snapshot", "message": f"committing {captured.info.name}"})
         drivers = sorted(

@@ -35,6 +35,9 @@ _REFERENCE_RE = re.compile(
     r"(?P<path>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?$"
 )
+_PATH_RE = re.compile(
+    r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
+)
 _AUTH_WORDS = ("unauthorized", "authentication required", "no basic auth", "denied", "401")
 
 
@@ -63,17 +66,20 @@ class Reference:
         """Parse ``[registry/]path[:tag]`` (tag ``latest`` when none); a clear error otherwise."""
         match = _REFERENCE_RE.match(ref or "")
         first = (ref or "").split("/", 1)[0]
+        invalid = BadRequest(
+            f"{ref!r} is not an image reference: expected [REGISTRY/]NAME[:TAG], with NAME "
+            "in lower case (e.g. 127.0.0.1:5000/team/pytorch:v2)",
+            details={"reference": ref},
+        )
         if match is None or len(ref) > 255:
-            raise BadRequest(
-                f"{ref!r} is not an image reference: expected [REGISTRY/]NAME[:TAG], with NAME "
-                "in lower case (e.g. 127.0.0.1:5000/team/pytorch:v2)",
-                details={"reference": ref},
-            )
+            raise invalid
         registry = match.group("registry")
         # A first component without '.', ':' or 'localhost' is a Docker Hub path, not a host.
         if registry and "." not in first and ":" not in first and first != "localhost":
             registry = None
         repository = ref.rsplit(":", 1)[0] if match.group("tag") else ref
+        if registry is None and not _PATH_RE.match(repository):
+            raise invalid  # a Docker Hub path: its first part is a lower-case name too
         registry_name = registry or docker_auth.INDEX_NAME
         return cls(registry_name, repository, match.group("tag") or "latest")
 

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import base64
-import json
 import os
-import secrets
-import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import docker
 import pytest
-import requests
 from traitlets.config import Config
 
 from tests.conftest import FAKE_SMI, FIXTURES
+from tests.registry import Registry, RegistryMissing, run_registry
 
 BASE = "gpudev-base:bookworm"
 A100_0 = "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77"
@@ -84,72 +75,11 @@ def gpu_engine(docker_client: docker.DockerClient) -> None:
         pytest.skip(message)
 
 
-@dataclass(frozen=True)
-class Registry:
-    """A real registry (Debian's docker-registry, the CNCF distribution) on loopback, with
-    htpasswd basic auth: ``address`` is ``127.0.0.1:PORT``."""
-
-    address: str
-    username: str
-    password: str
-
-    def docker_config(self, folder: Path, password: str | None = None) -> Path:
-        """A Docker client configuration (as ``docker login`` writes it) for this registry."""
-        token = base64.b64encode(f"{self.username}:{password or self.password}".encode())
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "config.json").write_text(
-            json.dumps({"auths": {self.address: {"auth": token.decode()}}})
-        )
-        return folder
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     """Started for the session; its absence is a failure (scripts/setup.sh --test installs it)."""
-    binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
-    htpasswd = shutil.which("htpasswd")
-    if not os.path.exists(binary) or htpasswd is None:
-        pytest.fail("the registry tests need docker-registry and htpasswd (setup.sh --test)")
-    folder = tmp_path_factory.mktemp("registry")
-    username, password = "gpudev", secrets.token_urlsafe(18)
-    hashed = subprocess.run(
-        [htpasswd, "-Bbn", username, password], check=True, capture_output=True, text=True
-    ).stdout
-    (folder / "htpasswd").write_text(hashed)
-    port = _free_port()
-    (folder / "config.yml").write_text(
-        "version: 0.1\n"
-        "log:\n  level: warn\n"
-        f"storage:\n  filesystem:\n    rootdirectory: {folder / 'data'}\n"
-        "  delete:\n    enabled: true\n"
-        f"http:\n  addr: 127.0.0.1:{port}\n"
-        f"auth:\n  htpasswd:\n    realm: gpudev-test\n    path: {folder / 'htpasswd'}\n"
-    )
-    log = (folder / "registry.log").open("w")
-    process = subprocess.Popen(
-        [binary, "serve", str(folder / "config.yml")], stdout=log, stderr=subprocess.STDOUT
-    )
-    address = f"127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                answer = requests.get(f"http://{address}/v2/", timeout=2)
-                if answer.status_code == 401:
-                    break
-            except requests.ConnectionError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the registry did not start: {(folder / 'registry.log').read_text()}")
-            time.sleep(0.2)
-        yield Registry(address, username, password)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        log.close()
+        with run_registry(tmp_path_factory.mktemp("registry")) as started:
+            yield started
+    except RegistryMissing as exc:
+        pytest.fail(str(exc))

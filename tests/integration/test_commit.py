@@ -32,12 +32,14 @@ from jupyter_gpudev.commit import (
     VerifyFailed,
 )
 from jupyter_gpudev.containers import L_SERVER, DevContainers, StartRequest
+from jupyter_gpudev.errors import BadRequest, ImageError
 from jupyter_gpudev.hosts import HostPool
 from jupyter_gpudev.registry import RegistryError
 from tests.conftest import FAKE_SMI, FIXTURES
-from tests.integration.conftest import A100_0, Registry
+from tests.integration.conftest import A100_0
 from tests.integration.test_cli import gpudev
 from tests.integration.test_diff import SETUP_PY, sh
+from tests.registry import Registry
 
 pytestmark = pytest.mark.integration
 
@@ -233,6 +235,24 @@ def test_snapshot_push_and_pull_back_with_real_registry_credentials(  # noqa: PL
     assert out.startswith("tuned")
     assert "No such file" in out
 
+    # Given an environment (on another host: here, with no local copy) declaring the image
+    folder = manager.root_dir / ".devcontainer" / "pushed"
+    folder.mkdir(parents=True)
+    (folder / "devcontainer.json").write_text(json.dumps({"image": tag}))
+    docker_client.images.remove(tag)
+    # When it is started with wrong credentials, it fails saying the registry refused them
+    monkeypatch.setenv("DOCKER_CONFIG", str(registry.docker_config(tmp_path / "bad", "nope")))
+    with pytest.raises(ImageError) as refused:
+        manager.start(StartRequest(environment="pushed", name="pbox-bad"))
+    assert f"The registry {registry.address} refused the pull" in refused.value.message
+    assert docker_client.containers.list(all=True, filters={"name": "gpudev-pbox-bad"}) == []
+    # When it is started with the user's credentials, the image is pulled and runs
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    stages: list[dict[str, object]] = []
+    manager.start(StartRequest(environment="pushed", name="pbox"), progress=stages.append)
+    assert "pull" in {e["stage"] for e in stages}
+    assert sh(docker_client, "pbox", "cat /etc/gpu-tuning") == "tuned\n"
+
 
 def test_wrong_password_fails_clearly_leaves_nothing_and_never_shows_the_password(
     manager: DevContainers,
@@ -275,3 +295,24 @@ def test_wrong_password_fails_clearly_leaves_nothing_and_never_shows_the_passwor
     for secret in (wrong, registry.password):
         assert secret not in result.stdout
         assert secret not in result.stderr
+
+
+def test_a_snapshot_with_a_credential_in_it_is_not_pushed(
+    manager: DevContainers, docker_client: docker.DockerClient, registry: Registry
+) -> None:
+    # Given a container where a private key was written (under a name that does not say so)
+    manager.start(StartRequest(environment="verify", name="kbox"))
+    sh(
+        docker_client,
+        "kbox",
+        "printf -- '-----BEGIN OPENSSH PRIVATE KEY-----\\nb3Blbn\\n' > /etc/x",
+    )
+    tag = f"{registry.address}/team/keys:v1"
+    committer = Committer(ChangeCapture(manager), manager.registries)
+    # When it is committed as a snapshot to push, it is refused before any image is made
+    with pytest.raises(BadRequest) as refused:
+        committer.commit("kbox", CommitOptions(snapshot=tag, push=True))
+    assert "/etc/x" in refused.value.message
+    assert "look like credentials" in refused.value.message
+    with pytest.raises(docker.errors.ImageNotFound):
+        docker_client.images.get(tag)
