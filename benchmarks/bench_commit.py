@@ -2,9 +2,10 @@
 out as a Dockerfile diff"; goal: at most 1.05x).
 
 A running dev container of the default environment gets BENCH_MB (20) MB of new random data
-before every measured commit (so every push uploads a new layer, as a real commit does), plus a
-few edited files. Measured, alternating, BENCH_RUNS (5) times each, against a real registry
-with htpasswd auth on loopback (Debian's docker-registry; tests/registry.py starts it):
+(replacing the previous run's) before every measured commit, so every push uploads a new layer
+of the same size, as a real commit does; plus an edited file. Measured, alternating, BENCH_RUNS
+(5) times each, against a real registry with htpasswd auth on loopback (Debian's
+docker-registry; tests/registry.py starts it):
 
 - floor: ``container.commit()`` then ``push`` of that image (the engine API, as ``docker commit``
   and ``docker push`` call it);
@@ -65,7 +66,11 @@ def main() -> None:
 
             def new_data(run: str) -> None:
                 code, out = container.exec_run(
-                    ["sh", "-c", f"head -c {MEGABYTES}M /dev/urandom > /opt/data/{run}.bin"],
+                    [
+                        "sh",
+                        "-c",
+                        f"rm -f /opt/data/*; head -c {MEGABYTES}M /dev/urandom > /opt/data/{run}",
+                    ],
                     user="0",
                 )
                 assert code == 0, out

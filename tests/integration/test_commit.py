@@ -31,14 +31,14 @@ from jupyter_gpudev.commit import (
     Committer,
     VerifyFailed,
 )
-from jupyter_gpudev.containers import L_SERVER, DevContainers, StartRequest
+from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.errors import BadRequest, ImageError
 from jupyter_gpudev.hosts import HostPool
 from jupyter_gpudev.registry import RegistryError
 from tests.conftest import FAKE_SMI, FIXTURES
 from tests.integration.conftest import A100_0
 from tests.integration.test_cli import gpudev
-from tests.integration.test_diff import SETUP_PY, sh
+from tests.integration.test_diff import remove_containers, sh, write_environment
 from tests.registry import Registry
 
 pytestmark = pytest.mark.integration
@@ -83,19 +83,7 @@ def manager(
 ) -> Iterator[DevContainers]:
     monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
     root = tmp_path / "work"
-    folder = root / ".devcontainer" / "verify"
-    (folder / "basepkg" / "gpudevbase").mkdir(parents=True)
-    (folder / "basepkg" / "setup.py").write_text(SETUP_PY)
-    (folder / "basepkg" / "gpudevbase" / "__init__.py").write_text("VALUE = 1\n")
-    (folder / "Dockerfile").write_text(
-        "FROM gpudev-python:bookworm\n"
-        "COPY basepkg /tmp/basepkg\n"
-        "RUN python3 -m pip install --no-index --no-build-isolation --break-system-packages "
-        "/tmp/basepkg && rm -rf /tmp/basepkg /root/.cache\n"
-    )
-    (folder / "devcontainer.json").write_text(
-        json.dumps({"build": {"dockerfile": "Dockerfile"}, "containerEnv": {"MY_SETTING": "on"}})
-    )
+    write_environment(root, "verify")
     config = Config()
     config.DevContainers.state_dir = str(tmp_path / "state")
     config.DevContainers.stop_timeout = 2
@@ -104,11 +92,7 @@ def manager(
     config.GPUInventory.cache_seconds = 0.0
     containers = DevContainers(root_dir=root, host_pool=HostPool(config=config), config=config)
     yield containers
-    for container in docker_client.containers.list(
-        all=True, filters={"label": f"{L_SERVER}={containers.server_id}"}
-    ):
-        container.remove(force=True)
-    containers.host_pool.close()
+    remove_containers(docker_client, containers)
 
 
 def changes(index: str) -> str:
@@ -147,7 +131,10 @@ def test_verify_rebuilds_the_patched_dockerfile_with_every_kind_of_change(
     assert "verify" in {e["stage"] for e in events}
     # And the verified image is the environment's image now: the next start builds nothing
     env = manager.environments.get("verify", manager.root_dir)
-    assert docker_client.images.get(env.image_ref()).id == result.verify.image_id
+    verified = docker_client.images.get(env.image_ref())
+    assert verified.id == result.verify.image_id
+    # (with the variable as an ENV line of the image, not only from devcontainer.json)
+    assert "MY_SETTING=on" in verified.attrs["Config"]["Env"]
     events.clear()
     manager.start(StartRequest(environment="verify", name="vbox2"), progress=events.append)
     assert "build" not in {e["stage"] for e in events}

@@ -28,14 +28,13 @@ SETUP_PY = (
 )
 
 
-@pytest.fixture
-def manager(tmp_path: Path, docker_client: docker.DockerClient) -> Iterator[DevContainers]:
-    root = tmp_path / "work"
-    folder = root / ".devcontainer" / "diff"
+def write_environment(root: Path, name: str) -> None:
+    """An environment NAME with its own Dockerfile: the kernel image plus a pip-installed
+    package (to uninstall), and a containerEnv variable the image lacks."""
+    folder = root / ".devcontainer" / name
     (folder / "basepkg" / "gpudevbase").mkdir(parents=True)
     (folder / "basepkg" / "setup.py").write_text(SETUP_PY)
     (folder / "basepkg" / "gpudevbase" / "__init__.py").write_text("VALUE = 1\n")
-    # An image with a pip-installed package (to uninstall) on top of the kernel image
     (folder / "Dockerfile").write_text(
         "FROM gpudev-python:bookworm\n"
         "COPY basepkg /tmp/basepkg\n"
@@ -45,17 +44,27 @@ def manager(tmp_path: Path, docker_client: docker.DockerClient) -> Iterator[DevC
     (folder / "devcontainer.json").write_text(
         json.dumps({"build": {"dockerfile": "Dockerfile"}, "containerEnv": {"MY_SETTING": "on"}})
     )
+
+
+def remove_containers(docker_client: docker.DockerClient, manager: DevContainers) -> None:
+    for container in docker_client.containers.list(
+        all=True, filters={"label": f"{L_SERVER}={manager.server_id}"}
+    ):
+        container.remove(force=True)
+    manager.host_pool.close()
+
+
+@pytest.fixture
+def manager(tmp_path: Path, docker_client: docker.DockerClient) -> Iterator[DevContainers]:
+    root = tmp_path / "work"
+    write_environment(root, "diff")
     config = Config()
     config.DevContainers.state_dir = str(tmp_path / "state")
     config.DevContainers.stop_timeout = 2
     config.MountPolicy.mount_ca_bundle = True
     containers = DevContainers(root_dir=root, host_pool=HostPool(config=config), config=config)
     yield containers
-    for container in docker_client.containers.list(
-        all=True, filters={"label": f"{L_SERVER}={containers.server_id}"}
-    ):
-        container.remove(force=True)
-    containers.host_pool.close()
+    remove_containers(docker_client, containers)
 
 
 def sh(docker_client: docker.DockerClient, name: str, script: str) -> str:
