@@ -302,18 +302,25 @@ class ChangeCapture:
         message: str | None = None,
         *,
         stage: bool = True,
+        scan: bool = False,
     ) -> Prepared:
         """Capture the changes and copy the kept files out of the container into a staging
         folder (files whose content looks like a credential are left out and reported), then
         render the diff. Nothing in the workspace is touched until ``apply``; ``discard``
-        (or ``apply``) removes the staging folder. ``stage=False`` copies nothing (a diff or
-        snapshot only: the credential check by content then does not run)."""
+        (or ``apply``) removes the staging folder. ``stage=False`` copies nothing (a diff or a
+        snapshot); with ``scan`` the kept files' content is still checked for credentials,
+        inside a running container (a push), without copying them out."""
         captured = self.capture(name, host)
         dockerfile, old_text, context = self._targets(captured.environment)
         files = captured.changes.files
         staging = Path(tempfile.mkdtemp(prefix="gpudev-stage-")) if files.kept and stage else None
         try:
-            secrets = self._export(captured.container, files.kept, staging) if staging else set()
+            if staging is not None:
+                secrets = self._export(captured.container, files.kept, staging)
+            elif scan and files.kept:
+                secrets = self._scan(captured.container, files.kept)
+            else:
+                secrets = set()
         except BaseException:
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -359,6 +366,52 @@ class ChangeCapture:
     def write(self, name: str, host: str | None = None, message: str | None = None) -> WriteResult:
         """``prepare`` then ``apply``: the Dockerfile diff written into the workspace."""
         return self.apply(self.prepare(name, host, message))
+
+    def _scan(self, container: Container, paths: list[str]) -> set[str]:
+        """The kept files whose content looks like a credential, found by ``grep`` inside a
+        running container (a constant script; the expression and the path list are data);
+        otherwise by copying them out into a throwaway folder."""
+        container.reload()
+        if container.status == "running":
+            found = self._grep_secrets(container, paths)
+            if found is not None:
+                return found
+        with tempfile.TemporaryDirectory(prefix="gpudev-scan-") as folder:
+            return self._export(container, paths, Path(folder))
+
+    def _grep_secrets(self, container: Container, paths: list[str]) -> set[str] | None:
+        listing = "\0".join(paths).encode() + b"\0"
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            info = tarfile.TarInfo("gpudev-scan.list")
+            info.size, info.mode = len(listing), 0o600
+            tar.addfile(info, io.BytesIO(listing))
+        try:
+            container.exec_run(["mkdir", "-p", EXPORT_DIR], user="0")
+            if not container.put_archive(EXPORT_DIR, buffer.getvalue()):
+                return None
+            code, output = container.exec_run(
+                [
+                    "/bin/sh",
+                    "-c",
+                    ch.CREDENTIAL_SCAN_SCRIPT,
+                    "sh",
+                    f"{EXPORT_DIR}/gpudev-scan.list",
+                ],
+                environment={"GPUDEV_SECRET_ERE": ch.CREDENTIAL_CONTENT_ERE},
+                user="0",
+                demux=True,
+            )
+            container.exec_run(["rm", "-f", f"{EXPORT_DIR}/gpudev-scan.list"], user="0")
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return None
+        # grep: 0 some file matched, 1 none; xargs says 123 when a grep said 1 or 2.
+        if code not in (0, 1, 123):
+            return None
+        stdout = output[0] if isinstance(output, tuple) else output
+        wanted = set(paths)
+        text = stdout.decode("utf-8", "replace") if isinstance(stdout, bytes) else ""
+        return {line for line in text.splitlines() if line in wanted}
 
     def _export(self, container: Container, paths: list[str], folder: Path) -> set[str]:
         """Copy kept files out of the container into ``folder/sources`` and ``folder/files``

@@ -266,6 +266,17 @@ def looks_secret_env(name: str, value: str) -> bool:
     return bool(_SECRET_ENV_RE.search(name) or _SECRET_VALUE_RE.search(value))
 
 
+#: ``_SECRET_VALUE_RE`` as a POSIX extended expression for ``grep -E`` inside a container (no
+#: word boundaries: it matches a little more, never less).
+CREDENTIAL_CONTENT_ERE = (
+    "-----BEGIN [A-Z ]*PRIVATE KEY-----|gh[pousr]_[A-Za-z0-9]{30,}|xox[abpr]-|AKIA[0-9A-Z]{16}|"
+    "hf_[A-Za-z0-9]{30,}|glpat-[A-Za-z0-9_-]{20,}|sk-[A-Za-z0-9]{32,}"
+)
+#: Lists the files (NUL-separated list in $1) whose content matches $GPUDEV_SECRET_ERE; exit 0
+#: or 1 (none), anything else when grep or xargs could not run.
+CREDENTIAL_SCAN_SCRIPT = 'xargs -0 -r grep -l -s -a -E -e "$GPUDEV_SECRET_ERE" -- < "$1"'
+
+
 def looks_secret_content(data: bytes) -> bool:
     return bool(_SECRET_VALUE_RE.search(data[:1_000_000].decode("utf-8", "replace")))
 

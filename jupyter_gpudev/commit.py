@@ -183,8 +183,10 @@ class Committer:
         say = say or (lambda _event: None)
         options.check()
         say({"stage": "capture", "message": f"reading the changes of {name}"})
-        staged = options.write or options.verify or options.push  # push: the content check
-        prepared = self.capture.prepare(name, host, options.message, stage=staged)
+        staged = options.write or options.verify
+        prepared = self.capture.prepare(
+            name, host, options.message, stage=staged, scan=options.push
+        )
         result = CommitResult(prepared)
         client = prepared.captured.client
         keep_verified = False
