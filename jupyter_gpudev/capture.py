@@ -380,15 +380,8 @@ class ChangeCapture:
             return self._export(container, paths, Path(folder))
 
     def _grep_secrets(self, container: Container, paths: list[str]) -> set[str] | None:
-        listing = "\0".join(paths).encode() + b"\0"
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            info = tarfile.TarInfo("gpudev-scan.list")
-            info.size, info.mode = len(listing), 0o600
-            tar.addfile(info, io.BytesIO(listing))
         try:
-            container.exec_run(["mkdir", "-p", EXPORT_DIR], user="0")
-            if not container.put_archive(EXPORT_DIR, buffer.getvalue()):
+            if not _put_list(container, "gpudev-scan.list", paths):
                 return None
             code, output = container.exec_run(
                 [
@@ -486,15 +479,8 @@ class ChangeCapture:
     def _batch_archive(container: Container, paths: list[str]) -> IO[bytes] | None:
         """All paths in one tar stream (``tar -T`` reading a NUL-separated list put into the
         container); ``None`` when the image has no usable tar (then one archive per path)."""
-        listing = "\0".join(paths).encode() + b"\0"
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            info = tarfile.TarInfo("gpudev-export.list")
-            info.size, info.mode = len(listing), 0o600
-            tar.addfile(info, io.BytesIO(listing))
         try:
-            container.exec_run(["mkdir", "-p", EXPORT_DIR], user="0")
-            if not container.put_archive(EXPORT_DIR, buffer.getvalue()):
+            if not _put_list(container, "gpudev-export.list", paths):
                 return None
             if container.client is None:
                 return None
@@ -595,6 +581,19 @@ class WriteResult:
             "context_folder": str(self.context_folder) if self.context_folder else None,
             "devcontainer": str(self.devcontainer) if self.devcontainer else None,
         }
+
+
+def _put_list(container: Container, name: str, paths: list[str]) -> bool:
+    """Put a NUL-separated list of paths into the container as ``EXPORT_DIR/name`` (data for
+    a constant command to read: no path reaches a shell line)."""
+    listing = "\0".join(paths).encode() + b"\0"
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = len(listing), 0o600
+        tar.addfile(info, io.BytesIO(listing))
+    container.exec_run(["mkdir", "-p", EXPORT_DIR], user="0")
+    return bool(container.put_archive(EXPORT_DIR, buffer.getvalue()))
 
 
 def _close_raw(sock: Any) -> None:
