@@ -160,12 +160,12 @@ class ChangeCapture:
         cached = self.baselines.image(image_id)
         if cached is not None:
             return cached
-        state = self._probe_image(client, image_id).state
+        state = self.probe_image(client, image_id).state
         self.baselines.save_image(image_id, state)
         return state
 
     @staticmethod
-    def _probe_image(
+    def probe_image(
         client: docker.DockerClient,
         image: str,
         owned_dpkg: list[str] | None = None,
@@ -252,11 +252,11 @@ class ChangeCapture:
     def _probe_twice(
         self, client: docker.DockerClient, image: str, base: ch.PackageState
     ) -> ch.ProbeResult:
-        first = self._probe_image(client, image)
+        first = self.probe_image(client, image)
         dpkg, dists = ch.changed_packages(base, first.state)
         if not dpkg and not dists:
             return first
-        return self._probe_image(client, image, dpkg, dists)
+        return self.probe_image(client, image, dpkg, dists)
 
     # -- render -------------------------------------------------------------------------------
 
@@ -318,7 +318,7 @@ class ChangeCapture:
             if staging is not None:
                 secrets = self._export(captured.container, files.kept, staging)
             elif scan and files.kept:
-                secrets = self._scan(captured.container, files.kept)
+                secrets = self.scan_credentials(captured.container, files.kept)
             else:
                 secrets = set()
         except BaseException:
@@ -367,7 +367,7 @@ class ChangeCapture:
         """``prepare`` then ``apply``: the Dockerfile diff written into the workspace."""
         return self.apply(self.prepare(name, host, message))
 
-    def _scan(self, container: Container, paths: list[str]) -> set[str]:
+    def scan_credentials(self, container: Container, paths: list[str]) -> set[str]:
         """The kept files whose content looks like a credential, found by ``grep`` inside a
         running container (a constant script; the expression and the path list are data);
         otherwise by copying them out into a throwaway folder."""

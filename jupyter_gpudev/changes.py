@@ -203,6 +203,7 @@ DRIVER_PATTERNS = (
     "/usr/local/gpudev-driver*",
 )
 PACKAGE_FILES = "package files"
+TRANSIENT = "temporary, cache or runtime state"
 #: Package install folders: their content is covered by the package changes.
 _SITE_DIRS = ("site-packages", "dist-packages")
 
@@ -272,9 +273,15 @@ CREDENTIAL_CONTENT_ERE = (
     "-----BEGIN [A-Z ]*PRIVATE KEY-----|gh[pousr]_[A-Za-z0-9]{30,}|xox[abpr]-|AKIA[0-9A-Z]{16}|"
     "hf_[A-Za-z0-9]{30,}|glpat-[A-Za-z0-9_-]{20,}|sk-[A-Za-z0-9]{32,}"
 )
-#: Lists the files (NUL-separated list in $1) whose content matches $GPUDEV_SECRET_ERE; exit 0
-#: or 1 (none), anything else when grep or xargs could not run.
-CREDENTIAL_SCAN_SCRIPT = 'xargs -0 -r grep -l -s -a -E -e "$GPUDEV_SECRET_ERE" -- < "$1"'
+#: Lists the regular files (NUL-separated list in $1) whose content matches
+#: $GPUDEV_SECRET_ERE (FIFOs, sockets, devices and folders skipped: nothing blocks). Exits 99
+#: first when this grep lacks an option (BusyBox): then the caller checks another way.
+#: Otherwise 0, 1 (no match) or 123 (xargs: some grep said 1 or 2, e.g. a file gone).
+GREP_OPTIONS = '-D skip -d skip -l -s -a -E -e "$GPUDEV_SECRET_ERE"'
+CREDENTIAL_SCAN_SCRIPT = (
+    f"grep {GREP_OPTIONS} /dev/null >/dev/null 2>&1; [ $? -le 1 ] || exit 99; "
+    f'xargs -0 -r grep {GREP_OPTIONS} -- < "$1"'
+)
 
 
 def looks_secret_content(data: bytes) -> bool:
@@ -641,11 +648,16 @@ class FileChanges:
     ignored: dict[str, int] = field(default_factory=dict)
     #: The paths left out as package files (the package changes cover them).
     packaged: list[str] = field(default_factory=list)
+    #: Files left out as temporary, cache or runtime state: not in a Dockerfile, but in a
+    #: ``docker commit`` of the container (a pushed snapshot checks them for credentials).
+    transient: list[str] = field(default_factory=list)
 
-    def ignore(self, path: str, reason: str) -> None:
+    def ignore(self, path: str, reason: str, *, deleted: bool = False) -> None:
         self.ignored[reason] = self.ignored.get(reason, 0) + 1
         if reason == PACKAGE_FILES:
             self.packaged.append(path)
+        elif reason == TRANSIENT and not deleted:
+            self.transient.append(path)
 
 
 @dataclass
@@ -694,7 +706,9 @@ class ChangeSet:
                 if p
             ],
             "conda": [asdict(c) for c in self.conda if c.added or c.removed],
-            "files": {k: v for k, v in asdict(self.files).items() if k != "packaged"},
+            "files": {
+                k: v for k, v in asdict(self.files).items() if k not in ("packaged", "transient")
+            },
             "env": dict(self.env),
             "env_removed": list(self.env_removed),
             "env_secrets": list(self.env_secrets),
@@ -847,7 +861,7 @@ def classify_path(
     of changed packages; ``owned_dirs``: whole folders they made (new virtual environments)."""
     reason: str | None = None
     if _is_noise(path):
-        reason = "temporary, cache or runtime state"
+        reason = TRANSIENT
     elif any(_under(path, m) or m.startswith(path.rstrip("/") + "/") for m in mounts):
         reason = "mounts"
     elif _DRIVER_RE.match(path):
@@ -883,7 +897,7 @@ def file_changes(
         if reason is None:
             result.deleted.append(path)
         else:
-            result.ignore(path, reason)
+            result.ignore(path, reason, deleted=True)
     for path in sorted(entries):
         kind = entries[path]
         if kind == 2 or path in parents:

@@ -247,7 +247,7 @@ class Committer:
         report = VerifyReport(image_id, 0.0)
         try:
             say({"stage": "verify", "message": "comparing the packages of the rebuilt image"})
-            rebuilt = self.capture._probe_image(client, image_id).state
+            rebuilt = self.capture.probe_image(client, image_id).state
         except BaseException:
             _remove_image(client, image_id)
             raise
@@ -291,8 +291,8 @@ class Committer:
         assert options.snapshot  # noqa: S101 - checked by the caller
         reference = Reference.parse(options.snapshot)
         captured = prepared.captured
-        secrets = captured.changes.files.secrets
-        if options.push and secrets:
+        secrets = self._layer_credentials(prepared) if options.push else []
+        if secrets:
             # A commit copies the container's whole layer: a key in it would be in the registry
             # (a removal in a later layer would still push its bytes).
             raise BadRequest(
@@ -341,6 +341,17 @@ class Committer:
                 _restore_tag(client, reference, previous)
                 raise
         return snapshot
+
+    def _layer_credentials(self, prepared: Prepared) -> list[str]:
+        """Files of the container's layer that look like credentials: the kept ones (by name,
+        and by content, checked when the commit was prepared) and, by content, the caches and
+        temporary files a Dockerfile leaves out but a commit holds (a token that a login wrote
+        into ~/.cache, a key in /tmp). Package files and mounts are not in question."""
+        files = prepared.captured.changes.files
+        found = set(files.secrets)
+        if files.transient:
+            found |= self.capture.scan_credentials(prepared.captured.container, files.transient)
+        return sorted(found)
 
     @staticmethod
     def _without(client: docker.DockerClient, image: str, paths: list[str]) -> str:

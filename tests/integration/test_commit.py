@@ -294,12 +294,17 @@ def test_a_snapshot_with_a_credential_in_it_is_not_pushed(
         "kbox",
         "printf -- '-----BEGIN OPENSSH PRIVATE KEY-----\\nb3Blbn\\n' > /etc/x",
     )
+    # and a token that a login left in a cache folder (no Dockerfile line: still in a commit)
+    token = "hf_" + "A1b2C3d4" * 5
+    sh(docker_client, "kbox", f"mkdir -p /root/.cache/hub && echo {token} > /root/.cache/hub/t")
     tag = f"{registry.address}/team/keys:v1"
     committer = Committer(ChangeCapture(manager), manager.registries)
     # When it is committed as a snapshot to push, it is refused before any image is made
     with pytest.raises(BadRequest) as refused:
         committer.commit("kbox", CommitOptions(snapshot=tag, push=True))
     assert "/etc/x" in refused.value.message
+    assert "/root/.cache/hub/t" in refused.value.message
+    assert token not in refused.value.message
     assert "look like credentials" in refused.value.message
     with pytest.raises(docker.errors.ImageNotFound):
         docker_client.images.get(tag)
