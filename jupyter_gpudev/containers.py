@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 import getpass
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -75,6 +76,8 @@ L_KERNEL = f"{LABEL}.kernel"
 #: Which server process made it: "<machine>:<pid>", and which lease ledger it used.
 L_PROCESS = f"{LABEL}.process"
 L_LEDGER = f"{LABEL}.ledger"
+#: The environment's forwardPorts at creation (comma-separated): ports the proxy serves.
+L_PORTS = f"{LABEL}.ports"
 
 T = TypeVar("T")
 PREFIX = "gpudev-"
@@ -82,6 +85,7 @@ _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 _CUDA_REQ_RE = re.compile(r"cuda>=\s*([0-9]+(?:\.[0-9]+)?)")
 _CUDA_VER_RE = re.compile(r"^([0-9]+)\.([0-9]+)")
 _STOPPED = ("exited", "dead", "removing")
+_PORTS_LOCK = threading.Lock()
 
 
 class CudaMismatch(GPUDevError):
@@ -129,6 +133,8 @@ class DevContainerInfo:
     pinned: bool = False
     #: The kernel this container was created for (``None``: a container kernels may share).
     kernel_id: str | None = None
+    #: Web ports served through the authenticated proxy (forwardPorts + ports added later).
+    web_ports: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -682,6 +688,7 @@ class DevContainers(LoggingConfigurable):
         # Always set, even empty: an image's own labels are inherited by its containers, and an
         # image may carry ours (gpudev's bootstrap images once did).
         labels[L_KERNEL] = kernel_id or ""
+        labels[L_PORTS] = ",".join(str(port) for port in env.forward_ports)
         kwargs: dict[str, Any] = {
             "name": docker_name(name),
             "hostname": name[:63],
@@ -902,6 +909,83 @@ class DevContainers(LoggingConfigurable):
             "if command -v bash >/dev/null 2>&1; then exec bash; else exec sh; fi",
         ]
 
+    # ------------------------------------------------------------------------------------------
+    # Web ports (TensorBoard and the like) served through the authenticated proxy
+    # ------------------------------------------------------------------------------------------
+
+    def _ports_file(self) -> Path:
+        return Path(self.state_dir) / "ports.json"
+
+    def _added_ports(self) -> dict[str, builtins.list[int]]:
+        try:
+            data = json.loads(self._ports_file().read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            self.log.warning("gpudev: %s unreadable: %r", self._ports_file(), exc)
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        return {
+            str(key): [int(p) for p in value if isinstance(p, int)]
+            for key, value in data.items()
+            if isinstance(value, list)
+        }
+
+    def _save_added_ports(self, ports: dict[str, builtins.list[int]]) -> None:
+        path = self._ports_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(ports, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+
+    def _web_ports(self, container: Container) -> tuple[int, ...]:
+        declared = {
+            int(part)
+            for part in container.labels.get(L_PORTS, "").split(",")
+            if part.strip().isdigit()
+        }
+        added = set(self._added_ports().get(str(container.id), ()))
+        return tuple(sorted(declared | added))
+
+    def set_web_port(
+        self, name: str, port: int, host: str | None = None, *, add: bool = True
+    ) -> DevContainerInfo:
+        """Serve ``port`` of a container through the proxy (``add=False``: stop serving one
+        added at run time; the environment's forwardPorts stay)."""
+        if not 1 <= port <= 65535:
+            raise BadRequest(f"Not a TCP port: {port}")
+        found_host, container = self._find(name, host)
+        key = str(container.id)
+        with _PORTS_LOCK:
+            ports = self._added_ports()
+            current = set(ports.get(key, []))
+            if add:
+                current.add(port)
+            else:
+                current.discard(port)
+            if current:
+                ports[key] = sorted(current)
+            else:
+                ports.pop(key, None)
+            self._save_added_ports(ports)
+        return self._info(found_host, container)
+
+    def proxy_target(self, name: str, port: int, host: str | None = None) -> tuple[str, int]:
+        """Where the server connects to reach a web port of a running dev container: its
+        address on the host's bridge network (a local host), or a local end of an SSH forward
+        (a remote host). Only the container's web ports are served."""
+        found_host, container = self._find(name, host)
+        if port not in self._web_ports(container):
+            raise NotFound(
+                f"Port {port} of {user_name(name)!r} is not forwarded: add it to forwardPorts, "
+                f"or with `jupyter gpudev ports add {user_name(name)} {port}`",
+                details={"name": user_name(name), "port": port},
+            )
+        if container.status != "running":
+            raise Conflict(f"{user_name(name)!r} is not running: start it first")
+        return found_host.reach(self.address_of(container), port)
+
     def logs(self, name: str, host: str | None = None, follow: bool = False) -> Iterator[str]:
         _, container = self._find(name, host)
         if not follow:
@@ -939,6 +1023,7 @@ class DevContainers(LoggingConfigurable):
             warnings=warnings,
             pinned=labels.get(L_NAME, "") in self.ledger.pinned(host.name),
             kernel_id=labels.get(L_KERNEL) or None,
+            web_ports=self._web_ports(container),
         )
 
     # ------------------------------------------------------------------------------------------

@@ -337,26 +337,37 @@ class NvmlProbe:
         )
 
 
-class NvidiaSmiProbe:
-    """Reads the inventory by running ``nvidia-smi`` (argument lists only, never a shell)."""
+#: Runs an argument list (on this machine, or on a remote host) and returns its result.
+Runner = Callable[[list[str], float], "subprocess.CompletedProcess[str]"]
 
-    def __init__(self, executable: str = "nvidia-smi", timeout: float = 10.0) -> None:
+
+def _run_here(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+class NvidiaSmiProbe:
+    """Reads the inventory by running ``nvidia-smi`` (argument lists only, never a shell),
+    here or, with a ``runner``, on a remote host (``where`` names it in messages)."""
+
+    def __init__(
+        self,
+        executable: str = "nvidia-smi",
+        timeout: float = 10.0,
+        runner: Runner | None = None,
+        where: str | None = None,
+    ) -> None:
         self.executable = executable
         self.timeout = timeout
+        self.runner = runner
+        self.where = where
         # The CUDA version only changes with the driver: ask for it once per driver version.
         self._cuda_by_driver: dict[str | None, str | None] = {}
 
     def _run(self, path: str, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [path, *args],
-            capture_output=True,
-            text=True,
-            timeout=self.timeout,
-            check=False,
-        )
+        return (self.runner or _run_here)([path, *args], self.timeout)
 
     def probe(self) -> Inventory:
-        path = shutil.which(self.executable)
+        path = shutil.which(self.executable) if self.runner is None else self.executable
         if path is None:
             raise ProbeUnavailable(f"{self.executable} was not found on PATH")
         try:
@@ -369,6 +380,8 @@ class NvidiaSmiProbe:
             ) from exc
         except OSError as exc:
             raise ProbeUnavailable(f"{self.executable} could not be run: {exc.strerror}") from exc
+        if query.returncode == 127 and self.runner is not None:
+            raise ProbeUnavailable(f"{self.executable} was not found on {self.where or 'the host'}")
         if query.returncode != 0:
             first = (query.stdout.strip() or query.stderr.strip() or "no output").splitlines()[0]
             raise ProbeUnavailable(
@@ -436,9 +449,16 @@ class GPUInventory(LoggingConfigurable):
     ).tag(config=True)
 
     def __init__(
-        self, nvml_loader: Callable[[], ModuleType] = _import_pynvml, **kwargs: Any
+        self,
+        nvml_loader: Callable[[], ModuleType] = _import_pynvml,
+        runner: Runner | None = None,
+        where: str | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        #: A remote host's inventory: nvidia-smi run there (NVML only reads this machine).
+        self.runner = runner
+        self.where = where
         self._nvml = NvmlProbe(nvml_loader)
         self._smi: NvidiaSmiProbe | None = None
         self._cached: tuple[float, Inventory] | None = None
@@ -462,14 +482,16 @@ class GPUInventory(LoggingConfigurable):
         if self.backend == "none":
             return Inventory(source="none", reason="GPU inventory is disabled by configuration")
         probes: list[tuple[str, NvmlProbe | NvidiaSmiProbe]] = []
-        if self.backend in ("auto", "nvml"):
+        if self.backend in ("auto", "nvml") and self.runner is None:
             probes.append(("NVML", self._nvml))
-        if self.backend in ("auto", "nvidia-smi"):
+        if self.backend in ("auto", "nvidia-smi") or self.runner is not None:
             if self._smi is None or (self._smi.executable, self._smi.timeout) != (
                 self.nvidia_smi_path,
                 self.timeout,
             ):
-                self._smi = NvidiaSmiProbe(self.nvidia_smi_path, self.timeout)
+                self._smi = NvidiaSmiProbe(
+                    self.nvidia_smi_path, self.timeout, self.runner, self.where
+                )
             probes.append(("nvidia-smi", self._smi))
         reasons: list[str] = []
         for label, probe in probes:

@@ -1,8 +1,10 @@
 """Hosts: one Docker engine each, with its GPUs. ``HostPool`` holds every configured host.
 
 The local engine (``DOCKER_HOST`` or the default socket) is the default host; more hosts come
-from ``c.HostPool.hosts``. The model already holds remote transports (``ssh://``, ``tcp://`` with
-TLS); connecting to them with tunnels and remote GPU inventory is a later step.
+from ``c.HostPool.hosts`` and, at run time, from ``jupyter gpudev hosts add`` or the panel
+(persisted in ``c.HostPool.hosts_file``). ``ssh://`` hosts use one persistent SSH connection for
+the Docker API, their GPU inventory (``nvidia-smi`` there), path checks and port forwards (see
+``jupyter_gpudev.ssh``); ``tcp://`` hosts use TLS client certificates.
 
 Every call here that talks to an engine blocks: the server runs them in worker threads.
 """
@@ -10,11 +12,13 @@ Every call here that talks to an engine blocks: the server runs them in worker t
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shutil
 import socket
 import stat
+import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -27,17 +31,24 @@ import requests.exceptions
 from docker.constants import DEFAULT_DOCKER_API_VERSION, MINIMUM_DOCKER_API_VERSION
 from docker.tls import TLSConfig
 from docker.utils import version_lt
+from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bool, Dict, Float, Instance, TraitError, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
-from .errors import ConfigError, EngineUnreachable, NotFound
-from .gpus import GPUInventory, Inventory
+from .errors import BadRequest, ConfigError, Conflict, EngineUnreachable, GPUDevError, NotFound
+from .gpus import GPUInventory, Inventory, ProbeUnavailable
+from .ssh import SSHConnection, SSHDockerAdapter, SSHTarget
+from .tunnels import Tunnels
 
 Transport = Literal["local", "ssh", "tcp"]
 
 DEFAULT_LOCAL_URL = "unix:///var/run/docker.sock"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-_HOST_KEYS = {"url", "tls_ca_cert", "tls_client_cert", "tls_client_key", "tls_verify"}
+_TLS_KEYS = {"tls_ca_cert", "tls_client_cert", "tls_client_key", "tls_verify"}
+_SSH_KEYS = {"identity_file", "known_hosts"}
+#: Keys of a remote host: what runs there, and which of its folders containers see.
+_REMOTE_KEYS = {"nvidia_smi", "workspace", "mount_roots"}
+_HOST_KEYS = {"url"} | _TLS_KEYS | _SSH_KEYS | _REMOTE_KEYS
 
 
 def _check_url(where: str, url: Any) -> None:
@@ -71,6 +82,16 @@ class HostSpec:
     tls_client_key: str | None = None
     tls_verify: bool = True
     is_local: bool = False
+    #: ssh://: the private key to use (default: ssh-agent, then ~/.ssh/id_*), and the
+    #: known_hosts file host keys are checked against (default: ~/.ssh/known_hosts and
+    #: /etc/ssh/ssh_known_hosts).
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    #: Remote hosts: the nvidia-smi command there, the folder mounted as the workspace, and the
+    #: folders of that host environments may mount (as ``c.MountPolicy.allowed_roots``).
+    nvidia_smi: str = "nvidia-smi"
+    workspace: str | None = None
+    mount_roots: tuple[str | dict[str, Any], ...] = ()
 
     @property
     def transport(self) -> Transport:
@@ -82,7 +103,9 @@ class HostSpec:
         return "local"
 
     @classmethod
-    def parse(cls, name: str, value: str | dict[str, Any], *, is_local: bool = False) -> HostSpec:
+    def parse(  # noqa: PLR0912 - one check per key, each with its own message
+        cls, name: str, value: str | dict[str, Any], *, is_local: bool = False
+    ) -> HostSpec:
         """Validate one entry of ``c.HostPool.hosts``; errors name the trait and the host."""
         where = f"c.HostPool.hosts[{name!r}]"
         if not isinstance(name, str) or not _NAME_RE.match(name):
@@ -100,9 +123,28 @@ class HostSpec:
             raise ConfigError(f"{where}: expected a URL string or a dict with 'url'")
         url = options.get("url")
         _check_url(where, url)
-        for key in ("tls_ca_cert", "tls_client_cert", "tls_client_key"):
+        scheme = urlsplit(str(url)).scheme
+        wrong = (
+            (set(options) & _TLS_KEYS if scheme != "tcp" else set())
+            | (set(options) & _SSH_KEYS if scheme != "ssh" else set())
+            | (set(options) & _REMOTE_KEYS if is_local else set())
+        )
+        if wrong:
+            raise ConfigError(f"{where}: {sorted(wrong)} do not apply to a {scheme}:// host")
+        for key in ("tls_ca_cert", "tls_client_cert", "tls_client_key", "identity_file"):
             if options.get(key) is not None and not isinstance(options[key], str):
                 raise ConfigError(f"{where}: {key!r} must be a file path")
+        for key in ("known_hosts", "workspace", "nvidia_smi"):
+            if options.get(key) is not None and not isinstance(options[key], str):
+                raise ConfigError(f"{where}: {key!r} must be a string")
+        workspace = options.get("workspace")
+        if workspace is not None and (
+            not workspace.startswith("/") or ".." in workspace.split("/")
+        ):
+            raise ConfigError(f"{where}: 'workspace' must be an absolute path of that host")
+        roots = options.get("mount_roots", [])
+        if not isinstance(roots, (list, tuple)):
+            raise ConfigError(f"{where}: 'mount_roots' must be a list of paths of that host")
         if bool(options.get("tls_client_cert")) != bool(options.get("tls_client_key")):
             raise ConfigError(f"{where}: 'tls_client_cert' and 'tls_client_key' go together")
         return cls(
@@ -113,7 +155,26 @@ class HostSpec:
             tls_client_key=options.get("tls_client_key"),
             tls_verify=bool(options.get("tls_verify", True)),
             is_local=is_local,
+            identity_file=options.get("identity_file"),
+            known_hosts=options.get("known_hosts"),
+            nvidia_smi=options.get("nvidia_smi") or "nvidia-smi",
+            workspace=workspace,
+            mount_roots=tuple(roots),
         )
+
+    def to_config(self) -> dict[str, Any]:
+        """The entry as ``c.HostPool.hosts`` (and the hosts file) hold it: set keys only."""
+        entry: dict[str, Any] = {"url": self.url}
+        for key in sorted(_HOST_KEYS - {"url", "tls_verify", "nvidia_smi", "mount_roots"}):
+            if getattr(self, key) is not None:
+                entry[key] = getattr(self, key)
+        if self.transport == "tcp" and not self.tls_verify:
+            entry["tls_verify"] = False
+        if self.nvidia_smi != "nvidia-smi":
+            entry["nvidia_smi"] = self.nvidia_smi
+        if self.mount_roots:
+            entry["mount_roots"] = list(self.mount_roots)
+        return entry
 
 
 @dataclass(frozen=True)
@@ -148,6 +209,11 @@ class HostInfo:
     reason: str | None = None
     engine: EngineInfo | None = None
     gpus: Inventory = field(default_factory=lambda: Inventory(source="none"))
+    #: Where the host comes from: "local", "config" (c.HostPool.hosts) or "added" (at run
+    #: time: removable with `hosts remove`).
+    origin: str = "config"
+    #: Remote hosts: the folder of that host mounted as the workspace.
+    workspace: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -208,9 +274,22 @@ class Host:
         self.api_timeout = api_timeout
         self.gpu_inventory = gpu_inventory
         self.log = log
+        self.origin = "local" if spec.is_local else "config"
         self._client: docker.DockerClient | None = None
         self._probe_client: docker.DockerClient | None = None
         self._lock = threading.Lock()
+        #: ssh:// hosts: the one connection everything goes through, and its port forwards.
+        self.ssh: SSHConnection | None = None
+        self.tunnels: Tunnels | None = None
+        if spec.transport == "ssh":
+            self.ssh = SSHConnection(
+                SSHTarget.from_url(
+                    spec.url, identity_file=spec.identity_file, known_hosts=spec.known_hosts
+                ),
+                timeout=timeout,
+                log=log,
+            )
+            self.tunnels = Tunnels(self.ssh, log=log)
 
     @property
     def name(self) -> str:
@@ -245,14 +324,12 @@ class Host:
             )
         # Negotiate the API version with a short-lived client that is closed even when the
         # engine does not answer (version="auto" would leak its socket on failure).
-        probe = docker.DockerClient(
-            base_url=self.spec.url,
-            version=MINIMUM_DOCKER_API_VERSION,
-            timeout=self.timeout,  # type: ignore[arg-type] # requests takes a float
-            tls=tls,
-        )
+        probe = self._new_client(MINIMUM_DOCKER_API_VERSION, self.timeout, tls)
         try:
             engine_api = str(probe.version(api_version=False)["ApiVersion"])
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            self._explain_remote_failure()
+            raise
         finally:
             probe.close()
         api = (
@@ -260,11 +337,52 @@ class Host:
             if version_lt(engine_api, DEFAULT_DOCKER_API_VERSION)
             else (DEFAULT_DOCKER_API_VERSION)
         )
-        return docker.DockerClient(
+        return self._new_client(api, timeout, tls)
+
+    def _new_client(
+        self, version: str, timeout: float, tls: TLSConfig | bool
+    ) -> docker.DockerClient:
+        if self.ssh is None:
+            return docker.DockerClient(
+                base_url=self.spec.url,
+                version=version,
+                timeout=timeout,  # type: ignore[arg-type] # requests takes a float
+                tls=tls,
+            )
+        # docker-py's own ssh:// adapter opens a connection per client, never reconnects after
+        # a drop and reads ~/.ssh only: carry the API over this host's one SSH connection.
+        # (use_ssh_client=True only keeps docker-py from connecting by itself.)
+        client = docker.DockerClient(
             base_url=self.spec.url,
-            version=api,
-            timeout=timeout,  # type: ignore[arg-type] # requests takes a float
-            tls=tls,
+            version=version,
+            timeout=timeout,  # type: ignore[arg-type]
+            use_ssh_client=True,
+        )
+        adapter = SSHDockerAdapter(self.ssh, timeout)
+        client.api.mount("http+docker://ssh", adapter)
+        client.api._custom_adapter = adapter  # type: ignore[attr-defined] # closed with it
+        return client
+
+    def _explain_remote_failure(self) -> None:
+        """An ssh:// engine that did not answer: say why when the host can tell (no docker
+        command there, no access to its socket)."""
+        if self.ssh is None:
+            return
+        try:
+            result = self.ssh.run(["docker", "version", "--format", "{{.Server.Version}}"], 10.0)
+        except (GPUDevError, OSError, subprocess.SubprocessError):
+            return
+        target = self.ssh.target
+        if result.returncode == 127:
+            reason = "the docker command is not installed there (ssh:// needs the docker CLI)"
+        elif result.returncode != 0:
+            first = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()
+            reason = f"`docker version` failed there: {first[-1][:200]}"
+        else:
+            return
+        raise EngineUnreachable(
+            f"The Docker engine of {self.name} ({target.where}) did not answer over SSH: {reason}.",
+            details={"host": self.name, "url": self.spec.url},
         )
 
     def _connected(self, probe: bool) -> docker.DockerClient:
@@ -291,12 +409,23 @@ class Host:
         connected on first use; raises ``EngineUnreachable``."""
         return self._connected(probe=False)
 
+    def _close_clients(self) -> None:
+        with self._lock:
+            for client in (self._client, self._probe_client):
+                if client is not None:
+                    client.close()
+            self._client = self._probe_client = None
+
     def close(self) -> None:
         with self._lock:
             for client in (self._client, self._probe_client):
                 if client is not None:
                     client.close()
             self._client = self._probe_client = None
+        if self.tunnels is not None:
+            self.tunnels.close()
+        if self.ssh is not None:
+            self.ssh.close()
 
     def engine_info(self) -> EngineInfo:
         """Ask the engine for its version and features (``timeout`` per call); raises
@@ -307,7 +436,7 @@ class Host:
             info = client.info()
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             self.log.warning("Docker engine %s at %s: %r", self.name, self.spec.url, exc)
-            self.close()  # reconnect next time: the engine may have restarted
+            self._close_clients()  # reconnect next time: the engine may have restarted
             raise EngineUnreachable(
                 describe_connection_error(self.spec.url, exc),
                 details={"host": self.name, "url": self.spec.url},
@@ -337,11 +466,44 @@ class Host:
             cdi_spec_dirs=cdi_dirs,
         )
 
+    def reach(self, address: str, port: int) -> tuple[str, int]:
+        """Where this server connects to reach ``address:port`` on the host's side (a
+        container's address on its bridge network): the address itself for the local engine
+        and tcp:// engines (which must route to their containers)."""
+        if self.tunnels is None:
+            return address, port
+        return "127.0.0.1", self.tunnels.forward(address, port)
+
+    def unreach(self, address: str, ports: tuple[int, ...] | None = None) -> None:
+        """Close the forwards to ``address`` (only to ``ports`` when given)."""
+        if self.tunnels is not None:
+            self.tunnels.close_to(address, ports)
+
+    def run(self, argv: list[str], timeout: float = 10.0) -> subprocess.CompletedProcess[str]:
+        """Run a command on the host (argument list, never a shell string of ours): locally,
+        or over the host's SSH connection. tcp:// hosts cannot run commands."""
+        if self.ssh is not None:
+            return self.ssh.run(argv, timeout)
+        if self.spec.is_local:
+            return subprocess.run(
+                argv, capture_output=True, text=True, timeout=timeout, check=False
+            )
+        raise BadRequest(
+            f"Host {self.name!r} is a tcp:// engine: commands cannot run on it (use ssh://)"
+        )
+
+    def smi_runner(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        """``run`` for the GPU inventory: a host that cannot be reached has no inventory."""
+        try:
+            return self.run(argv, timeout)
+        except GPUDevError as err:
+            raise ProbeUnavailable(err.message) from err
+
     def gpus(self) -> Inventory:
         if self.gpu_inventory is None:
             return Inventory(
                 source="none",
-                reason=f"GPU inventory over {self.spec.transport}:// is not supported yet",
+                reason=f"GPU inventory over {self.spec.transport}:// is not supported (use ssh://)",
             )
         return self.gpu_inventory.probe()
 
@@ -361,7 +523,11 @@ class Host:
             reachable=engine is not None,
             reason=reason,
             engine=engine,
-            gpus=self.gpus(),
+            gpus=self.gpus()
+            if engine is not None or self.spec.is_local
+            else Inventory(source="none", reason="the host is unreachable"),
+            origin=self.origin,
+            workspace=self.spec.workspace,
         )
 
 
@@ -403,6 +569,22 @@ class HostPool(LoggingConfigurable):
         stop, diff, remove). Builds and pulls stream and are not limited by it.""",
     ).tag(config=True)
 
+    hosts_file = Unicode(
+        help="""Where hosts added at run time (`jupyter gpudev hosts add`, the panel) are
+        kept, as JSON. Default: <Jupyter data dir>/gpudev/hosts.json. The server and the CLI
+        must use the same one; the server sees changes without a restart.""",
+    ).tag(config=True)
+
+    @default("hosts_file")
+    def _default_hosts_file(self) -> str:
+        return os.path.join(jupyter_data_dir(), "gpudev", "hosts.json")
+
+    allow_runtime_hosts = Bool(
+        True,
+        help="""Let users add and remove hosts at run time (CLI, panel, REST). Off: only
+        c.HostPool.hosts, and the hosts file is not read.""",
+    ).tag(config=True)
+
     gpu_inventory = Instance(GPUInventory, help="The local host's GPU inventory.")
 
     @default("gpu_inventory")
@@ -419,6 +601,7 @@ class HostPool(LoggingConfigurable):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._hosts: dict[str, Host] | None = None
+        self._hosts_stamp: tuple[int, int] | None = None
         self._lock = threading.Lock()
 
     def effective_local_url(self) -> str:
@@ -451,20 +634,131 @@ class HostPool(LoggingConfigurable):
             specs.append(HostSpec.parse(name, value))
         return specs
 
+    def _file_stamp(self) -> tuple[int, int] | None:
+        try:
+            info = os.stat(self.hosts_file)
+        except OSError:
+            return None
+        return (info.st_mtime_ns, info.st_size)
+
+    def added(self) -> dict[str, dict[str, Any]]:
+        """The hosts added at run time, as the hosts file holds them."""
+        if not self.allow_runtime_hosts:
+            return {}
+        try:
+            with open(self.hosts_file, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"The hosts file {self.hosts_file} cannot be read: {exc}") from exc
+        hosts = data.get("hosts") if isinstance(data, dict) else None
+        if not isinstance(hosts, dict):
+            raise ConfigError(f"The hosts file {self.hosts_file} has no 'hosts' object")
+        return {str(name): dict(entry) for name, entry in hosts.items() if isinstance(entry, dict)}
+
+    def _save_added(self, hosts: dict[str, dict[str, Any]]) -> None:
+        folder = os.path.dirname(self.hosts_file) or "."
+        os.makedirs(folder, exist_ok=True)
+        tmp = f"{self.hosts_file}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump({"hosts": hosts}, handle, indent=2, sort_keys=True)
+        os.replace(tmp, self.hosts_file)
+
+    def _new_host(self, spec: HostSpec, origin: str) -> Host:
+        host = Host(
+            spec,
+            timeout=self.timeout,
+            api_timeout=self.api_timeout,
+            gpu_inventory=self.gpu_inventory if spec.is_local else None,
+            log=self.log,
+        )
+        host.origin = origin
+        if spec.transport == "ssh":
+            host.gpu_inventory = GPUInventory(
+                parent=self,
+                backend="nvidia-smi",
+                nvidia_smi_path=spec.nvidia_smi,
+                runner=host.smi_runner,
+                where=f"host {spec.name!r}",
+            )
+        return host
+
     def _all(self) -> dict[str, Host]:
         with self._lock:
-            if self._hosts is None:
-                self._hosts = {
-                    spec.name: Host(
-                        spec,
-                        timeout=self.timeout,
-                        api_timeout=self.api_timeout,
-                        gpu_inventory=self.gpu_inventory if spec.is_local else None,
-                        log=self.log,
-                    )
-                    for spec in self.specs()
-                }
-            return self._hosts
+            stamp = self._file_stamp() if self.allow_runtime_hosts else None
+            if self._hosts is not None and stamp == self._hosts_stamp:
+                return self._hosts
+            wanted: dict[str, tuple[HostSpec, str]] = {
+                spec.name: (spec, "local" if spec.is_local else "config") for spec in self.specs()
+            }
+            for name, entry in self.added().items():
+                if name in wanted:
+                    self.log.warning("gpudev: added host %r is also configured; ignored", name)
+                    continue
+                try:
+                    wanted[name] = (HostSpec.parse(name, entry), "added")
+                except ConfigError as err:
+                    self.log.warning("gpudev: added host %r ignored: %s", name, err.message)
+            current = self._hosts or {}
+            hosts: dict[str, Host] = {}
+            for name, (spec, origin) in wanted.items():
+                kept = current.get(name)
+                if kept is not None and kept.spec == spec:
+                    kept.origin = origin
+                    hosts[name] = kept  # the same host: keep its connection and tunnels
+                else:
+                    hosts[name] = self._new_host(spec, origin)
+            for name, host in current.items():
+                if hosts.get(name) is not host:
+                    host.close()
+            self._hosts, self._hosts_stamp = hosts, stamp
+            return hosts
+
+    def add(
+        self, name: str, url: str, options: dict[str, Any] | None = None, *, check: bool = True
+    ) -> HostInfo:
+        """Add a host at run time and persist it. With ``check`` the host must answer first
+        (its SSH key known, key authentication accepted, its engine up); a host that fails
+        the check is not added and the error says why."""
+        if not self.allow_runtime_hosts:
+            raise BadRequest(
+                "Adding hosts at run time is disabled (c.HostPool.allow_runtime_hosts); add "
+                "it to c.HostPool.hosts instead"
+            )
+        entry = {**(options or {}), "url": url}
+        try:
+            spec = HostSpec.parse(name, entry)
+        except ConfigError as err:
+            raise BadRequest(err.message.replace("c.HostPool.hosts", "hosts add")) from err
+        if name in self._all():
+            raise Conflict(f"A host named {name!r} exists already; remove it first")
+        if check:
+            probe = self._new_host(spec, "added")
+            try:
+                probe.engine_info()
+            finally:
+                probe.close()
+        with self._lock:
+            added = self.added()
+            added[name] = spec.to_config()
+            self._save_added(added)
+        self.log.info("gpudev: host %s (%s) added", name, url)
+        return self.describe(name)
+
+    def remove(self, name: str) -> None:
+        """Remove a host added at run time (configured ones stay: edit the config)."""
+        host = self.get(name)
+        if host.origin != "added":
+            raise BadRequest(
+                f"Host {name!r} comes from the configuration ({host.origin}); remove it there"
+            )
+        with self._lock:
+            added = self.added()
+            added.pop(name, None)
+            self._save_added(added)
+        self._all()  # closes its connection
+        self.log.info("gpudev: host %s removed", name)
 
     def names(self) -> list[str]:
         return list(self._all())

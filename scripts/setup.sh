@@ -6,8 +6,9 @@
 #     Lab extension with npm),
 #   - the kernel-capable base image, bootstrapped from the host's Debian mirror when missing
 #     (`jupyter gpudev image bootstrap`: no container registry needed).
-# With --test it also installs what the test suite needs: Chromium for the UI tests, and the
-# container registry and htpasswd tool for the registry tests.
+# With --test it also installs what the test suite needs: Chromium for the UI tests, the
+# container registry and htpasswd tool for the registry tests, and an SSH server for the
+# remote-host tests.
 #
 # Safe to run again: every step checks first and does nothing when its result is there.
 set -euo pipefail
@@ -154,6 +155,17 @@ ensure_registry() {
   echo "$(docker-registry --version 2>/dev/null | head -n 1 || echo docker-registry) is installed."
 }
 
+ensure_sshd() {
+  step "An SSH server, for the remote-host tests"
+  # The tests start their own sshd (loopback, a random port, generated keys, key-only): this
+  # only installs it. Debian's package may start a system sshd; ours does not need it.
+  if [ -x /usr/sbin/sshd ]; then
+    echo "$(/usr/sbin/sshd -V 2>&1 | head -n 1) is installed."
+  else
+    apt_install openssh-server
+  fi
+}
+
 ensure_browser() {
   step "Chromium for the UI tests"
   if [ -x /usr/bin/chromium ]; then
@@ -170,5 +182,6 @@ ensure_image
 if [ "$WITH_TEST" -eq 1 ]; then
   ensure_browser
   ensure_registry
+  ensure_sshd
 fi
 step "Set-up complete"

@@ -168,8 +168,8 @@ def test_summary_is_none_when_any_host_answers() -> None:
     assert unreachable_summary([down]) is not None
 
 
-def test_remote_hosts_say_their_gpu_inventory_is_not_read_yet() -> None:
+def test_tcp_hosts_say_their_gpu_inventory_needs_ssh() -> None:
     hosts = pool(include_local=False, hosts={"box": "tcp://127.0.0.1:1"}, timeout=0.5)
     inventory = hosts.get("box").gpus()
     assert inventory.gpus == ()
-    assert inventory.reason == "GPU inventory over tcp:// is not supported yet"
+    assert inventory.reason == "GPU inventory over tcp:// is not supported (use ssh://)"

@@ -1,0 +1,177 @@
+"""Port forwards to containers of a remote host, over the host's SSH connection.
+
+A ``Tunnels`` object listens on 127.0.0.1 of this machine, one port per forwarded
+``address:port`` of the host's side (a container's address on its bridge network), and
+carries each accepted connection through a ``direct-tcpip`` channel of the host's one SSH
+connection. Kernels' ZMQ sockets and the web-port proxy connect to these local ports.
+
+When the SSH connection drops, the channels close and so do the local ends: ZMQ (and browsers)
+connect again, and the next channel reconnects the SSH connection. While the host cannot be
+reached, new local connections are closed at once (after one try per second), so clients see a
+closed connection, never a silent hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import threading
+import time
+from typing import Any
+
+import paramiko
+
+from .errors import GPUDevError
+from .ssh import SSHConnection
+
+_CHUNK = 65536
+
+
+class _Forward:
+    """One listening port, forwarding to ``address:port`` on the host."""
+
+    def __init__(self, ssh: SSHConnection, address: str, port: int, log: Any) -> None:
+        self.ssh = ssh
+        self.address = address
+        self.port = port
+        self.log = log
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.local_port: int = self.listener.getsockname()[1]
+        self._closed = threading.Event()
+        self._pairs: set[tuple[socket.socket, paramiko.Channel]] = set()
+        self._lock = threading.Lock()
+        self._failed_at = 0.0
+        self._thread = threading.Thread(
+            target=self._accept, name=f"gpudev-tunnel-{address}:{port}", daemon=True
+        )
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(
+                target=self._serve, args=(client,), name="gpudev-tunnel-conn", daemon=True
+            ).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        if time.monotonic() - self._failed_at < 1.0:
+            client.close()  # the host was unreachable a moment ago: do not hammer it
+            return
+        try:
+            channel = self.ssh.direct(self.address, self.port)
+        except (GPUDevError, paramiko.SSHException, OSError) as exc:
+            self._failed_at = time.monotonic()
+            self.log.warning(
+                "gpudev: forward to %s:%s on %s failed: %s",
+                self.address,
+                self.port,
+                self.ssh.target.where,
+                getattr(exc, "message", exc),
+            )
+            client.close()
+            return
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        pair = (client, channel)
+        with self._lock:
+            if self._closed.is_set():
+                client.close()
+                channel.close()
+                return
+            self._pairs.add(pair)
+        try:
+            _pump(client, channel)
+        finally:
+            with self._lock:
+                self._pairs.discard(pair)
+            with contextlib.suppress(OSError):
+                client.close()
+            channel.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
+        with self._lock:
+            pairs = list(self._pairs)
+        for client, channel in pairs:
+            with contextlib.suppress(OSError):
+                client.shutdown(socket.SHUT_RDWR)
+            channel.close()
+
+
+def _pump(client: socket.socket, channel: paramiko.Channel) -> None:
+    """Copy both ways until either side closes."""
+    while True:
+        readable, _, _ = select.select([client, channel], [], [], 30.0)  # type: ignore[type-var]
+        if not readable:
+            if channel.closed:
+                return
+            continue
+        if client in readable:
+            data = client.recv(_CHUNK)
+            if not data:
+                return
+            channel.sendall(data)
+        if channel in readable:
+            data = channel.recv(_CHUNK)
+            if not data:
+                return
+            client.sendall(data)
+
+
+class Tunnels:
+    """The forwards of one host, by ``(address, port)`` on its side."""
+
+    def __init__(self, ssh: SSHConnection, log: Any) -> None:
+        self.ssh = ssh
+        self.log = log
+        self._forwards: dict[tuple[str, int], _Forward] = {}
+        self._lock = threading.Lock()
+
+    def forward(self, address: str, port: int) -> int:
+        """The local port that reaches ``address:port`` on the host (opened once, reused)."""
+        with self._lock:
+            existing = self._forwards.get((address, port))
+            if existing is None:
+                existing = _Forward(self.ssh, address, port, self.log)
+                self._forwards[(address, port)] = existing
+                self.log.debug(
+                    "gpudev: forwarding 127.0.0.1:%s to %s:%s on %s",
+                    existing.local_port,
+                    address,
+                    port,
+                    self.ssh.target.where,
+                )
+            return existing.local_port
+
+    def close_to(self, address: str, ports: tuple[int, ...] | None = None) -> None:
+        """Close the forwards to ``address`` (to ``ports`` of it, when given)."""
+        with self._lock:
+            keys = [
+                key
+                for key in self._forwards
+                if key[0] == address and (ports is None or key[1] in ports)
+            ]
+            closing = [self._forwards.pop(key) for key in keys]
+        for forward in closing:
+            forward.close()
+
+    def active(self) -> list[tuple[str, int, int]]:
+        """``(address, port, local port)`` of each open forward."""
+        with self._lock:
+            return [(a, p, f.local_port) for (a, p), f in self._forwards.items()]
+
+    def close(self) -> None:
+        with self._lock:
+            closing = list(self._forwards.values())
+            self._forwards.clear()
+        for forward in closing:
+            forward.close()
