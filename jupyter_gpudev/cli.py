@@ -131,7 +131,20 @@ class HostsApp(GPUDevSubcommand):
     description = """List every configured host: its Docker engine (version, API, OS/arch,
     cgroup driver, NVIDIA runtime, CDI) and its GPUs by UUID. Exits 3 when no engine answers."""
 
+    subcommands: dict[str, Any] = {}  # filled in below: add, remove
+
+    def start(self) -> None:
+        if self.subapp is not None:
+            self.subapp.start()
+            return
+        super().start()
+
     def run(self) -> None:
+        if self.extra_args:
+            raise BadRequest(
+                f"Unknown hosts subcommand {self.extra_args[0]!r}: use `hosts`, `hosts add "
+                "NAME URL` or `hosts remove NAME`"
+            )
         pool = HostPool(parent=self, log=self.log)
         try:
             infos = pool.describe_all()
@@ -142,6 +155,101 @@ class HostsApp(GPUDevSubcommand):
             error.details["hosts"] = [info.to_json() for info in infos]
             self.fail(error)
         self.emit({"hosts": [info.to_json() for info in infos]}, format_hosts(infos))
+
+
+class HostsAddApp(GPUDevSubcommand):
+    """Add a host at run time."""
+
+    name = "jupyter-gpudev-hosts-add"
+    description = """Add a host: `jupyter gpudev hosts add NAME URL` with URL
+    ssh://user@host[:port] (key authentication; the host key must be in known_hosts) or
+    tcp://host:port (TLS client certificates). The host must answer first (--no-check: add it
+    anyway). It is kept in c.HostPool.hosts_file, and the server sees it at once."""
+
+    identity_file = Unicode("", help="ssh://: the private key to use.").tag(config=True)
+    known_hosts = Unicode("", help="ssh://: the known_hosts file to check the host key in.").tag(
+        config=True
+    )
+    workspace = Unicode(
+        "", help="A folder of that host mounted as the workspace of its containers."
+    ).tag(config=True)
+    mount_roots = List(
+        Unicode(), help="Folders of that host environments may mount (read-only)."
+    ).tag(config=True)
+    nvidia_smi = Unicode("", help="The nvidia-smi command on that host.").tag(config=True)
+    tls_ca_cert = Unicode("", help="tcp://: the CA certificate file.").tag(config=True)
+    tls_client_cert = Unicode("", help="tcp://: the client certificate file.").tag(config=True)
+    tls_client_key = Unicode("", help="tcp://: the client key file.").tag(config=True)
+    check = Bool(True, help="Connect to the host before adding it.").tag(config=True)
+
+    flags: dict[str, Any] = {
+        **GPUDevSubcommand.flags,
+        "no-check": ({"HostsAddApp": {"check": False}}, "Add the host without connecting."),
+    }
+    aliases: dict[str, Any] = {
+        **GPUDevSubcommand.aliases,
+        "identity-file": "HostsAddApp.identity_file",
+        "known-hosts": "HostsAddApp.known_hosts",
+        "workspace": "HostsAddApp.workspace",
+        "mount-root": "HostsAddApp.mount_roots",
+        "nvidia-smi": "HostsAddApp.nvidia_smi",
+        "tls-ca-cert": "HostsAddApp.tls_ca_cert",
+        "tls-client-cert": "HostsAddApp.tls_client_cert",
+        "tls-client-key": "HostsAddApp.tls_client_key",
+    }
+
+    def run(self) -> None:
+        if len(self.extra_args) != 2:
+            raise BadRequest("usage: jupyter gpudev hosts add NAME URL [--identity-file=...]")
+        name, url = (str(arg) for arg in self.extra_args)
+        options: dict[str, Any] = {
+            key: value
+            for key in (
+                "identity_file",
+                "known_hosts",
+                "workspace",
+                "nvidia_smi",
+                "tls_ca_cert",
+                "tls_client_cert",
+                "tls_client_key",
+            )
+            if (value := getattr(self, key))
+        }
+        if self.mount_roots:
+            options["mount_roots"] = list(self.mount_roots)
+        pool = HostPool(parent=self, log=self.log)
+        try:
+            info = pool.add(name, url, options, check=self.check)
+        finally:
+            pool.close()
+        self.emit(info.to_json(), f"added {name}\n{format_hosts([info])}")
+
+
+class HostsRemoveApp(GPUDevSubcommand):
+    """Remove a host added at run time."""
+
+    name = "jupyter-gpudev-hosts-remove"
+    description = """Remove a host added with `hosts add` (not one of c.HostPool.hosts). A
+    host that still has dev containers is kept: remove or commit them first."""
+
+    def run(self) -> None:
+        if len(self.extra_args) != 1:
+            raise BadRequest("usage: jupyter gpudev hosts remove NAME")
+        name = str(self.extra_args[0])
+        root = self.config.get("ServerApp", {}).get("root_dir") or os.getcwd()
+        pool = HostPool(parent=self, log=self.log)
+        manager = DevContainers(root_dir=str(root), host_pool=pool, parent=self, log=self.log)
+        try:
+            manager.remove_host(name)
+        finally:
+            pool.close()
+        self.emit({"removed": name}, f"removed {name}")
+
+
+HostsApp.subcommands = {
+    "add": (HostsAddApp, "Add a host (ssh:// or tcp://) at run time."),
+    "remove": (HostsRemoveApp, "Remove a host added at run time."),
+}
 
 
 class ImageBootstrapApp(GPUDevSubcommand):
@@ -602,6 +710,28 @@ class DiffApp(CommitApp):
         return CommitOptions()
 
 
+class PortsApp(ContainerCommand):
+    """Serve a web port of a dev container through the server's proxy, or stop serving it."""
+
+    name = "jupyter-gpudev-ports"
+    description = """`jupyter gpudev ports add NAME PORT` serves a port of a dev container (a
+    TensorBoard started by hand, say) at /gpudev/proxy/NAME/PORT/ on the Jupyter server, like
+    the environment's forwardPorts; `ports remove NAME PORT` stops serving it."""
+
+    def run(self) -> None:
+        usage = "usage: jupyter gpudev ports add|remove NAME PORT"
+        if len(self.extra_args) != 3 or self.extra_args[0] not in ("add", "remove"):
+            raise BadRequest(usage)
+        action, name, port = self.extra_args
+        if not str(port).isdigit():
+            raise BadRequest(f"Not a port number: {port!r}; {usage}")
+        info = self.manager().set_web_port(
+            str(name), int(port), host=self.host or None, add=action == "add"
+        )
+        ports = ", ".join(str(p) for p in info.web_ports) or "none"
+        self.emit(info.to_json(), f"{info.name}: web ports {ports}")
+
+
 class ImageApp(JupyterApp):
     """Images: ``jupyter gpudev image bootstrap``."""
 
@@ -636,6 +766,7 @@ class GPUDevCLI(JupyterApp):
         "pin": (PinApp, "Keep a shared dev container running after its last kernel."),
         "unpin": (UnpinApp, "Let a shared dev container stop after its last kernel."),
         "logs": (LogsApp, "Print a dev container's output."),
+        "ports": (PortsApp, "Serve a dev container's web port through the server's proxy."),
         "diff": (DiffApp, "Print a dev container's changes as a Dockerfile diff."),
         "commit": (CommitApp, "Write a dev container's changes into its Dockerfile."),
         "image": (ImageApp, "Manage images (bootstrap a base image without a registry)."),

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import socket
 import threading
@@ -55,8 +56,8 @@ from .errors import (
 from .gpus import Inventory
 from .hosts import Host, HostPool
 from .images import Progress, stream_build
-from .leases import GPURequest, Lease, LeaseLedger, NoFreeGPU, leasable_units
-from .mounts import MountPolicy
+from .leases import GPURequest, Lease, LeaseLedger, NoFreeGPU, check_fit, leasable_units
+from .mounts import MountNotAllowed, MountPolicy, RemotePaths, ResolvedMount, check_target
 from .registry import Registries, RegistryError
 
 LABEL = "org.jupyter.gpudev"
@@ -94,6 +95,14 @@ class CudaMismatch(GPUDevError):
     status = 409
     exit_code = 5
     code = "cuda_mismatch"
+
+
+class NoHostFits(GPUDevError):
+    """No host can take a start request now; ``details['hosts']`` says why, for each."""
+
+    status = 409
+    exit_code = 5
+    code = "no_host"
 
 
 @dataclass(frozen=True)
@@ -337,7 +346,7 @@ class DevContainers(LoggingConfigurable):
                 continue
             except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
                 raise self._engine_error(f"Looking up {user_name(name)!r}", exc) from exc
-            if container.labels.get(L_MANAGED) == "1":
+            if container.labels.get(L_MANAGED) == "1" and _on_host(container, candidate):
                 return candidate, container
         if unreachable and len(unreachable) == len(self._hosts(host)):
             raise unreachable[0]
@@ -444,6 +453,74 @@ class DevContainers(LoggingConfigurable):
                 )
         return gpu_request, inventory
 
+    def _place(self, env: Environment, request: StartRequest, say: Progress) -> Host:
+        """The host a start goes to: the one asked for, else the first host (local first,
+        then configured, then added ones) that is reachable and can lease the GPUs asked
+        for now, with a driver new enough for the image when the image is there. When none
+        can, ``NoHostFits`` (409) says why for each host."""
+        if request.host:
+            return self._host(request.host)
+        names = self.host_pool.names()
+        if len(names) == 1:
+            return self._host(names[0])
+        gpu_request = self._gpu_request(env, request)
+        reasons: dict[str, str] = {}
+        reachable: list[Host] = []
+        for name in names:
+            host = self._host(name)
+            try:
+                host.engine_info()
+            except GPUDevError as err:
+                reasons[name] = err.message
+                continue
+            reachable.append(host)
+            reason = self._cannot_place(host, env, gpu_request)
+            if reason is None:
+                if len(names) > 1:
+                    say({"stage": "place", "message": f"placed on host {name!r}"})
+                return host
+            reasons[name] = reason
+        if reachable and gpu_request is not None and self._optional(env, request):
+            return reachable[0]  # GPUs optional: start without one on the first host that answers
+        raise NoHostFits(
+            f"No host can start a container of {env.name!r}: "
+            + "; ".join(f"{name}: {reason}" for name, reason in reasons.items()),
+            details={"hosts": reasons},
+        )
+
+    def _cannot_place(
+        self, host: Host, env: Environment, gpu_request: GPURequest | None
+    ) -> str | None:
+        """Why ``host`` cannot take the request now, or ``None``."""
+        if gpu_request is None:
+            return None
+        inventory = host.gpus()
+        if not inventory.gpus:
+            return f"no GPU ({inventory.reason or 'none found'})"
+        try:
+            _, labelled = self._reconcile_host(host)
+            held = self.ledger.holders(host.name)
+            units = [
+                u for u in leasable_units(inventory) if u.uuid in held or u.uuid not in labelled
+            ]
+            check_fit(host.name, gpu_request, units, held)
+        except GPUDevError as err:
+            return err.message
+        try:
+            image = host.client().images.get(env.image_ref())
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return None  # pulled or built at start, and checked then
+        try:
+            check_cuda(
+                env.image_ref(),
+                list(image.attrs.get("Config", {}).get("Env") or []),
+                host.name,
+                inventory,
+            )
+        except CudaMismatch as err:
+            return err.message
+        return None
+
     def start(self, request: StartRequest, progress: Progress | None = None) -> DevContainerInfo:
         """Create and start a dev container holding exactly its leased GPUs."""
         say: Progress = progress or (lambda _event: None)
@@ -452,7 +529,7 @@ class DevContainers(LoggingConfigurable):
         if request.image:
             env = replace(env, image=request.image, build=None)
         self.environments.check_image_allowed(env, self.root_dir)
-        host = self._host(request.host)
+        host = self._place(env, request, say)
         client = host.client()
         gpu_request, inventory = self._resolve_gpus(env, request, host)
         name = self._new_name(env, request, owner)
@@ -661,12 +738,12 @@ class DevContainers(LoggingConfigurable):
     ) -> Container:
         uuids = lease.gpu_uuids if lease else ()
         environment = dict(env.container_env)
-        mounts = [self.mount_policy.workspace(self.root_dir, env.workspace_folder)]
-        mounts.extend(self.mount_policy.resolve_declared(env.mounts))
-        ca_mount, ca_env = self.mount_policy.ca_bundle()
-        if ca_mount is not None:
-            mounts.append(ca_mount)
-            environment.update(ca_env)
+        mounts, workspace = self._mounts(host, env)
+        if host.spec.is_local:
+            ca_mount, ca_env = self.mount_policy.ca_bundle()
+            if ca_mount is not None:
+                mounts.append(ca_mount)
+                environment.update(ca_env)
         # Explicit, always: CUDA images default NVIDIA_VISIBLE_DEVICES to "all".
         environment["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids) if uuids else "void"
         environment["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
@@ -681,7 +758,7 @@ class DevContainers(LoggingConfigurable):
             L_SERVER: self.server_id,
             L_IMAGE: image,
             L_CREATED: datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            L_WORKSPACE: str(self.root_dir),
+            L_WORKSPACE: workspace,
             L_PROCESS: f"{socket.gethostname()}:{os.getpid()}",
             L_LEDGER: self.ledger_id,
         }
@@ -703,11 +780,46 @@ class DevContainers(LoggingConfigurable):
             "stop_signal": "SIGTERM",
             "ports": {f"{port}/tcp": ("127.0.0.1", None) for port in env.forward_ports},
         }
-        if self.run_as_server_user and hasattr(os, "getuid"):
-            kwargs["user"] = f"{os.getuid()}:{os.getgid()}"
+        if self.run_as_server_user:
+            user = host.user_ids()
+            if user is not None:
+                kwargs["user"] = user
         self._gpu_options(kwargs, environment, uuids, host, inventory)
         self._run_options(kwargs, env, client)
         return client.containers.create(image, **kwargs)
+
+    def _mounts(self, host: Host, env: Environment) -> tuple[builtins.list[ResolvedMount], str]:
+        """The workspace and declared mounts, checked on the host they are paths of: this
+        machine's Jupyter root and allowed roots, or a remote host's configured workspace and
+        mount roots, resolved there. Returns them and the workspace folder ('' for none)."""
+        if host.spec.is_local:
+            mounts = [self.mount_policy.workspace(self.root_dir, env.workspace_folder)]
+            mounts.extend(self.mount_policy.resolve_declared(env.mounts))
+            return mounts, str(self.root_dir)
+        where = f"host {host.name!r}"
+        trait = f"c.HostPool.hosts[{host.name!r}]['mount_roots']"
+        if host.ssh is None:
+            # tcp:// runs no commands: its workspace is trusted configuration, nothing else.
+            if env.mounts:
+                raise MountNotAllowed(
+                    f"Mounts on {where} need an ssh:// host (paths are checked on the host)"
+                )
+            if not host.spec.workspace:
+                return [], ""
+            target = check_target(env.workspace_folder, "workspace folder")
+            return [
+                ResolvedMount(host.spec.workspace, target, read_only=False)
+            ], host.spec.workspace
+        paths = RemotePaths(host.run, where)
+        mounts = []
+        if host.spec.workspace:
+            mounts.append(
+                self.mount_policy.workspace(host.spec.workspace, env.workspace_folder, paths)
+            )
+        mounts.extend(
+            self.mount_policy.resolve_declared(env.mounts, (host.spec.mount_roots, paths, trait))
+        )
+        return mounts, host.spec.workspace or ""
 
     def _gpu_options(
         self,
@@ -797,6 +909,7 @@ class DevContainers(LoggingConfigurable):
         self._release_for(host, container)
 
     def _release_for(self, host: Host, container: Container) -> None:
+        self._close_forwards(host, container)
         # By container, not by the label's lease id: a resumed container holds a newer lease.
         self.ledger.release_container(host.name, container.labels.get(L_NAME, ""))
 
@@ -862,8 +975,10 @@ class DevContainers(LoggingConfigurable):
                 continue
             containers = self._call(
                 f"Listing dev containers on {candidate.name!r}",
-                lambda client=client: client.containers.list(  # type: ignore[misc]
-                    all=all_states, filters={"label": f"{L_MANAGED}=1"}, ignore_removed=True
+                lambda client=client, name=candidate.name: client.containers.list(  # type: ignore[misc]
+                    all=all_states,
+                    filters={"label": [f"{L_MANAGED}=1", f"{L_HOST}={name}"]},
+                    ignore_removed=True,
                 ),
             )
             result.extend(self._info(candidate, c) for c in containers)
@@ -880,6 +995,21 @@ class DevContainers(LoggingConfigurable):
         found_host, container = self._find(name, host)
         if container.status != "running":
             raise Conflict(f"{user_name(name)!r} is not running: start it first")
+        workdir = str(container.attrs.get("Config", {}).get("WorkingDir") or "/")
+        inside = [
+            "exec",
+            "-it",
+            "-e",
+            "TERM=xterm-256color",
+            "-w",
+            workdir,
+            str(container.id),
+            "/bin/sh",
+            "-c",
+            "if command -v bash >/dev/null 2>&1; then exec bash; else exec sh; fi",
+        ]
+        if found_host.ssh is not None:
+            return self._ssh_terminal(found_host, inside)
         cli = shutil.which(self.docker_cli)
         if cli is None:
             raise EngineError(
@@ -894,24 +1024,56 @@ class DevContainers(LoggingConfigurable):
                 argv += ["--tlscacert", spec.tls_ca_cert]
             if spec.tls_client_cert and spec.tls_client_key:
                 argv += ["--tlscert", spec.tls_client_cert, "--tlskey", spec.tls_client_key]
-        workdir = str(container.attrs.get("Config", {}).get("WorkingDir") or "/")
-        return [
-            *argv,
-            "exec",
-            "-it",
-            "-e",
-            "TERM=xterm-256color",
-            "-w",
-            workdir,
-            str(container.id),
-            "/bin/sh",
-            "-c",
-            "if command -v bash >/dev/null 2>&1; then exec bash; else exec sh; fi",
-        ]
+        return [*argv, *inside]
+
+    @staticmethod
+    def _ssh_terminal(host: Host, inside: builtins.list[str]) -> builtins.list[str]:
+        """``ssh -tt`` to the host running ``docker exec`` there, with the host's own key and
+        known_hosts, strictly checked (the same rules as the server's connection). The remote
+        command is quoted word by word: the remote side runs it through the user's shell."""
+        assert host.ssh is not None  # noqa: S101 - the caller checked
+        ssh = shutil.which("ssh")
+        if ssh is None:
+            raise EngineError("Terminals on ssh:// hosts need the ssh command line on PATH")
+        target = host.ssh.target
+        argv = [ssh, "-tt", "-p", str(target.port), "-o", "BatchMode=yes"]
+        argv += ["-o", "StrictHostKeyChecking=yes"]
+        if target.known_hosts:
+            argv += ["-o", f"UserKnownHostsFile={target.known_hosts}"]
+        if target.identity_file:
+            argv += ["-i", target.identity_file, "-o", "IdentitiesOnly=yes"]
+        remote = " ".join(shlex.quote(word) for word in ["docker", *inside])
+        return [*argv, "-l", target.username, "--", target.hostname, remote]
 
     # ------------------------------------------------------------------------------------------
     # Web ports (TensorBoard and the like) served through the authenticated proxy
     # ------------------------------------------------------------------------------------------
+
+    def remove_host(self, name: str) -> None:
+        """Remove a host added at run time, unless dev containers of it remain (they would
+        be left without a way to stop them, or their GPUs without a way to be freed)."""
+        host = self.host_pool.get(name)
+        if host.origin == "added":
+            try:
+                remaining = [info.name for info in self.list(all_states=True, host=name)]
+            except EngineUnreachable:
+                remaining = []  # a host that is gone can be forgotten
+            if remaining:
+                raise Conflict(
+                    f"Host {name!r} still has dev containers ({', '.join(remaining[:5])}): "
+                    "remove them (or commit their changes) first",
+                    details={"host": name, "containers": remaining},
+                )
+        self.host_pool.remove(name)
+
+    def _close_forwards(self, host: Host, container: Container) -> None:
+        """A stopped container's SSH forwards (kernels, web ports) go with it."""
+        if host.tunnels is None:
+            return
+        networks = container.attrs.get("NetworkSettings", {}).get("Networks") or {}
+        for network in networks.values():
+            if network.get("IPAddress"):
+                host.unreach(str(network["IPAddress"]))
 
     def _ports_file(self) -> Path:
         return Path(self.state_dir) / "ports.json"
@@ -1043,7 +1205,14 @@ class DevContainers(LoggingConfigurable):
         for host in self._hosts(None):
             try:
                 containers = host.client().containers.list(
-                    filters={"label": [f"{L_MANAGED}=1", L_KERNEL, f"{L_LEDGER}={self.ledger_id}"]},
+                    filters={
+                        "label": [
+                            f"{L_MANAGED}=1",
+                            L_KERNEL,
+                            f"{L_LEDGER}={self.ledger_id}",
+                            f"{L_HOST}={host.name}",
+                        ]
+                    },
                     ignore_removed=True,
                 )
             except (GPUDevError, docker.errors.DockerException) as exc:
@@ -1094,7 +1263,9 @@ class DevContainers(LoggingConfigurable):
             # A container removed between the listing and its inspection (a start that lost a
             # race and cleaned up) is simply not there.
             lambda: host.client().containers.list(
-                all=True, filters={"label": f"{L_MANAGED}=1"}, ignore_removed=True
+                all=True,
+                filters={"label": [f"{L_MANAGED}=1", f"{L_HOST}={host.name}"]},
+                ignore_removed=True,
             ),
         )
         holding: dict[str, tuple[str, ...]] = {}
@@ -1111,6 +1282,12 @@ class DevContainers(LoggingConfigurable):
         )
         labelled = {uuid for uuids in holding.values() for uuid in uuids}
         return report.to_json(), labelled
+
+
+def _on_host(container: Container, host: Host) -> bool:
+    """Whether ``container`` was made through ``host`` (two host entries may reach one engine:
+    each sees its own containers only)."""
+    return container.labels.get(L_HOST, host.name) == host.name
 
 
 def _process_alive(pid: int) -> bool:

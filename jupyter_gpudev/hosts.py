@@ -35,7 +35,15 @@ from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bool, Dict, Float, Instance, TraitError, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
-from .errors import BadRequest, ConfigError, Conflict, EngineUnreachable, GPUDevError, NotFound
+from .errors import (
+    BadRequest,
+    ConfigError,
+    Conflict,
+    EngineError,
+    EngineUnreachable,
+    GPUDevError,
+    NotFound,
+)
 from .gpus import GPUInventory, Inventory, ProbeUnavailable
 from .ssh import SSHConnection, SSHDockerAdapter, SSHTarget
 from .tunnels import Tunnels
@@ -281,6 +289,7 @@ class Host:
         #: ssh:// hosts: the one connection everything goes through, and its port forwards.
         self.ssh: SSHConnection | None = None
         self.tunnels: Tunnels | None = None
+        self._user_ids: str | None = None
         if spec.transport == "ssh":
             self.ssh = SSHConnection(
                 SSHTarget.from_url(
@@ -491,6 +500,22 @@ class Host:
         raise BadRequest(
             f"Host {self.name!r} is a tcp:// engine: commands cannot run on it (use ssh://)"
         )
+
+    def user_ids(self) -> str | None:
+        """``uid:gid`` containers run as by default (so workspace files keep their owner):
+        the server user's here, the SSH user's on an ssh:// host (asked once), ``None`` (the
+        image's user) on a tcp:// host."""
+        if self.spec.is_local:
+            return f"{os.getuid()}:{os.getgid()}" if hasattr(os, "getuid") else None
+        if self.ssh is None:
+            return None
+        if self._user_ids is None:
+            result = self.run(["id", "-u"], 10.0), self.run(["id", "-g"], 10.0)
+            values = [r.stdout.strip() for r in result if r.returncode == 0]
+            if len(values) != 2 or not all(v.isdigit() for v in values):
+                raise EngineError(f"Could not read the SSH user's uid/gid on host {self.name!r}")
+            self._user_ids = f"{values[0]}:{values[1]}"
+        return self._user_ids
 
     def smi_runner(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
         """``run`` for the GPU inventory: a host that cannot be reached has no inventory."""

@@ -421,6 +421,16 @@ def _choose(
     return free[: request.count]
 
 
+def check_fit(
+    host: str, request: GPURequest, units: Sequence[LeasableGPU], held: Mapping[str, Lease]
+) -> None:
+    """Whether ``host`` could lease ``request`` now (for placement; ``acquire`` decides):
+    ``BadRequest`` or ``NoFreeGPU`` saying why not."""
+    by_uuid = {unit.uuid: unit for unit in units}
+    _check_explicit(host, request, by_uuid)
+    _choose(host, request, list(by_uuid.values()), held)
+
+
 def _require(**names: str) -> None:
     for what, value in names.items():
         if not isinstance(value, str) or not value.strip():

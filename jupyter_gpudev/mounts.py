@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Sequence
+import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,52 @@ class AllowedRoot:
     writable: bool
 
 
+class LocalPaths:
+    """Paths of this machine (the local host)."""
+
+    where = "this machine"
+
+    def realpath(self, path: str) -> str:
+        return os.path.realpath(path)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def isdir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+
+class RemotePaths:
+    """Paths of a remote host, resolved there (``realpath -m``, ``test``) through ``run``:
+    a link on that host is followed on that host."""
+
+    def __init__(
+        self, run: Callable[[list[str], float], subprocess.CompletedProcess[str]], where: str
+    ) -> None:
+        self.run = run
+        self.where = where
+        self._real: dict[str, str] = {}
+
+    def realpath(self, path: str) -> str:
+        if path not in self._real:
+            result = self.run(["realpath", "-m", "--", path], 10.0)
+            lines = result.stdout.splitlines()
+            if result.returncode != 0 or not lines or not lines[0].startswith("/"):
+                raise BadRequest(f"The path {path!r} could not be resolved on {self.where}")
+            self._real[path] = lines[0]
+        return self._real[path]
+
+    def exists(self, path: str) -> bool:
+        return self.run(["test", "-e", path], 10.0).returncode == 0
+
+    def isdir(self, path: str) -> bool:
+        return self.run(["test", "-d", path], 10.0).returncode == 0
+
+
+LOCAL_PATHS = LocalPaths()
+PathSystem = LocalPaths | RemotePaths
+
+
 def _has_dotdot(path: str) -> bool:
     return ".." in path.replace("\\", "/").split("/")
 
@@ -147,11 +194,17 @@ class MountPolicy(LoggingConfigurable):
         help="The host's CA bundle (PEM) that mount_ca_bundle mounts.",
     ).tag(config=True)
 
-    def roots(self) -> list[AllowedRoot]:
-        """The allowed roots, validated; ``ConfigError`` names the bad entry."""
+    def roots(
+        self,
+        entries: Sequence[Any] | None = None,
+        paths: PathSystem = LOCAL_PATHS,
+        trait: str = ROOTS_TRAIT,
+    ) -> list[AllowedRoot]:
+        """The allowed roots (``allowed_roots``, or a remote host's ``entries`` resolved on
+        that host), validated; ``ConfigError`` names the bad entry."""
         roots: list[AllowedRoot] = []
-        for index, entry in enumerate(self.allowed_roots):
-            where = f"{ROOTS_TRAIT}[{index}]"
+        for index, entry in enumerate(self.allowed_roots if entries is None else entries):
+            where = f"{trait}[{index}]"
             path: Any
             if isinstance(entry, str):
                 path, writable = entry, False
@@ -168,22 +221,30 @@ class MountPolicy(LoggingConfigurable):
                 raise ConfigError(f"{where}: the root must be an absolute path")
             if _has_dotdot(path):
                 raise ConfigError(f"{where}: write the root without '..'")
-            roots.append(AllowedRoot(path=path, real=os.path.realpath(path), writable=writable))
+            roots.append(AllowedRoot(path=path, real=paths.realpath(path), writable=writable))
         return roots
 
-    def _root_for(self, real: str) -> AllowedRoot | None:
+    @staticmethod
+    def _root_for(roots: list[AllowedRoot], real: str) -> AllowedRoot | None:
         """The most specific allowed root that contains ``real``, by path components."""
-        matches = [
-            root for root in self.roots() if os.path.commonpath([root.real, real]) == root.real
-        ]
+        matches = [root for root in roots if os.path.commonpath([root.real, real]) == root.real]
         return max(matches, key=lambda root: len(root.real), default=None)
 
-    def resolve(self, source: str, target: str, read_only: bool | None = None) -> ResolvedMount:
+    def resolve(
+        self,
+        source: str,
+        target: str,
+        read_only: bool | None = None,
+        *,
+        site: tuple[Sequence[Any], PathSystem, str] | None = None,
+    ) -> ResolvedMount:
         """Check one bind mount of host ``source`` at container ``target``.
 
         ``read_only=None`` follows the root: read-write under a writable root, else read-only.
-        Malformed paths are ``BadRequest``; policy refusals are ``MountNotAllowed`` (403).
+        ``site``: a remote host's (roots, paths, trait name); default this machine's
+        ``allowed_roots``. Malformed paths are ``BadRequest``; refusals ``MountNotAllowed`` (403).
         """
+        entries, paths, trait = site or (None, LOCAL_PATHS, ROOTS_TRAIT)
         if not isinstance(source, str) or not source or "\0" in source:
             raise BadRequest("A mount source must be a host path")
         if _has_dotdot(source):
@@ -191,26 +252,26 @@ class MountPolicy(LoggingConfigurable):
         if not os.path.isabs(source):
             raise BadRequest(f"The mount source {source!r} must be an absolute path")
         normal_target = check_target(target)
-        roots = self.roots()
+        roots = self.roots(entries, paths, trait)
         if not roots:
             raise MountNotAllowed(
-                f"The mount source {source!r} is refused: no host folder may be mounted "
-                f"({ROOTS_TRAIT} is empty)"
+                f"The mount source {source!r} is refused: no folder of {paths.where} may be "
+                f"mounted ({trait} is empty)"
             )
-        real = os.path.realpath(source)
-        root = self._root_for(real)
+        real = paths.realpath(source)
+        root = self._root_for(roots, real)
         if root is None:
             via = f" (it resolves to {real!r})" if real != os.path.normpath(source) else ""
             raise MountNotAllowed(
-                f"The mount source {source!r}{via} is outside the folders that may be mounted: "
-                f"{', '.join(r.path for r in roots)} ({ROOTS_TRAIT})"
+                f"The mount source {source!r}{via} is outside the folders of {paths.where} that "
+                f"may be mounted: {', '.join(r.path for r in roots)} ({trait})"
             )
-        if not os.path.exists(real):
-            raise BadRequest(f"The mount source {source!r} does not exist")
+        if not paths.exists(real):
+            raise BadRequest(f"The mount source {source!r} does not exist on {paths.where}")
         if read_only is False and not root.writable:
             raise MountNotAllowed(
                 f"The mount source {source!r} cannot be writable: its root {root.path!r} is "
-                f"read-only ({ROOTS_TRAIT}: mark it {{'path': ..., 'writable': true}})"
+                f"read-only ({trait}: mark it {{'path': ..., 'writable': true}})"
             )
         effective = read_only if read_only is not None else not root.writable
         if not effective:
@@ -223,16 +284,20 @@ class MountPolicy(LoggingConfigurable):
             if nested and read_only is False:
                 raise MountNotAllowed(
                     f"The mount source {source!r} cannot be writable: it contains the read-only "
-                    f"root {nested[0]!r} ({ROOTS_TRAIT})"
+                    f"root {nested[0]!r} ({trait})"
                 )
             effective = bool(nested)
         return ResolvedMount(source=real, target=normal_target, read_only=effective)
 
-    def workspace(self, root_dir: Path, workspace_folder: str) -> ResolvedMount:
-        """The Jupyter root directory, read-write, at the environment's workspace folder."""
-        real = os.path.realpath(root_dir)
-        if not os.path.isdir(real):
-            raise BadRequest(f"The workspace {str(root_dir)!r} is not a folder")
+    def workspace(
+        self, root_dir: Path | str, workspace_folder: str, paths: PathSystem = LOCAL_PATHS
+    ) -> ResolvedMount:
+        """The workspace folder of the host (the Jupyter root directory on this machine, a
+        configured folder on a remote host), read-write, at the environment's workspace
+        folder."""
+        real = paths.realpath(str(root_dir))
+        if not paths.isdir(real):
+            raise BadRequest(f"The workspace {str(root_dir)!r} is not a folder on {paths.where}")
         target = check_target(workspace_folder, "workspace folder")
         return ResolvedMount(source=real, target=target, read_only=False)
 
@@ -251,8 +316,13 @@ class MountPolicy(LoggingConfigurable):
         mount = ResolvedMount(source=os.path.realpath(path), target=target, read_only=True)
         return mount, dict.fromkeys(CA_BUNDLE_ENV_VARS, target)
 
-    def resolve_declared(self, mounts: Sequence[DeclaredMount]) -> list[ResolvedMount]:
-        """Check an environment's mounts. A mount without ``readonly`` follows its root."""
+    def resolve_declared(
+        self,
+        mounts: Sequence[DeclaredMount],
+        site: tuple[Sequence[Any], PathSystem, str] | None = None,
+    ) -> list[ResolvedMount]:
+        """Check an environment's mounts (on ``site``, a remote host, when given). A mount
+        without ``readonly`` follows its root."""
         resolved: list[ResolvedMount] = []
         for mount in mounts:
             if mount.type != "bind":
@@ -261,6 +331,8 @@ class MountPolicy(LoggingConfigurable):
                     "supported yet; use a bind mount of a folder under an allowed root"
                 )
             resolved.append(
-                self.resolve(mount.source, mount.target, True if mount.read_only else None)
+                self.resolve(
+                    mount.source, mount.target, True if mount.read_only else None, site=site
+                )
             )
         return resolved

@@ -8,8 +8,9 @@ before the kernel starts, so the kernel start timeout only counts the kernel its
 
 The kernel binds its ZMQ ports inside the container; the server reaches them at the
 container's address on the isolated ``gpudev`` network (see ``DevContainers.network``), which
-other containers cannot reach. A restart replaces only the kernel process: the container, and
-everything installed in it, survives.
+other containers cannot reach, or, on an ssh:// host, through forwards over the host's SSH
+connection (torn down with the kernel). A restart replaces only the kernel process: the
+container, and everything installed in it, survives.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import docker.errors
 from jupyter_client.connect import KernelConnectionInfo
@@ -179,7 +180,8 @@ class GPUDevProvisioner(KernelProvisionerBase):
         return await asyncio.get_running_loop().run_in_executor(None, func, *args)
 
     def _container(self) -> Any:
-        _, container = self._manager._find(self._container_name, self.host or None)
+        host, container = self._manager._find(self._container_name, self.host or None)
+        self.host = host.name
         return container
 
     # ------------------------------------------------------------------------------------------
@@ -233,6 +235,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
             )
             info = await self._run(self._manager.start, request, self._log_progress)
             self._container_name = info.name
+            self.host = info.host  # where placement put it
             self._dedicated = True
             env = await self._run(
                 self._manager.environments.get, self.environment, self._manager.root_dir
@@ -249,6 +252,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         """A shared container that was stopped (e.g. after its last kernel) starts again, with
         the GPUs it was created with."""
         info = self._manager.get(self._container_name, self.host or None)
+        self.host = info.host
         if info.kernel_id:
             raise Conflict(
                 f"{self._container_name!r} belongs to another kernel; start a kernel in a dev "
@@ -357,6 +361,9 @@ class GPUDevProvisioner(KernelProvisionerBase):
         address = self._manager.address_of(container)
         if not self._ports:  # a restart keeps its ports, as jupyter_client's local kernels do
             self._ports = self._choose_ports()
+        # Where this server reaches each port: the container itself, or a local forward.
+        host = self._manager.host_pool.get(self.host or self._manager.host_pool.local_name)
+        reached = [host.reach(address, port) for port in self._ports]
         kernel_file, pid_file, log_file = (
             f"{RUNTIME_DIR}/kernel-{self.kernel_id}.{ext}" for ext in ("json", "pid", "log")
         )
@@ -364,10 +371,14 @@ class GPUDevProvisioner(KernelProvisionerBase):
             "transport": "tcp",
             "signature_scheme": km.session.signature_scheme,
             "kernel_name": getattr(km, "kernel_name", ""),
-            **dict(zip(PORT_NAMES, self._ports, strict=True)),
         }
         key = km.session.key
-        inside = {**info, "ip": "0.0.0.0", "key": key.decode()}  # noqa: S104 - container-local
+        inside = {
+            **info,
+            **dict(zip(PORT_NAMES, self._ports, strict=True)),
+            "ip": "0.0.0.0",  # noqa: S104 - container-local
+            "key": key.decode(),
+        }
         local_file = getattr(km, "connection_file", "")
         argv = [kernel_file if arg in (local_file, "{connection_file}") else arg for arg in cmd]
         # One exec: write the private connection file (the key leaves the environment before
@@ -400,8 +411,13 @@ class GPUDevProvisioner(KernelProvisionerBase):
             address,
             self._ports,
         )
-        connection: KernelConnectionInfo = {**info, "ip": address, "key": key}  # type: ignore[typeddict-item]
-        return connection
+        connection: dict[str, Any] = {
+            **info,
+            **dict(zip(PORT_NAMES, (port for _, port in reached), strict=True)),
+            "ip": reached[0][0],
+            "key": key,
+        }
+        return cast(KernelConnectionInfo, connection)
 
     def _check_started(self, container: Any, argv: list[str], log_file: str) -> None:
         """A kernel that dies at once (no ipykernel, a bad argv) is an error with its output,
@@ -503,6 +519,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         self._exec_id = ""
         if restart or not self._container_name:
             return
+        self._close_forwards()
         self._release_ports()
         self._ports = ()
         if not self._dedicated:
@@ -533,6 +550,16 @@ class GPUDevProvisioner(KernelProvisionerBase):
                 err.message,
             )
 
+    def _close_forwards(self) -> None:
+        """Tear down this kernel's SSH forwards (a remote host); a no-op on a local one."""
+        if not self._ports:
+            return
+        with contextlib.suppress(docker.errors.DockerException, GPUDevError):
+            manager = self._manager
+            host = manager.host_pool.get(self.host or manager.host_pool.local_name)
+            if host.tunnels is not None:
+                host.unreach(manager.address_of(self._container()), self._ports)
+
     def _remove_runtime_files(self) -> None:
         with contextlib.suppress(docker.errors.DockerException, GPUDevError):
             self._container().exec_run(
@@ -548,6 +575,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
     async def get_provisioner_info(self) -> dict[str, Any]:
         info: dict[str, Any] = await super().get_provisioner_info()
         info.update(
+            host=self.host,
             container=self._container_name,
             dedicated=self._dedicated,
             exec_id=self._exec_id,
@@ -558,6 +586,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
     async def load_provisioner_info(self, provisioner_info: dict[str, Any]) -> None:
         await super().load_provisioner_info(provisioner_info)
         self._container_name = str(provisioner_info.get("container", ""))
+        self.host = str(provisioner_info.get("host") or self.host)
         self._dedicated = bool(provisioner_info.get("dedicated", False))
         self._exec_id = str(provisioner_info.get("exec_id", ""))
         self._ports = tuple(int(p) for p in provisioner_info.get("ports", []))

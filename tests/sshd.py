@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -74,7 +75,18 @@ class SSHServer:
 
 def _keygen(path: Path) -> Path:
     subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpudev-test", "-f", str(path)],
+        [
+            shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "gpudev-test",
+            "-f",
+            str(path),
+        ],
         check=True,
     )
     return path

@@ -12,6 +12,7 @@ from traitlets.config import Config
 
 from tests.conftest import FAKE_SMI, FIXTURES
 from tests.registry import Registry, RegistryMissing, run_registry
+from tests.sshd import SSHDMissing, SSHServer, run_sshd
 
 BASE = "gpudev-base:bookworm"
 A100_0 = "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77"
@@ -82,4 +83,15 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
         with run_registry(tmp_path_factory.mktemp("registry")) as started:
             yield started
     except RegistryMissing as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
+    """A real sshd on loopback in front of the local engine, for the session; its absence is a
+    failure (scripts/setup.sh --test installs it)."""
+    try:
+        with run_sshd(tmp_path_factory.mktemp("sshd")) as started:
+            yield started
+    except SSHDMissing as exc:
         pytest.fail(str(exc))

@@ -1,0 +1,345 @@
+"""Remote hosts over SSH, with a real sshd on loopback in front of the local engine.
+
+The "remote" host ``far`` is ``ssh://root@127.0.0.1:PORT``: the same engine reached through SSH
+(its containers are told apart by their host label). Its GPUs come from the fake nvidia-smi run
+*over SSH* through a wrapper script, so the remote inventory path is the real one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from jupyter_client.manager import AsyncKernelManager
+from traitlets.config import Config
+
+from jupyter_gpudev import provisioner
+from jupyter_gpudev.containers import (
+    L_HOST,
+    L_SERVER,
+    DevContainers,
+    NoHostFits,
+    StartRequest,
+    docker_name,
+)
+from jupyter_gpudev.hosts import HostPool
+from jupyter_gpudev.kernelspecs import GPUDevKernelSpecManager
+from jupyter_gpudev.mounts import MountNotAllowed
+from tests.conftest import FAKE_SMI, FIXTURES
+from tests.integration.test_cli import gpudev
+from tests.integration.test_containers import IMAGE, write_devcontainer
+from tests.integration.test_kernels import run
+from tests.sshd import SSHServer
+
+pytestmark = pytest.mark.integration
+
+A100_1 = "GPU-8f2a9c41-7b3e-4c55-9d0a-2e6f1b7c3d90"
+
+
+@pytest.fixture
+def remote_smi(tmp_path: Path) -> Path:
+    """nvidia-smi as the remote host runs it: the fake one, with its recorded two A100s."""
+    script = tmp_path / "remote-nvidia-smi"
+    script.write_text(
+        f'#!/bin/sh\nFAKE_NVIDIA_SMI_DIR={FIXTURES / "smi" / "two-a100"} exec {FAKE_SMI} "$@"\n'
+    )
+    script.chmod(0o755)
+    return script
+
+
+def make_manager(
+    tmp_path: Path, ssh_server: SSHServer, remote_smi: Path, *, local: bool = True
+) -> DevContainers:
+    """A manager whose pool has the local engine (no GPU) and ``far`` over SSH (two GPUs),
+    with a workspace and a mount root of ``far``."""
+    (tmp_path / "remote-ws").mkdir(exist_ok=True)
+    (tmp_path / "remote-data" / "set").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "remote-data" / "set" / "a.txt").write_text("remote data\n")
+    (tmp_path / "work").mkdir(exist_ok=True)
+    config = Config()
+    config.GPUInventory.backend = "none"
+    config.GPUInventory.cache_seconds = 0.0
+    config.DevContainers.state_dir = str(tmp_path / "state")
+    config.DevContainers.stop_timeout = 2
+    config.HostPool.include_local = local
+    config.HostPool.hosts_file = str(tmp_path / "hosts.json")
+    config.HostPool.hosts = {
+        "far": ssh_server.host_entry(
+            nvidia_smi=str(remote_smi),
+            workspace=str(tmp_path / "remote-ws"),
+            mount_roots=[str(tmp_path / "remote-data")],
+        )
+    }
+    return DevContainers(
+        root_dir=tmp_path / "work", host_pool=HostPool(config=config), config=config
+    )
+
+
+@pytest.fixture
+def manager(
+    tmp_path: Path, ssh_server: SSHServer, remote_smi: Path, docker_client: docker.DockerClient
+) -> Iterator[DevContainers]:
+    containers = make_manager(tmp_path, ssh_server, remote_smi)
+    yield containers
+    for container in docker_client.containers.list(
+        all=True, filters={"label": f"{L_SERVER}={containers.server_id}"}
+    ):
+        container.remove(force=True)
+    containers.host_pool.close()
+
+
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    return {"JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_CONFIG_PATH": ""}
+
+
+def test_cli_adds_lists_and_removes_an_ssh_host(
+    tmp_path: Path, ssh_server: SSHServer, remote_smi: Path, docker_client: docker.DockerClient
+) -> None:
+    hosts_file = tmp_path / "hosts.json"
+    where = f"--HostPool.hosts_file={hosts_file}"
+    # When a host is added over ssh:// with its key and known_hosts
+    added = gpudev(
+        "hosts",
+        "add",
+        "far",
+        ssh_server.url,
+        f"--identity-file={ssh_server.identity_file}",
+        f"--known-hosts={ssh_server.known_hosts}",
+        f"--nvidia-smi={remote_smi}",
+        where,
+        "--json",
+        env=cli_env(tmp_path),
+    )
+    # Then it answered with its engine version and its GPUs, read by nvidia-smi over SSH
+    assert added.returncode == 0, added.stderr
+    info = json.loads(added.stdout)
+    assert info["reachable"] is True
+    assert info["transport"] == "ssh"
+    assert info["engine"]["version"] == docker_client.version()["Version"]
+    assert [gpu["uuid"] for gpu in info["gpus"]["gpus"]][1] == A100_1
+    assert info["origin"] == "added"
+    # And it is kept, with paths only (no key material)
+    saved = json.loads(hosts_file.read_text())["hosts"]["far"]
+    assert saved["url"] == ssh_server.url
+    assert saved["identity_file"] == str(ssh_server.identity_file)
+    assert "PRIVATE KEY" not in hosts_file.read_text()
+    # When the hosts are listed by a new process, far is there next to the local engine
+    listed = gpudev("hosts", where, "--json", env=cli_env(tmp_path))
+    assert listed.returncode == 0, listed.stderr
+    by_name = {host["name"]: host for host in json.loads(listed.stdout)["hosts"]}
+    assert by_name["far"]["reachable"] is True
+    assert by_name["far"]["engine"]["api_version"] == by_name["local"]["engine"]["api_version"]
+    assert "Docker" in gpudev("hosts", where, env=cli_env(tmp_path)).stdout
+    # When it is added again, that is a conflict
+    again = gpudev("hosts", "add", "far", ssh_server.url, where, env=cli_env(tmp_path))
+    assert again.returncode == 6
+    assert "exists already" in again.stderr
+    # When it is removed, it is gone; a configured host cannot be removed this way
+    removed = gpudev("hosts", "remove", "far", where, env=cli_env(tmp_path))
+    assert removed.returncode == 0, removed.stderr
+    listed = gpudev("hosts", where, "--json", env=cli_env(tmp_path))
+    assert [h["name"] for h in json.loads(listed.stdout)["hosts"]] == ["local"]
+    local = gpudev("hosts", "remove", "local", where, env=cli_env(tmp_path))
+    assert local.returncode == 2
+    assert "configuration" in local.stderr
+
+
+def test_an_unknown_host_key_is_refused_never_accepted(
+    tmp_path: Path, ssh_server: SSHServer
+) -> None:
+    # Given a known_hosts file that does not hold the server's key
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text("")
+    hosts_file = tmp_path / "hosts.json"
+    # When the host is added
+    result = gpudev(
+        "hosts",
+        "add",
+        "far",
+        ssh_server.url,
+        f"--identity-file={ssh_server.identity_file}",
+        f"--known-hosts={known_hosts}",
+        f"--HostPool.hosts_file={hosts_file}",
+        env=cli_env(tmp_path),
+    )
+    # Then it is refused with the key's fingerprint and what to do; nothing was added or trusted
+    assert result.returncode == 3
+    assert "is not in" in result.stderr
+    assert "never accepted" in result.stderr
+    assert "SHA256:" in result.stderr
+    assert "ssh-keyscan" in result.stderr
+    assert not hosts_file.exists()
+    assert known_hosts.read_text() == ""
+
+
+def test_a_key_the_server_does_not_accept_is_refused_clearly(
+    tmp_path: Path, ssh_server: SSHServer
+) -> None:
+    # Given a key that is not in the server's authorized_keys
+    other = ssh_server.new_key(f"other-{os.getpid()}-{time.monotonic_ns()}")
+    hosts_file = tmp_path / "hosts.json"
+    # When the host is added with it
+    result = gpudev(
+        "hosts",
+        "add",
+        "far",
+        ssh_server.url,
+        f"--identity-file={other}",
+        f"--known-hosts={ssh_server.known_hosts}",
+        f"--HostPool.hosts_file={hosts_file}",
+        env=cli_env(tmp_path),
+    )
+    # Then the message says authentication failed, with which key, and what to do
+    assert result.returncode == 3
+    assert "SSH authentication as" in result.stderr
+    assert str(other) in result.stderr
+    assert "authorized_keys" in result.stderr
+    assert not hosts_file.exists()
+
+
+@pytest.mark.usefixtures("gpu_engine")
+def test_a_gpu_container_is_placed_on_the_ssh_host_with_its_workspace_and_mounts(
+    tmp_path: Path, manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given an environment that needs a GPU and mounts a folder of the remote host, and a
+    # local engine without GPUs
+    write_devcontainer(
+        manager.root_dir,
+        "gpu",
+        {
+            "image": IMAGE,
+            "hostRequirements": {"gpu": True},
+            "mounts": [f"source={tmp_path / 'remote-data' / 'set'},target=/data,type=bind"],
+        },
+    )
+    events: list[dict[str, Any]] = []
+    # When it starts without naming a host
+    info = manager.start(StartRequest(environment="gpu", name="far-one"), events.append)
+    # Then it was placed on far, over SSH, with a GPU of far leased by UUID
+    assert info.host == "far"
+    assert {"stage": "place", "message": "placed on host 'far'"} in events
+    container = docker_client.containers.get(docker_name("far-one"))
+    assert container.labels[L_HOST] == "far"
+    (request,) = container.attrs["HostConfig"]["DeviceRequests"]
+    assert request["DeviceIDs"] == list(info.gpu_uuids)
+    assert manager.ledger.for_container("far", "far-one") is not None
+    assert manager.ledger.active("local") == []
+    # And it sees far's workspace folder and far's data, read-only
+    mounts = {m["Destination"]: m for m in container.attrs["Mounts"]}
+    workspace = mounts[f"/workspaces/{manager.root_dir.name}"]
+    assert workspace["Source"] == str((tmp_path / "remote-ws").resolve())
+    assert mounts["/data"]["RW"] is False
+    assert container.exec_run(["cat", "/data/a.txt"]).output == b"remote data\n"
+    # And it is listed under far only, though the local engine is the same engine
+    listed = [(c.host, c.name) for c in manager.list()]
+    assert ("far", "far-one") in listed
+    assert ("local", "far-one") not in listed
+    # When it stops, far's lease is released
+    manager.stop("far-one")
+    assert manager.ledger.active("far") == []
+
+
+def test_remote_mounts_are_checked_on_the_remote_side(
+    tmp_path: Path, manager: DevContainers
+) -> None:
+    # Given a link inside far's mount root that points outside it
+    (tmp_path / "remote-data" / "escape").symlink_to(tmp_path / "work")
+    write_devcontainer(
+        manager.root_dir,
+        "escape",
+        {
+            "image": IMAGE,
+            "mounts": [f"source={tmp_path / 'remote-data' / 'escape'},target=/data,type=bind"],
+        },
+    )
+    # When a container of it starts on far
+    with pytest.raises(MountNotAllowed) as caught:
+        manager.start(StartRequest(environment="escape", host="far", name="far-escape"))
+    # Then the path was resolved on far and refused, naming far's roots
+    assert "resolves to" in caught.value.message
+    assert "host 'far'" in caught.value.message
+    assert str(tmp_path / "work") in caught.value.message
+    assert manager.ledger.active("far") == []
+
+
+@pytest.mark.usefixtures("gpu_engine")
+def test_when_no_host_can_take_a_start_409_says_why_for_each(manager: DevContainers) -> None:
+    # When a container asks for more GPUs than any host has free
+    with pytest.raises(NoHostFits) as caught:
+        manager.start(StartRequest(environment="default", name="too-big", gpus=3))
+    # Then the 409 says, for each host, why not
+    err = caught.value
+    assert err.status == 409
+    reasons = err.details["hosts"]
+    assert set(reasons) == {"local", "far"}
+    assert "no GPU" in reasons["local"]
+    assert "3 GPUs requested on host 'far'" in reasons["far"]
+    assert "2 free" in reasons["far"]
+    assert "local: no GPU" in err.message
+
+
+async def test_a_kernel_on_the_ssh_host_runs_through_the_tunnel_and_survives_a_drop(
+    tmp_path: Path, ssh_server: SSHServer, remote_smi: Path, docker_client: docker.DockerClient
+) -> None:
+    # Given only the ssh:// host
+    manager = make_manager(tmp_path, ssh_server, remote_smi, local=False)
+    provisioner.set_manager(manager)
+    ksm = GPUDevKernelSpecManager(root_dir=str(manager.root_dir))
+    km = AsyncKernelManager(kernel_name="gpudev-default", kernel_spec_manager=ksm)
+    far = manager.host_pool.get("far")
+    assert far.tunnels is not None
+    try:
+        # When a kernel starts
+        await km.start_kernel()
+        client = km.client()
+        client.start_channels()
+        try:
+            await client.wait_for_ready(timeout=60)
+            out, reply = await run(client, "import socket; print(socket.gethostname())")
+            # Then it runs in its container on far, reached through local SSH forwards
+            assert reply["status"] == "ok"
+            name = f"kernel-{km.kernel_id}"
+            container = docker_client.containers.get(docker_name(name))
+            assert container.labels[L_HOST] == "far"
+            assert out.strip() == container.attrs["Config"]["Hostname"]
+            info = km.get_connection_info()
+            assert info["ip"] == "127.0.0.1"
+            forwarded = {local for _, _, local in far.tunnels.active()}
+            assert {info["shell_port"], info["iopub_port"], info["hb_port"]} <= forwarded
+            # When every SSH connection to far drops
+            assert far.ssh is not None
+            generation = far.ssh.generation
+            assert ssh_server.drop_connections() >= 1
+            # Then the kernel answers again once ZMQ has reconnected through a new connection
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    out, reply = await run(client, "print(6 * 7)", timeout=5)
+                    break
+                except (TimeoutError, asyncio.TimeoutError):
+                    assert time.monotonic() < deadline, "the kernel did not come back"
+            assert reply["status"] == "ok"
+            assert out.strip() == "42"
+            assert far.ssh.generation > generation
+        finally:
+            client.stop_channels()
+            # When the kernel shuts down
+            await km.shutdown_kernel()
+        # Then its container and its forwards are gone
+        assert far.tunnels.active() == []
+        with pytest.raises(docker.errors.NotFound):
+            docker_client.containers.get(docker_name(f"kernel-{km.kernel_id}"))
+    finally:
+        provisioner.set_manager(None)
+        for container in docker_client.containers.list(
+            all=True, filters={"label": f"{L_SERVER}={manager.server_id}"}
+        ):
+            container.remove(force=True)
+        manager.host_pool.close()
