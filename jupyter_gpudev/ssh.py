@@ -181,6 +181,8 @@ class SSHConnection:
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
         logging.getLogger("paramiko").setLevel(logging.WARNING)
+        # A refused forward (a kernel port not listening yet) is ours to report, not an error.
+        logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
 
     def _open(self) -> paramiko.SSHClient:
         client = paramiko.SSHClient()

@@ -14,7 +14,6 @@ closed connection, never a silent hang.
 from __future__ import annotations
 
 import contextlib
-import select
 import socket
 import threading
 import time
@@ -67,6 +66,11 @@ class _Forward:
         try:
             channel = self.ssh.direct(self.address, self.port)
         except (GPUDevError, paramiko.SSHException, OSError) as exc:
+            client.close()
+            if self.ssh.connected:
+                # The host refused this port (a kernel not listening yet): not an outage.
+                self.log.debug("gpudev: %s:%s refused on %s", self.address, self.port, exc)
+                return
             self._failed_at = time.monotonic()
             self.log.warning(
                 "gpudev: forward to %s:%s on %s failed: %s",
@@ -75,7 +79,6 @@ class _Forward:
                 self.ssh.target.where,
                 getattr(exc, "message", exc),
             )
-            client.close()
             return
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         pair = (client, channel)
@@ -108,23 +111,39 @@ class _Forward:
 
 
 def _pump(client: socket.socket, channel: paramiko.Channel) -> None:
-    """Copy both ways until either side closes."""
-    while True:
-        readable, _, _ = select.select([client, channel], [], [], 30.0)  # type: ignore[type-var]
-        if not readable:
-            if channel.closed:
-                return
-            continue
-        if client in readable:
-            data = client.recv(_CHUNK)
-            if not data:
-                return
-            channel.sendall(data)
-        if channel in readable:
+    """Copy both ways until either side closes: this thread copies the host's side, another
+    this machine's. Blocking reads on both (no select: the channel's reader then waits on the
+    transport's condition variable, not on a pipe), which halves the latency of a hop."""
+    upstream = threading.Thread(
+        target=_copy_up, args=(client, channel), name="gpudev-tunnel-up", daemon=True
+    )
+    upstream.start()
+    try:
+        while True:
             data = channel.recv(_CHUNK)
             if not data:
                 return
             client.sendall(data)
+    except OSError:
+        return
+    finally:
+        with contextlib.suppress(OSError):
+            client.shutdown(socket.SHUT_RDWR)
+        channel.close()
+        upstream.join(timeout=5)
+
+
+def _copy_up(client: socket.socket, channel: paramiko.Channel) -> None:
+    try:
+        while True:
+            data = client.recv(_CHUNK)
+            if not data:
+                return
+            channel.sendall(data)
+    except OSError:
+        return
+    finally:
+        channel.close()
 
 
 class Tunnels:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,13 +103,15 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
 def test_cli_adds_lists_and_removes_an_ssh_host(
     tmp_path: Path, ssh_server: SSHServer, remote_smi: Path, docker_client: docker.DockerClient
 ) -> None:
+    # (a name of its own: containers of other runs may carry the label of a host "far")
+    name = f"far-{secrets.token_hex(3)}"
     hosts_file = tmp_path / "hosts.json"
     where = f"--HostPool.hosts_file={hosts_file}"
     # When a host is added over ssh:// with its key and known_hosts
     added = gpudev(
         "hosts",
         "add",
-        "far",
+        name,
         ssh_server.url,
         f"--identity-file={ssh_server.identity_file}",
         f"--known-hosts={ssh_server.known_hosts}",
@@ -126,7 +129,7 @@ def test_cli_adds_lists_and_removes_an_ssh_host(
     assert [gpu["uuid"] for gpu in info["gpus"]["gpus"]][1] == A100_1
     assert info["origin"] == "added"
     # And it is kept, with paths only (no key material)
-    saved = json.loads(hosts_file.read_text())["hosts"]["far"]
+    saved = json.loads(hosts_file.read_text())["hosts"][name]
     assert saved["url"] == ssh_server.url
     assert saved["identity_file"] == str(ssh_server.identity_file)
     assert "PRIVATE KEY" not in hosts_file.read_text()
@@ -134,15 +137,15 @@ def test_cli_adds_lists_and_removes_an_ssh_host(
     listed = gpudev("hosts", where, "--json", env=cli_env(tmp_path))
     assert listed.returncode == 0, listed.stderr
     by_name = {host["name"]: host for host in json.loads(listed.stdout)["hosts"]}
-    assert by_name["far"]["reachable"] is True
-    assert by_name["far"]["engine"]["api_version"] == by_name["local"]["engine"]["api_version"]
+    assert by_name[name]["reachable"] is True
+    assert by_name[name]["engine"]["api_version"] == by_name["local"]["engine"]["api_version"]
     assert "Docker" in gpudev("hosts", where, env=cli_env(tmp_path)).stdout
     # When it is added again, that is a conflict
-    again = gpudev("hosts", "add", "far", ssh_server.url, where, env=cli_env(tmp_path))
+    again = gpudev("hosts", "add", name, ssh_server.url, where, env=cli_env(tmp_path))
     assert again.returncode == 6
     assert "exists already" in again.stderr
     # When it is removed, it is gone; a configured host cannot be removed this way
-    removed = gpudev("hosts", "remove", "far", where, env=cli_env(tmp_path))
+    removed = gpudev("hosts", "remove", name, where, env=cli_env(tmp_path))
     assert removed.returncode == 0, removed.stderr
     listed = gpudev("hosts", where, "--json", env=cli_env(tmp_path))
     assert [h["name"] for h in json.loads(listed.stdout)["hosts"]] == ["local"]
