@@ -77,6 +77,12 @@ def _check_url(where: str, url: Any) -> None:
         raise ConfigError(f"{where}: a unix:// URL needs a socket path")
     if parts.scheme in ("ssh", "tcp") and not parts.hostname:
         raise ConfigError(f"{where}: {url!r} has no host name")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:  # None (no port) is fine: the scheme's default
+        raise ConfigError(f"{where}: {url!r} has no valid port (1-65535)")
 
 
 @dataclass(frozen=True)
@@ -497,8 +503,9 @@ class Host:
             return subprocess.run(
                 argv, capture_output=True, text=True, timeout=timeout, check=False
             )
+        scheme = urlsplit(self.spec.url).scheme
         raise BadRequest(
-            f"Host {self.name!r} is a tcp:// engine: commands cannot run on it (use ssh://)"
+            f"Host {self.name!r} is a {scheme}:// engine: commands cannot run on it (use ssh://)"
         )
 
     def user_ids(self) -> str | None:
@@ -528,7 +535,10 @@ class Host:
         if self.gpu_inventory is None:
             return Inventory(
                 source="none",
-                reason=f"GPU inventory over {self.spec.transport}:// is not supported (use ssh://)",
+                reason=(
+                    f"GPU inventory over {urlsplit(self.spec.url).scheme}:// is not supported "
+                    "(use ssh://)"
+                ),
             )
         return self.gpu_inventory.probe()
 
@@ -626,7 +636,7 @@ class HostPool(LoggingConfigurable):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._hosts: dict[str, Host] | None = None
-        self._hosts_stamp: tuple[int, int] | None = None
+        self._hosts_stamp: bytes | None = None
         self._lock = threading.Lock()
 
     def effective_local_url(self) -> str:
@@ -659,14 +669,16 @@ class HostPool(LoggingConfigurable):
             specs.append(HostSpec.parse(name, value))
         return specs
 
-    def _file_stamp(self) -> tuple[int, int] | None:
+    def _file_stamp(self) -> bytes | None:
+        """The hosts file's content (small): a change is seen even within one timestamp tick
+        of a coarse file system."""
         try:
-            info = os.stat(self.hosts_file)
+            with open(self.hosts_file, "rb") as handle:
+                return handle.read()
         except OSError:
             return None
-        return (info.st_mtime_ns, info.st_size)
 
-    def added(self) -> dict[str, dict[str, Any]]:
+    def added(self) -> dict[str, Any]:
         """The hosts added at run time, as the hosts file holds them."""
         if not self.allow_runtime_hosts:
             return {}
@@ -680,9 +692,19 @@ class HostPool(LoggingConfigurable):
         hosts = data.get("hosts") if isinstance(data, dict) else None
         if not isinstance(hosts, dict):
             raise ConfigError(f"The hosts file {self.hosts_file} has no 'hosts' object")
-        return {str(name): dict(entry) for name, entry in hosts.items() if isinstance(entry, dict)}
+        entries: dict[str, Any] = {}
+        for name, entry in hosts.items():
+            if isinstance(entry, (dict, str)):
+                entries[str(name)] = entry if isinstance(entry, str) else dict(entry)
+            else:
+                self.log.warning(
+                    "gpudev: %s: the entry of host %r is not a URL or an object; ignored",
+                    self.hosts_file,
+                    name,
+                )
+        return entries
 
-    def _save_added(self, hosts: dict[str, dict[str, Any]]) -> None:
+    def _save_added(self, hosts: dict[str, Any]) -> None:
         folder = os.path.dirname(self.hosts_file) or "."
         os.makedirs(folder, exist_ok=True)
         tmp = f"{self.hosts_file}.{os.getpid()}.tmp"
@@ -724,7 +746,12 @@ class HostPool(LoggingConfigurable):
                 try:
                     wanted[name] = (HostSpec.parse(name, entry), "added")
                 except ConfigError as err:
-                    self.log.warning("gpudev: added host %r ignored: %s", name, err.message)
+                    self.log.warning(
+                        "gpudev: host %r of %s ignored: %s",
+                        name,
+                        self.hosts_file,
+                        err.message.replace(f"c.HostPool.hosts[{name!r}]: ", ""),
+                    )
             current = self._hosts or {}
             hosts: dict[str, Host] = {}
             for name, (spec, origin) in wanted.items():

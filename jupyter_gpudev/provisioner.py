@@ -448,10 +448,13 @@ class GPUDevProvisioner(KernelProvisionerBase):
         return result
 
     def _workdir(self, container: Any, cwd: str | None) -> str:
-        """The notebook's folder, as seen inside the container (the workspace mount)."""
+        """The notebook's folder, as seen inside the container (the workspace mount). On a
+        remote host the workspace is that host's folder, which need not have this machine's
+        layout: the kernel starts at its root."""
         manager = self._manager
         base = str(container.attrs.get("Config", {}).get("WorkingDir") or "/")
-        if not cwd:
+        host = manager.host_pool.get(self.host or manager.host_pool.local_name)
+        if not cwd or not host.spec.is_local:
             return base
         try:
             relative = Path(cwd).resolve().relative_to(manager.root_dir)

@@ -131,6 +131,12 @@ def describe_ssh_error(target: SSHTarget, exc: BaseException) -> str:  # noqa: P
             "known_hosts and add the new key; otherwise someone may be intercepting the "
             "connection."
         )
+    # Before AuthenticationException: paramiko makes it a subclass.
+    if isinstance(exc, paramiko.PasswordRequiredException):
+        return (
+            f"The SSH key {target.identity_file} is encrypted: load it into ssh-agent "
+            "instead of naming it as identity_file."
+        )
     if isinstance(exc, paramiko.AuthenticationException):
         keys = (
             f"the key {target.identity_file}"
@@ -145,11 +151,6 @@ def describe_ssh_error(target: SSHTarget, exc: BaseException) -> str:  # noqa: P
         )
     if isinstance(exc, FileNotFoundError) and target.identity_file:
         return f"The SSH key {target.identity_file} of {target.url} does not exist."
-    if isinstance(exc, (paramiko.PasswordRequiredException,)):
-        return (
-            f"The SSH key {target.identity_file} is encrypted: load it into ssh-agent "
-            "instead of naming it as identity_file."
-        )
     if isinstance(exc, (ConnectionRefusedError, paramiko.ssh_exception.NoValidConnectionsError)):
         return (
             f"No SSH server answered at {target.hostname}:{target.port}: the connection was "

@@ -93,7 +93,7 @@ def test_a_link_pointing_outside_the_root_is_refused(tree: Path) -> None:
         # Then it is refused, naming the path, where it leads and the rule
         assert str(source) in message
         assert "data-secret" in message
-        assert "outside the folders that may be mounted" in message
+        assert "outside the folders of this machine that may be mounted" in message
 
 
 def test_a_root_that_is_itself_a_link_is_resolved(tree: Path) -> None:
@@ -105,7 +105,7 @@ def test_a_root_that_is_itself_a_link_is_resolved(tree: Path) -> None:
 
 def test_a_name_that_only_starts_like_the_root_is_outside_it(tree: Path) -> None:
     message = refused(policy(str(tree / "data")), str(tree / "data-secret"))
-    assert "outside the folders that may be mounted" in message
+    assert "outside the folders of this machine that may be mounted" in message
 
 
 @pytest.mark.parametrize(
