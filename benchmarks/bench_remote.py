@@ -46,6 +46,10 @@ PEER_CALLS = int(os.environ.get("BENCH_PEER_CALLS", "20"))
 ROUND_TRIPS = int(os.environ.get("BENCH_ROUND_TRIPS", "200"))
 
 
+def listing(client: docker.DockerClient) -> Callable[[], Any]:
+    return lambda: client.containers.list(ignore_removed=True)
+
+
 def timed(func: Callable[[], Any], count: int) -> list[float]:
     func()  # warm-up: connects
     samples = []
@@ -114,7 +118,7 @@ async def main() -> None:
         api: dict[str, dict[str, list[float]]] = {"ping": {}, "containers.list": {}}
         for label, client in (("local socket", local), ("ours, ssh://", far)):
             api["ping"][label] = timed(client.api.ping, CALLS)
-            api["containers.list"][label] = timed(lambda c=client: c.containers.list(ignore_removed=True), CALLS)
+            api["containers.list"][label] = timed(listing(client), CALLS)
         paramiko_client, shell_client = stock_clients(server, tmp / "home")
         try:
             for label, client, count in (
@@ -122,7 +126,7 @@ async def main() -> None:
                 ("docker-py ssh:// (ssh process, as the CLI)", shell_client, PEER_CALLS),
             ):
                 api["ping"][label] = timed(client.api.ping, count)
-                api["containers.list"][label] = timed(lambda c=client: c.containers.list(ignore_removed=True), count)
+                api["containers.list"][label] = timed(listing(client), count)
         finally:
             paramiko_client.close()
             shell_client.close()
@@ -135,12 +139,12 @@ async def main() -> None:
             kernel_name="python3", kernel_spec_manager=KernelSpecManager()
         )
         await local_km.start_kernel()
-        client = local_km.client()
-        client.start_channels()
-        await client.wait_for_ready(timeout=60)
-        await round_trips(client, 20)
-        trips["local ipykernel (floor)"] = await round_trips(client, ROUND_TRIPS)
-        client.stop_channels()
+        kernel = local_km.client()
+        kernel.start_channels()
+        await kernel.wait_for_ready(timeout=60)
+        await round_trips(kernel, 20)
+        trips["local ipykernel (floor)"] = await round_trips(kernel, ROUND_TRIPS)
+        kernel.stop_channels()
         await local_km.shutdown_kernel(now=True)
         for label, include_local, hosts in (
             ("dev container, local engine", True, {}),

@@ -144,6 +144,28 @@ class HostsHandler(GPUDevHandler):
             raise error
         self.finish(json.dumps({"hosts": hosts}))
 
+    @web.authenticated
+    @authorized_to_execute
+    @maps_errors
+    async def post(self) -> None:
+        """Add a host at run time: ``{"name", "url", ...options, "check"?}``; 201 with it.
+        Needs ``execute``: the server will run containers, and commands, on it."""
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError as exc:
+            raise BadRequest('The body must be JSON: {"name": ..., "url": ...}') from exc
+        if not isinstance(body, dict):
+            raise BadRequest('The body must be a JSON object: {"name": ..., "url": ...}')
+        name, url, check = body.pop("name", None), body.pop("url", None), body.pop("check", True)
+        if not isinstance(name, str) or not isinstance(url, str):
+            raise BadRequest('"name" and "url" are required strings')
+        if not isinstance(check, bool):
+            raise BadRequest('"check" must be true or false')
+        add = functools.partial(self.gpudev.host_pool.add, check=check)
+        info = await self.blocking(add, name, url, body)
+        self.set_status(201)
+        self.finish(json.dumps(info.to_json()))
+
 
 class HostHandler(GPUDevHandler):
     """``GET /gpudev/api/hosts/NAME``: one host; 404 if unknown, 503 if its engine is down."""
@@ -158,6 +180,15 @@ class HostHandler(GPUDevHandler):
             error.details["hosts"] = [info.to_json()]
             raise error
         self.finish(json.dumps(info.to_json()))
+
+    @web.authenticated
+    @authorized_to_execute
+    @maps_errors
+    async def delete(self, name: str) -> None:
+        """Remove a host added at run time; 409 while dev containers remain on it."""
+        await self.blocking(self.gpudev.containers.remove_host, name)
+        self.set_status(204)
+        self.finish()
 
 
 def _flag(value: str | None) -> bool:
@@ -447,11 +478,52 @@ class KernelReleaseHandler(GPUDevHandler):
         self.finish()
 
 
+class ContainerPortsHandler(GPUDevHandler):
+    """``POST /gpudev/api/containers/NAME/ports`` with ``{"port": N}``: serve one more web port
+    of the container through ``/gpudev/proxy/NAME/N/`` (kept across restarts of the server);
+    answers the container, its ``web_ports`` included. Needs ``execute``: it opens a way in."""
+
+    @web.authenticated
+    @authorized_to_execute
+    @maps_errors
+    async def post(self, name: str) -> None:
+        port = self.port_from_body(self.request.body)
+        add = functools.partial(self.gpudev.containers.set_web_port, add=True)
+        info = await self.blocking(add, name, port)
+        self.finish(json.dumps(info.to_json()))
+
+    @staticmethod
+    def port_from_body(raw: bytes | None) -> int:
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError as exc:
+            raise BadRequest('The body must be JSON, e.g. {"port": 6006}') from exc
+        port = body.get("port") if isinstance(body, dict) else None
+        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+            raise BadRequest('"port" must be a TCP port number (1-65535), e.g. {"port": 6006}')
+        return port
+
+
+class ContainerPortHandler(GPUDevHandler):
+    """``DELETE /gpudev/api/containers/NAME/ports/PORT``: stop serving a port added with
+    ``POST .../ports`` (the environment's forwardPorts stay); answers the container."""
+
+    @web.authenticated
+    @authorized_to_execute
+    @maps_errors
+    async def delete(self, name: str, port: str) -> None:
+        remove = functools.partial(self.gpudev.containers.set_web_port, add=False)
+        info = await self.blocking(remove, name, int(port))
+        self.finish(json.dumps(info.to_json()))
+
+
 _NAME = r"(?P<name>[a-z0-9][a-z0-9_.-]{0,70})"
 _KERNEL = r"(?P<kernel_id>[0-9a-f-]{1,64})"
 
 
 def handlers() -> list[tuple[str, type[GPUDevHandler]]]:
+    from .proxy import PortProxyHandler  # noqa: PLC0415 (proxy.py builds on this module)
+
     return [
         (rf"{API}/hosts", HostsHandler),
         (rf"{API}/hosts/(?P<name>[^/]+)", HostHandler),
@@ -468,4 +540,7 @@ def handlers() -> list[tuple[str, type[GPUDevHandler]]]:
         (rf"{API}/kernels/{_KERNEL}/keep", KernelKeepHandler),
         (rf"{API}/kernels/{_KERNEL}/release", KernelReleaseHandler),
         (rf"{API}/containers/{_NAME}/logs", ContainerLogsHandler),
+        (rf"{API}/containers/{_NAME}/ports", ContainerPortsHandler),
+        (rf"{API}/containers/{_NAME}/ports/(?P<port>[0-9]{{1,5}})", ContainerPortHandler),
+        (rf"/gpudev/proxy/{_NAME}/(?P<port>[0-9]{{1,5}})(?P<path>/.*)?", PortProxyHandler),
     ]

@@ -158,6 +158,10 @@ ROUTES = [
     ("POST", "kernels/abc-1/keep"),
     ("POST", "kernels/abc-1/release"),
     ("GET", "containers/x/logs"),
+    ("POST", "containers/x/ports"),
+    ("DELETE", "containers/x/ports/8000"),
+    ("POST", "hosts"),
+    ("DELETE", "hosts/local"),
 ]
 
 

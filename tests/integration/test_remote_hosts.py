@@ -19,6 +19,7 @@ from typing import Any
 import docker
 import pytest
 from jupyter_client.manager import AsyncKernelManager
+from tornado.httpclient import HTTPClientError
 from traitlets.config import Config
 
 from jupyter_gpudev import provisioner
@@ -346,3 +347,67 @@ async def test_a_kernel_on_the_ssh_host_runs_through_the_tunnel_and_survives_a_d
         ):
             container.remove(force=True)
         manager.host_pool.close()
+
+
+@pytest.fixture
+def gpudev_config(tmp_path: Path) -> dict[str, Any]:
+    """The server's config for the REST tests: its own state and hosts file."""
+    return {
+        "DevContainers": {"state_dir": str(tmp_path / "state"), "stop_timeout": 2},
+        "HostPool": {"hosts_file": str(tmp_path / "hosts.json")},
+    }
+
+
+async def test_hosts_are_added_and_removed_through_the_api(
+    jp_fetch: Any, tmp_path: Path, ssh_server: SSHServer, docker_client: docker.DockerClient
+) -> None:
+    name = f"api-{secrets.token_hex(3)}"
+    entry = ssh_server.host_entry()
+    # When a host with a key that known_hosts does not hold is posted
+    (tmp_path / "empty").write_text("")
+    with pytest.raises(HTTPClientError) as refused:
+        await jp_fetch(
+            "gpudev",
+            "api",
+            "hosts",
+            method="POST",
+            body=json.dumps({"name": name, **entry, "known_hosts": str(tmp_path / "empty")}),
+        )
+    # Then it is a 503 that says the key is unknown, and nothing was added
+    assert refused.value.code == 503
+    assert refused.value.response is not None
+    body = json.loads(refused.value.response.body)
+    assert "never accepted" in body["message"]
+    assert not (tmp_path / "hosts.json").exists()
+    # When it is posted with the right known_hosts
+    response = await jp_fetch(
+        "gpudev", "api", "hosts", method="POST", body=json.dumps({"name": name, **entry})
+    )
+    # Then it is added, with its engine
+    assert response.code == 201
+    info = json.loads(response.body)
+    assert info["engine"]["version"] == docker_client.version()["Version"]
+    listed = json.loads((await jp_fetch("gpudev", "api", "hosts")).body)["hosts"]
+    assert [h["origin"] for h in listed if h["name"] == name] == ["added"]
+    # When a dev container runs on it, the host cannot be removed
+    started = await jp_fetch(
+        "gpudev",
+        "api",
+        "containers",
+        method="POST",
+        body=json.dumps({"environment": "default", "host": name, "name": f"{name}-c"}),
+    )
+    assert json.loads(started.body)["host"] == name
+    with pytest.raises(HTTPClientError) as kept:
+        await jp_fetch("gpudev", "api", "hosts", name, method="DELETE")
+    assert kept.value.code == 409
+    assert kept.value.response is not None
+    assert f"{name}-c" in json.loads(kept.value.response.body)["message"]
+    # When the container is gone, the host is removed
+    await jp_fetch(
+        "gpudev", "api", "containers", f"{name}-c", method="DELETE", params={"force": "1"}
+    )
+    removed = await jp_fetch("gpudev", "api", "hosts", name, method="DELETE")
+    assert removed.code == 204
+    listed = json.loads((await jp_fetch("gpudev", "api", "hosts")).body)["hosts"]
+    assert name not in [h["name"] for h in listed]

@@ -1,0 +1,517 @@
+"""An authenticated reverse proxy to the web ports of dev containers (TensorBoard and the like).
+
+``/gpudev/proxy/NAME/PORT/PATH`` (under the server's base_url) reaches ``PATH`` on ``PORT`` of
+the dev container ``NAME``, over HTTP (every method, bodies streamed back) and websockets. Only
+the container's web ports are served: its environment's ``forwardPorts`` and the ports added with
+``POST /gpudev/api/containers/NAME/ports``; never any other address or port of the server.
+
+Every request is authenticated and authorised (``execute`` on ``gpudev``) like the REST API. The
+proxied app never sees the user's Jupyter credentials: the token (header or ``?token=``) and the
+Jupyter cookies are taken out. Proxied apps know nothing of Jupyter's ``_xsrf`` token, so it is
+not asked for; cross-origin requests are refused instead (the Origin check, for websockets too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+from urllib.parse import quote, unquote_plus, urlsplit, urlunsplit
+
+from jupyter_server.base.handlers import AuthenticatedHandler, JupyterHandler
+from jupyter_server.base.websocket import WebSocketMixin
+from jupyter_server.utils import url_path_join
+from tornado import httputil, web
+from tornado.httpclient import HTTPClientError, HTTPRequest
+from tornado.iostream import StreamClosedError
+from tornado.simple_httpclient import SimpleAsyncHTTPClient
+from tornado.websocket import (
+    WebSocketClientConnection,
+    WebSocketClosedError,
+    WebSocketError,
+    WebSocketHandler,
+    websocket_connect,
+)
+
+from .errors import GPUDevError
+from .routes import GPUDevHandler, authorized_to_execute, maps_errors
+
+#: Headers about one connection, never forwarded (RFC 9110 section 7.6.1), plus ``Proxy-*``.
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade"}
+)
+#: The websocket handshake's own headers: each side of the relay makes its own.
+_HANDSHAKE = frozenset(
+    {
+        "sec-websocket-key",
+        "sec-websocket-version",
+        "sec-websocket-extensions",
+        "sec-websocket-protocol",
+        "sec-websocket-accept",
+    }
+)
+#: Cookies of Jupyter servers (``username-HOST-PORT`` login cookies, JupyterHub's) and ``_xsrf``.
+_JUPYTER_COOKIE_PREFIXES = ("username-", "jupyterhub-")
+_XSRF_COOKIE = "_xsrf"
+#: Characters left as they are when a decoded path is written back into a URL (RFC 3986).
+_PATH_SAFE = "/:@!$&'()*+,;=-._~"
+_AUTHORIZATION = re.compile(r"(token|bearer)\s+(.+)", re.IGNORECASE)
+#: Seconds to wait for a target to accept a connection.
+CONNECT_TIMEOUT = 20.0
+#: No limit on a proxied response's size or length: it is streamed, never held whole.
+_UNLIMITED_BODY = 1 << 62
+#: Close codes a websocket endpoint may send (RFC 6455 section 7.4): others are not relayed.
+_RESERVED_CLOSE_CODES = frozenset({1004, 1005, 1006, 1015})
+
+
+class UpstreamUnreachable(GPUDevError):
+    """The app in the dev container did not answer (nothing listening, or it broke off)."""
+
+    status = 502
+    code = "proxy_unreachable"
+
+
+def is_jupyter_cookie(name: str, login_cookie: str) -> bool:
+    """A cookie that authenticates to a Jupyter server (this one or another on the host)."""
+    return name in (_XSRF_COOKIE, login_cookie) or name.startswith(_JUPYTER_COOKIE_PREFIXES)
+
+
+def without_cookies(header: str, drop: Callable[[str], bool]) -> str:
+    """A ``Cookie`` header without the cookies ``drop`` names; the others byte for byte."""
+    kept = [
+        part.strip()
+        for part in header.split(";")
+        if part.strip() and not drop(part.split("=", 1)[0].strip())
+    ]
+    return "; ".join(kept)
+
+
+def _same(secret: str, expected: str) -> bool:
+    """Constant-time equality, for any characters (compare_digest takes only ASCII str)."""
+    return hmac.compare_digest(secret.encode(), expected.encode())
+
+
+def without_token(query: str, token: str | None) -> str:
+    """A query string without ``token=`` parameters carrying ``token`` (Jupyter's)."""
+    if not token:
+        return query
+
+    def is_token(part: str) -> bool:
+        key, _, value = part.partition("=")
+        return unquote_plus(key) == "token" and _same(unquote_plus(value), token)
+
+    return "&".join(part for part in query.split("&") if part and not is_token(part))
+
+
+def _connection_scoped(headers: httputil.HTTPHeaders) -> set[str]:
+    """Hop-by-hop headers of this message: the fixed ones and those its Connection names."""
+    named = {
+        token.strip().lower()
+        for value in headers.get_list("Connection")
+        for token in value.split(",")
+    }
+    return set(HOP_BY_HOP) | named
+
+
+def forwarded_headers(
+    incoming: httputil.HTTPHeaders,
+    *,
+    drop_authorization: bool,
+    drop_cookie: Callable[[str], bool],
+    websocket: bool,
+) -> httputil.HTTPHeaders:
+    """The request headers the target gets: no hop-by-hop ones, no Jupyter credentials.
+
+    ``Host`` is kept (as a reverse proxy in front of an app usually does), so that an app's
+    same-origin checks and the absolute URLs it builds match what the browser sees."""
+    scoped = _connection_scoped(incoming)
+    out = httputil.HTTPHeaders()
+    for name, value in incoming.get_all():
+        lower = name.lower()
+        if lower in scoped or lower.startswith(("proxy-", "x-forwarded-")):
+            continue
+        if lower in ("content-length", "expect") or (websocket and lower in _HANDSHAKE):
+            continue
+        if lower == "authorization" and drop_authorization:
+            continue
+        if lower == "cookie":
+            kept = without_cookies(value, drop_cookie)
+            if kept:
+                out.add(name, kept)
+            continue
+        out.add(name, value)
+    return out
+
+
+def response_headers(
+    upstream: httputil.HTTPHeaders, drop_cookie: Callable[[str], bool]
+) -> Iterable[tuple[str, str]]:
+    """The target's response headers the browser gets: no hop-by-hop ones, and no
+    ``Set-Cookie`` that would replace a Jupyter cookie."""
+    scoped = _connection_scoped(upstream)
+    for name, value in upstream.get_all():
+        lower = name.lower()
+        if lower in scoped or lower.startswith("proxy-"):
+            continue
+        if lower == "set-cookie" and drop_cookie(value.split("=", 1)[0].strip()):
+            continue
+        yield name, value
+
+
+def rewrite_location(location: str, prefix: str, own_netlocs: Iterable[str]) -> str:
+    """A redirect to a path of the target's root (``/x``, or an absolute URL to the target or
+    to this server) goes to the same path under the proxy ``prefix``; others are kept."""
+    parts = urlsplit(location)
+    if parts.scheme or parts.netloc:
+        if parts.scheme not in ("http", "https") or parts.netloc not in set(own_netlocs):
+            return location
+    elif not parts.path.startswith("/"):
+        return location  # relative to the current path: already under the prefix
+    path = parts.path or "/"
+    if path != prefix and not path.startswith(prefix + "/"):
+        path = prefix + path
+    return urlunsplit(("", "", path, parts.query, parts.fragment))
+
+
+def _netloc(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _close_code(code: int | None) -> int | None:
+    """``code`` if one side may send it on to the other, else ``None``."""
+    if code is None or not 1000 <= code <= 4999 or code in _RESERVED_CLOSE_CODES:
+        return None
+    return code
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    """Mark a fire-and-forget flush's failure as seen (the client went away: nothing to do)."""
+    if not future.cancelled():
+        future.exception()
+
+
+class PortProxyHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
+    """``/gpudev/proxy/NAME/PORT/PATH``: HTTP (every method) and websockets to a web port of a
+    running dev container. 404: not a container, or not one of its web ports; 409: it is not
+    running; 502: nothing answers on the port. Errors are JSON, as in the REST API."""
+
+    _upstream: WebSocketClientConnection | None = None
+    _relay: asyncio.Future[None] | None = None
+    _client_closed = False
+
+    # ------------------------------------------------------------------------------------------
+    # Jupyter's checks, fitted to a proxy
+    # ------------------------------------------------------------------------------------------
+
+    def _upgrading(self) -> bool:
+        return (
+            self.request.method == "GET"
+            and self.request.headers.get("Upgrade", "").lower() == "websocket"
+        )
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        # Jupyter's authentication (JupyterHandler's, not APIHandler's: its cross-origin check
+        # is check_xsrf_cookie below here). A browser that is not logged in and opens a page is
+        # sent to the login page; anything else, websockets included, is refused (403).
+        await JupyterHandler.prepare(self, _redirect_to_login=not self._upgrading())
+        # Our own answers (errors) are JSON; a proxied response brings its own Content-Type.
+        self.set_header("Content-Type", "application/json")
+
+    def check_xsrf_cookie(self) -> None:
+        """Proxied apps do not send Jupyter's ``_xsrf`` token, so it is not asked for; a
+        cookie-authenticated request from another site is refused by its Origin instead."""
+        if not hasattr(self, "_jupyter_current_user"):
+            return  # tornado asks before prepare() knows the user; prepare() asks again
+        if not self.check_origin():
+            raise web.HTTPError(403, "Cross-origin requests to a proxied port are refused")
+
+    def get_login_url(self) -> str:
+        # APIHandler answers 403; a proxied page sends a browser to log in, as Jupyter's do.
+        return AuthenticatedHandler.get_login_url(self)
+
+    @property
+    def content_security_policy(self) -> str:
+        # Jupyter's default for pages (frame-ancestors 'self'), not the API's default-src 'none'
+        # which would stop a proxied page from loading anything; the app may send its own.
+        return str(JupyterHandler.content_security_policy.fget(self))  # type: ignore[attr-defined]
+
+    def finish(self, chunk: str | bytes | dict[str, Any] | None = None) -> asyncio.Future[None]:
+        # Count proxied traffic as activity (as APIHandler does), but keep the Content-Type
+        # already set: the app's, or JSON for our own answers.
+        self.update_api_activity()
+        return web.RequestHandler.finish(self, chunk)
+
+    def on_connection_close(self) -> None:
+        self._client_closed = True
+        super().on_connection_close()
+
+    # ------------------------------------------------------------------------------------------
+    # The methods (each authenticated, then authorised to execute)
+    # ------------------------------------------------------------------------------------------
+
+    @web.authenticated
+    @authorized_to_execute
+    @maps_errors
+    async def get(  # type: ignore[override]
+        self, name: str, port: str, path: str | None = None
+    ) -> None:
+        """A websocket (an Upgrade request), or a plain GET."""
+        if self._upgrading():
+            await self._websocket(name, port, path)
+        else:
+            await self._http(name, port, path)
+
+    @web.authenticated
+    @authorized_to_execute
+    @maps_errors
+    async def post(self, name: str, port: str, path: str | None = None) -> None:
+        """Any other method: sent on as it came, its body included."""
+        await self._http(name, port, path)
+
+    head = put = patch = delete = post
+    # (APIHandler's own OPTIONS answers CORS preflights without authentication: not here)
+    options = post  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------------------------------
+    # Where to, and with what
+    # ------------------------------------------------------------------------------------------
+
+    def _prefix(self, name: str, port: str) -> str:
+        """This port's proxy path, as the browser writes it (base_url included)."""
+        return str(url_path_join(self.base_url, "gpudev/proxy", name, port))
+
+    def _target_path(self, name: str, port: str, path: str | None) -> str:
+        """The path and query the target gets: the rest of the request's own (still
+        %-encoded) path after PORT, ``/`` when empty, and its query less Jupyter's token."""
+        prefix = self._prefix(name, port)
+        raw = self.request.path
+        rest = raw[len(prefix) :] if raw.startswith(prefix) else quote(path or "", safe=_PATH_SAFE)
+        query = without_token(self.request.query, self.token)
+        return (rest or "/") + (f"?{query}" if query else "")
+
+    def _drop_cookie(self, name: str) -> bool:
+        return is_jupyter_cookie(name, self.identity_provider.get_cookie_name(self))
+
+    def _is_jupyter_authorization(self) -> bool:
+        """The Authorization header carries the credential that logged this request in."""
+        match = _AUTHORIZATION.match(self.request.headers.get("Authorization", ""))
+        if match is None:
+            return False
+        token = match.group(2).strip()
+        if self.token and _same(token, self.token):
+            return True
+        # Another identity provider's token (JupyterHub's) that authenticated this request.
+        return bool(self.token_authenticated and not self.get_query_argument("token", ""))
+
+    def _headers_for(self, name: str, port: str, *, websocket: bool) -> httputil.HTTPHeaders:
+        headers = forwarded_headers(
+            self.request.headers,
+            drop_authorization=self._is_jupyter_authorization(),
+            drop_cookie=self._drop_cookie,
+            websocket=websocket,
+        )
+        chain = self.request.headers.get("X-Forwarded-For")
+        remote = self.request.remote_ip or ""
+        headers["X-Forwarded-For"] = f"{chain}, {remote}" if chain else remote
+        headers["X-Forwarded-Proto"] = self.request.protocol
+        headers["X-Forwarded-Host"] = self.request.host
+        headers["X-Forwarded-Prefix"] = self._prefix(name, port)
+        return headers
+
+    async def _target(self, name: str, port: str) -> tuple[str, int]:
+        """Where to connect; a ``GPUDevError`` (404, 409) if this port is not to be served."""
+        host, target_port = await self.blocking(
+            self.gpudev.containers.proxy_target, name, int(port)
+        )
+        return str(host), int(target_port)
+
+    def _unreachable(self, name: str, port: str, what: str, exc: BaseException) -> GPUDevError:
+        self.log.info("gpudev proxy %s port %s: %s: %r", name, port, what, exc)
+        return UpstreamUnreachable(
+            f"Nothing answers on port {port} of {name!r}: is the app running there, "
+            "listening on 0.0.0.0 (not only 127.0.0.1)?",
+            details={"name": name, "port": int(port)},
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # HTTP
+    # ------------------------------------------------------------------------------------------
+
+    async def _http(self, name: str, port: str, path: str | None) -> None:
+        host, target_port = await self._target(name, port)
+        if self.request.method in ("GET", "HEAD") and self.request.path == self._prefix(name, port):
+            # /gpudev/proxy/NAME/PORT -> .../PORT/: the page's relative links need the slash
+            query = f"?{self.request.query}" if self.request.query else ""
+            self.redirect(f"{self._prefix(name, port)}/{query}", permanent=True)
+            return
+        netloc = _netloc(host, target_port)
+        relay = _ResponseRelay(
+            self, self._prefix(name, port), (netloc, self.request.host), self._drop_cookie
+        )
+        method = self.request.method or "GET"
+        body = (
+            self.request.body if self.request.body or method in ("POST", "PUT", "PATCH") else None
+        )
+        request = HTTPRequest(
+            f"http://{netloc}{self._target_path(name, port, path)}",
+            method=method,
+            headers=self._headers_for(name, port, websocket=False),
+            body=body,
+            follow_redirects=False,
+            decompress_response=False,
+            allow_nonstandard_methods=True,
+            connect_timeout=CONNECT_TIMEOUT,
+            # No overall limit: a download or an event stream lasts as long as it needs.
+            request_timeout=0,
+            header_callback=relay.header_line,
+            streaming_callback=relay.chunk,
+        )
+        client = SimpleAsyncHTTPClient(force_instance=True, max_body_size=_UNLIMITED_BODY)
+        try:
+            await client.fetch(request, raise_error=False)
+        except Exception as exc:  # whatever broke, it is answered the same way
+            if self._client_closed:
+                self.log.debug("gpudev proxy %s port %s: the client went away", name, port)
+                return
+            if not relay.started:
+                raise self._unreachable(name, port, "no answer", exc) from exc
+            # Part of the response is out: cut the connection, so that the client sees a
+            # broken response, never a complete-looking truncated one.
+            self.log.info("gpudev proxy %s port %s: broke off: %r", name, port, exc)
+            self.request.connection.close()  # type: ignore[union-attr]
+            return
+        finally:
+            client.close()
+        self.finish()
+
+    # ------------------------------------------------------------------------------------------
+    # Websockets: connect to the target first, then accept the browser's, then relay
+    # ------------------------------------------------------------------------------------------
+
+    async def _websocket(self, name: str, port: str, path: str | None) -> None:
+        origin = self.get_origin()
+        if origin is not None and not self.check_origin(origin):
+            # Checked before the target is touched (tornado checks again on accepting).
+            raise web.HTTPError(403, "Cross-origin websockets to a proxied port are refused")
+        host, target_port = await self._target(name, port)
+        offered = [
+            protocol.strip()
+            for protocol in self.request.headers.get("Sec-WebSocket-Protocol", "").split(",")
+            if protocol.strip()
+        ]
+        request = HTTPRequest(
+            f"ws://{_netloc(host, target_port)}{self._target_path(name, port, path)}",
+            headers=self._headers_for(name, port, websocket=True),
+            connect_timeout=CONNECT_TIMEOUT,
+            request_timeout=CONNECT_TIMEOUT,
+        )
+        try:
+            self._upstream = await websocket_connect(
+                request, subprotocols=offered or None, max_message_size=self.max_message_size
+            )
+        except HTTPClientError as exc:
+            if exc.code == 599:  # tornado's code for "no HTTP answer at all"
+                raise self._unreachable(name, port, "no websocket", exc) from exc
+            self.log.info("gpudev proxy %s port %s: websocket refused: %r", name, port, exc)
+            raise UpstreamUnreachable(
+                f"The app on port {port} of {name!r} refused the websocket (HTTP {exc.code})",
+                details={"name": name, "port": int(port), "status": exc.code},
+            ) from exc
+        except (OSError, StreamClosedError, WebSocketError) as exc:
+            raise self._unreachable(name, port, "no websocket", exc) from exc
+        try:
+            # Accepts the browser's websocket, then reads its messages until it closes.
+            await WebSocketHandler.get(self, name, port, path)
+        finally:
+            self._upstream.close()
+            if self._relay is not None:
+                await self._relay
+
+    def select_subprotocol(self, subprotocols: list[str]) -> str | None:
+        """The subprotocol the target chose, if the browser offered it (it did: it is the
+        browser's offer that was sent on)."""
+        chosen = self._upstream.selected_subprotocol if self._upstream is not None else None
+        return chosen if chosen in subprotocols else None
+
+    def open(self, *args: Any, **kwargs: Any) -> None:
+        super().open(*args, **kwargs)  # Jupyter's keep-alive pings
+        if self._upstream is not None:
+            self._relay = asyncio.ensure_future(self._from_target(self._upstream))
+
+    async def _from_target(self, upstream: WebSocketClientConnection) -> None:
+        """Target -> browser, until the target closes; then the browser's side is closed."""
+        while True:
+            message = await upstream.read_message()
+            if message is None:
+                break
+            try:
+                await self.write_message(message, binary=isinstance(message, bytes))
+            except WebSocketClosedError:
+                return
+        self.close(_close_code(upstream.close_code), upstream.close_reason)
+
+    async def on_message(self, message: str | bytes) -> None:
+        """Browser -> target (the next message is read once this one is sent on)."""
+        if self._upstream is None:
+            return
+        try:
+            await self._upstream.write_message(message, binary=isinstance(message, bytes))
+        except WebSocketClosedError:
+            self.close()
+
+    def on_close(self) -> None:
+        """The browser closed: close the target's side with the same code."""
+        if self._upstream is not None:
+            self._upstream.close(_close_code(self.close_code), self.close_reason)
+
+
+class _ResponseRelay:
+    """Passes the target's response on as it comes: status and headers first (the Location of
+    a redirect rewritten under the proxy path), then each chunk of the body, flushed before the
+    next is read, so that a large body is never held whole."""
+
+    def __init__(
+        self,
+        handler: PortProxyHandler,
+        prefix: str,
+        own_netlocs: tuple[str, str],
+        drop_cookie: Callable[[str], bool],
+    ) -> None:
+        self.handler = handler
+        self.prefix = prefix
+        self.own_netlocs = own_netlocs
+        self.drop_cookie = drop_cookie
+        self.start_line: httputil.ResponseStartLine | None = None
+        self.headers = httputil.HTTPHeaders()
+        self.started = False
+
+    def header_line(self, line: str) -> None:
+        if self.start_line is None:  # "HTTP/1.1 200 OK" (the reason may be empty)
+            self.start_line = httputil.parse_response_start_line(line.rstrip("\r\n"))
+        elif line.strip():
+            self.headers.parse_line(line)
+        else:
+            self._send_head(self.start_line)
+
+    def _send_head(self, start_line: httputil.ResponseStartLine) -> None:
+        handler = self.handler
+        handler.set_status(start_line.code, start_line.reason or None)
+        handler.clear_header("Content-Type")
+        sent: set[str] = set()
+        for name, value in response_headers(self.headers, self.drop_cookie):
+            if name.lower() not in sent:
+                handler.clear_header(name)
+                sent.add(name.lower())
+            if name.lower() == "location":
+                handler.add_header(name, rewrite_location(value, self.prefix, self.own_netlocs))
+            else:
+                handler.add_header(name, value)
+        self.started = True
+        # Headers out now: the body may take a while (an event stream), or never come (HEAD).
+        handler.flush().add_done_callback(_consume)
+
+    def chunk(self, data: bytes) -> Awaitable[None]:
+        self.handler.write(data)
+        return self.handler.flush()
