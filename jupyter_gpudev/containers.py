@@ -898,6 +898,7 @@ class DevContainers(LoggingConfigurable):
 
     def _stop(self, host: Host, container: Container) -> None:
         name = container.labels.get(L_NAME, user_name(container.name or ""))
+        self._close_forwards(host, container)  # while it still has its address
         try:
             container.stop(timeout=self.stop_timeout)
             container.wait(condition="not-running", timeout=self.stop_timeout + 30)
@@ -909,7 +910,6 @@ class DevContainers(LoggingConfigurable):
         self._release_for(host, container)
 
     def _release_for(self, host: Host, container: Container) -> None:
-        self._close_forwards(host, container)
         # By container, not by the label's lease id: a resumed container holds a newer lease.
         self.ledger.release_container(host.name, container.labels.get(L_NAME, ""))
 
@@ -1067,7 +1067,7 @@ class DevContainers(LoggingConfigurable):
         self.host_pool.remove(name)
 
     def _close_forwards(self, host: Host, container: Container) -> None:
-        """A stopped container's SSH forwards (kernels, web ports) go with it."""
+        """A stopping container's SSH forwards (kernels, web ports) go with it."""
         if host.tunnels is None:
             return
         networks = container.attrs.get("NetworkSettings", {}).get("Networks") or {}

@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -411,3 +412,34 @@ async def test_hosts_are_added_and_removed_through_the_api(
     assert removed.code == 204
     listed = json.loads((await jp_fetch("gpudev", "api", "hosts")).body)["hosts"]
     assert name not in [h["name"] for h in listed]
+
+
+def test_a_web_port_of_a_container_on_the_ssh_host_is_reached_through_a_forward(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given a container on far whose environment forwards port 8000, with a web server there
+    write_devcontainer(manager.root_dir, "web", {"image": IMAGE, "forwardPorts": [8000]})
+    info = manager.start(StartRequest(environment="web", host="far", name="far-web"))
+    assert info.web_ports == (8000,)
+    container = docker_client.containers.get(docker_name("far-web"))
+    container.exec_run(["python3", "-m", "http.server", "8000", "-d", "/etc"], detach=True)
+    # When the proxy asks where to connect
+    address, port = manager.proxy_target("far-web", 8000)
+    # Then it is a local forward over far's SSH connection, and the page comes through it
+    assert address == "127.0.0.1"
+    far = manager.host_pool.get("far")
+    assert far.tunnels is not None
+    assert port in {local for _, _, local in far.tunnels.active()}
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/hostname", timeout=5) as page:
+                body = page.read().decode()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the web server did not answer"
+            time.sleep(0.2)
+    assert body.strip() == container.attrs["Config"]["Hostname"]
+    # When the container stops, its forwards close
+    manager.stop("far-web")
+    assert far.tunnels.active() == []
