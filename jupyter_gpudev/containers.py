@@ -144,6 +144,8 @@ class DevContainerInfo:
     kernel_id: str | None = None
     #: Web ports served through the authenticated proxy (forwardPorts + ports added later).
     web_ports: tuple[int, ...] = ()
+    #: The environment's forwardPorts among them (always served; not removable).
+    forward_ports: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -484,7 +486,8 @@ class DevContainers(LoggingConfigurable):
             return reachable[0]  # GPUs optional: start without one on the first host that answers
         raise NoHostFits(
             f"No host can start a container of {env.name!r}: "
-            + "; ".join(f"{name}: {reason}" for name, reason in reasons.items()),
+            + "; ".join(f"{name}: {reason.rstrip('.')}" for name, reason in reasons.items())
+            + ".",
             details={"hosts": reasons},
         )
 
@@ -1102,11 +1105,7 @@ class DevContainers(LoggingConfigurable):
         os.replace(tmp, path)
 
     def _web_ports(self, container: Container) -> tuple[int, ...]:
-        declared = {
-            int(part)
-            for part in container.labels.get(L_PORTS, "").split(",")
-            if part.strip().isdigit()
-        }
+        declared = _declared_ports(container)
         added = set(self._added_ports().get(str(container.id), ()))
         return tuple(sorted(declared | added))
 
@@ -1118,6 +1117,11 @@ class DevContainers(LoggingConfigurable):
         if not 1 <= port <= 65535:
             raise BadRequest(f"Not a TCP port: {port}")
         found_host, container = self._find(name, host)
+        if not add and port in _declared_ports(container):
+            raise BadRequest(
+                f"Port {port} is one of the forwardPorts of {user_name(name)!r}'s environment: "
+                "it is always served (only ports added at run time can be removed)"
+            )
         key = str(container.id)
         with _PORTS_LOCK:
             ports = self._added_ports()
@@ -1186,6 +1190,7 @@ class DevContainers(LoggingConfigurable):
             pinned=labels.get(L_NAME, "") in self.ledger.pinned(host.name),
             kernel_id=labels.get(L_KERNEL) or None,
             web_ports=self._web_ports(container),
+            forward_ports=tuple(sorted(_declared_ports(container))),
         )
 
     # ------------------------------------------------------------------------------------------
@@ -1282,6 +1287,13 @@ class DevContainers(LoggingConfigurable):
         )
         labelled = {uuid for uuids in holding.values() for uuid in uuids}
         return report.to_json(), labelled
+
+
+def _declared_ports(container: Container) -> set[int]:
+    """The environment's forwardPorts, as labelled at creation."""
+    return {
+        int(part) for part in container.labels.get(L_PORTS, "").split(",") if part.strip().isdigit()
+    }
 
 
 def _on_host(container: Container, host: Host) -> bool:

@@ -1,7 +1,9 @@
-import { URLExt } from '@jupyterlab/coreutils';
+import { PageConfig, URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import type {
+  HostOrigin,
+  IAddHostRequest,
   IContainerTerminal,
   IContainersResponse,
   IDevContainer,
@@ -50,7 +52,23 @@ export class GPUDevAPIError extends Error {
   /** The hosts listed in `details.hosts`, when the body had a usable list. */
   get hosts(): IHostInfo[] {
     const hosts = this.details?.hosts;
-    return Array.isArray(hosts) ? hosts.filter(isHostInfo) : [];
+    return Array.isArray(hosts)
+      ? hosts.filter(isHostInfo).map(normaliseHost)
+      : [];
+  }
+
+  /**
+   * Why each host could not be used, by host name, when `details.hosts` maps
+   * names to reasons (a start no host could take: 409 `no_host`); else `[]`.
+   */
+  get hostReasons(): [string, string][] {
+    const hosts: unknown = this.details?.hosts;
+    if (!isRecord(hosts)) {
+      return [];
+    }
+    return Object.entries(hosts).filter(
+      (entry): entry is [string, string] => typeof entry[1] === 'string'
+    );
   }
 }
 
@@ -163,7 +181,7 @@ export async function fetchHosts(
       message: 'The server sent a host list in an unexpected shape.'
     });
   }
-  return { hosts: body.hosts.filter(isHostInfo) };
+  return { hosts: body.hosts.filter(isHostInfo).map(normaliseHost) };
 }
 
 /** `GET /gpudev/api/hosts/<name>`: one host. */
@@ -183,7 +201,57 @@ export async function fetchHost(
       message: `The server sent host "${name}" in an unexpected shape.`
     });
   }
-  return body;
+  return normaliseHost(body);
+}
+
+/**
+ * `POST /gpudev/api/hosts`: add a remote Docker host. Unless `check` is
+ * false the server connects to it first, which can take seconds.
+ *
+ * @returns the new host (status 201).
+ * @throws {GPUDevAPIError} 400 for bad input, 409 when the name is taken,
+ *   503 when the host did not answer, its SSH host key is unknown or the
+ *   key was refused (the message says which and what to do).
+ */
+export async function addHost(
+  request: IAddHostRequest,
+  settings?: ServerConnection.ISettings
+): Promise<IHostInfo> {
+  const body = await requestAPI<unknown>(
+    ['hosts'],
+    {
+      method: 'POST',
+      body: JSON.stringify(request),
+      headers: { 'Content-Type': 'application/json' }
+    },
+    settings
+  );
+  if (!isHostInfo(body)) {
+    throw new GPUDevAPIError({
+      status: 201,
+      code: INVALID_RESPONSE,
+      message: `The server sent the added host "${request.name}" in an unexpected shape.`
+    });
+  }
+  return normaliseHost(body);
+}
+
+/**
+ * `DELETE /gpudev/api/hosts/NAME`: stop using a host added with `addHost`.
+ *
+ * @throws {GPUDevAPIError} 400 for a host of the configuration, 409 while
+ *   dev containers remain on it.
+ */
+export async function removeHost(
+  name: string,
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<void> {
+  const { response } = await send(
+    ['hosts', name],
+    { method: 'DELETE' },
+    settings
+  );
+  await throwUnlessOK(response);
 }
 
 /**
@@ -473,6 +541,73 @@ function checkedContainer(name: string, body: unknown): IDevContainer {
   return normaliseContainer(body);
 }
 
+/**
+ * `POST /gpudev/api/containers/NAME/ports`: serve one more port of the
+ * container through the server's proxy (see `webPortURL`).
+ *
+ * @returns the container, with its new `web_ports`.
+ */
+export async function addWebPort(
+  name: string,
+  port: number,
+  settings?: ServerConnection.ISettings
+): Promise<IDevContainer> {
+  const body = await requestAPI<unknown>(
+    ['containers', name, 'ports'],
+    {
+      method: 'POST',
+      body: JSON.stringify({ port }),
+      headers: { 'Content-Type': 'application/json' }
+    },
+    settings
+  );
+  return checkedContainer(name, body);
+}
+
+/**
+ * `DELETE /gpudev/api/containers/NAME/ports/PORT`: stop serving a port added
+ * at run time (the environment's forwardPorts stay served).
+ *
+ * @returns the container, with its `web_ports` as the server now has them.
+ */
+export async function removeWebPort(
+  name: string,
+  port: number,
+  settings?: ServerConnection.ISettings
+): Promise<IDevContainer> {
+  const body = await requestAPI<unknown>(
+    ['containers', name, 'ports', String(port)],
+    { method: 'DELETE' },
+    settings
+  );
+  return checkedContainer(name, body);
+}
+
+/**
+ * Where the server's authenticated proxy serves a web port of a dev
+ * container: `<base_url>gpudev/proxy/<name>/<port>/`.
+ *
+ * @param baseUrl - the server's base URL; defaults to the page's.
+ */
+export function webPortURL(
+  name: string,
+  port: number,
+  baseUrl: string = PageConfig.getBaseUrl()
+): string {
+  const base = baseUrl.endsWith('/') ? baseUrl : `${baseUrl}/`;
+  return `${base}gpudev/proxy/${encodeURIComponent(name)}/${port}/`;
+}
+
+/** True for a TCP port number (an integer from 1 to 65535). */
+export function isPortNumber(value: unknown): value is number {
+  return (
+    typeof value === 'number' &&
+    Number.isInteger(value) &&
+    value >= 1 &&
+    value <= 65535
+  );
+}
+
 /** Read the events of a streamed start up to its `result` or `error`. */
 async function readStartStream(
   stream: ReadableStream<Uint8Array>,
@@ -664,6 +799,30 @@ export function isHostInfo(value: unknown): value is IHostInfo {
   );
 }
 
+const ORIGINS: readonly string[] = ['local', 'config', 'added'];
+
+/**
+ * The same host with every field the panel reads present: a server from
+ * before `origin` and `workspace` leaves them out (its hosts are local or
+ * configured, never added).
+ */
+function normaliseHost(host: IHostInfo): IHostInfo {
+  const origin: unknown = host.origin;
+  const workspace: unknown = host.workspace;
+  return {
+    ...host,
+    url: typeof host.url === 'string' ? host.url : '',
+    origin:
+      typeof origin === 'string' && ORIGINS.includes(origin)
+        ? (origin as HostOrigin)
+        : host.is_local
+          ? 'local'
+          : 'config',
+    workspace:
+      typeof workspace === 'string' && workspace !== '' ? workspace : null
+  };
+}
+
 /** True when `value` has the fields the panel relies on to draw an environment. */
 export function isEnvironment(value: unknown): value is IEnvironment {
   return (
@@ -739,9 +898,11 @@ function normaliseContainer(container: IDevContainer): IDevContainer {
   }
   const text = (value: unknown): string =>
     typeof value === 'string' ? value : '';
-  // Both are missing from the answers of a server from before them.
+  // Missing from the answers of a server from before them.
   const pinned: unknown = container.pinned;
   const kernelId: unknown = container.kernel_id;
+  const webPorts: unknown = container.web_ports;
+  const forwardPorts: unknown = container.forward_ports;
   return {
     ...container,
     host: text(container.host),
@@ -754,6 +915,12 @@ function normaliseContainer(container: IDevContainer): IDevContainer {
     lease_id:
       typeof container.lease_id === 'string' ? container.lease_id : null,
     ports,
+    web_ports: Array.isArray(webPorts)
+      ? [...new Set(webPorts.filter(isPortNumber))].sort((a, b) => a - b)
+      : [],
+    forward_ports: Array.isArray(forwardPorts)
+      ? forwardPorts.filter(isPortNumber)
+      : [],
     warnings: stringArray(container.warnings),
     pinned: pinned === true,
     kernel_id: typeof kernelId === 'string' && kernelId !== '' ? kernelId : null

@@ -27,6 +27,8 @@ import { reclaimMessage, runReclaimAction } from './widgets/Reclaims';
 
 export {
   GPUDevAPIError,
+  addHost,
+  addWebPort,
   fetchContainers,
   fetchEnvironments,
   fetchHost,
@@ -37,15 +39,19 @@ export {
   pinContainer,
   releaseKernel,
   removeContainer,
+  removeHost,
+  removeWebPort,
   requestAPI,
   resumeContainer,
   startContainer,
-  stopContainer
+  stopContainer,
+  webPortURL
 } from './api';
 export type { IStartOptions } from './api';
 export { ContainersModel, HostsModel, ReclaimsModel } from './model';
 export type {
   ContainerAction,
+  HostAction,
   IContainersState,
   IHostsState,
   IReclaimsState,

@@ -4,6 +4,8 @@ import { Signal } from '@lumino/signaling';
 import type { ISignal } from '@lumino/signaling';
 
 import {
+  addHost,
+  addWebPort,
   fetchContainers,
   fetchEnvironments,
   fetchHosts,
@@ -14,6 +16,8 @@ import {
   pinContainer,
   releaseKernel,
   removeContainer,
+  removeHost,
+  removeWebPort,
   resumeContainer,
   startContainer,
   stopContainer,
@@ -22,6 +26,7 @@ import {
 } from './api';
 import type { IStartOptions } from './api';
 import type {
+  IAddHostRequest,
   IContainerTerminal,
   IContainersResponse,
   IDevContainer,
@@ -61,7 +66,12 @@ export interface IHostsState extends IPolledState {
    * listed with the error (with the reason each one is unreachable), if any.
    */
   readonly hosts: readonly IHostInfo[];
+  /** Actions under way, by host name. */
+  readonly pending: ReadonlyMap<string, HostAction>;
 }
+
+/** An action on a host that can be under way. */
+export type HostAction = 'add' | 'remove';
 
 /**
  * State refreshed by a poll.
@@ -243,28 +253,77 @@ namespace PolledModel {
   }
 }
 
-/** The list of Docker hosts, refreshed by a poll. */
+/**
+ * The list of Docker hosts, refreshed by a poll, and the hosts added or
+ * removed from the panel.
+ *
+ * Actions reject with a `GPUDevAPIError`; the list is refreshed after each.
+ */
 export class HostsModel extends PolledModel<IHostsState> {
   constructor(options: HostsModel.IOptions = {}) {
     super('jupyter-gpudev:hosts', options, {
       status: 'loading',
       hosts: [],
       error: null,
-      lastUpdated: null
+      lastUpdated: null,
+      pending: new Map()
     });
-    const { serverSettings } = options;
-    this._fetch = options.fetchHosts ?? (() => fetchHosts(serverSettings));
+    const settings = options.serverSettings;
+    this._api = {
+      fetchHosts: options.fetchHosts ?? (() => fetchHosts(settings)),
+      addHost: request => addHost(request, settings),
+      removeHost: name => removeHost(name, settings),
+      ...options.api
+    };
+  }
+
+  /**
+   * Add a remote host. The server connects to it first (unless `check` is
+   * false), which can take seconds. Resolves with the new host once the
+   * list shows it.
+   */
+  async add(request: IAddHostRequest): Promise<IHostInfo> {
+    return this._act(request.name, 'add', async () => {
+      const host = await this._api.addHost(request);
+      // Shown at once, then as the refresh below describes it.
+      this.setState({
+        ...this.state,
+        hosts: [...this.state.hosts.filter(h => h.name !== host.name), host]
+      });
+      return host;
+    });
+  }
+
+  /**
+   * Remove a host added with `add`. A host of the configuration is refused
+   * with a 400, one with dev containers left on it with a 409.
+   */
+  async remove(name: string): Promise<void> {
+    return this._act(name, 'remove', async () => {
+      await this._api.removeHost(name);
+      this.setState({
+        ...this.state,
+        hosts: this.state.hosts.filter(h => h.name !== name)
+      });
+    });
   }
 
   protected async update(): Promise<void> {
     let response: IHostsResponse;
     try {
-      response = await this._fetch();
+      let epoch: number;
+      do {
+        // A host added or removed meanwhile may have made the answer
+        // outdated: ask again then.
+        epoch = this._epoch;
+        response = await this._api.fetchHosts();
+      } while (epoch !== this._epoch && !this.isDisposed);
     } catch (reason) {
       const error = toAPIError(reason);
       this.fail(error, { hosts: error.hosts });
     }
     this.setState({
+      ...this.state,
       status: 'ready',
       hosts: response.hosts,
       error: null,
@@ -272,21 +331,73 @@ export class HostsModel extends PolledModel<IHostsState> {
     });
   }
 
-  private readonly _fetch: () => Promise<IHostsResponse>;
+  private async _act<T>(
+    name: string,
+    action: HostAction,
+    run: () => Promise<T>
+  ): Promise<T> {
+    if (this.state.pending.has(name)) {
+      throw new GPUDevAPIError({
+        status: 0,
+        code: 'busy',
+        message: `Host "${name}" is busy with another action.`
+      });
+    }
+    // A list asked for before the change is outdated once it answers.
+    this._epoch += 1;
+    this.setState({
+      ...this.state,
+      pending: withEntry(this.state.pending, name, action)
+    });
+    try {
+      // `run` shows the change from the server's answer at once.
+      return await run();
+    } catch (reason) {
+      throw toAPIError(reason);
+    } finally {
+      this.setState({
+        ...this.state,
+        pending: withEntry(this.state.pending, name, null)
+      });
+      // Then the list is asked again (not waited for: with an unreachable
+      // host among them it can take seconds).
+      this._epoch += 1;
+      void this.refresh();
+    }
+  }
+
+  private readonly _api: HostsModel.IAPI;
+  private _epoch = 0;
 }
 
 export namespace HostsModel {
+  /** The calls the model makes; each can be replaced, for tests. */
+  export interface IAPI {
+    fetchHosts: () => Promise<IHostsResponse>;
+    addHost: (request: IAddHostRequest) => Promise<IHostInfo>;
+    removeHost: (name: string) => Promise<void>;
+  }
+
   export interface IOptions extends PolledModel.IOptions {
     /** The server connection; defaults to the page's. */
     serverSettings?: ServerConnection.ISettings;
-    /** Replaces the API call, for tests. */
+    /** Replaces the API call, for tests (`api.fetchHosts` wins over it). */
     fetchHosts?: () => Promise<IHostsResponse>;
+    /** Replaces some API calls, for tests. */
+    api?: Partial<IAPI>;
   }
 }
 
 /** An action on a dev container that can be under way. */
 export type ContainerAction =
-  'stop' | 'start' | 'remove' | 'terminal' | 'pin' | 'unpin';
+  | 'stop'
+  | 'start'
+  | 'remove'
+  | 'terminal'
+  | 'pin'
+  | 'unpin'
+  | 'add-port'
+  | 'remove-port';
 
 /** A start under way. */
 export interface IStartState {
@@ -337,6 +448,8 @@ export class ContainersModel extends PolledModel<IContainersState> {
       pinContainer: (name, pinned) => pinContainer(name, pinned, settings),
       removeContainer: (name, force) => removeContainer(name, force, settings),
       openContainerTerminal: name => openContainerTerminal(name, settings),
+      addWebPort: (name, port) => addWebPort(name, port, settings),
+      removeWebPort: (name, port) => removeWebPort(name, port, settings),
       ...options.api
     };
   }
@@ -419,6 +532,31 @@ export class ContainersModel extends PolledModel<IContainersState> {
         ...this.state,
         containers: this.state.containers.filter(c => c.name !== name)
       });
+    });
+  }
+
+  /**
+   * Serve one more port of a container through the server's proxy; resolves
+   * with the container as the server now lists it.
+   */
+  async addPort(name: string, port: number): Promise<IDevContainer> {
+    return this._act(name, 'add-port', async () => {
+      const container = await this._api.addWebPort(name, port);
+      this._replace(container);
+      return container;
+    });
+  }
+
+  /**
+   * Stop serving a port added at run time (the server keeps serving the
+   * environment's forwardPorts); resolves with the container as the server
+   * now lists it.
+   */
+  async removePort(name: string, port: number): Promise<IDevContainer> {
+    return this._act(name, 'remove-port', async () => {
+      const container = await this._api.removeWebPort(name, port);
+      this._replace(container);
+      return container;
     });
   }
 
@@ -553,6 +691,8 @@ export namespace ContainersModel {
     pinContainer: (name: string, pinned: boolean) => Promise<IDevContainer>;
     removeContainer: (name: string, force: boolean) => Promise<void>;
     openContainerTerminal: (name: string) => Promise<IContainerTerminal>;
+    addWebPort: (name: string, port: number) => Promise<IDevContainer>;
+    removeWebPort: (name: string, port: number) => Promise<IDevContainer>;
   }
 
   export interface IOptions extends PolledModel.IOptions {

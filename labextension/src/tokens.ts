@@ -8,6 +8,13 @@
 /** How the server talks to a Docker engine. */
 export type Transport = 'local' | 'ssh' | 'tcp';
 
+/**
+ * Where a host comes from: the server's own engine (`local`), the
+ * configuration (`config`) or `POST /gpudev/api/hosts` (`added`). Only an
+ * added host can be removed from the panel.
+ */
+export type HostOrigin = 'local' | 'config' | 'added';
+
 /** Which probe produced a GPU inventory; `none` means no GPU was found. */
 export type GPUSource = 'nvml' | 'nvidia-smi' | 'none';
 
@@ -77,6 +84,30 @@ export interface IHostInfo {
   /** `null` when the engine did not answer. */
   engine: IEngineInfo | null;
   gpus: IGPUInventory;
+  /** Where the host comes from; only `added` hosts can be removed. */
+  origin: HostOrigin;
+  /** A remote host's folder mounted as the workspace; `null` if none. */
+  workspace: string | null;
+}
+
+/** Body of `POST /gpudev/api/hosts`: a remote Docker host to add. */
+export interface IAddHostRequest {
+  /** The name the host is listed under; must be new. */
+  name: string;
+  /** `ssh://user@host[:port]` or `tcp://host:port`. */
+  url: string;
+  /** The SSH private key to log in with (a path on the Jupyter server). */
+  identity_file?: string;
+  /** The known_hosts file holding the host's key (a path on the Jupyter server). */
+  known_hosts?: string;
+  /** The folder of that host mounted as the workspace (an absolute path there). */
+  workspace?: string;
+  /** The folders of that host that may be mounted. */
+  mount_roots?: string[];
+  /** The nvidia-smi command on that host. */
+  nvidia_smi?: string;
+  /** Whether to connect to it before adding it (default true). */
+  check?: boolean;
 }
 
 /** Body of `GET /gpudev/api/hosts` (status 200). */
@@ -86,10 +117,11 @@ export interface IHostsResponse {
 
 /**
  * Structured, safe-to-show context of an error. For "no host reachable"
- * (503) it carries the hosts with their reasons.
+ * (503) `hosts` lists the hosts with their reasons; for a start no host can
+ * take (409 `no_host`) it maps each host's name to why it cannot.
  */
 export interface IErrorDetails {
-  hosts?: IHostInfo[];
+  hosts?: IHostInfo[] | Record<string, string>;
   [key: string]: unknown;
 }
 
@@ -170,6 +202,14 @@ export interface IDevContainer {
   lease_id: string | null;
   /** Container port -> port on the host's 127.0.0.1. */
   ports: Record<string, number>;
+  /**
+   * Ports of the container served, to those allowed to use the server, at
+   * `<base_url>gpudev/proxy/<name>/<port>/` (see `webPortURL`): its
+   * forwardPorts and those added at run time, sorted.
+   */
+  web_ports: number[];
+  /** The environment's forwardPorts among `web_ports`: always served. */
+  forward_ports: number[];
   warnings: string[];
   /**
    * Whether it keeps running (with its GPUs) after its last kernel ends.
@@ -207,7 +247,7 @@ export interface IStartRequest {
   environment: string;
   /** How many GPUs to lease; the environment's default when left out. */
   gpus?: number;
-  /** The host to start on; the server's local host when left out. */
+  /** The host to start on; when left out the server picks one that can take it. */
   host?: string;
   /** The container's name; generated when left out. */
   name?: string;

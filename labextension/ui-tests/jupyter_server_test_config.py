@@ -1,12 +1,14 @@
 """Jupyter server configuration for the Galata UI tests.
 
 The GPU inventory reads a fake nvidia-smi that prints two recorded A100 GPUs, so the
-tests see the same GPUs on any machine. Dev containers keep their GPU lease ledger in a
-fresh folder per server, so a test run never sees another run's leases.
+tests see the same GPUs on any machine. Dev containers keep their GPU lease ledger, and the
+hosts added at run time their file, in a fresh folder per server, so a test run never sees
+another run's leases or hosts.
 
-The served folder gets a ``gpu`` environment (one GPU, the kernel image) and the GPU
-culler short timeouts, so a test can watch an idle GPU kernel be warned about and
-released within seconds.
+The served folder gets a ``gpu`` environment (one GPU, the kernel image), a ``web``
+environment (no GPU, the kernel image, port 8000 in forwardPorts: served by the web port
+proxy) and the GPU culler short timeouts, so a test can watch an idle GPU kernel be warned
+about and released within seconds.
 """
 
 import json
@@ -28,6 +30,8 @@ c.GPUInventory.nvidia_smi_path = str(FIXTURES / "fake-nvidia-smi")  # noqa: F821
 os.environ["FAKE_NVIDIA_SMI_DIR"] = str(FIXTURES / "smi" / "two-a100")
 
 c.DevContainers.state_dir = tempfile.mkdtemp(prefix="gpudev-ui-tests-")  # noqa: F821
+# Hosts added from the panel go to a fresh file too, never to the user's Jupyter data dir.
+c.HostPool.hosts_file = str(Path(c.DevContainers.state_dir) / "hosts.json")  # noqa: F821
 c.DevContainers.stop_timeout = 2  # noqa: F821
 
 # An idle GPU kernel is listed 5 s after its last activity and released 15 s later.
@@ -43,4 +47,14 @@ GPU_ENVIRONMENT.parent.mkdir(parents=True, exist_ok=True)
 GPU_ENVIRONMENT.write_text(
     json.dumps({"image": "gpudev-python:bookworm", "hostRequirements": {"gpu": True}}, indent=2)
     + "\n"
+)
+
+# A CPU environment whose port 8000 the server's proxy serves (remote.spec.ts). Written here:
+# the contents API does not write hidden folders such as .devcontainer.
+WEB_ENVIRONMENT = (
+    Path(c.ServerApp.root_dir) / ".devcontainer" / "web" / "devcontainer.json"  # noqa: F821
+)
+WEB_ENVIRONMENT.parent.mkdir(parents=True, exist_ok=True)
+WEB_ENVIRONMENT.write_text(
+    json.dumps({"image": "gpudev-python:bookworm", "forwardPorts": [8000]}, indent=2) + "\n"
 )

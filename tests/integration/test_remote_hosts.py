@@ -32,6 +32,7 @@ from jupyter_gpudev.containers import (
     StartRequest,
     docker_name,
 )
+from jupyter_gpudev.errors import BadRequest
 from jupyter_gpudev.hosts import HostPool
 from jupyter_gpudev.kernelspecs import GPUDevKernelSpecManager
 from jupyter_gpudev.mounts import MountNotAllowed
@@ -420,7 +421,9 @@ def test_a_web_port_of_a_container_on_the_ssh_host_is_reached_through_a_forward(
     # Given a container on far whose environment forwards port 8000, with a web server there
     write_devcontainer(manager.root_dir, "web", {"image": IMAGE, "forwardPorts": [8000]})
     info = manager.start(StartRequest(environment="web", host="far", name="far-web"))
-    assert info.web_ports == (8000,)
+    assert info.web_ports == info.forward_ports == (8000,)
+    with pytest.raises(BadRequest, match="always served"):
+        manager.set_web_port("far-web", 8000, add=False)
     container = docker_client.containers.get(docker_name("far-web"))
     container.exec_run(["python3", "-m", "http.server", "8000", "-d", "/etc"], detach=True)
     # When the proxy asks where to connect

@@ -2,7 +2,7 @@ import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { toAPIError } from '../api';
+import { isPortNumber, toAPIError, webPortURL } from '../api';
 import type { GPUDevAPIError } from '../api';
 import { changedPaths, isUncommittedChanges } from '../model';
 import type {
@@ -168,6 +168,9 @@ function gpuRequirementTitle(
 
 const numberFormat = new Intl.NumberFormat();
 
+/** The value of the host picker that lets the server place the container. */
+const ANY_HOST = '';
+
 function EnvironmentRow({
   env,
   start,
@@ -188,15 +191,15 @@ function EnvironmentRow({
   // `null` until edited: the environment's own count (and, for an optional
   // GPU, the server's fallback to the CPU when none is free).
   const [gpusText, setGPUsText] = React.useState<string | null>(null);
-  const [host, setHost] = React.useState<string | null>(null);
+  // `ANY_HOST` (the default): the server places the container on a host
+  // that can take it.
+  const [host, setHost] = React.useState<string>(ANY_HOST);
 
   const showHosts = hosts.length > 1;
-  const defaultHost =
-    hosts.find(candidate => candidate.is_local)?.name ?? hosts[0]?.name ?? '';
   const selectedHost =
-    host !== null && hosts.some(candidate => candidate.name === host)
+    host !== ANY_HOST && hosts.some(candidate => candidate.name === host)
       ? host
-      : defaultHost;
+      : ANY_HOST;
   const hostGPUs = hosts.find(candidate => candidate.name === selectedHost)
     ?.gpus.gpus.length;
   const maxGPUs =
@@ -220,7 +223,7 @@ function EnvironmentRow({
     if (gpus !== env.gpu.count) {
       request.gpus = gpus;
     }
-    if (showHosts && selectedHost) {
+    if (showHosts && selectedHost !== ANY_HOST) {
       request.host = selectedHost;
     }
     onStart(env, request);
@@ -295,10 +298,14 @@ function EnvironmentRow({
               data-testid={`gpudev-env-host-${env.name}`}
               value={selectedHost}
               disabled={starting}
+              title={trans.__(
+                'Where to start it; with "Any host" the server picks a host that can take it'
+              )}
               onChange={event => {
                 setHost(event.currentTarget.value);
               }}
             >
+              <option value={ANY_HOST}>{trans.__('Any host')}</option>
               {hosts.map(candidate => (
                 <option key={candidate.name} value={candidate.name}>
                   {candidate.name}
@@ -515,9 +522,27 @@ export function ContainersSection({
             model.terminal(name).then(openTerminal).catch(failed);
           }
           break;
+        default:
+          // Web ports have their own controls (see `onPort`).
+          break;
       }
     },
     [model, openTerminal, trans]
+  );
+
+  const onPort = React.useCallback(
+    async (
+      container: IDevContainer,
+      action: PortAction,
+      port: number
+    ): Promise<void> => {
+      if (action === 'add-port') {
+        await model.addPort(container.name, port);
+      } else {
+        await model.removePort(container.name, port);
+      }
+    },
+    [model]
   );
 
   const onReclaim = React.useCallback(
@@ -577,6 +602,7 @@ export function ContainersSection({
                 pending={state.pending.get(container.name)}
                 canOpenTerminal={openTerminal !== undefined}
                 onAction={onAction}
+                onPort={onPort}
                 reclaim={reclaimByContainer.get(container.name)}
                 reclaimPending={reclaimPendingOf(
                   reclaimsState,
@@ -618,6 +644,10 @@ function actionFailedTitle(
       return trans.__('GPU Dev: could not remove %1', name);
     case 'terminal':
       return trans.__('GPU Dev: could not open a terminal in %1', name);
+    case 'add-port':
+      return trans.__('GPU Dev: could not add a web port to %1', name);
+    case 'remove-port':
+      return trans.__('GPU Dev: could not remove a web port of %1', name);
   }
 }
 
@@ -705,6 +735,7 @@ function ContainerRow({
   pending,
   canOpenTerminal,
   onAction,
+  onPort,
   reclaim,
   reclaimPending,
   onReclaim,
@@ -714,6 +745,7 @@ function ContainerRow({
   pending: ContainerAction | undefined;
   canOpenTerminal: boolean;
   onAction: (container: IDevContainer, action: ContainerAction) => void;
+  onPort: OnPort;
   /** The pending reclaim of the container's idle GPU kernel, if any. */
   reclaim: IReclaim | undefined;
   reclaimPending: ReclaimAction | undefined;
@@ -841,6 +873,14 @@ function ContainerRow({
           </>
         )}
       </dl>
+      {container.state !== 'removing' && (
+        <WebPorts
+          container={container}
+          pending={pending}
+          onPort={onPort}
+          trans={trans}
+        />
+      )}
       {container.warnings.length > 0 && (
         <ul className="jp-gpudev-warnings">
           {container.warnings.map((warning, i) => (
@@ -924,5 +964,217 @@ function ContainerRow({
           )}
       </div>
     </li>
+  );
+}
+
+/** An action on the web ports of a container. */
+type PortAction = Extract<ContainerAction, 'add-port' | 'remove-port'>;
+
+/** Adds or removes a web port; rejects with the server's error. */
+type OnPort = (
+  container: IDevContainer,
+  action: PortAction,
+  port: number
+) => Promise<void>;
+
+/**
+ * The ports of a container served by the server's proxy, each as an "Open
+ * :PORT" link (while the container runs) with a button to stop serving it,
+ * and a field to serve one more. Errors are shown under the field.
+ */
+function WebPorts({
+  container,
+  pending,
+  onPort,
+  trans
+}: {
+  container: IDevContainer;
+  pending: ContainerAction | undefined;
+  onPort: OnPort;
+  trans: TranslationBundle;
+}): React.JSX.Element {
+  const name = container.name;
+  const labelId = React.useId();
+  const inputId = React.useId();
+  const errorId = React.useId();
+  const inputRef = React.useRef<HTMLInputElement>(null);
+  const [text, setText] = React.useState('');
+  const [error, setError] = React.useState<string | null>(null);
+  // The port whose removal is under way, to label its button.
+  const [removing, setRemoving] = React.useState<number | null>(null);
+  const running = container.state === 'running';
+  const busy = pending !== undefined;
+  const adding = pending === 'add-port';
+  const ports = container.web_ports;
+
+  const add = (): void => {
+    if (busy) {
+      return;
+    }
+    const trimmed = text.trim();
+    const port = /^\d{1,5}$/.test(trimmed) ? Number(trimmed) : NaN;
+    if (!isPortNumber(port)) {
+      setError(trans.__('Enter a port number from 1 to 65535.'));
+      inputRef.current?.focus();
+      return;
+    }
+    if (ports.includes(port)) {
+      setError(trans.__('Port %1 is already served.', port));
+      inputRef.current?.focus();
+      return;
+    }
+    setError(null);
+    onPort(container, 'add-port', port).then(
+      () => {
+        setText('');
+      },
+      (reason: unknown) => {
+        setError(toAPIError(reason).message);
+      }
+    );
+  };
+
+  const remove = (port: number): void => {
+    if (busy) {
+      return;
+    }
+    setError(null);
+    setRemoving(port);
+    onPort(container, 'remove-port', port)
+      .catch((reason: unknown) => {
+        setError(toAPIError(reason).message);
+      })
+      .finally(() => {
+        setRemoving(null);
+        // Its button was disabled meanwhile (and is gone if it went): keep
+        // the focus in the web ports.
+        inputRef.current?.focus();
+      });
+  };
+
+  return (
+    <div
+      className="jp-gpudev-web"
+      role="group"
+      aria-labelledby={labelId}
+      data-testid={`gpudev-web-ports-${name}`}
+    >
+      <span id={labelId} className="jp-gpudev-web-label">
+        {trans.__('Web ports')}
+      </span>
+      {ports.length > 0 && (
+        <ul
+          className="jp-gpudev-web-ports"
+          aria-label={trans.__('Web ports of %1', name)}
+        >
+          {ports.map(port => (
+            <li key={port} className="jp-gpudev-web-port">
+              {running ? (
+                <a
+                  className="jp-gpudev-web-link"
+                  data-testid={`gpudev-web-port-${name}-${port}`}
+                  href={webPortURL(name, port)}
+                  target="_blank"
+                  rel="noopener"
+                  title={trans.__(
+                    'Open port %1 of %2 in a new browser tab',
+                    port,
+                    name
+                  )}
+                >
+                  {trans.__('Open :%1', port)}
+                </a>
+              ) : (
+                <span
+                  className="jp-gpudev-web-link jp-gpudev-mod-disabled"
+                  data-testid={`gpudev-web-port-${name}-${port}`}
+                  title={trans.__('Start the container to open port %1', port)}
+                >
+                  {trans.__(':%1', port)}
+                </span>
+              )}
+              {!container.forward_ports.includes(port) && (
+                <button
+                  type="button"
+                  className="jp-gpudev-icon-button"
+                  data-testid={`gpudev-web-port-remove-${name}-${port}`}
+                  disabled={busy}
+                  aria-busy={removing === port}
+                  aria-label={trans.__(
+                    'Stop serving port %1 of %2',
+                    port,
+                    name
+                  )}
+                  title={trans.__(
+                    'Stop serving port %1 (ports of the environment stay served)',
+                    port
+                  )}
+                  onClick={() => {
+                    remove(port);
+                  }}
+                >
+                  <span aria-hidden="true">×</span>
+                </button>
+              )}
+            </li>
+          ))}
+        </ul>
+      )}
+      <form
+        className="jp-gpudev-port-form"
+        noValidate
+        onSubmit={event => {
+          event.preventDefault();
+          add();
+        }}
+      >
+        <label htmlFor={inputId} className="jp-gpudev-visually-hidden">
+          {trans.__('Port of %1 to serve', name)}
+        </label>
+        <input
+          ref={inputRef}
+          id={inputId}
+          className="jp-gpudev-input jp-gpudev-port-input"
+          data-testid={`gpudev-web-port-input-${name}`}
+          type="number"
+          inputMode="numeric"
+          min={1}
+          max={65535}
+          step={1}
+          placeholder={trans.__('port')}
+          value={text}
+          readOnly={adding}
+          aria-invalid={error !== null}
+          aria-describedby={error !== null ? errorId : undefined}
+          onChange={event => {
+            setText(event.currentTarget.value);
+            setError(null);
+          }}
+        />
+        <button
+          type="submit"
+          className={'jp-gpudev-button' + (adding ? ' jp-gpudev-mod-busy' : '')}
+          data-testid={`gpudev-web-port-add-${name}`}
+          aria-disabled={busy}
+          aria-label={trans.__('Add port to %1', name)}
+          aria-busy={adding}
+          title={trans.__(
+            'Serve this port of the container through the Jupyter server'
+          )}
+        >
+          {adding ? trans.__('Adding…') : trans.__('Add port')}
+        </button>
+      </form>
+      {error !== null && (
+        <p
+          id={errorId}
+          className="jp-gpudev-field-error"
+          data-testid={`gpudev-web-port-error-${name}`}
+          role="alert"
+        >
+          {error}
+        </p>
+      )}
+    </div>
   );
 }

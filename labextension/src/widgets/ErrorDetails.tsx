@@ -8,8 +8,9 @@ import type { IHostInfo } from '../tokens';
 
 /**
  * The body of the "Show details" dialog: the server's message, the error
- * code and status, each host the server listed with its reason, and the
- * changed paths of a container that was not removed.
+ * code and status, each host the server listed with its reason (or, for a
+ * start no host could take, why each host could not), and the changed
+ * paths of a container that was not removed.
  */
 export function ErrorDetails({
   error,
@@ -21,6 +22,7 @@ export function ErrorDetails({
   trans: TranslationBundle;
 }): React.JSX.Element {
   const changes = stringArray(error.details?.changes);
+  const reasons = error.hostReasons;
   return (
     <div className="jp-gpudev-error-details">
       <p className="jp-gpudev-error-message">{error.message}</p>
@@ -45,6 +47,24 @@ export function ErrorDetails({
             </li>
           ))}
         </ul>
+      )}
+      {reasons.length > 0 && (
+        <>
+          <p className="jp-gpudev-muted">
+            {trans.__('Why each host could not take it:')}
+          </p>
+          <ul
+            className="jp-gpudev-error-hosts"
+            aria-label={trans.__('Hosts and why they could not take it')}
+            data-testid="gpudev-error-host-reasons"
+          >
+            {reasons.map(([name, reason]) => (
+              <li key={name}>
+                <strong>{name}</strong>: {reason}
+              </li>
+            ))}
+          </ul>
+        </>
       )}
       {changes.length > 0 && <ChangedPaths paths={changes} trans={trans} />}
     </div>

@@ -1,17 +1,22 @@
+import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { nullTranslator } from '@jupyterlab/translation';
 import type { ITranslator, TranslationBundle } from '@jupyterlab/translation';
-import { ReactWidget, refreshIcon } from '@jupyterlab/ui-components';
+import { addIcon, ReactWidget, refreshIcon } from '@jupyterlab/ui-components';
 import type { Message } from '@lumino/messaging';
 import * as React from 'react';
 
+import { NETWORK_ERROR, toAPIError } from '../api';
+import type { GPUDevAPIError } from '../api';
 import { chipIcon } from '../icons';
 import type {
   ContainersModel,
+  HostAction,
   HostsModel,
   IHostsState,
   ReclaimsModel
 } from '../model';
 import type {
+  IAddHostRequest,
   IEngineInfo,
   IGPUInfo,
   IGPUInventory,
@@ -20,6 +25,7 @@ import type {
 } from '../tokens';
 import { ContainersSection, EnvironmentsSection } from './ContainersView';
 import type { OpenTerminal } from './ContainersView';
+import { notifyError } from './ErrorDetails';
 import { useModelState } from './hooks';
 
 /** The id of the panel in the shell (also used by the layout restorer). */
@@ -147,7 +153,34 @@ export function HostsView({
 }: IViewProps): React.JSX.Element {
   const state = useModelState(model);
   const [refreshing, setRefreshing] = React.useState(false);
+  const [adding, setAdding] = React.useState(false);
   const hostsHeadingId = React.useId();
+  const formId = React.useId();
+  const addButton = React.useRef<HTMLButtonElement>(null);
+
+  const openForm = React.useCallback(() => {
+    setAdding(true);
+  }, []);
+  const closeForm = React.useCallback(() => {
+    setAdding(false);
+    // Back to where the form was opened from (the header's button).
+    requestAnimationFrame(() => {
+      addButton.current?.focus();
+    });
+  }, []);
+  const onAdded = React.useCallback(
+    (host: IHostInfo) => {
+      Notification.success(trans.__('GPU Dev: host %1 added', host.name), {
+        autoClose: 5000
+      });
+      closeForm();
+    },
+    [closeForm, trans]
+  );
+  const onRemoved = React.useCallback(() => {
+    // The removed card had the focus: give it to the header's button.
+    addButton.current?.focus();
+  }, []);
 
   const onRefresh = React.useCallback(() => {
     setRefreshing(true);
@@ -187,15 +220,56 @@ export function HostsView({
         </p>
       )}
       <section className="jp-gpudev-section" aria-labelledby={hostsHeadingId}>
-        <h3 id={hostsHeadingId} className="jp-gpudev-section-heading">
-          {trans.__('Hosts')}
-        </h3>
+        <div className="jp-gpudev-section-header">
+          <h3 id={hostsHeadingId} className="jp-gpudev-section-heading">
+            {trans.__('Hosts')}
+          </h3>
+          <button
+            ref={addButton}
+            type="button"
+            className="jp-gpudev-button jp-gpudev-mod-small"
+            data-testid="gpudev-add-host"
+            aria-expanded={adding}
+            aria-controls={adding ? formId : undefined}
+            title={trans.__(
+              'Add a remote Docker host, reached over SSH (or TCP)'
+            )}
+            onClick={() => {
+              if (adding) {
+                closeForm();
+              } else {
+                openForm();
+              }
+            }}
+          >
+            <addIcon.react tag="span" className="jp-gpudev-button-icon" />
+            {trans.__('Add host')}
+          </button>
+        </div>
+        {adding && (
+          <div className="jp-gpudev-body jp-gpudev-mod-form">
+            <AddHostForm
+              id={formId}
+              model={model}
+              onAdded={onAdded}
+              onCancel={closeForm}
+              trans={trans}
+            />
+          </div>
+        )}
         <div
           className="jp-gpudev-body"
           aria-busy={state.status === 'loading'}
           aria-live="polite"
         >
-          <Body state={state} trans={trans} />
+          <Body
+            state={state}
+            model={model}
+            adding={adding}
+            onAddHost={openForm}
+            onRemoved={onRemoved}
+            trans={trans}
+          />
         </div>
       </section>
       {containers && (
@@ -219,9 +293,18 @@ export function HostsView({
 
 function Body({
   state,
+  model,
+  adding,
+  onAddHost,
+  onRemoved,
   trans
 }: {
   state: IHostsState;
+  model: HostsModel;
+  /** Whether the Add host form is open (its hint's button is then hidden). */
+  adding: boolean;
+  onAddHost: () => void;
+  onRemoved: () => void;
   trans: TranslationBundle;
 }): React.JSX.Element {
   if (state.status === 'loading') {
@@ -232,6 +315,12 @@ function Body({
     );
   }
   const hosts = state.hosts;
+  // Adding a host helps when the server answers but no engine does (not
+  // when the Jupyter server itself is out of reach).
+  const noneReachable =
+    state.status === 'ready'
+      ? hosts.every(host => !host.reachable)
+      : state.error?.code === 'engine_unreachable';
   return (
     <>
       {state.status === 'error' && state.error && (
@@ -244,26 +333,360 @@ function Body({
           <p className="jp-gpudev-error-message">{state.error.message}</p>
         </div>
       )}
-      {state.status === 'ready' && hosts.length === 0 && (
-        <div className="jp-gpudev-empty">
-          <p className="jp-gpudev-empty-title">
-            {trans.__('No hosts configured')}
-          </p>
+      {noneReachable && (
+        <div className="jp-gpudev-empty" data-testid="gpudev-hosts-empty">
+          {state.status === 'ready' && hosts.length === 0 && (
+            <p className="jp-gpudev-empty-title">
+              {trans.__('No hosts configured')}
+            </p>
+          )}
           <p className="jp-gpudev-hint">
             {trans.__(
-              'Add Docker hosts with c.HostPool.hosts in the Jupyter server configuration (or keep c.HostPool.include_local enabled), then restart the server.'
+              'To use another machine, add it as a remote host: it needs a Docker engine and an SSH login with a key (ssh://user@host). Hosts can also be set with c.HostPool.hosts in the Jupyter server configuration.'
             )}
           </p>
+          {!adding && (
+            <button
+              type="button"
+              className="jp-gpudev-button jp-gpudev-mod-accept jp-gpudev-empty-action"
+              data-testid="gpudev-add-host-empty"
+              onClick={onAddHost}
+            >
+              {trans.__('Add host')}
+            </button>
+          )}
         </div>
       )}
       {hosts.length > 0 && (
         <ul className="jp-gpudev-hosts" aria-label={trans.__('Docker hosts')}>
           {hosts.map(host => (
-            <HostCard key={host.name} host={host} trans={trans} />
+            <HostCard
+              key={host.name}
+              host={host}
+              model={model}
+              pending={state.pending.get(host.name)}
+              onRemoved={onRemoved}
+              trans={trans}
+            />
           ))}
         </ul>
       )}
     </>
+  );
+}
+
+/** The fields of the Add host form, as typed. */
+interface IHostFields {
+  name: string;
+  url: string;
+  identityFile: string;
+  knownHosts: string;
+  workspace: string;
+}
+
+type FieldErrors = Partial<Record<keyof IHostFields, string>>;
+
+const EMPTY_FIELDS: IHostFields = {
+  name: '',
+  url: '',
+  identityFile: '',
+  knownHosts: '',
+  workspace: ''
+};
+
+/** What is wrong with the fields before asking the server, by field. */
+function checkHostFields(
+  fields: IHostFields,
+  trans: TranslationBundle
+): FieldErrors {
+  const errors: FieldErrors = {};
+  if (!fields.name.trim()) {
+    errors.name = trans.__('Enter a name for the host.');
+  } else if (/[\s/]/.test(fields.name.trim())) {
+    errors.name = trans.__('A name has no spaces or slashes.');
+  }
+  const url = fields.url.trim();
+  if (!url) {
+    errors.url = trans.__('Enter the URL of the host.');
+  } else if (!/^(ssh|tcp):\/\/[^\s/]+\/?$/.test(url)) {
+    errors.url = trans.__(
+      'Use ssh://user@host, ssh://user@host:port or tcp://host:port.'
+    );
+  }
+  const workspace = fields.workspace.trim();
+  if (workspace && !workspace.startsWith('/')) {
+    errors.workspace = trans.__(
+      'An absolute path on that host, such as /home/user/work.'
+    );
+  }
+  return errors;
+}
+
+/** The request the form's fields make; empty optional fields are left out. */
+function hostRequest(fields: IHostFields): IAddHostRequest {
+  const request: IAddHostRequest = {
+    name: fields.name.trim(),
+    url: fields.url.trim()
+  };
+  const identityFile = fields.identityFile.trim();
+  const knownHosts = fields.knownHosts.trim();
+  const workspace = fields.workspace.trim();
+  if (identityFile) {
+    request.identity_file = identityFile;
+  }
+  if (knownHosts) {
+    request.known_hosts = knownHosts;
+  }
+  if (workspace) {
+    request.workspace = workspace;
+  }
+  return request;
+}
+
+/** The title over an error of `POST /gpudev/api/hosts`. */
+function addHostErrorTitle(
+  error: GPUDevAPIError,
+  trans: TranslationBundle
+): string {
+  switch (error.status) {
+    case 400:
+      return trans.__('The host was not added: check its settings');
+    case 409:
+      return trans.__('A host with this name exists');
+    case 503:
+      return trans.__('Could not connect to the host');
+    default:
+      return trans.__('The host was not added');
+  }
+}
+
+/**
+ * The Add host form: name, URL, key files and remote workspace. It keeps
+ * what was typed when the server refuses the host, and shows why in full.
+ */
+function AddHostForm({
+  id,
+  model,
+  onAdded,
+  onCancel,
+  trans
+}: {
+  id: string;
+  model: HostsModel;
+  onAdded: (host: IHostInfo) => void;
+  onCancel: () => void;
+  trans: TranslationBundle;
+}): React.JSX.Element {
+  const titleId = React.useId();
+  const statusId = React.useId();
+  const [fields, setFields] = React.useState<IHostFields>(EMPTY_FIELDS);
+  const [fieldErrors, setFieldErrors] = React.useState<FieldErrors>({});
+  const [error, setError] = React.useState<GPUDevAPIError | null>(null);
+  const [submitting, setSubmitting] = React.useState(false);
+  const refs = {
+    name: React.useRef<HTMLInputElement>(null),
+    url: React.useRef<HTMLInputElement>(null),
+    identityFile: React.useRef<HTMLInputElement>(null),
+    knownHosts: React.useRef<HTMLInputElement>(null),
+    workspace: React.useRef<HTMLInputElement>(null)
+  };
+
+  // The name field takes the focus when the form opens.
+  const nameRef = refs.name;
+  React.useEffect(() => {
+    nameRef.current?.focus();
+  }, [nameRef]);
+
+  const submit = (): void => {
+    if (submitting) {
+      return;
+    }
+    const errors = checkHostFields(fields, trans);
+    setFieldErrors(errors);
+    const invalid = (Object.keys(refs) as (keyof IHostFields)[]).find(
+      key => errors[key] !== undefined
+    );
+    if (invalid) {
+      refs[invalid].current?.focus();
+      return;
+    }
+    setError(null);
+    setSubmitting(true);
+    model.add(hostRequest(fields)).then(onAdded, (reason: unknown) => {
+      const failure = toAPIError(reason);
+      setSubmitting(false);
+      setError(failure);
+      if (failure.status === 409) {
+        setFieldErrors({ name: trans.__('This name is taken.') });
+      }
+    });
+  };
+
+  const field = (
+    key: keyof IHostFields,
+    label: string,
+    options: {
+      placeholder: string;
+      hint?: string;
+      required?: boolean;
+      type?: 'text' | 'url';
+    }
+  ): React.JSX.Element => {
+    const inputId = `${id}-${key}`;
+    const hintId = `${inputId}-hint`;
+    const errorId = `${inputId}-error`;
+    const fieldError = fieldErrors[key];
+    const describedBy = [
+      options.hint ? hintId : '',
+      fieldError !== undefined ? errorId : ''
+    ]
+      .filter(Boolean)
+      .join(' ');
+    return (
+      <div className="jp-gpudev-form-field">
+        <label className="jp-gpudev-field-label" htmlFor={inputId}>
+          {label}
+          {!options.required && (
+            <span className="jp-gpudev-muted"> {trans.__('(optional)')}</span>
+          )}
+        </label>
+        <input
+          ref={refs[key]}
+          id={inputId}
+          className="jp-gpudev-input jp-gpudev-form-input"
+          data-testid={`gpudev-add-host-${key}`}
+          type="text"
+          inputMode={options.type === 'url' ? 'url' : undefined}
+          autoComplete="off"
+          spellCheck={false}
+          placeholder={options.placeholder}
+          value={fields[key]}
+          readOnly={submitting}
+          aria-required={options.required}
+          aria-invalid={fieldError !== undefined}
+          aria-describedby={describedBy || undefined}
+          onChange={event => {
+            const value = event.currentTarget.value;
+            setFields(current => ({ ...current, [key]: value }));
+            if (fieldError !== undefined) {
+              setFieldErrors(current => ({ ...current, [key]: undefined }));
+            }
+          }}
+        />
+        {options.hint && (
+          <span id={hintId} className="jp-gpudev-field-hint">
+            {options.hint}
+          </span>
+        )}
+        {fieldError !== undefined && (
+          <span id={errorId} className="jp-gpudev-field-error">
+            {fieldError}
+          </span>
+        )}
+      </div>
+    );
+  };
+
+  return (
+    <form
+      id={id}
+      className="jp-gpudev-add-host"
+      data-testid="gpudev-add-host-form"
+      aria-labelledby={titleId}
+      aria-busy={submitting}
+      noValidate
+      onSubmit={event => {
+        event.preventDefault();
+        submit();
+      }}
+      onKeyDown={event => {
+        if (event.key === 'Escape' && !submitting) {
+          event.preventDefault();
+          event.stopPropagation();
+          onCancel();
+        }
+      }}
+    >
+      <h4 id={titleId} className="jp-gpudev-section-title">
+        {trans.__('Add a remote host')}
+      </h4>
+      {field('name', trans.__('Name'), {
+        placeholder: trans.__('gpu-box'),
+        required: true
+      })}
+      {field('url', trans.__('URL'), {
+        placeholder: 'ssh://user@gpu-box',
+        hint: trans.__('ssh://user@host[:port] or tcp://host:port'),
+        required: true,
+        type: 'url'
+      })}
+      {field('identityFile', trans.__('Identity file'), {
+        placeholder: '~/.ssh/id_ed25519',
+        hint: trans.__('The SSH key, a path on the Jupyter server')
+      })}
+      {field('knownHosts', trans.__('known_hosts file'), {
+        placeholder: '~/.ssh/known_hosts',
+        hint: trans.__("Holds the host's SSH key, a path on the Jupyter server")
+      })}
+      {field('workspace', trans.__('Remote workspace folder'), {
+        placeholder: '/home/user/work',
+        hint: trans.__('Mounted in its dev containers, a path on that host')
+      })}
+      {submitting && (
+        <p
+          id={statusId}
+          className="jp-gpudev-form-status"
+          data-testid="gpudev-add-host-status"
+          role="status"
+        >
+          {trans.__('Connecting to %1…', fields.url.trim())}
+        </p>
+      )}
+      {error && (
+        <div
+          className="jp-gpudev-error"
+          data-testid="gpudev-add-host-error"
+          role="alert"
+        >
+          <p className="jp-gpudev-error-title">
+            {addHostErrorTitle(error, trans)}
+          </p>
+          <p className="jp-gpudev-error-message jp-gpudev-mod-full">
+            {error.message}
+          </p>
+          <p className="jp-gpudev-muted">
+            {error.status > 0
+              ? trans.__('Error "%1" (HTTP %2)', error.code, error.status)
+              : error.code === NETWORK_ERROR
+                ? trans.__('Error "%1" (no answer from the server)', error.code)
+                : trans.__('Error "%1"', error.code)}
+          </p>
+        </div>
+      )}
+      <div className="jp-gpudev-form-actions">
+        <button
+          type="submit"
+          className={
+            'jp-gpudev-button jp-gpudev-mod-accept' +
+            (submitting ? ' jp-gpudev-mod-busy' : '')
+          }
+          data-testid="gpudev-add-host-submit"
+          aria-disabled={submitting}
+          aria-busy={submitting}
+          aria-describedby={submitting ? statusId : undefined}
+        >
+          {submitting ? trans.__('Connecting…') : trans.__('Add host')}
+        </button>
+        <button
+          type="button"
+          className="jp-gpudev-button"
+          data-testid="gpudev-add-host-cancel"
+          onClick={onCancel}
+        >
+          {trans.__('Cancel')}
+        </button>
+      </div>
+    </form>
   );
 }
 
@@ -283,16 +706,88 @@ function transportLabel(
   }
 }
 
+function originLabel(
+  origin: IHostInfo['origin'],
+  trans: TranslationBundle
+): string {
+  switch (origin) {
+    case 'local':
+      return trans.__('local');
+    case 'config':
+      return trans.__('configured');
+    case 'added':
+      return trans.__('added');
+    default:
+      return String(origin);
+  }
+}
+
+/**
+ * Ask for confirmation, then remove an added host. A refusal (dev
+ * containers left on it) is shown as an error notification.
+ */
+async function removeHostWithConfirmation(
+  model: HostsModel,
+  host: IHostInfo,
+  trans: TranslationBundle
+): Promise<boolean> {
+  const result = await showDialog({
+    title: trans.__('Remove host %1?', host.name),
+    body: (
+      <div className="jp-gpudev-error-details">
+        <p>
+          {trans.__(
+            'The server stops using %1 (%2). Nothing on that machine is changed; its dev containers must be removed first.',
+            host.name,
+            host.url
+          )}
+        </p>
+      </div>
+    ),
+    buttons: [
+      Dialog.cancelButton({ label: trans.__('Cancel') }),
+      Dialog.warnButton({ label: trans.__('Remove') })
+    ],
+    defaultButton: 0
+  });
+  if (!result.button.accept) {
+    return false;
+  }
+  try {
+    await model.remove(host.name);
+    return true;
+  } catch (reason) {
+    notifyError(
+      trans.__('GPU Dev: could not remove host %1', host.name),
+      toAPIError(reason),
+      trans
+    );
+    return false;
+  }
+}
+
 function HostCard({
   host,
+  model,
+  pending,
+  onRemoved,
   trans
 }: {
   host: IHostInfo;
+  model: HostsModel;
+  pending: HostAction | undefined;
+  onRemoved: () => void;
   trans: TranslationBundle;
 }): React.JSX.Element {
   const headingId = React.useId();
   const transport = transportLabel(host.transport, trans);
+  // "SSH · added"; the local engine is said once ("local socket").
+  const kind =
+    host.origin === 'local'
+      ? transport
+      : `${transport} · ${originLabel(host.origin, trans)}`;
   const showGPUs = host.reachable || host.gpus.gpus.length > 0;
+  const removing = pending === 'remove';
   return (
     <li
       className={
@@ -315,13 +810,61 @@ function HostCard({
         </span>
       </div>
       <p className="jp-gpudev-host-url" title={host.url}>
-        {transport} · {host.url}
+        <span
+          className="jp-gpudev-host-kind"
+          data-testid={`gpudev-host-kind-${host.name}`}
+        >
+          {kind}
+        </span>{' '}
+        · {host.url}
       </p>
+      {!host.is_local && host.workspace && (
+        <dl className="jp-gpudev-facts">
+          <dt>{trans.__('Workspace')}</dt>
+          <dd
+            className="jp-gpudev-path"
+            data-testid={`gpudev-host-workspace-${host.name}`}
+          >
+            {host.workspace}
+          </dd>
+        </dl>
+      )}
       {!host.reachable && host.reason && (
         <p className="jp-gpudev-reason">{host.reason}</p>
       )}
       {host.engine && <EngineFacts engine={host.engine} trans={trans} />}
       {showGPUs && <GPUSection inventory={host.gpus} trans={trans} />}
+      {host.origin === 'added' && (
+        <div
+          className="jp-gpudev-actions"
+          role="group"
+          aria-label={trans.__('Actions on host %1', host.name)}
+        >
+          <button
+            type="button"
+            className={
+              'jp-gpudev-button jp-gpudev-mod-warn' +
+              (removing ? ' jp-gpudev-mod-busy' : '')
+            }
+            data-testid={`gpudev-host-remove-${host.name}`}
+            disabled={pending !== undefined}
+            aria-busy={removing}
+            aria-label={trans.__('Remove host %1', host.name)}
+            title={trans.__('Stop using this host (it was added from here)')}
+            onClick={() => {
+              void removeHostWithConfirmation(model, host, trans).then(
+                removed => {
+                  if (removed) {
+                    onRemoved();
+                  }
+                }
+              );
+            }}
+          >
+            {removing ? trans.__('Removing…') : trans.__('Remove')}
+          </button>
+        </div>
+      )}
     </li>
   );
 }

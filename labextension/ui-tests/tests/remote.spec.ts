@@ -1,0 +1,406 @@
+import { expect, test } from '@jupyterlab/galata';
+import type { APIRequestContext } from '@playwright/test';
+import { execFile } from 'child_process';
+import { promisify } from 'util';
+
+import { openPanel } from './helpers';
+
+const run = promisify(execFile);
+
+/**
+ * The `web` environment of the test configuration: the kernel image, no GPU,
+ * `"forwardPorts": [8000]` (served by the server's proxy).
+ */
+const WEB_ENV = 'web';
+
+/** The host the first test tries to add; it must never stay. */
+const BAD_HOST = 'bad';
+
+/** A host added (unchecked) through the API, then removed from the panel. */
+const ADDED_HOST = 'gone';
+
+/** Names of the containers a test started, removed again after it. */
+const started = new Set<string>();
+
+interface IListedContainer {
+  name: string;
+  container_id: string;
+  owner: string;
+  environment: string;
+  state: string;
+  web_ports: number[];
+}
+
+/** The names of the hosts the server lists (reachable or not). */
+async function hostNames(request: APIRequestContext): Promise<string[]> {
+  const listed = await request.get('/gpudev/api/hosts');
+  // 503 when no host answers: the body still lists them, in details.
+  type Listed = { name?: string; host?: string }[];
+  const body = (await listed.json()) as {
+    hosts?: Listed;
+    details?: { hosts?: Listed };
+  };
+  const hosts = body.hosts ?? body.details?.hosts ?? [];
+  return hosts.map(host => host.name ?? host.host ?? '');
+}
+
+/** The (anonymous) user of the browser context, who owns what it starts. */
+async function currentUser(request: APIRequestContext): Promise<string> {
+  const me = await request.get('/api/me');
+  expect(me.ok()).toBe(true);
+  const body = (await me.json()) as { identity: { username: string } };
+  return body.identity.username;
+}
+
+/** The dev containers `owner` has, through the API. */
+async function containersOf(
+  request: APIRequestContext,
+  owner: string
+): Promise<IListedContainer[]> {
+  const listed = await request.get('/gpudev/api/containers?all=1');
+  expect(listed.ok()).toBe(true);
+  const body = (await listed.json()) as { containers: IListedContainer[] };
+  return body.containers.filter(container => container.owner === owner);
+}
+
+/** One dev container, through the API. */
+async function getContainer(
+  request: APIRequestContext,
+  name: string
+): Promise<IListedContainer> {
+  const got = await request.get(
+    `/gpudev/api/containers/${encodeURIComponent(name)}`
+  );
+  expect(got.ok()).toBe(true);
+  return (await got.json()) as IListedContainer;
+}
+
+test.describe('Remote hosts and web ports', () => {
+  test.afterEach(async ({ page }) => {
+    // Nothing a test made stays: the host it tried to add, its containers.
+    const hosts = await hostNames(page.request);
+    for (const host of [BAD_HOST, ADDED_HOST].filter(h => hosts.includes(h))) {
+      const removedHost = await page.request.delete(
+        `/gpudev/api/hosts/${host}`
+      );
+      expect([204, 404]).toContain(removedHost.status());
+    }
+    const names = new Set(started);
+    for (const container of await containersOf(
+      page.request,
+      await currentUser(page.request)
+    )) {
+      names.add(container.name);
+    }
+    for (const name of names) {
+      const removed = await page.request.delete(
+        `/gpudev/api/containers/${encodeURIComponent(name)}?force=1`
+      );
+      expect([204, 404]).toContain(removed.status());
+    }
+    started.clear();
+  });
+
+  test('adding a host that does not answer shows why in the form and adds nothing', async ({
+    page
+  }, testInfo) => {
+    test.setTimeout(120000);
+    // Given the panel, with its Add host button
+    const panel = await openPanel(page);
+    const toggle = panel.getByTestId('gpudev-add-host');
+    await expect(toggle).toHaveAttribute('aria-expanded', 'false');
+    expect(await hostNames(page.request)).not.toContain(BAD_HOST);
+
+    // When it is clicked, then a form opens with the focus in its Name field
+    await toggle.click();
+    await expect(toggle).toHaveAttribute('aria-expanded', 'true');
+    const form = panel.getByTestId('gpudev-add-host-form');
+    await expect(form).toBeVisible();
+    const name = form.getByLabel('Name', { exact: true });
+    const url = form.getByLabel('URL', { exact: true });
+    await expect(name).toBeFocused();
+    await expect(url).toHaveAttribute('placeholder', 'ssh://user@gpu-box');
+    for (const label of [
+      'Identity file (optional)',
+      'known_hosts file (optional)',
+      'Remote workspace folder (optional)'
+    ]) {
+      await expect(form.getByLabel(label, { exact: true })).toBeVisible();
+    }
+    const submit = form.getByTestId('gpudev-add-host-submit');
+
+    // When it is sent empty, then it says what is missing without asking the server
+    await submit.click();
+    await expect(name).toHaveAttribute('aria-invalid', 'true');
+    await expect(form).toContainText('Enter a name for the host.');
+    await expect(form).toContainText('Enter the URL of the host.');
+    await expect(name).toBeFocused();
+
+    // When a host where nothing listens is entered and sent
+    await name.fill(BAD_HOST);
+    await url.fill('ssh://root@127.0.0.1:1');
+    const answered = page.waitForResponse(
+      response =>
+        new URL(response.url()).pathname.endsWith('/gpudev/api/hosts') &&
+        response.request().method() === 'POST',
+      { timeout: 90000 }
+    );
+    await submit.click();
+    const response = await answered;
+
+    // Then the server refuses it as not answering, and the form shows its
+    // message in full, keeping what was typed
+    expect(response.status()).toBe(503);
+    const body = (await response.json()) as { message: string };
+    expect(body.message).toContain('127.0.0.1');
+    const error = form.getByTestId('gpudev-add-host-error');
+    await expect(error).toBeVisible();
+    await expect(error).toHaveAttribute('role', 'alert');
+    await expect(error).toContainText('127.0.0.1');
+    await expect(error).toContainText(body.message);
+    await expect(error).toContainText('HTTP 503');
+    await expect(name).toHaveValue(BAD_HOST);
+    await expect(url).toHaveValue('ssh://root@127.0.0.1:1');
+    await expect(submit).toHaveText('Add host');
+    await form.scrollIntoViewIfNeeded();
+    await panel.screenshot({
+      path: testInfo.outputPath('gpudev-add-host-error.png')
+    });
+
+    // And the host is not added
+    expect(await hostNames(page.request)).not.toContain(BAD_HOST);
+    await panel.getByRole('button', { name: 'Refresh' }).click();
+    await expect(panel.getByTestId(`gpudev-host-${BAD_HOST}`)).toHaveCount(0);
+    await expect(form).toBeVisible();
+
+    // When Escape is pressed, then the form closes and the focus goes back
+    await name.focus();
+    await page.keyboard.press('Escape');
+    await expect(form).toHaveCount(0);
+    await expect(toggle).toBeFocused();
+    await expect(toggle).toHaveAttribute('aria-expanded', 'false');
+  });
+
+  test('an added host shows its transport, origin and workspace, and can be removed after a confirmation', async ({
+    page
+  }, testInfo) => {
+    test.setTimeout(120000);
+    // Given a remote host added without connecting to it (nothing listens there)
+    const made = await page.request.post('/gpudev/api/hosts', {
+      data: {
+        name: ADDED_HOST,
+        url: 'ssh://root@127.0.0.1:1',
+        workspace: '/srv/work',
+        check: false
+      }
+    });
+    expect(made.status()).toBe(201);
+    const host = (await made.json()) as { origin: string; transport: string };
+    expect(host.origin).toBe('added');
+    expect(host.transport).toBe('ssh');
+
+    // Then its card says how it is reached, where it comes from, its
+    // workspace and why it is unreachable; only it has a Remove button
+    const panel = await openPanel(page);
+    const card = panel.getByTestId(`gpudev-host-${ADDED_HOST}`);
+    await expect(card).toBeVisible({ timeout: 30000 });
+    await expect(card.getByTestId(`gpudev-host-kind-${ADDED_HOST}`)).toHaveText(
+      'SSH · added'
+    );
+    await expect(
+      card.getByTestId(`gpudev-host-workspace-${ADDED_HOST}`)
+    ).toHaveText('/srv/work');
+    await expect(card.getByText('unreachable', { exact: true })).toBeVisible();
+    await expect(card).toContainText('127.0.0.1');
+    await expect(panel.getByTestId('gpudev-host-remove-local')).toHaveCount(0);
+    const remove = card.getByRole('button', {
+      name: `Remove host ${ADDED_HOST}`
+    });
+    await card.scrollIntoViewIfNeeded();
+    await card.screenshot({
+      path: testInfo.outputPath('gpudev-added-host.png')
+    });
+
+    // When more GPUs than any host has are asked for, with no host named
+    // (the server places a start on a host that can take it)
+    const owner = await currentUser(page.request);
+    const gpuEnv = panel.getByTestId('gpudev-env-gpu');
+    await expect(gpuEnv).toBeVisible();
+    await panel.getByTestId('gpudev-env-gpus-gpu').fill('3');
+    const started = page.waitForResponse(
+      response =>
+        new URL(response.url()).pathname.endsWith('/gpudev/api/containers') &&
+        response.request().method() === 'POST'
+    );
+    await panel.getByTestId('gpudev-env-start-gpu').click();
+    const sent = (await started).request().postDataJSON() as {
+      host?: string;
+    };
+    expect(sent.host).toBeUndefined();
+
+    // Then the error says no host can take it, and its details say why for
+    // each host, one line per host
+    const toast = page
+      .locator('.Toastify__toast')
+      .filter({ hasText: 'No host can start' });
+    await expect(toast).toHaveCount(1, { timeout: 60000 });
+    await toast.getByRole('button', { name: 'Show details' }).click();
+    const dialog = page.locator('.jp-Dialog');
+    const reasons = dialog.getByTestId('gpudev-error-host-reasons');
+    await expect(reasons).toBeVisible();
+    await expect(reasons.locator('li')).toHaveCount(2);
+    await expect(
+      reasons.locator('li').filter({ hasText: 'local' })
+    ).toHaveCount(1);
+    await expect(
+      reasons.locator('li').filter({ hasText: `${ADDED_HOST}:` })
+    ).toContainText('127.0.0.1');
+    await expect(dialog).toContainText('HTTP 409');
+    await dialog.screenshot({
+      path: testInfo.outputPath('gpudev-no-host-details.png')
+    });
+    await page.keyboard.press('Escape');
+    await expect(dialog).toHaveCount(0);
+    expect(await containersOf(page.request, owner)).toHaveLength(0);
+
+    // When Remove is clicked and the dialog cancelled, then it stays
+    await remove.click();
+    await expect(dialog).toContainText(`Remove host ${ADDED_HOST}?`);
+    await dialog.getByRole('button', { name: 'Cancel' }).click();
+    await expect(dialog).toHaveCount(0);
+    expect(await hostNames(page.request)).toContain(ADDED_HOST);
+    await expect(card).toBeVisible();
+
+    // When it is confirmed
+    const deleted = page.waitForResponse(
+      response =>
+        new URL(response.url()).pathname.endsWith(
+          `/gpudev/api/hosts/${ADDED_HOST}`
+        ) && response.request().method() === 'DELETE'
+    );
+    await remove.click();
+    await dialog.getByRole('button', { name: 'Remove' }).click();
+    expect((await deleted).status()).toBe(204);
+
+    // Then its card goes, the focus moves to Add host, and the server forgot it
+    await expect(card).toHaveCount(0);
+    await expect(panel.getByTestId('gpudev-add-host')).toBeFocused();
+    expect(await hostNames(page.request)).not.toContain(ADDED_HOST);
+  });
+
+  test('a forwarded web port of a dev container opens through the proxy, and ports can be added and removed', async ({
+    page
+  }, testInfo) => {
+    // Creating and stopping a container takes a while.
+    test.setTimeout(180000);
+    // Given the panel listing the web environment
+    const panel = await openPanel(page);
+    const environment = panel.getByTestId(`gpudev-env-${WEB_ENV}`);
+    await expect(environment).toBeVisible({ timeout: 30000 });
+    await expect(environment).toContainText('CPU');
+    const owner = await currentUser(page.request);
+    expect(await containersOf(page.request, owner)).toHaveLength(0);
+
+    // When it is started from the panel
+    await panel.getByTestId(`gpudev-env-start-${WEB_ENV}`).click();
+    let container: IListedContainer | undefined;
+    await expect(async () => {
+      const mine = await containersOf(page.request, owner);
+      expect(mine).toHaveLength(1);
+      container = mine[0];
+    }).toPass({ timeout: 90000 });
+    if (!container) {
+      throw new Error('no container');
+    }
+    const name = container.name;
+    started.add(name);
+    const row = panel.getByTestId(`gpudev-container-${name}`);
+    await expect(row).toHaveAttribute('data-state', 'running', {
+      timeout: 90000
+    });
+    expect((await getContainer(page.request, name)).web_ports).toEqual([8000]);
+
+    // And a web server listens on its port 8000
+    await run('docker', [
+      'exec',
+      '--detach',
+      container.container_id,
+      'sh',
+      '-c',
+      'mkdir -p /tmp/www && echo hello > /tmp/www/hello-gpudev.txt && cd /tmp/www && exec python3 -m http.server 8000'
+    ]);
+
+    // Then its row links to the port through the server's proxy
+    const link = row.getByRole('link', { name: 'Open :8000' });
+    await expect(link).toBeVisible();
+    await expect(link).toHaveAttribute('target', '_blank');
+    await expect(link).toHaveAttribute('rel', /\bnoopener\b/);
+    const href = await link.getAttribute('href');
+    expect(href).toBeTruthy();
+    const target = new URL(href ?? '', page.url());
+    expect(target.pathname).toBe(
+      `/gpudev/proxy/${encodeURIComponent(name)}/8000/`
+    );
+
+    // And the link answers, with the page's credentials, the server's listing
+    await expect(async () => {
+      const got = await page.request.get(target.href);
+      expect(got.status()).toBe(200);
+      const text = await got.text();
+      expect(text).toContain('Directory listing for /');
+      expect(text).toContain('hello-gpudev.txt');
+    }).toPass({ timeout: 30000 });
+    await row.scrollIntoViewIfNeeded();
+    await row.screenshot({
+      path: testInfo.outputPath('gpudev-web-port.png')
+    });
+
+    // When a port out of range is entered, then the row says so and asks nothing
+    const input = row.getByLabel(`Port of ${name} to serve`);
+    const add = row.getByTestId(`gpudev-web-port-add-${name}`);
+    const error = row.getByTestId(`gpudev-web-port-error-${name}`);
+    await input.fill('70000');
+    await add.click();
+    await expect(error).toHaveText('Enter a port number from 1 to 65535.');
+    await expect(input).toHaveAttribute('aria-invalid', 'true');
+    expect((await getContainer(page.request, name)).web_ports).toEqual([8000]);
+
+    // When port 8001 is added
+    await input.fill('8001');
+    await expect(error).toHaveCount(0);
+    const added = page.waitForResponse(
+      response =>
+        new URL(response.url()).pathname.endsWith(
+          `/gpudev/api/containers/${name}/ports`
+        ) && response.request().method() === 'POST'
+    );
+    await add.click();
+    expect((await added).status()).toBe(200);
+
+    // Then it is linked too, and the server serves it
+    await expect(row.getByRole('link', { name: 'Open :8001' })).toBeVisible();
+    await expect(input).toHaveValue('');
+    expect((await getContainer(page.request, name)).web_ports).toEqual([
+      8000, 8001
+    ]);
+    await row.screenshot({
+      path: testInfo.outputPath('gpudev-web-ports-added.png')
+    });
+
+    // When its × is clicked, then it goes, and port 8000 stays
+    const removed = page.waitForResponse(
+      response =>
+        new URL(response.url()).pathname.endsWith(
+          `/gpudev/api/containers/${name}/ports/8001`
+        ) && response.request().method() === 'DELETE'
+    );
+    await row
+      .getByRole('button', { name: `Stop serving port 8001 of ${name}` })
+      .click();
+    expect((await removed).status()).toBe(200);
+    await expect(row.getByRole('link', { name: 'Open :8001' })).toHaveCount(0);
+    await expect(row.getByRole('link', { name: 'Open :8000' })).toBeVisible();
+    await expect(input).toBeFocused();
+    expect((await getContainer(page.request, name)).web_ports).toEqual([8000]);
+  });
+});
