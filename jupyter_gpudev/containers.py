@@ -501,7 +501,7 @@ class DevContainers(LoggingConfigurable):
         if not inventory.gpus:
             return f"no GPU ({inventory.reason or 'none found'})"
         try:
-            _, labelled = self._reconcile_host(host)
+            _, labelled = self._reconcile_host(host)  # EngineUnreachable: this host's reason
             held = self.ledger.holders(host.name)
             units = [
                 u for u in leasable_units(inventory) if u.uuid in held or u.uuid not in labelled
@@ -511,7 +511,7 @@ class DevContainers(LoggingConfigurable):
             return err.message
         try:
             image = host.client().images.get(env.image_ref())
-        except (docker.errors.DockerException, requests.exceptions.RequestException):
+        except (docker.errors.DockerException, requests.exceptions.RequestException, GPUDevError):
             return None  # pulled or built at start, and checked then
         try:
             check_cuda(
@@ -720,7 +720,7 @@ class DevContainers(LoggingConfigurable):
         if container is not None:
             try:
                 container.remove(force=True)
-            except docker.errors.DockerException:
+            except (docker.errors.DockerException, GPUDevError):
                 self.log.exception("Could not remove %s after a failed start", container.name)
                 return  # keep the lease: the container may still hold the GPUs
         if lease is not None:
@@ -801,6 +801,17 @@ class DevContainers(LoggingConfigurable):
             return mounts, str(self.root_dir)
         where = f"host {host.name!r}"
         trait = f"c.HostPool.hosts[{host.name!r}]['mount_roots']"
+        if (
+            host.origin == "added"
+            and not self.run_as_server_user
+            and (env.mounts or host.spec.workspace)
+        ):
+            # A host a user added mounts its folders only for containers running as its SSH
+            # user (no more than that user can reach there anyway).
+            raise MountNotAllowed(
+                f"Folders of {where} (added at run time) are mounted only with "
+                "c.DevContainers.run_as_server_user on"
+            )
         if host.ssh is None:
             # tcp:// runs no commands: its workspace is trusted configuration, nothing else.
             if env.mounts:
@@ -879,7 +890,7 @@ class DevContainers(LoggingConfigurable):
                     code, output = container.exec_run(
                         argv, workdir=env.workspace_folder, environment=dict(env.container_env)
                     )
-                except docker.errors.DockerException as exc:
+                except (docker.errors.DockerException, GPUDevError) as exc:
                     self.log.warning("%s of %s failed: %r", stage, container.name, exc)
                     code, output = -1, b""
                 text = output.decode(errors="replace") if isinstance(output, bytes) else ""
@@ -1039,10 +1050,13 @@ class DevContainers(LoggingConfigurable):
         if ssh is None:
             raise EngineError("Terminals on ssh:// hosts need the ssh command line on PATH")
         target = host.ssh.target
-        argv = [ssh, "-tt", "-p", str(target.port), "-o", "BatchMode=yes"]
-        argv += ["-o", "StrictHostKeyChecking=yes"]
+        # -F none: no ~/.ssh/config or ssh_config (a HostName or ProxyCommand there would take
+        # the terminal elsewhere than the server's own connection goes).
+        argv = [ssh, "-F", "none", "-tt", "-p", str(target.port), "-o", "BatchMode=yes"]
+        argv += ["-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10"]
         if target.known_hosts:
             argv += ["-o", f"UserKnownHostsFile={target.known_hosts}"]
+            argv += ["-o", "GlobalKnownHostsFile=/dev/null"]
         if target.identity_file:
             argv += ["-i", target.identity_file, "-o", "IdentitiesOnly=yes"]
         remote = " ".join(shlex.quote(word) for word in ["docker", *inside])
@@ -1267,25 +1281,28 @@ class DevContainers(LoggingConfigurable):
             "Listing dev containers",
             # A container removed between the listing and its inspection (a start that lost a
             # race and cleaned up) is simply not there.
+            # Every managed container of the engine: another host entry (or another server)
+            # that reaches the same engine holds its GPUs too.
             lambda: host.client().containers.list(
-                all=True,
-                filters={"label": [f"{L_MANAGED}=1", f"{L_HOST}={host.name}"]},
-                ignore_removed=True,
+                all=True, filters={"label": f"{L_MANAGED}=1"}, ignore_removed=True
             ),
         )
         holding: dict[str, tuple[str, ...]] = {}
         owners: dict[str, str] = {}
+        labelled: set[str] = set()
         for container in containers:
             if container.status in _STOPPED:
                 continue
             labels = container.labels
+            labelled.update(labelled_gpus(labels))
+            if not _on_host(container, host):
+                continue  # the ledger of this host name only reconciles its own containers
             name = labels.get(L_NAME, "")
             holding[name] = labelled_gpus(labels)
             owners[name] = labels.get(L_OWNER, "unknown")
         report = self.ledger.reconcile(
             host.name, holding, owners=owners, created_before=listed_at - self.reconcile_grace
         )
-        labelled = {uuid for uuids in holding.values() for uuid in uuids}
         return report.to_json(), labelled
 
 

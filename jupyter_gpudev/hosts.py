@@ -52,6 +52,8 @@ Transport = Literal["local", "ssh", "tcp"]
 
 DEFAULT_LOCAL_URL = "unix:///var/run/docker.sock"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+#: A user or host name of an ssh:// or tcp:// URL (what reaches ``ssh`` for terminals).
+_URL_PART_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:-]{0,252}$")
 _TLS_KEYS = {"tls_ca_cert", "tls_client_cert", "tls_client_key", "tls_verify"}
 _SSH_KEYS = {"identity_file", "known_hosts"}
 #: Keys of a remote host: what runs there, and which of its folders containers see.
@@ -77,6 +79,14 @@ def _check_url(where: str, url: Any) -> None:
         raise ConfigError(f"{where}: a unix:// URL needs a socket path")
     if parts.scheme in ("ssh", "tcp") and not parts.hostname:
         raise ConfigError(f"{where}: {url!r} has no host name")
+    if parts.scheme in ("ssh", "tcp") and (
+        not _URL_PART_RE.match(parts.hostname or "")
+        or (parts.username is not None and not _URL_PART_RE.match(parts.username))
+    ):
+        raise ConfigError(
+            f"{where}: {url!r}: a user or host name is letters, digits, '.', '_', '-' (or an "
+            "IPv6 address in brackets)"
+        )
     try:
         port = parts.port
     except ValueError:
@@ -373,7 +383,9 @@ class Host:
             timeout=timeout,  # type: ignore[arg-type]
             use_ssh_client=True,
         )
-        adapter = SSHDockerAdapter(self.ssh, timeout)
+        # Probes (timeout) get 2 channels, operations 4: with 2 commands at once and the
+        # short-lived version probe, under OpenSSH's default of 10 sessions per connection.
+        adapter = SSHDockerAdapter(self.ssh, timeout, 2 if timeout == self.timeout else 4)
         client.api.mount("http+docker://ssh", adapter)
         client.api._custom_adapter = adapter  # type: ignore[attr-defined] # closed with it
         return client
@@ -783,6 +795,7 @@ class HostPool(LoggingConfigurable):
             spec = HostSpec.parse(name, entry)
         except ConfigError as err:
             raise BadRequest(err.message.replace("c.HostPool.hosts", "hosts add")) from err
+        self._check_runtime(spec)
         if name in self._all():
             raise Conflict(f"A host named {name!r} exists already; remove it first")
         if check:
@@ -797,6 +810,30 @@ class HostPool(LoggingConfigurable):
             self._save_added(added)
         self.log.info("gpudev: host %s (%s) added", name, url)
         return self.describe(name)
+
+    @staticmethod
+    def _check_runtime(spec: HostSpec) -> None:
+        """What a user may add without the administrator: a remote engine reached with its own
+        credentials, never this machine's socket (its containers could mount this machine's
+        folders past c.MountPolicy), and never a tcp:// engine without mutual TLS."""
+        scheme = urlsplit(spec.url).scheme
+        if scheme == "unix":
+            raise BadRequest(
+                "A unix:// engine cannot be added at run time (it is this machine's): "
+                "configure it in c.HostPool.hosts"
+            )
+        if scheme == "tcp" and not (
+            spec.tls_verify and spec.tls_ca_cert and spec.tls_client_cert and spec.tls_client_key
+        ):
+            raise BadRequest(
+                "A tcp:// engine added at run time needs mutual TLS: tls_ca_cert, "
+                "tls_client_cert and tls_client_key, with tls_verify on"
+            )
+        if scheme == "tcp" and (spec.workspace or spec.mount_roots):
+            raise BadRequest(
+                "A tcp:// engine runs no commands, so its folders cannot be checked: workspace "
+                "and mount_roots need an ssh:// host"
+            )
 
     def remove(self, name: str) -> None:
         """Remove a host added at run time (configured ones stay: edit the config)."""

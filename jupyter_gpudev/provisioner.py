@@ -37,7 +37,7 @@ from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import Config
 
 from .containers import DevContainers, StartRequest
-from .errors import Conflict, EngineError, GPUDevError
+from .errors import Conflict, EngineError, EngineUnreachable, GPUDevError
 from .hosts import HostPool
 
 T = TypeVar("T")
@@ -126,6 +126,13 @@ class GPUDevProvisioner(KernelProvisionerBase):
         help="""After launching, watch the kernel this long: one that exits at once is
         reported with its output and cleaned up, instead of a 'kernel died' restart loop.""",
     )
+    unreachable_grace = Float(
+        60.0,
+        config=True,
+        help="""Seconds a kernel on a remote host is still considered running while its host
+        cannot be reached (a dropped SSH connection is reopened on the next call); after that
+        it is reported dead, with the reason in the server log.""",
+    )
     remove_unchanged = Bool(
         True,
         config=True,
@@ -146,6 +153,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
     #: Counted among the kernels of a shared container.
     _joined: bool = False
     _idle_timeout: float | None = None
+    _unreachable_since: float = 0.0
     #: Set by the GPU culler: at shutdown, stop the container but keep it (a reclaim).
     keep_container: bool = False
 
@@ -473,9 +481,25 @@ class GPUDevProvisioner(KernelProvisionerBase):
             if self._api is None:
                 self._api = self._container().client.api
             state = self._api.exec_inspect(self._exec_id)
+        except EngineUnreachable as err:
+            # A remote host that dropped: still running as far as we know, for a while (the
+            # next call reconnects); past the grace, dead, with the reason in the log.
+            now = time.monotonic()
+            self._unreachable_since = self._unreachable_since or now
+            if now - self._unreachable_since < self.unreachable_grace:
+                return None
+            self.log.warning(
+                "gpudev kernel %s: host unreachable for %.0f s, the kernel is lost: %s",
+                self.kernel_id,
+                now - self._unreachable_since,
+                err.message,
+            )
+            self._exit_code = -1
+            return self._exit_code
         except (docker.errors.DockerException, GPUDevError):
             self._exit_code = -1
             return self._exit_code
+        self._unreachable_since = 0.0
         if state.get("Running"):
             return None
         self._exit_code = int(state.get("ExitCode") or 0)

@@ -16,6 +16,7 @@ Every call here blocks: the server runs them in worker threads.
 from __future__ import annotations
 
 import base64
+import contextlib
 import getpass
 import hashlib
 import logging
@@ -96,6 +97,59 @@ class UnknownHostKey(paramiko.SSHException):
         self.key = key
 
 
+class RevokedHostKey(paramiko.SSHException):
+    """The server offered a key a known_hosts file marks ``@revoked``."""
+
+    def __init__(self, hostname: str, key: paramiko.PKey) -> None:
+        super().__init__(f"revoked host key for {hostname}")
+        self.key = key
+
+
+def _load_known_hosts(keys: paramiko.HostKeys, path: str, log: Any) -> set[bytes]:
+    """Read a known_hosts file into ``keys`` (hashed names and ``[host]:port`` entries
+    included); returns the ``@revoked`` keys. ``@cert-authority`` lines are skipped (host
+    certificates are not supported: such a host's plain key must be listed), and a line that
+    cannot be read is skipped with a warning, never trusted."""
+    revoked: set[bytes] = set()
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, raw in enumerate(handle, 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("@cert-authority"):
+                continue
+            if line.startswith("@revoked"):
+                fields = line.split()
+                if len(fields) >= 4:
+                    try:
+                        revoked.add(base64.b64decode(fields[3]))
+                    except ValueError:
+                        log.warning("gpudev: %s:%d: unreadable @revoked key", path, number)
+                continue
+            try:
+                entry = paramiko.hostkeys.HostKeyEntry.from_line(line, number)
+            except Exception as exc:  # paramiko's InvalidHostKey is a bare Exception
+                log.warning("gpudev: %s:%d: skipped (%s)", path, number, type(exc).__name__)
+                continue
+            if entry is not None and entry.key is not None:
+                for name in entry.hostnames:
+                    keys.add(name, entry.key.get_name(), entry.key)
+    return revoked
+
+
+def _fail_fast_when_silent(transport: paramiko.Transport, keepalive: int) -> None:
+    """paramiko's keepalives are never acknowledged: on a host that went silent (power loss,
+    a partition), the connection would look alive until TCP gives up (~15 min). With a TCP
+    user timeout, unacknowledged keepalives end it within about two intervals, so channels
+    close, tunnels drop and the next use reconnects or says why."""
+    sock = transport.sock
+    if not isinstance(sock, socket.socket):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, keepalive * 2 * 1000)
+
+
 class _RefuseUnknown(paramiko.MissingHostKeyPolicy):
     """Never accept a key known_hosts does not hold; keep the key for the message."""
 
@@ -122,6 +176,11 @@ def describe_ssh_error(target: SSHTarget, exc: BaseException) -> str:  # noqa: P
             "key is never accepted). Check that fingerprint with the host's administrator, then "
             f"add the key, e.g. `ssh-keyscan -p {target.port} {target.hostname} >> "
             f"{target.known_hosts_files()[0]}`."
+        )
+    if isinstance(exc, RevokedHostKey):
+        return (
+            f"The SSH host key of {target.hostname}:{target.port} ({fingerprint(exc.key)}) is "
+            f"marked @revoked in {files}: the connection was refused."
         )
     if isinstance(exc, paramiko.BadHostKeyException):
         return (
@@ -179,6 +238,9 @@ class SSHConnection:
         self.keepalive = keepalive
         self.log = log
         self.generation = 0
+        #: Commands (``run``) at once: with the Docker API pools (``SSHDockerAdapter``) they
+        #: stay under OpenSSH's default MaxSessions (10 session channels per connection).
+        self._commands = threading.BoundedSemaphore(2)
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
         logging.getLogger("paramiko").setLevel(logging.WARNING)
@@ -187,9 +249,10 @@ class SSHConnection:
 
     def _open(self) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
+        revoked: set[bytes] = set()
         for path in self.target.known_hosts_files():
             if os.path.exists(path):
-                client.get_host_keys().load(path)  # read only: nothing is ever added
+                revoked |= _load_known_hosts(client.get_host_keys(), path, self.log)
         client.set_missing_host_key_policy(_RefuseUnknown())
         if self.target.identity_file and not os.path.exists(self.target.identity_file):
             raise FileNotFoundError(self.target.identity_file)
@@ -212,7 +275,12 @@ class SSHConnection:
             raise
         transport = client.get_transport()
         if transport is not None:
+            offered = transport.get_remote_server_key()
+            if offered.asbytes() in revoked:
+                client.close()
+                raise RevokedHostKey(self.target.hostname, offered)
             transport.set_keepalive(self.keepalive)
+            _fail_fast_when_silent(transport, self.keepalive)
         return client
 
     def transport(self) -> paramiko.Transport:
@@ -303,15 +371,16 @@ class SSHConnection:
         """Run a command on the host, every argument quoted: no string reaches the remote
         shell unquoted. Exit 127: not found there."""
         command = " ".join(shlex.quote(arg) for arg in argv)
-        channel = self.session(command, timeout=timeout)
-        try:
-            stdout = channel.makefile("rb").read()
-            stderr = channel.makefile_stderr("rb").read()
-            code = channel.recv_exit_status()
-        except TimeoutError as exc:
-            raise subprocess.TimeoutExpired(argv, timeout) from exc
-        finally:
-            channel.close()
+        with self._commands:
+            channel = self.session(command, timeout=timeout)
+            try:
+                stdout = channel.makefile("rb").read()
+                stderr = channel.makefile_stderr("rb").read()
+                code = channel.recv_exit_status()
+            except TimeoutError as exc:
+                raise subprocess.TimeoutExpired(argv, timeout) from exc
+            finally:
+                channel.close()
         return subprocess.CompletedProcess(
             argv, code, stdout.decode(errors="replace"), stderr.decode(errors="replace")
         )
@@ -338,7 +407,9 @@ class _DialPool(urllib3.connectionpool.HTTPConnectionPool):
     scheme = "ssh"
 
     def __init__(self, ssh: SSHConnection, timeout: float, maxsize: int) -> None:
-        super().__init__("localhost", timeout=timeout, maxsize=maxsize)
+        # block: at most maxsize channels; a call waits for a free one (up to its timeout)
+        # instead of opening more sessions than the server allows.
+        super().__init__("localhost", timeout=timeout, maxsize=maxsize, block=True)
         self.ssh = ssh
         self.channel_timeout = timeout
 
@@ -368,7 +439,7 @@ class _DialPool(urllib3.connectionpool.HTTPConnectionPool):
 class SSHDockerAdapter(BaseHTTPAdapter):
     """A requests adapter that carries Docker API calls over an ``SSHConnection``."""
 
-    def __init__(self, ssh: SSHConnection, timeout: float, max_pool_size: int = 10) -> None:
+    def __init__(self, ssh: SSHConnection, timeout: float, max_pool_size: int = 4) -> None:
         super().__init__()
         self.pool = _DialPool(ssh, timeout, max_pool_size)
 

@@ -143,7 +143,9 @@ def _copy_up(client: socket.socket, channel: paramiko.Channel) -> None:
     except OSError:
         return
     finally:
-        channel.close()
+        # Half-close: the host's side may still answer (an HTTP client that shut its write side).
+        with contextlib.suppress(OSError, EOFError):
+            channel.shutdown_write()
 
 
 class Tunnels:

@@ -35,9 +35,11 @@ from jupyter_gpudev.hosts import Host, HostPool, HostSpec
 from jupyter_gpudev.leases import GPURequest, LeasableGPU, Lease, NoFreeGPU, check_fit
 from jupyter_gpudev.mounts import MountNotAllowed, MountPolicy, RemotePaths, ResolvedMount
 from jupyter_gpudev.ssh import (
+    RevokedHostKey,
     SSHConnection,
     SSHTarget,
     UnknownHostKey,
+    _load_known_hosts,
     _RefuseUnknown,
     describe_ssh_error,
     fingerprint,
@@ -551,8 +553,9 @@ def make_pool(tmp_path: Path) -> Iterator[Callable[..., HostPool]]:
 
 
 def engine_url(tmp_path: Path, name: str = "engine") -> str:
-    """A unix:// engine that is not running: describing it is instant and offline."""
-    return f"unix://{tmp_path}/{name}.sock"
+    """An ssh:// engine where nothing listens (port 1 of loopback): describing it is instant
+    and offline. (A unix:// engine cannot be added at run time.)"""
+    return f"ssh://{name}@127.0.0.1:1"
 
 
 def hosts_file(tmp_path: Path) -> dict[str, Any]:
@@ -1233,3 +1236,79 @@ def test_a_uuid_that_misses_the_filter_is_a_bad_request() -> None:
     with pytest.raises(GPUDevError, match="does not have at least 40000 MiB") as caught:
         check_fit("far", GPURequest(uuids=(gpus[0].uuid,), min_memory_mib=40000), gpus, {})
     assert isinstance(caught.value, BadRequest)
+
+
+# --------------------------------------------------------------------------------------------
+# Review fixes: known_hosts markers, runtime hosts, URL characters
+# --------------------------------------------------------------------------------------------
+
+
+def test_known_hosts_markers_hashed_and_bracketed_entries_are_read(tmp_path: Path) -> None:
+    # Given a known_hosts file with a plain, a [host]:port, a hashed, a @cert-authority, a
+    # @revoked and a broken line
+    trusted = paramiko.ECDSAKey.generate()
+    other = paramiko.ECDSAKey.generate()
+    gone = paramiko.ECDSAKey.generate()
+    hashed = paramiko.HostKeys.hash_host("[hashed.example]:2222")
+    path = tmp_path / "known_hosts"
+    path.write_text(
+        "# comment\n"
+        f"plain.example {trusted.get_name()} {trusted.get_base64()}\n"
+        f"[port.example]:2222 {other.get_name()} {other.get_base64()}\n"
+        f"{hashed} {trusted.get_name()} {trusted.get_base64()}\n"
+        f"@cert-authority *.example {other.get_name()} {other.get_base64()}\n"
+        f"@revoked * {gone.get_name()} {gone.get_base64()}\n"
+        "broken.example ssh-ed25519 not-base64!!\n"
+    )
+    keys = paramiko.HostKeys()
+    # When it is loaded
+    revoked = _load_known_hosts(keys, str(path), LOG)
+    # Then the keys are there by name (hashed ones too), the CA line is not trusted, the revoked
+    # key is returned, and the broken line is skipped
+    assert keys.lookup("plain.example") is not None
+    assert keys.lookup("[port.example]:2222") is not None
+    assert keys.lookup("[hashed.example]:2222") is not None
+    assert keys.lookup("ca.example") is None
+    assert revoked == {gone.asbytes()}
+
+
+def test_a_revoked_host_key_is_refused_with_a_message() -> None:
+    key = paramiko.ECDSAKey.generate()
+    target = SSHTarget.from_url("ssh://me@box:2222", known_hosts="/k")
+    message = describe_ssh_error(target, RevokedHostKey("box", key))
+    assert "@revoked" in message
+    assert fingerprint(key) in message
+
+
+@pytest.mark.parametrize(
+    ("url", "options", "text"),
+    [
+        ("unix:///var/run/docker.sock", {}, "unix:// engine cannot be added"),
+        ("tcp://box:2376", {}, "needs mutual TLS"),
+        (
+            "tcp://box:2376",
+            {
+                "tls_ca_cert": "/ca",
+                "tls_client_cert": "/c",
+                "tls_client_key": "/k",
+                "workspace": "/srv",
+            },
+            "need an ssh:// host",
+        ),
+    ],
+)
+def test_hosts_a_user_may_not_add_at_run_time(
+    make_pool: Callable[..., HostPool], url: str, options: dict[str, Any], text: str
+) -> None:
+    pool = make_pool()
+    with pytest.raises(BadRequest, match=text):
+        pool.add("x", url, options, check=False)
+    assert pool.names() == []
+
+
+@pytest.mark.parametrize(
+    "url", ["ssh://$(id)@box", "ssh://me@bo`x`", "ssh://-oProxyCommand=x@box", "tcp://a;b:1"]
+)
+def test_user_and_host_names_with_shell_or_option_characters_are_refused(url: str) -> None:
+    with pytest.raises(ConfigError, match="letters, digits"):
+        HostSpec.parse("far", url)
