@@ -12,6 +12,19 @@ import type { IHostInfo } from '../tokens';
  * start no host could take, why each host could not), and the changed
  * paths of a container that was not removed.
  */
+/** The error's code and HTTP status (or that the server did not answer). */
+export function errorCodeText(
+  error: GPUDevAPIError,
+  trans: TranslationBundle
+): string {
+  if (error.status > 0) {
+    return trans.__('Error "%1" (HTTP %2)', error.code, error.status);
+  }
+  return error.code === NETWORK_ERROR
+    ? trans.__('Error "%1" (no answer from the server)', error.code)
+    : trans.__('Error "%1"', error.code);
+}
+
 export function ErrorDetails({
   error,
   hosts,

@@ -5,7 +5,7 @@ import { addIcon, ReactWidget, refreshIcon } from '@jupyterlab/ui-components';
 import type { Message } from '@lumino/messaging';
 import * as React from 'react';
 
-import { NETWORK_ERROR, toAPIError } from '../api';
+import { toAPIError } from '../api';
 import type { GPUDevAPIError } from '../api';
 import { chipIcon } from '../icons';
 import type {
@@ -25,7 +25,7 @@ import type {
 } from '../tokens';
 import { ContainersSection, EnvironmentsSection } from './ContainersView';
 import type { OpenTerminal } from './ContainersView';
-import { notifyError } from './ErrorDetails';
+import { errorCodeText, notifyError } from './ErrorDetails';
 import { useModelState } from './hooks';
 
 /** The id of the panel in the shell (also used by the layout restorer). */
@@ -654,13 +654,7 @@ function AddHostForm({
           <p className="jp-gpudev-error-message jp-gpudev-mod-full">
             {error.message}
           </p>
-          <p className="jp-gpudev-muted">
-            {error.status > 0
-              ? trans.__('Error "%1" (HTTP %2)', error.code, error.status)
-              : error.code === NETWORK_ERROR
-                ? trans.__('Error "%1" (no answer from the server)', error.code)
-                : trans.__('Error "%1"', error.code)}
-          </p>
+          <p className="jp-gpudev-muted">{errorCodeText(error, trans)}</p>
         </div>
       )}
       <div className="jp-gpudev-form-actions">

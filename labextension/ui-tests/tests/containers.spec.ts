@@ -1,7 +1,7 @@
 import { expect, test } from '@jupyterlab/galata';
 import type { APIRequestContext } from '@playwright/test';
 
-import { openPanel } from './helpers';
+import { containersOf, currentUser, getContainer, openPanel } from './helpers';
 
 /**
  * A dev container from the built-in `default` environment (the kernel image
@@ -22,37 +22,6 @@ interface IListedContainer {
   state: string;
   pinned: boolean;
   kernel_id: string | null;
-}
-
-/** One dev container, through the API. */
-async function getContainer(
-  request: APIRequestContext,
-  name: string
-): Promise<IListedContainer> {
-  const got = await request.get(
-    `/gpudev/api/containers/${encodeURIComponent(name)}`
-  );
-  expect(got.ok()).toBe(true);
-  return (await got.json()) as IListedContainer;
-}
-
-/** The (anonymous) user of the browser context, who owns what it starts. */
-async function currentUser(request: APIRequestContext): Promise<string> {
-  const me = await request.get('/api/me');
-  expect(me.ok()).toBe(true);
-  const body = (await me.json()) as { identity: { username: string } };
-  return body.identity.username;
-}
-
-/** The dev containers `owner` has, through the API. */
-async function containersOf(
-  request: APIRequestContext,
-  owner: string
-): Promise<IListedContainer[]> {
-  const listed = await request.get('/gpudev/api/containers?all=1');
-  expect(listed.ok()).toBe(true);
-  const body = (await listed.json()) as { containers: IListedContainer[] };
-  return body.containers.filter(container => container.owner === owner);
 }
 
 /** Shut a Jupyter terminal down (it may be gone already). */
@@ -77,7 +46,7 @@ async function removeLeftovers(request: APIRequestContext): Promise<void> {
     await shutDownTerminal(request, name);
   }
   const names = new Set(started);
-  for (const container of await containersOf(
+  for (const container of await containersOf<IListedContainer>(
     request,
     await currentUser(request)
   )) {
@@ -120,7 +89,9 @@ test.describe('Dev containers', () => {
 
     // When it is started
     const owner = await currentUser(page.request);
-    expect(await containersOf(page.request, owner)).toHaveLength(0);
+    expect(
+      await containersOf<IListedContainer>(page.request, owner)
+    ).toHaveLength(0);
     const answered = page.waitForResponse(
       response =>
         new URL(response.url()).pathname.endsWith('/gpudev/api/containers') &&
@@ -132,7 +103,7 @@ test.describe('Dev containers', () => {
     expect(response.headers()['content-type']).toContain('text/event-stream');
     let name = '';
     await expect(async () => {
-      const mine = await containersOf(page.request, owner);
+      const mine = await containersOf<IListedContainer>(page.request, owner);
       expect(mine).toHaveLength(1);
       name = mine[0]?.name ?? '';
     }).toPass({ timeout: 60000 });
@@ -319,7 +290,9 @@ test.describe('Dev containers', () => {
       'title',
       'Let it stop when its last kernel ends'
     );
-    expect((await getContainer(page.request, name)).pinned).toBe(true);
+    expect(
+      (await getContainer<IListedContainer>(page.request, name)).pinned
+    ).toBe(true);
     await row.scrollIntoViewIfNeeded();
     await row.screenshot({
       path: testInfo.outputPath('gpudev-container-pinned.png')
@@ -339,7 +312,9 @@ test.describe('Dev containers', () => {
     await expect(badge).toHaveCount(0);
     await expect(pin).toHaveAttribute('aria-pressed', 'false');
     await expect(pin).toHaveText('Pin');
-    expect((await getContainer(page.request, name)).pinned).toBe(false);
+    expect(
+      (await getContainer<IListedContainer>(page.request, name)).pinned
+    ).toBe(false);
     // It still runs: unpinning stops nothing by itself.
     await expect(row).toHaveAttribute('data-state', 'running');
   });

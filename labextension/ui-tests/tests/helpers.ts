@@ -1,5 +1,6 @@
 import { expect } from '@jupyterlab/galata';
 import type { IJupyterLabPageFixture } from '@jupyterlab/galata';
+import type { APIRequestContext } from '@playwright/test';
 
 /** The id of the GPU Dev panel in the shell. */
 export const PANEL_ID = 'gpudev-panel';
@@ -12,4 +13,41 @@ export async function openPanel(page: IJupyterLabPageFixture) {
   const panel = page.locator(`#${PANEL_ID}`);
   await expect(panel).toBeVisible();
   return panel;
+}
+
+/** What every listed dev container has (a spec narrows it to what it reads). */
+export interface IOwnedContainer {
+  name: string;
+  owner: string;
+}
+
+/** One dev container, through the API. */
+export async function getContainer<T extends IOwnedContainer>(
+  request: APIRequestContext,
+  name: string
+): Promise<T> {
+  const got = await request.get(
+    `/gpudev/api/containers/${encodeURIComponent(name)}`
+  );
+  expect(got.ok()).toBe(true);
+  return (await got.json()) as T;
+}
+
+/** The (anonymous) user of the browser context, who owns what it starts. */
+export async function currentUser(request: APIRequestContext): Promise<string> {
+  const me = await request.get('/api/me');
+  expect(me.ok()).toBe(true);
+  const body = (await me.json()) as { identity: { username: string } };
+  return body.identity.username;
+}
+
+/** The dev containers `owner` has, through the API. */
+export async function containersOf<T extends IOwnedContainer>(
+  request: APIRequestContext,
+  owner: string
+): Promise<T[]> {
+  const listed = await request.get('/gpudev/api/containers?all=1');
+  expect(listed.ok()).toBe(true);
+  const body = (await listed.json()) as { containers: T[] };
+  return body.containers.filter(container => container.owner === owner);
 }

@@ -3,7 +3,7 @@ import type { APIRequestContext } from '@playwright/test';
 import { execFile } from 'child_process';
 import { promisify } from 'util';
 
-import { openPanel } from './helpers';
+import { containersOf, currentUser, getContainer, openPanel } from './helpers';
 
 const run = promisify(execFile);
 
@@ -44,37 +44,6 @@ async function hostNames(request: APIRequestContext): Promise<string[]> {
   return hosts.map(host => host.name ?? host.host ?? '');
 }
 
-/** The (anonymous) user of the browser context, who owns what it starts. */
-async function currentUser(request: APIRequestContext): Promise<string> {
-  const me = await request.get('/api/me');
-  expect(me.ok()).toBe(true);
-  const body = (await me.json()) as { identity: { username: string } };
-  return body.identity.username;
-}
-
-/** The dev containers `owner` has, through the API. */
-async function containersOf(
-  request: APIRequestContext,
-  owner: string
-): Promise<IListedContainer[]> {
-  const listed = await request.get('/gpudev/api/containers?all=1');
-  expect(listed.ok()).toBe(true);
-  const body = (await listed.json()) as { containers: IListedContainer[] };
-  return body.containers.filter(container => container.owner === owner);
-}
-
-/** One dev container, through the API. */
-async function getContainer(
-  request: APIRequestContext,
-  name: string
-): Promise<IListedContainer> {
-  const got = await request.get(
-    `/gpudev/api/containers/${encodeURIComponent(name)}`
-  );
-  expect(got.ok()).toBe(true);
-  return (await got.json()) as IListedContainer;
-}
-
 test.describe('Remote hosts and web ports', () => {
   test.afterEach(async ({ page }) => {
     // Nothing a test made stays: the host it tried to add, its containers.
@@ -86,7 +55,7 @@ test.describe('Remote hosts and web ports', () => {
       expect([204, 404]).toContain(removedHost.status());
     }
     const names = new Set(started);
-    for (const container of await containersOf(
+    for (const container of await containersOf<IListedContainer>(
       page.request,
       await currentUser(page.request)
     )) {
@@ -261,7 +230,9 @@ test.describe('Remote hosts and web ports', () => {
     });
     await page.keyboard.press('Escape');
     await expect(dialog).toHaveCount(0);
-    expect(await containersOf(page.request, owner)).toHaveLength(0);
+    expect(
+      await containersOf<IListedContainer>(page.request, owner)
+    ).toHaveLength(0);
 
     // When Remove is clicked and the dialog cancelled, then it stays
     await remove.click();
@@ -299,13 +270,15 @@ test.describe('Remote hosts and web ports', () => {
     await expect(environment).toBeVisible({ timeout: 30000 });
     await expect(environment).toContainText('CPU');
     const owner = await currentUser(page.request);
-    expect(await containersOf(page.request, owner)).toHaveLength(0);
+    expect(
+      await containersOf<IListedContainer>(page.request, owner)
+    ).toHaveLength(0);
 
     // When it is started from the panel
     await panel.getByTestId(`gpudev-env-start-${WEB_ENV}`).click();
     let container: IListedContainer | undefined;
     await expect(async () => {
-      const mine = await containersOf(page.request, owner);
+      const mine = await containersOf<IListedContainer>(page.request, owner);
       expect(mine).toHaveLength(1);
       container = mine[0];
     }).toPass({ timeout: 90000 });
@@ -318,7 +291,9 @@ test.describe('Remote hosts and web ports', () => {
     await expect(row).toHaveAttribute('data-state', 'running', {
       timeout: 90000
     });
-    expect((await getContainer(page.request, name)).web_ports).toEqual([8000]);
+    expect(
+      (await getContainer<IListedContainer>(page.request, name)).web_ports
+    ).toEqual([8000]);
 
     // And a web server listens on its port 8000
     await run('docker', [
@@ -363,7 +338,9 @@ test.describe('Remote hosts and web ports', () => {
     await add.click();
     await expect(error).toHaveText('Enter a port number from 1 to 65535.');
     await expect(input).toHaveAttribute('aria-invalid', 'true');
-    expect((await getContainer(page.request, name)).web_ports).toEqual([8000]);
+    expect(
+      (await getContainer<IListedContainer>(page.request, name)).web_ports
+    ).toEqual([8000]);
 
     // When port 8001 is added
     await input.fill('8001');
@@ -380,9 +357,9 @@ test.describe('Remote hosts and web ports', () => {
     // Then it is linked too, and the server serves it
     await expect(row.getByRole('link', { name: 'Open :8001' })).toBeVisible();
     await expect(input).toHaveValue('');
-    expect((await getContainer(page.request, name)).web_ports).toEqual([
-      8000, 8001
-    ]);
+    expect(
+      (await getContainer<IListedContainer>(page.request, name)).web_ports
+    ).toEqual([8000, 8001]);
     await row.screenshot({
       path: testInfo.outputPath('gpudev-web-ports-added.png')
     });
@@ -401,6 +378,8 @@ test.describe('Remote hosts and web ports', () => {
     await expect(row.getByRole('link', { name: 'Open :8001' })).toHaveCount(0);
     await expect(row.getByRole('link', { name: 'Open :8000' })).toBeVisible();
     await expect(input).toBeFocused();
-    expect((await getContainer(page.request, name)).web_ports).toEqual([8000]);
+    expect(
+      (await getContainer<IListedContainer>(page.request, name)).web_ports
+    ).toEqual([8000]);
   });
 });
