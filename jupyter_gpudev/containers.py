@@ -1081,6 +1081,13 @@ class DevContainers(LoggingConfigurable):
                     "remove them (or commit their changes) first",
                     details={"host": name, "containers": remaining},
                 )
+            held = sorted({lease.container for lease in self.ledger.active(name)})
+            if held:  # an unreachable host whose containers may still run with their GPUs
+                raise Conflict(
+                    f"Host {name!r} cannot be reached and its containers still hold GPU leases "
+                    f"({', '.join(held[:5])}): stop them there, or bring the host back first",
+                    details={"host": name, "containers": held},
+                )
         self.host_pool.remove(name)
 
     def _close_forwards(self, host: Host, container: Container) -> None:
