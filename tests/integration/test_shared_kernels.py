@@ -14,7 +14,7 @@ import pytest
 from jupyter_client.manager import AsyncKernelManager
 
 from jupyter_gpudev import provisioner
-from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
+from jupyter_gpudev.containers import L_SERVER, DevContainers, StartRequest, docker_name
 from jupyter_gpudev.errors import BadRequest
 from jupyter_gpudev.kernelspecs import SHARED_PREFIX, GPUDevKernelSpecManager
 from tests.integration.test_kernels import A100_1, kernel_manager, manager, run
@@ -30,6 +30,17 @@ def gpu_environment(root: Path) -> None:
     (folder / "devcontainer.json").write_text(
         json.dumps({"image": "gpudev-python:bookworm", "hostRequirements": {"gpu": True}})
     )
+
+
+def kernel_containers(client: docker.DockerClient, manager: DevContainers) -> list[str]:
+    """The containers made for one kernel by this test's manager (another test's leftovers do
+    not count)."""
+    return [
+        str(c.name)
+        for c in client.containers.list(
+            all=True, filters={"name": "gpudev-kernel-", "label": f"{L_SERVER}={manager.server_id}"}
+        )
+    ]
 
 
 async def started(km: AsyncKernelManager) -> Any:
@@ -67,7 +78,7 @@ async def test_kernels_share_a_container_that_stops_with_its_last_kernel(
     try:
         # Then both run in that container, and no container was made for either
         assert await hostname(c1) == await hostname(c2) == "box"
-        assert len(docker_client.containers.list(filters={"name": "gpudev-kernel-"})) == 0
+        assert kernel_containers(docker_client, manager) == []
         # And a container made for one kernel is not offered for sharing
         assert [n for n in ksm.find_kernel_specs() if n.startswith(SHARED_PREFIX)] == [
             SHARED_PREFIX + "box"
@@ -181,7 +192,7 @@ async def test_an_engine_error_while_launching_leaves_no_container_lease_or_memb
     # Then the user gets the engine's message, and no container or lease is left
     assert "exec refused by the engine" in caught.value.error.message
     assert manager.ledger.active("local") == []
-    assert docker_client.containers.list(all=True, filters={"name": "gpudev-kernel-"}) == []
+    assert kernel_containers(docker_client, manager) == []
     # And a kernel that fails in a shared container leaves its count (the container stops
     # with its last kernel, as after a shutdown)
     manager.start(StartRequest(environment="default", name="shared-fail"))
