@@ -56,7 +56,15 @@ from .errors import (
 from .gpus import Inventory
 from .hosts import Host, HostPool
 from .images import Progress, stream_build
-from .leases import GPURequest, Lease, LeaseLedger, NoFreeGPU, check_fit, leasable_units
+from .leases import (
+    GPURequest,
+    LeasableGPU,
+    Lease,
+    LeaseLedger,
+    NoFreeGPU,
+    check_fit,
+    leasable_units,
+)
 from .mounts import MountNotAllowed, MountPolicy, RemotePaths, ResolvedMount, check_target
 from .registry import Registries, RegistryError
 
@@ -478,8 +486,7 @@ class DevContainers(LoggingConfigurable):
             reachable.append(host)
             reason = self._cannot_place(host, env, gpu_request)
             if reason is None:
-                if len(names) > 1:
-                    say({"stage": "place", "message": f"placed on host {name!r}"})
+                say({"stage": "place", "message": f"placed on host {name!r}"})
                 return host
             reasons[name] = reason
         if reachable and gpu_request is not None and self._optional(env, request):
@@ -501,11 +508,7 @@ class DevContainers(LoggingConfigurable):
         if not inventory.gpus:
             return f"no GPU ({inventory.reason or 'none found'})"
         try:
-            _, labelled = self._reconcile_host(host)  # EngineUnreachable: this host's reason
-            held = self.ledger.holders(host.name)
-            units = [
-                u for u in leasable_units(inventory) if u.uuid in held or u.uuid not in labelled
-            ]
+            units, held = self._leasable_now(host, inventory)  # EngineUnreachable: a reason
             check_fit(host.name, gpu_request, units, held)
         except GPUDevError as err:
             return err.message
@@ -621,12 +624,19 @@ class DevContainers(LoggingConfigurable):
     def _lease(
         self, host: Host, name: str, owner: str, request: GPURequest, inventory: Inventory
     ) -> Lease:
-        # Free the leases of containers that died on their own, and never hand out a GPU that
-        # a live container holds by label (another ledger, e.g. another user's).
+        units, _ = self._leasable_now(host, inventory)
+        return self.ledger.acquire(host.name, name, owner, request, units)
+
+    def _leasable_now(
+        self, host: Host, inventory: Inventory
+    ) -> tuple[builtins.list[LeasableGPU], dict[str, Lease]]:
+        """The host's units a lease may take and the ledger's holders. Frees the leases of
+        containers that died on their own first, and never offers a GPU that a live container
+        holds by label (another ledger, another host entry of the same engine)."""
         _, labelled = self._reconcile_host(host)
         held = self.ledger.holders(host.name)
         units = [u for u in leasable_units(inventory) if u.uuid in held or u.uuid not in labelled]
-        return self.ledger.acquire(host.name, name, owner, request, units)
+        return units, held
 
     @staticmethod
     def _optional(env: Environment, request: StartRequest) -> bool:

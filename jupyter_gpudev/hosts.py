@@ -444,11 +444,7 @@ class Host:
             self._client = self._probe_client = None
 
     def close(self) -> None:
-        with self._lock:
-            for client in (self._client, self._probe_client):
-                if client is not None:
-                    client.close()
-            self._client = self._probe_client = None
+        self._close_clients()
         if self.tunnels is not None:
             self.tunnels.close()
         if self.ssh is not None:

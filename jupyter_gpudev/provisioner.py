@@ -38,7 +38,7 @@ from traitlets.config import Config
 
 from .containers import DevContainers, StartRequest
 from .errors import Conflict, EngineError, EngineUnreachable, GPUDevError
-from .hosts import HostPool
+from .hosts import Host, HostPool
 
 T = TypeVar("T")
 
@@ -183,6 +183,11 @@ class GPUDevProvisioner(KernelProvisionerBase):
     @property
     def _manager(self) -> DevContainers:
         return _manager_for(self)
+
+    def _host(self) -> Host:
+        """The host of this kernel's container (the local engine until placement says)."""
+        pool = self._manager.host_pool
+        return pool.get(self.host or pool.local_name)
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(None, func, *args)
@@ -370,7 +375,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         if not self._ports:  # a restart keeps its ports, as jupyter_client's local kernels do
             self._ports = self._choose_ports()
         # Where this server reaches each port: the container itself, or a local forward.
-        host = self._manager.host_pool.get(self.host or self._manager.host_pool.local_name)
+        host = self._host()
         reached = [host.reach(address, port) for port in self._ports]
         kernel_file, pid_file, log_file = (
             f"{RUNTIME_DIR}/kernel-{self.kernel_id}.{ext}" for ext in ("json", "pid", "log")
@@ -461,7 +466,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         layout: the kernel starts at its root."""
         manager = self._manager
         base = str(container.attrs.get("Config", {}).get("WorkingDir") or "/")
-        host = manager.host_pool.get(self.host or manager.host_pool.local_name)
+        host = self._host()
         if not cwd or not host.spec.is_local:
             return base
         try:
@@ -583,7 +588,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
             return
         with contextlib.suppress(docker.errors.DockerException, GPUDevError):
             manager = self._manager
-            host = manager.host_pool.get(self.host or manager.host_pool.local_name)
+            host = self._host()
             if host.tunnels is not None:
                 host.unreach(manager.address_of(self._container()), self._ports)
 
