@@ -215,7 +215,9 @@ class ChangeCapture:
         result = ch.package_changes(base.packages, current.state)
         mounts = ch.mount_targets(container.attrs)
         new_envs = [p.env.prefix for p in result.python if p.new_env]
-        result.files = ch.file_changes(diff, mounts, current.owned_files, new_envs)
+        result.files = ch.file_changes(
+            diff, mounts, current.owned_files, new_envs, ch.engine_made(container.attrs)
+        )
         known = set(base.secrets)  # found by content at an earlier commit
         result.files.secrets = sorted(
             {*result.files.secrets, *known.intersection(result.files.kept)}

@@ -880,8 +880,11 @@ def file_changes(
     mounts: Iterable[str],
     owned: set[str],
     owned_dirs: Iterable[str] = (),
+    made: Iterable[str] = (),
 ) -> FileChanges:
-    """Filter ``docker diff`` (``[{"Path", "Kind"}]``, Kind 0 changed, 1 added, 2 deleted)."""
+    """Filter ``docker diff`` (``[{"Path", "Kind"}]``, Kind 0 changed, 1 added, 2 deleted).
+    ``made``: folders the engine created (see ``engine_made``), not changes while empty."""
+    made = set(made)
     mounts = [m for m in mounts if m]
     entries = {str(item["Path"]): int(item["Kind"]) for item in diff}
     result = FileChanges()
@@ -902,7 +905,8 @@ def file_changes(
         kind = entries[path]
         if kind == 2 or path in parents:
             continue
-        reason = classify_path(path, mounts, owned, owned_dirs)
+        reason = "made by the engine" if path in made else None
+        reason = reason or classify_path(path, mounts, owned, owned_dirs)
         if reason is not None:
             result.ignore(path, reason)
         elif looks_secret_path(path):
@@ -917,14 +921,30 @@ def mount_targets(attrs: Mapping[str, Any]) -> list[str]:
     return [str(m.get("Destination", "")) for m in attrs.get("Mounts") or []]
 
 
+def engine_made(attrs: Mapping[str, Any]) -> list[str]:
+    """Folders the engine made in a container (its inspect ``attrs``): the working folder and
+    its parents, created when the image lacks them (a remote host without a workspace mount).
+    Empty, they are not changes; what is written in them is."""
+    workdir = str(attrs.get("Config", {}).get("WorkingDir") or "").rstrip("/")
+    made: list[str] = []
+    while workdir:
+        made.append(workdir)
+        workdir = os.path.dirname(workdir).rstrip("/")
+    return made
+
+
 def uncommitted(
-    diff: Iterable[Mapping[str, Any]], mounts: Iterable[str], baseline_files: Mapping[str, int]
+    diff: Iterable[Mapping[str, Any]],
+    mounts: Iterable[str],
+    baseline_files: Mapping[str, int],
+    made: Iterable[str] = (),
 ) -> list[str]:
     """What removing a container would lose: the file changes a commit carries (credentials
     included) and, as the packages are not probed here, every changed package file. Noise,
-    mounts, driver files and what the baseline already had are not."""
+    mounts, driver files, empty folders the engine made and what the baseline already had
+    are not."""
     fresh = [d for d in diff if baseline_files.get(str(d["Path"])) != int(d["Kind"])]
-    files = file_changes(fresh, mounts, set())
+    files = file_changes(fresh, mounts, set(), made=made)
     return sorted({*files.kept, *files.deleted, *files.secrets, *files.packaged})
 
 

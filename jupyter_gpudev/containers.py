@@ -41,7 +41,7 @@ from traitlets import Bool, Float, Instance, Int, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from .capture import Baselines, ChangeCapture
-from .changes import mount_targets, uncommitted
+from .changes import engine_made, mount_targets, uncommitted
 from .driver import LegacyGPUInjection
 from .environments import Environment, EnvironmentManager
 from .errors import (
@@ -953,6 +953,7 @@ class DevContainers(LoggingConfigurable):
                 container.diff() or [],
                 mount_targets(container.attrs),
                 baseline.files if baseline else {},
+                engine_made(container.attrs),
             ),
         )
         if changed and not force:

@@ -314,3 +314,17 @@ def test_values_from_the_container_are_validated_or_quoted() -> None:
     assert "'x==1 ; rm -rf /'" in rendered.new_text
     assert 'ENV GOOD="a\\"b$c"' in rendered.new_text
     assert any("BAD NAME" in r for r in rendered.reported)
+
+
+def test_an_empty_working_folder_the_engine_made_is_not_a_change_but_files_in_it_are() -> None:
+    # Given a container whose working folder the engine created (no workspace mount)
+    attrs = {"Config": {"WorkingDir": "/workspaces/work"}, "Mounts": []}
+    made = ch.engine_made(attrs)
+    assert made == ["/workspaces/work", "/workspaces"]
+    empty = [{"Path": "/workspaces", "Kind": 1}, {"Path": "/workspaces/work", "Kind": 1}]
+    # Then while it is empty, removing the container loses nothing
+    assert ch.uncommitted(empty, ch.mount_targets(attrs), {}, made) == []
+    # But a file written there is a change, and so is another new folder
+    written = [*empty, {"Path": "/workspaces/work/notes.txt", "Kind": 1}]
+    assert ch.uncommitted(written, [], {}, made) == ["/workspaces/work/notes.txt"]
+    assert ch.uncommitted([{"Path": "/srv/new", "Kind": 1}], [], {}, made) == ["/srv/new"]
