@@ -36,7 +36,7 @@ from traitlets.config import Config
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jupyter_gpudev import provisioner
-from jupyter_gpudev.containers import DevContainers
+from jupyter_gpudev.containers import L_SERVER, DevContainers
 from jupyter_gpudev.hosts import HostPool
 from jupyter_gpudev.kernelspecs import GPUDevKernelSpecManager
 from tests.sshd import SSHServer, run_sshd
@@ -157,6 +157,12 @@ async def main() -> None:
                 trips[label] = await kernel_trips(ksm, "gpudev-default")
             finally:
                 provisioner.set_manager(None)
+                for container in (
+                    manager.host_pool.get(manager.host_pool.names()[0])
+                    .client()
+                    .containers.list(all=True, filters={"label": f"{L_SERVER}={manager.server_id}"})
+                ):
+                    container.remove(force=True)  # a kernel's container kept for its changes
                 manager.host_pool.close()
         ours.host_pool.close()
 
