@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import docker
 import pytest
 from traitlets.config import Config
 
+from jupyter_gpudev.containers import L_MANAGED, L_WORKSPACE
 from tests.conftest import FAKE_SMI, FIXTURES
 from tests.registry import Registry, RegistryMissing, run_registry
 from tests.sshd import SSHDMissing, SSHServer, run_sshd
@@ -95,3 +97,15 @@ def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
             yield started
     except SSHDMissing as exc:
         pytest.fail(str(exc))
+
+
+@pytest.fixture
+def server_containers_removed(
+    jp_root_dir: Path, docker_client: docker.DockerClient
+) -> Iterator[None]:
+    """After the test, the dev containers of the test server's workspace are removed."""
+    yield
+    for container in docker_client.containers.list(
+        all=True, filters={"label": [f"{L_MANAGED}=1", f"{L_WORKSPACE}={jp_root_dir.resolve()}"]}
+    ):
+        container.remove(force=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,25 +12,14 @@ import docker
 import pytest
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
-from jupyter_gpudev.containers import L_MANAGED, L_WORKSPACE
-
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("server_containers_removed")]
 
 
 @pytest.fixture
 def gpudev_config(tmp_path: Path) -> dict[str, Any]:
     return {"DevContainers": {"state_dir": str(tmp_path / "state"), "stop_timeout": 2}}
-
-
-@pytest.fixture(autouse=True)
-def _cleanup(jp_root_dir: Path, docker_client: docker.DockerClient) -> Iterator[None]:
-    yield
-    for container in docker_client.containers.list(
-        all=True, filters={"label": [f"{L_MANAGED}=1", f"{L_WORKSPACE}={jp_root_dir.resolve()}"]}
-    ):
-        container.remove(force=True)
 
 
 async def start_default(jp_fetch: Fetch, name: str) -> dict[str, Any]:

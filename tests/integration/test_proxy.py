@@ -11,7 +11,7 @@ import asyncio
 import hashlib
 import json
 import secrets
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,13 +25,12 @@ from jupyter_server.base.handlers import JupyterHandler
 from tornado.httpclient import HTTPClientError, HTTPResponse
 from tornado.websocket import WebSocketClientConnection
 
-from jupyter_gpudev.containers import L_MANAGED, L_WORKSPACE
 from jupyter_gpudev.proxy import rewrite_location, without_cookies, without_token
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 WsFetch = Callable[..., Awaitable[WebSocketClientConnection]]
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("server_containers_removed")]
 
 IMAGE = "gpudev-python:bookworm"  # has python3 and tornado
 SEEN = "/tmp/seen.log"
@@ -209,15 +208,6 @@ def gpudev_config(tmp_path: Path) -> dict[str, Any]:
         "DevContainers": {"state_dir": str(tmp_path / "state"), "stop_timeout": 2},
         "ServerApp": {"authorizer_class": HeaderDeniedAuthorizer},
     }
-
-
-@pytest.fixture(autouse=True)
-def _cleanup(jp_root_dir: Path, docker_client: docker.DockerClient) -> Iterator[None]:
-    yield
-    for container in docker_client.containers.list(
-        all=True, filters={"label": [f"{L_MANAGED}=1", f"{L_WORKSPACE}={jp_root_dir.resolve()}"]}
-    ):
-        container.remove(force=True)
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +12,11 @@ import docker
 import pytest
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
-from jupyter_gpudev.containers import L_MANAGED, L_WORKSPACE
 from tests.integration.test_api_containers import start_default
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("server_containers_removed")]
 
 
 @pytest.fixture
@@ -29,15 +28,6 @@ def gpudev_config(tmp_path: Path) -> dict[str, Any]:
         # request below still carries the token.
         "ServerApp": {"allow_unauthenticated_access": True},
     }
-
-
-@pytest.fixture(autouse=True)
-def _cleanup(jp_root_dir: Path, docker_client: docker.DockerClient) -> Iterator[None]:
-    yield
-    for container in docker_client.containers.list(
-        all=True, filters={"label": [f"{L_MANAGED}=1", f"{L_WORKSPACE}={jp_root_dir.resolve()}"]}
-    ):
-        container.remove(force=True)
 
 
 async def test_a_lab_terminal_runs_its_shell_in_the_container(
