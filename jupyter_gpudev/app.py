@@ -15,6 +15,7 @@ from .commit import Committer
 from .containers import DevContainers
 from .culler import GPUCuller
 from .hosts import HostPool
+from .kernels import KernelRegistry
 from .kernelspecs import GPUDevKernelSpecManager
 
 KERNELSPEC_MANAGER = "jupyter_gpudev.kernelspecs.GPUDevKernelSpecManager"
@@ -29,6 +30,8 @@ class GPUDevContext:
     culler: GPUCuller
     capture: ChangeCapture
     committer: Committer
+    #: The gpudev kernels of this server, in which container each runs.
+    kernels: KernelRegistry
 
 
 class GPUDevApp(ExtensionApp):
@@ -43,10 +46,12 @@ class GPUDevApp(ExtensionApp):
         # Nothing here talks to an engine or to NVML: that happens on the first request.
         host_pool = HostPool(parent=self, log=self.log)
         root_dir = self.serverapp.root_dir if self.serverapp is not None else "."
+        kernel_manager = self.serverapp.kernel_manager if self.serverapp else None
+        kernels = KernelRegistry(kernel_manager)
         containers = DevContainers(
-            root_dir=root_dir, host_pool=host_pool, parent=self, log=self.log
+            root_dir=root_dir, host_pool=host_pool, kernels=kernels, parent=self, log=self.log
         )
-        culler = GPUCuller(self.serverapp.kernel_manager if self.serverapp else None, parent=self)
+        culler = GPUCuller(kernel_manager, parent=self)
         capture = ChangeCapture(containers)
         self.context = GPUDevContext(
             host_pool=host_pool,
@@ -54,6 +59,7 @@ class GPUDevApp(ExtensionApp):
             culler=culler,
             capture=capture,
             committer=Committer(capture, containers.registries),
+            kernels=kernels,
         )
         self.settings[routes.SETTINGS_KEY] = self.context
         # gpudev kernels (provisioner instances made by jupyter_client) use this same manager.

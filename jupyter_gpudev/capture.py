@@ -17,6 +17,7 @@ import shutil
 import tarfile
 import tempfile
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ import requests
 from docker.utils import socket as docker_socket
 
 from . import changes as ch
-from .dockerfile import RenderedDiff, is_source_path, render
+from .dockerfile import RenderedDiff, change_items, is_source_path, render
 from .environments import Environment, read_jsonc_file
 from .errors import EngineError, GPUDevError
 
@@ -38,6 +39,15 @@ if TYPE_CHECKING:
 _SAFE_ID = "0123456789abcdefsha256:"
 #: Where the list of files to export is put inside the container (the kernels' runtime dir).
 EXPORT_DIR = "/tmp/.gpudev"  # noqa: S108 - inside the container
+
+
+class DiffChanged(GPUDevError):
+    """The diff a commit would write is not the one the user reviewed (its ``expect``
+    digest): the container changed since, or other changes are left out."""
+
+    status = 409
+    exit_code = 6
+    code = "diff_changed"
 
 
 def _check_id(value: str) -> str:
@@ -84,6 +94,7 @@ class Baselines:
             dict(env) if isinstance(env, dict) else None,
             {str(k): int(v) for k, v in files.items()} if isinstance(files, dict) else {},
             [str(p) for p in data.get("secrets") or []],
+            [str(i) for i in data.get("held") or []],
         )
 
     def save_container(self, container_id: str, baseline: Baseline) -> None:
@@ -94,6 +105,7 @@ class Baselines:
                 "env": baseline.env,
                 "files": baseline.files,
                 "secrets": baseline.secrets,
+                "held": baseline.held,
             },
         )
 
@@ -113,31 +125,87 @@ class Baseline:
     #: Changed files a commit left out because their content holds a credential: still
     #: changes (kept from a removal without force), reported, never copied.
     secrets: list[str] = field(default_factory=list)
+    #: The ids of the changes the last written commit left out (``exclude``): still changes,
+    #: kept from a removal without force.
+    held: list[str] = field(default_factory=list)
 
 
 @dataclass
 class Captured:
     """A container's change set, with what it was captured from: the container, its packages
-    now and its whole ``docker diff`` (what a baseline moved forward to this point holds)."""
+    now and its whole ``docker diff`` (what a baseline moved forward to this point holds), the
+    baseline it was compared with, every change as an item and the ones left out."""
 
     info: DevContainerInfo
     environment: Environment
+    #: What a commit carries: every change less the ``excluded`` ones.
     changes: ch.ChangeSet
     container: Container
     packages: ch.PackageState
     diff: list[dict[str, Any]]
     #: The client of the engine the container is on.
     client: docker.DockerClient
+    base: Baseline
+    #: The environment variables the container's were compared with (the baseline's).
+    before_env: dict[str, str] = field(default_factory=dict)
+    #: Every change (excluded ones too), in the order the Dockerfile renders them.
+    items: list[ch.ChangeItem] = field(default_factory=list)
+    #: The change ids asked to be left out (some may match no current change).
+    excluded: tuple[str, ...] = ()
+
+    @property
+    def held(self) -> list[str]:
+        """The ids of the current changes left out, in the items' order."""
+        asked = set(self.excluded)
+        return [item.id for item in self.items if item.id in asked]
+
+    @property
+    def excluded_unknown(self) -> list[str]:
+        """The ids asked to be left out that match no current change."""
+        current = {item.id for item in self.items}
+        return [i for i in self.excluded if i not in current]
+
+    def selection_json(self) -> dict[str, Any]:
+        """``items`` (every change), ``excluded`` (as asked) and ``excluded_unknown``."""
+        return {
+            "items": [item.to_json() for item in self.items],
+            "excluded": list(self.excluded),
+            "excluded_unknown": self.excluded_unknown,
+        }
+
+    def expected_packages(self) -> tuple[ch.PackageState, dict[str, str | None]]:
+        """What an image rebuilt from this commit has (``changes.expected_state``)."""
+        return ch.expected_state(self.base.packages, self.packages, set(self.held))
 
     def as_baseline(self) -> Baseline:
-        """The container as it is now, less what a commit did not write (credentials): those
-        stay changes, reported by the next diff and kept from a removal without force."""
+        """The container as it is now, less what a commit did not write (credentials, and the
+        changes left out, put back as the old baseline had them): those stay changes, reported
+        by the next diff and kept from a removal without force."""
+        held = self.held
+        left_out = set(held)
         env = ch.env_dict(self.container.attrs.get("Config", {}).get("Env") or [])
         secrets = set(self.changes.files.secrets)
         files = {str(d["Path"]): int(d["Kind"]) for d in self.diff if d["Path"] not in secrets}
         for name in self.changes.env_secrets:
             env.pop(name, None)
-        return Baseline(self.packages, env, files, sorted(secrets))
+        for item in self.items:
+            if item.id not in left_out:
+                continue
+            if item.kind == "env":
+                name = item.id.removeprefix("env:")
+                env.pop(name, None)
+                if name in self.before_env:
+                    env[name] = self.before_env[name]
+            elif item.kind in ("file", "delete"):
+                path = item.id.split(":", 1)[1]
+                inside = path.rstrip("/") + "/"
+                for old in [p for p in files if p == path or p.startswith(inside)]:
+                    del files[old]
+                files.update(
+                    (p, k) for p, k in self.base.files.items() if p == path or p.startswith(inside)
+                )
+        packages = ch.revert_excluded(self.base.packages, self.packages, left_out)
+        return Baseline(packages, env, files, sorted(secrets), held)
 
 
 class ChangeCapture:
@@ -197,8 +265,10 @@ class ChangeCapture:
 
     # -- capture ------------------------------------------------------------------------------
 
-    def capture(self, name: str, host: str | None = None) -> Captured:
-        """The change set of a dev container, running or stopped."""
+    def capture(self, name: str, host: str | None = None, exclude: Iterable[str] = ()) -> Captured:
+        """The change set of a dev container, running or stopped, less the changes whose ids
+        are in ``exclude`` (``Captured.items`` lists them all)."""
+        excluded = ch.check_change_ids(exclude)
         manager = self.containers
         found_host, container = manager._find(name, host)
         client = found_host.client()
@@ -230,7 +300,21 @@ class ChangeCapture:
             base.env,
             result,
         )
-        return Captured(info, environment, result, container, current.state, whole_diff, client)
+        captured = Captured(
+            info,
+            environment,
+            result,
+            container,
+            current.state,
+            whole_diff,
+            client,
+            base=base,
+            before_env=dict(base.env) if base.env is not None else ch.env_dict(image_env or []),
+            items=change_items(result),
+            excluded=excluded,
+        )
+        captured.changes = result.without(set(captured.held))
+        return captured
 
     def _probe_current(
         self, client: docker.DockerClient, container: Container, base: ch.PackageState
@@ -262,9 +346,11 @@ class ChangeCapture:
 
     # -- render -------------------------------------------------------------------------------
 
-    def diff(self, name: str, host: str | None = None) -> tuple[Captured, RenderedDiff]:
-        """The Dockerfile diff of a dev container's changes."""
-        captured = self.capture(name, host)
+    def diff(
+        self, name: str, host: str | None = None, exclude: Iterable[str] = ()
+    ) -> tuple[Captured, RenderedDiff]:
+        """The Dockerfile diff of a dev container's changes (less the ``exclude`` ones)."""
+        captured = self.capture(name, host, exclude)
         return captured, self._render(captured)
 
     def _targets(self, env: Environment) -> tuple[Path, str | None, Path]:
@@ -305,14 +391,28 @@ class ChangeCapture:
         *,
         stage: bool = True,
         scan: bool = False,
+        exclude: Iterable[str] = (),
+        expect: str | None = None,
     ) -> Prepared:
         """Capture the changes and copy the kept files out of the container into a staging
         folder (files whose content looks like a credential are left out and reported), then
         render the diff. Nothing in the workspace is touched until ``apply``; ``discard``
         (or ``apply``) removes the staging folder. ``stage=False`` copies nothing (a diff or a
         snapshot); with ``scan`` the kept files' content is still checked for credentials,
-        inside a running container (a push), without copying them out."""
-        captured = self.capture(name, host)
+        inside a running container (a push), without copying them out. ``exclude``: the ids
+        of changes left out. ``expect``: the ``digest`` of the diff the user reviewed (with
+        the same exclusions, rendered without a message, as ``diff`` does); a ``DiffChanged``
+        error, before anything is copied, when the diff is another one now."""
+        captured = self.capture(name, host, exclude)
+        if expect is not None:
+            digest = self._render(captured).digest
+            if digest != expect:
+                raise DiffChanged(
+                    f"The changes of {captured.info.name} are not the ones shown when the diff "
+                    "was made (the container changed since, or other changes are left out): "
+                    "nothing was written. Review the diff again, then commit what it shows.",
+                    details={"expected": expect, "digest": digest},
+                )
         dockerfile, old_text, context = self._targets(captured.environment)
         files = captured.changes.files
         staging = Path(tempfile.mkdtemp(prefix="gpudev-stage-")) if files.kept and stage else None
@@ -336,7 +436,9 @@ class ChangeCapture:
         """Write what ``prepare`` staged: the kept files into the build context
         (``gpudev-context/NAME/``, added to an earlier commit's), the Dockerfile (the previous
         one kept as ``Dockerfile.prev``), devcontainer.json pointed at a new Dockerfile; then
-        the container's baseline moves forward (a diff right after is empty)."""
+        the container's baseline moves forward (a diff right after is empty, but for the
+        changes the commit left out: ``Baseline.held``). An empty diff (every change left
+        out) writes nothing in the workspace."""
         captured, rendered = prepared.captured, prepared.rendered
         dockerfile = prepared.dockerfile
         folder = prepared.folder
@@ -578,7 +680,9 @@ class WriteResult:
     def to_json(self) -> dict[str, Any]:
         return {
             **self.rendered.to_json(),
-            "written": str(self.dockerfile),
+            # An empty diff (every change left out) writes nothing; the baseline still moves.
+            "written": str(self.dockerfile) if self.rendered.diff else None,
+            "held": self.captured.held,
             "backup": str(self.backup) if self.backup else None,
             "context_folder": str(self.context_folder) if self.context_folder else None,
             "devcontainer": str(self.devcontainer) if self.devcontainer else None,

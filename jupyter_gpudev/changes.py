@@ -32,11 +32,11 @@ import fnmatch
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from .errors import EngineError
+from .errors import BadRequest, EngineError
 from .mounts import CA_BUNDLE_ENV_VARS
 
 #: Markers between the sections of the probe's output.
@@ -716,6 +716,158 @@ class ChangeSet:
             "empty": self.is_empty(),
         }
 
+    def without(self, excluded: Collection[str]) -> ChangeSet:
+        """This change set less the changes whose ids (see ``change_ids``) are ``excluded``.
+        Credentials, unset variables and notes stay (they are never written), except the
+        notes of left-out installs; a new venv whose every distribution is left out is not
+        created either."""
+        if not excluded:
+            return self
+        python: list[PythonChanges] = []
+        notes = list(self.notes)
+        for py in self.python:
+            prefix = py.env.prefix
+            kept = PythonChanges(
+                env=py.env,
+                added=[d for d in py.added if python_id(prefix, d.name) not in excluded],
+                removed=[d for d in py.removed if python_id(prefix, d.name) not in excluded],
+                upgraded=[
+                    (a, b) for a, b in py.upgraded if python_id(prefix, b.name) not in excluded
+                ],
+            )
+            had_dists = bool(py.added or py.removed or py.upgraded)
+            kept.new_env = py.new_env and (not had_dists or bool(kept))
+            dropped = set(_not_reproducible(py)) - set(_not_reproducible(kept))
+            notes = [n for n in notes if n not in dropped]
+            python.append(kept)
+        files = self.files
+        return ChangeSet(
+            apt=AptChanges(
+                added=[(n, v) for n, v in self.apt.added if apt_id(n) not in excluded],
+                removed=[(n, v) for n, v in self.apt.removed if apt_id(n) not in excluded],
+                upgraded=[(n, a, b) for n, a, b in self.apt.upgraded if apt_id(n) not in excluded],
+            ),
+            python=python,
+            conda=[
+                CondaChanges(
+                    c.prefix,
+                    [s for s in c.added if conda_id(c.prefix, s) not in excluded],
+                    [s for s in c.removed if conda_id(c.prefix, s) not in excluded],
+                    c.channels,
+                )
+                for c in self.conda
+            ],
+            files=FileChanges(
+                kept=[p for p in files.kept if file_id(p) not in excluded],
+                deleted=[p for p in files.deleted if delete_id(p) not in excluded],
+                secrets=list(files.secrets),
+                ignored=dict(files.ignored),
+                packaged=list(files.packaged),
+                transient=list(files.transient),
+            ),
+            env={k: v for k, v in self.env.items() if env_id(k) not in excluded},
+            env_removed=list(self.env_removed),
+            env_secrets=list(self.env_secrets),
+            notes=notes,
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Change ids: what a commit carries, chosen change by change
+# ----------------------------------------------------------------------------------------------
+
+#: The kinds of change a commit can leave out (each id starts with its kind and a colon).
+CHANGE_KINDS = ("apt", "python", "conda", "file", "delete", "env")
+_MAX_ID = 4096
+_MAX_IDS = 10_000
+
+
+@dataclass(frozen=True)
+class ChangeItem:
+    """One change a commit can carry or leave out: its stable id, its kind, a short label and
+    in words where and what (``detail``)."""
+
+    id: str
+    kind: str
+    label: str
+    detail: str
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def apt_id(name: str) -> str:
+    return f"apt:{name}"
+
+
+def python_id(prefix: str, name: str) -> str:
+    return f"python:{prefix}:{normalize(name)}"
+
+
+def conda_id(prefix: str, spec: str) -> str:
+    return f"conda:{prefix}:{spec}"
+
+
+def file_id(path: str) -> str:
+    return f"file:{path}"
+
+
+def delete_id(path: str) -> str:
+    return f"delete:{path}"
+
+
+def env_id(name: str) -> str:
+    return f"env:{name}"
+
+
+def _no_space(text: str) -> bool:
+    return bool(text) and not any(c.isspace() for c in text)
+
+
+def _prefixed(rest: str, *, last: bool) -> tuple[str, str] | None:
+    """``/PREFIX:NAME`` split at its last (a Python name) or first (a conda spec) colon."""
+    prefix, sep, name = rest.rpartition(":") if last else rest.partition(":")
+    return (prefix, name) if sep and prefix.startswith("/") and name else None
+
+
+def _canonical_id(value: object) -> str | None:
+    """A change id as ``change_items`` spells it (a Python name normalized), or ``None`` when
+    ``value`` is not one: ``apt:NAME``, ``python:/PREFIX:NAME``, ``conda:/PREFIX:SPEC``,
+    ``file:/PATH``, ``delete:/PATH``, ``env:NAME``."""
+    if not isinstance(value, str) or len(value) > _MAX_ID or not value.isprintable():
+        return None
+    kind, _, rest = value.partition(":")
+    if kind == "python":
+        parts = _prefixed(rest, last=True)
+        return python_id(*parts) if parts is not None and _no_space(parts[1]) else None
+    valid = {
+        "apt": _no_space(rest),
+        "conda": _prefixed(rest, last=False) is not None,
+        "file": rest.startswith("/"),
+        "delete": rest.startswith("/"),
+        "env": _no_space(rest) and "=" not in rest,
+    }
+    return value if valid.get(kind, False) else None
+
+
+def check_change_ids(values: Iterable[object]) -> tuple[str, ...]:
+    """Change ids as given by a user (deduplicated, in order, Python names normalized); a
+    ``BadRequest`` naming the first one that is not an id."""
+    ids: dict[str, None] = {}
+    for value in values:
+        canonical = _canonical_id(value)
+        if canonical is None:
+            shown = repr(value) if len(repr(value)) <= 200 else repr(value)[:200] + "..."
+            raise BadRequest(
+                f"Not a change id: {shown}. Ids are those of the diff's items: apt:NAME, "
+                "python:PREFIX:NAME, conda:PREFIX:SPEC, file:PATH, delete:PATH or env:NAME",
+                details={"id": shown},
+            )
+        ids[canonical] = None
+        if len(ids) > _MAX_IDS:
+            raise BadRequest(f"More than {_MAX_IDS} change ids to leave out")
+    return tuple(ids)
+
 
 def package_changes(baseline: PackageState, now: PackageState) -> ChangeSet:
     """The package part of a change set (sorted: the same changes, the same order)."""
@@ -743,15 +895,22 @@ def package_changes(baseline: PackageState, now: PackageState) -> ChangeSet:
     return changes
 
 
-def package_differences(container: PackageState, rebuilt: PackageState) -> list[str]:
+def package_differences(
+    container: PackageState,
+    rebuilt: PackageState,
+    loose_dpkg: Mapping[str, str | None] | None = None,
+) -> list[str]:
     """Every package that differs between a container and an image rebuilt from its
-    Dockerfile (dpkg, each Python environment, conda requests), one sentence each."""
+    Dockerfile (dpkg, each Python environment, conda requests), one sentence each.
+    ``loose_dpkg``: dpkg packages the rebuild may also have at this other version (``None``:
+    not at all), see ``expected_state``."""
     out: list[str] = []
+    loose = loose_dpkg or {}
 
     def versions(kind: str, a: Mapping[str, str], b: Mapping[str, str]) -> None:
         for name in sorted(set(a) | set(b)):
             was, now = a.get(name), b.get(name)
-            if was == now:
+            if was == now or (kind == "apt" and name in loose and loose[name] == now):
                 continue
             if now is None:
                 out.append(f"{kind} {name} {was}: in the container, missing from the rebuild")
@@ -778,6 +937,78 @@ def package_differences(container: PackageState, rebuilt: PackageState) -> list[
         out.extend(f"conda ({prefix}) {s}: in the container only" for s in sorted(a - b))
         out.extend(f"conda ({prefix}) {s}: in the rebuild only" for s in sorted(b - a))
     return out
+
+
+def revert_excluded(
+    baseline: PackageState, now: PackageState, excluded: Collection[str]
+) -> PackageState:
+    """The packages ``now`` with the ``excluded`` package changes (their ids) put back as the
+    baseline had them: what a commit that leaves them out carries, and the baseline it
+    leaves behind (so that they are still changes afterwards)."""
+    if not excluded:
+        return now
+    dpkg, auto = dict(now.dpkg), set(now.dpkg_auto)
+    for name in set(now.dpkg) | set(baseline.dpkg):
+        if apt_id(name) not in excluded:
+            continue
+        auto.discard(name)
+        dpkg.pop(name, None)
+        if name in baseline.dpkg:
+            dpkg[name] = baseline.dpkg[name]
+            if name in baseline.dpkg_auto:
+                auto.add(name)
+    python: dict[str, PythonEnv] = {}
+    for prefix, env in now.python.items():
+        reverted = _revert_python(baseline.python.get(prefix), env, excluded)
+        if reverted is not None:
+            python[prefix] = reverted
+    conda: dict[str, CondaEnv] = {}
+    for prefix, env_now in now.conda.items():
+        was = baseline.conda.get(prefix, CondaEnv(prefix)).requested
+        requested = [
+            s for s in env_now.requested if s in was or conda_id(prefix, s) not in excluded
+        ]
+        requested += [
+            s for s in was if s not in env_now.requested and conda_id(prefix, s) in excluded
+        ]
+        conda[prefix] = replace(env_now, requested=tuple(requested))
+    return PackageState(dpkg, frozenset(auto), python, conda)
+
+
+def _revert_python(
+    before: PythonEnv | None, env: PythonEnv, excluded: Collection[str]
+) -> PythonEnv | None:
+    """``env`` with its excluded distributions as ``before`` had them; ``None`` for a new
+    environment all of whose distributions are excluded (it stays new)."""
+    old = before.dists if before is not None else {}
+    dists = dict(env.dists)
+    for key in set(env.dists) | set(old):
+        if python_id(env.prefix, key) in excluded:
+            dists.pop(key, None)
+            if key in old:
+                dists[key] = old[key]
+    if before is None and env.dists and not dists:
+        return None
+    return replace(env, dists=dists)
+
+
+def expected_state(
+    baseline: PackageState, now: PackageState, excluded: Collection[str]
+) -> tuple[PackageState, dict[str, str | None]]:
+    """What an image rebuilt from a commit that leaves the ``excluded`` changes out has:
+    the container's packages with those put back as in the baseline, and (when apt changes
+    are left out) the automatic dpkg packages changed since the baseline with their baseline
+    version (``None``: absent), which the rebuild may have instead (they may be what a
+    left-out package pulled in: nothing says which package needed them)."""
+    expected = revert_excluded(baseline, now, excluded)
+    if not any(i.startswith("apt:") for i in excluded):
+        return expected, {}
+    loose = {
+        name: baseline.dpkg.get(name)
+        for name in now.dpkg_auto | baseline.dpkg_auto
+        if baseline.dpkg.get(name) != now.dpkg.get(name)
+    }
+    return expected, loose
 
 
 def changed_packages(baseline: PackageState, now: PackageState) -> tuple[list[str], list[str]]:
@@ -938,14 +1169,23 @@ def uncommitted(
     mounts: Iterable[str],
     baseline_files: Mapping[str, int],
     made: Iterable[str] = (),
+    held: Iterable[str] = (),
 ) -> list[str]:
     """What removing a container would lose: the file changes a commit carries (credentials
-    included) and, as the packages are not probed here, every changed package file. Noise,
-    mounts, driver files, empty folders the engine made and what the baseline already had
-    are not."""
+    included) and, as the packages are not probed here, every changed package file; then
+    ``held``, the ids of the changes the last commit left out (``Baseline.held``: their files
+    may be in the baseline already). Noise, mounts, driver files, empty folders the engine
+    made and what the baseline already had are not."""
     fresh = [d for d in diff if baseline_files.get(str(d["Path"])) != int(d["Kind"])]
     files = file_changes(fresh, mounts, set(), made=made)
-    return sorted({*files.kept, *files.deleted, *files.secrets, *files.packaged})
+    changed = sorted({*files.kept, *files.deleted, *files.secrets, *files.packaged})
+    listed = set(changed)
+
+    def already(change_id: str) -> bool:  # a held file change is listed by its path
+        kind, _, path = change_id.partition(":")
+        return kind in ("file", "delete") and path in listed
+
+    return [*changed, *(i for i in dict.fromkeys(held) if not already(i))]
 
 
 def env_changes(

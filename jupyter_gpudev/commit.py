@@ -3,11 +3,13 @@
 One commit runs these steps, each optional after the first, in an order that leaves nothing
 half-done when a later step fails:
 
-1. **capture**: the change set, with the kept files copied into a staging folder
-   (``ChangeCapture.prepare``), and the diff rendered;
+1. **capture**: the change set less the changes ``exclude`` names (refused with
+   ``DiffChanged`` when ``expect`` is not its diff's digest), with the kept files copied into a
+   staging folder (``ChangeCapture.prepare``), and the diff rendered;
 2. **verify**: the patched Dockerfile is built (the build context with the staged files added,
    the workspace untouched) and the rebuilt image's packages are compared with the
-   container's; any difference stops the commit (``VerifyFailed``) and each one is reported;
+   container's (less the excluded changes); any difference stops the commit (``VerifyFailed``)
+   and each one is reported;
 3. **snapshot**: a ``docker commit`` image of the container, tagged, labelled with its
    environment, base image digest and the diff's hash, with the driver files an NVIDIA runtime
    injected removed, and an image configuration of its own (the environment image's command
@@ -24,6 +26,7 @@ import contextlib
 import hashlib
 import io
 import json
+import re
 import tarfile
 import tempfile
 import time
@@ -71,6 +74,7 @@ _IMAGE_CONFIG_KEYS = (
     "OnBuild",
 )
 MAX_MESSAGE = 4000
+_DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 class VerifyFailed(GPUDevError):
@@ -90,9 +94,20 @@ class CommitOptions:
     snapshot: str | None = None
     push: bool = False
     message: str | None = None
+    #: Ids of changes (a diff's ``items``) this commit leaves out: they stay uncommitted.
+    exclude: tuple[str, ...] = ()
+    #: The ``digest`` of the diff the user reviewed (rendered without the message): the
+    #: commit is refused (``DiffChanged``) when the diff is another one now.
+    expect: str | None = None
 
     def check(self) -> None:
-        """A clear error for options that cannot work together or a bad tag."""
+        """A clear error for options that cannot work together, a bad tag or change id."""
+        ch.check_change_ids(self.exclude)
+        if self.expect is not None and not _DIGEST_RE.match(self.expect):
+            raise BadRequest(
+                f"expect {self.expect[:80]!r} is not a diff's digest (64 hexadecimal "
+                'characters, the diff\'s "digest")'
+            )
         if self.push and not self.snapshot:
             raise BadRequest("--push needs --snapshot TAG: the tag names the registry")
         if self.snapshot:
@@ -162,6 +177,7 @@ class CommitResult:
             "verify": self.verify.to_json() if self.verify else None,
             "snapshot": self.snapshot.to_json() if self.snapshot else None,
             "changes": self.prepared.captured.changes.to_json(),
+            **self.prepared.captured.selection_json(),
         }
 
 
@@ -185,7 +201,13 @@ class Committer:
         say({"stage": "capture", "message": f"reading the changes of {name}"})
         staged = options.write or options.verify
         prepared = self.capture.prepare(
-            name, host, options.message, stage=staged, scan=options.push
+            name,
+            host,
+            options.message,
+            stage=staged,
+            scan=options.push,
+            exclude=options.exclude,
+            expect=options.expect,
         )
         result = CommitResult(prepared)
         client = prepared.captured.client
@@ -251,7 +273,9 @@ class Committer:
         except BaseException:
             _remove_image(client, image_id)
             raise
-        report.differences = ch.package_differences(prepared.captured.packages, rebuilt)
+        # The container's packages less the changes left out: what the rebuild should have.
+        expected, loose = prepared.captured.expected_packages()
+        report.differences = ch.package_differences(expected, rebuilt, loose)
         report.seconds = time.monotonic() - started
         verdict = (
             "the rebuilt image has the container's packages"

@@ -25,7 +25,8 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -54,8 +55,9 @@ from .errors import (
     NotFound,
 )
 from .gpus import Inventory
-from .hosts import Host, HostPool
+from .hosts import Host, HostInfo, HostPool
 from .images import Progress, stream_build
+from .kernels import KernelRegistry
 from .leases import (
     GPURequest,
     LeasableGPU,
@@ -63,6 +65,7 @@ from .leases import (
     LeaseLedger,
     NoFreeGPU,
     check_fit,
+    iso_utc,
     leasable_units,
 )
 from .mounts import MountNotAllowed, MountPolicy, RemotePaths, ResolvedMount, check_target
@@ -154,9 +157,175 @@ class DevContainerInfo:
     web_ports: tuple[int, ...] = ()
     #: The environment's forwardPorts among them (always served; not removable).
     forward_ports: tuple[int, ...] = ()
+    #: Running: when it (last) started, ISO 8601 UTC to the second; otherwise ``None``.
+    started_at: str | None = None
+    #: Stopped: when it last stopped (``None`` if it never ran); otherwise ``None``.
+    finished_at: str | None = None
+    #: How many live kernels of this server run in it (``None``: not known, e.g. the CLI).
+    kernels: int | None = None
+    #: The latest activity of those kernels, ISO 8601 UTC; ``None`` when it has no kernel.
+    last_activity: str | None = None
+    #: Its uncommitted changes (what removing it would lose); ``None``: not computed.
+    uncommitted: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """Where a kernel of this server runs (``GET /gpudev/api/kernels/ID``)."""
+
+    kernel_id: str
+    container: str
+    host: str
+    environment: str
+    #: The GPUs of its container (a kernel sees all of them, shared or not).
+    gpu_uuids: tuple[str, ...]
+    #: Its container is one that kernels share (not made for this kernel).
+    shared: bool
+    #: Its container's state (``running``, ``exited``, ...).
+    state: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_ENGINE_TIME_RE = re.compile(
+    r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.\d+)?(Z|[+-]\d{2}:\d{2})$"
+)
+
+
+def engine_time(text: Any) -> str | None:
+    """An engine timestamp (``2026-11-21T16:03:09.123456789Z``) as ISO 8601 UTC to the second,
+    like the lease ledger's; ``None`` for the engine's "never" (``0001-01-01T00:00:00Z``) or
+    anything unreadable."""
+    match = _ENGINE_TIME_RE.match(str(text or "").strip())
+    if match is None or match.group(1).startswith("0001-"):
+        return None
+    zone = "+00:00" if match.group(2) == "Z" else match.group(2)
+    try:
+        stamp = datetime.fromisoformat(match.group(1) + zone)
+    except ValueError:
+        return None
+    return iso_utc(stamp.timestamp())
+
+
+@dataclass
+class _Count:
+    key: Hashable
+    value: int
+    computed_at: float
+    read_at: float
+
+
+class ChangeCounts:
+    """The uncommitted-change count of each container, kept so that listing stays cheap.
+
+    Counting runs ``docker diff``, which walks the container's layer (most of a second on this
+    project's test machine, however small the change, and the engine runs them one at a time).
+    A count is kept per container id with the ``key`` it was computed under (the container's
+    state and start/stop times, and its baseline): a stopped container's is reused until its key
+    changes. A running one's, whose files change at any time, is fresh for ``RUNNING_TTL``
+    seconds; after that it is still answered while one background thread counts it again, so a
+    listing never waits for more than the containers it has never counted, and the engine runs
+    one diff at a time for all of them. Requests for a count being computed wait for that
+    computation instead of starting another. A failed count (``None``) is not kept; counts not
+    read for ``FORGET_AFTER`` seconds (containers gone) are dropped.
+    """
+
+    RUNNING_TTL = 15.0
+    FORGET_AFTER = 3600.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._entries: dict[str, _Count] = {}
+        self._pending: dict[str, tuple[Hashable, Future[int | None]]] = {}
+        self._lock = threading.Lock()
+        self._refresher: ThreadPoolExecutor | None = None
+
+    def _fresh(self, container_id: str, key: Hashable, running: bool, now: float) -> int | None:
+        entry = self._entries.get(container_id)
+        if entry is None or entry.key != key:
+            return None
+        if running and now - entry.computed_at >= self.RUNNING_TTL:
+            return None
+        entry.read_at = now
+        return entry.value
+
+    def peek(self, container_id: str, key: Hashable, running: bool) -> int | None:
+        """The kept count if it still holds, else ``None``; never computes."""
+        with self._lock:
+            return self._fresh(container_id, key, running, self._clock())
+
+    def count(
+        self,
+        container_id: str,
+        key: Hashable,
+        running: bool,
+        compute: Callable[[], int | None],
+    ) -> int | None:
+        """The kept count if it still holds, else ``compute()`` (kept unless ``None``). A
+        running container's count past its time is answered as is while it is counted again in
+        the background."""
+        with self._lock:
+            now = self._clock()
+            hit = self._fresh(container_id, key, running, now)
+            if hit is not None:
+                return hit
+            entry = self._entries.get(container_id)
+            stale = entry.value if entry is not None and entry.key == key else None
+            if entry is not None and stale is not None:
+                entry.read_at = now
+            pending = self._pending.get(container_id)
+            shared = pending is not None and pending[0] == key
+            future: Future[int | None] = pending[1] if pending is not None and shared else Future()
+            if not shared:
+                self._pending[container_id] = (key, future)
+                if stale is not None:
+                    if self._refresher is None:
+                        self._refresher = ThreadPoolExecutor(1, "gpudev-change-count")
+                    self._refresher.submit(self._compute, container_id, key, future, compute)
+        if stale is not None:
+            return stale
+        if shared:
+            return future.result()  # another request is computing it: wait for that
+        return self._compute(container_id, key, future, compute)
+
+    def wait(self) -> None:
+        """Wait for the counts being computed (tests)."""
+        with self._lock:
+            futures = [future for _, future in self._pending.values()]
+        for future in futures:
+            future.result()
+
+    def _compute(
+        self,
+        container_id: str,
+        key: Hashable,
+        future: Future[int | None],
+        compute: Callable[[], int | None],
+    ) -> int | None:
+        value: int | None = None
+        try:
+            value = compute()
+        finally:
+            with self._lock:
+                now = self._clock()
+                if value is not None:
+                    self._entries[container_id] = _Count(key, value, now, now)
+                if self._pending.get(container_id, (None, None))[1] is future:
+                    del self._pending[container_id]
+                for stale in [
+                    cid for cid, e in self._entries.items() if now - e.read_at > self.FORGET_AFTER
+                ]:
+                    del self._entries[stale]
+            future.set_result(value)
+        return value
+
+    def forget(self, container_id: str) -> None:
+        with self._lock:
+            self._entries.pop(container_id, None)
 
 
 def docker_name(name: str) -> str:
@@ -284,10 +453,19 @@ class DevContainers(LoggingConfigurable):
     def _default_mount_policy(self) -> MountPolicy:
         return MountPolicy(parent=self)
 
-    def __init__(self, root_dir: str | Path, server_id: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        root_dir: str | Path,
+        server_id: str | None = None,
+        kernels: KernelRegistry | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.root_dir = Path(root_dir).resolve()
         self.server_id = server_id or secrets.token_hex(6)
+        #: The server's gpudev kernels (``None`` outside a server: kernel counts unknown).
+        self.kernels = kernels
+        self.change_counts = ChangeCounts()
         self._ledger: LeaseLedger | None = None
         self._lock = threading.Lock()
 
@@ -947,6 +1125,7 @@ class DevContainers(LoggingConfigurable):
         if container.status not in _STOPPED:
             self._stop(found_host, container)
         baseline = self.baselines.container(str(container.id))
+        # Changes a commit left out (``held``) are uncommitted too, files or not.
         changed = self._call(
             f"Reading the changes of {user_name(name)!r}",
             lambda: uncommitted(
@@ -954,12 +1133,14 @@ class DevContainers(LoggingConfigurable):
                 mount_targets(container.attrs),
                 baseline.files if baseline else {},
                 engine_made(container.attrs),
+                baseline.held if baseline else (),
             ),
         )
         if changed and not force:
             raise Conflict(
                 f"{user_name(name)!r} has {len(changed)} uncommitted change(s) (e.g. "
-                f"{', '.join(changed[:3])}): commit them first, or remove it with force",
+                f"{', '.join(changed[:3])}): commit them first (changes a commit left out "
+                "count too), or remove it with force",
                 details={"changes": changed[:50]},
             )
         self._call(f"Removing {user_name(name)!r}", lambda: container.remove(force=True))
@@ -983,13 +1164,61 @@ class DevContainers(LoggingConfigurable):
         )
         return self._info(found_host, container)
 
-    def get(self, name: str, host: str | None = None) -> DevContainerInfo:
+    def get(
+        self, name: str, host: str | None = None, *, count_changes: bool = False
+    ) -> DevContainerInfo:
+        """One container; ``count_changes``: count its uncommitted changes (see ``_info``)."""
         found_host, container = self._find(name, host)
-        return self._info(found_host, container)
+        return self._info(found_host, container, count_changes=count_changes)
 
-    def list(self, all_states: bool = True, host: str | None = None) -> list[DevContainerInfo]:
-        """Every managed container on the reachable hosts (running only unless ``all_states``)."""
-        result: list[DevContainerInfo] = []
+    def kernel(self, kernel_id: str) -> KernelInfo:
+        """Where a live kernel of this server runs: its dev container, host and GPUs.
+        ``NotFound`` for an unknown kernel and for one that is not a gpudev kernel."""
+        placement = self.kernels.get(kernel_id) if self.kernels is not None else None
+        if placement is None:
+            if self.kernels is not None and self.kernels.exists(kernel_id):
+                raise NotFound(
+                    f"Kernel {kernel_id} is not a gpudev kernel: it does not run in a dev "
+                    "container",
+                    details={"kernel_id": kernel_id},
+                )
+            raise NotFound(
+                f"No kernel {kernel_id} on this Jupyter server (it ended, or never existed)",
+                details={"kernel_id": kernel_id},
+            )
+        info = self.get(placement.container, placement.host)
+        return KernelInfo(
+            kernel_id=kernel_id,
+            container=info.name,
+            host=info.host,
+            environment=info.environment,
+            gpu_uuids=info.gpu_uuids,
+            shared=not placement.dedicated,
+            state=info.state,
+        )
+
+    def describe_hosts(self, name: str | None = None) -> builtins.list[HostInfo]:
+        """Every host (or the one named), each with the ledger's active GPU leases on it
+        (none reported for a host that cannot be reached)."""
+        infos = [self.host_pool.describe(name)] if name else self.host_pool.describe_all()
+        held: dict[str, builtins.list[Lease]] = {}
+        for lease in self.ledger.active():
+            held.setdefault(lease.host, []).append(lease)
+        return [
+            replace(info, leases=tuple(held.get(info.name, ())) if info.reachable else ())
+            for info in infos
+        ]
+
+    #: At most this many containers have their changes counted at once while listing.
+    COUNT_WORKERS = 4
+
+    def list(
+        self, all_states: bool = True, host: str | None = None, *, count_changes: bool = False
+    ) -> list[DevContainerInfo]:
+        """Every managed container on the reachable hosts (running only unless ``all_states``);
+        ``count_changes``: count their uncommitted changes too (see ``_info``), several at
+        once."""
+        found: list[tuple[Host, Container]] = []
         hosts = self._hosts(host)
         unreachable: list[GPUDevError] = []
         for candidate in hosts:
@@ -1006,9 +1235,18 @@ class DevContainers(LoggingConfigurable):
                     ignore_removed=True,
                 ),
             )
-            result.extend(self._info(candidate, c) for c in containers)
+            found.extend((candidate, c) for c in containers)
         if unreachable and len(unreachable) == len(hosts):
             raise unreachable[0]  # no engine answered: say so, not "no containers"
+
+        def info(pair: tuple[Host, Container]) -> DevContainerInfo:
+            return self._info(*pair, count_changes=count_changes)
+
+        if count_changes and len(found) > 1:
+            with ThreadPoolExecutor(min(self.COUNT_WORKERS, len(found))) as pool:
+                result = builtins.list(pool.map(info, found))
+        else:
+            result = [info(pair) for pair in found]
         return sorted(result, key=lambda info: (info.host, info.name))
 
     def terminal_command(self, name: str, host: str | None = None) -> builtins.list[str]:
@@ -1193,9 +1431,18 @@ class DevContainers(LoggingConfigurable):
             yield chunk.decode(errors="replace")
 
     def _info(
-        self, host: Host, container: Container, warnings: tuple[str, ...] = ()
+        self,
+        host: Host,
+        container: Container,
+        warnings: tuple[str, ...] = (),
+        *,
+        count_changes: bool = False,
     ) -> DevContainerInfo:
+        """The container as reported. Its uncommitted changes are counted (``docker diff``,
+        kept a while, see ``ChangeCounts``) only with ``count_changes``; otherwise a kept count
+        that still holds is reported, or ``None``."""
         labels = container.labels
+        name = labels.get(L_NAME, user_name(container.name or ""))
         ports: dict[str, int] = {}
         for key, bindings in (
             container.attrs.get("NetworkSettings", {}).get("Ports") or {}
@@ -1205,14 +1452,16 @@ class DevContainers(LoggingConfigurable):
                     ports[key.split("/")[0]] = int(binding["HostPort"])
         lease = self.ledger.for_container(host.name, labels.get(L_NAME, ""))
         state = container.attrs.get("State", {})
+        status = str(state.get("Status", container.status))
+        usage = self.kernels.usage(host.name, name) if self.kernels is not None else None
         return DevContainerInfo(
-            name=labels.get(L_NAME, user_name(container.name or "")),
+            name=name,
             container_id=str(container.id),
             host=host.name,
             environment=labels.get(L_ENV, ""),
             owner=labels.get(L_OWNER, ""),
             image=labels.get(L_IMAGE, ""),
-            state=str(state.get("Status", container.status)),
+            state=status,
             status=_status_text(state),
             created=labels.get(L_CREATED, ""),
             gpu_uuids=labelled_gpus(labels),
@@ -1223,7 +1472,54 @@ class DevContainers(LoggingConfigurable):
             kernel_id=labels.get(L_KERNEL) or None,
             web_ports=self._web_ports(container),
             forward_ports=tuple(sorted(_declared_ports(container))),
+            started_at=engine_time(state.get("StartedAt")) if state.get("Running") else None,
+            finished_at=engine_time(state.get("FinishedAt")) if status in _STOPPED else None,
+            kernels=usage.count if usage is not None else None,
+            last_activity=(
+                iso_utc(usage.last_activity.timestamp())
+                if usage is not None and usage.last_activity is not None
+                else None
+            ),
+            uncommitted=self._uncommitted(container, compute=count_changes),
         )
+
+    def _uncommitted(self, container: Container, *, compute: bool) -> int | None:
+        """How many uncommitted changes ``container`` has, by the rule ``remove`` applies
+        (``changes.uncommitted``); kept per state in ``change_counts``. ``None``: not counted
+        (``compute`` off and nothing kept, or the engine failed)."""
+        container_id = str(container.id)
+        baseline = self.baselines.container(container_id)
+        state = container.attrs.get("State", {})
+        key = (
+            state.get("Status"),
+            state.get("StartedAt"),
+            state.get("FinishedAt"),
+            # commit --write moves the baseline forward (and records what it left out)
+            hash(frozenset(baseline.files.items())) if baseline else None,
+            tuple(baseline.held) if baseline else (),
+        )
+        running = str(state.get("Status", container.status)) not in _STOPPED
+        if not compute:
+            return self.change_counts.peek(container_id, key, running)
+
+        def count() -> int | None:
+            try:  # the same call as remove's
+                changed = uncommitted(
+                    container.diff() or [],
+                    mount_targets(container.attrs),
+                    baseline.files if baseline else {},
+                    engine_made(container.attrs),
+                    baseline.held if baseline else (),
+                )
+            except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+                self.log.warning("gpudev: changes of %s not counted: %r", container.name, exc)
+                return None
+            except GPUDevError as err:  # e.g. the host's connection dropped
+                self.log.warning("gpudev: changes of %s not counted: %s", container.name, err)
+                return None
+            return len(changed)
+
+        return self.change_counts.count(container_id, key, running, count)
 
     # ------------------------------------------------------------------------------------------
     # Reconcile

@@ -29,7 +29,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from .changes import ChangeSet
+from . import changes as ch
+from .changes import ChangeItem, ChangeSet, PyDist, PythonChanges
 
 MARK = "# --- gpudev:"
 _APT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]*(:[a-z0-9-]+)?$")
@@ -188,6 +189,91 @@ def _env_lines(changes: ChangeSet, reported: list[str]) -> list[str]:
         for name in changes.env_removed
     )
     return lines
+
+
+_FRESH_VENV_DISTS = ("pip", "setuptools", "wheel")
+
+
+def change_items(changes: ChangeSet) -> list[ChangeItem]:
+    """Every change a commit can carry or leave out (``ChangeSet.without``), in the order the
+    Dockerfile renders them; credentials, unset variables and notes are not items (they are
+    never written). Installs a Dockerfile cannot repeat are items too: left out, a verify
+    build no longer fails on them."""
+    files = changes.files
+    items = [
+        ChangeItem(ch.file_id(p), "file", p, "package-manager configuration file, copied first")
+        for p in sorted(p for p in files.kept if is_source_path(p))
+    ]
+    apt: list[tuple[str, ChangeItem]] = []
+    for name, version in changes.apt.added:
+        item = ChangeItem(ch.apt_id(name), "apt", f"{name} {version}", "apt package, added")
+        apt.append((f"{name}={version}", item))
+    for name, was, version in changes.apt.upgraded:
+        detail = f"apt package, version changed from {was}"
+        apt.append(
+            (
+                f"{name}={version}",
+                ChangeItem(ch.apt_id(name), "apt", f"{name} {was}→{version}", detail),
+            )
+        )
+    items += [item for _, item in sorted(apt, key=lambda pair: pair[0])]
+    items += [
+        ChangeItem(ch.apt_id(n), "apt", f"remove {n}", f"apt package {v}, removed")
+        for n, v in sorted(changes.apt.removed)
+    ]
+    for conda in changes.conda:
+        where = f"conda in {conda.prefix}"
+        items += [
+            ChangeItem(ch.conda_id(conda.prefix, s), "conda", s, f"{where}, install requested")
+            for s in conda.added
+        ]
+        items += [
+            ChangeItem(ch.conda_id(conda.prefix, s), "conda", f"remove {s}", f"{where}, removed")
+            for s in conda.removed
+        ]
+    for py in changes.python:
+        items += _python_items(py)
+    items += [
+        ChangeItem(ch.file_id(p), "file", p, "file added or changed, copied into the image")
+        for p in sorted(p for p in files.kept if not is_source_path(p))
+    ]
+    items += [
+        ChangeItem(ch.delete_id(p), "delete", f"delete {p}", "deleted from the image")
+        for p in sorted(files.deleted)
+    ]
+    for name in sorted(changes.env):
+        value = changes.env[name]
+        shown = value if len(value) <= 60 else value[:57] + "..."
+        items.append(ChangeItem(ch.env_id(name), "env", f"{name}={shown}", "environment variable"))
+    return items
+
+
+def _python_items(py: PythonChanges) -> list[ChangeItem]:
+    env = py.env
+    where = f"pip in the new venv {env.prefix}" if py.new_env else f"pip in {env.prefix}"
+
+    def item(dist: PyDist, label: str, detail: str) -> ChangeItem:
+        if dist.source in ("editable", "local"):
+            detail += f" ({dist.source} install: a Dockerfile cannot repeat it, see the notes)"
+        return ChangeItem(ch.python_id(env.prefix, dist.name), "python", label, detail)
+
+    fresh = [d for d in py.added if py.new_env and d.name.lower() in _FRESH_VENV_DISTS]
+    installs = [
+        (d, item(d, f"{d.name} {d.version}", f"{where}, added")) for d in py.added if d not in fresh
+    ]
+    installs += [
+        (b, item(b, f"{b.name} {a.version}→{b.version}", f"{where}, upgraded from {a.version}"))
+        for a, b in py.upgraded
+    ]
+    installs.sort(key=lambda pair: shlex.quote(pair[0].requirement()))
+    return [
+        *(item(d, f"{d.name} {d.version}", f"{where}, comes with the venv") for d in fresh),
+        *(i for _, i in installs),
+        *(
+            item(d, f"remove {d.name}", f"{where}, removed (was {d.version})")
+            for d in sorted(py.removed, key=lambda d: shlex.quote(d.name))
+        ),
+    ]
 
 
 def _last_user(text: str) -> str | None:

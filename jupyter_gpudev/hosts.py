@@ -21,7 +21,7 @@ import stat
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -45,6 +45,7 @@ from .errors import (
     NotFound,
 )
 from .gpus import GPUInventory, Inventory, ProbeUnavailable
+from .leases import Lease
 from .ssh import SSHConnection, SSHDockerAdapter, SSHTarget
 from .tunnels import Tunnels
 
@@ -238,9 +239,14 @@ class HostInfo:
     origin: str = "config"
     #: Remote hosts: the folder of that host mounted as the workspace.
     workspace: str | None = None
+    #: The active GPU leases on this host (set by ``DevContainers.describe_hosts``, which
+    #: has the ledger), reported as ``Lease.held_json``.
+    leases: tuple[Lease, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(replace(self, leases=()))
+        data["leases"] = [lease.held_json() for lease in self.leases]
+        return data
 
 
 def describe_connection_error(url: str, exc: BaseException) -> str:

@@ -116,6 +116,17 @@ class Lease:
             "released_at": self.released_at,
         }
 
+    def held_json(self) -> dict[str, Any]:
+        """What anyone who may list the hosts sees of an active lease: which container (and
+        user) holds which GPUs, since when (ISO 8601 UTC)."""
+        return {
+            "lease_id": self.lease_id,
+            "container": self.container,
+            "owner": self.owner,
+            "gpu_uuids": list(self.gpu_uuids),
+            "since": iso_utc(self.created_at),
+        }
+
 
 @dataclass(frozen=True)
 class LeasableGPU:

@@ -39,6 +39,7 @@ from traitlets.config import Config
 from .containers import DevContainers, StartRequest
 from .errors import Conflict, EngineError, EngineUnreachable, GPUDevError
 from .hosts import Host, HostPool
+from .kernels import KernelPlacement
 
 T = TypeVar("T")
 
@@ -416,6 +417,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         self._exit_code = None
         self._check_started(container, argv, log_file)
         self._launched = True
+        self._register()
         self.log.info(
             "gpudev kernel %s started in %s (%s) on %s:%s",
             self.kernel_id,
@@ -547,8 +549,24 @@ class GPUDevProvisioner(KernelProvisionerBase):
         if not restart and self._joined:
             await self._leave_shared()
 
+    def _register(self) -> None:
+        """Tell the server's kernel registry where this kernel runs (it counts a container's
+        kernels); a restart registers it again, unchanged."""
+        registry = self._manager.kernels
+        if registry is not None and self.kernel_id:
+            registry.add(
+                KernelPlacement(
+                    kernel_id=self.kernel_id,
+                    host=self.host or self._manager.host_pool.local_name,
+                    container=self._container_name,
+                    dedicated=self._dedicated,
+                )
+            )
+
     def _cleanup_sync(self, restart: bool) -> None:
         self._exec_id = ""
+        if not restart and self._launched and self._manager.kernels is not None:
+            self._manager.kernels.remove(self.kernel_id)  # first: its container is now unused
         if restart or not self._container_name:
             return
         self._close_forwards()

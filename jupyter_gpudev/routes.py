@@ -19,6 +19,7 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
+from .changes import check_change_ids
 from .commit import CommitOptions
 from .containers import StartRequest
 from .errors import BadRequest, EngineError, GPUDevError
@@ -127,7 +128,8 @@ class GPUDevHandler(APIHandler):
 
 
 class HostsHandler(GPUDevHandler):
-    """``GET /gpudev/api/hosts``: every host with its engine and GPUs.
+    """``GET /gpudev/api/hosts``: every host with its engine, GPUs and active GPU ``leases``
+    (``lease_id``, ``container``, ``owner``, ``gpu_uuids``, ``since``).
 
     503 when no host at all is reachable (the body still lists them, with reasons).
     """
@@ -136,7 +138,7 @@ class HostsHandler(GPUDevHandler):
     @authorized
     @maps_errors
     async def get(self) -> None:
-        infos = await self.blocking(self.gpudev.host_pool.describe_all)
+        infos = await self.blocking(self.gpudev.containers.describe_hosts)
         hosts = [info.to_json() for info in infos]
         error = unreachable_summary(infos)
         if error is not None:
@@ -168,13 +170,14 @@ class HostsHandler(GPUDevHandler):
 
 
 class HostHandler(GPUDevHandler):
-    """``GET /gpudev/api/hosts/NAME``: one host; 404 if unknown, 503 if its engine is down."""
+    """``GET /gpudev/api/hosts/NAME``: one host, with its leases; 404 if unknown, 503 if its
+    engine is down."""
 
     @web.authenticated
     @authorized
     @maps_errors
     async def get(self, name: str) -> None:
-        info = await self.blocking(self.gpudev.host_pool.describe, name)
+        (info,) = await self.blocking(self.gpudev.containers.describe_hosts, name)
         error = unreachable_summary([info])
         if error is not None:
             error.details["hosts"] = [info.to_json()]
@@ -245,7 +248,8 @@ def _start_request(body: Any, owner: str) -> StartRequest:
 
 
 class ContainersHandler(GPUDevHandler):
-    """``GET /gpudev/api/containers[?all=1]`` lists; ``POST`` starts one.
+    """``GET /gpudev/api/containers[?all=1]`` lists (with ``uncommitted`` counted, kept a
+    while: see ``ChangeCounts``); ``POST`` starts one.
 
     A POST with ``Accept: text/event-stream`` streams the progress (pull, build, lease, create,
     start, lifecycle commands) as server-sent events, ending with a ``result`` or ``error``
@@ -257,7 +261,8 @@ class ContainersHandler(GPUDevHandler):
     @maps_errors
     async def get(self) -> None:
         all_states = _flag(self.get_argument("all", "1"))
-        infos = await self.blocking(self.gpudev.containers.list, all_states)
+        listing = functools.partial(self.gpudev.containers.list, count_changes=True)
+        infos = await self.blocking(listing, all_states)
         self.finish(json.dumps({"containers": [info.to_json() for info in infos]}))
 
     @web.authenticated
@@ -287,7 +292,8 @@ class ContainerHandler(GPUDevHandler):
     @authorized
     @maps_errors
     async def get(self, name: str) -> None:
-        info = await self.blocking(self.gpudev.containers.get, name)
+        get = functools.partial(self.gpudev.containers.get, count_changes=True)
+        info = await self.blocking(get, name)
         self.finish(json.dumps(info.to_json()))
 
     @web.authenticated
@@ -342,22 +348,38 @@ class ContainerPinHandler(GPUDevHandler):
 
 
 class ContainerDiffHandler(GPUDevHandler):
-    """``GET /gpudev/api/containers/NAME/diff``: its changes as a Dockerfile diff
-    (``jupyter gpudev diff NAME --json``): ``diff``, ``dockerfile``, ``created``, ``files``,
-    ``reported``, ``digest``, ``empty`` and the change set under ``changes``."""
+    """``GET /gpudev/api/containers/NAME/diff[?exclude=ID&exclude=ID]``: its changes as a
+    Dockerfile diff (``jupyter gpudev diff NAME --json``): ``diff``, ``dockerfile``,
+    ``created``, ``files``, ``reported``, ``digest``, ``empty``, the change set rendered under
+    ``changes``, every change as ``items`` (``id``, ``kind``, ``label``, ``detail``) and the
+    ``excluded`` ids (those matching no change also in ``excluded_unknown``). 400 for an
+    ``exclude`` that is not a change id."""
 
     @web.authenticated
     @authorized
     @maps_errors
     async def get(self, name: str) -> None:
-        captured, rendered = await self.blocking(self.gpudev.capture.diff, name)
-        self.finish(json.dumps({**rendered.to_json(), "changes": captured.changes.to_json()}))
+        exclude = check_change_ids(self.get_arguments("exclude"))
+        diff = functools.partial(self.gpudev.capture.diff, exclude=exclude)
+        captured, rendered = await self.blocking(diff, name)
+        self.finish(
+            json.dumps(
+                {
+                    **rendered.to_json(),
+                    "changes": captured.changes.to_json(),
+                    **captured.selection_json(),
+                }
+            )
+        )
 
 
 class ContainerCommitHandler(GPUDevHandler):
     """``POST /gpudev/api/containers/NAME/commit``: ``jupyter gpudev commit NAME`` with a JSON
     body of options: ``write``, ``verify``, ``push`` (booleans), ``snapshot`` (an image tag),
-    ``message``. Answers the diff, what was written, the verify report and the snapshot; with
+    ``message``, ``exclude`` (change ids of the diff's ``items`` to leave out) and ``expect``
+    (the diff's ``digest`` the user reviewed: 409 ``diff_changed``, nothing written, when the
+    diff is another one now). Answers the diff, what was written, the verify report, the
+    snapshot, ``items``, ``excluded``, ``excluded_unknown`` (and ``held`` once written); with
     ``Accept: text/event-stream``, progress events first (capture, verify build, snapshot,
     push), then the ``result`` or ``error`` event. All options false only renders the diff.
     Needs the ``execute`` permission: a verify build runs the Dockerfile's commands."""
@@ -384,27 +406,36 @@ def _commit_options(raw: bytes | None) -> CommitOptions:
         raise BadRequest('The body must be JSON, e.g. {"write": true}') from exc
     if not isinstance(body, dict):
         raise BadRequest('The body must be a JSON object, e.g. {"write": true}')
-    unknown = sorted(set(body) - {"write", "verify", "push", "snapshot", "message"})
+    known = {"write", "verify", "push", "snapshot", "message", "exclude", "expect"}
+    unknown = sorted(set(body) - known)
     if unknown:
         raise BadRequest(f"Unknown commit option(s): {', '.join(unknown)}")
     for key in ("write", "verify", "push"):
         if not isinstance(body.get(key, False), bool):
             raise BadRequest(f'"{key}" must be true or false')
-    for key in ("snapshot", "message"):
+    for key in ("snapshot", "message", "expect"):
         if body.get(key) is not None and not isinstance(body[key], str):
             raise BadRequest(f'"{key}" must be a string')
+    exclude = body.get("exclude") or []
+    if not isinstance(exclude, list):
+        raise BadRequest('"exclude" must be a list of change ids (the diff\'s "items")')
     return CommitOptions(
         write=body.get("write", False),
         verify=body.get("verify", False),
         snapshot=body.get("snapshot") or None,
         push=body.get("push", False),
         message=body.get("message") or None,
+        exclude=check_change_ids(exclude),
+        expect=body.get("expect") or None,
     )
 
 
 class ContainerTerminalHandler(GPUDevHandler):
     """``POST /gpudev/api/containers/NAME/terminal``: a Jupyter terminal whose shell runs in the
     container; answers the terminal's model (``{"name": ...}``, open it with terminal:open)."""
+
+    #: Seconds the new shell is given to fail (a refused ``docker exec`` ends within ~0.1 s).
+    TERMINAL_SETTLE = 0.3
 
     @web.authenticated
     @authorized_to_execute
@@ -415,6 +446,16 @@ class ContainerTerminalHandler(GPUDevHandler):
             raise EngineError("Terminals are disabled on this Jupyter server")
         argv = await self.blocking(self.gpudev.containers.terminal_command, name)
         model = manager.create(shell_command=argv)
+        # A shell that ends at once (the container stopped meanwhile, the engine refused the
+        # exec) must be reported here: JupyterLab's terminal:open would otherwise start a
+        # shell on the server under the same name, which the user would take for the
+        # container's.
+        await asyncio.sleep(self.TERMINAL_SETTLE)
+        if not _terminal_alive(manager, str(model.get("name", ""))):
+            raise EngineError(
+                f"The shell in {name!r} ended as soon as it started: is the container still "
+                "running? See its logs, then try again."
+            )
         self.set_status(201)
         self.finish(json.dumps(model))
 
@@ -517,6 +558,27 @@ class ContainerPortHandler(GPUDevHandler):
         self.finish(json.dumps(info.to_json()))
 
 
+class KernelHandler(GPUDevHandler):
+    """``GET /gpudev/api/kernels/ID``: where a gpudev kernel of this server runs:
+    ``kernel_id``, ``container``, ``host``, ``environment``, ``gpu_uuids``, ``shared`` and the
+    container's ``state``. 404 for an unknown kernel and for one not in a dev container."""
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def get(self, kernel_id: str) -> None:
+        info = await self.blocking(self.gpudev.containers.kernel, kernel_id)
+        self.finish(json.dumps(info.to_json()))
+
+
+def _terminal_alive(manager: Any, name: str) -> bool:
+    """Whether the Jupyter terminal ``name`` still has a live process (terminado forgets a
+    terminal whose process ended)."""
+    term = getattr(manager, "terminals", {}).get(name)
+    process = getattr(term, "ptyproc", None)
+    return process is not None and bool(process.isalive())
+
+
 _NAME = r"(?P<name>[a-z0-9][a-z0-9_.-]{0,70})"
 _KERNEL = r"(?P<kernel_id>[0-9a-f-]{1,64})"
 
@@ -543,4 +605,5 @@ def handlers() -> list[tuple[str, type[GPUDevHandler]]]:
         (rf"{API}/containers/{_NAME}/ports", ContainerPortsHandler),
         (rf"{API}/containers/{_NAME}/ports/(?P<port>[0-9]{{1,5}})", ContainerPortHandler),
         (rf"/gpudev/proxy/{_NAME}/(?P<port>[0-9]{{1,5}})(?P<path>/.*)?", PortProxyHandler),
+        (rf"{API}/kernels/{_KERNEL}", KernelHandler),
     ]

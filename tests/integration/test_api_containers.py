@@ -146,6 +146,7 @@ ROUTES = [
     ("GET", "reclaims"),
     ("POST", "kernels/abc-1/keep"),
     ("POST", "kernels/abc-1/release"),
+    ("GET", "kernels/abc-1"),
     ("GET", "containers/x/logs"),
     ("POST", "containers/x/ports"),
     ("DELETE", "containers/x/ports/8000"),

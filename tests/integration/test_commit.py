@@ -22,7 +22,7 @@ import docker
 import pytest
 from traitlets.config import Config
 
-from jupyter_gpudev.capture import ChangeCapture
+from jupyter_gpudev.capture import ChangeCapture, DiffChanged
 from jupyter_gpudev.commit import (
     L_BASE_DIGEST,
     L_SNAPSHOT_DIFF,
@@ -32,7 +32,7 @@ from jupyter_gpudev.commit import (
     VerifyFailed,
 )
 from jupyter_gpudev.containers import DevContainers, StartRequest
-from jupyter_gpudev.errors import BadRequest, ImageError
+from jupyter_gpudev.errors import BadRequest, Conflict, ImageError
 from jupyter_gpudev.hosts import HostPool
 from jupyter_gpudev.registry import RegistryError
 from tests.conftest import FAKE_SMI, FIXTURES
@@ -313,3 +313,83 @@ def test_a_snapshot_with_a_credential_in_it_is_not_pushed(
     sh(docker_client, "kbox", "echo hello > /etc/y")
     found = ChangeCapture(manager)._grep_secrets(container, ["/etc/x", "/etc/y", "/etc/none"])
     assert found == {"/etc/x"}
+
+
+def test_a_commit_carries_only_the_changes_the_user_picked(
+    manager: DevContainers, docker_client: docker.DockerClient, package_index: str
+) -> None:
+    # Given a container with a pip install from the private index, two new /etc files, and
+    # the environment's variable (the image lacks it)
+    manager.start(StartRequest(environment="verify", name="pickbox"))
+    host = package_index.split("//", 1)[1].split(":", 1)[0]
+    sh(
+        docker_client,
+        "pickbox",
+        f"printf '[global]\\nindex-url = {package_index}\\ntrusted-host = {host}\\n' "
+        "> /etc/pip.conf && "
+        "python3 -m pip install -q --no-cache-dir --break-system-packages iniconfig==2.0.0 && "
+        "echo picked > /etc/picked.conf && echo later > /etc/left-out.conf",
+    )
+    capture = ChangeCapture(manager)
+    left_out = ("python:/usr:iniconfig", "file:/etc/left-out.conf")
+    # When its diff leaves the pip install and one file out
+    captured, rendered = capture.diff("pickbox", exclude=left_out)
+    # Then every change is an item, the left-out ones too, and the diff lacks them
+    ids = [item.id for item in captured.items]
+    assert ids == [
+        "file:/etc/pip.conf",
+        "python:/usr:iniconfig",
+        "file:/etc/left-out.conf",
+        "file:/etc/picked.conf",
+        "env:MY_SETTING",
+    ]
+    assert captured.selection_json()["excluded"] == list(left_out)
+    assert "iniconfig" not in rendered.new_text
+    assert "left-out.conf" not in rendered.new_text
+    assert "/etc/picked.conf" in rendered.new_text
+    # When it is committed with the same exclusions, verified, and the digest of that diff
+    dockerfile = manager.root_dir / ".devcontainer" / "verify" / "Dockerfile"
+    committer = Committer(capture, manager.registries)
+    result = committer.commit(
+        "pickbox",
+        CommitOptions(write=True, verify=True, exclude=left_out, expect=rendered.digest),
+    )
+    # Then the rebuilt image matched the container less the left-out install
+    assert result.verify is not None
+    assert result.verify.differences == []
+    assert result.to_json()["held"] == list(left_out)
+    # And only the picked changes were written
+    written = dockerfile.read_text()
+    assert "/etc/picked.conf" in written
+    assert "iniconfig" not in written
+    assert "left-out.conf" not in written
+    files = dockerfile.parent / "gpudev-context" / "pickbox" / "files" / "etc"
+    assert (files / "picked.conf").read_text() == "picked\n"
+    assert not (files / "left-out.conf").exists()
+    # And the next diff shows the left-out changes again, and only them
+    again, rendered_again = capture.diff("pickbox")
+    assert [item.id for item in again.items] == list(left_out)
+    assert "iniconfig==2.0.0" in rendered_again.new_text
+
+    # Given the diff a user reviewed, then a change made in the container after it
+    _, reviewed = capture.diff("pickbox")
+    sh(docker_client, "pickbox", "echo sneaked > /etc/sneaked.conf")
+    # When that diff's digest is committed, it is refused and nothing is written
+    with pytest.raises(DiffChanged) as stale:
+        committer.commit("pickbox", CommitOptions(write=True, expect=reviewed.digest))
+    assert stale.value.status == 409
+    assert stale.value.code == "diff_changed"
+    assert "Review the diff again" in stale.value.message
+    assert dockerfile.read_text() == written
+    assert not (files / "sneaked.conf").exists()
+    # And the container (stopped first) cannot be removed without force: the changes left out
+    # are not committed (the package's files are in the baseline: it is held by its id)
+    with pytest.raises(Conflict) as refused:
+        manager.remove("pickbox")
+    assert "python:/usr:iniconfig" in refused.value.details["changes"]
+    assert "/etc/left-out.conf" in refused.value.details["changes"]
+    # When the fresh diff is committed whole, everything is committed and it can be removed
+    _, fresh = capture.diff("pickbox")
+    committer.commit("pickbox", CommitOptions(write=True, expect=fresh.digest))
+    assert "iniconfig==2.0.0" in dockerfile.read_text()
+    manager.remove("pickbox")

@@ -274,3 +274,91 @@ def test_commit_write_of_an_image_only_environment_creates_its_dockerfile(
     assert env.build.dockerfile == (folder / "Dockerfile").resolve()
     # And, everything committed, it can be removed without force
     manager.remove("plainbox")
+
+
+def test_the_command_line_lists_the_changes_and_commits_some_of_them(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given a dev container with two new files (and the variable its environment sets)
+    manager.start(StartRequest(environment="diff", name="cherrybox"))
+    sh(docker_client, "cherrybox", "echo one > /etc/one.conf && echo two > /etc/two.conf")
+    args = (f"--root-dir={manager.root_dir}", f"--DevContainers.state_dir={manager.state_dir}")
+    # When its diff is asked for as JSON
+    listed = gpudev("diff", "cherrybox", "--json", *args)
+    assert listed.returncode == 0, listed.stderr
+    # Then each change is an item with its id, kind, label and detail
+    items = json.loads(listed.stdout)["items"]
+    assert [i["id"] for i in items] == [
+        "file:/etc/one.conf",
+        "file:/etc/two.conf",
+        "env:MY_SETTING",
+    ]
+    assert items[2] == {
+        "id": "env:MY_SETTING",
+        "kind": "env",
+        "label": "MY_SETTING=on",
+        "detail": "environment variable",
+    }
+    # When the diff leaves one file out, it is not in the diff, and listed as left out
+    shown = gpudev("diff", "cherrybox", "--exclude", "file:/etc/two.conf", *args)
+    assert shown.returncode == 0, shown.stderr
+    assert "/etc/one.conf" in shown.stdout
+    assert "two.conf" not in shown.stdout
+    assert "  - file:/etc/two.conf" in shown.stderr
+    assert "  + file:/etc/one.conf" in shown.stderr
+    # When an id is not one, it is refused naming it
+    bad = gpudev("commit", "cherrybox", "--exclude", "two.conf", *args)
+    assert bad.returncode == 2
+    assert "Not a change id: 'two.conf'" in bad.stderr
+    # When the commit is written without the second file and the variable
+    dockerfile = manager.root_dir / ".devcontainer" / "diff" / "Dockerfile"
+    before = dockerfile.read_text()
+    written = gpudev(
+        "commit",
+        "cherrybox",
+        "--write",
+        "--exclude",
+        "file:/etc/two.conf",
+        "--exclude=env:MY_SETTING",
+        *args,
+    )
+    assert written.returncode == 0, written.stderr
+    assert "left out, still uncommitted: file:/etc/two.conf, env:MY_SETTING" in written.stderr
+    # Then only the first file is written
+    added = dockerfile.read_text()[len(before) :]
+    assert "/etc/one.conf" in added
+    assert "two.conf" not in added
+    assert "MY_SETTING" not in added
+    context = dockerfile.parent / "gpudev-context" / "cherrybox" / "files" / "etc"
+    assert (context / "one.conf").exists()
+    assert not (context / "two.conf").exists()
+    # And the next diff has the two changes left out, and only them
+    again = gpudev("diff", "cherrybox", "--json", *args)
+    assert [i["id"] for i in json.loads(again.stdout)["items"]] == [
+        "file:/etc/two.conf",
+        "env:MY_SETTING",
+    ]
+    # When every change is left out, the commit writes nothing
+    nothing = gpudev(
+        "commit",
+        "cherrybox",
+        "--write",
+        "--exclude=file:/etc/two.conf",
+        "--exclude=env:MY_SETTING",
+        "--json",
+        *args,
+    )
+    assert nothing.returncode == 0, nothing.stderr
+    result = json.loads(nothing.stdout)
+    assert result["empty"] is True
+    assert result["written"] is None
+    assert result["held"] == ["file:/etc/two.conf", "env:MY_SETTING"]
+    assert dockerfile.read_text() == before + added
+    # And the container cannot be removed without force: the variable is not committed
+    manager.stop("cherrybox")
+    removal = gpudev("rm", "cherrybox", *args)
+    assert removal.returncode == Conflict.exit_code
+    assert "2 uncommitted change(s) (e.g. /etc/two.conf, env:MY_SETTING)" in removal.stderr
+    with pytest.raises(Conflict) as refused:
+        manager.remove("cherrybox")
+    assert "env:MY_SETTING" in refused.value.details["changes"]
