@@ -4,6 +4,11 @@ import { ServerConnection } from '@jupyterlab/services';
 import type {
   HostOrigin,
   IAddHostRequest,
+  IChangeItem,
+  ICommitProgress,
+  ICommitRequest,
+  ICommitResult,
+  IContainerDiff,
   IContainerTerminal,
   IContainersResponse,
   IDevContainer,
@@ -12,6 +17,7 @@ import type {
   IEnvironmentsResponse,
   IErrorBody,
   IErrorDetails,
+  IGPULease,
   IHostInfo,
   IHostsResponse,
   IReclaim,
@@ -119,14 +125,14 @@ async function send(
   path: readonly string[],
   init: RequestInit,
   settings: ServerConnection.ISettings,
-  query: Readonly<Record<string, string>> = {}
+  query: Readonly<Record<string, string | readonly string[]>> = {}
 ): Promise<{ url: string; response: Response }> {
   const url =
     URLExt.join(
       settings.baseUrl,
       API_PATH,
       ...path.map(segment => encodeURIComponent(segment))
-    ) + URLExt.objectToQueryString(query);
+    ) + queryString(query);
 
   try {
     const response = await ServerConnection.makeRequest(url, init, settings);
@@ -138,6 +144,19 @@ async function send(
       message: `Could not reach the Jupyter server (${describe(reason)}). Check that it is still running.`
     });
   }
+}
+
+/** `?a=1&b=x&b=y` (a list repeats its key); empty without parameters. */
+function queryString(
+  query: Readonly<Record<string, string | readonly string[]>>
+): string {
+  const parts: string[] = [];
+  for (const [key, value] of Object.entries(query)) {
+    for (const item of typeof value === 'string' ? [value] : value) {
+      parts.push(`${encodeURIComponent(key)}=${encodeURIComponent(item)}`);
+    }
+  }
+  return parts.length > 0 ? `?${parts.join('&')}` : '';
 }
 
 async function readText(response: Response): Promise<string> {
@@ -343,11 +362,19 @@ export async function startContainer(
   await throwUnlessOK(response);
   const type = response.headers.get('Content-Type') ?? '';
   if (type.includes('text/event-stream') && response.body !== null) {
-    return readStartStream(
-      response.body,
-      request.environment,
-      options.onProgress
-    );
+    return readEventStream(response.body, {
+      what: `starting "${request.environment}"`,
+      broken:
+        'The container may still be starting: refresh the list of dev containers.',
+      unfinished: `The server ended the progress of "${request.environment}" without saying whether the container started. Refresh the list of dev containers to see.`,
+      failed:
+        'Starting the dev container failed (the server log has the details).',
+      result: value =>
+        isDevContainer(value) ? normaliseContainer(value) : null,
+      invalid:
+        'The server sent the started dev container in an unexpected shape.',
+      onProgress: options.onProgress
+    });
   }
   // Without streaming the server answers 201 with the container.
   const body = parseJSON(await readText(response));
@@ -598,6 +625,120 @@ export function webPortURL(
   return `${base}gpudev/proxy/${encodeURIComponent(name)}/${port}/`;
 }
 
+/**
+ * `GET /gpudev/api/containers/NAME/diff`: the container's changes as a
+ * Dockerfile diff, each change listed in `items`.
+ *
+ * @param exclude - ids of changes to leave out of the diff.
+ */
+export async function fetchDiff(
+  name: string,
+  exclude: readonly string[] = [],
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings(),
+  signal?: AbortSignal
+): Promise<IContainerDiff> {
+  const { url, response } = await send(
+    ['containers', name, 'diff'],
+    { method: 'GET', signal },
+    settings,
+    { exclude }
+  );
+  const body = parseJSON(await readText(response));
+  if (!response.ok) {
+    throw errorFromBody(response, body.parsed ? body.value : undefined);
+  }
+  const diff = body.parsed ? containerDiff(body.value) : null;
+  if (!diff) {
+    throw new GPUDevAPIError({
+      status: response.status,
+      code: INVALID_RESPONSE,
+      message: `The server answered ${url} with something that is not a Dockerfile diff.`
+    });
+  }
+  return diff;
+}
+
+/** Options of `commitContainer`. */
+export interface ICommitOptions {
+  /** Called with each `progress` event, in order. */
+  onProgress?: (progress: ICommitProgress) => void;
+  settings?: ServerConnection.ISettings;
+}
+
+/**
+ * `POST /gpudev/api/containers/NAME/commit`: commit the container's changes
+ * (write, verify, snapshot, push as `request` says), following its progress
+ * through the server-sent events of the answer.
+ *
+ * @throws {GPUDevAPIError} for an `error` event (e.g. 409 `diff_changed`
+ *   when the changes moved since the diff `request.expect` names, 409
+ *   `verify_failed`), an error status, or a stream that broke.
+ */
+export async function commitContainer(
+  name: string,
+  request: ICommitRequest,
+  options: ICommitOptions = {}
+): Promise<ICommitResult> {
+  const settings = options.settings ?? ServerConnection.makeSettings();
+  const { url, response } = await send(
+    ['containers', name, 'commit'],
+    {
+      method: 'POST',
+      body: JSON.stringify(request),
+      headers: {
+        Accept: 'text/event-stream',
+        'Content-Type': 'application/json'
+      }
+    },
+    settings
+  );
+  await throwUnlessOK(response);
+  const type = response.headers.get('Content-Type') ?? '';
+  if (type.includes('text/event-stream') && response.body !== null) {
+    return readEventStream(response.body, {
+      what: `committing "${name}"`,
+      broken:
+        'The commit may still be running on the server: look at the Dockerfile and the registry before committing again.',
+      unfinished: `The server ended the progress of the commit of "${name}" without saying whether it was done.`,
+      failed: 'The commit failed (the server log has the details).',
+      result: commitResult,
+      invalid:
+        'The server sent the result of the commit in an unexpected shape.',
+      onProgress: options.onProgress
+    });
+  }
+  const body = parseJSON(await readText(response));
+  const result = body.parsed ? commitResult(body.value) : null;
+  if (result) {
+    return result;
+  }
+  throw new GPUDevAPIError({
+    status: response.status,
+    code: INVALID_RESPONSE,
+    message: `The server answered ${url} with neither progress events nor a commit result.`
+  });
+}
+
+/** `GET /gpudev/api/containers/NAME/logs`: the container's output so far. */
+export async function fetchLogs(
+  name: string,
+  settings?: ServerConnection.ISettings
+): Promise<string> {
+  const body = await requestAPI<unknown>(
+    ['containers', name, 'logs'],
+    {},
+    settings
+  );
+  if (!isRecord(body) || typeof body.logs !== 'string') {
+    throw new GPUDevAPIError({
+      status: 200,
+      code: INVALID_RESPONSE,
+      message: `The server sent the logs of "${name}" in an unexpected shape.`
+    });
+  }
+  return body.logs;
+}
+
 /** True for a TCP port number (an integer from 1 to 65535). */
 export function isPortNumber(value: unknown): value is number {
   return (
@@ -608,12 +749,31 @@ export function isPortNumber(value: unknown): value is number {
   );
 }
 
-/** Read the events of a streamed start up to its `result` or `error`. */
-async function readStartStream(
+/** How `readEventStream` reads one kind of streamed work. */
+interface IStreamOptions<T> {
+  /** The work, for messages: `starting "gpu"`. */
+  what: string;
+  /** Said after a broken connection: what the user can do. */
+  broken: string;
+  /** Said when the stream ends without a result or an error. */
+  unfinished: string;
+  /** Said for an `error` event without a message. */
+  failed: string;
+  /** The value of a `result` event, or `null` when it has the wrong shape. */
+  result: (value: unknown) => T | null;
+  /** Said for a `result` of the wrong shape. */
+  invalid: string;
+  onProgress?: (progress: ICommitProgress) => void;
+}
+
+/**
+ * Read the server-sent events of streamed work (a start, a commit) up to its
+ * `result` or `error`, reporting each `progress` event on the way.
+ */
+async function readEventStream<T>(
   stream: ReadableStream<Uint8Array>,
-  environment: string,
-  onProgress?: (progress: IStartProgress) => void
-): Promise<IDevContainer> {
+  options: IStreamOptions<T>
+): Promise<T> {
   const reader = stream.getReader();
   const decoder = new TextDecoder();
   const parser = new SSEParser();
@@ -626,23 +786,23 @@ async function readStartStream(
         throw new GPUDevAPIError({
           status: 0,
           code: NETWORK_ERROR,
-          message: `The connection to the Jupyter server broke while starting "${environment}" (${describe(reason)}). The container may still be starting: refresh the list of dev containers.`
+          message: `The connection to the Jupyter server broke while ${options.what} (${describe(reason)}). ${options.broken}`
         });
       }
       const events = chunk.done
         ? [...parser.push(decoder.decode()), ...parser.end()]
         : parser.push(decoder.decode(chunk.value, { stream: true }));
       for (const event of events) {
-        const container = startEventOutcome(event, onProgress);
-        if (container) {
-          return container;
+        const outcome = eventOutcome(event, options);
+        if (outcome !== undefined) {
+          return outcome;
         }
       }
       if (chunk.done) {
         throw new GPUDevAPIError({
           status: 200,
           code: INVALID_RESPONSE,
-          message: `The server ended the progress of "${environment}" without saying whether the container started. Refresh the list of dev containers to see.`
+          message: options.unfinished
         });
       }
     }
@@ -652,13 +812,13 @@ async function readStartStream(
 }
 
 /**
- * Apply one event of a streamed start: report `progress`, return the
- * container of `result`, throw the error of `error`; ignore anything else.
+ * Apply one event of a stream: report `progress`, return the value of
+ * `result`, throw the error of `error`; `undefined` for anything else.
  */
-function startEventOutcome(
+function eventOutcome<T>(
   event: IServerSentEvent,
-  onProgress?: (progress: IStartProgress) => void
-): IDevContainer | null {
+  options: IStreamOptions<T>
+): T | undefined {
   const data = parseJSON(event.data);
   const value = data.parsed ? data.value : undefined;
   switch (event.event) {
@@ -668,24 +828,25 @@ function startEventOutcome(
         typeof value.stage === 'string' &&
         typeof value.message === 'string'
       ) {
-        onProgress?.({
+        options.onProgress?.({
           stage: value.stage,
           message: value.message,
           current: finiteOrNull(value.current),
           total: finiteOrNull(value.total)
         });
       }
-      return null;
-    case 'result':
-      if (isDevContainer(value)) {
-        return normaliseContainer(value);
+      return undefined;
+    case 'result': {
+      const result = options.result(value);
+      if (result !== null) {
+        return result;
       }
       throw new GPUDevAPIError({
         status: 200,
         code: INVALID_RESPONSE,
-        message:
-          'The server sent the started dev container in an unexpected shape.'
+        message: options.invalid
       });
+    }
     case 'error': {
       const body = isRecord(value) ? value : {};
       throw new GPUDevAPIError({
@@ -697,12 +858,12 @@ function startEventOutcome(
         message:
           typeof body.message === 'string' && body.message
             ? body.message
-            : 'Starting the dev container failed (the server log has the details).',
+            : options.failed,
         details: isRecord(body.details) ? body.details : null
       });
     }
     default:
-      return null;
+      return undefined;
   }
 }
 
@@ -809,6 +970,7 @@ const ORIGINS: readonly string[] = ['local', 'config', 'added'];
 function normaliseHost(host: IHostInfo): IHostInfo {
   const origin: unknown = host.origin;
   const workspace: unknown = host.workspace;
+  const leases: unknown = host.leases;
   return {
     ...host,
     url: typeof host.url === 'string' ? host.url : '',
@@ -819,7 +981,16 @@ function normaliseHost(host: IHostInfo): IHostInfo {
           ? 'local'
           : 'config',
     workspace:
-      typeof workspace === 'string' && workspace !== '' ? workspace : null
+      typeof workspace === 'string' && workspace !== '' ? workspace : null,
+    leases: Array.isArray(leases)
+      ? leases.filter(isLease).map(lease => ({
+          lease_id: typeof lease.lease_id === 'string' ? lease.lease_id : '',
+          container: lease.container,
+          owner: typeof lease.owner === 'string' ? lease.owner : '',
+          gpu_uuids: stringArray(lease.gpu_uuids),
+          since: typeof lease.since === 'string' ? lease.since : ''
+        }))
+      : []
   };
 }
 
@@ -923,8 +1094,91 @@ function normaliseContainer(container: IDevContainer): IDevContainer {
       : [],
     warnings: stringArray(container.warnings),
     pinned: pinned === true,
-    kernel_id: typeof kernelId === 'string' && kernelId !== '' ? kernelId : null
+    kernel_id:
+      typeof kernelId === 'string' && kernelId !== '' ? kernelId : null,
+    started_at: textOrNull(container.started_at),
+    finished_at: textOrNull(container.finished_at),
+    kernels: finiteOrNull(container.kernels),
+    last_activity: textOrNull(container.last_activity),
+    uncommitted: finiteOrNull(container.uncommitted)
   };
+}
+
+/** A diff with every field the dialog reads, or `null` for another shape. */
+function containerDiff(value: unknown): IContainerDiff | null {
+  if (
+    !isRecord(value) ||
+    typeof value.diff !== 'string' ||
+    typeof value.digest !== 'string'
+  ) {
+    return null;
+  }
+  return {
+    dockerfile: typeof value.dockerfile === 'string' ? value.dockerfile : '',
+    created: value.created === true,
+    diff: value.diff,
+    files: stringArray(value.files),
+    reported: stringArray(value.reported),
+    digest: value.digest,
+    empty: value.empty === true || value.diff === '',
+    items: Array.isArray(value.items) ? value.items.filter(isChangeItem) : [],
+    excluded: stringArray(value.excluded)
+  };
+}
+
+function isChangeItem(value: unknown): value is IChangeItem {
+  return (
+    isRecord(value) &&
+    typeof value.id === 'string' &&
+    value.id !== '' &&
+    typeof value.kind === 'string' &&
+    typeof value.label === 'string' &&
+    typeof value.detail === 'string'
+  );
+}
+
+/** A commit's result with every field the dialog reads, or `null`. */
+function commitResult(value: unknown): ICommitResult | null {
+  const diff = containerDiff(value);
+  if (!diff || !isRecord(value)) {
+    return null;
+  }
+  const verify = value.verify;
+  const snapshot = value.snapshot;
+  return {
+    ...diff,
+    written: typeof value.written === 'string' ? value.written : null,
+    verify: isRecord(verify)
+      ? {
+          image_id: typeof verify.image_id === 'string' ? verify.image_id : '',
+          seconds: finiteOrNull(verify.seconds) ?? 0,
+          differences: stringArray(verify.differences),
+          ok: verify.ok === true
+        }
+      : null,
+    snapshot:
+      isRecord(snapshot) && typeof snapshot.reference === 'string'
+        ? {
+            reference: snapshot.reference,
+            image_id:
+              typeof snapshot.image_id === 'string' ? snapshot.image_id : '',
+            pushed: snapshot.pushed === true,
+            digest:
+              typeof snapshot.digest === 'string' && snapshot.digest
+                ? snapshot.digest
+                : null,
+            removed_driver_files: stringArray(snapshot.removed_driver_files)
+          }
+        : null
+  };
+}
+
+function isLease(value: unknown): value is IGPULease {
+  return (
+    isRecord(value) &&
+    typeof value.container === 'string' &&
+    Array.isArray(value.gpu_uuids)
+  );
 }
 
 /** The strings of `value` when it is an array (anything else left out); else `[]`. */
@@ -932,6 +1186,10 @@ export function stringArray(value: unknown): string[] {
   return Array.isArray(value)
     ? value.filter((item): item is string => typeof item === 'string')
     : [];
+}
+
+function textOrNull(value: unknown): string | null {
+  return typeof value === 'string' && value !== '' ? value : null;
 }
 
 function finiteOrNull(value: unknown): number | null {

@@ -13,6 +13,7 @@ import { NETWORK_ERROR } from './api';
 import type { GPUDevAPIError } from './api';
 import { chipIcon } from './icons';
 import {
+  CommitModel,
   ContainersModel,
   DEFAULT_INTERVAL_MS,
   HostsModel,
@@ -21,7 +22,12 @@ import {
 } from './model';
 import type { IPolledState, IReclaimsState, ReclaimAction } from './model';
 import type { IReclaim } from './tokens';
+import { CommitPanel } from './widgets/CommitPanel';
+import type { ICommitDefaults } from './widgets/CommitPanel';
+import type { OpenKind } from './widgets/ContainersView';
 import { notifyError } from './widgets/ErrorDetails';
+import { LogsPanel } from './widgets/LogsPanel';
+import { notebookToolbarPlugin } from './notebook';
 import { HostsPanel, PANEL_ID, TRANSLATION_DOMAIN } from './widgets/HostsPanel';
 import { reclaimMessage, runReclaimAction } from './widgets/Reclaims';
 
@@ -29,6 +35,9 @@ export {
   GPUDevAPIError,
   addHost,
   addWebPort,
+  commitContainer,
+  fetchDiff,
+  fetchLogs,
   fetchContainers,
   fetchEnvironments,
   fetchHost,
@@ -48,9 +57,16 @@ export {
   webPortURL
 } from './api';
 export type { IStartOptions } from './api';
-export { ContainersModel, HostsModel, ReclaimsModel } from './model';
+export {
+  CommitModel,
+  ContainersModel,
+  HostsModel,
+  ReclaimsModel
+} from './model';
 export type {
   ContainerAction,
+  ICommitChoices,
+  ICommitState,
   HostAction,
   IContainersState,
   IHostsState,
@@ -68,6 +84,10 @@ export const PLUGIN_ID = 'jupyter-gpudev:plugin';
 /** The commands this extension adds. */
 export namespace CommandIDs {
   export const openPanel = 'gpudev:open-panel';
+  /** Open the commit dialog of the dev container `name`. */
+  export const commit = 'gpudev:commit';
+  /** Open the logs of the dev container `name`. */
+  export const logs = 'gpudev:logs';
 }
 
 /** JupyterLab's command opening an existing terminal by `name` (terminal extension). */
@@ -102,11 +122,45 @@ const plugin: JupyterFrontEndPlugin<void> = {
       serverSettings: app.serviceManager.serverSettings,
       interval: RECLAIMS_INTERVAL_MS
     });
+    const preferences: IPreferences = { ...DEFAULT_PREFERENCES };
+    const views = new Map<string, CommitPanel | LogsPanel>();
+    const openView = (name: string, kind: OpenKind): void => {
+      const key = `${kind === 'logs' ? 'logs' : 'commit'}:${name}`;
+      const open = views.get(key);
+      if (open && !open.isDisposed) {
+        app.shell.activateById(open.id);
+        return;
+      }
+      const serverSettings = app.serviceManager.serverSettings;
+      const widget =
+        kind === 'logs'
+          ? new LogsPanel({ name, trans, serverSettings })
+          : new CommitPanel({
+              model: new CommitModel({ name, serverSettings }),
+              trans,
+              defaults: commitDefaults(
+                kind,
+                preferences,
+                containers.state.containers.find(c => c.name === name)
+                  ?.environment ?? name
+              )
+            });
+      widget.title.icon = chipIcon;
+      views.set(key, widget);
+      widget.disposed.connect(() => {
+        if (views.get(key) === widget) {
+          views.delete(key);
+        }
+      });
+      app.shell.add(widget, 'main');
+      app.shell.activateById(widget.id);
+    };
     const panel = new HostsPanel({
       model,
       containers,
       reclaims,
       openTerminal: name => openTerminal(app, name, trans),
+      openView,
       translator: translator ?? nullTranslator
     });
     panel.disposed.connect(() => {
@@ -127,6 +181,31 @@ const plugin: JupyterFrontEndPlugin<void> = {
       icon: args => (args.isPalette ? undefined : chipIcon),
       execute: () => {
         app.shell.activateById(panel.id);
+      }
+    });
+    const nameArg = (args: { name?: unknown }): string =>
+      typeof args.name === 'string' ? args.name : '';
+    app.commands.addCommand(CommandIDs.commit, {
+      label: args =>
+        nameArg(args)
+          ? trans.__('Commit %1', nameArg(args))
+          : trans.__('Commit a dev container'),
+      caption: trans.__(
+        'Review the changes of a dev container as a Dockerfile diff and commit them'
+      ),
+      isEnabled: args => nameArg(args) !== '',
+      execute: args => {
+        openView(nameArg(args), args.push === true ? 'push' : 'commit');
+      }
+    });
+    app.commands.addCommand(CommandIDs.logs, {
+      label: args =>
+        nameArg(args)
+          ? trans.__('Logs of %1', nameArg(args))
+          : trans.__('Logs of a dev container'),
+      isEnabled: args => nameArg(args) !== '',
+      execute: args => {
+        openView(nameArg(args), 'logs');
       }
     });
     if (palette) {
@@ -187,6 +266,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
             const interval = readIntervalSeconds(settings) * 1000;
             model.interval = interval;
             containers.interval = interval;
+            Object.assign(preferences, readPreferences(settings));
           };
           apply();
           settings.changed.connect(apply);
@@ -224,6 +304,17 @@ async function openTerminal(
     await shutDown();
     return;
   }
+  // terminal:open starts a shell on the server under that name when none
+  // runs: never let a shell that ended pass for the container's.
+  const terminals = app.serviceManager.terminals;
+  await terminals.refreshRunning();
+  if (![...terminals.running()].some(model => model.name === name)) {
+    throw new Error(
+      trans.__(
+        'The shell in the container ended as soon as it started: is the container still running?'
+      )
+    );
+  }
   try {
     await app.commands.execute(OPEN_TERMINAL_COMMAND, { name });
   } catch (reason) {
@@ -237,6 +328,58 @@ async function openTerminal(
       )
     );
   }
+}
+
+/** The settings the commit dialog reads when it opens. */
+interface IPreferences {
+  /** Tick "Verify" in a new commit dialog. */
+  commitVerify: boolean;
+  /** The registry and namespace of snapshot tags, e.g. `127.0.0.1:5000/team`. */
+  snapshotRepository: string;
+}
+
+const DEFAULT_PREFERENCES: IPreferences = {
+  commitVerify: false,
+  snapshotRepository: ''
+};
+
+function readPreferences(settings: ISettingRegistry.ISettings): IPreferences {
+  const verify = settings.get('commitVerify').composite;
+  const repository = settings.get('snapshotRepository').composite;
+  return {
+    commitVerify: verify === true,
+    snapshotRepository:
+      typeof repository === 'string'
+        ? repository.trim().replace(/\/+$/, '')
+        : ''
+  };
+}
+
+/**
+ * What a commit dialog starts with: Push opens it ready to push a snapshot
+ * tagged `REPOSITORY/ENVIRONMENT:YYYYMMDD-HHMM` when a repository is set.
+ */
+function commitDefaults(
+  kind: OpenKind,
+  preferences: IPreferences,
+  environment: string,
+  now: Date = new Date()
+): ICommitDefaults {
+  if (kind !== 'push') {
+    return { write: true, verify: preferences.commitVerify };
+  }
+  const pad = (n: number): string => String(n).padStart(2, '0');
+  const stamp =
+    `${now.getFullYear()}${pad(now.getMonth() + 1)}${pad(now.getDate())}` +
+    `-${pad(now.getHours())}${pad(now.getMinutes())}`;
+  const repository = preferences.snapshotRepository;
+  const name = environment.toLowerCase().replace(/[^a-z0-9._-]+/g, '-');
+  return {
+    write: false,
+    verify: false,
+    snapshot: repository ? `${repository}/${name}:${stamp}` : '',
+    push: true
+  };
 }
 
 /** The `refreshInterval` setting in seconds, falling back to the default. */
@@ -337,4 +480,6 @@ function notifyOnReclaims(
   reclaims.stateChanged.connect(onChange);
 }
 
-export default plugin;
+export { notebookToolbarPlugin } from './notebook';
+
+export default [plugin, notebookToolbarPlugin];

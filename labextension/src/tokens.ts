@@ -88,6 +88,19 @@ export interface IHostInfo {
   origin: HostOrigin;
   /** A remote host's folder mounted as the workspace; `null` if none. */
   workspace: string | null;
+  /** The active GPU leases on the host: who holds which GPU, since when. */
+  leases: IGPULease[];
+}
+
+/** GPUs held by one dev container (`GET /gpudev/api/hosts`). */
+export interface IGPULease {
+  lease_id: string;
+  /** The dev container holding them. */
+  container: string;
+  owner: string;
+  gpu_uuids: string[];
+  /** ISO 8601 date the lease was taken. */
+  since: string;
 }
 
 /** Body of `POST /gpudev/api/hosts`: a remote Docker host to add. */
@@ -222,6 +235,19 @@ export interface IDevContainer {
    * container that kernels can share.
    */
   kernel_id: string | null;
+  /** ISO 8601 date it last started, while it runs; else `null`. */
+  started_at: string | null;
+  /** ISO 8601 date it last stopped, while stopped; else `null`. */
+  finished_at: string | null;
+  /** Kernels of this Jupyter server running in it; `null` when unknown. */
+  kernels: number | null;
+  /** ISO 8601 date of its kernels' last activity; `null` without kernel. */
+  last_activity: string | null;
+  /**
+   * How many changes a commit has not carried yet (files, and the files of
+   * changed packages); `null` when it could not be read.
+   */
+  uncommitted: number | null;
 }
 
 /** Body of `GET /gpudev/api/containers`. */
@@ -247,6 +273,8 @@ export interface IStartRequest {
   environment: string;
   /** How many GPUs to lease; the environment's default when left out. */
   gpus?: number;
+  /** The GPUs (or MIG instances) to lease by UUID, in place of `gpus`. */
+  gpu_uuids?: string[];
   /** The host to start on; when left out the server picks one that can take it. */
   host?: string;
   /** The container's name; generated when left out. */
@@ -295,3 +323,99 @@ export interface IReclaimsResponse {
   /** How long before a reclaim it is listed. */
   warning_seconds: number;
 }
+
+/**
+ * What one change of a dev container is: an apt package, a Python
+ * distribution, a conda spec, a kept file, a deleted path or an environment
+ * variable.
+ */
+export type ChangeKind = 'apt' | 'python' | 'conda' | 'file' | 'delete' | 'env';
+
+/**
+ * One change a commit can carry or leave out. Its `id` is stable while the
+ * change exists (`apt:NAME`, `python:PREFIX:NAME`, `conda:PREFIX:SPEC`,
+ * `file:PATH`, `delete:PATH`, `env:NAME`).
+ */
+export interface IChangeItem {
+  id: string;
+  /** A `ChangeKind`; a newer server may send kinds this panel does not know. */
+  kind: string;
+  /** The change in a few words, e.g. `curl 7.88.1-10`. */
+  label: string;
+  /** Where and what, e.g. `apt package, added`. */
+  detail: string;
+}
+
+/**
+ * Body of `GET /gpudev/api/containers/NAME/diff`: the changes of a dev
+ * container as a Dockerfile diff (only the fields the panel uses are typed).
+ */
+export interface IContainerDiff {
+  /** The Dockerfile the diff patches or creates, relative to the workspace. */
+  dockerfile: string;
+  /** Whether the Dockerfile is new (the environment had an image only). */
+  created: boolean;
+  /** A unified diff; empty when nothing would be written. */
+  diff: string;
+  /** The container's files the commit copies into the build context. */
+  files: string[];
+  /** What is not written (credentials, installs a Dockerfile cannot repeat). */
+  reported: string[];
+  /** Names the rendered Dockerfile: a commit can insist on it (`expect`). */
+  digest: string;
+  empty: boolean;
+  /** Every change, in the order the Dockerfile writes them. */
+  items: IChangeItem[];
+  /** The ids left out, as asked. */
+  excluded: string[];
+}
+
+/** Body of `POST /gpudev/api/containers/NAME/commit`. */
+export interface ICommitRequest {
+  /** Write the Dockerfile (and the kept files) into the workspace. */
+  write?: boolean;
+  /** Rebuild the patched Dockerfile and compare its packages first. */
+  verify?: boolean;
+  /** Commit the container as this image tag. */
+  snapshot?: string;
+  /** Push the snapshot to the registry its tag names. */
+  push?: boolean;
+  /** A message, written as a comment above the new lines. */
+  message?: string;
+  /** The ids of the changes to leave out (they stay uncommitted). */
+  exclude?: string[];
+  /** The `digest` of the diff the user reviewed: refused (409) if it changed. */
+  expect?: string;
+}
+
+/** What a verify build found. */
+export interface IVerifyReport {
+  image_id: string;
+  seconds: number;
+  differences: string[];
+  ok: boolean;
+}
+
+/** The image a commit made of the container. */
+export interface ISnapshot {
+  reference: string;
+  image_id: string;
+  pushed: boolean;
+  /** The digest the registry gave the pushed image. */
+  digest: string | null;
+  removed_driver_files: string[];
+}
+
+/** The `result` of a commit. */
+export interface ICommitResult extends IContainerDiff {
+  /** The Dockerfile written (a path on the server); `null` when not written. */
+  written: string | null;
+  verify: IVerifyReport | null;
+  snapshot: ISnapshot | null;
+}
+
+/**
+ * One `progress` event of a commit: `capture`, `verify` (with the build's
+ * lines), `snapshot`, `push` (with `current`/`total` bytes), `write`, `done`.
+ */
+export type ICommitProgress = IStartProgress;

@@ -58,3 +58,14 @@ WEB_ENVIRONMENT.parent.mkdir(parents=True, exist_ok=True)
 WEB_ENVIRONMENT.write_text(
     json.dumps({"image": "gpudev-python:bookworm", "forwardPorts": [8000]}, indent=2) + "\n"
 )
+
+# The whole-flow spec (flow.spec.ts): its own GPU environment, as its commit writes a Dockerfile
+# for it (a retry then builds that Dockerfile instead of using the image as is).
+FLOW_ENVIRONMENT = (
+    Path(c.ServerApp.root_dir) / ".devcontainer" / "flow" / "devcontainer.json"  # noqa: F821
+)
+FLOW_ENVIRONMENT.parent.mkdir(parents=True, exist_ok=True)
+FLOW_ENVIRONMENT.write_text(
+    json.dumps({"image": "gpudev-python:bookworm", "hostRequirements": {"gpu": True}}, indent=2)
+    + "\n"
+)

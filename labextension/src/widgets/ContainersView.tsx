@@ -194,12 +194,25 @@ function EnvironmentRow({
   // `ANY_HOST` (the default): the server places the container on a host
   // that can take it.
   const [host, setHost] = React.useState<string>(ANY_HOST);
+  // Named GPUs (UUIDs) of the chosen host; empty: leased by count.
+  const [named, setNamed] = React.useState<readonly string[]>([]);
+  const pickerId = React.useId();
 
   const showHosts = hosts.length > 1;
   const selectedHost =
     host !== ANY_HOST && hosts.some(candidate => candidate.name === host)
       ? host
       : ANY_HOST;
+  // GPUs can be named on one host: the chosen one, or the only one.
+  const pickHost =
+    selectedHost !== ANY_HOST
+      ? hosts.find(candidate => candidate.name === selectedHost)
+      : hosts.length === 1
+        ? hosts[0]
+        : undefined;
+  const units =
+    pickHost && env.gpu.mode !== 'none' ? leasableUnits(pickHost) : [];
+  const chosen = named.filter(uuid => units.some(unit => unit.uuid === uuid));
   const hostGPUs = hosts.find(candidate => candidate.name === selectedHost)
     ?.gpus.gpus.length;
   const maxGPUs =
@@ -207,12 +220,16 @@ function EnvironmentRow({
       ? hostGPUs
       : undefined;
 
-  const shown = gpusText ?? String(env.gpu.count);
+  const shown =
+    chosen.length > 0
+      ? String(chosen.length)
+      : (gpusText ?? String(env.gpu.count));
   const gpus = /^\d+$/.test(shown.trim()) ? Number(shown.trim()) : NaN;
   const valid =
-    Number.isInteger(gpus) &&
-    gpus >= minGPUs &&
-    (maxGPUs === undefined || gpus <= maxGPUs);
+    chosen.length > 0 ||
+    (Number.isInteger(gpus) &&
+      gpus >= minGPUs &&
+      (maxGPUs === undefined || gpus <= maxGPUs));
   const starting = start !== undefined;
 
   const submit = (): void => {
@@ -220,7 +237,9 @@ function EnvironmentRow({
       return;
     }
     const request: IStartRequest = { environment: env.name };
-    if (gpus !== env.gpu.count) {
+    if (chosen.length > 0) {
+      request.gpu_uuids = [...chosen];
+    } else if (gpus !== env.gpu.count) {
       request.gpus = gpus;
     }
     if (showHosts && selectedHost !== ANY_HOST) {
@@ -278,6 +297,7 @@ function EnvironmentRow({
             step={1}
             value={shown}
             disabled={starting}
+            readOnly={chosen.length > 0}
             aria-invalid={!valid}
             title={
               env.gpu.mode === 'required'
@@ -333,6 +353,61 @@ function EnvironmentRow({
           {starting ? trans.__('Starting…') : trans.__('Start')}
         </button>
       </form>
+      {units.length > 0 && pickHost && (
+        <details className="jp-gpudev-gpu-picker">
+          <summary data-testid={`gpudev-env-pick-${env.name}`}>
+            {chosen.length > 0
+              ? trans._n(
+                  '%1 GPU chosen on %2',
+                  '%1 GPUs chosen on %2',
+                  chosen.length,
+                  pickHost.name
+                )
+              : trans.__('Choose GPUs on %1', pickHost.name)}
+          </summary>
+          <fieldset
+            className="jp-gpudev-gpu-choices"
+            disabled={starting}
+            aria-describedby={pickerId}
+          >
+            <legend id={pickerId} className="jp-gpudev-field-hint">
+              {trans.__(
+                'Lease these GPUs by name; with none chosen, any free GPUs are leased by count.'
+              )}
+            </legend>
+            {units.map(unit => (
+              <label
+                key={unit.uuid}
+                className="jp-gpudev-check"
+                title={
+                  unit.holder ? trans.__('Held by %1', unit.holder) : unit.uuid
+                }
+              >
+                <input
+                  type="checkbox"
+                  data-testid={`gpudev-env-gpu-${env.name}-${unit.uuid}`}
+                  checked={chosen.includes(unit.uuid)}
+                  disabled={unit.holder !== null}
+                  onChange={event => {
+                    const checked = event.currentTarget.checked;
+                    setNamed(previous =>
+                      checked
+                        ? [...previous.filter(u => u !== unit.uuid), unit.uuid]
+                        : previous.filter(u => u !== unit.uuid)
+                    );
+                  }}
+                />
+                <span>{unit.label}</span>
+                {unit.holder && (
+                  <span className="jp-gpudev-muted">
+                    {trans.__('held by %1', unit.holder)}
+                  </span>
+                )}
+              </label>
+            ))}
+          </fieldset>
+        </details>
+      )}
       {start && (
         <StartProgress
           environment={env.name}
@@ -342,6 +417,44 @@ function EnvironmentRow({
       )}
     </li>
   );
+}
+
+/** A GPU (or MIG instance) of a host a start can name. */
+interface ILeasableUnit {
+  uuid: string;
+  /** `GPU 0 · NVIDIA A100` or `GPU 0 · MIG 1g.5gb`. */
+  label: string;
+  /** The container holding it, or `null` when it is free. */
+  holder: string | null;
+}
+
+/** The units of a host a start can name, with who holds each. */
+function leasableUnits(host: IHostInfo): ILeasableUnit[] {
+  const held = new Map<string, string>();
+  for (const lease of host.leases) {
+    for (const uuid of lease.gpu_uuids) {
+      held.set(uuid, lease.container);
+    }
+  }
+  const units: ILeasableUnit[] = [];
+  for (const gpu of host.gpus.gpus) {
+    if (gpu.mig_enabled && gpu.mig_devices.length > 0) {
+      for (const device of gpu.mig_devices) {
+        units.push({
+          uuid: device.uuid,
+          label: `GPU ${gpu.index} · MIG ${device.profile}`,
+          holder: held.get(device.uuid) ?? held.get(gpu.uuid) ?? null
+        });
+      }
+    } else {
+      units.push({
+        uuid: gpu.uuid,
+        label: `GPU ${gpu.index} · ${gpu.name}`,
+        holder: held.get(gpu.uuid) ?? null
+      });
+    }
+  }
+  return units;
 }
 
 function stageLabel(stage: string, trans: TranslationBundle): string {
@@ -471,6 +584,15 @@ function Problems({
  */
 export type OpenTerminal = (name: string) => Promise<void>;
 
+/** What the panel opens in the main area for a container. */
+export type OpenKind = 'commit' | 'push' | 'logs';
+
+/**
+ * Open the commit dialog (`push` opens it ready to push a snapshot) or the
+ * logs of a dev container in the main area.
+ */
+export type OpenContainerView = (name: string, kind: OpenKind) => void;
+
 /**
  * The "Dev containers" section: every container with its state, GPUs,
  * ports and warnings, and the actions its state allows. Running containers
@@ -482,12 +604,15 @@ export function ContainersSection({
   model,
   reclaims,
   openTerminal,
+  openView,
   trans
 }: ISectionProps & {
   /** The pending reclaims of idle GPU kernels, shown in their container's row. */
   reclaims?: ReclaimsModel | null;
   /** Opens the terminal made in a container; no Terminal button without it. */
   openTerminal?: OpenTerminal;
+  /** Opens the commit dialog or the logs; no such buttons without it. */
+  openView?: OpenContainerView;
 }): React.JSX.Element {
   const state = useModelState(model);
   const reclaimsState = useModelState(reclaims ?? null);
@@ -601,6 +726,7 @@ export function ContainersSection({
                 container={container}
                 pending={state.pending.get(container.name)}
                 canOpenTerminal={openTerminal !== undefined}
+                openView={openView}
                 onAction={onAction}
                 onPort={onPort}
                 reclaim={reclaimByContainer.get(container.name)}
@@ -723,6 +849,39 @@ function stateBadgeClass(state: string): string {
   }
 }
 
+/** An ISO 8601 date as the local date and time, or the text as is. */
+export function localTime(iso: string): string {
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
+}
+
+/**
+ * How long ago `iso` was, in a few words: `<1 min`, `12 min`, `3 h 5 min`,
+ * `2 d 4 h`; empty for a date that cannot be read.
+ */
+export function durationSince(
+  iso: string,
+  trans: TranslationBundle,
+  now: number = Date.now()
+): string {
+  const start = new Date(iso).getTime();
+  if (Number.isNaN(start)) {
+    return '';
+  }
+  const minutes = Math.max(0, Math.floor((now - start) / 60000));
+  if (minutes < 1) {
+    return trans.__('<1 min');
+  }
+  if (minutes < 60) {
+    return trans.__('%1 min', minutes);
+  }
+  const hours = Math.floor(minutes / 60);
+  if (hours < 24) {
+    return trans.__('%1 h %2 min', hours, minutes % 60);
+  }
+  return trans.__('%1 d %2 h', Math.floor(hours / 24), hours % 24);
+}
+
 /** `8000 -> 127.0.0.1:49153`, by container port. */
 export function portLines(ports: Readonly<Record<string, number>>): string[] {
   return Object.entries(ports)
@@ -734,6 +893,7 @@ function ContainerRow({
   container,
   pending,
   canOpenTerminal,
+  openView,
   onAction,
   onPort,
   reclaim,
@@ -744,6 +904,7 @@ function ContainerRow({
   container: IDevContainer;
   pending: ContainerAction | undefined;
   canOpenTerminal: boolean;
+  openView: OpenContainerView | undefined;
   onAction: (container: IDevContainer, action: ContainerAction) => void;
   onPort: OnPort;
   /** The pending reclaim of the container's idle GPU kernel, if any. */
@@ -767,6 +928,27 @@ function ContainerRow({
   const shared = container.kernel_id === null;
   const canPin = shared && container.state !== 'removing';
   const pinning = pending === 'pin' || pending === 'unpin';
+  const uncommitted = container.uncommitted ?? 0;
+  const exists = container.state !== 'removing' && container.state !== 'dead';
+
+  const viewButton = (
+    kind: OpenKind,
+    label: string,
+    caption: string
+  ): React.JSX.Element => (
+    <button
+      type="button"
+      className="jp-gpudev-button"
+      data-testid={`gpudev-container-${kind}-${name}`}
+      aria-label={trans.__('%1 %2', label, name)}
+      title={caption}
+      onClick={() => {
+        openView?.(name, kind);
+      }}
+    >
+      {label}
+    </button>
+  );
 
   const actionButton = (
     action: ContainerAction,
@@ -821,6 +1003,19 @@ function ContainerRow({
             {trans.__('pinned')}
           </span>
         )}
+        {uncommitted > 0 && (
+          <span
+            className="jp-gpudev-badge jp-gpudev-badge-warn"
+            data-testid={`gpudev-container-uncommitted-${name}`}
+            title={trans._n(
+              '%1 change not committed yet: commit it or it is lost when the container is removed',
+              '%1 changes not committed yet: commit them or they are lost when the container is removed',
+              uncommitted
+            )}
+          >
+            {trans._n('%1 change', '%1 changes', uncommitted)}
+          </span>
+        )}
         {!shared && (
           <span
             className="jp-gpudev-badge jp-gpudev-badge-muted"
@@ -854,6 +1049,39 @@ function ContainerRow({
         >
           {gpus.length > 0 ? gpus.length : trans.__('none (CPU)')}
         </dd>
+        {running && container.started_at && (
+          <>
+            <dt>{trans.__('Up')}</dt>
+            <dd
+              data-testid={`gpudev-container-uptime-${name}`}
+              title={localTime(container.started_at)}
+            >
+              {durationSince(container.started_at, trans)}
+            </dd>
+          </>
+        )}
+        {container.kernels !== null && (running || container.kernels > 0) && (
+          <>
+            <dt>{trans.__('Kernels')}</dt>
+            <dd data-testid={`gpudev-container-kernels-${name}`}>
+              {container.kernels}
+            </dd>
+          </>
+        )}
+        {running && container.last_activity && (
+          <>
+            <dt>{trans.__('Idle')}</dt>
+            <dd
+              data-testid={`gpudev-container-idle-${name}`}
+              title={trans.__(
+                'Last kernel activity: %1',
+                localTime(container.last_activity)
+              )}
+            >
+              {durationSince(container.last_activity, trans)}
+            </dd>
+          </>
+        )}
         {ports.length > 0 && (
           <>
             <dt>{trans.__('Ports')}</dt>
@@ -901,6 +1129,31 @@ function ContainerRow({
         role="group"
         aria-label={trans.__('Actions on %1', name)}
       >
+        {openView &&
+          exists &&
+          viewButton(
+            'commit',
+            trans.__('Commit'),
+            trans.__(
+              'Review the changes as a Dockerfile diff and commit them (write, verify, snapshot, push)'
+            )
+          )}
+        {openView &&
+          exists &&
+          viewButton(
+            'push',
+            trans.__('Push'),
+            trans.__(
+              'Commit the container as an image and push it to a registry'
+            )
+          )}
+        {openView &&
+          exists &&
+          viewButton(
+            'logs',
+            trans.__('Logs'),
+            trans.__('Show the output of the container, following it')
+          )}
         {canTerminal &&
           actionButton(
             'terminal',
@@ -955,13 +1208,23 @@ function ContainerRow({
             trans.__('Start the container again, with the same GPUs')
           )}
         {canRemove &&
-          actionButton(
-            'remove',
-            trans.__('Remove'),
-            trans.__('Removing…'),
-            trans.__('Remove the container'),
-            ' jp-gpudev-mod-warn'
-          )}
+          (uncommitted > 0
+            ? actionButton(
+                'remove',
+                trans.__('Discard'),
+                trans.__('Removing…'),
+                trans.__(
+                  'Remove the container and throw away its uncommitted changes (asks first)'
+                ),
+                ' jp-gpudev-mod-warn'
+              )
+            : actionButton(
+                'remove',
+                trans.__('Remove'),
+                trans.__('Removing…'),
+                trans.__('Remove the container'),
+                ' jp-gpudev-mod-warn'
+              ))}
       </div>
     </li>
   );

@@ -20,11 +20,12 @@ import type {
   IEngineInfo,
   IGPUInfo,
   IGPUInventory,
+  IGPULease,
   IHostInfo,
   IMigDevice
 } from '../tokens';
 import { ContainersSection, EnvironmentsSection } from './ContainersView';
-import type { OpenTerminal } from './ContainersView';
+import type { OpenContainerView, OpenTerminal } from './ContainersView';
 import { errorCodeText, notifyError } from './ErrorDetails';
 import { useModelState } from './hooks';
 
@@ -45,6 +46,7 @@ export class HostsPanel extends ReactWidget {
     this.containers = options.containers ?? null;
     this.reclaims = options.reclaims ?? null;
     this._openTerminal = options.openTerminal;
+    this._openView = options.openView;
     this._trans = (options.translator ?? nullTranslator).load(
       TRANSLATION_DOMAIN
     );
@@ -96,6 +98,7 @@ export class HostsPanel extends ReactWidget {
         containers={this.containers}
         reclaims={this.reclaims}
         openTerminal={this._openTerminal}
+        openView={this._openView}
         trans={this._trans}
       />
     );
@@ -110,6 +113,7 @@ export class HostsPanel extends ReactWidget {
 
   private readonly _trans: TranslationBundle;
   private readonly _openTerminal: OpenTerminal | undefined;
+  private readonly _openView: OpenContainerView | undefined;
 }
 
 export namespace HostsPanel {
@@ -128,6 +132,11 @@ export namespace HostsPanel {
      * dev containers a Terminal button.
      */
     openTerminal?: OpenTerminal;
+    /**
+     * Opens the commit dialog or the logs of a dev container in the main
+     * area; gives containers Commit, Push and Logs buttons.
+     */
+    openView?: OpenContainerView;
     translator?: ITranslator;
   }
 }
@@ -137,6 +146,7 @@ interface IViewProps {
   containers?: ContainersModel | null;
   reclaims?: ReclaimsModel | null;
   openTerminal?: OpenTerminal;
+  openView?: OpenContainerView;
   trans: TranslationBundle;
 }
 
@@ -149,6 +159,7 @@ export function HostsView({
   containers,
   reclaims,
   openTerminal,
+  openView,
   trans
 }: IViewProps): React.JSX.Element {
   const state = useModelState(model);
@@ -283,6 +294,7 @@ export function HostsView({
             model={containers}
             reclaims={reclaims}
             openTerminal={openTerminal}
+            openView={openView}
             trans={trans}
           />
         </>
@@ -827,7 +839,9 @@ function HostCard({
         <p className="jp-gpudev-reason">{host.reason}</p>
       )}
       {host.engine && <EngineFacts engine={host.engine} trans={trans} />}
-      {showGPUs && <GPUSection inventory={host.gpus} trans={trans} />}
+      {showGPUs && (
+        <GPUSection inventory={host.gpus} leases={host.leases} trans={trans} />
+      )}
       {host.origin === 'added' && (
         <div
           className="jp-gpudev-actions"
@@ -905,11 +919,23 @@ function EngineFacts({
 
 function GPUSection({
   inventory,
+  leases,
   trans
 }: {
   inventory: IGPUInventory;
+  /** The host's active leases: who holds each GPU. */
+  leases: readonly IGPULease[];
   trans: TranslationBundle;
 }): React.JSX.Element {
+  const holders = React.useMemo(() => {
+    const byUUID = new Map<string, IGPULease>();
+    for (const lease of leases) {
+      for (const uuid of lease.gpu_uuids) {
+        byUUID.set(uuid, lease);
+      }
+    }
+    return byUUID;
+  }, [leases]);
   const versions = [
     inventory.driver_version && trans.__('driver %1', inventory.driver_version),
     inventory.cuda_version && trans.__('CUDA %1', inventory.cuda_version)
@@ -932,7 +958,12 @@ function GPUSection({
       ) : (
         <ul className="jp-gpudev-gpus">
           {inventory.gpus.map(gpu => (
-            <GPUItem key={gpu.uuid} gpu={gpu} trans={trans} />
+            <GPUItem
+              key={gpu.uuid}
+              gpu={gpu}
+              holders={gpuHolders(gpu, holders)}
+              trans={trans}
+            />
           ))}
         </ul>
       )}
@@ -953,11 +984,42 @@ function mib(value: number | null, trans: TranslationBundle): string {
   return value === null ? trans.__('?') : numberFormat.format(value);
 }
 
+/** The leases holding a GPU or one of its MIG instances. */
+function gpuHolders(
+  gpu: IGPUInfo,
+  holders: ReadonlyMap<string, IGPULease>
+): IGPULease[] {
+  const found = [gpu.uuid, ...gpu.mig_devices.map(device => device.uuid)]
+    .map(uuid => holders.get(uuid))
+    .filter((lease): lease is IGPULease => lease !== undefined);
+  return [...new Set(found)];
+}
+
+/** `gpudev-gpu-1a2b (alice) since 14:05`, the local time of `since`. */
+function holderText(lease: IGPULease, trans: TranslationBundle): string {
+  const since = new Date(lease.since);
+  const when = Number.isNaN(since.getTime())
+    ? lease.since
+    : since.toDateString() === new Date().toDateString()
+      ? since.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })
+      : since.toLocaleString([], {
+          month: 'short',
+          day: 'numeric',
+          hour: '2-digit',
+          minute: '2-digit'
+        });
+  return lease.owner
+    ? trans.__('%1 (%2) since %3', lease.container, lease.owner, when)
+    : trans.__('%1 since %2', lease.container, when);
+}
+
 function GPUItem({
   gpu,
+  holders,
   trans
 }: {
   gpu: IGPUInfo;
+  holders: readonly IGPULease[];
   trans: TranslationBundle;
 }): React.JSX.Element {
   return (
@@ -969,7 +1031,26 @@ function GPUItem({
       <div className="jp-gpudev-gpu-header">
         <span className="jp-gpudev-gpu-index">{gpu.index}</span>
         <span className="jp-gpudev-gpu-name">{gpu.name}</span>
+        <span
+          className={
+            'jp-gpudev-badge ' +
+            (holders.length > 0 ? 'jp-gpudev-badge-warn' : 'jp-gpudev-badge-ok')
+          }
+          data-testid={`gpudev-gpu-state-${gpu.uuid}`}
+        >
+          {holders.length > 0 ? trans.__('held') : trans.__('free')}
+        </span>
       </div>
+      {holders.map(lease => (
+        <p
+          key={lease.lease_id || lease.container}
+          className="jp-gpudev-gpu-holder"
+          data-testid={`gpudev-gpu-holder-${gpu.uuid}`}
+          title={trans.__('Lease %1', lease.lease_id)}
+        >
+          {trans.__('Held by %1', holderText(lease, trans))}
+        </p>
+      ))}
       <MemoryBar gpu={gpu} trans={trans} />
       {(gpu.mig_enabled || gpu.mig_devices.length > 0) && (
         <MigList gpu={gpu} trans={trans} />
