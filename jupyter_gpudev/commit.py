@@ -409,7 +409,7 @@ class Committer:
             L_SNAPSHOT_ENV: captured.environment.name,
             L_SNAPSHOT_CONTAINER: captured.info.name,
             L_SNAPSHOT_DIFF: "sha256:" + _sha256(prepared.rendered.diff),
-            L_SNAPSHOT_DOCKERFILE: "sha256:" + prepared.rendered.digest,
+            L_SNAPSHOT_DOCKERFILE: "sha256:" + prepared.rendered.dockerfile_digest,
             L_BASE_NAME: image_ref,
             L_BASE_DIGEST: digests[0].rsplit("@", 1)[-1] if digests else str(base.id),
             L_CREATED: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -41,7 +41,7 @@ from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bool, Float, Instance, Int, Unicode, default
 from traitlets.config import LoggingConfigurable
 
-from .capture import Baselines, ChangeCapture
+from .capture import Baseline, Baselines, ChangeCapture
 from .changes import engine_made, mount_targets, uncommitted
 from .driver import LegacyGPUInjection
 from .environments import Environment, EnvironmentManager
@@ -326,6 +326,18 @@ class ChangeCounts:
     def forget(self, container_id: str) -> None:
         with self._lock:
             self._entries.pop(container_id, None)
+
+
+def _uncommitted_changes(container: Container, baseline: Baseline | None) -> list[str]:
+    """What removing ``container`` would lose (``changes.uncommitted``): the rule ``remove``
+    refuses by and the panel's count shows."""
+    return uncommitted(
+        container.diff() or [],
+        mount_targets(container.attrs),
+        baseline.files if baseline else {},
+        engine_made(container.attrs),
+        baseline.held if baseline else (),
+    )
 
 
 def docker_name(name: str) -> str:
@@ -1125,16 +1137,12 @@ class DevContainers(LoggingConfigurable):
         if container.status not in _STOPPED:
             self._stop(found_host, container)
         baseline = self.baselines.container(str(container.id))
+        if baseline is not None and baseline.held:
+            baseline = self._prune_held(name, host, str(container.id), baseline)
         # Changes a commit left out (``held``) are uncommitted too, files or not.
         changed = self._call(
             f"Reading the changes of {user_name(name)!r}",
-            lambda: uncommitted(
-                container.diff() or [],
-                mount_targets(container.attrs),
-                baseline.files if baseline else {},
-                engine_made(container.attrs),
-                baseline.held if baseline else (),
-            ),
+            lambda: _uncommitted_changes(container, baseline),
         )
         if changed and not force:
             raise Conflict(
@@ -1146,9 +1154,27 @@ class DevContainers(LoggingConfigurable):
         self._call(f"Removing {user_name(name)!r}", lambda: container.remove(force=True))
         self._release_for(found_host, container)
         self.baselines.forget(str(container.id))
+        self.change_counts.forget(str(container.id))
         self.ledger.set_pinned(
             found_host.name, container.labels.get(L_NAME, user_name(name)), False
         )
+
+    def _prune_held(
+        self, name: str, host: str | None, container_id: str, baseline: Baseline
+    ) -> Baseline:
+        """The baseline with only the left-out changes that still exist (one undone in the
+        container since, e.g. a package removed again, is no longer uncommitted), saved.
+        Kept as it is when the changes cannot be read."""
+        try:
+            current = {item.id for item in ChangeCapture(self).capture(name, host).items}
+        except GPUDevError as err:
+            self.log.warning("gpudev: left-out changes of %s not checked: %s", name, err)
+            return baseline
+        held = [change for change in baseline.held if change in current]
+        if held != baseline.held:
+            baseline = replace(baseline, held=held)
+            self.baselines.save_container(container_id, baseline)
+        return baseline
 
     def pin(self, name: str, host: str | None = None, pinned: bool = True) -> DevContainerInfo:
         """Pin a shared dev container: it keeps running (and holding its GPUs) after its last
@@ -1422,10 +1448,16 @@ class DevContainers(LoggingConfigurable):
             raise Conflict(f"{user_name(name)!r} is not running: start it first")
         return found_host.reach(self.address_of(container), port)
 
-    def logs(self, name: str, host: str | None = None, follow: bool = False) -> Iterator[str]:
+    def logs(
+        self, name: str, host: str | None = None, follow: bool = False, tail: int | None = None
+    ) -> Iterator[str]:
+        """The container's output; ``tail``: only its last lines."""
         _, container = self._find(name, host)
         if not follow:
-            yield container.logs(timestamps=False).decode(errors="replace")
+            if tail is None:
+                yield container.logs(timestamps=False).decode(errors="replace")
+            else:
+                yield container.logs(timestamps=False, tail=tail).decode(errors="replace")
             return
         for chunk in container.logs(stream=True, follow=True):
             yield chunk.decode(errors="replace")
@@ -1503,14 +1535,8 @@ class DevContainers(LoggingConfigurable):
             return self.change_counts.peek(container_id, key, running)
 
         def count() -> int | None:
-            try:  # the same call as remove's
-                changed = uncommitted(
-                    container.diff() or [],
-                    mount_targets(container.attrs),
-                    baseline.files if baseline else {},
-                    engine_made(container.attrs),
-                    baseline.held if baseline else (),
-                )
+            try:
+                changed = _uncommitted_changes(container, baseline)
             except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
                 self.log.warning("gpudev: changes of %s not counted: %r", container.name, exc)
                 return None

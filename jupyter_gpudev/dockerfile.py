@@ -80,9 +80,16 @@ class RenderedDiff:
     reported: list[str] = field(default_factory=list)
 
     @property
-    def digest(self) -> str:
-        """sha256 of the new lines: the same changes give the same digest."""
+    def dockerfile_digest(self) -> str:
+        """sha256 of the new Dockerfile: the same changes give the same digest."""
         return hashlib.sha256(self.new_text.encode()).hexdigest()
+
+    @property
+    def digest(self) -> str:
+        """What a user reviews: the new Dockerfile and every file it copies (its comment names
+        only the first few). A commit that names it (``expect``) carries exactly that."""
+        reviewed = self.new_text + "\0" + "\n".join(sorted(self.files))
+        return hashlib.sha256(reviewed.encode()).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -416,7 +416,11 @@ def _commit_options(raw: bytes | None) -> CommitOptions:
     for key in ("snapshot", "message", "expect"):
         if body.get(key) is not None and not isinstance(body[key], str):
             raise BadRequest(f'"{key}" must be a string')
-    exclude = body.get("exclude") or []
+    if body.get("expect") == "":
+        raise BadRequest('"expect" is empty: leave it out, or give the diff\'s "digest"')
+    exclude = body.get("exclude", [])
+    if exclude is None:
+        exclude = []
     if not isinstance(exclude, list):
         raise BadRequest('"exclude" must be a list of change ids (the diff\'s "items")')
     return CommitOptions(
@@ -461,14 +465,20 @@ class ContainerTerminalHandler(GPUDevHandler):
 
 
 class ContainerLogsHandler(GPUDevHandler):
-    """``GET /gpudev/api/containers/NAME/logs``: ``{"logs": TEXT}``, the container's output."""
+    """``GET /gpudev/api/containers/NAME/logs[?tail=N]``: ``{"logs": TEXT}``, the container's
+    output (its last N lines with ``tail``, 1-100000)."""
 
     @web.authenticated
     @authorized
     @maps_errors
     async def get(self, name: str) -> None:
+        raw = self.get_argument("tail", "")
+        if raw and not (raw.isdigit() and 1 <= int(raw) <= 100_000):
+            raise BadRequest('"tail" must be a number of lines from 1 to 100000')
+        tail = int(raw) if raw else None
+
         def read() -> str:
-            return "".join(self.gpudev.containers.logs(name))
+            return "".join(self.gpudev.containers.logs(name, tail=tail))
 
         text = await self.blocking(read)
         self.finish(json.dumps({"logs": text}))

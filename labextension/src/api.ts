@@ -719,15 +719,20 @@ export async function commitContainer(
   });
 }
 
-/** `GET /gpudev/api/containers/NAME/logs`: the container's output so far. */
+/**
+ * `GET /gpudev/api/containers/NAME/logs`: the container's output so far, or
+ * its last `tail` lines.
+ */
 export async function fetchLogs(
   name: string,
-  settings?: ServerConnection.ISettings
+  settings?: ServerConnection.ISettings,
+  tail?: number
 ): Promise<string> {
   const body = await requestAPI<unknown>(
     ['containers', name, 'logs'],
     {},
-    settings
+    settings,
+    tail ? { tail: String(tail) } : {}
   );
   if (!isRecord(body) || typeof body.logs !== 'string') {
     throw new GPUDevAPIError({

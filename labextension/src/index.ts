@@ -373,7 +373,11 @@ function commitDefaults(
     `${now.getFullYear()}${pad(now.getMonth() + 1)}${pad(now.getDate())}` +
     `-${pad(now.getHours())}${pad(now.getMinutes())}`;
   const repository = preferences.snapshotRepository;
-  const name = environment.toLowerCase().replace(/[^a-z0-9._-]+/g, '-');
+  const name =
+    environment
+      .toLowerCase()
+      .replace(/[^a-z0-9._-]+/g, '-')
+      .replace(/^[^a-z0-9]+/, '') || 'env';
   return {
     write: false,
     verify: false,

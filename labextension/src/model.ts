@@ -643,8 +643,15 @@ export class ContainersModel extends PolledModel<IContainersState> {
 
   /** Show the container as the server just described it. */
   private _replace(container: IDevContainer): void {
-    const next = this._withWarnings(container);
-    const found = this.state.containers.some(c => c.name === next.name);
+    const previous = this.state.containers.find(c => c.name === container.name);
+    // An action's answer may not have counted the changes (`null`): keep the
+    // last count rather than show a container with changes as clean.
+    const next = this._withWarnings(
+      container.uncommitted === null && previous
+        ? { ...container, uncommitted: previous.uncommitted }
+        : container
+    );
+    const found = previous !== undefined;
     this.setState({
       ...this.state,
       containers: found
@@ -885,14 +892,19 @@ export interface ICommitChoices {
 /** What the commit dialog shows. */
 export interface ICommitState {
   /**
-   * `loading` until the first diff, `ready` to commit, `error` when the diff
-   * could not be read, `committing` while a commit runs, `done` after it.
+   * `loading` until the first diff, `ready` to commit, `error` when no diff
+   * could be read, `committing` while a commit runs.
    */
-  readonly status: 'loading' | 'ready' | 'error' | 'committing' | 'done';
-  /** The diff with the current selection; `null` until the first one. */
+  readonly status: 'loading' | 'ready' | 'error' | 'committing';
+  /** The last diff read; `null` until the first one. */
   readonly diff: IContainerDiff | null;
   /** Whether a newer diff is being read (the shown one is then outdated). */
   readonly refreshing: boolean;
+  /**
+   * Whether `diff` is the diff of the current selection, as read last: only
+   * then can a commit run (it names that diff's digest).
+   */
+  readonly current: boolean;
   /** The ids of the changes left out. */
   readonly excluded: ReadonlySet<string>;
   /** Why the last diff or commit failed. */
@@ -901,7 +913,7 @@ export interface ICommitState {
   readonly progress: ICommitProgress | null;
   /** The progress messages of the commit so far (the build's lines too). */
   readonly log: readonly string[];
-  /** The outcome of the commit, once `done`. */
+  /** The outcome of the last commit, if one ran. */
   readonly result: ICommitResult | null;
 }
 
@@ -955,38 +967,37 @@ export class CommitModel {
     const reading = new AbortController();
     this._reading = reading;
     const excluded = [...this._state.excluded].sort();
-    this._set({ refreshing: true });
+    this._set({ refreshing: true, current: false });
     try {
       const diff = await this._api.fetchDiff(
         this.name,
         excluded,
         reading.signal
       );
+      // A newer selection aborted this read (and reads its own diff).
       if (reading.signal.aborted) {
         return;
       }
       // A change that went away is no longer left out.
       const ids = new Set(diff.items.map(item => item.id));
-      const kept = new Set([...this._state.excluded].filter(id => ids.has(id)));
+      const kept = new Set(excluded.filter(id => ids.has(id)));
       this._set({
-        status: this._state.status === 'done' ? 'done' : 'ready',
+        status: 'ready',
         diff,
         excluded: kept,
         refreshing: false,
+        current: true,
         error: null
       });
     } catch (reason) {
       if (reading.signal.aborted) {
         return;
       }
+      // The shown diff (if any) stays, marked as not the selection's.
       this._set({
-        status:
-          this._state.status === 'done'
-            ? 'done'
-            : this._state.diff
-              ? 'ready'
-              : 'error',
+        status: this._state.diff ? 'ready' : 'error',
         refreshing: false,
+        current: false,
         error: toAPIError(reason)
       });
     } finally {
@@ -1018,8 +1029,8 @@ export class CommitModel {
    * Only a snapshot (or a push) may run with no Dockerfile change.
    */
   canCommit(choices: ICommitChoices): boolean {
-    const { status, diff, refreshing } = this._state;
-    if (status !== 'ready' || !diff || refreshing) {
+    const { status, diff, refreshing, current } = this._state;
+    if (status !== 'ready' || !diff || refreshing || !current) {
       return false;
     }
     if (choices.push && !choices.snapshot.trim()) {
@@ -1071,7 +1082,9 @@ export class CommitModel {
           this._onProgress(progress);
         }
       );
-      this._set({ status: 'done', result });
+      // Shown with the outcome; the diff is read again: what is left to commit.
+      this._set({ status: 'ready', result, current: false });
+      void this.refresh();
       return result;
     } catch (reason) {
       const error = toAPIError(reason);
@@ -1098,7 +1111,9 @@ export class CommitModel {
     if (this._state.status === 'committing') {
       return;
     }
-    this._set({ excluded, refreshing: true });
+    // The diff being read is for the old selection: drop it.
+    this._reading?.abort();
+    this._set({ excluded, refreshing: true, current: false });
     // One request for a burst of clicks.
     window.clearTimeout(this._timer);
     this._timer = window.setTimeout(() => {
@@ -1130,6 +1145,7 @@ export class CommitModel {
     status: 'loading',
     diff: null,
     refreshing: false,
+    current: false,
     excluded: new Set(),
     error: null,
     progress: null,

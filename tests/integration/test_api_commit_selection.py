@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import docker.errors
 import pytest
 from tornado.httpclient import HTTPClientError
 
@@ -109,6 +110,15 @@ async def test_diff_and_commit_leave_out_the_changes_named_in_exclude(
     status, body = await refused(jp_fetch, "api-pick", method="DELETE")
     assert status == 409
     assert body["details"]["changes"] == ["/etc/api-b"]
+    # When the left-out change is undone in the container (the file deleted again)
+    await jp_fetch("gpudev", "api", "containers", "api-pick", "start", method="POST", body=b"")
+    container = docker_client.containers.get("gpudev-api-pick")
+    code, _ = container.exec_run(["rm", "/etc/api-b"], user="0")
+    assert code == 0
+    # Then nothing is left to lose: it is removed without force
+    await jp_fetch("gpudev", "api", "containers", "api-pick", method="DELETE")
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get("gpudev-api-pick")
 
 
 async def test_a_bad_expect_is_a_400(jp_fetch: Fetch) -> None:
@@ -117,3 +127,14 @@ async def test_a_bad_expect_is_a_400(jp_fetch: Fetch) -> None:
     )
     assert status == 400
     assert "not a diff's digest" in body["message"]
+    # And an empty one does not silently turn the check off
+    status, body = await refused(
+        jp_fetch, "nobody", "commit", method="POST", body=json.dumps({"expect": ""})
+    )
+    assert status == 400
+    assert '"expect" is empty' in body["message"]
+    # Nor is an exclusion that is not a list taken as none
+    status, body = await refused(
+        jp_fetch, "nobody", "commit", method="POST", body=json.dumps({"exclude": ""})
+    )
+    assert status == 400

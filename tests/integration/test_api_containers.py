@@ -73,9 +73,16 @@ async def test_start_stop_remove_through_the_api(
     )
     assert json.loads(resumed.body)["state"] == "running"
     await jp_fetch("gpudev", "api", "containers", "api-one", "stop", method="POST", body=b"")
-    # And its logs are readable
+    # And its logs are readable, whole or their last lines
     logs = await jp_fetch("gpudev", "api", "containers", "api-one", "logs")
     assert isinstance(json.loads(logs.body)["logs"], str)
+    container = docker_client.containers.get("gpudev-api-one")
+    whole = container.logs().decode()
+    last = await jp_fetch("gpudev", "api", "containers", "api-one", "logs", params={"tail": "1"})
+    assert json.loads(last.body)["logs"] == (whole.splitlines(keepends=True) or [""])[-1]
+    with pytest.raises(HTTPClientError) as bad_tail:
+        await jp_fetch("gpudev", "api", "containers", "api-one", "logs", params={"tail": "x"})
+    assert bad_tail.value.code == 400
     # When it is removed
     removed = await jp_fetch("gpudev", "api", "containers", "api-one", method="DELETE")
     assert removed.code == 204

@@ -13,7 +13,7 @@ import pytest
 from jupyter_gpudev import changes as ch
 from jupyter_gpudev.capture import Baseline, Baselines, Captured
 from jupyter_gpudev.commit import CommitOptions
-from jupyter_gpudev.dockerfile import change_items, render
+from jupyter_gpudev.dockerfile import RenderedDiff, change_items, render
 from jupyter_gpudev.errors import BadRequest
 from jupyter_gpudev.routes import _commit_options
 
@@ -416,3 +416,16 @@ def test_without_exclusions_the_expected_state_is_the_container() -> None:
     expected, loose = ch.expected_state(BEFORE, AFTER, set())
     assert expected is AFTER
     assert loose == {}
+
+
+def test_the_reviewed_digest_covers_every_copied_file() -> None:
+    # Given two diffs with the same Dockerfile text (its comment names only the first files)
+    same_text = "FROM img\n# 11 file(s): ...\nCOPY ctx/files/ /\n"
+    first = RenderedDiff("Dockerfile", True, "", same_text, "diff", "ctx", ["/a", "/b"])
+    second = RenderedDiff("Dockerfile", True, "", same_text, "diff", "ctx", ["/a", "/c"])
+    # Then their Dockerfile digests are equal, but not what the user reviewed
+    assert first.dockerfile_digest == second.dockerfile_digest
+    assert first.digest != second.digest
+    # And the order the files were listed in does not matter
+    reordered = RenderedDiff("Dockerfile", True, "", same_text, "diff", "ctx", ["/b", "/a"])
+    assert reordered.digest == first.digest

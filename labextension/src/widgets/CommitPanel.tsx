@@ -8,6 +8,7 @@ import type { CommitModel, ICommitChoices, ICommitState } from '../model';
 import type { IChangeItem, ICommitResult, IContainerDiff } from '../tokens';
 import { notifyError } from './ErrorDetails';
 import { useModelState } from './hooks';
+import { ProgressBar } from './ProgressBar';
 
 /** What the commit dialog starts with (the panel's Push opens it with a tag). */
 export interface ICommitDefaults {
@@ -381,6 +382,12 @@ function CommitView({
                   onChange={event => {
                     update({ snapshot: event.currentTarget.value });
                   }}
+                  onKeyDown={event => {
+                    // Enter in the tag must not start a commit (or a push).
+                    if (event.key === 'Enter') {
+                      event.preventDefault();
+                    }
+                  }}
                 />
                 <span id={ids.snapshotHint} className="jp-gpudev-field-hint">
                   {trans.__(
@@ -440,7 +447,7 @@ function CommitView({
           {(committing || state.log.length > 0) && (
             <CommitProgress state={state} trans={trans} />
           )}
-          {state.status === 'done' && state.result && (
+          {state.status !== 'committing' && state.result && (
             <CommitOutcome result={state.result} trans={trans} />
           )}
         </div>
@@ -577,10 +584,6 @@ function CommitProgress({
 }): React.JSX.Element {
   const logRef = React.useRef<HTMLPreElement>(null);
   const progress = state.progress;
-  const current = progress?.current ?? null;
-  const total = progress?.total ?? null;
-  const measured = current !== null && total !== null && total > 0;
-  const fraction = measured ? Math.min(1, Math.max(0, current / total)) : 0;
   React.useEffect(() => {
     const log = logRef.current;
     if (log) {
@@ -600,22 +603,12 @@ function CommitProgress({
             : trans.__('Contacting the server…')}
         </span>
       </p>
-      {measured && (
-        <div
-          className="jp-gpudev-bar"
-          role="progressbar"
-          aria-label={trans.__('Progress of the push')}
-          aria-valuemin={0}
-          aria-valuemax={total}
-          aria-valuenow={current}
-          aria-valuetext={trans.__('%1%', Math.round(fraction * 100))}
-        >
-          <div
-            className="jp-gpudev-bar-fill"
-            style={{ width: `${(fraction * 100).toFixed(1)}%` }}
-          />
-        </div>
-      )}
+      <ProgressBar
+        current={progress?.current}
+        total={progress?.total}
+        label={trans.__('Progress of the push')}
+        trans={trans}
+      />
       {state.log.length > 0 && (
         <pre
           ref={logRef}

@@ -24,6 +24,7 @@ import type {
 } from '../tokens';
 import { ChangedPaths, notifyError } from './ErrorDetails';
 import { useModelState } from './hooks';
+import { ProgressBar } from './ProgressBar';
 import { ReclaimWarning, runReclaimAction } from './Reclaims';
 
 interface ISectionProps {
@@ -489,10 +490,6 @@ function StartProgress({
   progress: IStartProgress | null;
   trans: TranslationBundle;
 }): React.JSX.Element {
-  const current = progress?.current ?? null;
-  const total = progress?.total ?? null;
-  const measured = current !== null && total !== null && total > 0;
-  const fraction = measured ? Math.min(1, Math.max(0, current / total)) : 0;
   return (
     <div
       className="jp-gpudev-progress"
@@ -513,22 +510,12 @@ function StartProgress({
           </span>
         )}
       </p>
-      {measured && (
-        <div
-          className="jp-gpudev-bar"
-          role="progressbar"
-          aria-label={trans.__('Progress of %1', environment)}
-          aria-valuemin={0}
-          aria-valuemax={total}
-          aria-valuenow={current}
-          aria-valuetext={trans.__('%1%', Math.round(fraction * 100))}
-        >
-          <div
-            className="jp-gpudev-bar-fill"
-            style={{ width: `${(fraction * 100).toFixed(1)}%` }}
-          />
-        </div>
-      )}
+      <ProgressBar
+        current={progress?.current}
+        total={progress?.total}
+        label={trans.__('Progress of %1', environment)}
+        trans={trans}
+      />
     </div>
   );
 }

@@ -13,6 +13,9 @@ export const LOGS_INTERVAL_MS = 2000;
 /** The longest log kept on screen, in characters (its end is shown). */
 export const LOGS_MAX_CHARS = 500_000;
 
+/** How many of the last lines are read each time. */
+export const LOGS_TAIL_LINES = 5000;
+
 /**
  * The output of a dev container (`docker logs`), in the main area. While
  * the tab is shown it is read again every two seconds and follows the end
@@ -24,7 +27,8 @@ export class LogsPanel extends ReactWidget {
     this.name = options.name;
     this._trans = options.trans;
     this._read =
-      options.fetchLogs ?? (name => fetchLogs(name, options.serverSettings));
+      options.fetchLogs ??
+      (name => fetchLogs(name, options.serverSettings, LOGS_TAIL_LINES));
     this.id = `gpudev-logs-${options.name}`;
     this.addClass('jp-gpudev-logs-panel');
     this.title.label = options.trans.__('Logs of %1', options.name);
@@ -34,8 +38,12 @@ export class LogsPanel extends ReactWidget {
   /** The dev container whose logs are shown. */
   readonly name: string;
 
-  /** Read the logs now. */
+  /** Read the logs now (unless a read is under way). */
   async refresh(): Promise<void> {
+    if (this._reading) {
+      return;
+    }
+    this._reading = true;
     try {
       const text = await this._read(this.name);
       this._text =
@@ -43,6 +51,8 @@ export class LogsPanel extends ReactWidget {
       this._error = null;
     } catch (reason) {
       this._error = toAPIError(reason);
+    } finally {
+      this._reading = false;
     }
     if (!this.isDisposed) {
       this.update();
@@ -96,6 +106,7 @@ export class LogsPanel extends ReactWidget {
   private _text: string | null = null;
   private _error: GPUDevAPIError | null = null;
   private _timer = 0;
+  private _reading = false;
 }
 
 export namespace LogsPanel {

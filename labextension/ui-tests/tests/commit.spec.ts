@@ -1,8 +1,6 @@
 import { expect, test } from '@jupyterlab/galata';
-import type { IJupyterLabPageFixture } from '@jupyterlab/galata';
-import type { TestInfo } from '@playwright/test';
 
-import { openPanel } from './helpers';
+import { openPanel, shot } from './helpers';
 
 /**
  * The commit dialog by keyboard, with a snapshot and its progress, in the
@@ -15,17 +13,6 @@ const ENV = 'web';
 interface IStarted {
   name: string;
   state: string;
-}
-
-/** Keep a screenshot of the page as a test artefact. */
-async function shot(
-  page: IJupyterLabPageFixture,
-  testInfo: TestInfo,
-  name: string
-): Promise<void> {
-  const path = testInfo.outputPath(`${name}.png`);
-  await page.screenshot({ path });
-  await testInfo.attach(name, { path, contentType: 'image/png' });
 }
 
 /** Relative luminance (0 black .. 1 white) of a CSS `rgb(...)` colour. */

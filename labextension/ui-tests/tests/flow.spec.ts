@@ -1,8 +1,7 @@
 import { expect, test } from '@jupyterlab/galata';
-import type { IJupyterLabPageFixture } from '@jupyterlab/galata';
-import type { APIRequestContext, TestInfo } from '@playwright/test';
+import type { APIRequestContext } from '@playwright/test';
 
-import { containersOf, currentUser, openPanel } from './helpers';
+import { containersOf, currentUser, openPanel, shot } from './helpers';
 
 /**
  * The whole flow on the local engine, as a user does it: start an
@@ -37,17 +36,6 @@ interface IListedDiff {
 
 /** Names of the containers the test made, removed after it. */
 const made = new Set<string>();
-
-/** Keep a screenshot of the page as a test artefact. */
-async function shot(
-  page: IJupyterLabPageFixture,
-  testInfo: TestInfo,
-  name: string
-): Promise<void> {
-  const path = testInfo.outputPath(`${name}.png`);
-  await page.screenshot({ path });
-  await testInfo.attach(name, { path, contentType: 'image/png' });
-}
 
 /** The GPU leases every host lists, through the API. */
 async function leases(

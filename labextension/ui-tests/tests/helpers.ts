@@ -1,6 +1,6 @@
 import { expect } from '@jupyterlab/galata';
 import type { IJupyterLabPageFixture } from '@jupyterlab/galata';
-import type { APIRequestContext } from '@playwright/test';
+import type { APIRequestContext, TestInfo } from '@playwright/test';
 
 /** The id of the GPU Dev panel in the shell. */
 export const PANEL_ID = 'gpudev-panel';
@@ -50,4 +50,43 @@ export async function containersOf<T extends IOwnedContainer>(
   expect(listed.ok()).toBe(true);
   const body = (await listed.json()) as { containers: T[] };
   return body.containers.filter(container => container.owner === owner);
+}
+
+/** Keep a screenshot of the page as a test artefact (also attached to the report). */
+export async function shot(
+  page: IJupyterLabPageFixture,
+  testInfo: TestInfo,
+  name: string
+): Promise<void> {
+  const path = testInfo.outputPath(`${name}.png`);
+  await page.screenshot({ path });
+  await testInfo.attach(name, { path, contentType: 'image/png' });
+}
+
+/**
+ * Shut the given kernels down (they may be gone already), then force-remove
+ * the given containers, so a failed run leaves nothing behind; both sets are
+ * emptied.
+ */
+export async function removeLeftovers(
+  request: APIRequestContext,
+  kernels: Set<string>,
+  containers: Set<string>
+): Promise<void> {
+  for (const id of [...kernels]) {
+    const deleted = await request.delete(
+      `/api/kernels/${encodeURIComponent(id)}`,
+      { timeout: 60000 }
+    );
+    expect([204, 404]).toContain(deleted.status());
+    kernels.delete(id);
+  }
+  for (const name of [...containers]) {
+    const removed = await request.delete(
+      `/gpudev/api/containers/${encodeURIComponent(name)}?force=1`,
+      { timeout: 60000 }
+    );
+    expect([204, 404]).toContain(removed.status());
+    containers.delete(name);
+  }
 }

@@ -1,7 +1,7 @@
 import { expect, test } from '@jupyterlab/galata';
 import type { APIRequestContext, Page } from '@playwright/test';
 
-import { openPanel } from './helpers';
+import { openPanel, removeLeftovers as removeAll } from './helpers';
 
 /**
  * A kernel of the `gpu` environment (.devcontainer/gpu/devcontainer.json,
@@ -62,27 +62,9 @@ function kernelAction(page: Page, kernelId: string, action: string) {
   );
 }
 
-/**
- * Shut the kernels the test started down (they may be gone already), then
- * force-remove their containers, so a failed run leaves nothing behind.
- */
+/** Shut the test's kernels down and remove its containers. */
 async function removeLeftovers(request: APIRequestContext): Promise<void> {
-  for (const id of [...startedKernels]) {
-    const deleted = await request.delete(
-      `/api/kernels/${encodeURIComponent(id)}`,
-      { timeout: 60000 }
-    );
-    expect([204, 404]).toContain(deleted.status());
-    startedKernels.delete(id);
-  }
-  for (const name of [...madeContainers]) {
-    const removed = await request.delete(
-      `/gpudev/api/containers/${encodeURIComponent(name)}?force=1`,
-      { timeout: 60000 }
-    );
-    expect([204, 404]).toContain(removed.status());
-    madeContainers.delete(name);
-  }
+  await removeAll(request, startedKernels, madeContainers);
 }
 
 test.describe('Idle GPU kernel reclaim', () => {
