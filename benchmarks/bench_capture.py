@@ -18,14 +18,13 @@ BENCH_RUNS (5) repeats each measure; BENCH_FILES (20000) the largest file count.
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import docker
+from floor import median_ms as floor_median_ms
 from traitlets.config import Config
 
 from jupyter_gpudev.capture import ChangeCapture
@@ -63,12 +62,7 @@ for i in range(int(sys.argv[2])):
 
 
 def median_ms(func: Callable[[], object]) -> float:
-    samples = []
-    for _ in range(RUNS):
-        started = time.perf_counter()
-        func()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1000
+    return floor_median_ms(func, RUNS)
 
 
 def main() -> None:

@@ -17,7 +17,6 @@ BENCH_RUNS (5) repeats each measure; BENCH_CONTAINERS (8) running containers.
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -25,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import docker
+from floor import median_ms as floor_median_ms
 from traitlets.config import Config
 
 from jupyter_gpudev.capture import ChangeCapture
@@ -36,12 +36,7 @@ CONTAINERS = int(os.environ.get("BENCH_CONTAINERS", "8"))
 
 
 def median_ms(func: Callable[[], object], runs: int = RUNS) -> float:
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        func()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1000
+    return floor_median_ms(func, runs)
 
 
 def main() -> None:

@@ -7,12 +7,25 @@ import json
 import os
 import queue
 import socket
+import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import docker
 from jupyter_client.blocking.client import BlockingKernelClient
+
+
+def median_ms(func: Callable[[], object], runs: int) -> float:
+    """The median wall time of ``runs`` calls of ``func``, in milliseconds."""
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        func()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples) * 1000
+
 
 PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 

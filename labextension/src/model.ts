@@ -39,6 +39,7 @@ import type {
   IEnvironment,
   IEnvironmentProblem,
   IEnvironmentsResponse,
+  IGPULease,
   IHostInfo,
   IHostsResponse,
   IReclaim,
@@ -1182,6 +1183,19 @@ export namespace CommitModel {
     /** Replaces some API calls, for tests. */
     api?: Partial<IAPI>;
   }
+}
+
+/** The lease holding each leased GPU (or MIG instance) UUID of a host. */
+export function leasesByGPU(
+  leases: readonly IGPULease[]
+): Map<string, IGPULease> {
+  const byUUID = new Map<string, IGPULease>();
+  for (const lease of leases) {
+    for (const uuid of lease.gpu_uuids) {
+      byUUID.set(uuid, lease);
+    }
+  }
+  return byUUID;
 }
 
 /** A copy of `map` with `key` set to `value`, or removed when it is `null`. */

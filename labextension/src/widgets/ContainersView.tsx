@@ -4,7 +4,7 @@ import * as React from 'react';
 
 import { isPortNumber, toAPIError, webPortURL } from '../api';
 import type { GPUDevAPIError } from '../api';
-import { changedPaths, isUncommittedChanges } from '../model';
+import { changedPaths, isUncommittedChanges, leasesByGPU } from '../model';
 import type {
   ContainerAction,
   ContainersModel,
@@ -431,12 +431,9 @@ interface ILeasableUnit {
 
 /** The units of a host a start can name, with who holds each. */
 function leasableUnits(host: IHostInfo): ILeasableUnit[] {
-  const held = new Map<string, string>();
-  for (const lease of host.leases) {
-    for (const uuid of lease.gpu_uuids) {
-      held.set(uuid, lease.container);
-    }
-  }
+  const leases = leasesByGPU(host.leases);
+  const holder = (uuid: string): string | null =>
+    leases.get(uuid)?.container ?? null;
   const units: ILeasableUnit[] = [];
   for (const gpu of host.gpus.gpus) {
     if (gpu.mig_enabled && gpu.mig_devices.length > 0) {
@@ -444,14 +441,14 @@ function leasableUnits(host: IHostInfo): ILeasableUnit[] {
         units.push({
           uuid: device.uuid,
           label: `GPU ${gpu.index} · MIG ${device.profile}`,
-          holder: held.get(device.uuid) ?? held.get(gpu.uuid) ?? null
+          holder: holder(device.uuid) ?? holder(gpu.uuid)
         });
       }
     } else {
       units.push({
         uuid: gpu.uuid,
         label: `GPU ${gpu.index} · ${gpu.name}`,
-        holder: held.get(gpu.uuid) ?? null
+        holder: holder(gpu.uuid)
       });
     }
   }

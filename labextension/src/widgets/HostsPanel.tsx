@@ -8,6 +8,7 @@ import * as React from 'react';
 import { toAPIError } from '../api';
 import type { GPUDevAPIError } from '../api';
 import { chipIcon } from '../icons';
+import { leasesByGPU } from '../model';
 import type {
   ContainersModel,
   HostAction,
@@ -927,15 +928,7 @@ function GPUSection({
   leases: readonly IGPULease[];
   trans: TranslationBundle;
 }): React.JSX.Element {
-  const holders = React.useMemo(() => {
-    const byUUID = new Map<string, IGPULease>();
-    for (const lease of leases) {
-      for (const uuid of lease.gpu_uuids) {
-        byUUID.set(uuid, lease);
-      }
-    }
-    return byUUID;
-  }, [leases]);
+  const holders = React.useMemo(() => leasesByGPU(leases), [leases]);
   const versions = [
     inventory.driver_version && trans.__('driver %1', inventory.driver_version),
     inventory.cuda_version && trans.__('CUDA %1', inventory.cuda_version)
