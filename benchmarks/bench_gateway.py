@@ -55,6 +55,8 @@ from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
+from jupyter_gpudev.hosts import bridge_address
+
 IMAGE = os.environ.get("GPUDEV_IMAGE", "gpudev-python:bookworm")
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
 ROUND_TRIPS = int(os.environ.get("BENCH_ROUND_TRIPS", "200"))
@@ -233,7 +235,7 @@ def cleanup(engine: docker.DockerClient) -> None:
 
 async def main() -> None:
     engine = docker.from_env()
-    bridge = engine.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    bridge = bridge_address(engine)
     # Read by gateway_provisioners when its modules load (at the first kernel's start)
     os.environ.setdefault("GP_RESPONSE_IP", bridge)
     floor, gateway = Samples(), Samples()

@@ -165,7 +165,8 @@ class DevContainerInfo:
     kernels: int | None = None
     #: The latest activity of those kernels, ISO 8601 UTC; ``None`` when it has no kernel.
     last_activity: str | None = None
-    #: Its uncommitted changes (what removing it would lose); ``None``: not computed.
+    #: How many uncommitted changes it has, counted as the commit dialog lists them (one per
+    #: package, file, deletion or variable); ``None``: not computed.
     uncommitted: int | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -478,6 +479,9 @@ class DevContainers(LoggingConfigurable):
         #: The server's gpudev kernels (``None`` outside a server: kernel counts unknown).
         self.kernels = kernels
         self.change_counts = ChangeCounts()
+        #: Per container id: the uncommitted changes (``changes.uncommitted``) its change items
+        #: were last counted for, and their number (see ``_uncommitted``).
+        self._item_counts: dict[str, tuple[tuple[str, ...], int]] = {}
         self._ledger: LeaseLedger | None = None
         self._lock = threading.Lock()
 
@@ -1155,6 +1159,7 @@ class DevContainers(LoggingConfigurable):
         self._release_for(found_host, container)
         self.baselines.forget(str(container.id))
         self.change_counts.forget(str(container.id))
+        self._item_counts.pop(str(container.id), None)
         self.ledger.set_pinned(
             found_host.name, container.labels.get(L_NAME, user_name(name)), False
         )
@@ -1512,13 +1517,17 @@ class DevContainers(LoggingConfigurable):
                 if usage is not None and usage.last_activity is not None
                 else None
             ),
-            uncommitted=self._uncommitted(container, compute=count_changes),
+            uncommitted=self._uncommitted(host, container, compute=count_changes),
         )
 
-    def _uncommitted(self, container: Container, *, compute: bool) -> int | None:
-        """How many uncommitted changes ``container`` has, by the rule ``remove`` applies
-        (``changes.uncommitted``); kept per state in ``change_counts``. ``None``: not counted
-        (``compute`` off and nothing kept, or the engine failed)."""
+    def _uncommitted(self, host: Host, container: Container, *, compute: bool) -> int | None:
+        """How many uncommitted changes ``container`` has, counted as the commit dialog and
+        ``jupyter gpudev diff`` list them (one per package, file, deletion or variable: the
+        capture's ``items``), so that a badge "N changes" names N things to review. The cheap
+        rule ``remove`` applies (``changes.uncommitted``, one entry per changed file) decides
+        whether there is anything: none is 0 without a capture, and the items are counted
+        again only when that list moved. Kept per state in ``change_counts``. ``None``: not
+        counted (``compute`` off and nothing kept, or the engine failed)."""
         container_id = str(container.id)
         baseline = self.baselines.container(container_id)
         state = container.attrs.get("State", {})
@@ -1533,17 +1542,25 @@ class DevContainers(LoggingConfigurable):
         running = str(state.get("Status", container.status)) not in _STOPPED
         if not compute:
             return self.change_counts.peek(container_id, key, running)
+        name = container.labels.get(L_NAME, user_name(container.name or ""))
 
         def count() -> int | None:
             try:
-                changed = _uncommitted_changes(container, baseline)
+                changed = tuple(_uncommitted_changes(container, baseline))
+                if not changed:
+                    return 0
+                kept = self._item_counts.get(container_id)
+                if kept is not None and kept[0] == changed:
+                    return kept[1]
+                items = len(ChangeCapture(self).capture(name, host.name).items)
             except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
                 self.log.warning("gpudev: changes of %s not counted: %r", container.name, exc)
                 return None
             except GPUDevError as err:  # e.g. the host's connection dropped
                 self.log.warning("gpudev: changes of %s not counted: %s", container.name, err)
                 return None
-            return len(changed)
+            self._item_counts[container_id] = (changed, items)
+            return items
 
         return self.change_counts.count(container_id, key, running, count)
 

@@ -11,7 +11,9 @@ Every call here that talks to an engine blocks: the server runs them in worker t
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import ipaddress
 import json
 import os
 import re
@@ -20,6 +22,7 @@ import socket
 import stat
 import subprocess
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
@@ -891,3 +894,41 @@ def unreachable_summary(infos: list[HostInfo]) -> EngineUnreachable | None:
         message,
         details={"hosts": [{"host": info.name, "url": info.url} for info in infos]},
     )
+
+
+def address_for_containers(network: Mapping[str, Any]) -> str | None:
+    """This host's IPv4 address as containers on a bridge ``network`` (its inspect ``attrs``)
+    reach it: the network's ``Gateway`` where the engine reports one, else the first address
+    of its subnet, which the engine gives the bridge interface (``docker0`` for ``bridge``);
+    an engine created fresh reports only the subnet. ``None`` when neither is there (then
+    only an ``extra_hosts`` entry ``NAME:host-gateway`` reaches the host)."""
+    configs = (network.get("IPAM") or {}).get("Config") or []
+    for config in configs:
+        gateway = str((config or {}).get("Gateway") or "").split("/")[0]
+        with contextlib.suppress(ValueError):
+            if ipaddress.ip_address(gateway).version == 4:
+                return gateway
+    for config in configs:
+        with contextlib.suppress(ValueError):
+            subnet = ipaddress.ip_network(str((config or {}).get("Subnet") or ""), strict=False)
+            if subnet.version == 4 and subnet.num_addresses > 2:
+                return str(subnet.network_address + 1)
+    return None
+
+
+def bridge_address(client: docker.DockerClient, network: str = "bridge") -> str:
+    """This host's address as seen from containers on ``network`` (``address_for_containers``);
+    ``EngineError`` when the engine reports no IPv4 address or subnet for it."""
+    try:
+        attrs = client.networks.get(network).attrs
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise EngineError(
+            f"The Docker network {network!r} could not be read ({type(exc).__name__})"
+        ) from exc
+    address = address_for_containers(attrs)
+    if address is None:
+        raise EngineError(
+            f"The Docker network {network!r} has no IPv4 gateway or subnet: containers reach "
+            "this host there only through an extra host entry NAME:host-gateway"
+        )
+    return address

@@ -126,9 +126,9 @@ async def test_a_container_reports_its_times_kernels_and_uncommitted_changes(
     await asyncio.sleep(1.1)
     assert (await listed(jp_fetch, "panel-times"))["uncommitted"] == 0
     await asyncio.get_running_loop().run_in_executor(None, server_counts(jp_serverapp).wait)
-    assert (await listed(jp_fetch, "panel-times"))["uncommitted"] >= 1
+    assert (await listed(jp_fetch, "panel-times"))["uncommitted"] == 1
     one = await get_json(jp_fetch, "containers", "panel-times")
-    assert one["uncommitted"] >= 1
+    assert one["uncommitted"] == 1
     # When it is stopped
     stopped = json.loads(
         (
@@ -142,7 +142,35 @@ async def test_a_container_reports_its_times_kernels_and_uncommitted_changes(
     assert recent(stopped["finished_at"])
     box = await listed(jp_fetch, "panel-times")
     assert box["finished_at"] == stopped["finished_at"]
-    assert box["uncommitted"] >= 1
+    assert box["uncommitted"] == 1
+
+
+async def test_the_change_count_is_the_number_of_changes_the_diff_lists(
+    jp_fetch: Fetch, docker_client: docker.DockerClient
+) -> None:
+    # Given a running dev container in which a Debian package is installed (with its
+    # dependencies, a few thousand files)
+    await start(jp_fetch, "panel-apt")
+    container = docker_client.containers.get("gpudev-panel-apt")
+    code, output = container.exec_run(
+        [
+            "/bin/sh",
+            "-c",
+            "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+            "apt-get install -y -qq --no-install-recommends cowsay",
+        ],
+        user="0",
+    )
+    assert code == 0, output
+    files = len(container.diff() or [])
+    # When it is listed (counted afresh) and its diff is read, as the commit dialog does
+    count = await get_json(jp_fetch, "containers", "panel-apt")
+    diff = await get_json(jp_fetch, "containers", "panel-apt", "diff")
+    # Then the count is the number of change items the diff lists (the package), not the
+    # number of files it touched
+    assert [i["id"] for i in diff["items"]] == ["apt:cowsay"]
+    assert files > 100
+    assert count["uncommitted"] == len(diff["items"]) == 1
 
 
 async def test_a_kernel_says_which_container_and_gpus_it_holds(jp_fetch: Fetch) -> None:

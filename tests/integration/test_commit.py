@@ -33,7 +33,7 @@ from jupyter_gpudev.commit import (
 )
 from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.errors import BadRequest, Conflict, ImageError
-from jupyter_gpudev.hosts import HostPool
+from jupyter_gpudev.hosts import HostPool, bridge_address
 from jupyter_gpudev.registry import RegistryError
 from tests.conftest import FAKE_SMI, FIXTURES
 from tests.integration.conftest import A100_0
@@ -67,7 +67,7 @@ def package_index(
         page = folder / "simple" / project
         page.mkdir(parents=True, exist_ok=True)
         (page / "index.html").write_text(f'<a href="../../files/{wheel.name}">{wheel.name}</a>\n')
-    gateway = docker_client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    gateway = bridge_address(docker_client)
     handler = functools.partial(QuietHandler, directory=str(folder))
     server = http.server.ThreadingHTTPServer((gateway, 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

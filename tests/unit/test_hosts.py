@@ -17,6 +17,7 @@ from jupyter_gpudev.hosts import (
     HostInfo,
     HostPool,
     HostSpec,
+    address_for_containers,
     describe_connection_error,
     unreachable_summary,
 )
@@ -173,3 +174,29 @@ def test_tcp_hosts_say_their_gpu_inventory_needs_ssh() -> None:
     inventory = hosts.get("box").gpus()
     assert inventory.gpus == ()
     assert inventory.reason == "GPU inventory over tcp:// is not supported (use ssh://)"
+
+
+@pytest.mark.parametrize(
+    ("ipam", "expected"),
+    [
+        # Given an engine created fresh (Debian's 20.10): the subnet only, no Gateway key
+        ({"Config": [{"Subnet": "172.17.0.0/16"}]}, "172.17.0.1"),
+        # Given an engine that reports the gateway (with or without a prefix length)
+        ({"Config": [{"Subnet": "172.18.0.0/16", "Gateway": "172.18.0.254"}]}, "172.18.0.254"),
+        ({"Config": [{"Subnet": "10.9.0.0/24", "Gateway": "10.9.0.1/24"}]}, "10.9.0.1"),
+        # Given an IPv6 entry first: the IPv4 one is used
+        (
+            {"Config": [{"Subnet": "fd00::/64", "Gateway": "fd00::1"}, {"Subnet": "10.0.0.0/8"}]},
+            "10.0.0.1",
+        ),
+        # Given nothing usable: no address (the caller falls back to host-gateway)
+        ({"Config": [{"Subnet": "not a subnet", "Gateway": ""}]}, None),
+        ({"Config": [{"Subnet": "10.0.0.7/32"}]}, None),
+        ({"Config": None}, None),
+        (None, None),
+    ],
+)
+def test_address_for_containers(ipam: dict[str, Any] | None, expected: str | None) -> None:
+    # When the host's address for containers is read from the network's inspect answer
+    # Then it is the gateway where reported, else the subnet's first address
+    assert address_for_containers({"Name": "bridge", "IPAM": ipam}) == expected

@@ -197,10 +197,10 @@ test.describe('GPU Dev: the whole flow', () => {
       .toContain('apt:cowsay');
     await shot(page, testInfo, '05-terminal');
 
-    // Then the panel marks the container as having uncommitted changes
-    await expect(
-      row.getByTestId(`gpudev-container-uncommitted-${name}`)
-    ).toBeVisible({ timeout: 30_000 });
+    // Then the panel marks the container as having uncommitted changes,
+    // counted as the commit dialog lists them: one package, not its files
+    const badge = row.getByTestId(`gpudev-container-uncommitted-${name}`);
+    await expect(badge).toHaveText('1 change', { timeout: 60_000 });
 
     // When the user opens its commit dialog
     await row.getByTestId(`gpudev-container-commit-${name}`).click();
@@ -211,6 +211,11 @@ test.describe('GPU Dev: the whole flow', () => {
     await expect(change.getByRole('checkbox')).toBeChecked();
     const diff = dialog.getByTestId('gpudev-commit-diff');
     await expect(diff).toContainText('cowsay=');
+    // And the badge names as many changes as the dialog lists
+    const listed = await dialog.locator('[data-testid^="gpudev-change-"]').count();
+    expect(await badge.textContent()).toBe(
+      `${listed} change${listed === 1 ? '' : 's'}`
+    );
     await shot(page, testInfo, '06-commit-dialog');
 
     // When the user leaves it out, the diff no longer has it
