@@ -212,7 +212,9 @@ test.describe('GPU Dev: the whole flow', () => {
     const diff = dialog.getByTestId('gpudev-commit-diff');
     await expect(diff).toContainText('cowsay=');
     // And the badge names as many changes as the dialog lists
-    const listed = await dialog.locator('[data-testid^="gpudev-change-"]').count();
+    const listed = await dialog
+      .locator('[data-testid^="gpudev-change-"]')
+      .count();
     expect(await badge.textContent()).toBe(
       `${listed} change${listed === 1 ? '' : 's'}`
     );
