@@ -26,6 +26,7 @@ import shlex
 import socket
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -367,23 +368,62 @@ class SSHConnection:
 
         return self._channel(open_it)
 
+    #: The most output (stdout and stderr each) a command on a host may give: the commands
+    #: gpudev runs there (``nvidia-smi``, ``realpath``, ``id``...) print a few KiB.
+    MAX_OUTPUT = 4 << 20
+
     def run(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
         """Run a command on the host, every argument quoted: no string reaches the remote
-        shell unquoted. Exit 127: not found there."""
+        shell unquoted. Exit 127: not found there. ``timeout`` bounds the whole command
+        (``subprocess.TimeoutExpired``); output past ``MAX_OUTPUT`` is an ``EngineUnreachable``
+        naming the command, and the command is closed."""
         command = " ".join(shlex.quote(arg) for arg in argv)
+        deadline = time.monotonic() + timeout
         with self._commands:
             channel = self.session(command, timeout=timeout)
             try:
-                stdout = channel.makefile("rb").read()
-                stderr = channel.makefile_stderr("rb").read()
+                stdout, stderr = _read_bounded(channel, argv, deadline, self.MAX_OUTPUT, self)
                 code = channel.recv_exit_status()
-            except TimeoutError as exc:
-                raise subprocess.TimeoutExpired(argv, timeout) from exc
             finally:
                 channel.close()
         return subprocess.CompletedProcess(
             argv, code, stdout.decode(errors="replace"), stderr.decode(errors="replace")
         )
+
+
+def _read_bounded(
+    channel: paramiko.Channel,
+    argv: list[str],
+    deadline: float,
+    limit: int,
+    connection: SSHConnection,
+) -> tuple[bytes, bytes]:
+    """A command's stdout and stderr, read together until it ends, by ``deadline`` and at most
+    ``limit`` bytes each."""
+    out, err = bytearray(), bytearray()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(argv, 0)
+        channel.settimeout(min(left, 1.0))
+        got = False
+        for ready, recv, buffer in (
+            (channel.recv_ready, channel.recv, out),
+            (channel.recv_stderr_ready, channel.recv_stderr, err),
+        ):
+            if ready():
+                buffer += recv(65536)
+                got = True
+        if len(out) > limit or len(err) > limit:
+            raise EngineUnreachable(
+                f"{argv[0]!r} on {connection.target.where} gave more than "
+                f"{limit >> 20} MiB of output; it was stopped"
+            )
+        if not got:
+            if channel.exit_status_ready() and not channel.recv_ready():
+                if not channel.recv_stderr_ready():
+                    return bytes(out), bytes(err)
+            time.sleep(0.005)
 
 
 # --------------------------------------------------------------------------------------------
