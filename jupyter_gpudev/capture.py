@@ -2,9 +2,10 @@
 
 ``ChangeCapture`` joins the parts: the container's baseline (``Baselines``, kept in the state
 folder), the package probe and ``docker diff`` (``jupyter_gpudev.changes``) and the renderer
-(``jupyter_gpudev.dockerfile``). A running container is probed with ``docker exec``; a stopped
-one (kept because it has changes) through a temporary image of it, in a throwaway container
-with no network and no GPU, so that looking at changes never needs a GPU lease.
+(``jupyter_gpudev.dockerfile``). Nothing runs in a dev container to read its packages, running
+or stopped (kept because it has changes): they are its image's (probed once in a throwaway
+container of the image) plus what its ``docker diff`` and the package files it names, read as
+data, say (``jupyter_gpudev.packages``); looking at changes never needs a GPU lease.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import requests
 from docker.utils import socket as docker_socket
 
 from . import changes as ch
+from . import packages
 from .dockerfile import RenderedDiff, change_items, is_source_path, render
 from .environments import Environment, read_jsonc_file
 from .errors import EngineError, GPUDevError
@@ -218,10 +220,17 @@ class ChangeCapture:
     # -- baselines --------------------------------------------------------------------------
 
     def record_baseline(self, container: Container) -> None:
-        """Probe a container that just ran its lifecycle commands: its own baseline."""
+        """The packages of a container that just ran its lifecycle commands (read as data,
+        nothing run in it): its own baseline."""
+        if container.client is None:
+            raise EngineError(f"No engine client for {container.name}")
         env = container.attrs.get("Config", {}).get("Env") or []
-        files = {str(d["Path"]): int(d["Kind"]) for d in container.diff() or []}
-        baseline = Baseline(ch.probe(container).state, ch.env_dict(env), files)
+        diff = list(container.diff() or [])
+        files = {str(d["Path"]): int(d["Kind"]) for d in diff}
+        current = self._probe_current(container.client, container, diff)
+        for problem in current.problems:
+            self.containers.log.warning("gpudev: baseline of %s: %s", container.name, problem)
+        baseline = Baseline(current.result.state, ch.env_dict(env), files)
         self.baselines.save_container(str(container.id), baseline)
 
     def _image_baseline(self, client: docker.DockerClient, image_id: str) -> ch.PackageState:
@@ -239,13 +248,17 @@ class ChangeCapture:
         owned_dpkg: list[str] | None = None,
         owned_dists: list[str] | None = None,
     ) -> ch.ProbeResult:
-        """The probe in a throwaway container of ``image`` (no network, no GPU, as root)."""
+        """The probe in a throwaway container of ``image`` (no network, no GPU, no mounts, as
+        root, removed after): the image is the trusted one, the sandbox shares nothing; its
+        programs still run by absolute path, with a fixed PATH and no LD_*/PYTHON* variables
+        (``changes.probe_environment``). Never used on a dev container's content."""
         try:
+            image_env = client.images.get(image).attrs.get("Config", {}).get("Env") or []
             output = client.containers.run(
                 image,
                 entrypoint=["/bin/sh", "-c", ch.PROBE_SCRIPT],
                 command=[],
-                environment=ch.probe_environment(owned_dpkg or [], owned_dists or []),
+                environment=ch.probe_environment(owned_dpkg or [], owned_dists or [], image_env),
                 user="0",
                 network_disabled=True,
                 remove=True,
@@ -279,10 +292,12 @@ class ChangeCapture:
             whole_diff = list(container.diff() or [])
             # A path the baseline already had, with the same kind, is not a new change.
             diff = [d for d in whole_diff if base.files.get(str(d["Path"])) != int(d["Kind"])]
-            current = self._probe_current(client, container, base.packages)
+            derived = self._probe_current(client, container, whole_diff)
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise EngineError(f"Reading the changes of {name!r}: {exc}") from exc
+        current = derived.result
         result = ch.package_changes(base.packages, current.state)
+        result.notes.extend(derived.problems)
         mounts = ch.mount_targets(container.attrs)
         new_envs = [p.env.prefix for p in result.python if p.new_env]
         result.files = ch.file_changes(
@@ -317,32 +332,16 @@ class ChangeCapture:
         return captured
 
     def _probe_current(
-        self, client: docker.DockerClient, container: Container, base: ch.PackageState
-    ) -> ch.ProbeResult:
-        """Probe the container as it is now, with the files of its changed packages."""
-        running = container.status == "running"
-        if running:
-            first = ch.probe(container)
-        else:
-            image = container.commit(changes=['LABEL org.jupyter.gpudev.probe="1"'], pause=False)
-            try:
-                return self._probe_twice(client, str(image.id), base)
-            finally:
-                with contextlib.suppress(docker.errors.DockerException):
-                    client.images.remove(str(image.id), force=True, noprune=False)
-        dpkg, dists = ch.changed_packages(base, first.state)
-        if not dpkg and not dists:
-            return first
-        return ch.probe(container, dpkg, dists)
-
-    def _probe_twice(
-        self, client: docker.DockerClient, image: str, base: ch.PackageState
-    ) -> ch.ProbeResult:
-        first = self.probe_image(client, image)
-        dpkg, dists = ch.changed_packages(base, first.state)
-        if not dpkg and not dists:
-            return first
-        return self.probe_image(client, image, dpkg, dists)
+        self,
+        client: docker.DockerClient,
+        container: Container,
+        diff: list[dict[str, Any]],
+    ) -> packages.Derived:
+        """The packages of the container now, with the files of its changed packages, running
+        or stopped: its image's, its ``docker diff`` against it (``diff``) and the package
+        files it names, read as data through the engine. Nothing runs in the container."""
+        image = self._image_baseline(client, _check_id(str(container.attrs.get("Image", ""))))
+        return packages.current_state(image, diff, packages.ContainerReader(container))
 
     # -- render -------------------------------------------------------------------------------
 

@@ -21,9 +21,12 @@ What is captured:
 
 Paths and contents that look like credentials are reported and never emitted.
 
-Everything runs through the engine API: the probes are constant scripts executed in the
-container (``docker exec``), with the only variable input (package names read from the
-container itself, validated) passed in the environment, never in a command line.
+Nothing runs inside a dev container to learn its packages (its content is the user's, see
+``jupyter_gpudev.packages``): they are its image's, probed once in a throwaway container of the
+image by ``PROBE_SCRIPT`` (a constant script; programs by absolute path, a fixed ``PATH``, the
+image's ``LD_*``/``PYTHON*`` variables emptied, Python isolated; the only variable input,
+package names, validated and passed in the environment, never in a command line), plus what
+its ``docker diff`` and the package metadata files it names, read as data, say.
 """
 
 from __future__ import annotations
@@ -86,36 +89,41 @@ print(json.dumps(out))
 #: Shell side of the probe: dpkg, apt marks, conda histories and channels, then each Python.
 PROBE_SCRIPT = r"""
 set +e
+PATH=/usr/sbin:/usr/bin:/sbin:/bin
+export PATH
 echo "@@gpudev dpkg"
-dpkg-query -W -f '${binary:Package}\t${Version}\t${db:Status-Abbrev}\n' 2>/dev/null
+/usr/bin/dpkg-query -W -f '${binary:Package}\t${Version}\t${db:Status-Abbrev}\n' 2>/dev/null
 echo "@@gpudev apt-auto"
-cat /var/lib/apt/extended_states 2>/dev/null
+/bin/cat /var/lib/apt/extended_states 2>/dev/null
 for h in /opt/conda/conda-meta/history /opt/conda/envs/*/conda-meta/history; do
-  [ -f "$h" ] && { echo "@@gpudev conda-history $h"; cat "$h"; }
+  [ -f "$h" ] && { echo "@@gpudev conda-history $h"; /bin/cat "$h"; }
 done
 for c in /opt/conda/.condarc /root/.condarc /etc/conda/.condarc; do
-  [ -f "$c" ] && { echo "@@gpudev condarc $c"; cat "$c"; }
+  [ -f "$c" ] && { echo "@@gpudev condarc $c"; /bin/cat "$c"; }
 done
 for p in $GPUDEV_OWNED_DPKG; do
   echo "@@gpudev dpkg-files $p"
-  cat "/var/lib/dpkg/info/$p.list" 2>/dev/null
+  /bin/cat "/var/lib/dpkg/info/$p.list" 2>/dev/null
 done
 {
   for py in /usr/bin/python3 /usr/local/bin/python3 /opt/conda/bin/python \
             /opt/conda/envs/*/bin/python; do
     [ -x "$py" ] && echo "$py"
   done
-  find /opt /root /home /usr/local /srv -maxdepth 4 -name pyvenv.cfg 2>/dev/null |
+  /usr/bin/find /opt /root /home /usr/local /srv -maxdepth 4 -name pyvenv.cfg 2>/dev/null |
     while IFS= read -r cfg; do
       d=${cfg%/pyvenv.cfg}
       [ -x "$d/bin/python" ] && echo "$d/bin/python"
     done
-} | sort -u | while IFS= read -r py; do
+} | /usr/bin/sort -u | while IFS= read -r py; do
   echo "@@gpudev python $py"
-  "$py" -c "$GPUDEV_PY_PROBE" 2>/dev/null
+  "$py" -I -c "$GPUDEV_PY_PROBE" 2>/dev/null
 done
 echo "@@gpudev end"
 """
+
+#: The only ``PATH`` the probe runs with.
+PROBE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 _DPKG_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]*(:[a-z0-9-]+)?$")
 _PY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -563,11 +571,22 @@ def _parse_python(python: str, lines: list[str]) -> tuple[PythonEnv | None, list
 
 
 def probe_environment(
-    owned_dpkg: Iterable[str] = (), owned_dists: Iterable[str] = ()
+    owned_dpkg: Iterable[str] = (),
+    owned_dists: Iterable[str] = (),
+    image_env: Iterable[str] = (),
 ) -> dict[str, str]:
-    """The environment ``PROBE_SCRIPT`` runs with (its only variable input, validated):
-    ``owned_*`` are the packages whose files it lists too."""
+    """The environment ``PROBE_SCRIPT`` runs with in a throwaway container of an image: a
+    fixed ``PATH``, every ``LD_*``/``PYTHON*`` variable of the image's ``image_env``
+    (``Config.Env``) emptied (an image's variables can be overridden, not unset), and its
+    only variable input, validated: ``owned_*``, the packages whose files it lists too."""
+    emptied = {
+        name: ""
+        for name in env_dict(image_env)
+        if name.startswith(("LD_", "PYTHON")) or name in ("BASH_ENV", "ENV")
+    }
     return {
+        **emptied,
+        "PATH": PROBE_PATH,
         "GPUDEV_PY_PROBE": PY_PROBE,
         "GPUDEV_OWNED_DPKG": " ".join(sorted(p for p in owned_dpkg if _DPKG_NAME_RE.match(p))),
         "GPUDEV_OWNED_DISTS": json.dumps(
@@ -579,25 +598,6 @@ def probe_environment(
 def env_dict(items: Iterable[str]) -> dict[str, str]:
     """``["NAME=value", ...]`` (a container's or image's ``Config.Env``) as a dict."""
     return dict(item.split("=", 1) for item in items if "=" in item)
-
-
-def probe(
-    container: Any, owned_dpkg: Iterable[str] = (), owned_dists: Iterable[str] = ()
-) -> ProbeResult:
-    """Run the probe in a running container (one ``docker exec``, as root so that every
-    package database is readable). ``owned_*``: packages whose files to list too."""
-    code, output = container.exec_run(
-        ["/bin/sh", "-c", PROBE_SCRIPT],
-        user="0",
-        environment=probe_environment(owned_dpkg, owned_dists),
-    )
-    text = output.decode("utf-8", "replace") if isinstance(output, bytes) else ""
-    if code not in (0, None):
-        raise EngineError(
-            f"The package probe failed in {container.name} (exit {code})",
-            details={"output": text.splitlines()[-10:]},
-        )
-    return parse_probe(text)
 
 
 # ----------------------------------------------------------------------------------------------

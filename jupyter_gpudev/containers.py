@@ -14,6 +14,7 @@ Every method here blocks (Docker SDK calls): the server runs them in worker thre
 from __future__ import annotations
 
 import builtins
+import contextlib
 import getpass
 import hashlib
 import json
@@ -25,6 +26,7 @@ import shutil
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -37,16 +39,19 @@ import docker.errors
 import requests.exceptions
 from docker.models.containers import Container
 from docker.types import DeviceRequest, Ulimit
+from docker.utils import socket as docker_socket
 from jupyter_core.paths import jupyter_data_dir
-from traitlets import Bool, Float, Instance, Int, Unicode, default
+from traitlets import Bool, Float, Instance, Int, List, Unicode, default
 from traitlets.config import LoggingConfigurable
 
+from . import seccomp
 from .capture import Baseline, Baselines, ChangeCapture
 from .changes import engine_made, mount_targets, uncommitted
 from .driver import LegacyGPUInjection
-from .environments import Environment, EnvironmentManager
+from .environments import Environment, EnvironmentManager, parse_docker_size
 from .errors import (
     BadRequest,
+    ConfigError,
     Conflict,
     EngineError,
     EngineUnreachable,
@@ -401,6 +406,19 @@ class DevContainers(LoggingConfigurable):
     def _default_state_dir(self) -> str:
         return os.path.join(jupyter_data_dir(), "gpudev")
 
+    lifecycle_timeout = Float(
+        1800.0,
+        help="""Seconds a start waits for each lifecycle command (postCreateCommand,
+        postStartCommand) of an environment; one still running then goes on in the container,
+        unwatched, and the start reports it. Only a command's last 20 lines are kept, whatever
+        it prints.""",
+    ).tag(config=True)
+    max_log_bytes = Int(
+        16 << 20,
+        help="""The most bytes of a container's output one logs request reads (the REST API,
+        the panel's Logs tab, ``jupyter gpudev logs`` without --follow); past it the answer says
+        where it was cut. Ask for the last lines (``tail``) to see the end of a longer log.""",
+    ).tag(config=True)
     stop_timeout = Int(
         5, help="Seconds a container gets to stop after SIGTERM before it is killed."
     ).tag(config=True)
@@ -442,6 +460,55 @@ class DevContainers(LoggingConfigurable):
     keep_alive_command = Unicode(
         "sleep infinity",
         help="The container's main process: it only keeps the container up for kernels.",
+    ).tag(config=True)
+
+    security_opt = List(
+        Unicode(),
+        default_value=["no-new-privileges"],
+        help="""Docker security options of every dev container (`docker run --security-opt`).
+        The default, no-new-privileges, makes setuid programs and file capabilities inside
+        the container (sudo, su) give no privileges. An environment cannot change these
+        (--security-opt in runArgs is refused). The seccomp profile is seccomp_profile's.""",
+    ).tag(config=True)
+
+    seccomp_profile = Unicode(
+        "gpudev",
+        help="""The seccomp profile of dev containers. 'gpudev' (the default): Docker's default
+        profile, except that no file may get a setuid or setgid bit (chmod, open, mknod), so
+        that root in a container cannot leave a setuid-root program in a host folder it
+        mounts (the workspace); packages that ship setuid programs (sudo, ...) then install
+        only through the Dockerfile. '': the engine's own default. Otherwise the path of a
+        profile (JSON) on the server's machine.""",
+    ).tag(config=True)
+
+    cap_drop = List(
+        Unicode(),
+        default_value=["MKNOD", "SETFCAP", "FSETID", "NET_RAW", "SETPCAP", "AUDIT_WRITE"],
+        help="""Linux capabilities removed from Docker's default set in every dev container.
+        The default keeps what package managers need as root (CHOWN, DAC_OVERRIDE, FOWNER,
+        SETUID, SETGID, KILL, ...) and removes device nodes (MKNOD: a device node in the
+        workspace would be a device on the host), file capabilities (SETFCAP), keeping
+        setuid bits on files it writes (FSETID), raw sockets (NET_RAW), SETPCAP and
+        AUDIT_WRITE. An environment cannot add capabilities (--cap-add is refused).""",
+    ).tag(config=True)
+
+    pids_limit = Int(
+        4096,
+        help="""The most processes (and threads) one dev container may run, against fork
+        bombs; 0: no limit.""",
+    ).tag(config=True)
+
+    memory_limit = Unicode(
+        "",
+        help="""The most memory one dev container may use, as a Docker size ('64g'); empty:
+        no limit. An environment may ask for less (customizations.gpudev.memory), never
+        more: the smaller of the two applies.""",
+    ).tag(config=True)
+
+    cpu_limit = Float(
+        0.0,
+        help="""The most CPUs' worth of time one dev container may use (4.5); 0: no limit. An
+        environment may ask for less (customizations.gpudev.cpus), never more.""",
     ).tag(config=True)
 
     host_pool = Instance(HostPool)
@@ -993,6 +1060,7 @@ class DevContainers(LoggingConfigurable):
                 kwargs["user"] = user
         self._gpu_options(kwargs, environment, uuids, host, inventory)
         self._run_options(kwargs, env, client)
+        self._confinement(kwargs, env)
         return client.containers.create(image, **kwargs)
 
     def _mounts(self, host: Host, env: Environment) -> tuple[builtins.list[ResolvedMount], str]:
@@ -1080,6 +1148,44 @@ class DevContainers(LoggingConfigurable):
         if options.ulimits:
             kwargs["ulimits"] = [Ulimit(name=n, soft=s, hard=h) for n, s, h in options.ulimits]
 
+    def _confinement(self, kwargs: dict[str, Any], env: Environment) -> None:
+        """What content inside the container can do to the host: administrator's settings
+        only, and the environment's memory and CPU limits where they are tighter."""
+        security = list(self.security_opt)
+        if self.seccomp_profile == "gpudev":
+            security.append(seccomp.security_opt())
+        elif self.seccomp_profile:
+            try:
+                text = Path(self.seccomp_profile).read_text(encoding="utf-8")
+                json.loads(text)
+            except (OSError, ValueError) as exc:
+                raise ConfigError(
+                    f"c.DevContainers.seccomp_profile: {self.seccomp_profile!r} is not a "
+                    f"readable JSON seccomp profile ({exc})"
+                ) from None
+            security.append(f"seccomp={text}")
+        if security:
+            kwargs["security_opt"] = security
+        if self.cap_drop:
+            kwargs["cap_drop"] = list(self.cap_drop)
+        if self.pids_limit > 0:
+            kwargs["pids_limit"] = self.pids_limit
+        memory = _tightest(env.run_options.memory_bytes, self._admin_memory())
+        if memory is not None:
+            kwargs["mem_limit"] = memory
+        admin_cpus = round(self.cpu_limit * 1e9) if self.cpu_limit > 0 else None
+        nano_cpus = _tightest(env.run_options.nano_cpus, admin_cpus)
+        if nano_cpus is not None:
+            kwargs["nano_cpus"] = nano_cpus
+
+    def _admin_memory(self) -> int | None:
+        if not self.memory_limit:
+            return None
+        try:
+            return parse_docker_size(self.memory_limit)
+        except ValueError as exc:
+            raise ConfigError(f"c.DevContainers.memory_limit: {exc}") from None
+
     def _lifecycle_commands(
         self, container: Container, env: Environment, say: Progress
     ) -> tuple[str, ...]:
@@ -1091,16 +1197,24 @@ class DevContainers(LoggingConfigurable):
             for label, argv in _commands(command):
                 say({"stage": stage, "message": " ".join(argv)})
                 try:
-                    code, output = container.exec_run(
-                        argv, workdir=env.workspace_folder, environment=dict(env.container_env)
+                    code, lines = _run_bounded(
+                        container,
+                        argv,
+                        workdir=env.workspace_folder,
+                        environment=dict(env.container_env),
+                        timeout=self.lifecycle_timeout,
                     )
                 except (docker.errors.DockerException, GPUDevError) as exc:
                     self.log.warning("%s of %s failed: %r", stage, container.name, exc)
-                    code, output = -1, b""
-                text = output.decode(errors="replace") if isinstance(output, bytes) else ""
-                for line in text.splitlines()[-20:]:
+                    code, lines = -1, []
+                for line in lines:
                     say({"stage": stage, "message": line})
-                if code != 0:
+                if code is None:
+                    warnings.append(
+                        f"{stage}{label} was still running after {self.lifecycle_timeout:g} s; "
+                        "it goes on in the container, unwatched"
+                    )
+                elif code != 0:
                     warnings.append(f"{stage}{label} exited with {code}")
         return tuple(warnings)
 
@@ -1456,13 +1570,28 @@ class DevContainers(LoggingConfigurable):
     def logs(
         self, name: str, host: str | None = None, follow: bool = False, tail: int | None = None
     ) -> Iterator[str]:
-        """The container's output; ``tail``: only its last lines."""
+        """The container's output; ``tail``: only its last lines. Without ``follow`` at most
+        ``max_log_bytes`` are read (streamed, never the whole log at once), then a line says
+        where the output was cut."""
         _, container = self._find(name, host)
         if not follow:
-            if tail is None:
-                yield container.logs(timestamps=False).decode(errors="replace")
-            else:
-                yield container.logs(timestamps=False, tail=tail).decode(errors="replace")
+            stream = container.logs(
+                stream=True, follow=False, timestamps=False, tail="all" if tail is None else tail
+            )
+            read = 0
+            try:
+                for chunk in stream:
+                    if read + len(chunk) > self.max_log_bytes:
+                        yield chunk[: self.max_log_bytes - read].decode(errors="replace")
+                        yield (
+                            f"\n[gpudev: the output is cut here, after {self.max_log_bytes} "
+                            "bytes; ask for its last lines (tail) to see its end]\n"
+                        )
+                        return
+                    read += len(chunk)
+                    yield chunk.decode(errors="replace")
+            finally:
+                close_stream(stream)
             return
         for chunk in container.logs(stream=True, follow=True):
             yield chunk.decode(errors="replace")
@@ -1691,6 +1820,81 @@ def _status_text(state: dict[str, Any]) -> str:
     if status == "exited":
         return f"exited ({state.get('ExitCode', '?')})"
     return status
+
+
+def _tightest(*limits: int | None) -> int | None:
+    """The smallest of the limits that are set; None when none is."""
+    return min((limit for limit in limits if limit is not None), default=None)
+
+
+def close_stream(stream: Any) -> None:
+    """Close what docker-py handed out as a stream or socket (``socket=True``, a log stream):
+    the object itself, the HTTP response it keeps alive and the connection's socket (closing
+    the first alone leaves the connection open)."""
+    for part in (stream, getattr(stream, "_response", None), getattr(stream, "_sock", None)):
+        close = getattr(part, "close", None)
+        if close is not None:
+            with contextlib.suppress(OSError, ValueError):  # already closed by another part
+                close()
+
+
+#: A lifecycle command's last lines reported, and the most characters of each.
+_LAST_LINES = 20
+_LINE_CHARS = 2000
+
+
+def _run_bounded(
+    container: Container,
+    argv: list[str],
+    *,
+    workdir: str,
+    environment: dict[str, str],
+    timeout: float,
+) -> tuple[int | None, list[str]]:
+    """Run ``argv`` in ``container`` and return its exit code (``None``: still running after
+    ``timeout`` seconds; it goes on, read to its end by a background thread) and its last
+    ``_LAST_LINES`` lines of output, each cut at ``_LINE_CHARS``: whatever it prints, only
+    that much is ever held."""
+    if container.client is None:
+        raise EngineError(f"No engine client for {container.name}")
+    api = container.client.api
+    exec_id = api.exec_create(str(container.id), argv, workdir=workdir, environment=environment)[
+        "Id"
+    ]
+    last: deque[str] = deque(maxlen=_LAST_LINES)
+    partial = [""]
+
+    def read() -> None:
+        # A read can time out on a command silent for long (the client's timeout): the exit
+        # is then waited for below.
+        failures = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
+        with contextlib.suppress(*failures):
+            sock = api.exec_start(exec_id, socket=True)
+            try:
+                frames = docker_socket.frames_iter(sock, tty=False)  # type: ignore[no-untyped-call]
+                for _, chunk in frames:
+                    text = partial[0] + chunk.decode(errors="replace")
+                    *whole, rest = text.split("\n")
+                    last.extend(line[:_LINE_CHARS] for line in whole)
+                    partial[0] = rest[-_LINE_CHARS:]
+            finally:
+                close_stream(sock)
+
+    deadline = time.monotonic() + timeout
+    reader = threading.Thread(target=read, name="gpudev-lifecycle", daemon=True)
+    reader.start()
+    reader.join(timeout)
+    state = api.exec_inspect(exec_id)
+    while state.get("Running") and time.monotonic() < deadline:
+        time.sleep(0.5)
+        state = api.exec_inspect(exec_id)
+    if state.get("Running"):
+        return None, list(last)
+    reader.join(5.0)
+    if partial[0]:
+        last.append(partial[0])
+    code = state.get("ExitCode")
+    return (code if isinstance(code, int) else -1), list(last)
 
 
 def _commands(command: Any) -> Iterator[tuple[str, list[str]]]:

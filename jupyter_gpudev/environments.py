@@ -48,7 +48,24 @@ CONFIG_TRAIT = "c.EnvironmentManager.environments"
 MAX_FILE_BYTES = 1 << 20
 ULIMIT_NAMES = frozenset({"memlock", "stack", "nofile", "core", "nproc"})
 IPC_MODES = ("host", "private", "shareable")
-GPUDEV_OPTIONS = ("gpus", "gpuModel", "gpuMemory", "idleTimeout", "shmSize")
+GPUDEV_OPTIONS = ("gpus", "gpuModel", "gpuMemory", "idleTimeout", "shmSize", "memory", "cpus")
+#: Docker's smallest memory limit.
+MIN_MEMORY_BYTES = 6 << 20
+ALLOWED_ENV_TRAIT = "c.EnvironmentManager.allowed_env_vars"
+#: containerEnv names that decide which programs, libraries or Python code every process of the
+#: container loads (gpudev's own commands in it included): only the administrator may set them.
+SENSITIVE_ENV_PATTERNS = ("PATH", "LD_*", "PYTHON*", "BASH_ENV")
+#: PYTHON* variables that load no code: always accepted.
+HARMLESS_PYTHON_ENV = frozenset(
+    {
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONIOENCODING",
+        "PYTHONUTF8",
+        "PYTHONHASHSEED",
+        "PYTHONFAULTHANDLER",
+    }
+)
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$")
@@ -91,8 +108,8 @@ _VALUE_RUN_ARGS = frozenset(
     {"--gpus", "--shm-size", "--ipc", "--ulimit", "--network", "--net", "--pid"}
 )
 _ALLOWED_RUN_ARGS = (
-    "--gpus, --shm-size, --ipc, --ulimit and --init; --network=host and --pid=host where the "
-    "administrator enables them"
+    "--gpus, --shm-size, --ipc, --ulimit and --init; --network=host, --pid=host and --ipc=host "
+    "where the administrator enables them"
 )
 
 
@@ -367,6 +384,9 @@ class RunOptions:
     network_mode: str | None = None
     pid_mode: str | None = None
     init: bool = False
+    #: From customizations.gpudev: memory and CPU limits (None: none asked for).
+    memory_bytes: int | None = None
+    nano_cpus: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
@@ -478,6 +498,7 @@ def parse_run_args(
     where: str,
     allow_host_network: bool = False,
     allow_host_pid: bool = False,
+    allow_host_ipc: bool = False,
 ) -> tuple[RunOptions, list[str]]:
     """Typed options from ``runArgs``; default-deny. Returns the options and warnings."""
     if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
@@ -511,6 +532,7 @@ def parse_run_args(
                 notes,
                 allow_host_network=allow_host_network,
                 allow_host_pid=allow_host_pid,
+                allow_host_ipc=allow_host_ipc,
             )
             options[key] = parsed
     return RunOptions(ulimits=tuple(ulimits), **options), notes
@@ -548,6 +570,7 @@ def _run_arg_option(
     *,
     allow_host_network: bool,
     allow_host_pid: bool,
+    allow_host_ipc: bool = False,
 ) -> tuple[str, Any]:
     """The RunOptions field and value for one option that takes a value (not --ulimit)."""
     if flag == "--gpus":
@@ -562,6 +585,9 @@ def _run_arg_option(
             raise BadRequest(
                 f"{where}: runArgs: --ipc={value} is not allowed; use one of {', '.join(IPC_MODES)}"
             )
+        if value == "host":
+            # the host's IPC namespace: its shared memory (/dev/shm), semaphores, queues
+            return "ipc_mode", _host_only(flag, value, where, allow_host_ipc, "allow_host_ipc")
         return "ipc_mode", value
     if flag in ("--network", "--net"):
         return "network_mode", _host_only(
@@ -640,6 +666,8 @@ class _SpecReader:
         base_dir: str | None,
         allow_host_network: bool,
         allow_host_pid: bool,
+        allow_host_ipc: bool = False,
+        allowed_env: tuple[str, ...] = (),
     ) -> None:
         self.data = data
         self.where = where
@@ -647,6 +675,8 @@ class _SpecReader:
         self.base_dir = base_dir
         self.allow_host_network = allow_host_network
         self.allow_host_pid = allow_host_pid
+        self.allow_host_ipc = allow_host_ipc
+        self.allowed_env = allowed_env
         self.notes: list[str] = []
         self.variables = {
             "localWorkspaceFolder": root_real,
@@ -672,6 +702,7 @@ class _SpecReader:
             where=self.where,
             allow_host_network=self.allow_host_network,
             allow_host_pid=self.allow_host_pid,
+            allow_host_ipc=self.allow_host_ipc,
         )
         self.notes.extend(notes)
         if "shmSize" in custom:
@@ -680,6 +711,9 @@ class _SpecReader:
             except ValueError as exc:
                 raise self.fail(f"'customizations.gpudev.shmSize': {exc}") from None
             run_options = replace(run_options, shm_size_bytes=shm)
+        run_options = replace(
+            run_options, memory_bytes=self._memory_limit(custom), nano_cpus=self._cpus(custom)
+        )
         return Environment(
             name=name,
             display_name=display_name,
@@ -709,6 +743,38 @@ class _SpecReader:
         if not isinstance(value, str) or not value.strip():
             raise self.fail(f"'{label or key}' must be a non-empty string")
         return value
+
+    def _memory_limit(self, custom: Mapping[str, Any]) -> int | None:
+        """``customizations.gpudev.memory``: the container's memory limit, in bytes."""
+        value = custom.get("memory")
+        if value is None:
+            return None
+        key = "customizations.gpudev.memory"
+        try:
+            size = parse_docker_size(value)
+        except ValueError as exc:
+            raise self.fail(f"'{key}': {exc}") from None
+        if size < MIN_MEMORY_BYTES:
+            raise self.fail(f"'{key}': {value!r} is less than Docker's minimum of 6m")
+        return size
+
+    def _cpus(self, custom: Mapping[str, Any]) -> int | None:
+        """``customizations.gpudev.cpus``: how many CPUs' worth of time it may use, as Docker's
+        nano-CPUs (``4.5`` -> 4,500,000,000)."""
+        value = custom.get("cpus")
+        if value is None:
+            return None
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or not 0.01 <= value <= 4096
+        ):
+            raise self.fail(
+                "'customizations.gpudev.cpus' must be a number of CPUs from 0.01 to 4096, "
+                f"like 4 or 4.5, not {value!r}"
+            )
+        return round(value * 1e9)
 
     def _gpudev_options(self) -> dict[str, Any]:
         customizations = self.data.get("customizations")
@@ -840,8 +906,26 @@ class _SpecReader:
                     "containerEnv.NVIDIA_VISIBLE_DEVICES is set by jupyter-gpudev from the GPU "
                     "lease; request GPUs with hostRequirements.gpu or customizations.gpudev.gpus"
                 )
+            self._check_sensitive(key)
             env[key] = _substitute(item, self.variables)
         return env
+
+    def _check_sensitive(self, key: str) -> None:
+        """PATH, LD_*, PYTHON* and BASH_ENV only from configuration or where allowed."""
+        # base_dir None: an environment of the administrator's configuration
+        if self.base_dir is None or key in HARMLESS_PYTHON_ENV:
+            return
+        if not any(fnmatch.fnmatchcase(key, p) for p in SENSITIVE_ENV_PATTERNS):
+            return
+        if any(fnmatch.fnmatchcase(key, p) for p in self.allowed_env):
+            return
+        raise BadRequest(
+            f"{self.where}: containerEnv.{key} is not allowed: it decides which programs, "
+            "libraries or Python code every process in the container loads, gpudev's own "
+            "commands included; set it in the image (Dockerfile ENV) instead, or the "
+            f"administrator can allow it with {ALLOWED_ENV_TRAIT} = [{key!r}]",
+            details={"file": self.where, "variable": key, "trait": ALLOWED_ENV_TRAIT},
+        )
 
     def _mounts(self) -> tuple[DeclaredMount, ...]:
         value = self.data.get("mounts", [])
@@ -1100,6 +1184,24 @@ class EnvironmentManager(LoggingConfigurable):
         can signal) every process of the host.""",
     ).tag(config=True)
 
+    allow_host_ipc = Bool(
+        False,
+        help="""Accept --ipc=host in runArgs. The container then shares the host's IPC
+        namespace: its shared memory (/dev/shm), semaphores and message queues, those of other
+        users' processes included. --shm-size (or customizations.gpudev.shmSize) is the usual
+        answer to a small /dev/shm.""",
+    ).tag(config=True)
+
+    allowed_env_vars = List(
+        Unicode(),
+        default_value=[],
+        help="""Variables a devcontainer.json's containerEnv may set although they decide
+        which code every process in the container loads: PATH, LD_* (LD_PRELOAD,
+        LD_LIBRARY_PATH, ...), PYTHON* (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME, ...) and
+        BASH_ENV; fnmatch patterns, e.g. ['PYTHONPATH', 'LD_LIBRARY_PATH']. Environments
+        declared in c.EnvironmentManager.environments may always set them.""",
+    ).tag(config=True)
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._last_root: Path | None = None
@@ -1114,6 +1216,8 @@ class EnvironmentManager(LoggingConfigurable):
             base_dir=base_dir,
             allow_host_network=self.allow_host_network,
             allow_host_pid=self.allow_host_pid,
+            allow_host_ipc=self.allow_host_ipc,
+            allowed_env=tuple(self.allowed_env_vars),
         )
 
     def _read_file(

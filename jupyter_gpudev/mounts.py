@@ -10,6 +10,12 @@ allowed root that points elsewhere is refused, and replacing that link afterward
 change what was mounted. (Someone who can write inside an allowed root can still swap a folder
 for a link between the check and the container's creation; only trusted roots should be
 writable.)
+
+Mounts carry no ``nosuid``: Engine 20.10 takes none on a bind mount (nor through a ``local``
+volume's ``o=bind,nosuid``, measured: the container's mount had no ``nosuid``), and it would not
+help the host anyway, where a setuid bit is part of the file. Root in a container cannot set one
+at all: ``jupyter_gpudev.seccomp`` refuses setuid and setgid modes, and ``no-new-privileges``
+makes any that exist useless inside the container.
 """
 
 from __future__ import annotations

@@ -378,11 +378,10 @@ class SSHConnection:
         (``subprocess.TimeoutExpired``); output past ``MAX_OUTPUT`` is an ``EngineUnreachable``
         naming the command, and the command is closed."""
         command = " ".join(shlex.quote(arg) for arg in argv)
-        deadline = time.monotonic() + timeout
         with self._commands:
             channel = self.session(command, timeout=timeout)
             try:
-                stdout, stderr = _read_bounded(channel, argv, deadline, self.MAX_OUTPUT, self)
+                stdout, stderr = _read_bounded(channel, argv, timeout, self.MAX_OUTPUT, self)
                 code = channel.recv_exit_status()
             finally:
                 channel.close()
@@ -394,35 +393,36 @@ class SSHConnection:
 def _read_bounded(
     channel: paramiko.Channel,
     argv: list[str],
-    deadline: float,
+    timeout: float,
     limit: int,
     connection: SSHConnection,
 ) -> tuple[bytes, bytes]:
-    """A command's stdout and stderr, read together until it ends, by ``deadline`` and at most
-    ``limit`` bytes each."""
+    """A command's stdout and stderr, read together until it ends, within ``timeout`` seconds
+    and at most ``limit`` bytes each."""
     out, err = bytearray(), bytearray()
+    deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise subprocess.TimeoutExpired(argv, 0)
+            raise subprocess.TimeoutExpired(argv, timeout)
         channel.settimeout(min(left, 1.0))
         got = False
-        for ready, recv, buffer in (
-            (channel.recv_ready, channel.recv, out),
-            (channel.recv_stderr_ready, channel.recv_stderr, err),
-        ):
-            if ready():
-                buffer += recv(65536)
-                got = True
+        if channel.recv_ready():
+            out += channel.recv(65536)
+            got = True
+        if channel.recv_stderr_ready():
+            err += channel.recv_stderr(65536)
+            got = True
         if len(out) > limit or len(err) > limit:
             raise EngineUnreachable(
                 f"{argv[0]!r} on {connection.target.where} gave more than "
                 f"{limit >> 20} MiB of output; it was stopped"
             )
         if not got:
-            if channel.exit_status_ready() and not channel.recv_ready():
-                if not channel.recv_stderr_ready():
-                    return bytes(out), bytes(err)
+            if channel.exit_status_ready() and not (
+                channel.recv_ready() or channel.recv_stderr_ready()
+            ):
+                return bytes(out), bytes(err)
             time.sleep(0.005)
 
 

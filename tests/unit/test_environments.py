@@ -462,6 +462,7 @@ def test_allowed_run_args_in_both_forms() -> None:
             "--init",
         ],
         where="f",
+        allow_host_ipc=True,
     )
     assert notes == []
     assert options.gpus == "all"
@@ -532,6 +533,7 @@ def test_refused_run_args_are_named(args: list[str], named: str) -> None:
         ("--network=host", "allow_host_network", "network_mode"),
         ("--net=host", "allow_host_network", "network_mode"),
         ("--pid=host", "allow_host_pid", "pid_mode"),
+        ("--ipc=host", "allow_host_ipc", "ipc_mode"),
     ],
 )
 def test_host_namespaces_need_the_administrator(
@@ -545,6 +547,111 @@ def test_host_namespaces_need_the_administrator(
     # And when the administrator turns it on, it is accepted
     env = EnvironmentManager(**{trait: True}).get("h", root)
     assert getattr(env.run_options, field) == "host"
+
+
+def test_private_and_shareable_ipc_need_no_administrator() -> None:
+    for mode in ("private", "shareable"):
+        options, _ = parse_run_args([f"--ipc={mode}"], where="f")
+        assert options.ipc_mode == mode
+
+
+# -- memory and CPU limits, sensitive containerEnv ---------------------------------------------
+
+
+def test_memory_and_cpu_limits_from_customizations(root: Path) -> None:
+    # Given environments asking for memory and CPUs in the forms people write
+    write(
+        root, sub("a"), {"image": "x", "customizations": {"gpudev": {"memory": "16g", "cpus": 4.5}}}
+    )
+    write(
+        root,
+        sub("b"),
+        {"image": "x", "customizations": {"gpudev": {"memory": 536870912, "cpus": 2}}},
+    )
+    write(root, sub("c"), {"image": "x"})
+    manager = EnvironmentManager()
+    # When read, they become bytes and nano-CPUs, without warnings; none asked: none set
+    a = manager.get("a", root).run_options
+    assert (a.memory_bytes, a.nano_cpus) == (16 << 30, 4_500_000_000)
+    b = manager.get("b", root).run_options
+    assert (b.memory_bytes, b.nano_cpus) == (512 << 20, 2_000_000_000)
+    c = manager.get("c", root).run_options
+    assert (c.memory_bytes, c.nano_cpus) == (None, None)
+    assert errors(manager.list(root)) == []
+    assert not [p for p in manager.list(root).problems if "memory" in p["message"]]
+
+
+@pytest.mark.parametrize(
+    ("custom", "message"),
+    [
+        ({"memory": "lots"}, "'customizations.gpudev.memory': 'lots' is not a size"),
+        ({"memory": "1m"}, "less than Docker's minimum of 6m"),
+        ({"memory": True}, "'customizations.gpudev.memory'"),
+        ({"memory": -5}, "not a positive size"),
+        ({"cpus": 0}, "'customizations.gpudev.cpus' must be a number of CPUs from 0.01"),
+        ({"cpus": "4"}, "not '4'"),
+        ({"cpus": True}, "'customizations.gpudev.cpus'"),
+        ({"cpus": 1e9}, "from 0.01 to 4096"),
+    ],
+)
+def test_bad_memory_and_cpu_limits_are_refused_with_the_key(
+    root: Path, custom: dict[str, Any], message: str
+) -> None:
+    write(root, sub("l"), {"image": "x", "customizations": {"gpudev": custom}})
+    with pytest.raises(BadRequest) as caught:
+        EnvironmentManager().get("l", root)
+    assert message in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "PATH",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "PYTHONHOME",
+        "PYTHONUSERBASE",
+        "BASH_ENV",
+    ],
+)
+def test_container_env_that_decides_which_code_loads_needs_the_administrator(
+    root: Path, variable: str
+) -> None:
+    # Given a devcontainer.json setting a variable that decides which code every process loads
+    write(root, sub("e"), {"image": "x", "containerEnv": {variable: "/workspace/x"}})
+    # When read with the default configuration, it is refused naming the variable and the trait
+    with pytest.raises(BadRequest) as caught:
+        EnvironmentManager().get("e", root)
+    message = caught.value.message
+    assert f"containerEnv.{variable} is not allowed" in message
+    assert f"c.EnvironmentManager.allowed_env_vars = [{variable!r}]" in message
+    # And when the administrator allows it (by name or pattern), it is kept
+    for allowed in ([variable], [variable[:2] + "*"]):
+        env = EnvironmentManager(allowed_env_vars=allowed).get("e", root)
+        assert env.container_env == {variable: "/workspace/x"}
+
+
+def test_ordinary_container_env_and_the_administrators_environments_are_not_refused(
+    root: Path,
+) -> None:
+    # Given variables that only look alike, and an admin-declared environment setting PATH
+    write(
+        root,
+        sub("ok"),
+        {
+            "image": "x",
+            "containerEnv": {"MY_PATH": "/a", "PYTHONUNBUFFERED": "1", "LDX": "1", "PY": "3"},
+        },
+    )
+    manager = EnvironmentManager(
+        environments={"admin": {"image": "x", "containerEnv": {"PATH": "/opt/bin:/usr/bin"}}}
+    )
+    # When read, they are kept as they are
+    assert manager.get("ok", root).container_env["MY_PATH"] == "/a"
+    assert manager.get("admin", root).container_env == {"PATH": "/opt/bin:/usr/bin"}
 
 
 # -- the manager -------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import json
 import logging
 import os
@@ -320,15 +319,25 @@ class FakeChannel:
         self.stdout, self.stderr, self.code, self.hang = stdout, stderr, code, hang
         self.closed = False
 
-    def makefile(self, mode: str) -> io.BytesIO:
-        assert mode == "rb"
-        if self.hang:
-            raise TimeoutError("timed out")
-        return io.BytesIO(self.stdout)
+    def settimeout(self, timeout: float) -> None:
+        assert timeout > 0
 
-    def makefile_stderr(self, mode: str) -> io.BytesIO:
-        assert mode == "rb"
-        return io.BytesIO(self.stderr)
+    def recv_ready(self) -> bool:
+        return bool(self.stdout) and not self.hang
+
+    def recv_stderr_ready(self) -> bool:
+        return bool(self.stderr) and not self.hang
+
+    def recv(self, size: int) -> bytes:
+        data, self.stdout = self.stdout[:size], self.stdout[size:]
+        return data
+
+    def recv_stderr(self, size: int) -> bytes:
+        data, self.stderr = self.stderr[:size], self.stderr[size:]
+        return data
+
+    def exit_status_ready(self) -> bool:
+        return not self.hang
 
     def recv_exit_status(self) -> int:
         return self.code

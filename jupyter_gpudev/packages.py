@@ -1,0 +1,552 @@
+"""The packages of a dev container, read as data: no program of the container is run.
+
+A dev container is the user's: whatever runs in it (a kernel, a pip install, a setup.py) can
+replace its programs and interpreters, plant a virtual environment whose ``bin/python`` is a
+script, or set ``PATH``/``LD_PRELOAD``/``PYTHON*`` in its environment. gpudev therefore never
+executes anything inside a dev container to learn its packages. Its package state is computed
+from three things:
+
+1. the state of its **image** (``ChangeCapture.probe_image``): the probe script, run once per
+   image in a throwaway container of it (no network, no GPU, no mounts, removed after). That is
+   the one place a probe runs code, and it is safe to: the image is the one the administrator
+   or the environment allows, and the sandbox shares nothing with the host or the dev
+   container; the probe still runs its programs by absolute path with a fixed ``PATH``, the
+   image's ``LD_*``/``PYTHON*`` variables emptied and Python in isolated mode (``-I``);
+2. the container's ``docker diff`` against that image: every path added, changed or deleted;
+3. package metadata files the diff names, read as data through the engine's archive API
+   (``ContainerReader``: the engine serves them without running anything in the container,
+   stopped containers included): dpkg's status file and ``info/PKG.list``, apt's
+   extended_states, conda histories and ``.condarc``, and for each Python distribution whose
+   ``.dist-info``/``.egg-info`` folder changed its METADATA (PKG-INFO), RECORD and
+   ``direct_url.json``; a new virtual environment from its ``pyvenv.cfg``.
+
+``current_state`` is a pure function of the three (a ``read`` callback stands for the
+engine), so it is tested without one. Everything read is hostile: names and versions are
+checked whole, bad entries are skipped and reported in ``Derived.problems``, a file over its
+size limit or that is not a regular file is reported, never read; nothing raises.
+
+Known limits of reading data rather than asking the interpreter: a distribution deleted from
+one folder of an environment while the image also has it in another folder of the same
+environment (shadowed) is reported as removed; dpkg's unmerged journal
+(``/var/lib/dpkg/updates``, left by an interrupted dpkg) is not read.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import os
+import re
+import tarfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from . import changes as ch
+
+#: Size limits of what is read (past them a file is reported, not read).
+STATUS_LIMIT = 64 << 20
+LIST_LIMIT = 16 << 20
+RECORD_LIMIT = 16 << 20
+METADATA_LIMIT = 1 << 20
+
+#: Diff kinds (``docker diff``).
+CHANGED, ADDED, DELETED = 0, 1, 2
+
+#: Where venvs are looked for, and how deep (``pyvenv.cfg`` at most this many levels down).
+VENV_ROOTS = ("/opt", "/root", "/home", "/usr/local", "/srv")
+VENV_DEPTH = 4
+#: Interpreters that are not venvs: path -> prefix.
+SYSTEM_PYTHONS = {
+    "/usr/bin/python3": "/usr",
+    "/usr/local/bin/python3": "/usr/local",
+    "/opt/conda/bin/python": "/opt/conda",
+}
+CONDA_ROOT = "/opt/conda"
+CONDARC_FILES = ("/opt/conda/.condarc", "/root/.condarc", "/etc/conda/.condarc")
+DPKG_STATUS = "/var/lib/dpkg/status"
+APT_EXTENDED_STATES = "/var/lib/apt/extended_states"
+
+_DPKG_NAME_RE = re.compile(r"[a-z0-9][a-z0-9+.-]*")
+_DPKG_ARCH_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
+_DPKG_VERSION_RE = re.compile(r"[A-Za-z0-9.+~:-]{1,200}")
+_PY_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,198}[A-Za-z0-9])?")
+_PY_VERSION_RE = re.compile(r"[A-Za-z0-9.+!_-]{1,100}")
+_PY_MINOR_RE = re.compile(r"[23]\.[0-9]{1,3}")
+_SITE_RE = re.compile(r"(?P<site>/.*/(?:site|dist)-packages)/(?P<dist>[^/]+\.(?:dist|egg)-info)")
+_LIB_PYTHON_RE = re.compile(r"/lib/python(?P<v>[23]\.[0-9]{1,3})(?:/|$)")
+_USER_SITE_RE = re.compile(r"/(?:root|home/[^/]+)/\.local/lib/python(?P<v>[0-9.]+)/site-packages")
+
+
+class Unreadable(Exception):
+    """A file that is not read: over its size limit, or not a single regular file."""
+
+
+#: ``read(path, limit)``: a file's content, ``None`` when it does not exist; raises
+#: ``Unreadable`` (over ``limit`` bytes, not a regular file).
+Reader = Callable[[str, int], "bytes | None"]
+
+
+@dataclass
+class Derived:
+    """The packages of a container now, with the files of the ones changed since its image
+    (what ``changes.file_changes`` leaves out), and what could not be read."""
+
+    result: ch.ProbeResult
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Context:
+    read: Reader
+    problems: list[str]
+
+    def text(self, path: str, limit: int) -> str | None:
+        try:
+            data = self.read(path, limit)
+        except Unreadable as exc:
+            self.problems.append(f"{path}: not read ({exc})")
+            return None
+        return None if data is None else data.decode("utf-8", "replace")
+
+
+def current_state(
+    image: ch.PackageState,
+    diff: Iterable[Mapping[str, Any]],
+    read: Reader,
+) -> Derived:
+    """The packages of a container whose image has the packages ``image`` and whose
+    ``docker diff`` against it is ``diff``; ``read`` reads a file of the container."""
+    entries: dict[str, int] = {}
+    for item in diff:
+        path, kind = item.get("Path"), item.get("Kind")
+        if isinstance(path, str) and path.startswith("/") and kind in (CHANGED, ADDED, DELETED):
+            entries[os.path.normpath(path)] = int(kind)
+    ctx = _Context(read, [])
+    dpkg, auto = _dpkg(image, entries, ctx)
+    python, py_owned = _python(image, entries, ctx)
+    conda = _conda(image, entries, ctx)
+    state = ch.PackageState(dpkg, auto, python, conda)
+    owned = _dpkg_owned(image, state, ctx) | py_owned
+    return Derived(ch.ProbeResult(state, owned), ctx.problems)
+
+
+def _deleted(path: str, entries: Mapping[str, int]) -> bool:
+    """Whether ``path`` or a folder it is in is deleted (the diff lists the top one only)."""
+    while path not in ("/", ""):
+        if entries.get(path) == DELETED:
+            return True
+        path = os.path.dirname(path)
+    return False
+
+
+def _present(path: str, entries: Mapping[str, int]) -> bool:
+    """Whether the diff has ``path`` added or changed (and no folder of it deleted)."""
+    return entries.get(path) in (ADDED, CHANGED) and not _deleted(path, entries)
+
+
+# -- dpkg -----------------------------------------------------------------------------------
+
+
+def _dpkg(
+    image: ch.PackageState, entries: Mapping[str, int], ctx: _Context
+) -> tuple[dict[str, str], frozenset[str]]:
+    dpkg = dict(image.dpkg)
+    if _present(DPKG_STATUS, entries):
+        text = ctx.text(DPKG_STATUS, STATUS_LIMIT)
+        if text is not None:
+            dpkg = parse_dpkg_status(text, ctx.problems)
+    elif _deleted(DPKG_STATUS, entries):
+        dpkg = {}
+    if _present(APT_EXTENDED_STATES, entries):
+        text = ctx.text(APT_EXTENDED_STATES, STATUS_LIMIT)
+        marks = ch.parse_apt_auto(text or "")
+        auto = frozenset(p for p in dpkg if p in marks or p.split(":")[0] in marks)
+    else:
+        auto = frozenset(p for p in dpkg if p in image.dpkg_auto)
+    return dpkg, auto
+
+
+def _stanzas(text: str) -> Iterable[dict[str, str]]:
+    """The paragraphs of a deb822 file (continuation lines dropped: no field read here has
+    them)."""
+    fields: dict[str, str] = {}
+    for line in [*text.splitlines(), ""]:
+        if not line.strip():
+            if fields:
+                yield fields
+            fields = {}
+        elif not line[0].isspace() and ":" in line:
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+
+
+def parse_dpkg_status(text: str, problems: list[str]) -> dict[str, str]:
+    """Installed packages (``install``/``hold`` wanted, ``ok``, ``installed``) in dpkg's status
+    file, named as ``dpkg-query -W -f '${binary:Package}'`` names them: ``name:arch`` for a
+    ``Multi-Arch: same`` package or one of a foreign architecture (the native one is that of
+    the ``dpkg`` package)."""
+    stanzas = list(_stanzas(text))
+    native = next((s.get("Architecture", "") for s in stanzas if s.get("Package") == "dpkg"), "")
+    installed: dict[str, str] = {}
+    for stanza in stanzas:
+        want, _, rest = stanza.get("Status", "").partition(" ")
+        if want not in ("install", "hold") or rest != "ok installed":
+            continue
+        name, version = stanza.get("Package", ""), stanza.get("Version", "")
+        arch = stanza.get("Architecture", "")
+        if not (
+            _DPKG_NAME_RE.fullmatch(name)
+            and _DPKG_VERSION_RE.fullmatch(version)
+            and (not arch or _DPKG_ARCH_RE.fullmatch(arch))
+        ):
+            problems.append(f"{DPKG_STATUS}: a package entry skipped ({name[:80]!r})")
+            continue
+        foreign = arch not in ("", "all", native)
+        if arch and (stanza.get("Multi-Arch") == "same" or foreign):
+            name = f"{name}:{arch}"
+        installed[name] = version
+    return installed
+
+
+def _dpkg_owned(image: ch.PackageState, state: ch.PackageState, ctx: _Context) -> set[str]:
+    owned: set[str] = set()
+    changed = [n for n, v in sorted(state.dpkg.items()) if image.dpkg.get(n) != v]
+    for name in changed:
+        text = ctx.text(f"/var/lib/dpkg/info/{name}.list", LIST_LIMIT)
+        lines = (text or "").splitlines()
+        owned.update(os.path.normpath(line) for line in lines if line.startswith("/"))
+    return owned
+
+
+# -- Python ---------------------------------------------------------------------------------
+
+
+def _site_dirs(env: ch.PythonEnv) -> list[str]:
+    """The folders an environment's distributions are in, first the one that wins."""
+    prefix, version = env.prefix.rstrip("/") or "/", env.version
+    dirs = []
+    if prefix == "/usr":  # Debian's: pip's own folder first, then the distribution's
+        dirs += [f"/usr/local/lib/python{version}/dist-packages", "/usr/lib/python3/dist-packages"]
+    dirs += [f"{prefix}/lib/python{version}/site-packages"]
+    dirs += [f"{prefix}/lib/python{version}/dist-packages"]
+    return dirs
+
+
+@dataclass
+class _DistChange:
+    site: str
+    folder: str
+    key: str
+    deleted: bool
+
+
+def _dist_key(folder: str) -> str:
+    """The normalized name of a ``NAME-VERSION.dist-info`` / ``NAME[-...].egg-info`` folder."""
+    stem = folder.rsplit(".", 1)[0]
+    return ch.normalize(stem.split("-", 1)[0])
+
+
+def _dist_changes(entries: Mapping[str, int]) -> list[_DistChange]:
+    """The distribution folders the diff adds, changes or deletes, once each."""
+    found: dict[str, _DistChange] = {}
+    for path in entries:
+        match = _SITE_RE.match(path)
+        if match is None:
+            continue
+        site, dist = match["site"], match["dist"]
+        folder = f"{site}/{dist}"
+        deleted = _deleted(folder, entries)
+        if folder in found and not deleted:
+            continue
+        found[folder] = _DistChange(site, folder, _dist_key(dist), deleted)
+    return sorted(found.values(), key=lambda c: c.folder)
+
+
+def _headers(text: str) -> dict[str, str]:
+    """The first value of each header of a METADATA / PKG-INFO text (RFC 822 style)."""
+    headers: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        if line[0].isspace() or ":" not in line:
+            continue
+        key, _, value = line.partition(":")
+        headers.setdefault(key.strip().lower(), value.strip())
+    return headers
+
+
+def _read_dist(change: _DistChange, entries: Mapping[str, int], ctx: _Context) -> ch.PyDist | None:
+    """A distribution from its folder (METADATA or PKG-INFO, direct_url.json)."""
+    folder = change.folder
+    if folder.endswith(".dist-info"):
+        text = ctx.text(f"{folder}/METADATA", METADATA_LIMIT)
+    else:  # an egg-info folder, or a file
+        text = ctx.text(f"{folder}/PKG-INFO", METADATA_LIMIT)
+        if text is None:
+            try:
+                data = ctx.read(folder, METADATA_LIMIT)
+            except Unreadable:
+                data = None  # a folder: it has no PKG-INFO
+            text = None if data is None else data.decode("utf-8", "replace")
+    if text is None:
+        return None
+    headers = _headers(text)
+    name, version = headers.get("name", ""), headers.get("version", "")
+    if not _PY_NAME_RE.fullmatch(name) or not _PY_VERSION_RE.fullmatch(version):
+        ctx.problems.append(f"{folder}: no valid name and version, skipped")
+        return None
+    direct = None
+    # A new folder has the files the diff lists; an older one may have its image's.
+    if folder.endswith(".dist-info") and (
+        entries.get(folder) != ADDED or f"{folder}/direct_url.json" in entries
+    ):
+        direct = ctx.text(f"{folder}/direct_url.json", METADATA_LIMIT)
+    return ch.PyDist.parse(name, version, direct)
+
+
+def _record(change: _DistChange, ctx: _Context) -> set[str]:
+    """The files a distribution installed (RECORD, relative to its site folder; an
+    egg-info's installed-files.txt, relative to itself)."""
+    if change.folder.endswith(".dist-info"):
+        base, text = change.site, ctx.text(f"{change.folder}/RECORD", RECORD_LIMIT)
+        rows = [row[0] for row in csv.reader(io.StringIO(text or "")) if row]
+    else:
+        base = change.folder
+        text = ctx.text(f"{change.folder}/installed-files.txt", RECORD_LIMIT)
+        rows = (text or "").splitlines()
+    return {os.path.normpath(os.path.join(base, row)) for row in rows if row and "\0" not in row}
+
+
+def _read_cfg(text: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip().lower()] = value.strip()
+    return values
+
+
+def _new_envs(
+    image: ch.PackageState, entries: Mapping[str, int], ctx: _Context
+) -> dict[str, tuple[ch.PythonEnv, bool]]:
+    """Environments the diff adds: venvs (an added ``pyvenv.cfg`` with a ``bin/python``),
+    interpreters and conda environments the image lacks. -> prefix: (env, system site)."""
+    found: dict[str, tuple[ch.PythonEnv, bool]] = {}
+
+    def version_in(prefix: str) -> str:
+        for path in entries:
+            if path.startswith(prefix + "/lib/python"):
+                match = _LIB_PYTHON_RE.search(path[len(prefix) :])
+                if match:
+                    return match["v"]
+        return ""
+
+    for path, kind in sorted(entries.items()):
+        if kind != ADDED or _deleted(path, entries):
+            continue
+        prefix = ""
+        if path.endswith("/pyvenv.cfg"):
+            prefix = os.path.dirname(path)
+            depth = next(
+                (path.count("/") - r.count("/") for r in VENV_ROOTS if path.startswith(r + "/")),
+                0,
+            )
+            if not 0 < depth <= VENV_DEPTH or not _present(f"{prefix}/bin/python", entries):
+                continue
+            cfg = _read_cfg(ctx.text(path, METADATA_LIMIT) or "")
+            home = cfg.get("home", "")
+            minor = ".".join(cfg.get("version", cfg.get("version_info", "")).split(".")[:2])
+            minor = minor if _PY_MINOR_RE.fullmatch(minor) else version_in(prefix)
+            base_prefix = os.path.dirname(home.rstrip("/")) if home.startswith("/") else ""
+            if not minor or not base_prefix or prefix in image.python:
+                continue
+            base = image.python.get(base_prefix)
+            env = ch.PythonEnv(
+                python=f"{prefix}/bin/python",
+                prefix=prefix,
+                base_prefix=base_prefix,
+                version=minor,
+                externally_managed=bool(base and base.externally_managed),
+            )
+            system = cfg.get("include-system-site-packages", "").lower() == "true"
+            found[prefix] = (env, system)
+            continue
+        python_prefix = SYSTEM_PYTHONS.get(path)
+        if python_prefix is None and path.startswith(f"{CONDA_ROOT}/envs/"):
+            rest = path[len(CONDA_ROOT) + 6 :]
+            if rest.count("/") == 2 and rest.endswith("/bin/python"):
+                python_prefix = f"{CONDA_ROOT}/envs/{rest.split('/')[0]}"
+        if python_prefix and python_prefix not in image.python:
+            minor = version_in(python_prefix)
+            if minor:
+                env = ch.PythonEnv(path, python_prefix, python_prefix, minor, False)
+                found.setdefault(python_prefix, (env, False))
+    return found
+
+
+def _python(
+    image: ch.PackageState, entries: Mapping[str, int], ctx: _Context
+) -> tuple[dict[str, ch.PythonEnv], set[str]]:
+    envs: dict[str, ch.PythonEnv] = {}
+    sites: dict[str, list[str]] = {}
+    for prefix, env in image.python.items():
+        gone = _deleted(env.python, entries) or (
+            env.is_venv and _deleted(f"{prefix}/pyvenv.cfg", entries)
+        )
+        if not gone:
+            envs[prefix], sites[prefix] = env, _site_dirs(env)
+    for prefix, (env, system) in _new_envs(image, entries, ctx).items():
+        envs[prefix], sites[prefix] = env, _site_dirs(env)
+        base = image.python.get(env.base_prefix)
+        if system and base is not None:
+            sites[prefix] += _site_dirs(base)
+    user_sites = sorted({m.group(0) for p in entries if (m := _USER_SITE_RE.match(p))})
+    for prefix, env in envs.items():
+        if not env.is_venv:  # user sites belong to the system interpreters, last
+            ending = f"/python{env.version}/site-packages"
+            sites[prefix] += [s for s in user_sites if s.endswith(ending)]
+    changes = _dist_changes(entries)
+    read: dict[str, ch.PyDist | None] = {}
+    owned: set[str] = set()
+    for prefix, env in list(envs.items()):
+        order = sites[prefix]
+        dists = dict(env.dists) if prefix in image.python else {}
+        mine = [c for c in changes if c.site in order]
+        # Lowest precedence first: a folder earlier in the order wins.
+        mine.sort(key=lambda c: (-order.index(c.site), not c.deleted))
+        for change in [c for c in mine if c.deleted]:
+            dists.pop(change.key, None)
+        for change in [c for c in mine if not c.deleted]:
+            if change.folder not in read:
+                read[change.folder] = _read_dist(change, entries, ctx)
+            dist = read[change.folder]
+            if dist is None:
+                continue
+            key = ch.normalize(dist.name)
+            dists[key] = dist
+            old = image.python.get(prefix)
+            if old is None or old.dists.get(key) != dist:
+                owned |= _record(change, ctx)
+        envs[prefix] = replace(env, dists=dists)
+    return envs, owned
+
+
+# -- conda ----------------------------------------------------------------------------------
+
+
+def _conda(
+    image: ch.PackageState,
+    entries: Mapping[str, int],
+    ctx: _Context,
+) -> dict[str, ch.CondaEnv]:
+    histories = {p: e.requested for p, e in image.conda.items()}
+    for prefix in list(histories):
+        if _deleted(f"{prefix}/conda-meta/history", entries):
+            del histories[prefix]
+    for path in sorted(entries):
+        prefix = path.removesuffix("/conda-meta/history")
+        conda_env = prefix == CONDA_ROOT or (
+            prefix.startswith(f"{CONDA_ROOT}/envs/") and prefix.count("/") == 4
+        )
+        if prefix != path and conda_env and _present(path, entries):
+            histories[prefix] = ch.parse_conda_history(ctx.text(path, STATUS_LIMIT) or "")
+    if not histories:
+        return {}
+    channels: tuple[str, ...] = ()
+    touched = any(path in entries for path in CONDARC_FILES)
+    if touched:
+        for path in CONDARC_FILES:
+            if not _deleted(path, entries):
+                channels = channels or ch.parse_condarc_channels(
+                    ctx.text(path, METADATA_LIMIT) or ""
+                )
+    else:
+        channels = next((e.channels for e in image.conda.values() if e.channels), ())
+    return {p: ch.CondaEnv(p, specs, channels) for p, specs in histories.items()}
+
+
+# -- the engine -----------------------------------------------------------------------------
+
+#: Go's ``os.FileMode`` type bits (the engine's path stat): none set is a regular file.
+_GO_MODE_TYPE = (1 << 31) | (1 << 27) | (1 << 26) | (1 << 25) | (1 << 24) | (1 << 21) | (1 << 19)
+
+
+class _Chunks(io.RawIOBase):
+    """A readable stream over an iterator of byte chunks (a streamed HTTP body)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._left = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._left:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._left = chunk
+        size = min(len(buffer), len(self._left))
+        buffer[:size] = self._left[:size]
+        self._left = self._left[size:]
+        return size
+
+
+class ContainerReader:
+    """Reads one regular file of a container (running or stopped) through the engine's
+    archive API: the engine serves it, nothing runs in the container. ``None`` when the file
+    does not exist; ``Unreadable`` when it is over the limit or not a single regular file
+    (checked from the engine's stat of the path before any content is read)."""
+
+    def __init__(self, container: Any) -> None:
+        self.container = container
+
+    def __call__(self, path: str, limit: int) -> bytes | None:
+        api = self.container.client.api
+        url = api._url("/containers/{0}/archive", str(self.container.id))
+        response = api.get(
+            url,
+            params={"path": path},
+            stream=True,
+            timeout=api.timeout,
+            headers={"Accept-Encoding": "identity"},
+        )
+        try:  # the path's type and size come in a header, before its content is read
+            if response.status_code == 404:
+                return None
+            api._raise_for_status(response)
+            try:
+                header = response.headers["X-Docker-Container-Path-Stat"]
+                stat = json.loads(base64.b64decode(header))
+                mode, size = int(stat["mode"]), int(stat["size"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise Unreadable("the engine said nothing of its type") from exc
+            if mode & _GO_MODE_TYPE:
+                raise Unreadable("not a regular file")
+            if size > limit:
+                raise Unreadable(f"{size} bytes, over the limit of {limit}")
+            return _single_file(
+                _Chunks(response.iter_content(64 << 10)), os.path.basename(path), limit
+            )
+        finally:
+            response.close()  # what is left unread is not read
+
+
+def _single_file(stream: io.IOBase, name: str, limit: int) -> bytes:
+    with tarfile.open(fileobj=stream, mode="r|") as archive:
+        member = archive.next()
+        if member is None or not member.isfile() or member.name.removeprefix("./") != name:
+            raise Unreadable("not a regular file")
+        if member.size > limit:
+            raise Unreadable(f"{member.size} bytes, over the limit of {limit}")
+        extracted = archive.extractfile(member)
+        data = extracted.read(limit + 1) if extracted is not None else b""
+        if len(data) > limit:
+            raise Unreadable(f"over the limit of {limit} bytes")
+        if archive.next() is not None:
+            raise Unreadable("not a single file")
+        return data
