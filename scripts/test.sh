@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set everything up (see scripts/setup.sh --test), then run the whole test suite:
-# ruff (lint + format), mypy --strict, eslint, prettier, the TypeScript build, pytest (unit and
+# ruff (lint + format), mypy --strict, eslint, prettier, the TypeScript build, the jest unit tests of
+# the Lab extension, pytest (unit and
 # integration tests against the real Docker engine and a real Jupyter server) and the Galata UI
 # test in real Chromium. Every check runs even when an earlier one fails; the exit code is
 # non-zero when any failed. Extra arguments go to pytest.
@@ -38,6 +39,7 @@ check "mypy" mypy
 check "eslint" npm run --silent eslint
 check "prettier" npm run --silent prettier
 check "typescript" npm run --silent typecheck
+check "jest" npm run --silent test
 check "galata" npm run --silent test:ui
 check "pytest" pytest "$@"
 

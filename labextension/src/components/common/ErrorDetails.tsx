@@ -2,9 +2,10 @@ import { Notification, showErrorMessage } from '@jupyterlab/apputils';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { NETWORK_ERROR, stringArray } from '../api';
-import type { GPUDevAPIError } from '../api';
-import type { IHostInfo } from '../tokens';
+import { NETWORK_ERROR } from '../../api/errors';
+import type { GPUDevAPIError } from '../../api/errors';
+import { stringArray } from '../../api/json';
+import type { IHostInfo } from '../../types';
 
 /**
  * The body of the "Show details" dialog: the server's message, the error

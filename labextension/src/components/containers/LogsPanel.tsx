@@ -4,8 +4,9 @@ import { ReactWidget } from '@jupyterlab/ui-components';
 import type { Message } from '@lumino/messaging';
 import * as React from 'react';
 
-import { fetchLogs, toAPIError } from '../api';
-import type { GPUDevAPIError } from '../api';
+import { fetchLogs } from '../../api/containers';
+import { toAPIError } from '../../api/errors';
+import type { GPUDevAPIError } from '../../api/errors';
 
 /** How often the logs are read again while shown, in milliseconds. */
 export const LOGS_INTERVAL_MS = 2000;

@@ -1,11 +1,6 @@
-import type { ISignal } from '@lumino/signaling';
 import * as React from 'react';
 
-/** A model whose state is replaced, and announced, on each change. */
-export interface IStateModel<S> {
-  readonly state: S;
-  readonly stateChanged: ISignal<unknown, S>;
-}
+import type { IStateModel } from '../../models/state';
 
 /**
  * Follow the state of a model from a React component; `null` without a

@@ -1,10 +1,11 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { toAPIError } from '../api';
-import type { ContainersModel, ReclaimAction, ReclaimsModel } from '../model';
-import type { IReclaim } from '../tokens';
-import { notifyError } from './ErrorDetails';
+import { toAPIError } from '../../api/errors';
+import type { ContainersModel } from '../../models/containers';
+import type { ReclaimAction, ReclaimsModel } from '../../models/reclaims';
+import type { IReclaim } from '../../types';
+import { notifyError } from '../common/ErrorDetails';
 
 /** When the kernel will be released, as hours and minutes of the local time. */
 export function reclaimTime(reclaim: IReclaim): string {
