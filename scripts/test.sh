@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Set everything up (see scripts/setup.sh --test), then run the whole test suite:
-# ruff (lint + format), mypy --strict, eslint, prettier, the TypeScript build, the jest unit tests of
-# the Lab extension, pytest (unit and
-# integration tests against the real Docker engine and a real Jupyter server) and the Galata UI
-# test in real Chromium. Every check runs even when an earlier one fails; the exit code is
+# ruff (lint + format), mypy --strict, eslint, prettier, the TypeScript build, the jest unit tests
+# of the Lab extension, the Galata UI tests in real Chromium and pytest (unit and integration tests
+# against the real Docker engine and a real Jupyter server). Every check runs even when an earlier one fails; the exit code is
 # non-zero when any failed. Extra arguments go to pytest.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
