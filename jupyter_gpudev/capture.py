@@ -12,25 +12,26 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
+import posixpath
 import shutil
 import tarfile
 import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import docker.errors
 import requests
-from docker.utils import socket as docker_socket
 
 from . import changes as ch
-from . import packages
+from . import packages, safefs
 from .dockerfile import RenderedDiff, change_items, is_source_path, render
-from .environments import Environment, read_jsonc_file
+from .environments import MAX_FILE_BYTES, Environment, load_jsonc
 from .errors import EngineError, GPUDevError
 
 if TYPE_CHECKING:
@@ -39,8 +40,6 @@ if TYPE_CHECKING:
     from .containers import DevContainerInfo, DevContainers
 
 _SAFE_ID = "0123456789abcdefsha256:"
-#: Where the list of files to export is put inside the container (the kernels' runtime dir).
-EXPORT_DIR = "/tmp/.gpudev"  # noqa: S108 - inside the container
 
 
 class DiffChanged(GPUDevError):
@@ -187,7 +186,10 @@ class Captured:
         left_out = set(held)
         env = ch.env_dict(self.container.attrs.get("Config", {}).get("Env") or [])
         secrets = set(self.changes.files.secrets)
-        files = {str(d["Path"]): int(d["Kind"]) for d in self.diff if d["Path"] not in secrets}
+        # Not copied (credentials, and what could not be: a FIFO, over the size limit): still
+        # changes after the commit.
+        not_copied = secrets | set(self.changes.files.skipped)
+        files = {str(d["Path"]): int(d["Kind"]) for d in self.diff if d["Path"] not in not_copied}
         for name in self.changes.env_secrets:
             env.pop(name, None)
         for item in self.items:
@@ -216,6 +218,8 @@ class ChangeCapture:
     def __init__(self, containers: DevContainers) -> None:
         self.containers = containers
         self.baselines = containers.baselines
+        #: The largest file a commit copies out of a container (larger: reported, not copied).
+        self.file_size_limit = FILE_SIZE_LIMIT
 
     # -- baselines --------------------------------------------------------------------------
 
@@ -417,17 +421,21 @@ class ChangeCapture:
         staging = Path(tempfile.mkdtemp(prefix="gpudev-stage-")) if files.kept and stage else None
         try:
             if staging is not None:
-                secrets = self._export(captured.container, files.kept, staging)
+                exported = self._export(captured.container, files.kept, staging, captured.diff)
             elif scan and files.kept:
-                secrets = self.scan_credentials(captured.container, files.kept)
+                exported = Exported(secrets=self.scan_credentials(captured.container, files.kept))
             else:
-                secrets = set()
+                exported = Exported()
         except BaseException:
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
             raise
-        files.kept = [p for p in files.kept if p not in secrets]
-        files.secrets = sorted({*files.secrets, *secrets})
+        left_out = {*exported.secrets, *exported.skipped, *exported.links}
+        files.kept = [p for p in files.kept if p not in left_out]
+        files.secrets = sorted({*files.secrets, *exported.secrets})
+        files.links = dict(sorted(exported.links.items()))
+        files.skipped = dict(sorted(exported.skipped.items()))
+        captured.changes.notes.extend(f"{p}: {why}" for p, why in files.skipped.items())
         rendered = self._render(captured, message)
         return Prepared(captured, rendered, dockerfile, old_text, context, staging)
 
@@ -445,18 +453,23 @@ class ChangeCapture:
         try:
             if rendered.diff:
                 if prepared.staging is not None and rendered.files:
-                    shutil.copytree(prepared.staging, folder, symlinks=True, dirs_exist_ok=True)
-                if prepared.old_text is not None:
-                    backup = dockerfile.with_name(dockerfile.name + ".prev")
-                    backup.write_text(prepared.old_text)
-                dockerfile.parent.mkdir(parents=True, exist_ok=True)
-                _atomic_write(dockerfile, rendered.new_text)
-                if rendered.created:
-                    devcontainer = self._use_dockerfile(captured.environment, dockerfile)
+                    with (
+                        self._workspace_folder(prepared.context) as context,
+                        context.folder(f"gpudev-context/{captured.info.name}", create=True) as out,
+                        safefs.Folder.open(prepared.staging) as staged,
+                    ):
+                        safefs.copy_tree(staged, out)
+                with self._workspace_folder(dockerfile.parent) as where:
+                    if prepared.old_text is not None:
+                        backup = dockerfile.with_name(dockerfile.name + ".prev")
+                        where.replace(backup.name, prepared.old_text.encode())
+                    where.replace(dockerfile.name, rendered.new_text.encode())
+                    if rendered.created:
+                        devcontainer = self._use_dockerfile(captured.environment, dockerfile, where)
         except OSError as exc:
             raise GPUDevError(
-                f"Writing the commit of {captured.info.name} failed: {exc.strerror} "
-                f"({exc.filename})"
+                f"Writing the commit of {captured.info.name} failed: {exc.strerror or exc} "
+                f"({exc.filename or dockerfile.parent})"
             ) from exc
         finally:
             prepared.discard()
@@ -471,173 +484,67 @@ class ChangeCapture:
         return self.apply(self.prepare(name, host, message))
 
     def scan_credentials(self, container: Container, paths: list[str]) -> set[str]:
-        """The kept files whose content looks like a credential, found by ``grep`` inside a
-        running container (a constant script; the expression and the path list are data);
-        otherwise by copying them out into a throwaway folder."""
-        container.reload()
-        if container.status == "running":
-            found = self._grep_secrets(container, paths)
-            if found is not None:
-                return found
-        with tempfile.TemporaryDirectory(prefix="gpudev-scan-") as folder:
-            return self._export(container, paths, Path(folder))
-
-    def _grep_secrets(self, container: Container, paths: list[str]) -> set[str] | None:
-        try:
-            if not _put_list(container, "gpudev-scan.list", paths):
-                return None
-            code, output = container.exec_run(
-                [
-                    "/bin/sh",
-                    "-c",
-                    ch.CREDENTIAL_SCAN_SCRIPT,
-                    "sh",
-                    f"{EXPORT_DIR}/gpudev-scan.list",
-                ],
-                environment={"GPUDEV_SECRET_ERE": ch.CREDENTIAL_CONTENT_ERE},
-                user="0",
-                demux=True,
-            )
-            container.exec_run(["rm", "-f", f"{EXPORT_DIR}/gpudev-scan.list"], user="0")
-        except (docker.errors.DockerException, requests.exceptions.RequestException):
-            return None
-        # grep: 0 some file matched, 1 none; xargs says 123 when a grep said 1 or 2.
-        if code not in (0, 1, 123):
-            return None
-        stdout = output[0] if isinstance(output, tuple) else output
-        wanted = set(paths)
-        text = stdout.decode("utf-8", "replace") if isinstance(stdout, bytes) else ""
-        return {line for line in text.splitlines() if line in wanted}
-
-    def _export(self, container: Container, paths: list[str], folder: Path) -> set[str]:
-        """Copy kept files out of the container into ``folder/sources`` and ``folder/files``
-        (added to what an earlier commit of the container put there: its COPY line reads the
-        same folder):
-        regular files and symbolic links, written at paths computed here (never at a name read
-        from an archive). Returns the paths whose content looks like a credential (not
-        copied). A running container sends them all in one archive; otherwise one each."""
-        secrets: set[str] = set()
+        """The kept files whose content looks like a credential, read through the engine's
+        archive API (nothing runs in the container; running or stopped) and checked here."""
         if not paths:
-            return secrets
-        wanted = set(paths)
-        container.reload()
-        batch = self._batch_archive(container, paths) if container.status == "running" else None
-        if batch is not None:
-            with batch, tarfile.open(fileobj=batch) as archive:
-                for member in archive:
-                    path = "/" + member.name.removeprefix("./").lstrip("/")
-                    self._extract(
-                        archive, member, path, wanted=wanted, folder=folder, secrets=secrets
-                    )
-            return secrets
-        for path in paths:
-            data = self._archive(container, path)
-            if data is None:
-                continue
-            with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-                first = archive.next()  # a single-path archive: its first member is the path
-                if first is not None:
-                    self._extract(
-                        archive, first, path, wanted=wanted, folder=folder, secrets=secrets
-                    )
-        return secrets
-
-    def _extract(
-        self,
-        archive: tarfile.TarFile,
-        member: tarfile.TarInfo,
-        path: str,
-        *,
-        wanted: set[str],
-        folder: Path,
-        secrets: set[str],
-    ) -> None:
-        if path not in wanted or not (member.isfile() or member.issym()):
-            return
-        target = folder / ("sources" if is_source_path(path) else "files") / path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if member.issym():
-            target.unlink(missing_ok=True)
-            target.symlink_to(member.linkname)
-            return
-        extracted = archive.extractfile(member)
-        content = extracted.read() if extracted else b""
-        if ch.looks_secret_content(content):
-            secrets.add(path)
-            return
-        target.write_bytes(content)
-        target.chmod(member.mode & 0o777)
-
-    @staticmethod
-    def _archive(container: Container, path: str) -> bytes | None:
+            return set()
         try:
-            stream, _ = container.get_archive(path)
-            return b"".join(stream)
-        except docker.errors.NotFound:
-            return None  # gone since the capture
+            diff = list(container.diff() or [])
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            raise EngineError(f"Copying {path} out of {container.name}: {exc}") from exc
+            raise EngineError(f"Reading the changes of {container.name}: {exc}") from exc
+        exporter = _Exporter(container, None, self.file_size_limit)
+        exporter.run(paths, diff)
+        return exporter.result.secrets
 
-    @staticmethod
-    def _batch_archive(container: Container, paths: list[str]) -> IO[bytes] | None:
-        """All paths in one tar stream (``tar -T`` reading a NUL-separated list put into the
-        container); ``None`` when the image has no usable tar (then one archive per path)."""
-        try:
-            if not _put_list(container, "gpudev-export.list", paths):
-                return None
-            if container.client is None:
-                return None
-            api = container.client.api
-            exec_id = api.exec_create(
-                str(container.id),
-                [
-                    "tar",
-                    "-c",
-                    "-f",
-                    "-",
-                    "--null",
-                    "--no-recursion",
-                    "--ignore-failed-read",
-                    "-T",
-                    f"{EXPORT_DIR}/gpudev-export.list",
-                ],
-                user="0",
-            )["Id"]
-            # Streamed into a spooled file: docker-py's non-streamed demux joins the frames
-            # one by one (quadratic: minutes for a few tens of MB).
-            out = tempfile.SpooledTemporaryFile(max_size=32 << 20)  # noqa: SIM115 - returned
-            sock = api.exec_start(exec_id, socket=True)
+    def _export(
+        self, container: Container, paths: list[str], folder: Path, diff: list[dict[str, Any]]
+    ) -> Exported:
+        """Copy kept files out of the container into ``folder/sources`` and ``folder/files``
+        through the engine's archive API (the engine reads them; no program of the container
+        runs, so a replaced ``tar`` has no say), running or stopped. Written only at the paths
+        asked for, with ``safefs`` (no link followed, no name from the archive trusted): see
+        ``_Exporter``. ``diff``: the container's ``docker diff``, whose added folders holding
+        mostly kept files are fetched in one archive each."""
+        with safefs.Folder.open(folder) as stage:
+            exporter = _Exporter(container, stage, self.file_size_limit)
             try:
-                frames = docker_socket.frames_iter(sock, tty=False)  # type: ignore[no-untyped-call]
-                for stream, data in frames:
-                    if stream == docker_socket.STDOUT:
-                        out.write(data)
+                exporter.run(paths, diff)
             finally:
-                _close_raw(sock)
-            code = api.exec_inspect(exec_id).get("ExitCode")
-            container.exec_run(["rm", "-f", f"{EXPORT_DIR}/gpudev-export.list"], user="0")
-        except (docker.errors.DockerException, requests.exceptions.RequestException):
-            return None
-        if code != 0 or out.tell() == 0:
-            out.close()
-            return None
-        out.seek(0)
-        return out
+                exporter.close()
+        return exporter.result
 
-    def _use_dockerfile(self, env: Environment, dockerfile: Path) -> Path:
-        """Point the environment's devcontainer.json at the new Dockerfile instead of its
-        image (created for the built-in or admin environments); the old one is kept."""
+    def _workspace_folder(self, folder: Path) -> safefs.Folder:
+        """``folder`` opened for writing (made when missing) from the Jupyter root directory
+        down, no link followed on the way (``safefs.LinkRefused`` names one); a folder outside
+        the root (an administrator's environment) is opened as configured."""
+        root = self.containers.root_dir
+        inside = safefs.relative_inside(folder, root)
+        if inside is None:
+            folder.mkdir(parents=True, exist_ok=True)
+            return safefs.Folder.open(folder)
+        with safefs.Folder.open(root) as top:
+            return top.folder(inside, create=True)
+
+    def _use_dockerfile(self, env: Environment, dockerfile: Path, where: safefs.Folder) -> Path:
+        """Point the environment's devcontainer.json (in the open folder ``where``) at the new
+        Dockerfile instead of its image (created for the built-in or admin environments); the
+        old one is kept as devcontainer.json.prev. Neither is written through a link."""
         path = dockerfile.parent / "devcontainer.json"
         data: dict[str, Any] = {}
-        if path.exists():
-            loaded = read_jsonc_file(path, str(path))
+        old = where.read_bytes(path.name, MAX_FILE_BYTES)
+        if old is not None:
+            try:
+                text = old.decode("utf-8")
+            except UnicodeDecodeError:
+                raise GPUDevError(f"{path}: not UTF-8 text") from None
+            loaded = load_jsonc(text, str(path))
             data = dict(loaded) if isinstance(loaded, dict) else {}
-            path.with_name("devcontainer.json.prev").write_text(path.read_text())
+            where.replace("devcontainer.json.prev", old)
         data.pop("image", None)
         data["build"] = {"dockerfile": dockerfile.name}
-        if not path.exists() and env.container_env:
+        if old is None and env.container_env:
             data["containerEnv"] = dict(env.container_env)
-        _atomic_write(path, json.dumps(data, indent=2) + "\n")
+        where.replace(path.name, (json.dumps(data, indent=2) + "\n").encode())
         return path
 
 
@@ -688,33 +595,319 @@ class WriteResult:
         }
 
 
-def _put_list(container: Container, name: str, paths: list[str]) -> bool:
-    """Put a NUL-separated list of paths into the container as ``EXPORT_DIR/name`` (data for
-    a constant command to read: no path reaches a shell line)."""
-    listing = "\0".join(paths).encode() + b"\0"
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        info = tarfile.TarInfo(name)
-        info.size, info.mode = len(listing), 0o600
-        tar.addfile(info, io.BytesIO(listing))
-    container.exec_run(["mkdir", "-p", EXPORT_DIR], user="0")
-    return bool(container.put_archive(EXPORT_DIR, buffer.getvalue()))
+@dataclass
+class Exported:
+    """What copying kept files out of a container found: the paths whose content looks like
+    a credential (not copied), the ones not copied and why, and the symbolic links not made
+    in the build context (path -> target: the target is absolute or leaves the tree; the
+    Dockerfile makes them with ``ln``)."""
+
+    secrets: set[str] = field(default_factory=set)
+    skipped: dict[str, str] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
 
 
-def _close_raw(sock: Any) -> None:
-    """Close a socket docker-py handed out (``socket=True``): the file object, the HTTP
-    response it keeps alive and the connection's socket (closing the file object alone
-    leaves the connection open)."""
-    for part in (sock, getattr(sock, "_response", None), getattr(sock, "_sock", None)):
-        if part is not None:
-            with contextlib.suppress(OSError, ValueError):  # already closed by another part
-                part.close()
+class _Exporter:
+    """Reads kept files of a container through the engine's archive API and puts them into
+    a staging ``safefs.Folder`` (``None``: only checks their content for credentials).
+
+    The archives come from the engine, but their content is the container's, so none of it
+    is trusted: a member counts only when its (normalised) name is a path asked for, once (a
+    path listed twice is dropped, and what was staged for it removed); only regular files,
+    folders and symbolic links are taken (others are reported); a file over the size limit is
+    reported, not read; files are streamed, never held whole; a symbolic link is made in the
+    staging folder only when its target is relative and stays inside the container's tree
+    (resolved lexically from the link's folder), otherwise it is returned for an ``ln`` line.
+    Every write is relative to the staging folder's handle and follows no link."""
+
+    def __init__(self, container: Container, stage: safefs.Folder | None, limit: int) -> None:
+        if container.client is None:
+            raise EngineError(f"No engine client for {container.name}")
+        self.container = container
+        self.api = container.client.api
+        self.stage = stage
+        self.limit = limit
+        self.done: set[str] = set()
+        self.result = Exported()
+        self._folders: dict[str, safefs.Folder] = {}
+
+    def close(self) -> None:
+        for folder in self._folders.values():
+            folder.close()
+        self._folders.clear()
+
+    def run(self, paths: list[str], diff: list[dict[str, Any]]) -> None:
+        groups, alone = _batches(paths, diff)
+        for top, members in groups.items():
+            alone.extend(self._batch(top, members))
+        for path in sorted(set(alone)):
+            if path not in self.done:
+                self._single(path)
+
+    def _get(self, path: str) -> tuple[Iterator[bytes], dict[str, Any]] | None:
+        try:
+            chunks, stat = self.api.get_archive(str(self.container.id), path, chunk_size=_CHUNK)
+        except docker.errors.NotFound:
+            return None
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise EngineError(f"Copying {path} out of {self.container.name}: {exc}") from exc
+        return chunks, stat if isinstance(stat, dict) else {}
+
+    def _batch(self, top: str, members: set[str]) -> list[str]:
+        """The kept paths under the added folder ``top`` from its one archive; returns the
+        ones still to fetch alone (hard links, a stream cut short past the waste limit)."""
+        got = self._get(top)
+        if got is None:
+            return sorted(members)
+        chunks, _ = got
+        try:
+            with tarfile.open(fileobj=_Stream(chunks), mode="r|") as archive:
+                self.take_members(archive, posixpath.dirname(top), members)
+        except tarfile.TarError:
+            pass  # what was not taken is fetched alone
+        finally:
+            _finish(chunks)
+        return sorted(p for p in members if p not in self.done)
+
+    def take_members(self, archive: tarfile.TarFile, parent: str, members: set[str]) -> None:
+        """Take the members of ``archive`` (of a folder in ``parent``) whose names are paths
+        in ``members``; the rest is read past, up to ``BATCH_WASTE_LIMIT`` bytes."""
+        waste = 0
+        for member in archive:
+            name = _member_name(member.name)
+            path = posixpath.join(parent, name) if name else None
+            if path is None or path not in members or member.islnk():
+                waste += max(member.size, 0) if member.isfile() else 0
+                if waste > BATCH_WASTE_LIMIT:
+                    break
+                continue
+            self._take(path, member, archive)
+
+    def _single(self, path: str) -> None:
+        got = self._get(path)
+        if got is None:
+            self._skip(path, "gone from the container since its changes were read")
+            return
+        chunks, stat = got
+        try:
+            size = int(stat.get("size", 0))
+            if size > self.limit:
+                self.done.add(path)
+                self._skip(path, _over_limit(size, self.limit))
+                return
+            with tarfile.open(fileobj=_Stream(chunks), mode="r|") as archive:
+                first = archive.next()
+                if first is None or _member_name(first.name) != posixpath.basename(path):
+                    self._skip(path, "the engine's archive of it is not the file asked for")
+                else:
+                    self._take(path, first, archive)
+        except (tarfile.TarError, ValueError) as exc:
+            self._skip(path, f"its archive cannot be read ({exc})")
+        finally:
+            _finish(chunks)
+
+    def _skip(self, path: str, why: str) -> None:
+        self.result.skipped[path] = f"{why}: not copied"
+
+    def _take(self, path: str, member: tarfile.TarInfo, archive: tarfile.TarFile) -> None:
+        if path in self.done:
+            self._undo(path)
+            self._skip(path, "listed twice in the container's archive")
+            return
+        self.done.add(path)
+        try:
+            if member.isfile():
+                self._file(path, member, archive)
+            elif member.issym():
+                self._link(path, member.linkname)
+            elif member.isdir():
+                if self.stage is not None:
+                    folder, name = self._place(path)
+                    folder.folder(name, create=True).close()
+            else:
+                kind = _KINDS.get(member.type, "of an unsupported type")
+                self._skip(path, f"{kind} (a commit copies regular files, folders and links)")
+        except (safefs.LinkRefused, ValueError, FileExistsError) as exc:
+            self._skip(path, f"it cannot be put into the build context ({exc})")
+
+    def _file(self, path: str, member: tarfile.TarInfo, archive: tarfile.TarFile) -> None:
+        if member.size > self.limit:
+            self._skip(path, _over_limit(member.size, self.limit))
+            return
+        extracted = archive.extractfile(member)
+        if extracted is None:
+            self._skip(path, "its content is missing from the archive")
+            return
+        head = extracted.read(SCAN_BYTES)
+        if ch.looks_secret_content(head):
+            self.result.secrets.add(path)
+            return
+        if self.stage is None:
+            return
+        folder, name = self._place(path)
+        rest = iter(lambda: extracted.read(_CHUNK), b"")
+        folder.write_new(name, itertools.chain([head], rest), member.mode & 0o777)
+
+    def _link(self, path: str, target: str) -> None:
+        if not target or not _printable(target) or not _printable(path):
+            self._skip(path, "a symbolic link with control characters in its name or target")
+        elif _stays_inside(path, target):
+            if self.stage is not None:
+                folder, name = self._place(path)
+                folder.symlink(target, name)
+        else:
+            self.result.links[path] = target
+
+    def _place(self, path: str) -> tuple[safefs.Folder, str]:
+        """The staging folder (opened once, no link followed) and name of a kept path."""
+        if self.stage is None:
+            raise ValueError("nothing is staged")
+        relative = ("sources" if is_source_path(path) else "files") + path
+        parent, _, name = relative.rpartition("/")
+        folder = self._folders.get(parent)
+        if folder is None:
+            folder = self._folders[parent] = self.stage.folder(parent, create=True)
+        return folder, safefs.check_name(name)
+
+    def _undo(self, path: str) -> None:
+        self.result.secrets.discard(path)
+        self.result.links.pop(path, None)
+        if self.stage is not None:
+            with contextlib.suppress(OSError, ValueError, safefs.LinkRefused):
+                folder, name = self._place(path)
+                folder.unlink(name)
+
+
+#: The largest file a commit copies out of a container: a larger one is reported, not copied
+#: (``ChangeCapture.file_size_limit``).
+FILE_SIZE_LIMIT = 512 << 20
+#: How much a folder's archive may hold besides the kept files before gpudev stops reading
+#: it and fetches the rest of them one by one.
+BATCH_WASTE_LIMIT = 32 << 20
+#: How much of a file is checked for credentials (``changes.looks_secret_content`` reads that).
+SCAN_BYTES = 1_000_000
+_CHUNK = 1 << 20
+_KINDS = {
+    tarfile.FIFOTYPE: "a FIFO (named pipe)",
+    tarfile.CHRTYPE: "a character device",
+    tarfile.BLKTYPE: "a block device",
+    tarfile.LNKTYPE: "a hard link",
+}
+
+
+def _over_limit(size: int, limit: int) -> str:
+    return f"{size} bytes, over the limit of {limit} bytes for a copied file"
+
+
+def _member_name(name: str) -> str | None:
+    """An archive member's name, relative and normalised, or ``None`` when it is absolute or
+    climbs with ``..`` (nothing from the engine looks like that; a crafted archive may)."""
+    if name.startswith("/"):
+        return None
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return None
+    return "/".join(parts)
+
+
+def _printable(text: str) -> bool:
+    return not any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+
+
+def _stays_inside(path: str, target: str) -> bool:
+    """Whether the link ``path`` -> ``target`` is relative and, resolved lexically from the
+    link's folder, stays inside the container's tree (never climbs above ``/``)."""
+    if target.startswith("/"):
+        return False
+    depth = len([p for p in posixpath.dirname(path).split("/") if p])
+    for part in target.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return False
+        elif part not in ("", "."):
+            depth += 1
+    return True
+
+
+def _ancestors(path: str) -> list[str]:
+    """``/a/b/c`` -> ``["/a", "/a/b"]`` (outermost first)."""
+    parts = path.strip("/").split("/")[:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _batches(paths: list[str], diff: list[dict[str, Any]]) -> tuple[dict[str, set[str]], list[str]]:
+    """Kept paths grouped by the outermost folder ``docker diff`` reports as added (kind 1)
+    that holds at least two of them and whose entries are mostly kept ones (its one archive
+    is then mostly wanted); the others, alone."""
+    added = {str(d["Path"]) for d in diff if int(d["Kind"]) == 1}
+    entries: dict[str, int] = {}
+    kept: dict[str, int] = {}
+    for item in diff:
+        for folder in _ancestors(str(item["Path"])):
+            if folder in added:
+                entries[folder] = entries.get(folder, 0) + 1
+    for path in paths:
+        for folder in _ancestors(path):
+            if folder in added:
+                kept[folder] = kept.get(folder, 0) + 1
+    groups: dict[str, set[str]] = {}
+    alone: list[str] = []
+    for path in paths:
+        top = next(
+            (
+                f
+                for f in _ancestors(path)
+                if kept.get(f, 0) >= 2 and 2 * kept[f] >= entries.get(f, 0)
+            ),
+            None,
+        )
+        if top is None:
+            alone.append(path)
+        else:
+            groups.setdefault(top, set()).add(path)
+    return groups, alone
+
+
+class _Stream(io.RawIOBase):
+    """A readable stream over the chunks docker-py streams."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._left = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._left:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._left = memoryview(chunk)
+        size = min(len(buffer), len(self._left))
+        buffer[:size] = self._left[:size]
+        self._left = self._left[size:]
+        return size
+
+
+def _finish(chunks: Iterator[bytes], budget: int = 1 << 20) -> None:
+    """Read what is left of an archive stream (its end blocks) so the engine connection is
+    reused; past ``budget`` bytes it is dropped instead."""
+    for chunk in chunks:
+        budget -= len(chunk)
+        if budget < 0:
+            break
+    close = getattr(chunks, "close", None)
+    if close is not None:
+        close()
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.gpudev-tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Replace ``path`` (in a trusted folder: the state folder) atomically, no link followed
+    at its name, through a uniquely named temporary file."""
+    with safefs.Folder.open(path.parent) as folder:
+        folder.replace(path.name, text.encode(), 0o600)
 
 
 def _relative(path: Path, root: Path) -> str:

@@ -275,23 +275,6 @@ def looks_secret_env(name: str, value: str) -> bool:
     return bool(_SECRET_ENV_RE.search(name) or _SECRET_VALUE_RE.search(value))
 
 
-#: ``_SECRET_VALUE_RE`` as a POSIX extended expression for ``grep -E`` inside a container (no
-#: word boundaries: it matches a little more, never less).
-CREDENTIAL_CONTENT_ERE = (
-    "-----BEGIN [A-Z ]*PRIVATE KEY-----|gh[pousr]_[A-Za-z0-9]{30,}|xox[abpr]-|AKIA[0-9A-Z]{16}|"
-    "hf_[A-Za-z0-9]{30,}|glpat-[A-Za-z0-9_-]{20,}|sk-[A-Za-z0-9]{32,}"
-)
-#: Lists the regular files (NUL-separated list in $1) whose content matches
-#: $GPUDEV_SECRET_ERE (FIFOs, sockets, devices and folders skipped: nothing blocks). Exits 99
-#: first when this grep lacks an option (BusyBox): then the caller checks another way.
-#: Otherwise 0, 1 (no match) or 123 (xargs: some grep said 1 or 2, e.g. a file gone).
-GREP_OPTIONS = '-D skip -d skip -l -s -a -E -e "$GPUDEV_SECRET_ERE"'
-CREDENTIAL_SCAN_SCRIPT = (
-    f"grep {GREP_OPTIONS} /dev/null >/dev/null 2>&1; [ $? -le 1 ] || exit 99; "
-    f'xargs -0 -r grep {GREP_OPTIONS} -- < "$1"'
-)
-
-
 def looks_secret_content(data: bytes) -> bool:
     return bool(_SECRET_VALUE_RE.search(data[:1_000_000].decode("utf-8", "replace")))
 
@@ -651,6 +634,13 @@ class FileChanges:
     #: Files left out as temporary, cache or runtime state: not in a Dockerfile, but in a
     #: ``docker commit`` of the container (a pushed snapshot checks them for credentials).
     transient: list[str] = field(default_factory=list)
+    #: Kept symbolic links a commit does not make in the build context (their target is
+    #: absolute or leaves the tree): path -> target, made by an ``ln`` line instead. Filled
+    #: when the files are copied out (``ChangeCapture.prepare``).
+    links: dict[str, str] = field(default_factory=dict)
+    #: Kept paths a commit could not copy (a FIFO, a device, over the size limit...): path ->
+    #: why. Reported; still changes. Filled when the files are copied out.
+    skipped: dict[str, str] = field(default_factory=dict)
 
     def ignore(self, path: str, reason: str, *, deleted: bool = False) -> None:
         self.ignored[reason] = self.ignored.get(reason, 0) + 1
@@ -764,6 +754,8 @@ class ChangeSet:
                 ignored=dict(files.ignored),
                 packaged=list(files.packaged),
                 transient=list(files.transient),
+                links=dict(files.links),
+                skipped=dict(files.skipped),
             ),
             env={k: v for k, v in self.env.items() if env_id(k) not in excluded},
             env_removed=list(self.env_removed),

@@ -305,6 +305,23 @@ def comment_lines(message: str | None) -> list[str]:
     return lines
 
 
+def link_lines(links: dict[str, str], reported: list[str]) -> list[str]:
+    """``RUN ["ln", "-sfn", "--", TARGET, PATH]`` (exec form: no shell) for each kept symbolic
+    link not made in the build context (``FileChanges.links``); a path that is not absolute,
+    or a path or target with control characters, is reported instead."""
+    lines: list[str] = []
+    for path, target in sorted(links.items()):
+        if (
+            not path.startswith("/")
+            or not target
+            or any(ord(c) < 0x20 or ord(c) == 0x7F for c in path + target)
+        ):
+            reported.append(f"symbolic link {path!r} -> {target!r}: not a valid link, not made")
+            continue
+        lines.append("RUN " + json.dumps(["ln", "-sfn", "--", target, path]))
+    return lines
+
+
 def change_lines(
     changes: ChangeSet,
     container: str,
@@ -334,6 +351,7 @@ def change_lines(
             f"# {len(other_files)} file(s): {shown}" + (f" and {more} more" if more > 0 else "")
         )
         body.append(f"COPY {context_folder}/files/ /")
+    body += link_lines(files.links, reported)
     if files.deleted:
         body.append("RUN " + json.dumps(["rm", "-rf", "--", *sorted(files.deleted)]))
     body += _env_lines(changes, reported)

@@ -308,10 +308,11 @@ def test_a_snapshot_with_a_credential_in_it_is_not_pushed(
     assert "look like credentials" in refused.value.message
     with pytest.raises(docker.errors.ImageNotFound):
         docker_client.images.get(tag)
-    # And the check ran inside the container (grep), without copying files out
+    # And the check reads the files through the engine (nothing runs in the container) and
+    # looks at their content here
     container = docker_client.containers.get("gpudev-kbox")
     sh(docker_client, "kbox", "echo hello > /etc/y")
-    found = ChangeCapture(manager)._grep_secrets(container, ["/etc/x", "/etc/y", "/etc/none"])
+    found = ChangeCapture(manager).scan_credentials(container, ["/etc/x", "/etc/y", "/etc/none"])
     assert found == {"/etc/x"}
 
 
