@@ -119,8 +119,7 @@ def test_lifecycle_output_and_time_are_bounded(
         json.dumps(
             {
                 "image": "gpudev-python:bookworm",
-                "postCreateCommand": "head -c 67108864 /dev/zero | tr '\\0' x; echo; "
-                "seq 1 30",
+                "postCreateCommand": "head -c 67108864 /dev/zero | tr '\\0' x; echo; seq 1 30",
                 "postStartCommand": "sleep 600",
             }
         )
