@@ -26,13 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import docker.errors
-import requests
 
 from . import changes as ch
 from . import packages, safefs
 from .dockerfile import RenderedDiff, change_items, is_source_path, render
 from .environments import MAX_FILE_BYTES, Environment, load_jsonc
-from .errors import EngineError, GPUDevError
+from .errors import EngineError, GPUDevError, engine_errors
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
@@ -256,7 +255,7 @@ class ChangeCapture:
         root, removed after): the image is the trusted one, the sandbox shares nothing; its
         programs still run by absolute path, with a fixed PATH and no LD_*/PYTHON* variables
         (``changes.probe_environment``). Never used on a dev container's content."""
-        try:
+        with engine_errors(f"Probing the packages of {image}"):
             image_env = client.images.get(image).attrs.get("Config", {}).get("Env") or []
             output = client.containers.run(
                 image,
@@ -268,8 +267,6 @@ class ChangeCapture:
                 remove=True,
                 labels={"org.jupyter.gpudev.probe": "1"},
             )
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            raise EngineError(f"Probing the packages of {image}: {exc}") from exc
         text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
         return ch.parse_probe(text)
 
@@ -291,14 +288,12 @@ class ChangeCapture:
         client = found_host.client()
         info = manager._info(found_host, container)
         environment = manager.environments.get(info.environment, manager.root_dir)
-        try:
+        with engine_errors(f"Reading the changes of {name!r}", manager.log):
             base = self.baseline(client, container)
             whole_diff = list(container.diff() or [])
             # A path the baseline already had, with the same kind, is not a new change.
             diff = [d for d in whole_diff if base.files.get(str(d["Path"])) != int(d["Kind"])]
             derived = self._probe_current(client, container, whole_diff)
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            raise EngineError(f"Reading the changes of {name!r}: {exc}") from exc
         current = derived.result
         result = ch.package_changes(base.packages, current.state)
         result.notes.extend(derived.problems)
@@ -488,10 +483,8 @@ class ChangeCapture:
         archive API (nothing runs in the container; running or stopped) and checked here."""
         if not paths:
             return set()
-        try:
+        with engine_errors(f"Reading the changes of {container.name}", self.containers.log):
             diff = list(container.diff() or [])
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            raise EngineError(f"Reading the changes of {container.name}: {exc}") from exc
         exporter = _Exporter(container, None, self.file_size_limit)
         exporter.run(paths, diff)
         return exporter.result.secrets
@@ -645,12 +638,11 @@ class _Exporter:
                 self._single(path)
 
     def _get(self, path: str) -> tuple[Iterator[bytes], dict[str, Any]] | None:
-        try:
-            chunks, stat = self.api.get_archive(str(self.container.id), path, chunk_size=_CHUNK)
-        except docker.errors.NotFound:
-            return None
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            raise EngineError(f"Copying {path} out of {self.container.name}: {exc}") from exc
+        with engine_errors(f"Copying {path} out of {self.container.name}"):
+            try:
+                chunks, stat = self.api.get_archive(str(self.container.id), path, chunk_size=_CHUNK)
+            except docker.errors.NotFound:
+                return None
         return chunks, stat if isinstance(stat, dict) else {}
 
     def _batch(self, top: str, members: set[str]) -> list[str]:

@@ -35,6 +35,7 @@ import fnmatch
 import json
 import os
 import re
+import unicodedata
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
@@ -125,8 +126,10 @@ echo "@@gpudev end"
 #: The only ``PATH`` the probe runs with.
 PROBE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
-_DPKG_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]*(:[a-z0-9-]+)?$")
-_PY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_DPKG_NAME_RE = re.compile(r"[a-z0-9][a-z0-9+.-]{0,199}(:[a-z0-9-]{1,30})?")
+_DPKG_VERSION_RE = re.compile(r"[A-Za-z0-9.+~:-]{1,200}")
+_PY_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+_PY_VERSION_RE = re.compile(r"[A-Za-z0-9.+!_-]{1,100}")
 
 #: Environment variables gpudev or the engine set: never part of a change set.
 RUNTIME_ENV = frozenset(
@@ -259,7 +262,9 @@ def _any_of(patterns: Iterable[str]) -> re.Pattern[str]:
 _SECRET_PATH_RE = _any_of(SECRET_PATTERNS)
 _DRIVER_RE = _any_of(DRIVER_PATTERNS)
 _NOISE_NAME_RE = _any_of(NOISE_NAMES)
-_NOISE_PREFIX_RE = re.compile("^(?:" + "|".join(re.escape(p) for p in NOISE_PREFIXES) + ")(?:/|$)")
+_NOISE_PREFIX_RE = re.compile(
+    "^(?:" + "|".join(re.escape(p) for p in NOISE_PREFIXES) + ")(?:/|\\Z)"
+)
 
 
 def is_driver_path(path: str) -> bool:
@@ -284,17 +289,47 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+#: The longest value read from a container that a Dockerfile line or a report holds.
+MAX_VALUE = 4096
+
+
+def safe_text(value: object, limit: int = MAX_VALUE) -> bool:
+    """Whether a value read from a container can go into a Dockerfile line, a report or a
+    terminal as it is: a non-empty string of at most ``limit`` characters with no control,
+    format, surrogate or unassigned character and no line or paragraph separator."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= limit
+        and all(unicodedata.category(c)[0] != "C" and c not in "\u2028\u2029" for c in value)
+    )
+
+
+def shown(value: object, limit: int = 200) -> str:
+    """A value read from a container as a report shows it: quoted, every unprintable
+    character escaped (``repr``), at most about ``limit`` characters."""
+    text = value if isinstance(value, str) else repr(value)
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
 # ----------------------------------------------------------------------------------------------
 # Package state
 # ----------------------------------------------------------------------------------------------
 
-PySource = Literal["index", "editable", "vcs", "local", "archive"]
+PySource = Literal["index", "editable", "vcs", "local", "archive", "invalid"]
+#: Installs a Dockerfile cannot repeat: editable and local-path ones, and those whose
+#: ``direct_url.json`` cannot be read (``"invalid"``: its ``url`` says why).
+NOT_REPRODUCIBLE: tuple[PySource, ...] = ("editable", "local", "invalid")
+_VCS_RE = re.compile(r"[a-z]{1,10}")
+_REVISION_RE = re.compile(r"[A-Za-z0-9._/+-]{1,200}")
+_SUBDIRECTORY_RE = re.compile(r"[A-Za-z0-9._/+-]{1,500}")
+_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,20}:[!-~]{1,4000}")
 
 
 @dataclass(frozen=True)
 class PyDist:
     """A Python distribution. ``source``: from an index, or an editable / VCS / local-path /
-    archive-URL install (PEP 610); ``url`` says from where (with the VCS commit)."""
+    archive-URL install (PEP 610), or ``"invalid"`` (its ``direct_url.json`` cannot be read:
+    ``url`` says why); ``url`` says from where (with the VCS commit and subdirectory)."""
 
     name: str
     version: str
@@ -303,28 +338,61 @@ class PyDist:
 
     @classmethod
     def parse(cls, name: str, version: str, direct_url: str | None) -> PyDist:
-        if not direct_url:
+        """A distribution and its ``direct_url.json`` text (PEP 610), read as hostile data:
+        wrong types, a URL, VCS name, revision or subdirectory with whitespace or control
+        characters, or too long make an ``"invalid"`` install (reported, not written)."""
+        if direct_url is None or direct_url == "":
             return cls(name, version)
         try:
-            data = json.loads(direct_url)
-        except ValueError:
-            return cls(name, version)
-        url = str(data.get("url", ""))
-        if data.get("dir_info", {}).get("editable"):
-            return cls(name, version, "editable", url)
-        if "vcs_info" in data:
-            vcs = data["vcs_info"]
-            ref = vcs.get("commit_id") or vcs.get("requested_revision") or ""
-            return cls(name, version, "vcs", f"{vcs.get('vcs', 'git')}+{url}@{ref}")
-        if url.startswith("file:"):
-            return cls(name, version, "local", url)
-        return cls(name, version, "archive", url)
+            return cls(name, version, *_direct_url(json.loads(direct_url)))
+        except (ValueError, RecursionError) as exc:
+            why = str(exc) if isinstance(exc, _BadDirectUrl) else "not JSON"
+            return cls(name, version, "invalid", f"direct_url.json: {why}")
 
     def requirement(self) -> str:
         """What ``pip install`` is given to get this again (``name @ URL`` for VCS/archives)."""
         if self.source in ("vcs", "archive"):
             return f"{self.name} @ {self.url}"
         return f"{self.name}=={self.version}"
+
+
+class _BadDirectUrl(ValueError):
+    """A ``direct_url.json`` that is JSON but not one (its message says why, printably)."""
+
+
+def _direct_url(data: object) -> tuple[PySource, str]:
+    """The source and URL a ``direct_url.json`` object names; ``_BadDirectUrl`` otherwise."""
+    if not isinstance(data, dict):
+        raise _BadDirectUrl("not an object")
+    url = data.get("url")
+    if not isinstance(url, str) or not _URL_RE.fullmatch(url):
+        raise _BadDirectUrl("no valid url (printable, no spaces, at most 4000 characters)")
+    subdirectory = data.get("subdirectory")
+    fragment = ""
+    if subdirectory is not None:
+        if not isinstance(subdirectory, str) or not _SUBDIRECTORY_RE.fullmatch(subdirectory):
+            raise _BadDirectUrl("subdirectory is not a valid relative path")
+        fragment = f"#subdirectory={subdirectory}"
+    infos = [k for k in ("dir_info", "vcs_info", "archive_info") if k in data]
+    if len(infos) > 1 or any(not isinstance(data[k], dict) for k in infos):
+        raise _BadDirectUrl("dir_info, vcs_info or archive_info is not one object")
+    if "dir_info" in data:
+        editable = data["dir_info"].get("editable", False)
+        if not isinstance(editable, bool):
+            raise _BadDirectUrl("dir_info.editable is not true or false")
+        return ("editable" if editable else "local"), url
+    if "vcs_info" in data:
+        vcs = data["vcs_info"]
+        kind = vcs.get("vcs", "git")
+        ref = vcs.get("commit_id") or vcs.get("requested_revision") or ""
+        if not isinstance(kind, str) or not _VCS_RE.fullmatch(kind):
+            raise _BadDirectUrl("vcs_info.vcs is not a VCS name")
+        if not isinstance(ref, str) or (ref and not _REVISION_RE.fullmatch(ref)):
+            raise _BadDirectUrl("vcs_info.commit_id is not a revision")
+        return "vcs", f"{kind}+{url}" + (f"@{ref}" if ref else "") + fragment
+    if url.startswith("file:"):
+        return "local", url
+    return "archive", url + fragment
 
 
 @dataclass(frozen=True)
@@ -412,6 +480,8 @@ class ProbeResult:
     state: PackageState
     #: Files owned by the packages named in the probe's request (dpkg lists, pip RECORDs).
     owned_files: set[str] = field(default_factory=set)
+    #: What the probe's output held that could not be read (skipped), one sentence each.
+    problems: list[str] = field(default_factory=list)
 
 
 def parse_apt_auto(text: str) -> set[str]:
@@ -434,10 +504,12 @@ def parse_apt_auto(text: str) -> set[str]:
     return auto
 
 
-def parse_conda_history(text: str) -> tuple[str, ...]:
+def parse_conda_history(text: str, problems: list[str] | None = None) -> tuple[str, ...]:
     """The specs of ``conda install``/``create`` requests still standing in a history file
-    (later ``remove`` requests take them out), in the order first asked for."""
+    (later ``remove`` requests take them out), in the order first asked for. A spec that is
+    not a printable string of at most 1000 characters is skipped (and put in ``problems``)."""
     requested: dict[str, str] = {}
+    skipped: list[str] = []
     for raw in text.splitlines():
         line = raw.strip()
         if not line.startswith("# update specs:") and not line.startswith("# remove specs:"):
@@ -449,29 +521,42 @@ def parse_conda_history(text: str) -> tuple[str, ...]:
         except ValueError:
             continue
         for spec in specs if isinstance(specs, list) else []:
-            name = re.split(r"[<>=!~ \[]", str(spec), maxsplit=1)[0].split("::")[-1]
+            if not safe_text(spec, 1000):
+                skipped.append(shown(spec, 60))
+                continue
+            name = re.split(r"[<>=!~ \[]", spec, maxsplit=1)[0].split("::")[-1]
             if removing:
                 requested.pop(name, None)
             else:
-                requested[name] = str(spec)
+                requested[name] = spec
+    if skipped and problems is not None:
+        problems.append(f"conda history: spec(s) {', '.join(skipped[:5])} not readable, skipped")
     return tuple(requested.values())
 
 
+#: A conda channel: a name or a URL (printable, no spaces).
+_CHANNEL_RE = re.compile(r"[A-Za-z0-9_.:/~+%@-]{1,500}")
+
+
 def parse_condarc_channels(text: str) -> tuple[str, ...]:
-    """The ``channels:`` list of a .condarc (the plain YAML list form)."""
+    """The ``channels:`` list of a .condarc (the plain YAML list form); a channel that is not
+    a name or URL (``_CHANNEL_RE``) is skipped."""
     channels: list[str] = []
     inside = False
-    for line in text.splitlines():
-        if re.match(r"^channels\s*:", line):
+    for line in text.split("\n"):
+        if re.match(r"channels\s*:", line):
             inside = True
             rest = line.split(":", 1)[1].strip()
             if rest.startswith("["):
-                return tuple(c.strip(" '\"") for c in rest.strip("[]").split(",") if c.strip())
+                found = [c.strip(" '\"") for c in rest.strip("[]").split(",")]
+                return tuple(c for c in found if _CHANNEL_RE.fullmatch(c))
             continue
         if inside:
-            match = re.match(r"^\s*-\s*(\S+)", line)
+            match = re.match(r"[ \t]*-[ \t]*(\S+)", line)
             if match:
-                channels.append(match.group(1).strip("'\""))
+                channel = match.group(1).strip("'\"")
+                if _CHANNEL_RE.fullmatch(channel):
+                    channels.append(channel)
             elif line.strip() and not line.startswith(" "):
                 inside = False
     return tuple(channels)
@@ -494,20 +579,20 @@ def parse_probe(text: str) -> ProbeResult:
     histories: dict[str, tuple[str, ...]] = {}
     channels: tuple[str, ...] = ()
     owned: set[str] = set()
+    problems: list[str] = []
     for kind, arg, lines in sections:
         if kind == "dpkg":
-            dpkg.update(_parse_dpkg(lines))
+            dpkg.update(_parse_dpkg(lines, problems))
         elif kind == "apt-auto":
             auto |= parse_apt_auto("\n".join(lines))
         elif kind == "conda-history":
-            prefix = arg.removesuffix("/conda-meta/history")
-            histories[prefix] = parse_conda_history("\n".join(lines))
+            _conda_section(arg.removesuffix("/conda-meta/history"), lines, histories, problems)
         elif kind == "condarc":
             channels = channels or parse_condarc_channels("\n".join(lines))
         elif kind == "dpkg-files":
-            owned.update(os.path.normpath(line) for line in lines if line.startswith("/"))
+            owned.update(os.path.normpath(line) for line in lines if _is_path(line))
         elif kind == "python":
-            env, files = _parse_python(arg, lines)
+            env, files = _parse_python(arg, lines, problems)
             if env is not None and env.prefix not in python:
                 python[env.prefix] = env
             owned.update(files)
@@ -518,38 +603,108 @@ def parse_probe(text: str) -> ProbeResult:
         python=python,
         conda={p: CondaEnv(p, specs, channels) for p, specs in histories.items()},
     )
-    return ProbeResult(state, owned)
+    return ProbeResult(state, owned, problems)
 
 
-def _parse_dpkg(lines: list[str]) -> dict[str, str]:
-    """``dpkg-query`` lines: installed packages (status ``ii``/``hi``) and their versions."""
+def _conda_section(
+    prefix: str, lines: list[str], histories: dict[str, tuple[str, ...]], problems: list[str]
+) -> None:
+    if _is_path(prefix):
+        histories[prefix] = parse_conda_history("\n".join(lines), problems)
+    else:
+        problems.append(f"conda environment {shown(prefix)}: not a valid path, skipped")
+
+
+def _is_path(value: object) -> bool:
+    return safe_text(value) and str(value).startswith("/")
+
+
+def _parse_dpkg(lines: list[str], problems: list[str] | None = None) -> dict[str, str]:
+    """``dpkg-query`` lines: installed packages (status ``ii``/``hi``) and their versions; a
+    line with a name or version that is not one is skipped (and put in ``problems``)."""
     installed: dict[str, str] = {}
+    bad: list[str] = []
     for line in lines:
         parts = line.split("\t")
-        if len(parts) == 3 and parts[2].strip() in ("ii", "hi"):
+        if len(parts) != 3:
+            if line.strip():
+                bad.append(shown(line, 60))
+        elif parts[2].strip() not in ("ii", "hi"):
+            continue
+        elif _DPKG_NAME_RE.fullmatch(parts[0]) and _DPKG_VERSION_RE.fullmatch(parts[1]):
             installed[parts[0]] = parts[1]
+        else:
+            bad.append(shown(parts[0], 60))
+    if bad and problems is not None:
+        problems.extend(f"dpkg package {b}: not a valid name and version, skipped" for b in bad)
     return installed
 
 
-def _parse_python(python: str, lines: list[str]) -> tuple[PythonEnv | None, list[str]]:
+_PY_MINOR_RE = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}")
+
+
+def _parse_python(
+    python: str, lines: list[str], problems: list[str] | None = None
+) -> tuple[PythonEnv | None, list[str]]:
+    """The probe's JSON object for one interpreter: an environment with its distributions
+    and the files of the owned ones. Anything of the wrong type or shape is skipped (a
+    whole environment when its paths or version are not valid) and put in ``problems``."""
+    said = problems if problems is not None else []
+    where = shown(python, 100)
     for line in lines:
         try:
             data = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
+        if not isinstance(data, dict):
+            said.append(f"python {where}: the probe's output is not an object, skipped")
+            return None, []
+        fields = [data.get(k) for k in ("prefix", "base_prefix", "version")]
+        if not (
+            _is_path(python)
+            and _is_path(fields[0])
+            and _is_path(fields[1])
+            and isinstance(fields[2], str)
+            and _PY_MINOR_RE.fullmatch(fields[2])
+        ):
+            said.append(f"python {where}: no valid prefix and version, skipped")
+            return None, []
+        entries = data.get("dists")
         dists = {}
-        for name, version, direct in data.get("dists", []):
-            dist = PyDist.parse(str(name), str(version), direct)
+        for entry in entries if isinstance(entries, list) else []:
+            if not (isinstance(entry, list) and len(entry) == 3):
+                said.append(f"python {where}: distribution {shown(entry, 60)} skipped")
+                continue
+            name, version, direct = entry
+            if not (
+                isinstance(name, str)
+                and isinstance(version, str)
+                and _PY_NAME_RE.fullmatch(name)
+                and _PY_VERSION_RE.fullmatch(version)
+                and (direct is None or isinstance(direct, str))
+            ):
+                said.append(f"python {where}: distribution {shown(name, 60)} skipped")
+                continue
+            dist = PyDist.parse(name, version, direct)
             dists[normalize(dist.name)] = dist
+        if entries is not None and not isinstance(entries, list):
+            said.append(f"python {where}: its distributions are not a list, skipped")
         env = PythonEnv(
             python=python,
-            prefix=str(data["prefix"]),
-            base_prefix=str(data["base_prefix"]),
-            version=str(data["version"]),
-            externally_managed=bool(data.get("externally_managed")),
+            prefix=str(fields[0]),
+            base_prefix=str(fields[1]),
+            version=str(fields[2]),
+            externally_managed=data.get("externally_managed") is True,
             dists=dists,
         )
-        return env, [os.path.normpath(str(f)) for f in data.get("owned_files", [])]
+        files = data.get("owned_files")
+        if files is not None and not isinstance(files, list):
+            said.append(f"python {where}: its owned files are not a list, skipped")
+            files = []
+        owned = [os.path.normpath(f) for f in files or [] if _is_path(f)]
+        if files and len(owned) < len(files):
+            said.append(f"python {where}: {len(files) - len(owned)} owned file(s) skipped")
+        return env, owned
     return None, []
 
 
@@ -571,9 +726,9 @@ def probe_environment(
         **emptied,
         "PATH": PROBE_PATH,
         "GPUDEV_PY_PROBE": PY_PROBE,
-        "GPUDEV_OWNED_DPKG": " ".join(sorted(p for p in owned_dpkg if _DPKG_NAME_RE.match(p))),
+        "GPUDEV_OWNED_DPKG": " ".join(sorted(p for p in owned_dpkg if _DPKG_NAME_RE.fullmatch(p))),
         "GPUDEV_OWNED_DISTS": json.dumps(
-            sorted(normalize(d) for d in owned_dists if _PY_NAME_RE.match(d))
+            sorted(normalize(d) for d in owned_dists if _PY_NAME_RE.fullmatch(d))
         ),
     }
 
@@ -641,6 +796,9 @@ class FileChanges:
     #: Kept paths a commit could not copy (a FIFO, a device, over the size limit...): path ->
     #: why. Reported; still changes. Filled when the files are copied out.
     skipped: dict[str, str] = field(default_factory=dict)
+    #: Changed paths a Dockerfile cannot name (control characters, too long: see
+    #: ``safe_text``): reported, neither copied nor deleted; still changes.
+    unsafe: list[str] = field(default_factory=list)
 
     def ignore(self, path: str, reason: str, *, deleted: bool = False) -> None:
         self.ignored[reason] = self.ignored.get(reason, 0) + 1
@@ -756,6 +914,7 @@ class ChangeSet:
                 transient=list(files.transient),
                 links=dict(files.links),
                 skipped=dict(files.skipped),
+                unsafe=list(files.unsafe),
             ),
             env={k: v for k, v in self.env.items() if env_id(k) not in excluded},
             env_removed=list(self.env_removed),
@@ -1041,13 +1200,24 @@ def _python_changes(before: PythonEnv | None, env: PythonEnv) -> PythonChanges:
 
 
 def _not_reproducible(py: PythonChanges) -> list[str]:
-    return [
-        f"{dist.name} {dist.version} is a {dist.source} install from {dist.url} "
-        f"({py.env.python}): a Dockerfile cannot install it from there; add its source to "
-        "the build context and install it in the Dockerfile"
-        for dist in [*py.added, *(b for _, b in py.upgraded)]
-        if dist.source in ("editable", "local")
-    ]
+    notes = []
+    for dist in [*py.added, *(b for _, b in py.upgraded)]:
+        name = dist.name if _PY_NAME_RE.fullmatch(dist.name) else shown(dist.name)
+        version = dist.version if _PY_VERSION_RE.fullmatch(dist.version) else shown(dist.version)
+        python = py.env.python if safe_text(py.env.python) else shown(py.env.python)
+        if dist.source == "invalid":
+            notes.append(
+                f"{name} {version} ({python}): its {shown(dist.url, 120)[1:-1]}; a Dockerfile "
+                "cannot tell where it was installed from, not written"
+            )
+        elif dist.source in NOT_REPRODUCIBLE:
+            url = dist.url if safe_text(dist.url) else shown(dist.url)
+            notes.append(
+                f"{name} {version} is a {dist.source} install from {url} "
+                f"({python}): a Dockerfile cannot install it from there; add its source to "
+                "the build context and install it in the Dockerfile"
+            )
+    return notes
 
 
 def _under(path: str, prefix: str) -> bool:
@@ -1109,7 +1279,7 @@ def file_changes(
     ``made``: folders the engine created (see ``engine_made``), not changes while empty."""
     made = set(made)
     mounts = [m for m in mounts if m]
-    entries = {str(item["Path"]): int(item["Kind"]) for item in diff}
+    entries = _diff_entries(diff)
     result = FileChanges()
     # A folder is listed as changed when something inside changed: only the leaves are
     # changes (a folder that is itself added or deleted is its own leaf once its content is
@@ -1120,10 +1290,12 @@ def file_changes(
         if _has_ancestor_in(path, deleted):
             continue  # inside a deleted folder: its removal covers it
         reason = classify_path(path, mounts, owned, owned_dirs)
-        if reason is None:
-            result.deleted.append(path)
-        else:
+        if reason is not None:
             result.ignore(path, reason, deleted=True)
+        elif not safe_text(path):
+            result.unsafe.append(path)
+        else:
+            result.deleted.append(path)
     for path in sorted(entries):
         kind = entries[path]
         if kind == 2 or path in parents:
@@ -1132,11 +1304,32 @@ def file_changes(
         reason = reason or classify_path(path, mounts, owned, owned_dirs)
         if reason is not None:
             result.ignore(path, reason)
+        elif not safe_text(path):
+            result.unsafe.append(path)
         elif looks_secret_path(path):
             result.secrets.append(path)
         else:
             result.kept.append(path)
     return result
+
+
+def _diff_entries(diff: Iterable[object]) -> dict[str, int]:
+    """``docker diff`` entries as path -> kind; one that is not a mapping with an absolute
+    path and a known kind (0, 1, 2) is skipped."""
+    entries: dict[str, int] = {}
+    for item in diff:
+        if not isinstance(item, Mapping):
+            continue
+        path, kind = item.get("Path"), item.get("Kind")
+        if (
+            isinstance(path, str)
+            and path.startswith("/")
+            and isinstance(kind, int)
+            and not isinstance(kind, bool)
+            and kind in (0, 1, 2)
+        ):
+            entries[path] = kind
+    return entries
 
 
 def mount_targets(attrs: Mapping[str, Any]) -> list[str]:
@@ -1168,9 +1361,12 @@ def uncommitted(
     ``held``, the ids of the changes the last commit left out (``Baseline.held``: their files
     may be in the baseline already). Noise, mounts, driver files, empty folders the engine
     made and what the baseline already had are not."""
-    fresh = [d for d in diff if baseline_files.get(str(d["Path"])) != int(d["Kind"])]
+    entries = _diff_entries(diff)
+    fresh = [{"Path": p, "Kind": k} for p, k in entries.items() if baseline_files.get(p) != k]
     files = file_changes(fresh, mounts, set(), made=made)
-    changed = sorted({*files.kept, *files.deleted, *files.secrets, *files.packaged})
+    every = {*files.kept, *files.deleted, *files.secrets, *files.packaged, *files.unsafe}
+    # Paths with control characters are lost too: shown escaped (messages print them).
+    changed = sorted(p if safe_text(p) else shown(p) for p in every)
     listed = set(changed)
 
     def already(change_id: str) -> bool:  # a held file change is listed by its path

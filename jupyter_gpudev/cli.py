@@ -12,18 +12,18 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-import docker.errors
-import requests.exceptions
 from jupyter_core.application import JupyterApp, base_aliases, base_flags
 from traitlets import Bool, Int, List, Unicode
+from traitlets.config import Configurable
 
 from . import __version__
 from .commit import CommitOptions
 from .containers import DevContainerInfo, DevContainers, StartRequest
-from .errors import BadRequest, EngineError, GPUDevError
+from .errors import BadRequest, GPUDevError, engine_errors
 from .gpus import Inventory
-from .hosts import HostInfo, HostPool, unreachable_summary
+from .hosts import HostInfo, unreachable_summary
 from .images import ImageBootstrapper
+from .services import CLASSES, Services
 
 if TYPE_CHECKING:
     from .capture import Captured
@@ -43,8 +43,11 @@ class GPUDevSubcommand(JupyterApp):
     version = __version__
     json_output = Bool(False, help="Print the result as JSON.").tag(config=True)
 
+    classes: list[type[Configurable]] = [*CLASSES]
     flags: dict[str, Any] = {**base_flags, **_json_flag}
     aliases: dict[str, Any] = {**base_aliases}
+
+    _services: Services | None = None
 
     def load_config_file(self, suppress_errors: bool = True) -> None:  # type: ignore[override]
         """Read the server's config files too, so both see the same ``c.HostPool`` & co."""
@@ -66,19 +69,27 @@ class GPUDevSubcommand(JupyterApp):
 
     def start(self) -> None:
         try:
-            self.run()
+            with engine_errors("The command", self.log):
+                self.run()
         except GPUDevError as err:
             self.fail(err)
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            self.log.debug("engine error", exc_info=True)
-            self.fail(
-                EngineError(f"The Docker engine failed: {type(exc).__name__} (--debug: details)")
-            )
         finally:
             self.close()
 
+    def workspace_root(self) -> str:
+        """The workspace root: c.ServerApp.root_dir if configured, else the current folder."""
+        return str(self.config.get("ServerApp", {}).get("root_dir") or os.getcwd())
+
+    def services(self) -> Services:
+        """gpudev's managers, built once from this command's config; ``close`` closes them."""
+        if self._services is None:
+            self._services = Services(self.workspace_root(), parent=self, log=self.log)
+        return self._services
+
     def close(self) -> None:
         """Release what ``run`` opened (engine connections, NVML)."""
+        if self._services is not None:
+            self._services.close()
 
     def run(self) -> None:
         raise NotImplementedError
@@ -149,11 +160,7 @@ class HostsApp(GPUDevSubcommand):
                 f"Unknown hosts subcommand {self.extra_args[0]!r}: use `hosts`, `hosts add "
                 "NAME URL` or `hosts remove NAME`"
             )
-        pool = HostPool(parent=self, log=self.log)
-        try:
-            infos = pool.describe_all()
-        finally:
-            pool.close()
+        infos = self.services().host_pool.describe_all()
         error = unreachable_summary(infos)
         if error is not None:
             error.details["hosts"] = [info.to_json() for info in infos]
@@ -221,11 +228,7 @@ class HostsAddApp(GPUDevSubcommand):
         }
         if self.mount_roots:
             options["mount_roots"] = list(self.mount_roots)
-        pool = HostPool(parent=self, log=self.log)
-        try:
-            info = pool.add(name, url, options, check=self.check)
-        finally:
-            pool.close()
+        info = self.services().host_pool.add(name, url, options, check=self.check)
         self.emit(info.to_json(), f"added {name}\n{format_hosts([info])}")
 
 
@@ -240,13 +243,7 @@ class HostsRemoveApp(GPUDevSubcommand):
         if len(self.extra_args) != 1:
             raise BadRequest("usage: jupyter gpudev hosts remove NAME")
         name = str(self.extra_args[0])
-        root = self.config.get("ServerApp", {}).get("root_dir") or os.getcwd()
-        pool = HostPool(parent=self, log=self.log)
-        manager = DevContainers(root_dir=str(root), host_pool=pool, parent=self, log=self.log)
-        try:
-            manager.remove_host(name)
-        finally:
-            pool.close()
+        self.services().containers.remove_host(name)
         self.emit({"removed": name}, f"removed {name}")
 
 
@@ -286,13 +283,10 @@ class ImageBootstrapApp(GPUDevSubcommand):
         print(f"[{event['stage']}] {event['message']}", file=sys.stderr, flush=True)
 
     def run(self) -> None:
-        pool = HostPool(parent=self, log=self.log)
-        try:
-            host = pool.get(self.host or pool.local_name)
-            bootstrapper = ImageBootstrapper(parent=self, log=self.log)
-            result = bootstrapper.run(host.client(), force=self.force, progress=self._progress)
-        finally:
-            pool.close()
+        pool = self.services().host_pool
+        host = pool.get(self.host or pool.local_name)
+        bootstrapper = ImageBootstrapper(parent=self, log=self.log)
+        result = bootstrapper.run(host.client(), force=self.force, progress=self._progress)
         verb = "built" if result.created else "already present"
         self.emit(
             result.to_json(),
@@ -316,22 +310,16 @@ class ContainerCommand(GPUDevSubcommand):
         "host": "ContainerCommand.host",
     }
 
-    _manager: DevContainers | None = None
+    def workspace_root(self) -> str:
+        return self.root_dir or super().workspace_root()
 
     def manager(self) -> DevContainers:
-        if self._manager is None:
-            root = self.root_dir or self.config.get("ServerApp", {}).get("root_dir") or os.getcwd()
-            pool = HostPool(parent=self, log=self.log)
-            self._manager = DevContainers(
-                root_dir=str(root), host_pool=pool, parent=self, log=self.log
-            )
-        return self._manager
+        return self.services().containers
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
-        if self._manager is not None:
-            self._manager.host_pool.close()
+        super().close()
 
     def name_arg(self) -> str:
         if len(self.extra_args) != 1:
@@ -663,12 +651,8 @@ class CommitApp(ContainerCommand):
         )
 
     def run(self) -> None:
-        from .capture import ChangeCapture  # noqa: PLC0415 - only these commands need it
-        from .commit import Committer  # noqa: PLC0415
-
         name = self.name_arg()
-        manager = self.manager()
-        committer = Committer(ChangeCapture(manager), manager.registries)
+        committer = self.services().committer
         options = self.options()
         quiet = self.json_output or options == CommitOptions(
             message=options.message, exclude=options.exclude, expect=options.expect
@@ -796,6 +780,7 @@ class ImageApp(JupyterApp):
     name = "jupyter-gpudev-image"
     version = __version__
     description = "Manage the images jupyter-gpudev starts."
+    classes: list[type[Configurable]] = [*CLASSES]
     subcommands: dict[str, Any] = {
         "bootstrap": (ImageBootstrapApp, ImageBootstrapApp.description.splitlines()[0]),
     }
@@ -813,6 +798,7 @@ class GPUDevCLI(JupyterApp):
     name = "jupyter-gpudev"
     version = __version__
     description = "Dev containers on GPU hosts: hosts, GPUs and images."
+    classes: list[type[Configurable]] = [*CLASSES]
     subcommands: dict[str, Any] = {
         "hosts": (HostsApp, "List hosts, their Docker engines and GPUs."),
         "envs": (EnvsApp, "List the environments that can be started."),

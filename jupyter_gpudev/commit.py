@@ -40,7 +40,13 @@ import requests
 from docker.utils import build as docker_build
 
 from . import changes as ch
-from .errors import BadRequest, EngineError, GPUDevError
+from .errors import (
+    ENGINE_FAILURES,
+    BadRequest,
+    EngineError,
+    GPUDevError,
+    engine_errors,
+)
 from .images import Progress, stream_build
 from .registry import Reference, Registries
 
@@ -74,7 +80,7 @@ _IMAGE_CONFIG_KEYS = (
     "OnBuild",
 )
 MAX_MESSAGE = 4000
-_DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
+_DIGEST_RE = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 class VerifyFailed(GPUDevError):
@@ -247,23 +253,21 @@ class Committer:
         say({"stage": "verify", "message": "building the patched Dockerfile"})
         started = time.monotonic()
         build = env.build
-        with _verify_context(prepared) as context:
-            try:
-                image_id = stream_build(
-                    client,
-                    f"the patched Dockerfile of {env.name!r}",
-                    say,
-                    fileobj=context,
-                    custom_context=True,
-                    dockerfile=VERIFY_DOCKERFILE,
-                    buildargs=dict(build.args) if build else None,
-                    target=build.target if build else None,
-                    labels={L_VERIFY: prepared.captured.info.name},
-                )
-            except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-                raise EngineError(
-                    f"Building the patched Dockerfile of {env.name!r}: {exc}"
-                ) from exc
+        with (
+            _verify_context(prepared) as context,
+            engine_errors(f"Building the patched Dockerfile of {env.name!r}", self.log),
+        ):
+            image_id = stream_build(
+                client,
+                f"the patched Dockerfile of {env.name!r}",
+                say,
+                fileobj=context,
+                custom_context=True,
+                dockerfile=VERIFY_DOCKERFILE,
+                buildargs=dict(build.args) if build else None,
+                target=build.target if build else None,
+                labels={L_VERIFY: prepared.captured.info.name},
+            )
         if not image_id:
             raise EngineError("The engine built the patched Dockerfile but named no image")
         report = VerifyReport(image_id, 0.0)
@@ -336,23 +340,22 @@ class Committer:
         previous = _image_id(client, options.snapshot)
         temporary: list[str] = []
         try:
-            committed = container.commit()
-            temporary.append(str(committed.id))
-            layers_from = str(committed.id)
-            if drivers:
-                say(
-                    {
-                        "stage": "snapshot",
-                        "message": f"leaving out {len(drivers)} injected driver file(s)",
-                    }
-                )
-                layers_from = self._without(client, layers_from, drivers)
-                temporary.append(layers_from)
-            labels = self._labels(client, prepared, options.message)
-            config = self._image_config(client, prepared, labels)
-            image_id = _load_config(client, layers_from, config, reference)
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            raise EngineError(f"Committing {captured.info.name}: {exc}") from exc
+            with engine_errors(f"Committing {captured.info.name}", self.log):
+                committed = container.commit()
+                temporary.append(str(committed.id))
+                layers_from = str(committed.id)
+                if drivers:
+                    say(
+                        {
+                            "stage": "snapshot",
+                            "message": f"leaving out {len(drivers)} injected driver file(s)",
+                        }
+                    )
+                    layers_from = self._without(client, layers_from, drivers)
+                    temporary.append(layers_from)
+                labels = self._labels(client, prepared, options.message)
+                config = self._image_config(client, prepared, labels)
+                image_id = _load_config(client, layers_from, config, reference)
         finally:
             for image in reversed(temporary):
                 _remove_image(client, image)
@@ -449,22 +452,21 @@ def _sha256(text: str) -> str:
 
 
 def _image_id(client: docker.DockerClient, ref: str) -> str | None:
-    try:
-        return str(client.images.get(ref).id)
-    except docker.errors.ImageNotFound:
-        return None
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        raise EngineError(f"Looking up {ref}: {exc}") from exc
+    with engine_errors(f"Looking up {ref}"):
+        try:
+            return str(client.images.get(ref).id)
+        except docker.errors.ImageNotFound:
+            return None
 
 
 def _remove_image(client: docker.DockerClient, image: str) -> None:
-    with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
+    with contextlib.suppress(*ENGINE_FAILURES):
         client.images.remove(image, force=False, noprune=False)
 
 
 def _restore_tag(client: docker.DockerClient, reference: Reference, previous: str | None) -> None:
     """Put a tag back as it was before a failed snapshot push (removed when it was new)."""
-    with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
+    with contextlib.suppress(*ENGINE_FAILURES):
         if previous is None:
             client.images.remove(f"{reference.repository}:{reference.tag}", noprune=False)
         else:

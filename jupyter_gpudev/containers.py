@@ -32,7 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import docker
 import docker.errors
@@ -50,6 +50,7 @@ from .changes import engine_made, mount_targets, uncommitted
 from .driver import LegacyGPUInjection
 from .environments import Environment, EnvironmentManager, parse_docker_size
 from .errors import (
+    ENGINE_FAILURES,
     BadRequest,
     ConfigError,
     Conflict,
@@ -58,6 +59,8 @@ from .errors import (
     GPUDevError,
     ImageError,
     NotFound,
+    engine_error,
+    engine_errors,
 )
 from .gpus import Inventory
 from .hosts import Host, HostInfo, HostPool
@@ -96,9 +99,8 @@ L_LEDGER = f"{LABEL}.ledger"
 #: The environment's forwardPorts at creation (comma-separated): ports the proxy serves.
 L_PORTS = f"{LABEL}.ports"
 
-T = TypeVar("T")
 PREFIX = "gpudev-"
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
 _CUDA_REQ_RE = re.compile(r"cuda>=\s*([0-9]+(?:\.[0-9]+)?)")
 _CUDA_VER_RE = re.compile(r"^([0-9]+)\.([0-9]+)")
 _STOPPED = ("exited", "dead", "removing")
@@ -198,7 +200,7 @@ class KernelInfo:
 
 
 _ENGINE_TIME_RE = re.compile(
-    r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.\d+)?(Z|[+-]\d{2}:\d{2})$"
+    r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.\d+)?(Z|[+-]\d{2}:\d{2})\Z"
 )
 
 
@@ -577,27 +579,6 @@ class DevContainers(LoggingConfigurable):
     def _host(self, name: str | None) -> Host:
         return self.host_pool.get(name or self.host_pool.local_name)
 
-    def _engine_error(self, what: str, exc: Exception) -> GPUDevError:
-        self.log.warning("%s: %r", what, exc)
-        text = str(exc)
-        if "could not select device driver" in text:
-            return EngineError(
-                f"{what}: the engine cannot give containers GPUs (no NVIDIA container toolkit). "
-                "Install nvidia-container-toolkit on the host and restart the Docker engine."
-            )
-        if isinstance(exc, docker.errors.NotFound):
-            return NotFound(f"{what}: not found")
-        if isinstance(exc, docker.errors.APIError) and exc.status_code == 409:
-            return Conflict(f"{what}: the engine reports a conflict (the name may be in use)")
-        return EngineError(f"{what}: the engine refused (the server log has the details)")
-
-    def _call(self, what: str, func: Callable[[], T]) -> T:
-        """Run one engine call; its failures become errors a person can act on."""
-        try:
-            return func()
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            raise self._engine_error(what, exc) from exc
-
     def _hosts(self, host: str | None) -> list[Host]:
         if host:
             return [self._host(host)]
@@ -608,15 +589,14 @@ class DevContainers(LoggingConfigurable):
         unreachable: list[GPUDevError] = []
         for candidate in self._hosts(host):
             try:
-                client = candidate.client()
-                container = client.containers.get(docker_name(name))
-            except docker.errors.NotFound:
-                continue
+                with engine_errors(f"Looking up {user_name(name)!r}", self.log):
+                    try:
+                        container = candidate.client().containers.get(docker_name(name))
+                    except docker.errors.NotFound:
+                        continue
             except EngineUnreachable as err:
                 unreachable.append(err)
                 continue
-            except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-                raise self._engine_error(f"Looking up {user_name(name)!r}", exc) from exc
             if container.labels.get(L_MANAGED) == "1" and _on_host(container, candidate):
                 return candidate, container
         if unreachable and len(unreachable) == len(self._hosts(host)):
@@ -668,7 +648,7 @@ class DevContainers(LoggingConfigurable):
         assert env.build is not None  # noqa: S101 - checked by the caller
         build = env.build
         say({"stage": "build", "message": f"building {ref} from {build.dockerfile.name}"})
-        try:
+        with engine_errors(f"Building the image of {env.name!r}", self.log):
             stream_build(
                 client,
                 f"the image of {env.name!r}",
@@ -682,8 +662,6 @@ class DevContainers(LoggingConfigurable):
                 target=build.target,
                 labels={L_ENV: env.name},
             )
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            raise self._engine_error(f"Building the image of {env.name!r}", exc) from exc
 
     def _pull(self, client: docker.DockerClient, ref: str, say: Progress) -> None:
         """Pull with the registry's credentials; a registry that cannot be reached or refuses
@@ -842,10 +820,8 @@ class DevContainers(LoggingConfigurable):
             self._undo(container, lease)
             if isinstance(exc, GPUDevError):
                 raise
-            if isinstance(
-                exc, (docker.errors.DockerException, requests.exceptions.RequestException)
-            ):
-                raise self._engine_error(f"Starting {name!r}", exc) from exc
+            if isinstance(exc, ENGINE_FAILURES):
+                raise engine_error(f"Starting {name!r}", exc, self.log) from exc
             raise
         warnings = (*notes, *self._lifecycle_commands(container, env, say))
         if env.post_create_command or env.post_start_command:
@@ -932,15 +908,13 @@ class DevContainers(LoggingConfigurable):
             # The lease goes only with the container stopped: it may have started after all.
             try:
                 container.stop(timeout=self.stop_timeout)
-            except (docker.errors.DockerException, requests.exceptions.RequestException):
+            except ENGINE_FAILURES:
                 self.log.exception("Could not stop %s after a failed start", container.name)
             else:
                 if lease is not None:
                     self.ledger.release(lease.lease_id)
-            if isinstance(
-                exc, (docker.errors.DockerException, requests.exceptions.RequestException)
-            ):
-                raise self._engine_error(f"Starting {user!r} again", exc) from exc
+            if isinstance(exc, ENGINE_FAILURES):
+                raise engine_error(f"Starting {user!r} again", exc, self.log) from exc
             raise
         return self._info(found_host, container, warnings=self._post_start(container, say))
 
@@ -965,7 +939,7 @@ class DevContainers(LoggingConfigurable):
             )
         except docker.errors.APIError as exc:
             if not client.networks.list(names=[self.network]):  # not a race with another start
-                raise self._engine_error(f"Creating the network {self.network!r}", exc) from exc
+                raise engine_error(f"Creating the network {self.network!r}", exc, self.log) from exc
         return self.network
 
     def container_address(self, name: str, host: str | None = None) -> str:
@@ -1231,12 +1205,10 @@ class DevContainers(LoggingConfigurable):
     def _stop(self, host: Host, container: Container) -> None:
         name = container.labels.get(L_NAME, user_name(container.name or ""))
         self._close_forwards(host, container)  # while it still has its address
-        try:
+        with engine_errors(f"Stopping {user_name(name)!r}", self.log):
             container.stop(timeout=self.stop_timeout)
             container.wait(condition="not-running", timeout=self.stop_timeout + 30)
             container.reload()
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            raise self._engine_error(f"Stopping {user_name(name)!r}", exc) from exc
         if container.status == "running":
             raise EngineError(f"{user_name(name)!r} is still running after stop; lease kept")
         self._release_for(host, container)
@@ -1258,10 +1230,8 @@ class DevContainers(LoggingConfigurable):
         if baseline is not None and baseline.held:
             baseline = self._prune_held(name, host, str(container.id), baseline)
         # Changes a commit left out (``held``) are uncommitted too, files or not.
-        changed = self._call(
-            f"Reading the changes of {user_name(name)!r}",
-            lambda: _uncommitted_changes(container, baseline),
-        )
+        with engine_errors(f"Reading the changes of {user_name(name)!r}", self.log):
+            changed = _uncommitted_changes(container, baseline)
         if changed and not force:
             raise Conflict(
                 f"{user_name(name)!r} has {len(changed)} uncommitted change(s) (e.g. "
@@ -1269,7 +1239,8 @@ class DevContainers(LoggingConfigurable):
                 "count too), or remove it with force",
                 details={"changes": changed[:50]},
             )
-        self._call(f"Removing {user_name(name)!r}", lambda: container.remove(force=True))
+        with engine_errors(f"Removing {user_name(name)!r}", self.log):
+            container.remove(force=True)
         self._release_for(found_host, container)
         self.baselines.forget(str(container.id))
         self.change_counts.forget(str(container.id))
@@ -1372,14 +1343,12 @@ class DevContainers(LoggingConfigurable):
             except EngineUnreachable as err:
                 unreachable.append(err)
                 continue
-            containers = self._call(
-                f"Listing dev containers on {candidate.name!r}",
-                lambda client=client, name=candidate.name: client.containers.list(  # type: ignore[misc]
+            with engine_errors(f"Listing dev containers on {candidate.name!r}", self.log):
+                containers = client.containers.list(
                     all=all_states,
-                    filters={"label": [f"{L_MANAGED}=1", f"{L_HOST}={name}"]},
+                    filters={"label": [f"{L_MANAGED}=1", f"{L_HOST}={candidate.name}"]},
                     ignore_removed=True,
-                ),
-            )
+                )
             found.extend((candidate, c) for c in containers)
         if unreachable and len(unreachable) == len(hosts):
             raise unreachable[0]  # no engine answered: say so, not "no containers"
@@ -1682,7 +1651,7 @@ class DevContainers(LoggingConfigurable):
                 if kept is not None and kept[0] == changed:
                     return kept[1]
                 items = len(ChangeCapture(self).capture(name, host.name).items)
-            except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            except ENGINE_FAILURES as exc:
                 self.log.warning("gpudev: changes of %s not counted: %r", container.name, exc)
                 return None
             except GPUDevError as err:  # e.g. the host's connection dropped
@@ -1763,16 +1732,14 @@ class DevContainers(LoggingConfigurable):
         container exists), so this is safe to run while containers start.
         """
         listed_at = time.time()
-        containers = self._call(
-            "Listing dev containers",
+        with engine_errors("Listing dev containers", self.log):
             # A container removed between the listing and its inspection (a start that lost a
             # race and cleaned up) is simply not there.
             # Every managed container of the engine: another host entry (or another server)
             # that reaches the same engine holds its GPUs too.
-            lambda: host.client().containers.list(
+            containers = host.client().containers.list(
                 all=True, filters={"label": f"{L_MANAGED}=1"}, ignore_removed=True
-            ),
-        )
+            )
         holding: dict[str, tuple[str, ...]] = {}
         owners: dict[str, str] = {}
         labelled: set[str] = set()
@@ -1867,8 +1834,7 @@ def _run_bounded(
     def read() -> None:
         # A read can time out on a command silent for long (the client's timeout): the exit
         # is then waited for below.
-        failures = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
-        with contextlib.suppress(*failures):
+        with contextlib.suppress(*ENGINE_FAILURES, OSError):
             sock = api.exec_start(exec_id, socket=True)
             try:
                 frames = docker_socket.frames_iter(sock, tty=False)  # type: ignore[no-untyped-call]

@@ -26,17 +26,25 @@ import hashlib
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import changes as ch
 from .changes import ChangeItem, ChangeSet, PyDist, PythonChanges
 
 MARK = "# --- gpudev:"
-_APT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]*(:[a-z0-9-]+)?$")
-_APT_VERSION_RE = re.compile(r"^[A-Za-z0-9.+~:-]+$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_CONDA_SPEC_RE = re.compile(r"^[A-Za-z0-9_.:/=<>!*,-]+$")
+# Values from a container are checked whole (``fullmatch``: ``$`` would let a final newline
+# through) before they reach a Dockerfile line.
+_APT_NAME_RE = re.compile(r"[a-z0-9][a-z0-9+.-]{0,199}(:[a-z0-9-]{1,30})?")
+_APT_VERSION_RE = re.compile(r"[A-Za-z0-9.+~:-]{1,200}")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
+_CONDA_SPEC_RE = re.compile(r"[A-Za-z0-9_.:/=<>!*,-]{1,500}")
+_CONDA_CHANNEL_RE = re.compile(r"[A-Za-z0-9_.:/~+%@-]{1,500}")
+_PY_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,198}[A-Za-z0-9])?")
+_PY_VERSION_RE = re.compile(r"[A-Za-z0-9.+!_-]{1,100}")
+_PY_MINOR_RE = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}")
+#: A ``pip install`` URL (``name @ URL``): printable ASCII, no spaces.
+_PIP_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,20}:[!-~]{1,4200}")
 _USER_RE = re.compile(r"^\s*USER\s+(\S+)", re.IGNORECASE)
 #: Package-manager sources, keys and configuration (apt sources and keys, pip.conf, .condarc):
 #: copied before the packages are installed, so the installs use them (a private index, an
@@ -50,8 +58,167 @@ SOURCE_PREFIXES = (
     "/opt/conda/.condarc",
 )
 _SOURCE_HOME_RE = re.compile(
-    r"^/(?:root|home/[^/]+)/(?:\.pip/|\.config/pip/|\.condarc$|\.config/conda/)"
+    r"^/(?:root|home/[^/]+)/(?:\.pip/|\.config/pip/|\.condarc\Z|\.config/conda/)"
 )
+
+
+def _is_path(value: str) -> bool:
+    return ch.safe_text(value) and value.startswith("/")
+
+
+def _printable(text: str) -> str:
+    """``text`` with every unprintable character escaped (a report or a label shows it)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _env_quoted(value: str) -> str:
+    """A value in double quotes as Docker's ``ENV`` reads it back: ``\\``, ``"`` and ``$``
+    escaped (a ``$`` would expand); the value has no control character (``writable``)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'"{escaped}"'
+
+
+def _dist_ok(dist: PyDist) -> bool:
+    if not (_PY_NAME_RE.fullmatch(dist.name) and _PY_VERSION_RE.fullmatch(dist.version)):
+        return False
+    return dist.source not in ("vcs", "archive") or bool(_PIP_URL_RE.fullmatch(dist.url))
+
+
+def writable(changes: ChangeSet, reported: list[str]) -> ChangeSet:
+    """The part of a change set a Dockerfile can hold: every value read from the container
+    checked whole (names and versions against their syntax, paths and values without control
+    characters or line separators, bounded). What is left out is put in ``reported``, shown
+    escaped: it stays a change, never a line of the Dockerfile."""
+    return ChangeSet(
+        apt=_writable_apt(changes.apt, reported),
+        python=[k for py in changes.python if (k := _writable_python(py, reported)) is not None],
+        conda=[w for c in changes.conda if (w := _writable_conda(c, reported)) is not None],
+        files=_writable_files(changes.files, reported),
+        env=_writable_env(changes.env, reported),
+        env_removed=changes.env_removed,
+        env_secrets=changes.env_secrets,
+        notes=changes.notes,
+    )
+
+
+def _writable_apt(apt: ch.AptChanges, reported: list[str]) -> ch.AptChanges:
+    out = ch.AptChanges()
+    show = ch.shown
+    for name, version in apt.added:
+        if _APT_NAME_RE.fullmatch(name) and _APT_VERSION_RE.fullmatch(version):
+            out.added.append((name, version))
+        else:
+            reported.append(f"apt package {show(name)} {show(version)}: not a valid name/version")
+    for name, was, version in apt.upgraded:
+        if _APT_NAME_RE.fullmatch(name) and _APT_VERSION_RE.fullmatch(version):
+            out.upgraded.append((name, was, version))
+        else:
+            reported.append(f"apt package {show(name)} {show(version)}: not a valid name/version")
+    for name, version in apt.removed:
+        if _APT_NAME_RE.fullmatch(name):
+            out.removed.append((name, version))
+        else:
+            reported.append(f"apt package {show(name)}: not a valid name, its removal not written")
+    return out
+
+
+def _writable_conda(conda: ch.CondaChanges, reported: list[str]) -> ch.CondaChanges | None:
+    show = ch.shown
+    if not _is_path(conda.prefix):
+        if conda.added or conda.removed:
+            reported.append(f"conda environment {show(conda.prefix)}: not a valid path")
+        return None
+    where = f"conda in {conda.prefix}"
+    added = [s for s in conda.added if _CONDA_SPEC_RE.fullmatch(s)]
+    reported += [f"{where}: {show(s)} is not a valid spec" for s in conda.added if s not in added]
+    bad = [c for c in conda.channels if not _CONDA_CHANNEL_RE.fullmatch(c)]
+    if bad and added:
+        reported.append(f"{where}: channel {show(bad[0])} is not valid, installs not written")
+        added = []
+    removed: list[str] = []
+    for spec in conda.removed:
+        name = re.split(r"[<>=!~ ]", spec, maxsplit=1)[0]
+        if _CONDA_SPEC_RE.fullmatch(name):
+            removed.append(name)
+        else:
+            reported.append(f"{where}: {show(spec)} is not a valid spec, removal not written")
+    return ch.CondaChanges(conda.prefix, added, removed, conda.channels if added else ())
+
+
+def _writable_python(py: PythonChanges, reported: list[str]) -> PythonChanges | None:
+    env = py.env
+    if not (
+        _is_path(env.python)
+        and _is_path(env.prefix)
+        and _is_path(env.base_prefix)
+        and _PY_MINOR_RE.fullmatch(env.version)
+    ):
+        if py:
+            reported.append(
+                f"Python environment {ch.shown(env.prefix)} ({ch.shown(env.python)}): not a "
+                "valid interpreter path or version, its changes not written"
+            )
+        return None
+    kept = PythonChanges(env, py.new_env)
+    for dist in py.added:
+        if _dist_ok(dist):
+            kept.added.append(dist)
+        else:
+            reported.append(_bad_dist(env, dist))
+    for old, dist in py.upgraded:
+        if _dist_ok(dist):
+            kept.upgraded.append((old, dist))
+        else:
+            reported.append(_bad_dist(env, dist))
+    for dist in py.removed:
+        if _PY_NAME_RE.fullmatch(dist.name):
+            kept.removed.append(dist)
+        else:
+            reported.append(_bad_dist(env, dist))
+    return kept
+
+
+def _writable_files(files: ch.FileChanges, reported: list[str]) -> ch.FileChanges:
+    out = replace(
+        files,
+        kept=[p for p in files.kept if _is_path(p)],
+        deleted=[p for p in files.deleted if _is_path(p)],
+        links={p: t for p, t in files.links.items() if _is_path(p) and ch.safe_text(t)},
+        unsafe=[],
+    )
+    unsafe = [
+        *files.unsafe,
+        *(p for p in [*files.kept, *files.deleted] if not _is_path(p)),
+        *(f"{p} -> {t}" for p, t in files.links.items() if p not in out.links),
+    ]
+    reported += [
+        f"{ch.shown(p)}: a Dockerfile cannot name this path (control characters), not written"
+        for p in sorted(set(unsafe))
+    ]
+    return out
+
+
+def _writable_env(env: dict[str, str], reported: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in env.items():
+        if not _ENV_NAME_RE.fullmatch(name):
+            reported.append(f"environment variable {ch.shown(name)}: not a valid name")
+        elif value == "" or ch.safe_text(value):
+            out[name] = value
+        else:
+            reported.append(
+                f"environment variable {name}: its value {ch.shown(value)} cannot be written"
+            )
+    return out
+
+
+def _bad_dist(env: ch.PythonEnv, dist: PyDist) -> str:
+    return (
+        f"pip package {ch.shown(dist.name)} {ch.shown(dist.version)} in {env.prefix}: not a valid "
+        "name, version or URL, not written"
+    )
 
 
 def is_source_path(path: str) -> bool:
@@ -115,43 +282,42 @@ def _continued(head: str, items: list[str], tail: str = "") -> list[str]:
     return lines
 
 
-def _apt_lines(changes: ChangeSet, reported: list[str]) -> list[str]:
+def _apt_lines(changes: ChangeSet) -> list[str]:
+    """apt lines of a ``writable`` change set."""
     lines: list[str] = []
-    install: list[str] = []
-    for name, version in [*changes.apt.added, *((n, v) for n, _, v in changes.apt.upgraded)]:
-        if _APT_NAME_RE.match(name) and _APT_VERSION_RE.match(version):
-            install.append(f"{name}={version}")
-        else:
-            reported.append(f"apt package {name!r} {version!r}: not a valid name/version")
+    install = [
+        f"{name}={version}"
+        for name, version in [*changes.apt.added, *((n, v) for n, _, v in changes.apt.upgraded)]
+    ]
     if install:
         lines += _continued(
             "RUN apt-get update \\\n && apt-get install -y --no-install-recommends",
             sorted(install),
             "&& rm -rf /var/lib/apt/lists/*",
         )
-    remove = sorted(n for n, _ in changes.apt.removed if _APT_NAME_RE.match(n))
+    remove = sorted(n for n, _ in changes.apt.removed)
     if remove:
         lines.append("RUN apt-get purge -y " + " ".join(remove))
     return lines
 
 
 def _conda_lines(changes: ChangeSet) -> list[str]:
+    """conda lines of a ``writable`` change set (removals are names already)."""
     lines: list[str] = []
     for conda in changes.conda:
         prefix = shlex.quote(conda.prefix)
-        specs = [s for s in conda.added if _CONDA_SPEC_RE.match(s)]
-        if specs:
+        if conda.added:
             channels = " ".join(f"-c {shlex.quote(c)}" for c in conda.channels)
-            quoted = " ".join(shlex.quote(s) for s in specs)
+            quoted = " ".join(shlex.quote(s) for s in conda.added)
             lines.append(f"RUN conda install -y -p {prefix} {channels} {quoted}".replace("  ", " "))
-        removed = [re.split(r"[<>=!~ ]", s, maxsplit=1)[0] for s in conda.removed]
-        removed = [r for r in removed if _CONDA_SPEC_RE.match(r)]
-        if removed:
-            lines.append(f"RUN conda remove -y -p {prefix} " + " ".join(removed))
+        if conda.removed:
+            removed = " ".join(shlex.quote(r) for r in conda.removed)
+            lines.append(f"RUN conda remove -y -p {prefix} {removed}")
     return lines
 
 
-def _python_lines(changes: ChangeSet, reported: list[str]) -> list[str]:
+def _python_lines(changes: ChangeSet) -> list[str]:
+    """pip lines of a ``writable`` change set."""
     lines: list[str] = []
     for py in changes.python:
         if not py:
@@ -167,7 +333,7 @@ def _python_lines(changes: ChangeSet, reported: list[str]) -> list[str]:
             # A fresh venv has pip and setuptools of its own: only what was added on top.
             wanted = [d for d in wanted if d.name.lower() not in ("pip", "setuptools", "wheel")]
         requirements = sorted(
-            shlex.quote(d.requirement()) for d in wanted if d.source not in ("editable", "local")
+            shlex.quote(d.requirement()) for d in wanted if d.source not in ch.NOT_REPRODUCIBLE
         )
         if requirements:
             lines += _continued(
@@ -176,23 +342,19 @@ def _python_lines(changes: ChangeSet, reported: list[str]) -> list[str]:
         removed = sorted(shlex.quote(d.name) for d in py.removed)
         if removed:
             lines.append(f"RUN {python} -m pip uninstall -y {flags}" + " ".join(removed))
-    reported.extend(changes.notes)
     return lines
 
 
 def _env_lines(changes: ChangeSet, reported: list[str]) -> list[str]:
-    lines: list[str] = []
-    for name in sorted(changes.env):
-        if not _ENV_NAME_RE.match(name):
-            reported.append(f"environment variable {name!r}: not a valid name")
-            continue
-        lines.append(f"ENV {name}={json.dumps(changes.env[name])}")
+    """``ENV`` lines of a ``writable`` change set; credentials and unset variables reported."""
+    lines = [f"ENV {name}={_env_quoted(changes.env[name])}" for name in sorted(changes.env)]
     reported.extend(
-        f"environment variable {name}: looks like a credential, not written"
+        f"environment variable {_printable(name)}: looks like a credential, not written"
         for name in changes.env_secrets
     )
     reported.extend(
-        f"environment variable {name}: unset in the container (a Dockerfile cannot unset it)"
+        f"environment variable {_printable(name)}: unset in the container (a Dockerfile "
+        "cannot unset it)"
         for name in changes.env_removed
     )
     return lines
@@ -204,8 +366,10 @@ _FRESH_VENV_DISTS = ("pip", "setuptools", "wheel")
 def change_items(changes: ChangeSet) -> list[ChangeItem]:
     """Every change a commit can carry or leave out (``ChangeSet.without``), in the order the
     Dockerfile renders them; credentials, unset variables and notes are not items (they are
-    never written). Installs a Dockerfile cannot repeat are items too: left out, a verify
-    build no longer fails on them."""
+    never written), nor values a Dockerfile cannot hold (``writable``: reported). Installs a
+    Dockerfile cannot repeat are items too: left out, a verify build no longer fails on
+    them. Labels and details are printable (unprintable characters escaped)."""
+    changes = writable(changes, [])
     files = changes.files
     items = [
         ChangeItem(ch.file_id(p), "file", p, "package-manager configuration file, copied first")
@@ -252,7 +416,12 @@ def change_items(changes: ChangeSet) -> list[ChangeItem]:
         value = changes.env[name]
         shown = value if len(value) <= 60 else value[:57] + "..."
         items.append(ChangeItem(ch.env_id(name), "env", f"{name}={shown}", "environment variable"))
-    return items
+    return [
+        ChangeItem(i.id, i.kind, _printable(i.label), _printable(i.detail))
+        if not (i.label.isprintable() and i.detail.isprintable())
+        else i
+        for i in items
+    ]
 
 
 def _python_items(py: PythonChanges) -> list[ChangeItem]:
@@ -260,7 +429,7 @@ def _python_items(py: PythonChanges) -> list[ChangeItem]:
     where = f"pip in the new venv {env.prefix}" if py.new_env else f"pip in {env.prefix}"
 
     def item(dist: PyDist, label: str, detail: str) -> ChangeItem:
-        if dist.source in ("editable", "local"):
+        if dist.source in ch.NOT_REPRODUCIBLE:
             detail += f" ({dist.source} install: a Dockerfile cannot repeat it, see the notes)"
         return ChangeItem(ch.python_id(env.prefix, dist.name), "python", label, detail)
 
@@ -331,8 +500,11 @@ def change_lines(
     *,
     message: str | None = None,
 ) -> tuple[list[str], list[str], list[str]]:
-    """The Dockerfile lines for a change set; also the files to copy and what is reported."""
+    """The Dockerfile lines for a change set; also the files to copy and what is reported
+    (values from the container that a Dockerfile cannot hold are left out: ``writable``)."""
     reported: list[str] = []
+    changes = writable(changes, reported)
+    left_out = len(reported)
     files = changes.files
     source_files = sorted(p for p in files.kept if is_source_path(p))
     other_files = sorted(p for p in files.kept if not is_source_path(p))
@@ -341,9 +513,10 @@ def change_lines(
         shown = ", ".join(source_files[:LISTED_FILES])
         body.append(f"# package sources and configuration: {shown}")
         body.append(f"COPY {context_folder}/sources/ /")
-    body += _apt_lines(changes, reported)
+    body += _apt_lines(changes)
     body += _conda_lines(changes)
-    body += _python_lines(changes, reported)
+    body += _python_lines(changes)
+    reported.extend(changes.notes)
     if other_files:
         shown = ", ".join(other_files[:LISTED_FILES])
         more = len(other_files) - LISTED_FILES
@@ -356,10 +529,16 @@ def change_lines(
         body.append("RUN " + json.dumps(["rm", "-rf", "--", *sorted(files.deleted)]))
     body += _env_lines(changes, reported)
     reported.extend(f"{path}: looks like a credential, not copied" for path in files.secrets)
+    reported = [_printable(r) for r in reported]
     if not body:
         return [], [], reported
-    lines = [f"{MARK} changes of dev container {container} (environment {environment}) ---"]
+    where = _printable(f"{container} (environment {environment})")
+    lines = [f"{MARK} changes of dev container {where} ---"]
     lines += comment_lines(message)
+    if left_out:
+        lines.append(
+            f"# {left_out} change(s) not written: a Dockerfile cannot hold them (see the notes)"
+        )
     if user not in (None, "root", "0", "0:0"):
         lines.append("USER root")
     lines += body

@@ -41,7 +41,7 @@ MountType = Literal["bind", "volume"]
 #: named commands run in parallel.
 Command: TypeAlias = str | list[str] | dict[str, str | list[str]] | None
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
 DEFAULT_NAME = "default"
 CONFIG_TRAIT = "c.EnvironmentManager.environments"
 #: devcontainer.json files larger than this are refused (they are a few KiB in practice).
@@ -67,12 +67,12 @@ HARMLESS_PYTHON_ENV = frozenset(
     }
 )
 
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-_IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*\Z")
+_IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}\Z")
 _VARIABLE_RE = re.compile(r"\$\{([A-Za-z]+)\}")
-_DOCKER_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b)?$", re.IGNORECASE)
-_GPU_MEMORY_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt])(i?)b?$", re.IGNORECASE)
-_INT_RE = re.compile(r"^-?\d+$")
+_DOCKER_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b)?\Z", re.IGNORECASE)
+_GPU_MEMORY_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt])(i?)b?\Z", re.IGNORECASE)
+_INT_RE = re.compile(r"^-?\d+\Z")
 
 _MOUNTS_INSTEAD = (
     "declare host folders in 'mounts' instead; they are checked against c.MountPolicy.allowed_roots"

@@ -43,7 +43,7 @@ SMI_FIELDS = (
 )
 
 _MISSING = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[gpu lost]"}
-_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z/-]+$")
+_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z/-]+\Z")
 _CUDA_RE = re.compile(r"CUDA Version\s*:?\s*([0-9]+\.[0-9]+)")
 _L_GPU_RE = re.compile(r"^GPU\s+(\d+):\s*(.*?)\s*\(UUID:\s*(GPU-[^)\s]+)\)")
 _L_MIG_RE = re.compile(r"^\s+MIG\s+(\S+)\s+Device\s+(\d+):\s*\(UUID:\s*(MIG-[^)\s]+)\)")

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import stat
 import subprocess
 import threading
@@ -30,7 +29,6 @@ from urllib.parse import urlsplit
 
 import docker
 import docker.errors
-import requests.exceptions
 from docker.constants import DEFAULT_DOCKER_API_VERSION, MINIMUM_DOCKER_API_VERSION
 from docker.tls import TLSConfig
 from docker.utils import version_lt
@@ -39,6 +37,7 @@ from traitlets import Bool, Dict, Float, Instance, TraitError, Unicode, default,
 from traitlets.config import LoggingConfigurable
 
 from .errors import (
+    ENGINE_FAILURES,
     BadRequest,
     ConfigError,
     Conflict,
@@ -46,6 +45,7 @@ from .errors import (
     EngineUnreachable,
     GPUDevError,
     NotFound,
+    engine_errors,
 )
 from .gpus import GPUInventory, Inventory, ProbeUnavailable
 from .leases import Lease
@@ -55,9 +55,9 @@ from .tunnels import Tunnels
 Transport = Literal["local", "ssh", "tcp"]
 
 DEFAULT_LOCAL_URL = "unix:///var/run/docker.sock"
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
 #: A user or host name of an ssh:// or tcp:// URL (what reaches ``ssh`` for terminals).
-_URL_PART_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:-]{0,252}$")
+_URL_PART_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:-]{0,252}\Z")
 _TLS_KEYS = {"tls_ca_cert", "tls_client_cert", "tls_client_key", "tls_verify"}
 _SSH_KEYS = {"identity_file", "known_hosts"}
 #: Keys of a remote host: what runs there, and which of its folders containers see.
@@ -252,44 +252,6 @@ class HostInfo:
         return data
 
 
-def describe_connection_error(url: str, exc: BaseException) -> str:
-    """Turn a failed connection into a sentence that names the address and what to do."""
-    cause: BaseException | None = exc
-    seen: set[int] = set()
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, FileNotFoundError) or (
-            isinstance(cause, OSError) and cause.errno == errno.ENOENT
-        ):
-            what = "the socket does not exist"
-            break
-        if isinstance(cause, PermissionError) or (
-            isinstance(cause, OSError) and cause.errno == errno.EACCES
-        ):
-            what = "permission denied on the socket (is the server user in the 'docker' group?)"
-            break
-        if isinstance(cause, ConnectionRefusedError):
-            what = "the connection was refused"
-            break
-        if isinstance(cause, (socket.timeout, TimeoutError, requests.exceptions.Timeout)):
-            what = "it did not answer in time"
-            break
-        if isinstance(cause, socket.gaierror):
-            what = "the host name could not be resolved"
-            break
-        nxt = cause.__cause__ or cause.__context__
-        if nxt is None and cause.args and isinstance(cause.args[-1], BaseException):
-            nxt = cause.args[-1]
-        cause = nxt
-    else:
-        what = "the engine did not answer (the server log has the details)"
-    return (
-        f"No Docker engine answered at {url}: {what}. Start the Docker engine there "
-        "(`dockerd`, or `systemctl start docker`), or point jupyter-gpudev at a running one "
-        "with DOCKER_HOST or c.HostPool.local_url / c.HostPool.hosts."
-    )
-
-
 class Host:
     """One engine: a lazily opened, persistent Docker client plus the host's GPU inventory."""
 
@@ -361,7 +323,7 @@ class Host:
         probe = self._new_client(MINIMUM_DOCKER_API_VERSION, self.timeout, tls)
         try:
             engine_api = str(probe.version(api_version=False)["ApiVersion"])
-        except (docker.errors.DockerException, requests.exceptions.RequestException):
+        except ENGINE_FAILURES:
             self._explain_remote_failure()
             raise
         finally:
@@ -426,14 +388,8 @@ class Host:
             current = self._probe_client if probe else self._client
             if current is not None:
                 return current
-            try:
+            with self._unreachable():
                 current = self._connect(self.timeout if probe else self.api_timeout)
-            except (docker.errors.DockerException, OSError) as exc:
-                self.log.warning("Docker engine %s at %s: %r", self.name, self.spec.url, exc)
-                raise EngineUnreachable(
-                    describe_connection_error(self.spec.url, exc),
-                    details={"host": self.name, "url": self.spec.url},
-                ) from exc
             if probe:
                 self._probe_client = current
             else:
@@ -459,20 +415,26 @@ class Host:
         if self.ssh is not None:
             self.ssh.close()
 
+    def _unreachable(self) -> contextlib.AbstractContextManager[None]:
+        """Engine failures in it mean: no engine answered at this host's address."""
+        return engine_errors(
+            f"Docker engine {self.name} at {self.spec.url}",
+            self.log,
+            unreachable_at=self.spec.url,
+            details={"host": self.name, "url": self.spec.url},
+        )
+
     def engine_info(self) -> EngineInfo:
         """Ask the engine for its version and features (``timeout`` per call); raises
         ``EngineUnreachable``."""
         client = self._connected(probe=True)
         try:
-            version = client.version()
-            info = client.info()
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            self.log.warning("Docker engine %s at %s: %r", self.name, self.spec.url, exc)
+            with self._unreachable():
+                version = client.version()
+                info = client.info()
+        except EngineUnreachable:
             self._close_clients()  # reconnect next time: the engine may have restarted
-            raise EngineUnreachable(
-                describe_connection_error(self.spec.url, exc),
-                details={"host": self.name, "url": self.spec.url},
-            ) from exc
+            raise
         runtimes = tuple(sorted((info.get("Runtimes") or {}).keys()))
         cdi_dirs = tuple(info.get("CDISpecDirs") or ())
         hook: bool | None = None
@@ -919,12 +881,8 @@ def address_for_containers(network: Mapping[str, Any]) -> str | None:
 def bridge_address(client: docker.DockerClient, network: str = "bridge") -> str:
     """This host's address as seen from containers on ``network`` (``address_for_containers``);
     ``EngineError`` when the engine reports no IPv4 address or subnet for it."""
-    try:
+    with engine_errors(f"Reading the Docker network {network!r}"):
         attrs = client.networks.get(network).attrs
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        raise EngineError(
-            f"The Docker network {network!r} could not be read ({type(exc).__name__})"
-        ) from exc
     address = address_for_containers(attrs)
     if address is None:
         raise EngineError(

@@ -34,9 +34,9 @@ APT_SOURCE_FILES = (
     "/etc/apt/sources.list.d/debian.sources",
     "/etc/apt/sources.list",
 )
-_SUITE_RE = re.compile(r"^[a-z][a-z0-9-]{1,30}$")
-_PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
-_TAG_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,200}$")
+_SUITE_RE = re.compile(r"^[a-z][a-z0-9-]{1,30}\Z")
+_PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+\Z")
+_TAG_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,200}\Z")
 LABEL = "org.jupyter.gpudev"
 
 
@@ -164,7 +164,7 @@ class ImageBootstrapper(LoggingConfigurable):
     def _check_inputs(self, mirror: str) -> None:
         if not _SUITE_RE.match(self.suite):
             raise BadRequest(f"Not a Debian suite name: {self.suite!r}")
-        if not re.match(r"^(https?|file)://[^\s]+$", mirror):
+        if not re.match(r"^(https?|file)://[^\s]+\Z", mirror):
             raise BadRequest(
                 f"Not a mirror URL: {mirror!r} (expected http://, https:// or file://)"
             )

@@ -76,7 +76,7 @@ _PY_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,198}[A-Za-z0-9])?")
 _PY_VERSION_RE = re.compile(r"[A-Za-z0-9.+!_-]{1,100}")
 _PY_MINOR_RE = re.compile(r"[23]\.[0-9]{1,3}")
 _SITE_RE = re.compile(r"(?P<site>/.*/(?:site|dist)-packages)/(?P<dist>[^/]+\.(?:dist|egg)-info)")
-_LIB_PYTHON_RE = re.compile(r"/lib/python(?P<v>[23]\.[0-9]{1,3})(?:/|$)")
+_LIB_PYTHON_RE = re.compile(r"/lib/python(?P<v>[23]\.[0-9]{1,3})(?:/|\Z)")
 _USER_SITE_RE = re.compile(r"/(?:root|home/[^/]+)/\.local/lib/python(?P<v>[0-9.]+)/site-packages")
 
 

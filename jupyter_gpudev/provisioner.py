@@ -31,14 +31,19 @@ from typing import Any, TypeVar, cast
 import docker.errors
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
-from requests.exceptions import RequestException
 from tornado import web
 from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import Config
 
 from .containers import DevContainers, StartRequest
-from .errors import Conflict, EngineError, EngineUnreachable, GPUDevError
-from .hosts import Host, HostPool
+from .errors import (
+    ENGINE_FAILURES,
+    Conflict,
+    EngineUnreachable,
+    GPUDevError,
+    engine_error,
+)
+from .hosts import Host
 from .kernels import KernelPlacement
 
 T = TypeVar("T")
@@ -97,13 +102,14 @@ def current_manager() -> DevContainers | None:
 
 def _manager_for(provisioner: GPUDevProvisioner) -> DevContainers:
     """The server's manager, or (outside a server, e.g. jupyter console) one of our own."""
+    # services.py lists this module's class among its own: imported here, not at the top.
+    from .services import Services  # noqa: PLC0415
+
     global _shared_manager  # noqa: PLW0603
     with _shared_lock:
         if _shared_manager is None:
             config = provisioner.config if isinstance(provisioner.config, Config) else Config()
-            root = os.getcwd()
-            pool = HostPool(config=config)
-            _shared_manager = DevContainers(root_dir=root, host_pool=pool, config=config)
+            _shared_manager = Services(os.getcwd(), config=config).containers
         return _shared_manager
 
 
@@ -217,8 +223,9 @@ class GPUDevProvisioner(KernelProvisionerBase):
             if first:
                 await self._abandon()
             error = exc if isinstance(exc, GPUDevError) else None
-            if isinstance(exc, (docker.errors.DockerException, RequestException)):
-                error = EngineError(f"Starting the kernel in {self._container_name!r}: {exc}")
+            if isinstance(exc, ENGINE_FAILURES):
+                what = f"Starting the kernel in {self._container_name!r}"
+                error = engine_error(what, exc, self.log)
             if error is None:
                 raise
             raise KernelLaunchError(error) from exc

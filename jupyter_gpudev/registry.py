@@ -21,22 +21,21 @@ from typing import Any
 
 import docker
 import docker.errors
-import requests
 from docker import auth as docker_auth
 from traitlets import Dict
 from traitlets.config import LoggingConfigurable
 
-from .errors import BadRequest, ConfigError, GPUDevError
+from .errors import ENGINE_FAILURES, BadRequest, ConfigError, GPUDevError
 from .images import Progress
 
 #: ``[registry/]path[:tag]``, lower-case path components as the distribution spec has them.
 _REFERENCE_RE = re.compile(
     r"^(?:(?P<registry>(?:[a-zA-Z0-9-]+\.)*[a-zA-Z0-9-]+(?::[0-9]{1,5})?|\[[0-9a-fA-F:]+\](?::[0-9]{1,5})?)/)?"
     r"(?P<path>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?$"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?\Z"
 )
 _PATH_RE = re.compile(
-    r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
+    r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*\Z"
 )
 _AUTH_WORDS = ("unauthorized", "authentication required", "no basic auth", "denied", "401")
 
@@ -165,7 +164,7 @@ class Registries(LoggingConfigurable):
                 if isinstance(aux, dict) and aux.get("Digest"):
                     digest = str(aux["Digest"])
                 layers.update(event)
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        except ENGINE_FAILURES as exc:
             raise self._refused(
                 "push", ref, reference.registry, {"error": _explanation(exc)}, source
             ) from exc
@@ -184,7 +183,7 @@ class Registries(LoggingConfigurable):
                 if "error" in event or "errorDetail" in event:
                     raise self._refused("pull", ref, registry, event, source)
                 layers.update(event)
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        except ENGINE_FAILURES as exc:
             failed = {"error": _explanation(exc)}
             raise self._refused("pull", ref, registry, failed, source) from exc
 

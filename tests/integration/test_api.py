@@ -10,7 +10,7 @@ import docker
 import pytest
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
-from jupyter_gpudev import routes
+from jupyter_gpudev.handlers import routes
 from tests.integration.test_api_containers import ROUTES as CONTAINER_ROUTES
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
@@ -81,6 +81,6 @@ def test_the_auth_tests_cover_every_route() -> None:
     covered = {"hosts", "hosts/local", "/gpudev/proxy/x/8000/"} | {
         path for _, path in CONTAINER_ROUTES
     }
-    for pattern, _ in routes.handlers():
+    for pattern, _ in routes():
         tail = pattern.removeprefix("/gpudev/api/")
         assert any(re.fullmatch(tail, path) for path in covered), pattern

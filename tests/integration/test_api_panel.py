@@ -16,7 +16,7 @@ import pytest
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
 from jupyter_gpudev.containers import ChangeCounts
-from jupyter_gpudev.routes import SETTINGS_KEY
+from jupyter_gpudev.handlers.base import SETTINGS_KEY
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 

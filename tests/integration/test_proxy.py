@@ -25,7 +25,7 @@ from jupyter_server.base.handlers import JupyterHandler
 from tornado.httpclient import HTTPClientError, HTTPResponse
 from tornado.websocket import WebSocketClientConnection
 
-from jupyter_gpudev.proxy import rewrite_location, without_cookies, without_token
+from jupyter_gpudev.handlers.proxy import rewrite_location, without_cookies, without_token
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 WsFetch = Callable[..., Awaitable[WebSocketClientConnection]]

@@ -189,8 +189,12 @@ async def test_an_engine_error_while_launching_leaves_no_container_lease_or_memb
     # When its kernel is started
     with pytest.raises(provisioner.KernelLaunchError) as caught:
         await km.start_kernel()
-    # Then the user gets the engine's message, and no container or lease is left
-    assert "exec refused by the engine" in caught.value.error.message
+    # Then the user is told what failed, not what the engine said (that is only logged), and
+    # no container or lease is left
+    message = caught.value.error.message
+    assert message.startswith("Starting the kernel in ")
+    assert "failed: the Docker engine refused it (APIError)" in message
+    assert "exec refused by the engine" not in message
     assert manager.ledger.active("local") == []
     assert kernel_containers(docker_client, manager) == []
     # And a kernel that fails in a shared container leaves its count (the container stops

@@ -15,7 +15,7 @@ from jupyter_gpudev.capture import Baseline, Baselines, Captured
 from jupyter_gpudev.commit import CommitOptions
 from jupyter_gpudev.dockerfile import RenderedDiff, change_items, render
 from jupyter_gpudev.errors import BadRequest
-from jupyter_gpudev.routes import _commit_options
+from jupyter_gpudev.handlers.api import _commit_options
 
 
 def env(prefix: str, dists: dict[str, str], *, venv: bool = False) -> ch.PythonEnv:

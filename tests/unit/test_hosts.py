@@ -11,14 +11,18 @@ import requests.exceptions
 from traitlets import TraitError
 from traitlets.config import Config
 
-from jupyter_gpudev.errors import ConfigError, EngineUnreachable, NotFound
+from jupyter_gpudev.errors import (
+    ConfigError,
+    EngineUnreachable,
+    NotFound,
+    describe_connection_error,
+)
 from jupyter_gpudev.hosts import (
     DEFAULT_LOCAL_URL,
     HostInfo,
     HostPool,
     HostSpec,
     address_for_containers,
-    describe_connection_error,
     unreachable_summary,
 )
 

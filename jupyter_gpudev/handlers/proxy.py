@@ -35,8 +35,8 @@ from tornado.websocket import (
     websocket_connect,
 )
 
-from .errors import GPUDevError
-from .routes import GPUDevHandler, authorized_to_execute, maps_errors
+from ..errors import GPUDevError
+from .base import GPUDevHandler, authorized_to_execute, maps_errors
 
 #: Headers about one connection, never forwarded (RFC 9110 section 7.6.1), plus ``Proxy-*``.
 HOP_BY_HOP = frozenset(

@@ -1,130 +1,22 @@
-"""Thin REST handlers: parse, authorise, call a manager in a worker thread, map errors.
-
-Every route lives under ``/gpudev/api/``; every method is ``@web.authenticated`` and
-``@authorized`` against the ``gpudev`` resource. Domain errors become JSON with their status;
-anything else is logged and answered with a generic 500 that echoes nothing from the engine.
-"""
+"""Thin REST handlers under ``/gpudev/api/``: parse, authorise, call a manager in a worker
+thread; errors are mapped by ``base.maps_errors``."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import json
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import Any
 
-import docker.errors
-import requests.exceptions
 from jupyter_server.auth.decorator import authorized
-from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from .changes import check_change_ids
-from .commit import CommitOptions
-from .containers import StartRequest
-from .errors import BadRequest, EngineError, GPUDevError
-from .hosts import unreachable_summary
-
-SETTINGS_KEY = "gpudev"
-API = "/gpudev/api"
-
-T = TypeVar("T")
-
-
-F = TypeVar("F", bound=Callable[..., Awaitable[None]])
-
-
-def authorized_to_execute(method: F) -> F:
-    """``@authorized`` for the ``execute`` action: starting a container runs code in it."""
-    return cast(F, authorized("execute")(method))
-
-
-def maps_errors(
-    method: Callable[..., Awaitable[None]],
-) -> Callable[..., Awaitable[None]]:
-    """Answer a ``GPUDevError`` with its status and JSON body (the one place that does)."""
-
-    @functools.wraps(method)
-    async def wrapper(self: GPUDevHandler, *args: Any, **kwargs: Any) -> None:
-        try:
-            await method(self, *args, **kwargs)
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            self.log.warning(
-                "gpudev %s %s: engine error %r", self.request.method, self.request.path, exc
-            )
-            failed = EngineError("The Docker engine failed the operation (see the server log)")
-            self.set_status(failed.status)
-            self.finish(json.dumps(failed.to_json()))
-        except GPUDevError as err:
-            self.log.info(
-                "gpudev %s %s -> %s: %s",
-                self.request.method,
-                self.request.path,
-                err.status,
-                err.message,
-            )
-            self.set_status(err.status)
-            self.finish(json.dumps(err.to_json()))
-
-    return wrapper
-
-
-class GPUDevHandler(APIHandler):
-    """Base of every gpudev handler."""
-
-    auth_resource = SETTINGS_KEY
-
-    @property
-    def gpudev(self) -> Any:
-        """The ``GPUDevContext`` built by ``GPUDevApp.initialize_settings``."""
-        return self.settings[SETTINGS_KEY]
-
-    async def blocking(self, func: Callable[..., T], *args: Any) -> T:
-        """Run a blocking call (Docker SDK, NVML, nvidia-smi) off the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(None, func, *args)
-
-    def wants_events(self) -> bool:
-        return "text/event-stream" in self.request.headers.get("Accept", "")
-
-    async def stream_events(self, what: str, func: Callable[..., Any], *args: Any) -> None:
-        """Run ``func(*args, progress)`` in a worker thread and answer with server-sent
-        events: ``progress`` events while it runs, then one ``result`` (its ``to_json()``) or
-        ``error`` event (a ``GPUDevError``'s body with its status; anything else is logged and
-        answered with a generic message). A client that goes away does not stop the work."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
-
-        def progress(event: dict[str, Any]) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, ("progress", event))
-
-        async def run() -> None:
-            try:
-                result = await self.blocking(func, *args, progress)
-            except GPUDevError as err:
-                await queue.put(("error", {"status": err.status, **err.to_json()}))
-            except Exception:
-                self.log.exception("gpudev: %s failed", what)
-                failed = {"status": 500, "error": "internal"}
-                await queue.put(
-                    ("error", {**failed, "message": f"{what} failed (see the server log)"})
-                )
-            else:
-                await queue.put(("result", result.to_json()))
-
-        self.set_header("Content-Type", "text/event-stream")
-        self.set_header("Cache-Control", "no-cache")
-        task = asyncio.ensure_future(run())
-        while True:
-            kind, data = await queue.get()
-            self.write(f"event: {kind}\ndata: {json.dumps(data)}\n\n")
-            try:
-                await self.flush()
-            except Exception:  # the client went away; the work still finishes
-                self.log.info("gpudev: progress stream closed by the client")
-            if kind in ("result", "error"):
-                break
-        await task
-        self.finish()
+from ..changes import check_change_ids
+from ..commit import CommitOptions
+from ..containers import StartRequest
+from ..errors import BadRequest, EngineError
+from ..hosts import unreachable_summary
+from .base import GPUDevHandler, authorized_to_execute, maps_errors
 
 
 class HostsHandler(GPUDevHandler):
@@ -587,33 +479,3 @@ def _terminal_alive(manager: Any, name: str) -> bool:
     term = getattr(manager, "terminals", {}).get(name)
     process = getattr(term, "ptyproc", None)
     return process is not None and bool(process.isalive())
-
-
-_NAME = r"(?P<name>[a-z0-9][a-z0-9_.-]{0,70})"
-_KERNEL = r"(?P<kernel_id>[0-9a-f-]{1,64})"
-
-
-def handlers() -> list[tuple[str, type[GPUDevHandler]]]:
-    from .proxy import PortProxyHandler  # noqa: PLC0415 (proxy.py builds on this module)
-
-    return [
-        (rf"{API}/hosts", HostsHandler),
-        (rf"{API}/hosts/(?P<name>[^/]+)", HostHandler),
-        (rf"{API}/environments", EnvironmentsHandler),
-        (rf"{API}/containers", ContainersHandler),
-        (rf"{API}/containers/{_NAME}", ContainerHandler),
-        (rf"{API}/containers/{_NAME}/stop", ContainerStopHandler),
-        (rf"{API}/containers/{_NAME}/start", ContainerStartHandler),
-        (rf"{API}/containers/{_NAME}/pin", ContainerPinHandler),
-        (rf"{API}/containers/{_NAME}/diff", ContainerDiffHandler),
-        (rf"{API}/containers/{_NAME}/commit", ContainerCommitHandler),
-        (rf"{API}/containers/{_NAME}/terminal", ContainerTerminalHandler),
-        (rf"{API}/reclaims", ReclaimsHandler),
-        (rf"{API}/kernels/{_KERNEL}/keep", KernelKeepHandler),
-        (rf"{API}/kernels/{_KERNEL}/release", KernelReleaseHandler),
-        (rf"{API}/containers/{_NAME}/logs", ContainerLogsHandler),
-        (rf"{API}/containers/{_NAME}/ports", ContainerPortsHandler),
-        (rf"{API}/containers/{_NAME}/ports/(?P<port>[0-9]{{1,5}})", ContainerPortHandler),
-        (rf"/gpudev/proxy/{_NAME}/(?P<port>[0-9]{{1,5}})(?P<path>/.*)?", PortProxyHandler),
-        (rf"{API}/kernels/{_KERNEL}", KernelHandler),
-    ]

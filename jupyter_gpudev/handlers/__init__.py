@@ -1,0 +1,56 @@
+"""The HTTP side of gpudev: the REST API (``api``) and the web-port proxy (``proxy``) on one
+base (``base``); ``routes()`` is the one table of their URLs."""
+
+from __future__ import annotations
+
+from .api import (
+    ContainerCommitHandler,
+    ContainerDiffHandler,
+    ContainerHandler,
+    ContainerLogsHandler,
+    ContainerPinHandler,
+    ContainerPortHandler,
+    ContainerPortsHandler,
+    ContainersHandler,
+    ContainerStartHandler,
+    ContainerStopHandler,
+    ContainerTerminalHandler,
+    EnvironmentsHandler,
+    HostHandler,
+    HostsHandler,
+    KernelHandler,
+    KernelKeepHandler,
+    KernelReleaseHandler,
+    ReclaimsHandler,
+)
+from .base import GPUDevHandler
+from .proxy import PortProxyHandler
+
+API = "/gpudev/api"
+_NAME = r"(?P<name>[a-z0-9][a-z0-9_.-]{0,70})"
+_KERNEL = r"(?P<kernel_id>[0-9a-f-]{1,64})"
+
+
+def routes() -> list[tuple[str, type[GPUDevHandler]]]:
+    """Every gpudev URL and its handler (``ExtensionApp`` puts the server's base_url first)."""
+    return [
+        (rf"{API}/hosts", HostsHandler),
+        (rf"{API}/hosts/(?P<name>[^/]+)", HostHandler),
+        (rf"{API}/environments", EnvironmentsHandler),
+        (rf"{API}/containers", ContainersHandler),
+        (rf"{API}/containers/{_NAME}", ContainerHandler),
+        (rf"{API}/containers/{_NAME}/stop", ContainerStopHandler),
+        (rf"{API}/containers/{_NAME}/start", ContainerStartHandler),
+        (rf"{API}/containers/{_NAME}/pin", ContainerPinHandler),
+        (rf"{API}/containers/{_NAME}/diff", ContainerDiffHandler),
+        (rf"{API}/containers/{_NAME}/commit", ContainerCommitHandler),
+        (rf"{API}/containers/{_NAME}/terminal", ContainerTerminalHandler),
+        (rf"{API}/reclaims", ReclaimsHandler),
+        (rf"{API}/kernels/{_KERNEL}/keep", KernelKeepHandler),
+        (rf"{API}/kernels/{_KERNEL}/release", KernelReleaseHandler),
+        (rf"{API}/containers/{_NAME}/logs", ContainerLogsHandler),
+        (rf"{API}/containers/{_NAME}/ports", ContainerPortsHandler),
+        (rf"{API}/containers/{_NAME}/ports/(?P<port>[0-9]{{1,5}})", ContainerPortHandler),
+        (rf"/gpudev/proxy/{_NAME}/(?P<port>[0-9]{{1,5}})(?P<path>/.*)?", PortProxyHandler),
+        (rf"{API}/kernels/{_KERNEL}", KernelHandler),
+    ]

@@ -1,0 +1,117 @@
+"""The base of every gpudev handler and the one place that maps errors to HTTP answers.
+
+Every method of a gpudev handler is ``@web.authenticated`` and ``@authorized`` against the
+``gpudev`` resource. Domain errors become JSON with their status; engine failures are logged
+and answered with a generic message that echoes nothing from the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+
+from ..errors import GPUDevError, engine_errors
+from ..services import Services
+
+#: Where ``GPUDevApp`` puts its ``Services`` in the server's settings.
+SETTINGS_KEY = "gpudev"
+
+T = TypeVar("T")
+
+
+F = TypeVar("F", bound=Callable[..., Awaitable[None]])
+
+
+def authorized_to_execute(method: F) -> F:
+    """``@authorized`` for the ``execute`` action: starting a container runs code in it."""
+    return cast(F, authorized("execute")(method))
+
+
+def maps_errors(
+    method: Callable[..., Awaitable[None]],
+) -> Callable[..., Awaitable[None]]:
+    """Answer a ``GPUDevError`` with its status and JSON body (the one place that does); an
+    engine failure no manager converted becomes one here, without the engine's words."""
+
+    @functools.wraps(method)
+    async def wrapper(self: GPUDevHandler, *args: Any, **kwargs: Any) -> None:
+        try:
+            with engine_errors(f"{self.request.method} {self.request.path}", self.log):
+                await method(self, *args, **kwargs)
+        except GPUDevError as err:
+            self.log.info(
+                "gpudev %s %s -> %s: %s",
+                self.request.method,
+                self.request.path,
+                err.status,
+                err.message,
+            )
+            self.set_status(err.status)
+            self.finish(json.dumps(err.to_json()))
+
+    return wrapper
+
+
+class GPUDevHandler(APIHandler):
+    """Base of every gpudev handler."""
+
+    auth_resource = SETTINGS_KEY
+
+    @property
+    def gpudev(self) -> Services:
+        """The managers ``GPUDevApp.initialize_settings`` built (``services.Services``)."""
+        return cast(Services, self.settings[SETTINGS_KEY])
+
+    async def blocking(self, func: Callable[..., T], *args: Any) -> T:
+        """Run a blocking call (Docker SDK, NVML, nvidia-smi) off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(None, func, *args)
+
+    def wants_events(self) -> bool:
+        return "text/event-stream" in self.request.headers.get("Accept", "")
+
+    async def stream_events(self, what: str, func: Callable[..., Any], *args: Any) -> None:
+        """Run ``func(*args, progress)`` in a worker thread and answer with server-sent
+        events: ``progress`` events while it runs, then one ``result`` (its ``to_json()``) or
+        ``error`` event (a ``GPUDevError``'s body with its status; anything else is logged and
+        answered with a generic message). A client that goes away does not stop the work."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+
+        def progress(event: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, ("progress", event))
+
+        async def run() -> None:
+            try:
+                with engine_errors(what, self.log):
+                    result = await self.blocking(func, *args, progress)
+            except GPUDevError as err:
+                await queue.put(("error", {"status": err.status, **err.to_json()}))
+            except Exception:
+                self.log.exception("gpudev: %s failed", what)
+                failed = {"status": 500, "error": "internal"}
+                await queue.put(
+                    ("error", {**failed, "message": f"{what} failed (see the server log)"})
+                )
+            else:
+                await queue.put(("result", result.to_json()))
+
+        self.set_header("Content-Type", "text/event-stream")
+        self.set_header("Cache-Control", "no-cache")
+        task = asyncio.ensure_future(run())
+        while True:
+            kind, data = await queue.get()
+            self.write(f"event: {kind}\ndata: {json.dumps(data)}\n\n")
+            try:
+                await self.flush()
+            except Exception:  # the client went away; the work still finishes
+                self.log.info("gpudev: progress stream closed by the client")
+            if kind in ("result", "error"):
+                break
+        await task
+        self.finish()

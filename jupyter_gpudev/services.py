@@ -1,0 +1,81 @@
+"""The one place that builds gpudev's managers: for the server (``GPUDevApp``), the CLI and a
+kernel started outside a server (the provisioner's fallback).
+
+Every part is built from one traitlets ``parent`` (or ``config``), so ``c.ClassName.trait``
+applies the same everywhere. Nothing here talks to an engine or to NVML: that happens on the
+first call that needs it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from traitlets.config import Config, Configurable
+
+from .capture import ChangeCapture
+from .commit import Committer
+from .containers import DevContainers
+from .culler import GPUCuller
+from .driver import LegacyGPUInjection
+from .environments import EnvironmentManager
+from .gpus import GPUInventory
+from .hosts import HostPool
+from .images import ImageBootstrapper
+from .kernels import KernelRegistry
+from .kernelspecs import GPUDevKernelSpecManager
+from .mounts import MountPolicy
+from .provisioner import GPUDevProvisioner
+from .registry import Registries
+
+#: Every configurable class of gpudev: the server extension's and the CLI's ``classes``, so
+#: ``--help-all`` and ``--generate-config`` show their traits.
+CLASSES: tuple[type[Configurable], ...] = (
+    HostPool,
+    GPUInventory,
+    DevContainers,
+    EnvironmentManager,
+    MountPolicy,
+    LegacyGPUInjection,
+    Registries,
+    GPUCuller,
+    ImageBootstrapper,
+    GPUDevProvisioner,
+    GPUDevKernelSpecManager,
+)
+
+
+class Services:
+    """gpudev's managers, each built once, wired to each other."""
+
+    def __init__(
+        self,
+        root_dir: str | Path,
+        *,
+        parent: Configurable | None = None,
+        config: Config | None = None,
+        kernel_manager: Any = None,
+        log: logging.Logger | logging.LoggerAdapter[Any] | None = None,
+    ) -> None:
+        """``root_dir``: the workspace root (mounted, searched for .devcontainer);
+        ``parent`` or ``config``: where the traits come from; ``kernel_manager``: the server's
+        (the culler and the kernel registry watch its kernels), ``None`` outside a server."""
+        source: dict[str, Any] = (
+            {"parent": parent} if parent is not None else {"config": config or Config()}
+        )
+        if log is not None:
+            source["log"] = log
+        self.host_pool = HostPool(**source)
+        #: The gpudev kernels of this server, in which container each runs (in a server).
+        self.kernels = KernelRegistry(kernel_manager) if kernel_manager is not None else None
+        self.containers = DevContainers(
+            root_dir=root_dir, host_pool=self.host_pool, kernels=self.kernels, **source
+        )
+        self.culler = GPUCuller(kernel_manager, **source)
+        self.capture = ChangeCapture(self.containers)
+        self.committer = Committer(self.capture, self.containers.registries)
+
+    def close(self) -> None:
+        """Close the engine connections (and SSH tunnels) the hosts opened."""
+        self.host_pool.close()
