@@ -11,7 +11,6 @@ data, say (``jupyter_gpudev.packages``); looking at changes never needs a GPU le
 from __future__ import annotations
 
 import contextlib
-import io
 import itertools
 import json
 import os
@@ -653,7 +652,7 @@ class _Exporter:
             return sorted(members)
         chunks, _ = got
         try:
-            with tarfile.open(fileobj=_Stream(chunks), mode="r|") as archive:
+            with tarfile.open(fileobj=packages.ChunkStream(chunks), mode="r|") as archive:
                 self.take_members(archive, posixpath.dirname(top), members)
         except tarfile.TarError:
             pass  # what was not taken is fetched alone
@@ -687,7 +686,7 @@ class _Exporter:
                 self.done.add(path)
                 self._skip(path, _over_limit(size, self.limit))
                 return
-            with tarfile.open(fileobj=_Stream(chunks), mode="r|") as archive:
+            with tarfile.open(fileobj=packages.ChunkStream(chunks), mode="r|") as archive:
                 first = archive.next()
                 if first is None or _member_name(first.name) != posixpath.basename(path):
                     self._skip(path, "the engine's archive of it is not the file asked for")
@@ -859,28 +858,6 @@ def _batches(paths: list[str], diff: list[dict[str, Any]]) -> tuple[dict[str, se
         else:
             groups.setdefault(top, set()).add(path)
     return groups, alone
-
-
-class _Stream(io.RawIOBase):
-    """A readable stream over the chunks docker-py streams."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks = chunks
-        self._left = memoryview(b"")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._left:
-            chunk = next(self._chunks, None)
-            if chunk is None:
-                return 0
-            self._left = memoryview(chunk)
-        size = min(len(buffer), len(self._left))
-        buffer[:size] = self._left[:size]
-        self._left = self._left[size:]
-        return size
 
 
 def _finish(chunks: Iterator[bytes], budget: int = 1 << 20) -> None:

@@ -40,6 +40,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from . import names
 from .errors import BadRequest, EngineError
 from .mounts import CA_BUNDLE_ENV_VARS
 
@@ -126,10 +127,6 @@ echo "@@gpudev end"
 #: The only ``PATH`` the probe runs with.
 PROBE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
-_DPKG_NAME_RE = re.compile(r"[a-z0-9][a-z0-9+.-]{0,199}(:[a-z0-9-]{1,30})?")
-_DPKG_VERSION_RE = re.compile(r"[A-Za-z0-9.+~:-]{1,200}")
-_PY_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-_PY_VERSION_RE = re.compile(r"[A-Za-z0-9.+!_-]{1,100}")
 
 #: Environment variables gpudev or the engine set: never part of a change set.
 RUNTIME_ENV = frozenset(
@@ -535,12 +532,11 @@ def parse_conda_history(text: str, problems: list[str] | None = None) -> tuple[s
 
 
 #: A conda channel: a name or a URL (printable, no spaces).
-_CHANNEL_RE = re.compile(r"[A-Za-z0-9_.:/~+%@-]{1,500}")
 
 
 def parse_condarc_channels(text: str) -> tuple[str, ...]:
     """The ``channels:`` list of a .condarc (the plain YAML list form); a channel that is not
-    a name or URL (``_CHANNEL_RE``) is skipped."""
+    a name or URL (``names.CONDA_CHANNEL``) is skipped."""
     channels: list[str] = []
     inside = False
     for line in text.split("\n"):
@@ -549,13 +545,13 @@ def parse_condarc_channels(text: str) -> tuple[str, ...]:
             rest = line.split(":", 1)[1].strip()
             if rest.startswith("["):
                 found = [c.strip(" '\"") for c in rest.strip("[]").split(",")]
-                return tuple(c for c in found if _CHANNEL_RE.fullmatch(c))
+                return tuple(c for c in found if names.CONDA_CHANNEL.fullmatch(c))
             continue
         if inside:
             match = re.match(r"[ \t]*-[ \t]*(\S+)", line)
             if match:
                 channel = match.group(1).strip("'\"")
-                if _CHANNEL_RE.fullmatch(channel):
+                if names.CONDA_CHANNEL.fullmatch(channel):
                     channels.append(channel)
             elif line.strip() and not line.startswith(" "):
                 inside = False
@@ -631,16 +627,13 @@ def _parse_dpkg(lines: list[str], problems: list[str] | None = None) -> dict[str
                 bad.append(shown(line, 60))
         elif parts[2].strip() not in ("ii", "hi"):
             continue
-        elif _DPKG_NAME_RE.fullmatch(parts[0]) and _DPKG_VERSION_RE.fullmatch(parts[1]):
+        elif names.DPKG_PACKAGE.fullmatch(parts[0]) and names.DPKG_VERSION.fullmatch(parts[1]):
             installed[parts[0]] = parts[1]
         else:
             bad.append(shown(parts[0], 60))
     if bad and problems is not None:
         problems.extend(f"dpkg package {b}: not a valid name and version, skipped" for b in bad)
     return installed
-
-
-_PY_MINOR_RE = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}")
 
 
 def _parse_python(
@@ -665,7 +658,7 @@ def _parse_python(
             and _is_path(fields[0])
             and _is_path(fields[1])
             and isinstance(fields[2], str)
-            and _PY_MINOR_RE.fullmatch(fields[2])
+            and names.PY_MINOR.fullmatch(fields[2])
         ):
             said.append(f"python {where}: no valid prefix and version, skipped")
             return None, []
@@ -679,8 +672,8 @@ def _parse_python(
             if not (
                 isinstance(name, str)
                 and isinstance(version, str)
-                and _PY_NAME_RE.fullmatch(name)
-                and _PY_VERSION_RE.fullmatch(version)
+                and names.PY_NAME.fullmatch(name)
+                and names.PY_VERSION.fullmatch(version)
                 and (direct is None or isinstance(direct, str))
             ):
                 said.append(f"python {where}: distribution {shown(name, 60)} skipped")
@@ -726,9 +719,11 @@ def probe_environment(
         **emptied,
         "PATH": PROBE_PATH,
         "GPUDEV_PY_PROBE": PY_PROBE,
-        "GPUDEV_OWNED_DPKG": " ".join(sorted(p for p in owned_dpkg if _DPKG_NAME_RE.fullmatch(p))),
+        "GPUDEV_OWNED_DPKG": " ".join(
+            sorted(p for p in owned_dpkg if names.DPKG_PACKAGE.fullmatch(p))
+        ),
         "GPUDEV_OWNED_DISTS": json.dumps(
-            sorted(normalize(d) for d in owned_dists if _PY_NAME_RE.fullmatch(d))
+            sorted(normalize(d) for d in owned_dists if names.PY_NAME.fullmatch(d))
         ),
     }
 
@@ -1202,8 +1197,8 @@ def _python_changes(before: PythonEnv | None, env: PythonEnv) -> PythonChanges:
 def _not_reproducible(py: PythonChanges) -> list[str]:
     notes = []
     for dist in [*py.added, *(b for _, b in py.upgraded)]:
-        name = dist.name if _PY_NAME_RE.fullmatch(dist.name) else shown(dist.name)
-        version = dist.version if _PY_VERSION_RE.fullmatch(dist.version) else shown(dist.version)
+        name = dist.name if names.PY_NAME.fullmatch(dist.name) else shown(dist.name)
+        version = dist.version if names.PY_VERSION.fullmatch(dist.version) else shown(dist.version)
         python = py.env.python if safe_text(py.env.python) else shown(py.env.python)
         if dist.source == "invalid":
             notes.append(

@@ -30,19 +30,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import changes as ch
+from . import names
 from .changes import ChangeItem, ChangeSet, PyDist, PythonChanges
 
 MARK = "# --- gpudev:"
 # Values from a container are checked whole (``fullmatch``: ``$`` would let a final newline
 # through) before they reach a Dockerfile line.
-_APT_NAME_RE = re.compile(r"[a-z0-9][a-z0-9+.-]{0,199}(:[a-z0-9-]{1,30})?")
-_APT_VERSION_RE = re.compile(r"[A-Za-z0-9.+~:-]{1,200}")
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
-_CONDA_SPEC_RE = re.compile(r"[A-Za-z0-9_.:/=<>!*,-]{1,500}")
-_CONDA_CHANNEL_RE = re.compile(r"[A-Za-z0-9_.:/~+%@-]{1,500}")
-_PY_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,198}[A-Za-z0-9])?")
-_PY_VERSION_RE = re.compile(r"[A-Za-z0-9.+!_-]{1,100}")
-_PY_MINOR_RE = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}")
 #: A ``pip install`` URL (``name @ URL``): printable ASCII, no spaces.
 _PIP_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,20}:[!-~]{1,4200}")
 _USER_RE = re.compile(r"^\s*USER\s+(\S+)", re.IGNORECASE)
@@ -81,7 +74,7 @@ def _env_quoted(value: str) -> str:
 
 
 def _dist_ok(dist: PyDist) -> bool:
-    if not (_PY_NAME_RE.fullmatch(dist.name) and _PY_VERSION_RE.fullmatch(dist.version)):
+    if not (names.PY_NAME.fullmatch(dist.name) and names.PY_VERSION.fullmatch(dist.version)):
         return False
     return dist.source not in ("vcs", "archive") or bool(_PIP_URL_RE.fullmatch(dist.url))
 
@@ -107,17 +100,17 @@ def _writable_apt(apt: ch.AptChanges, reported: list[str]) -> ch.AptChanges:
     out = ch.AptChanges()
     show = ch.shown
     for name, version in apt.added:
-        if _APT_NAME_RE.fullmatch(name) and _APT_VERSION_RE.fullmatch(version):
+        if names.DPKG_PACKAGE.fullmatch(name) and names.DPKG_VERSION.fullmatch(version):
             out.added.append((name, version))
         else:
             reported.append(f"apt package {show(name)} {show(version)}: not a valid name/version")
     for name, was, version in apt.upgraded:
-        if _APT_NAME_RE.fullmatch(name) and _APT_VERSION_RE.fullmatch(version):
+        if names.DPKG_PACKAGE.fullmatch(name) and names.DPKG_VERSION.fullmatch(version):
             out.upgraded.append((name, was, version))
         else:
             reported.append(f"apt package {show(name)} {show(version)}: not a valid name/version")
     for name, version in apt.removed:
-        if _APT_NAME_RE.fullmatch(name):
+        if names.DPKG_PACKAGE.fullmatch(name):
             out.removed.append((name, version))
         else:
             reported.append(f"apt package {show(name)}: not a valid name, its removal not written")
@@ -131,16 +124,16 @@ def _writable_conda(conda: ch.CondaChanges, reported: list[str]) -> ch.CondaChan
             reported.append(f"conda environment {show(conda.prefix)}: not a valid path")
         return None
     where = f"conda in {conda.prefix}"
-    added = [s for s in conda.added if _CONDA_SPEC_RE.fullmatch(s)]
+    added = [s for s in conda.added if names.CONDA_SPEC.fullmatch(s)]
     reported += [f"{where}: {show(s)} is not a valid spec" for s in conda.added if s not in added]
-    bad = [c for c in conda.channels if not _CONDA_CHANNEL_RE.fullmatch(c)]
+    bad = [c for c in conda.channels if not names.CONDA_CHANNEL.fullmatch(c)]
     if bad and added:
         reported.append(f"{where}: channel {show(bad[0])} is not valid, installs not written")
         added = []
     removed: list[str] = []
     for spec in conda.removed:
         name = re.split(r"[<>=!~ ]", spec, maxsplit=1)[0]
-        if _CONDA_SPEC_RE.fullmatch(name):
+        if names.CONDA_SPEC.fullmatch(name):
             removed.append(name)
         else:
             reported.append(f"{where}: {show(spec)} is not a valid spec, removal not written")
@@ -153,7 +146,7 @@ def _writable_python(py: PythonChanges, reported: list[str]) -> PythonChanges | 
         _is_path(env.python)
         and _is_path(env.prefix)
         and _is_path(env.base_prefix)
-        and _PY_MINOR_RE.fullmatch(env.version)
+        and names.PY_MINOR.fullmatch(env.version)
     ):
         if py:
             reported.append(
@@ -173,7 +166,7 @@ def _writable_python(py: PythonChanges, reported: list[str]) -> PythonChanges | 
         else:
             reported.append(_bad_dist(env, dist))
     for dist in py.removed:
-        if _PY_NAME_RE.fullmatch(dist.name):
+        if names.PY_NAME.fullmatch(dist.name):
             kept.removed.append(dist)
         else:
             reported.append(_bad_dist(env, dist))
@@ -203,7 +196,7 @@ def _writable_files(files: ch.FileChanges, reported: list[str]) -> ch.FileChange
 def _writable_env(env: dict[str, str], reported: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in env.items():
-        if not _ENV_NAME_RE.fullmatch(name):
+        if not names.ENV_NAME.fullmatch(name):
             reported.append(f"environment variable {ch.shown(name)}: not a valid name")
         elif value == "" or ch.safe_text(value):
             out[name] = value

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import changes as ch
+from . import names
 
 #: Size limits of what is read (past them a file is reported, not read).
 STATUS_LIMIT = 64 << 20
@@ -69,12 +70,6 @@ CONDARC_FILES = ("/opt/conda/.condarc", "/root/.condarc", "/etc/conda/.condarc")
 DPKG_STATUS = "/var/lib/dpkg/status"
 APT_EXTENDED_STATES = "/var/lib/apt/extended_states"
 
-_DPKG_NAME_RE = re.compile(r"[a-z0-9][a-z0-9+.-]*")
-_DPKG_ARCH_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
-_DPKG_VERSION_RE = re.compile(r"[A-Za-z0-9.+~:-]{1,200}")
-_PY_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,198}[A-Za-z0-9])?")
-_PY_VERSION_RE = re.compile(r"[A-Za-z0-9.+!_-]{1,100}")
-_PY_MINOR_RE = re.compile(r"[23]\.[0-9]{1,3}")
 _SITE_RE = re.compile(r"(?P<site>/.*/(?:site|dist)-packages)/(?P<dist>[^/]+\.(?:dist|egg)-info)")
 _LIB_PYTHON_RE = re.compile(r"/lib/python(?P<v>[23]\.[0-9]{1,3})(?:/|\Z)")
 _USER_SITE_RE = re.compile(r"/(?:root|home/[^/]+)/\.local/lib/python(?P<v>[0-9.]+)/site-packages")
@@ -198,9 +193,9 @@ def parse_dpkg_status(text: str, problems: list[str]) -> dict[str, str]:
         name, version = stanza.get("Package", ""), stanza.get("Version", "")
         arch = stanza.get("Architecture", "")
         if not (
-            _DPKG_NAME_RE.fullmatch(name)
-            and _DPKG_VERSION_RE.fullmatch(version)
-            and (not arch or _DPKG_ARCH_RE.fullmatch(arch))
+            names.DPKG_NAME.fullmatch(name)
+            and names.DPKG_VERSION.fullmatch(version)
+            and (not arch or names.DPKG_ARCH.fullmatch(arch))
         ):
             problems.append(f"{DPKG_STATUS}: a package entry skipped ({name[:80]!r})")
             continue
@@ -295,7 +290,7 @@ def _read_dist(change: _DistChange, entries: Mapping[str, int], ctx: _Context) -
         return None
     headers = _headers(text)
     name, version = headers.get("name", ""), headers.get("version", "")
-    if not _PY_NAME_RE.fullmatch(name) or not _PY_VERSION_RE.fullmatch(version):
+    if not names.PY_NAME.fullmatch(name) or not names.PY_VERSION.fullmatch(version):
         ctx.problems.append(f"{folder}: no valid name and version, skipped")
         return None
     direct = None
@@ -359,7 +354,7 @@ def _new_envs(
             cfg = _read_cfg(ctx.text(path, METADATA_LIMIT) or "")
             home = cfg.get("home", "")
             minor = ".".join(cfg.get("version", cfg.get("version_info", "")).split(".")[:2])
-            minor = minor if _PY_MINOR_RE.fullmatch(minor) else version_in(prefix)
+            minor = minor if names.PY_MINOR.fullmatch(minor) else version_in(prefix)
             base_prefix = os.path.dirname(home.rstrip("/")) if home.startswith("/") else ""
             if not minor or not base_prefix or prefix in image.python:
                 continue
@@ -474,12 +469,13 @@ def _conda(
 _GO_MODE_TYPE = (1 << 31) | (1 << 27) | (1 << 26) | (1 << 25) | (1 << 24) | (1 << 21) | (1 << 19)
 
 
-class _Chunks(io.RawIOBase):
-    """A readable stream over an iterator of byte chunks (a streamed HTTP body)."""
+class ChunkStream(io.RawIOBase):
+    """A readable stream over an iterator of byte chunks (a streamed HTTP body), for
+    ``tarfile`` to read an archive the engine streams without holding it whole."""
 
     def __init__(self, chunks: Iterable[bytes]) -> None:
         self._chunks = iter(chunks)
-        self._left = b""
+        self._left = memoryview(b"")
 
     def readable(self) -> bool:
         return True
@@ -489,7 +485,7 @@ class _Chunks(io.RawIOBase):
             chunk = next(self._chunks, None)
             if chunk is None:
                 return 0
-            self._left = chunk
+            self._left = memoryview(chunk)
         size = min(len(buffer), len(self._left))
         buffer[:size] = self._left[:size]
         self._left = self._left[size:]
@@ -530,7 +526,7 @@ class ContainerReader:
             if size > limit:
                 raise Unreadable(f"{size} bytes, over the limit of {limit}")
             return _single_file(
-                _Chunks(response.iter_content(64 << 10)), os.path.basename(path), limit
+                ChunkStream(response.iter_content(64 << 10)), os.path.basename(path), limit
             )
         finally:
             response.close()  # what is left unread is not read

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +11,8 @@ import docker
 import pytest
 from traitlets.config import Config
 
-from jupyter_gpudev.containers import L_MANAGED, L_WORKSPACE
+from jupyter_gpudev.containers import L_MANAGED, L_SERVER, L_WORKSPACE, DevContainers
+from jupyter_gpudev.hosts import HostPool
 from tests.conftest import FAKE_SMI, FIXTURES
 from tests.registry import Registry, RegistryMissing, run_registry
 from tests.sshd import SSHDMissing, SSHServer, run_sshd
@@ -30,6 +31,38 @@ def docker_client() -> Iterator[docker.DockerClient]:
         pytest.fail(f"integration tests need a running Docker engine (scripts/setup.sh): {exc}")
     yield client
     client.close()
+
+
+def remove_containers(docker_client: docker.DockerClient, manager: DevContainers) -> None:
+    """Remove every container ``manager`` made and close its hosts' connections."""
+    for container in docker_client.containers.list(
+        all=True, filters={"label": f"{L_SERVER}={manager.server_id}"}
+    ):
+        container.remove(force=True)
+    manager.host_pool.close()
+
+
+@pytest.fixture
+def dev_containers(
+    tmp_path: Path, docker_client: docker.DockerClient
+) -> Iterator[Callable[..., DevContainers]]:
+    """Makes a ``DevContainers`` on the real engine for a workspace ``root``, with ``config``
+    (its state in the test's folder, a 2 s stop timeout unless set); the containers of every
+    manager made are removed after the test."""
+    made: list[DevContainers] = []
+
+    def make(root: Path, config: Config | None = None) -> DevContainers:
+        config = config if config is not None else Config()
+        config.DevContainers.setdefault("state_dir", str(tmp_path / "state"))
+        config.DevContainers.setdefault("stop_timeout", 2)
+        root.mkdir(parents=True, exist_ok=True)
+        manager = DevContainers(root_dir=root, host_pool=HostPool(config=config), config=config)
+        made.append(manager)
+        return manager
+
+    yield make
+    for manager in made:
+        remove_containers(docker_client, manager)
 
 
 @pytest.fixture

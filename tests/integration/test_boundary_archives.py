@@ -8,7 +8,7 @@ import io
 import json
 import os
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -20,8 +20,7 @@ from jupyter_gpudev.capture import ChangeCapture
 from jupyter_gpudev.commit import CommitOptions, Committer
 from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.errors import GPUDevError
-from jupyter_gpudev.hosts import HostPool
-from tests.integration.test_diff import remove_containers, sh
+from tests.integration.test_diff import sh
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +29,7 @@ IMAGE_ENV = "bnd-arch-image"
 
 
 @pytest.fixture
-def manager(tmp_path: Path, docker_client: docker.DockerClient) -> Iterator[DevContainers]:
+def manager(tmp_path: Path, dev_containers: Callable[..., DevContainers]) -> DevContainers:
     root = tmp_path / "work"
     build = root / ".devcontainer" / BUILD_ENV
     build.mkdir(parents=True)
@@ -40,11 +39,7 @@ def manager(tmp_path: Path, docker_client: docker.DockerClient) -> Iterator[DevC
     image.mkdir(parents=True)
     (image / "devcontainer.json").write_text(json.dumps({"image": "gpudev-python:bookworm"}))
     config = Config()
-    config.DevContainers.state_dir = str(tmp_path / "state")
-    config.DevContainers.stop_timeout = 2
-    containers = DevContainers(root_dir=root, host_pool=HostPool(config=config), config=config)
-    yield containers
-    remove_containers(docker_client, containers)
+    return dev_containers(root, config)
 
 
 def tar_bytes(*members: tuple[tarfile.TarInfo, bytes | None]) -> bytes:

@@ -7,7 +7,7 @@ import json
 import logging
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -16,9 +16,7 @@ from traitlets.config import Config
 
 from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.errors import EngineUnreachable
-from jupyter_gpudev.hosts import HostPool
 from jupyter_gpudev.ssh import SSHConnection, SSHTarget
-from tests.integration.test_diff import remove_containers
 from tests.sshd import SSHServer
 
 pytestmark = pytest.mark.integration
@@ -72,17 +70,13 @@ def test_a_host_command_that_never_ends_times_out_as_a_whole(ssh_server: SSHServ
 
 
 @pytest.fixture
-def manager(tmp_path: Path, docker_client: docker.DockerClient) -> Iterator[DevContainers]:
+def manager(tmp_path: Path, dev_containers: Callable[..., DevContainers]) -> DevContainers:
     config = Config()
-    config.DevContainers.state_dir = str(tmp_path / "state")
-    config.DevContainers.stop_timeout = 2
     config.DevContainers.max_log_bytes = 1 << 20
     config.GPUInventory.backend = "none"
     root = tmp_path / "work"
     root.mkdir()
-    containers = DevContainers(root_dir=root, host_pool=HostPool(config=config), config=config)
-    yield containers
-    remove_containers(docker_client, containers)
+    return dev_containers(root, config)
 
 
 def test_a_container_log_is_read_up_to_the_cap_and_says_where_it_was_cut(

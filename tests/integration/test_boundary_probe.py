@@ -11,7 +11,7 @@ user installed with apt and pip.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -20,8 +20,6 @@ from traitlets.config import Config
 
 from jupyter_gpudev.capture import ChangeCapture
 from jupyter_gpudev.containers import DevContainers, StartRequest
-from jupyter_gpudev.hosts import HostPool
-from tests.integration.test_diff import remove_containers
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +67,7 @@ def plant_script() -> str:
 
 
 @pytest.fixture
-def manager(tmp_path: Path, docker_client: docker.DockerClient) -> Iterator[DevContainers]:
+def manager(tmp_path: Path, dev_containers: Callable[..., DevContainers]) -> DevContainers:
     root = tmp_path / "work"
     folder = root / ".devcontainer" / "bndprobe"
     folder.mkdir(parents=True)
@@ -88,14 +86,10 @@ def manager(tmp_path: Path, docker_client: docker.DockerClient) -> Iterator[DevC
         )
     )
     config = Config()
-    config.DevContainers.state_dir = str(tmp_path / "state")
-    config.DevContainers.stop_timeout = 2
     config.MountPolicy.mount_ca_bundle = True
     # An administrator may allow these in containerEnv: reading the packages must not care.
     config.EnvironmentManager.allowed_env_vars = ["PATH", "PYTHONSAFEPATH"]
-    containers = DevContainers(root_dir=root, host_pool=HostPool(config=config), config=config)
-    yield containers
-    remove_containers(docker_client, containers)
+    return dev_containers(root, config)
 
 
 def as_user(docker_client: docker.DockerClient, name: str, script: str) -> str:

@@ -8,7 +8,7 @@ parser does), reports what it left out, and removal with force still works.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -17,10 +17,9 @@ from traitlets.config import Config
 
 from jupyter_gpudev.capture import ChangeCapture
 from jupyter_gpudev.containers import DevContainers, StartRequest
-from jupyter_gpudev.hosts import HostPool
 from tests.dockerfile_syntax import instructions
 from tests.integration.test_cli import gpudev
-from tests.integration.test_diff import remove_containers, sh
+from tests.integration.test_diff import sh
 
 pytestmark = pytest.mark.integration
 
@@ -29,17 +28,13 @@ SITE = "/usr/local/lib/python3.11/dist-packages"
 
 
 @pytest.fixture
-def manager(tmp_path: Path, docker_client: docker.DockerClient) -> Iterator[DevContainers]:
+def manager(tmp_path: Path, dev_containers: Callable[..., DevContainers]) -> DevContainers:
     root = tmp_path / "work"
     folder = root / ".devcontainer" / ENVIRONMENT
     folder.mkdir(parents=True)
     (folder / "devcontainer.json").write_text(json.dumps({"image": "gpudev-python:bookworm"}))
     config = Config()
-    config.DevContainers.state_dir = str(tmp_path / "state")
-    config.DevContainers.stop_timeout = 2
-    containers = DevContainers(root_dir=root, host_pool=HostPool(config=config), config=config)
-    yield containers
-    remove_containers(docker_client, containers)
+    return dev_containers(root, config)
 
 
 def plant_dist(docker_client: docker.DockerClient, name: str, dist: str, direct: object) -> None:

@@ -15,7 +15,7 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
@@ -33,12 +33,12 @@ from jupyter_gpudev.commit import (
 )
 from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.errors import BadRequest, Conflict, ImageError
-from jupyter_gpudev.hosts import HostPool, bridge_address
+from jupyter_gpudev.hosts import bridge_address
 from jupyter_gpudev.registry import RegistryError
 from tests.conftest import FAKE_SMI, FIXTURES
 from tests.integration.conftest import A100_0
 from tests.integration.test_cli import gpudev
-from tests.integration.test_diff import remove_containers, sh, write_environment
+from tests.integration.test_diff import sh, write_environment
 from tests.registry import Registry
 
 pytestmark = pytest.mark.integration
@@ -79,20 +79,16 @@ def package_index(
 
 @pytest.fixture
 def manager(
-    tmp_path: Path, docker_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[DevContainers]:
+    tmp_path: Path, dev_containers: Callable[..., DevContainers], monkeypatch: pytest.MonkeyPatch
+) -> DevContainers:
     monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
     root = tmp_path / "work"
     write_environment(root, "verify")
     config = Config()
-    config.DevContainers.state_dir = str(tmp_path / "state")
-    config.DevContainers.stop_timeout = 2
     config.GPUInventory.backend = "nvidia-smi"
     config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
     config.GPUInventory.cache_seconds = 0.0
-    containers = DevContainers(root_dir=root, host_pool=HostPool(config=config), config=config)
-    yield containers
-    remove_containers(docker_client, containers)
+    return dev_containers(root, config)
 
 
 def changes(index: str) -> str:

@@ -7,7 +7,7 @@ the host CA bundle, mounted by ``c.MountPolicy.mount_ca_bundle``), as a user's w
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -15,9 +15,8 @@ import pytest
 from traitlets.config import Config
 
 from jupyter_gpudev.capture import ChangeCapture
-from jupyter_gpudev.containers import L_SERVER, DevContainers, StartRequest
+from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.errors import Conflict
-from jupyter_gpudev.hosts import HostPool
 from tests.integration.test_cli import gpudev
 
 pytestmark = pytest.mark.integration
@@ -46,25 +45,13 @@ def write_environment(root: Path, name: str) -> None:
     )
 
 
-def remove_containers(docker_client: docker.DockerClient, manager: DevContainers) -> None:
-    for container in docker_client.containers.list(
-        all=True, filters={"label": f"{L_SERVER}={manager.server_id}"}
-    ):
-        container.remove(force=True)
-    manager.host_pool.close()
-
-
 @pytest.fixture
-def manager(tmp_path: Path, docker_client: docker.DockerClient) -> Iterator[DevContainers]:
+def manager(tmp_path: Path, dev_containers: Callable[..., DevContainers]) -> DevContainers:
     root = tmp_path / "work"
     write_environment(root, "diff")
     config = Config()
-    config.DevContainers.state_dir = str(tmp_path / "state")
-    config.DevContainers.stop_timeout = 2
     config.MountPolicy.mount_ca_bundle = True
-    containers = DevContainers(root_dir=root, host_pool=HostPool(config=config), config=config)
-    yield containers
-    remove_containers(docker_client, containers)
+    return dev_containers(root, config)
 
 
 def sh(docker_client: docker.DockerClient, name: str, script: str) -> str:

@@ -19,7 +19,6 @@ from traitlets.config import Config
 
 from jupyter_gpudev import provisioner
 from jupyter_gpudev.containers import L_SERVER, DevContainers, docker_name
-from jupyter_gpudev.hosts import HostPool
 from jupyter_gpudev.kernelspecs import GPUDevKernelSpecManager
 from jupyter_gpudev.provisioner import KernelLaunchError, KernelStartFailed
 from tests.conftest import FAKE_SMI, FIXTURES
@@ -33,7 +32,7 @@ Fetch = Callable[..., Awaitable[HTTPResponse]]
 
 @pytest.fixture
 def manager(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docker_client: docker.DockerClient
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dev_containers: Callable[..., DevContainers]
 ) -> Iterator[DevContainers]:
     monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
     root = tmp_path / "work"
@@ -42,17 +41,10 @@ def manager(
     config.GPUInventory.backend = "nvidia-smi"
     config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
     config.GPUInventory.cache_seconds = 0.0
-    config.DevContainers.state_dir = str(tmp_path / "state")
-    config.DevContainers.stop_timeout = 2
-    containers = DevContainers(root_dir=root, host_pool=HostPool(config=config), config=config)
+    containers = dev_containers(root, config)
     provisioner.set_manager(containers)
     yield containers
     provisioner.set_manager(None)
-    for container in docker_client.containers.list(
-        all=True, filters={"label": f"{L_SERVER}={containers.server_id}"}
-    ):
-        container.remove(force=True)
-    containers.host_pool.close()
 
 
 def kernel_manager(containers: DevContainers, name: str = "gpudev-default") -> AsyncKernelManager:
