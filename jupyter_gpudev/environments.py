@@ -764,17 +764,12 @@ class _SpecReader:
         value = custom.get("cpus")
         if value is None:
             return None
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or not 0.01 <= value <= 4096
-        ):
+        if not _number_within(value, 0.01, 4096):
             raise self.fail(
                 "'customizations.gpudev.cpus' must be a number of CPUs from 0.01 to 4096, "
                 f"like 4 or 4.5, not {value!r}"
             )
-        return round(value * 1e9)
+        return round(float(value) * 1e9)
 
     def _gpudev_options(self) -> dict[str, Any]:
         customizations = self.data.get("customizations")
@@ -1102,14 +1097,19 @@ class _SpecReader:
         value = custom.get("idleTimeout")
         if value is None:
             return None
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value < 0
-        ):
+        if not _number_within(value, 0, math.inf):
             raise self.fail("'customizations.gpudev.idleTimeout' must be a number of seconds >= 0")
         return float(value)
+
+
+def _number_within(value: Any, low: float, high: float) -> bool:
+    """``value`` is a finite JSON number (not a boolean) from ``low`` to ``high``."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and low <= value <= high
+    )
 
 
 # --------------------------------------------------------------------------------------------

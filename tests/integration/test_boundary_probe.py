@@ -20,6 +20,7 @@ from traitlets.config import Config
 
 from jupyter_gpudev.capture import ChangeCapture
 from jupyter_gpudev.containers import DevContainers, StartRequest
+from tests.integration.test_diff import sh
 
 pytestmark = pytest.mark.integration
 
@@ -93,14 +94,7 @@ def manager(tmp_path: Path, dev_containers: Callable[..., DevContainers]) -> Dev
 
 
 def as_user(docker_client: docker.DockerClient, name: str, script: str) -> str:
-    container = docker_client.containers.get(f"gpudev-{name}")
-    code, output = container.exec_run(
-        ["/bin/sh", "-c", script], user="0", environment={"BND_PROBE_SELF": "1"}
-    )
-    assert isinstance(output, bytes)
-    text = output.decode(errors="replace")
-    assert code == 0, text
-    return text
+    return sh(docker_client, name, script, {"BND_PROBE_SELF": "1"})
 
 
 CHANGES = """

@@ -54,9 +54,15 @@ def manager(tmp_path: Path, dev_containers: Callable[..., DevContainers]) -> Dev
     return dev_containers(root, config)
 
 
-def sh(docker_client: docker.DockerClient, name: str, script: str) -> str:
+def sh(
+    docker_client: docker.DockerClient,
+    name: str,
+    script: str,
+    environment: dict[str, str] | None = None,
+) -> str:
+    """Run ``script`` as root in the dev container ``name``; its output (exit 0 asserted)."""
     container = docker_client.containers.get(f"gpudev-{name}")
-    code, output = container.exec_run(["/bin/sh", "-c", script], user="0")
+    code, output = container.exec_run(["/bin/sh", "-c", script], user="0", environment=environment)
     assert isinstance(output, bytes)
     text = output.decode(errors="replace")
     assert code == 0, text
