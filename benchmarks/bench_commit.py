@@ -32,10 +32,10 @@ from traitlets.config import Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jupyter_gpudev.capture import ChangeCapture
-from jupyter_gpudev.commit import CommitOptions, Committer
-from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
-from jupyter_gpudev.hosts import HostPool
+from jupyter_gpudev.changes.capture import ChangeCapture
+from jupyter_gpudev.changes.commit import CommitOptions, Committer
+from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest, docker_name
+from jupyter_gpudev.engine import HostPool
 from tests.registry import run_registry
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))

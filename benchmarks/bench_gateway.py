@@ -55,7 +55,7 @@ from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
-from jupyter_gpudev.hosts import bridge_address
+from jupyter_gpudev.engine import bridge_address
 
 IMAGE = os.environ.get("GPUDEV_IMAGE", "gpudev-python:bookworm")
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))

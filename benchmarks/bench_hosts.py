@@ -29,7 +29,7 @@ from pathlib import Path
 import docker
 from traitlets.config import Config
 
-from jupyter_gpudev.hosts import HostPool
+from jupyter_gpudev.engine import HostPool
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_SMI = ROOT / "tests" / "fixtures" / "fake-nvidia-smi"

@@ -31,10 +31,10 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from traitlets.config import Config
 
-from jupyter_gpudev import provisioner
-from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
-from jupyter_gpudev.hosts import HostPool
-from jupyter_gpudev.kernelspecs import GPUDevKernelSpecManager
+from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest, docker_name
+from jupyter_gpudev.engine import HostPool
+from jupyter_gpudev.kernels import provisioner
+from jupyter_gpudev.kernels.kernelspecs import GPUDevKernelSpecManager
 
 IMAGE = os.environ.get("GPUDEV_IMAGE", "gpudev-python:bookworm")
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))

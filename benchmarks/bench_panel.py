@@ -27,9 +27,14 @@ import docker
 from floor import median_ms as floor_median_ms
 from traitlets.config import Config
 
-from jupyter_gpudev.capture import ChangeCapture
-from jupyter_gpudev.containers import ChangeCounts, DevContainers, StartRequest, docker_name
-from jupyter_gpudev.hosts import HostPool
+from jupyter_gpudev.changes.capture import ChangeCapture
+from jupyter_gpudev.containers.lifecycle import (
+    ChangeCounts,
+    DevContainers,
+    StartRequest,
+    docker_name,
+)
+from jupyter_gpudev.engine import HostPool
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
 CONTAINERS = int(os.environ.get("BENCH_CONTAINERS", "8"))

@@ -35,10 +35,11 @@ from traitlets.config import Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jupyter_gpudev import provisioner
-from jupyter_gpudev.containers import L_SERVER, DevContainers
-from jupyter_gpudev.hosts import HostPool
-from jupyter_gpudev.kernelspecs import GPUDevKernelSpecManager
+from jupyter_gpudev.containers.lifecycle import DevContainers
+from jupyter_gpudev.engine import HostPool
+from jupyter_gpudev.kernels import provisioner
+from jupyter_gpudev.kernels.kernelspecs import GPUDevKernelSpecManager
+from jupyter_gpudev.labels import L_SERVER
 from tests.sshd import SSHServer, run_sshd
 
 CALLS = int(os.environ.get("BENCH_CALLS", "300"))

@@ -24,8 +24,8 @@ from pathlib import Path
 import docker
 from traitlets.config import Config
 
-from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
-from jupyter_gpudev.hosts import HostPool
+from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest, docker_name
+from jupyter_gpudev.engine import HostPool
 
 IMAGE = os.environ.get("GPUDEV_IMAGE", "gpudev-python:bookworm")
 RUNS = int(os.environ.get("BENCH_RUNS", "10"))

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-try:
-    __version__ = version("jupyter-gpudev")
-except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
-    __version__ = "0.0.0.dev0"
+from ._version import __version__
 
 __all__ = ["__version__"]
 

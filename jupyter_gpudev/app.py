@@ -9,10 +9,11 @@ from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import IOLoop
 from traitlets.config import Configurable
 
-from . import __version__, provisioner
+from ._version import __version__
 from .handlers import routes
 from .handlers.base import SETTINGS_KEY
-from .kernelspecs import GPUDevKernelSpecManager
+from .kernels import provisioner
+from .kernels.kernelspecs import GPUDevKernelSpecManager
 from .services import CLASSES, Services
 
 KERNELSPEC_MANAGER = "jupyter_gpudev.kernelspecs.GPUDevKernelSpecManager"

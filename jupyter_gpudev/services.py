@@ -14,20 +14,15 @@ from typing import Any
 
 from traitlets.config import Config, Configurable
 
-from .capture import ChangeCapture
-from .commit import Committer
-from .containers import DevContainers
-from .culler import GPUCuller
-from .driver import LegacyGPUInjection
-from .environments import EnvironmentManager
-from .gpus import GPUInventory
-from .hosts import HostPool
-from .images import ImageBootstrapper
-from .kernels import KernelRegistry
-from .kernelspecs import GPUDevKernelSpecManager
-from .mounts import MountPolicy
-from .provisioner import GPUDevProvisioner
-from .registry import Registries
+from .changes.capture import ChangeCapture
+from .changes.commit import Committer
+from .containers.lifecycle import DevContainers
+from .engine import GPUInventory, HostPool, ImageBootstrapper, LegacyGPUInjection, Registries
+from .environments import EnvironmentManager, MountPolicy
+from .kernels.culler import GPUCuller
+from .kernels.kernelspecs import GPUDevKernelSpecManager
+from .kernels.provisioner import GPUDevProvisioner
+from .kernels.registry import KernelRegistry
 
 #: Every configurable class of gpudev: the server extension's and the CLI's ``classes``, so
 #: ``--help-all`` and ``--generate-config`` show their traits.

@@ -11,11 +11,11 @@ from typing import Any
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..changes import check_change_ids
-from ..commit import CommitOptions
-from ..containers import StartRequest
+from ..changes.commit import CommitOptions
+from ..changes.model import check_change_ids
+from ..containers.lifecycle import StartRequest
+from ..engine import unreachable_summary
 from ..errors import BadRequest, EngineError
-from ..hosts import unreachable_summary
 from .base import GPUDevHandler, authorized_to_execute, maps_errors
 
 

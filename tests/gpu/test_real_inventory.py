@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_gpudev.gpus import GPUInventory
+from jupyter_gpudev.engine import GPUInventory
 
 pytestmark = pytest.mark.gpu
 

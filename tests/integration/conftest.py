@@ -11,8 +11,9 @@ import docker
 import pytest
 from traitlets.config import Config
 
-from jupyter_gpudev.containers import L_MANAGED, L_SERVER, L_WORKSPACE, DevContainers
-from jupyter_gpudev.hosts import HostPool
+from jupyter_gpudev.containers.lifecycle import DevContainers
+from jupyter_gpudev.engine import HostPool
+from jupyter_gpudev.labels import L_MANAGED, L_SERVER, L_WORKSPACE
 from tests.conftest import FAKE_SMI, FIXTURES
 from tests.registry import Registry, RegistryMissing, run_registry
 from tests.sshd import SSHDMissing, SSHServer, run_sshd

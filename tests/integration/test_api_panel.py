@@ -15,7 +15,7 @@ import docker
 import pytest
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
-from jupyter_gpudev.containers import ChangeCounts
+from jupyter_gpudev.containers.lifecycle import ChangeCounts
 from jupyter_gpudev.handlers.base import SETTINGS_KEY
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]

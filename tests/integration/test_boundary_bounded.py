@@ -14,9 +14,9 @@ import docker
 import pytest
 from traitlets.config import Config
 
-from jupyter_gpudev.containers import DevContainers, StartRequest
+from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest
+from jupyter_gpudev.engine import SSHConnection, SSHTarget
 from jupyter_gpudev.errors import EngineUnreachable
-from jupyter_gpudev.ssh import SSHConnection, SSHTarget
 from tests.sshd import SSHServer
 
 pytestmark = pytest.mark.integration

@@ -22,19 +22,13 @@ import docker
 import pytest
 from traitlets.config import Config
 
-from jupyter_gpudev.capture import ChangeCapture, DiffChanged
-from jupyter_gpudev.commit import (
-    L_BASE_DIGEST,
-    L_SNAPSHOT_DIFF,
-    L_SNAPSHOT_ENV,
-    CommitOptions,
-    Committer,
-    VerifyFailed,
-)
-from jupyter_gpudev.containers import DevContainers, StartRequest
+from jupyter_gpudev.changes.capture import ChangeCapture, DiffChanged
+from jupyter_gpudev.changes.commit import CommitOptions, Committer, VerifyFailed
+from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest
+from jupyter_gpudev.engine import RegistryError, bridge_address
 from jupyter_gpudev.errors import BadRequest, Conflict, ImageError
-from jupyter_gpudev.hosts import bridge_address
-from jupyter_gpudev.registry import RegistryError
+from jupyter_gpudev.labels import L_SNAPSHOT_DIFF, L_SNAPSHOT_ENV
+from jupyter_gpudev.labels import OCI_BASE_DIGEST as L_BASE_DIGEST
 from tests.conftest import FAKE_SMI, FIXTURES
 from tests.integration.conftest import A100_0
 from tests.integration.test_cli import gpudev

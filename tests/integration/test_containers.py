@@ -20,19 +20,16 @@ import docker
 import pytest
 from traitlets.config import Config
 
-from jupyter_gpudev.containers import (
-    L_GPUS,
-    L_LEASE,
-    L_MANAGED,
-    L_SERVER,
+from jupyter_gpudev.containers.lifecycle import (
     CudaMismatch,
     DevContainers,
     StartRequest,
     docker_name,
 )
+from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.errors import BadRequest, Conflict, GPUDevError
-from jupyter_gpudev.hosts import HostPool
-from jupyter_gpudev.leases import GPURequest, NoFreeGPU, leasable_units
+from jupyter_gpudev.labels import L_GPUS, L_LEASE, L_MANAGED, L_SERVER
+from jupyter_gpudev.leasing import GPURequest, NoFreeGPU, leasable_units
 from tests.conftest import FAKE_SMI, FIXTURES
 
 pytestmark = pytest.mark.integration

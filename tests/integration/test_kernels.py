@@ -17,10 +17,11 @@ from jupyter_client.manager import AsyncKernelManager
 from tornado.httpclient import HTTPClientError, HTTPResponse
 from traitlets.config import Config
 
-from jupyter_gpudev import provisioner
-from jupyter_gpudev.containers import L_SERVER, DevContainers, docker_name
-from jupyter_gpudev.kernelspecs import GPUDevKernelSpecManager
-from jupyter_gpudev.provisioner import KernelLaunchError, KernelStartFailed
+from jupyter_gpudev.containers.lifecycle import DevContainers, docker_name
+from jupyter_gpudev.kernels import provisioner
+from jupyter_gpudev.kernels.kernelspecs import GPUDevKernelSpecManager
+from jupyter_gpudev.kernels.provisioner import KernelLaunchError, KernelStartFailed
+from jupyter_gpudev.labels import L_SERVER
 from tests.conftest import FAKE_SMI, FIXTURES
 
 A100_1 = "GPU-8f2a9c41-7b3e-4c55-9d0a-2e6f1b7c3d90"

@@ -23,19 +23,13 @@ from jupyter_client.manager import AsyncKernelManager
 from tornado.httpclient import HTTPClientError
 from traitlets.config import Config
 
-from jupyter_gpudev import provisioner
-from jupyter_gpudev.containers import (
-    L_HOST,
-    L_SERVER,
-    DevContainers,
-    NoHostFits,
-    StartRequest,
-    docker_name,
-)
+from jupyter_gpudev.containers.lifecycle import DevContainers, NoHostFits, StartRequest, docker_name
+from jupyter_gpudev.engine import HostPool
+from jupyter_gpudev.environments import MountNotAllowed
 from jupyter_gpudev.errors import BadRequest
-from jupyter_gpudev.hosts import HostPool
-from jupyter_gpudev.kernelspecs import GPUDevKernelSpecManager
-from jupyter_gpudev.mounts import MountNotAllowed
+from jupyter_gpudev.kernels import provisioner
+from jupyter_gpudev.kernels.kernelspecs import GPUDevKernelSpecManager
+from jupyter_gpudev.labels import L_HOST, L_SERVER
 from tests.conftest import FAKE_SMI, FIXTURES
 from tests.integration.test_cli import gpudev
 from tests.integration.test_containers import IMAGE, write_devcontainer

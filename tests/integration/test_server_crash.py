@@ -21,8 +21,9 @@ from typing import Any
 import docker
 import pytest
 
-from jupyter_gpudev.containers import L_KERNEL, docker_name
-from jupyter_gpudev.leases import LeaseLedger
+from jupyter_gpudev.containers.lifecycle import docker_name
+from jupyter_gpudev.labels import L_KERNEL
+from jupyter_gpudev.leasing import LeaseLedger
 from tests.conftest import FAKE_SMI, FIXTURES
 
 pytestmark = pytest.mark.integration

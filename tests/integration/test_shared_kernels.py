@@ -13,10 +13,11 @@ import docker
 import pytest
 from jupyter_client.manager import AsyncKernelManager
 
-from jupyter_gpudev import provisioner
-from jupyter_gpudev.containers import L_SERVER, DevContainers, StartRequest, docker_name
+from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest, docker_name
 from jupyter_gpudev.errors import BadRequest
-from jupyter_gpudev.kernelspecs import SHARED_PREFIX, GPUDevKernelSpecManager
+from jupyter_gpudev.kernels import provisioner
+from jupyter_gpudev.kernels.kernelspecs import SHARED_PREFIX, GPUDevKernelSpecManager
+from jupyter_gpudev.labels import L_SERVER
 from tests.integration.test_kernels import A100_1, kernel_manager, manager, run
 
 pytestmark = pytest.mark.integration

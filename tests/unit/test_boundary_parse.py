@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpudev import changes as ch
+from jupyter_gpudev.changes import model as ch
 
 CONTROL = "a\nRUN touch /pwned"
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from jupyter_gpudev import changes as ch
-from jupyter_gpudev.dockerfile import RenderedDiff, render
+from jupyter_gpudev.changes import model as ch
+from jupyter_gpudev.changes.dockerfile import RenderedDiff, render
 from jupyter_gpudev.errors import EngineError
 
 PY = json.dumps(

@@ -10,10 +10,10 @@ from typing import Any, cast
 
 import pytest
 
-from jupyter_gpudev import changes as ch
-from jupyter_gpudev.capture import Baseline, Baselines, Captured
-from jupyter_gpudev.commit import CommitOptions
-from jupyter_gpudev.dockerfile import RenderedDiff, change_items, render
+from jupyter_gpudev.changes import model as ch
+from jupyter_gpudev.changes.capture import Baseline, Baselines, Captured
+from jupyter_gpudev.changes.commit import CommitOptions
+from jupyter_gpudev.changes.dockerfile import RenderedDiff, change_items, render
 from jupyter_gpudev.errors import BadRequest
 from jupyter_gpudev.handlers.api import _commit_options
 

@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpudev import changes as ch
-from jupyter_gpudev.cli import ProgressBar
-from jupyter_gpudev.commit import MAX_MESSAGE, CommitOptions
-from jupyter_gpudev.dockerfile import MARK, comment_lines, is_source_path, render
+from jupyter_gpudev.changes import model as ch
+from jupyter_gpudev.changes.commit import MAX_MESSAGE, CommitOptions
+from jupyter_gpudev.changes.dockerfile import MARK, comment_lines, is_source_path, render
+from jupyter_gpudev.cli.main import ProgressBar
+from jupyter_gpudev.engine import Reference, Registries, RegistryError
+from jupyter_gpudev.engine.registry import _LayerProgress
 from jupyter_gpudev.errors import BadRequest, ConfigError
-from jupyter_gpudev.registry import Reference, Registries, RegistryError, _LayerProgress
 
 # -- Reference.parse ---------------------------------------------------------------------------
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpudev.culler import GPUCuller
 from jupyter_gpudev.errors import NotFound
-from jupyter_gpudev.provisioner import GPUDevProvisioner
+from jupyter_gpudev.kernels.culler import GPUCuller
+from jupyter_gpudev.kernels.provisioner import GPUDevProvisioner
 
 T0 = 1_800_000_000.0
 

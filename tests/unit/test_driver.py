@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpudev.driver import DriverInjectionError, LegacyGPUInjection, proc_bus_id
-from jupyter_gpudev.gpus import GPU
+from jupyter_gpudev.engine import GPU, DriverInjectionError, LegacyGPUInjection, proc_bus_id
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jupyter_gpudev.gpus import (
+from jupyter_gpudev.engine import (
     SMI_FIELDS,
     GPUInventory,
     NvmlProbe,
@@ -348,7 +348,8 @@ def test_missing_nvml_package_is_a_reason_not_an_error() -> None:
 def test_importing_the_package_does_not_touch_nvml() -> None:
     # When jupyter_gpudev and its app are imported in a fresh interpreter
     code = (
-        "import sys, jupyter_gpudev, jupyter_gpudev.app, jupyter_gpudev.cli, jupyter_gpudev.gpus;"
+        "import sys, jupyter_gpudev, jupyter_gpudev.app, jupyter_gpudev.cli.main,"
+        " jupyter_gpudev.engine.gpus;"
         "print('pynvml' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

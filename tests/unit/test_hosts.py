@@ -11,19 +11,19 @@ import requests.exceptions
 from traitlets import TraitError
 from traitlets.config import Config
 
-from jupyter_gpudev.errors import (
-    ConfigError,
-    EngineUnreachable,
-    NotFound,
-    describe_connection_error,
-)
-from jupyter_gpudev.hosts import (
+from jupyter_gpudev.engine import (
     DEFAULT_LOCAL_URL,
     HostInfo,
     HostPool,
     HostSpec,
     address_for_containers,
     unreachable_summary,
+)
+from jupyter_gpudev.errors import (
+    ConfigError,
+    EngineUnreachable,
+    NotFound,
+    describe_connection_error,
 )
 
 

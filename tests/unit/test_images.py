@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from jupyter_gpudev.engine import ImageBootstrapper, detect_mirror, mirror_from_sources
 from jupyter_gpudev.errors import BadRequest
-from jupyter_gpudev.images import ImageBootstrapper, detect_mirror, mirror_from_sources
 
 DEB822 = """\
 Types: deb

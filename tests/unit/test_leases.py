@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jupyter_gpudev.engine import GPU, Inventory, MigDevice
 from jupyter_gpudev.errors import BadRequest, Conflict, GPUDevError
-from jupyter_gpudev.gpus import GPU, Inventory, MigDevice
-from jupyter_gpudev.leases import (
+from jupyter_gpudev.leasing import (
     GPURequest,
     LeasableGPU,
     Lease,
@@ -377,7 +377,7 @@ def test_acquire_and_release_are_logged(tmp_path: Path, caplog: pytest.LogCaptur
     # Given a ledger
     ledger = ledger_at(tmp_path)
     # When a lease is taken and released
-    with caplog.at_level(logging.INFO, logger="jupyter_gpudev.leases"):
+    with caplog.at_level(logging.INFO, logger="jupyter_gpudev.leasing.ledger"):
         lease = take(ledger, "train", GPURequest(count=1), units(gpu(0)))
         ledger.release(lease.lease_id)
     # Then both are logged at info level with the lease id

@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpudev.environments import DeclaredMount
-from jupyter_gpudev.errors import BadRequest, ConfigError, GPUDevError
-from jupyter_gpudev.mounts import (
+from jupyter_gpudev.environments import (
     CA_BUNDLE_ENV_VARS,
+    DeclaredMount,
     MountNotAllowed,
     MountPolicy,
     ResolvedMount,
 )
+from jupyter_gpudev.errors import BadRequest, ConfigError, GPUDevError
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from jupyter_gpudev import changes as ch
-from jupyter_gpudev import packages as pk
+from jupyter_gpudev.changes import model as ch
+from jupyter_gpudev.changes import packages as pk
 
 A, C, D = pk.ADDED, pk.CHANGED, pk.DELETED
 LOCAL = "/usr/local/lib/python3.11/dist-packages"

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpudev.containers import ChangeCounts, engine_time
-from jupyter_gpudev.hosts import HostInfo
-from jupyter_gpudev.kernels import KernelPlacement, KernelRegistry
-from jupyter_gpudev.leases import Lease
+from jupyter_gpudev.containers.lifecycle import ChangeCounts, engine_time
+from jupyter_gpudev.engine import HostInfo
+from jupyter_gpudev.kernels.registry import KernelPlacement, KernelRegistry
+from jupyter_gpudev.leasing import Lease
 
 T0 = datetime(2026, 11, 21, 16, 3, 9, tzinfo=timezone.utc)
 

@@ -21,6 +21,23 @@ import paramiko
 import pytest
 from traitlets.config import Config
 
+from jupyter_gpudev.engine import (
+    SMI_FIELDS,
+    GPUInventory,
+    Host,
+    HostPool,
+    HostSpec,
+    NvidiaSmiProbe,
+    ProbeUnavailable,
+    RevokedHostKey,
+    SSHConnection,
+    SSHTarget,
+    UnknownHostKey,
+    describe_ssh_error,
+    fingerprint,
+)
+from jupyter_gpudev.engine.ssh import _load_known_hosts, _RefuseUnknown
+from jupyter_gpudev.environments import MountNotAllowed, MountPolicy, RemotePaths, ResolvedMount
 from jupyter_gpudev.errors import (
     BadRequest,
     ConfigError,
@@ -29,20 +46,7 @@ from jupyter_gpudev.errors import (
     GPUDevError,
     NotFound,
 )
-from jupyter_gpudev.gpus import SMI_FIELDS, GPUInventory, NvidiaSmiProbe, ProbeUnavailable
-from jupyter_gpudev.hosts import Host, HostPool, HostSpec
-from jupyter_gpudev.leases import GPURequest, LeasableGPU, Lease, NoFreeGPU, check_fit
-from jupyter_gpudev.mounts import MountNotAllowed, MountPolicy, RemotePaths, ResolvedMount
-from jupyter_gpudev.ssh import (
-    RevokedHostKey,
-    SSHConnection,
-    SSHTarget,
-    UnknownHostKey,
-    _load_known_hosts,
-    _RefuseUnknown,
-    describe_ssh_error,
-    fingerprint,
-)
+from jupyter_gpudev.leasing import GPURequest, LeasableGPU, Lease, NoFreeGPU, check_fit
 from tests.conftest import FIXTURES
 
 LOG = logging.getLogger("tests.remote")

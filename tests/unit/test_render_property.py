@@ -13,8 +13,8 @@ import unicodedata
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jupyter_gpudev import changes as ch
-from jupyter_gpudev import dockerfile as df
+from jupyter_gpudev.changes import dockerfile as df
+from jupyter_gpudev.changes import model as ch
 from tests.dockerfile_syntax import env_value, exec_form, instructions, shell_words
 
 CONTEXT = "gpudev-context/box"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jupyter_gpudev import seccomp
+from jupyter_gpudev.containers import seccomp
 
 
 def rules_for(profile: dict[str, Any], name: str) -> list[dict[str, Any]]:

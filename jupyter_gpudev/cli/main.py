@@ -16,18 +16,16 @@ from jupyter_core.application import JupyterApp, base_aliases, base_flags
 from traitlets import Bool, Int, List, Unicode
 from traitlets.config import Configurable
 
-from . import __version__
-from .commit import CommitOptions
-from .containers import DevContainerInfo, DevContainers, StartRequest
-from .errors import BadRequest, GPUDevError, engine_errors
-from .gpus import Inventory
-from .hosts import HostInfo, unreachable_summary
-from .images import ImageBootstrapper
-from .services import CLASSES, Services
+from .._version import __version__
+from ..changes.commit import CommitOptions
+from ..containers.lifecycle import DevContainerInfo, DevContainers, StartRequest
+from ..engine import HostInfo, ImageBootstrapper, Inventory, unreachable_summary
+from ..errors import BadRequest, GPUDevError, engine_errors
+from ..services import CLASSES, Services
 
 if TYPE_CHECKING:
-    from .capture import Captured
-    from .commit import CommitResult
+    from ..changes.capture import Captured
+    from ..changes.commit import CommitResult
 
 _json_flag = {
     "json": (

@@ -29,9 +29,9 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import changes as ch
+from . import model as ch
 from . import names
-from .changes import ChangeItem, ChangeSet, PyDist, PythonChanges
+from .model import ChangeItem, ChangeSet, PyDist, PythonChanges
 
 MARK = "# --- gpudev:"
 # Values from a container are checked whole (``fullmatch``: ``$`` would let a final newline

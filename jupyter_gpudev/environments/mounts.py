@@ -33,8 +33,8 @@ from traitlets import Bool, Dict, List, Unicode
 from traitlets import Union as UnionTrait
 from traitlets.config import LoggingConfigurable
 
-from .environments import DeclaredMount
-from .errors import BadRequest, ConfigError, GPUDevError
+from ..errors import BadRequest, ConfigError, GPUDevError
+from .manager import DeclaredMount
 
 #: Container paths nothing may be mounted over (nor under).
 SYSTEM_TARGETS = (

@@ -21,7 +21,7 @@ from typing import Any
 
 import paramiko
 
-from .errors import GPUDevError
+from ..errors import GPUDevError
 from .ssh import SSHConnection
 
 _CHUNK = 65536

@@ -22,7 +22,7 @@ from typing import Any
 from traitlets import Float
 from traitlets.config import LoggingConfigurable
 
-from .errors import NotFound
+from ..errors import NotFound
 from .provisioner import GPUDevProvisioner
 
 

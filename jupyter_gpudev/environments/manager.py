@@ -33,7 +33,7 @@ from typing import Any, Literal, TypeAlias
 from traitlets import Bool, Dict, List, Unicode
 from traitlets.config import LoggingConfigurable
 
-from .errors import BadRequest, ConfigError, GPUDevError, NotFound
+from ..errors import BadRequest, ConfigError, GPUDevError, NotFound
 
 GPUMode = Literal["none", "optional", "required"]
 MountType = Literal["bind", "volume"]

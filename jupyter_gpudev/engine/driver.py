@@ -28,7 +28,7 @@ from docker.types import Mount
 from traitlets import Bool, List, Unicode
 from traitlets.config import LoggingConfigurable
 
-from .errors import GPUDevError
+from ..errors import GPUDevError
 from .gpus import GPU
 
 LIB_TARGET = "/usr/local/nvidia/lib64"

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 import docker
@@ -36,7 +36,7 @@ from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bool, Dict, Float, Instance, TraitError, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
-from .errors import (
+from ..errors import (
     ENGINE_FAILURES,
     BadRequest,
     ConfigError,
@@ -48,11 +48,17 @@ from .errors import (
     engine_errors,
 )
 from .gpus import GPUInventory, Inventory, ProbeUnavailable
-from .leases import Lease
 from .ssh import SSHConnection, SSHDockerAdapter, SSHTarget
 from .tunnels import Tunnels
 
 Transport = Literal["local", "ssh", "tcp"]
+
+
+class HeldLease(Protocol):
+    """What a host report needs of a lease (``leasing.Lease``; engines know nothing of leases)."""
+
+    def held_json(self) -> dict[str, Any]: ...
+
 
 DEFAULT_LOCAL_URL = "unix:///var/run/docker.sock"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
@@ -244,7 +250,7 @@ class HostInfo:
     workspace: str | None = None
     #: The active GPU leases on this host (set by ``DevContainers.describe_hosts``, which
     #: has the ledger), reported as ``Lease.held_json``.
-    leases: tuple[Lease, ...] = ()
+    leases: tuple[HeldLease, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(replace(self, leases=()))

@@ -25,7 +25,8 @@ import docker.errors
 from traitlets import Bool, List, Unicode
 from traitlets.config import LoggingConfigurable
 
-from .errors import BadRequest, ImageError
+from ..errors import BadRequest, ImageError
+from ..labels import L_BOOTSTRAP, L_BOOTSTRAP_KERNEL
 
 #: Progress events: ``{"stage": str, "message": str}``; the CLI prints them, the API streams them.
 Progress = Callable[[dict[str, Any]], None]
@@ -37,7 +38,6 @@ APT_SOURCE_FILES = (
 _SUITE_RE = re.compile(r"^[a-z][a-z0-9-]{1,30}\Z")
 _PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+\Z")
 _TAG_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,200}\Z")
-LABEL = "org.jupyter.gpudev"
 
 
 def stream_build(
@@ -261,7 +261,7 @@ class ImageBootstrapper(LoggingConfigurable):
                 str(tarball),
                 repository=repository or self.base_tag,
                 tag=tag if repository else None,
-                changes=['CMD ["/bin/bash"]', f'LABEL {LABEL}.bootstrap="{self.suite}"'],
+                changes=['CMD ["/bin/bash"]', f'LABEL {L_BOOTSTRAP}="{self.suite}"'],
             )
         except subprocess.CalledProcessError as exc:
             raise ImageError(
@@ -298,7 +298,7 @@ class ImageBootstrapper(LoggingConfigurable):
             "RUN apt-get update \\\n"
             f" && apt-get install -y --no-install-recommends {packages} \\\n"
             " && rm -rf /var/lib/apt/lists/*\n"
-            f'LABEL {LABEL}.bootstrap="{self.suite}" {LABEL}.bootstrap.kernel="ipykernel"\n'
+            f'LABEL {L_BOOTSTRAP}="{self.suite}" {L_BOOTSTRAP_KERNEL}="ipykernel"\n'
         )
 
     def _build_kernel_image(self, client: docker.DockerClient, say: Progress) -> str:

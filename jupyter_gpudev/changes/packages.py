@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import changes as ch
+from . import model as ch
 from . import names
 
 #: Size limits of what is read (past them a file is reported, not read).

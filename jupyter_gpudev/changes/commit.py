@@ -39,31 +39,26 @@ import docker.errors
 import requests
 from docker.utils import build as docker_build
 
-from . import changes as ch
-from .errors import (
-    ENGINE_FAILURES,
-    BadRequest,
-    EngineError,
-    GPUDevError,
-    engine_errors,
+from ..engine import Progress, Reference, Registries, stream_build
+from ..errors import ENGINE_FAILURES, BadRequest, EngineError, GPUDevError, engine_errors
+from ..labels import (
+    L_PROBE,
+    L_SNAPSHOT_CONTAINER,
+    L_SNAPSHOT_DIFF,
+    L_SNAPSHOT_DOCKERFILE,
+    L_SNAPSHOT_ENV,
+    L_VERIFY,
+    LABEL,
+    OCI_BASE_DIGEST,
+    OCI_BASE_NAME,
+    OCI_CREATED,
+    OCI_DESCRIPTION,
 )
-from .images import Progress, stream_build
-from .registry import Reference, Registries
+from . import model as ch
 
 if TYPE_CHECKING:
     from .capture import ChangeCapture, Prepared, WriteResult
 
-LABEL = "org.jupyter.gpudev"
-L_SNAPSHOT_ENV = f"{LABEL}.snapshot.environment"
-L_SNAPSHOT_CONTAINER = f"{LABEL}.snapshot.container"
-L_SNAPSHOT_DIFF = f"{LABEL}.snapshot.diff"
-L_SNAPSHOT_DOCKERFILE = f"{LABEL}.snapshot.dockerfile"
-L_VERIFY = f"{LABEL}.verify"
-#: OCI's own annotations for the base image.
-L_BASE_NAME = "org.opencontainers.image.base.name"
-L_BASE_DIGEST = "org.opencontainers.image.base.digest"
-L_DESCRIPTION = "org.opencontainers.image.description"
-L_CREATED = "org.opencontainers.image.created"
 #: The Dockerfile a verify build reads (added to the build context, not written anywhere).
 VERIFY_DOCKERFILE = ".gpudev-verify.Dockerfile"
 #: Image configuration keys a snapshot takes from the environment's image.
@@ -389,7 +384,7 @@ class Committer:
             command=paths,
             user="0",
             network_disabled=True,
-            labels={f"{LABEL}.probe": "1"},
+            labels={L_PROBE: "1"},
         )
         try:
             helper.start()
@@ -413,12 +408,12 @@ class Committer:
             L_SNAPSHOT_CONTAINER: captured.info.name,
             L_SNAPSHOT_DIFF: "sha256:" + _sha256(prepared.rendered.diff),
             L_SNAPSHOT_DOCKERFILE: "sha256:" + prepared.rendered.dockerfile_digest,
-            L_BASE_NAME: image_ref,
-            L_BASE_DIGEST: digests[0].rsplit("@", 1)[-1] if digests else str(base.id),
-            L_CREATED: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            OCI_BASE_NAME: image_ref,
+            OCI_BASE_DIGEST: digests[0].rsplit("@", 1)[-1] if digests else str(base.id),
+            OCI_CREATED: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         if message:
-            labels[L_DESCRIPTION] = message.strip()
+            labels[OCI_DESCRIPTION] = message.strip()
         return labels
 
     @staticmethod
@@ -442,7 +437,7 @@ class Committer:
             "architecture": base.get("Architecture") or "amd64",
             "os": base.get("Os") or "linux",
             **({"variant": base["Variant"]} if base.get("Variant") else {}),
-            "created": labels[L_CREATED],
+            "created": labels[OCI_CREATED],
             "config": config,
         }
 

@@ -28,8 +28,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from .errors import BadRequest, Conflict, GPUDevError
-from .gpus import Inventory
+from ..engine import Inventory
+from ..errors import BadRequest, Conflict, GPUDevError
 
 #: The schema this module writes (``PRAGMA user_version``).
 SCHEMA_VERSION = 2

@@ -26,16 +26,18 @@ from typing import TYPE_CHECKING, Any
 
 import docker.errors
 
-from . import changes as ch
-from . import packages, safefs
+from .. import safefs
+from ..environments import MAX_FILE_BYTES, Environment, load_jsonc
+from ..errors import EngineError, GPUDevError, engine_errors
+from ..labels import L_PROBE
+from . import model as ch
+from . import packages
 from .dockerfile import RenderedDiff, change_items, is_source_path, render
-from .environments import MAX_FILE_BYTES, Environment, load_jsonc
-from .errors import EngineError, GPUDevError, engine_errors
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
 
-    from .containers import DevContainerInfo, DevContainers
+    from ..containers.lifecycle import DevContainerInfo, DevContainers
 
 _SAFE_ID = "0123456789abcdefsha256:"
 
@@ -264,7 +266,7 @@ class ChangeCapture:
                 user="0",
                 network_disabled=True,
                 remove=True,
-                labels={"org.jupyter.gpudev.probe": "1"},
+                labels={L_PROBE: "1"},
             )
         text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
         return ch.parse_probe(text)

@@ -37,7 +37,7 @@ import urllib3.connectionpool
 import urllib3.exceptions
 from docker.transport.basehttpadapter import BaseHTTPAdapter
 
-from .errors import EngineUnreachable
+from ..errors import EngineUnreachable
 
 #: The remote command behind each Docker API connection (docker CLI 18.09 and later).
 DIAL_STDIO = "docker system dial-stdio"

@@ -25,7 +25,7 @@ from docker import auth as docker_auth
 from traitlets import Dict
 from traitlets.config import LoggingConfigurable
 
-from .errors import ENGINE_FAILURES, BadRequest, ConfigError, GPUDevError
+from ..errors import ENGINE_FAILURES, BadRequest, ConfigError, GPUDevError
 from .images import Progress
 
 #: ``[registry/]path[:tag]``, lower-case path components as the distribution spec has them.

@@ -40,9 +40,9 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from ..environments import CA_BUNDLE_ENV_VARS
+from ..errors import BadRequest, EngineError
 from . import names
-from .errors import BadRequest, EngineError
-from .mounts import CA_BUNDLE_ENV_VARS
 
 #: Markers between the sections of the probe's output.
 _SECTION = "@@gpudev "

@@ -44,12 +44,30 @@ from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bool, Float, Instance, Int, List, Unicode, default
 from traitlets.config import LoggingConfigurable
 
-from . import seccomp
-from .capture import Baseline, Baselines, ChangeCapture
-from .changes import engine_made, mount_targets, uncommitted
-from .driver import LegacyGPUInjection
-from .environments import Environment, EnvironmentManager, parse_docker_size
-from .errors import (
+from ..changes.capture import Baseline, Baselines, ChangeCapture
+from ..changes.model import engine_made, mount_targets, uncommitted
+from ..engine import (
+    Host,
+    HostInfo,
+    HostPool,
+    Inventory,
+    LegacyGPUInjection,
+    Progress,
+    Registries,
+    RegistryError,
+    stream_build,
+)
+from ..environments import (
+    Environment,
+    EnvironmentManager,
+    MountNotAllowed,
+    MountPolicy,
+    RemotePaths,
+    ResolvedMount,
+    check_target,
+    parse_docker_size,
+)
+from ..errors import (
     ENGINE_FAILURES,
     BadRequest,
     ConfigError,
@@ -62,11 +80,25 @@ from .errors import (
     engine_error,
     engine_errors,
 )
-from .gpus import Inventory
-from .hosts import Host, HostInfo, HostPool
-from .images import Progress, stream_build
-from .kernels import KernelRegistry
-from .leases import (
+from ..kernels.registry import KernelRegistry
+from ..labels import (
+    L_CREATED,
+    L_ENV,
+    L_GPUS,
+    L_HOST,
+    L_IMAGE,
+    L_KERNEL,
+    L_LEASE,
+    L_LEDGER,
+    L_MANAGED,
+    L_NAME,
+    L_OWNER,
+    L_PORTS,
+    L_PROCESS,
+    L_SERVER,
+    L_WORKSPACE,
+)
+from ..leasing import (
     GPURequest,
     LeasableGPU,
     Lease,
@@ -76,28 +108,7 @@ from .leases import (
     iso_utc,
     leasable_units,
 )
-from .mounts import MountNotAllowed, MountPolicy, RemotePaths, ResolvedMount, check_target
-from .registry import Registries, RegistryError
-
-LABEL = "org.jupyter.gpudev"
-L_MANAGED = f"{LABEL}.managed"
-L_NAME = f"{LABEL}.name"
-L_OWNER = f"{LABEL}.owner"
-L_ENV = f"{LABEL}.environment"
-L_HOST = f"{LABEL}.host"
-L_LEASE = f"{LABEL}.lease"
-L_GPUS = f"{LABEL}.gpus"
-L_SERVER = f"{LABEL}.server"
-L_IMAGE = f"{LABEL}.image"
-L_CREATED = f"{LABEL}.created"
-L_WORKSPACE = f"{LABEL}.workspace"
-#: On a container dedicated to one kernel: the kernel's id.
-L_KERNEL = f"{LABEL}.kernel"
-#: Which server process made it: "<machine>:<pid>", and which lease ledger it used.
-L_PROCESS = f"{LABEL}.process"
-L_LEDGER = f"{LABEL}.ledger"
-#: The environment's forwardPorts at creation (comma-separated): ports the proxy serves.
-L_PORTS = f"{LABEL}.ports"
+from . import seccomp
 
 PREFIX = "gpudev-"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")

@@ -1,0 +1,76 @@
+"""engine."""
+
+from .driver import DriverInjectionError, LegacyGPUInjection, proc_bus_id
+from .gpus import (
+    GPU,
+    SMI_FIELDS,
+    GPUInventory,
+    Inventory,
+    MigDevice,
+    NvidiaSmiProbe,
+    NvmlProbe,
+    ProbeUnavailable,
+    cuda_version_from_int,
+    parse_smi_csv,
+    parse_smi_list,
+)
+from .hosts import (
+    DEFAULT_LOCAL_URL,
+    Host,
+    HostInfo,
+    HostPool,
+    HostSpec,
+    address_for_containers,
+    bridge_address,
+    unreachable_summary,
+)
+from .images import ImageBootstrapper, Progress, detect_mirror, mirror_from_sources, stream_build
+from .registry import Reference, Registries, RegistryError
+from .ssh import (
+    RevokedHostKey,
+    SSHConnection,
+    SSHTarget,
+    UnknownHostKey,
+    describe_ssh_error,
+    fingerprint,
+)
+
+__all__ = [
+    "DEFAULT_LOCAL_URL",
+    "GPU",
+    "SMI_FIELDS",
+    "DriverInjectionError",
+    "GPUInventory",
+    "Host",
+    "HostInfo",
+    "HostPool",
+    "HostSpec",
+    "ImageBootstrapper",
+    "Inventory",
+    "LegacyGPUInjection",
+    "MigDevice",
+    "NvidiaSmiProbe",
+    "NvmlProbe",
+    "ProbeUnavailable",
+    "Progress",
+    "Reference",
+    "Registries",
+    "RegistryError",
+    "RevokedHostKey",
+    "SSHConnection",
+    "SSHTarget",
+    "UnknownHostKey",
+    "",
+    "address_for_containers",
+    "bridge_address",
+    "cuda_version_from_int",
+    "describe_ssh_error",
+    "detect_mirror",
+    "fingerprint",
+    "mirror_from_sources",
+    "parse_smi_csv",
+    "parse_smi_list",
+    "proc_bus_id",
+    "stream_build",
+    "unreachable_summary",
+]

@@ -1,0 +1,662 @@
+"""``GPUDevProvisioner``: Jupyter kernels whose process lives inside a dev container.
+
+A kernelspec whose metadata names the ``gpudev`` provisioner launches its kernel in a dev
+container of its environment: a container dedicated to that kernel (created at launch with its
+GPUs leased, stopped at shutdown), or a running dev container the spec names (shared by several
+kernels, left running). The image, build, pull and GPU lease all happen in ``pre_launch``,
+before the kernel starts, so the kernel start timeout only counts the kernel itself.
+
+The kernel binds its ZMQ ports inside the container; the server reaches them at the
+container's address on the isolated ``gpudev`` network (see ``DevContainers.network``), which
+other containers cannot reach, or, on an ssh:// host, through forwards over the host's SSH
+connection (torn down with the kernel). A restart replaces only the kernel process: the
+container, and everything installed in it, survives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shlex
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import docker.errors
+from jupyter_client.connect import KernelConnectionInfo
+from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
+from tornado import web
+from traitlets import Bool, Float, Int, Unicode
+from traitlets.config import Config
+
+from ..containers.lifecycle import DevContainers, StartRequest
+from ..engine import Host
+from ..errors import ENGINE_FAILURES, Conflict, EngineUnreachable, GPUDevError, engine_error
+from .registry import KernelPlacement
+
+T = TypeVar("T")
+
+
+class KernelLaunchError(web.HTTPError):
+    """A gpudev error while launching a kernel, in the form jupyter_server reports to the user
+    (its status and message, instead of "Unhandled error"); ``error`` is the original."""
+
+    def __init__(self, error: GPUDevError) -> None:
+        # tornado formats log_message with %: keep a literal % literal.
+        super().__init__(error.status, log_message=error.message.replace("%", "%%"))
+        self.error = error
+
+
+class KernelStartFailed(GPUDevError):
+    """The kernel process died at start; the message has its last output line."""
+
+    status = 500
+    exit_code = 4
+    code = "kernel_start"
+
+
+#: Where a kernel's connection file and pid file live inside the container.
+RUNTIME_DIR = "/tmp/.gpudev"  # noqa: S108 - inside the container, owned by the kernel's user
+DEFAULT_ARGV = ["python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+IMAGE_KERNELSPECS = (
+    "/usr/local/share/jupyter/kernels/python3/kernel.json",
+    "/usr/share/jupyter/kernels/python3/kernel.json",
+    "/opt/conda/share/jupyter/kernels/python3/kernel.json",
+)
+PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+
+_shared_manager: DevContainers | None = None
+_shared_lock = threading.Lock()
+_ports_in_use: dict[str, set[int]] = {}
+#: The kernels running in each shared container, by (host, container name).
+_kernels_in: dict[tuple[str, str], set[str]] = {}
+#: Shared containers waiting out their linger after their last kernel ended.
+_lingering: dict[tuple[str, str], asyncio.TimerHandle] = {}
+_argv_by_image: dict[str, list[str]] = {}
+
+
+def set_manager(manager: DevContainers | None) -> None:
+    """The server's ``DevContainers`` (set by ``GPUDevApp``), shared by every kernel."""
+    global _shared_manager  # noqa: PLW0603 - one manager per process, by design
+    with _shared_lock:
+        _shared_manager = manager
+
+
+def current_manager() -> DevContainers | None:
+    """The manager ``set_manager`` gave (inside a Jupyter server), else ``None``."""
+    with _shared_lock:
+        return _shared_manager
+
+
+def _manager_for(provisioner: GPUDevProvisioner) -> DevContainers:
+    """The server's manager, or (outside a server, e.g. jupyter console) one of our own."""
+    # services.py lists this module's class among its own: imported here, not at the top.
+    from ..services import Services  # noqa: PLC0415
+
+    global _shared_manager  # noqa: PLW0603
+    with _shared_lock:
+        if _shared_manager is None:
+            config = provisioner.config if isinstance(provisioner.config, Config) else Config()
+            _shared_manager = Services(os.getcwd(), config=config).containers
+        return _shared_manager
+
+
+class GPUDevProvisioner(KernelProvisionerBase):
+    """Launches the kernel inside a dev container (``provisioner_name: gpudev``).
+
+    Its ``config`` in the kernelspec metadata: ``environment`` (the environment's name),
+    ``gpus`` (how many GPUs a dedicated container leases; default: the environment's),
+    ``container`` (the name of a running dev container to share instead), ``host``.
+    """
+
+    environment = Unicode("default", config=True, help="The environment of the container.")
+    container = Unicode(
+        "", config=True, help="A running dev container to launch into (shared, left running)."
+    )
+    gpus = Int(-1, config=True, help="GPUs a dedicated container leases (-1: the environment's).")
+    host = Unicode("", config=True, help="The host (default: the local engine).")
+    startup_check_seconds = Float(
+        0.05,
+        config=True,
+        help="""After launching, watch the kernel this long: one that exits at once is
+        reported with its output and cleaned up, instead of a 'kernel died' restart loop.""",
+    )
+    unreachable_grace = Float(
+        60.0,
+        config=True,
+        help="""Seconds a kernel on a remote host is still considered running while its host
+        cannot be reached (a dropped SSH connection is reopened on the next call); after that
+        it is reported dead, with the reason in the server log.""",
+    )
+    remove_unchanged = Bool(
+        True,
+        config=True,
+        help="""Remove a dedicated container at shutdown when nothing changed in it; one with
+        changes is only stopped (kept until committed or discarded).""",
+    )
+
+    # State, persisted through get/load_provisioner_info for reconnection after a restart.
+    _container_name: str = ""
+    _dedicated: bool = False
+    _exec_id: str = ""
+    _ports: tuple[int, ...] = ()
+    _exit_code: int | None = None
+    _api: Any = None
+    _launching: Any = None
+    #: The kernel has started once (a later failed launch is a restart's: the container stays).
+    _launched: bool = False
+    #: Counted among the kernels of a shared container.
+    _joined: bool = False
+    _idle_timeout: float | None = None
+    _unreachable_since: float = 0.0
+    #: Set by the GPU culler: at shutdown, stop the container but keep it (a reclaim).
+    keep_container: bool = False
+
+    @property
+    def container_name(self) -> str:
+        return self._container_name
+
+    def gpu_uuids(self) -> tuple[str, ...]:
+        """The GPUs this kernel holds: those of its dedicated container's lease (a kernel in a
+        shared container holds none of its own)."""
+        if not self._dedicated or not self._container_name:
+            return ()
+        manager = self._manager
+        lease = manager.ledger.for_container(
+            self.host or manager.host_pool.local_name, self._container_name
+        )
+        return lease.gpu_uuids if lease else ()
+
+    def idle_timeout(self) -> float | None:
+        """The environment's own idle timeout (customizations.gpudev.idleTimeout), if any."""
+        return self._idle_timeout
+
+    @property
+    def has_process(self) -> bool:
+        return bool(self._exec_id) and self._exit_code is None
+
+    @property
+    def _manager(self) -> DevContainers:
+        return _manager_for(self)
+
+    def _host(self) -> Host:
+        """The host of this kernel's container (the local engine until placement says)."""
+        pool = self._manager.host_pool
+        return pool.get(self.host or pool.local_name)
+
+    async def _run(self, func: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(None, func, *args)
+
+    def _container(self) -> Any:
+        host, container = self._manager._find(self._container_name, self.host or None)
+        self.host = host.name
+        return container
+
+    # ------------------------------------------------------------------------------------------
+    # Launch
+    # ------------------------------------------------------------------------------------------
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        """Make the container ready (build/pull, lease, start) before the kernel is started."""
+        return await self._guarded(not self._container_name, self._pre_launch(**kwargs))
+
+    async def _guarded(self, first: bool, step: Awaitable[T]) -> T:
+        """Run a launch step. When the kernel's first start fails, nothing is left behind
+        (jupyter_client never calls cleanup() for a kernel that did not start): its dedicated
+        container is removed and its lease freed, or it leaves its shared container. Errors
+        reach the user as HTTP errors with a message, engine errors included."""
+        try:
+            return await step
+        except BaseException as exc:
+            if first:
+                await self._abandon()
+            error = exc if isinstance(exc, GPUDevError) else None
+            if isinstance(exc, ENGINE_FAILURES):
+                what = f"Starting the kernel in {self._container_name!r}"
+                error = engine_error(what, exc, self.log)
+            if error is None:
+                raise
+            raise KernelLaunchError(error) from exc
+
+    async def _abandon(self) -> None:
+        await self._run(self._cleanup_sync, False)
+        if self._joined:
+            await self._leave_shared()
+
+    async def _pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        kwargs = await super().pre_launch(**kwargs)
+        if self._container_name:
+            pass  # a restart: the same container, with everything installed in it
+        elif self.container:
+            self._container_name = self.container
+            self._dedicated = False
+            # Joined first: a pending linger stop is cancelled before the container is checked.
+            await self._run(self._ensure_running)
+        else:
+            owner = self._owner()
+            request = StartRequest(
+                environment=self.environment,
+                host=self.host or None,
+                gpus=None if self.gpus < 0 else self.gpus,
+                owner=owner,
+                name=f"kernel-{self.kernel_id}"[:63] if self.kernel_id else None,
+                kernel_id=self.kernel_id or None,
+            )
+            info = await self._run(self._manager.start, request, self._log_progress)
+            self._container_name = info.name
+            self.host = info.host  # where placement put it
+            self._dedicated = True
+            env = await self._run(
+                self._manager.environments.get, self.environment, self._manager.root_dir
+            )
+            self._idle_timeout = env.idle_timeout
+        # The kernel's own launch command is built in launch_kernel (it runs in the container).
+        kwargs["cmd"] = await self._run(self._kernel_argv)
+        return kwargs
+
+    def _shared_key(self) -> tuple[str, str]:
+        return (self.host or self._manager.host_pool.local_name, self._container_name)
+
+    def _ensure_running(self) -> None:
+        """A shared container that was stopped (e.g. after its last kernel) starts again, with
+        the GPUs it was created with."""
+        info = self._manager.get(self._container_name, self.host or None)
+        self.host = info.host
+        if info.kernel_id:
+            raise Conflict(
+                f"{self._container_name!r} belongs to another kernel; start a kernel in a dev "
+                "container that kernels share, or in a new one"
+            )
+        self._join_shared()
+        if info.state != "running":
+            self._manager.resume(self._container_name, self.host or None, self._log_progress)
+
+    def _join_shared(self) -> None:
+        key = self._shared_key()
+        self._joined = True
+        with _shared_lock:
+            _kernels_in.setdefault(key, set()).add(self.kernel_id)
+            waiting = _lingering.pop(key, None)
+        if waiting is not None:
+            waiting.cancel()
+
+    async def _leave_shared(self) -> None:
+        """The last kernel of a shared container ended: stop it (freeing its GPUs) after the
+        linger (``c.DevContainers.linger``), unless it is pinned or a kernel came back."""
+        key = self._shared_key()
+        self._joined = False
+        with _shared_lock:
+            kernels = _kernels_in.get(key, set())
+            kernels.discard(self.kernel_id)
+            if kernels:
+                return
+            _kernels_in.pop(key, None)
+        manager = self._manager
+        if manager.linger > 0:
+            loop = asyncio.get_running_loop()
+
+            def later() -> None:
+                loop.run_in_executor(None, _stop_if_unused, manager, key, self.log)
+
+            with _shared_lock:
+                _lingering[key] = loop.call_later(manager.linger, later)
+            return
+        await self._run(_stop_if_unused, manager, key, self.log)
+
+    def _owner(self) -> str:
+        parent = self.parent
+        for attr in ("owner", "username"):
+            value = getattr(parent, attr, None)
+            if isinstance(value, str) and value:
+                return value
+        return os.environ.get("USER") or "unknown"
+
+    def _log_progress(self, event: dict[str, Any]) -> None:
+        self.log.info(
+            "gpudev kernel %s: [%s] %s", self.kernel_id, event.get("stage"), event.get("message")
+        )
+
+    def _kernel_argv(self) -> list[str]:
+        """The image's own python3 kernelspec argv if it has one, else the ipykernel default
+        (looked up once per image: an exec costs tens of milliseconds)."""
+        container = self._container()
+        self._launching = container  # launch_kernel uses it: one lookup per start
+        image_id = str(container.attrs.get("Image", ""))
+        with _shared_lock:
+            cached = _argv_by_image.get(image_id)
+        if cached is not None:
+            return list(cached)
+        argv = self._read_image_argv(container)
+        with _shared_lock:
+            _argv_by_image[image_id] = argv
+        return list(argv)
+
+    @staticmethod
+    def _read_image_argv(container: Any) -> list[str]:
+        for path in IMAGE_KERNELSPECS:
+            code, output = container.exec_run(["cat", path])
+            if code == 0 and isinstance(output, bytes):
+                try:
+                    argv = json.loads(output)["argv"]
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+                    return list(argv)
+        return list(DEFAULT_ARGV)
+
+    def _choose_ports(self) -> tuple[int, ...]:
+        with _shared_lock:
+            used = _ports_in_use.setdefault(self._container_name, set())
+            rng = random.SystemRandom()
+            ports: list[int] = []
+            while len(ports) < len(PORT_NAMES):
+                port = rng.randint(40000, 59999)
+                if port not in used and port not in ports:
+                    ports.append(port)
+            used.update(ports)
+            return tuple(ports)
+
+    def _release_ports(self) -> None:
+        with _shared_lock:
+            _ports_in_use.get(self._container_name, set()).difference_update(self._ports)
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        return await self._guarded(not self._launched, self._run(self._launch, cmd, kwargs))
+
+    def _launch(self, cmd: list[str], kwargs: dict[str, Any]) -> KernelConnectionInfo:
+        km: Any = self.parent
+        container, self._launching = self._launching or self._container(), None
+        self._api = container.client.api
+        address = self._manager.address_of(container)
+        if not self._ports:  # a restart keeps its ports, as jupyter_client's local kernels do
+            self._ports = self._choose_ports()
+        # Where this server reaches each port: the container itself, or a local forward.
+        host = self._host()
+        reached = [host.reach(address, port) for port in self._ports]
+        kernel_file, pid_file, log_file = (
+            f"{RUNTIME_DIR}/kernel-{self.kernel_id}.{ext}" for ext in ("json", "pid", "log")
+        )
+        info: dict[str, Any] = {
+            "transport": "tcp",
+            "signature_scheme": km.session.signature_scheme,
+            "kernel_name": getattr(km, "kernel_name", ""),
+        }
+        key = km.session.key
+        inside = {
+            **info,
+            **dict(zip(PORT_NAMES, self._ports, strict=True)),
+            "ip": "0.0.0.0",  # noqa: S104 - container-local
+            "key": key.decode(),
+        }
+        local_file = getattr(km, "connection_file", "")
+        argv = [kernel_file if arg in (local_file, "{connection_file}") else arg for arg in cmd]
+        # One exec: write the private connection file (the key leaves the environment before
+        # the kernel starts), record the pid for signals, then become the kernel.
+        script = (
+            f"umask 077; mkdir -p {RUNTIME_DIR}; "
+            f'printf "%s" "$GPUDEV_CONNECTION" > {shlex.quote(kernel_file)}; '
+            "unset GPUDEV_CONNECTION; "
+            f"echo $$ > {shlex.quote(pid_file)}; "
+            f'exec "$@" >> {shlex.quote(log_file)} 2>&1'
+        )
+        environment = self._kernel_env(kwargs.get("env") or {})
+        environment["GPUDEV_CONNECTION"] = json.dumps(inside)
+        exec_id = self._api.exec_create(
+            container.id,
+            ["/bin/sh", "-c", script, "kernel", *argv],
+            workdir=self._workdir(container, kwargs.get("cwd")),
+            environment=environment,
+        )["Id"]
+        self._api.exec_start(exec_id, detach=True)
+        self._exec_id = str(exec_id)
+        self._exit_code = None
+        self._check_started(container, argv, log_file)
+        self._launched = True
+        self._register()
+        self.log.info(
+            "gpudev kernel %s started in %s (%s) on %s:%s",
+            self.kernel_id,
+            self._container_name,
+            " ".join(argv),
+            address,
+            self._ports,
+        )
+        connection: dict[str, Any] = {
+            **info,
+            **dict(zip(PORT_NAMES, (port for _, port in reached), strict=True)),
+            "ip": reached[0][0],
+            "key": key,
+        }
+        return cast(KernelConnectionInfo, connection)
+
+    def _check_started(self, container: Any, argv: list[str], log_file: str) -> None:
+        """A kernel that dies at once (no ipykernel, a bad argv) is an error with its output,
+        and leaves no container or lease behind, instead of a "kernel died" restart loop."""
+        deadline = time.monotonic() + self.startup_check_seconds
+        while time.monotonic() < deadline:
+            if self._poll_sync() is not None:
+                break
+            time.sleep(0.02)
+        code = self._exit_code
+        if code is None:
+            return
+        _, output = container.exec_run(["tail", "-n", "20", log_file])
+        tail = output.decode(errors="replace").strip() if isinstance(output, bytes) else ""
+        raise KernelStartFailed(
+            f"The kernel exited at once (exit {code}) in {self._container_name!r}: "
+            f"{tail.splitlines()[-1] if tail else 'no output'}. Does the image have ipykernel, "
+            f"and is the kernel command right ({' '.join(argv)})?",
+            details={"log": tail.splitlines()},
+        )
+
+    def _kernel_env(self, env: dict[str, str]) -> dict[str, str]:
+        """Only what the kernel needs from the launch environment: never the server's own."""
+        keep = {"JPY_SESSION_NAME"}
+        spec_env = getattr(getattr(self, "kernel_spec", None), "env", None) or {}
+        result = {k: v for k, v in env.items() if k in keep}
+        result.update({k: str(v) for k, v in spec_env.items()})
+        return result
+
+    def _workdir(self, container: Any, cwd: str | None) -> str:
+        """The notebook's folder, as seen inside the container (the workspace mount). On a
+        remote host the workspace is that host's folder, which need not have this machine's
+        layout: the kernel starts at its root."""
+        manager = self._manager
+        base = str(container.attrs.get("Config", {}).get("WorkingDir") or "/")
+        host = self._host()
+        if not cwd or not host.spec.is_local:
+            return base
+        try:
+            relative = Path(cwd).resolve().relative_to(manager.root_dir)
+        except ValueError:
+            return base
+        return str(Path(base) / relative) if str(relative) != "." else base
+
+    # ------------------------------------------------------------------------------------------
+    # Process control
+    # ------------------------------------------------------------------------------------------
+
+    def _poll_sync(self) -> int | None:
+        if not self._exec_id:
+            return 0
+        try:
+            if self._api is None:
+                self._api = self._container().client.api
+            state = self._api.exec_inspect(self._exec_id)
+        except EngineUnreachable as err:
+            # A remote host that dropped: still running as far as we know, for a while (the
+            # next call reconnects); past the grace, dead, with the reason in the log.
+            now = time.monotonic()
+            self._unreachable_since = self._unreachable_since or now
+            if now - self._unreachable_since < self.unreachable_grace:
+                return None
+            self.log.warning(
+                "gpudev kernel %s: host unreachable for %.0f s, the kernel is lost: %s",
+                self.kernel_id,
+                now - self._unreachable_since,
+                err.message,
+            )
+            self._exit_code = -1
+            return self._exit_code
+        except (docker.errors.DockerException, GPUDevError):
+            self._exit_code = -1
+            return self._exit_code
+        self._unreachable_since = 0.0
+        if state.get("Running"):
+            return None
+        self._exit_code = int(state.get("ExitCode") or 0)
+        return self._exit_code
+
+    async def poll(self) -> int | None:
+        if self._exit_code is not None:
+            return self._exit_code
+        return await self._run(self._poll_sync)
+
+    async def wait(self) -> int | None:
+        while True:
+            code = await self.poll()
+            if code is not None:
+                return code
+            await asyncio.sleep(0.05)
+
+    def _signal_sync(self, signum: int) -> None:
+        pid_file = f"{RUNTIME_DIR}/kernel-{self.kernel_id}.pid"
+        try:
+            container = self._container()
+            container.exec_run(
+                ["/bin/sh", "-c", f'kill -{int(signum)} "$(cat {shlex.quote(pid_file)})"']
+            )
+        except (docker.errors.DockerException, GPUDevError) as exc:
+            self.log.warning("gpudev kernel %s: signal %s failed: %r", self.kernel_id, signum, exc)
+
+    async def send_signal(self, signum: int) -> None:
+        if self.has_process:
+            await self._run(self._signal_sync, signum)
+
+    async def kill(self, restart: bool = False) -> None:  # noqa: ARG002 - same either way
+        await self.send_signal(signal.SIGKILL)
+
+    async def terminate(self, restart: bool = False) -> None:  # noqa: ARG002
+        await self.send_signal(signal.SIGTERM)
+
+    async def cleanup(self, restart: bool = False) -> None:
+        await self._run(self._cleanup_sync, restart)
+        if not restart and self._joined:
+            await self._leave_shared()
+
+    def _register(self) -> None:
+        """Tell the server's kernel registry where this kernel runs (it counts a container's
+        kernels); a restart registers it again, unchanged."""
+        registry = self._manager.kernels
+        if registry is not None and self.kernel_id:
+            registry.add(
+                KernelPlacement(
+                    kernel_id=self.kernel_id,
+                    host=self.host or self._manager.host_pool.local_name,
+                    container=self._container_name,
+                    dedicated=self._dedicated,
+                )
+            )
+
+    def _cleanup_sync(self, restart: bool) -> None:
+        self._exec_id = ""
+        if not restart and self._launched and self._manager.kernels is not None:
+            self._manager.kernels.remove(self.kernel_id)  # first: its container is now unused
+        if restart or not self._container_name:
+            return
+        self._close_forwards()
+        self._release_ports()
+        self._ports = ()
+        if not self._dedicated:
+            self._remove_runtime_files()
+            return
+        manager = self._manager
+        host = self.host or None
+        try:
+            # Either way the lease is released as soon as the container has stopped (well
+            # under 1 s); remove() stops it first.
+            if self.remove_unchanged and not self.keep_container:
+                try:
+                    manager.remove(self._container_name, host)
+                except Conflict:
+                    self.log.info(
+                        "gpudev kernel %s: %s has changes: stopped and kept until committed or "
+                        "removed",
+                        self.kernel_id,
+                        self._container_name,
+                    )
+            else:
+                manager.stop(self._container_name, host)
+        except GPUDevError as err:
+            self.log.warning(
+                "gpudev kernel %s: cleaning up %s: %s",
+                self.kernel_id,
+                self._container_name,
+                err.message,
+            )
+
+    def _close_forwards(self) -> None:
+        """Tear down this kernel's SSH forwards (a remote host); a no-op on a local one."""
+        if not self._ports:
+            return
+        with contextlib.suppress(docker.errors.DockerException, GPUDevError):
+            manager = self._manager
+            host = self._host()
+            if host.tunnels is not None:
+                host.unreach(manager.address_of(self._container()), self._ports)
+
+    def _remove_runtime_files(self) -> None:
+        with contextlib.suppress(docker.errors.DockerException, GPUDevError):
+            self._container().exec_run(
+                [
+                    "rm",
+                    "-f",
+                    f"{RUNTIME_DIR}/kernel-{self.kernel_id}.json",
+                    f"{RUNTIME_DIR}/kernel-{self.kernel_id}.pid",
+                    f"{RUNTIME_DIR}/kernel-{self.kernel_id}.log",
+                ]
+            )
+
+    async def get_provisioner_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = await super().get_provisioner_info()
+        info.update(
+            host=self.host,
+            container=self._container_name,
+            dedicated=self._dedicated,
+            exec_id=self._exec_id,
+            ports=list(self._ports),
+        )
+        return info
+
+    async def load_provisioner_info(self, provisioner_info: dict[str, Any]) -> None:
+        await super().load_provisioner_info(provisioner_info)
+        self._container_name = str(provisioner_info.get("container", ""))
+        self.host = str(provisioner_info.get("host") or self.host)
+        self._dedicated = bool(provisioner_info.get("dedicated", False))
+        self._exec_id = str(provisioner_info.get("exec_id", ""))
+        self._ports = tuple(int(p) for p in provisioner_info.get("ports", []))
+
+
+def _stop_if_unused(manager: DevContainers, key: tuple[str, str], log: Any) -> None:
+    """Stop a shared container whose last kernel ended, unless a kernel joined it since or the
+    user pinned it. Runs off the event loop (it waits for the container to stop)."""
+    host, name = key
+    with _shared_lock:
+        _lingering.pop(key, None)
+        if _kernels_in.get(key):
+            return
+    try:
+        if name in manager.ledger.pinned(host):
+            log.info("gpudev: %s is pinned: kept running after its last kernel", name)
+            return
+        manager.stop(name, host)
+    except GPUDevError as err:
+        log.warning("gpudev: stopping %s after its last kernel: %s", name, err.message)
+        return
+    log.info("gpudev: stopped %s (its last kernel ended); its GPUs are free", name)

@@ -1,0 +1,53 @@
+"""Every label gpudev sets or reads on engine objects, in one place.
+
+Containers, images and snapshot images carry them; they are written by gpudev only (never taken
+from an image or a request) and read back to find what gpudev made.
+"""
+
+from __future__ import annotations
+
+LABEL = "org.jupyter.gpudev"
+
+# Dev containers.
+#: Made by gpudev (``"1"``); everything gpudev lists or touches carries it.
+L_MANAGED = f"{LABEL}.managed"
+#: The name the user chose (the engine's name is ``gpudev-<name>``).
+L_NAME = f"{LABEL}.name"
+L_OWNER = f"{LABEL}.owner"
+L_ENV = f"{LABEL}.environment"
+L_HOST = f"{LABEL}.host"
+#: The lease id and the leased GPU UUIDs (comma separated).
+L_LEASE = f"{LABEL}.lease"
+L_GPUS = f"{LABEL}.gpus"
+L_SERVER = f"{LABEL}.server"
+L_IMAGE = f"{LABEL}.image"
+L_CREATED = f"{LABEL}.created"
+L_WORKSPACE = f"{LABEL}.workspace"
+#: On a container dedicated to one kernel: the kernel's id.
+L_KERNEL = f"{LABEL}.kernel"
+#: Which server process made it: "<machine>:<pid>", and which lease ledger it used.
+L_PROCESS = f"{LABEL}.process"
+L_LEDGER = f"{LABEL}.ledger"
+#: The web ports the environment declared (``forwardPorts``), comma separated.
+L_PORTS = f"{LABEL}.ports"
+
+# Throwaway containers gpudev runs (the image probe).
+L_PROBE = f"{LABEL}.probe"
+
+# Images.
+#: A base image ``jupyter gpudev image bootstrap`` made, and its kernel.
+L_BOOTSTRAP = f"{LABEL}.bootstrap"
+L_BOOTSTRAP_KERNEL = f"{L_BOOTSTRAP}.kernel"
+#: A verify build of a commit.
+L_VERIFY = f"{LABEL}.verify"
+#: A snapshot image: the environment, container, change set and Dockerfile it came from.
+L_SNAPSHOT_ENV = f"{LABEL}.snapshot.environment"
+L_SNAPSHOT_CONTAINER = f"{LABEL}.snapshot.container"
+L_SNAPSHOT_DIFF = f"{LABEL}.snapshot.diff"
+L_SNAPSHOT_DOCKERFILE = f"{LABEL}.snapshot.dockerfile"
+
+# OCI's own annotations, set on snapshot images.
+OCI_BASE_NAME = "org.opencontainers.image.base.name"
+OCI_BASE_DIGEST = "org.opencontainers.image.base.digest"
+OCI_DESCRIPTION = "org.opencontainers.image.description"
+OCI_CREATED = "org.opencontainers.image.created"
