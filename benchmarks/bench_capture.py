@@ -27,7 +27,7 @@ import docker
 from floor import median_ms as floor_median_ms
 from traitlets.config import Config
 
-from jupyter_gpudev.changes.capture import ChangeCapture
+from jupyter_gpudev.changes.tracker import track_changes
 from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest, docker_name
 from jupyter_gpudev.engine import HostPool
 
@@ -73,7 +73,7 @@ def main() -> None:
         config = Config()
         config.DevContainers.state_dir = str(Path(tmp) / "state")
         manager = DevContainers(root_dir=work, host_pool=HostPool(config=config), config=config)
-        capture = ChangeCapture(manager)
+        capture = track_changes(manager)
         rows = []
         counts = sorted({1000, 5000, MAX_FILES})
         try:

@@ -32,8 +32,8 @@ from traitlets.config import Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jupyter_gpudev.changes.capture import ChangeCapture
 from jupyter_gpudev.changes.commit import CommitOptions, Committer
+from jupyter_gpudev.changes.tracker import track_changes
 from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest, docker_name
 from jupyter_gpudev.engine import HostPool
 from tests.registry import run_registry
@@ -53,7 +53,7 @@ def main() -> None:
         config = Config()
         config.DevContainers.state_dir = str(Path(tmp) / "state")
         manager = DevContainers(root_dir=work, host_pool=HostPool(config=config), config=config)
-        committer = Committer(ChangeCapture(manager), manager.registries)
+        committer = Committer(track_changes(manager), manager.registries)
         floors: list[float] = []
         ours: list[float] = []
         stages: dict[str, list[float]] = {}

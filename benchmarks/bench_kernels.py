@@ -31,6 +31,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from traitlets.config import Config
 
+from jupyter_gpudev.changes.tracker import track_changes
 from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest, docker_name
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.kernels import provisioner
@@ -148,6 +149,7 @@ async def main() -> None:
         config.GPUInventory.nvidia_smi_path = str(ROOT / "tests/fixtures/fake-nvidia-smi")
         config.DevContainers.state_dir = str(Path(tmp) / "state")
         manager = DevContainers(root_dir=work, host_pool=HostPool(config=config), config=config)
+        track_changes(manager)
         provisioner.set_manager(manager)
         ksm = GPUDevKernelSpecManager(root_dir=str(work))
 

@@ -27,13 +27,8 @@ import docker
 from floor import median_ms as floor_median_ms
 from traitlets.config import Config
 
-from jupyter_gpudev.changes.capture import ChangeCapture
-from jupyter_gpudev.containers.lifecycle import (
-    ChangeCounts,
-    DevContainers,
-    StartRequest,
-    docker_name,
-)
+from jupyter_gpudev.changes.tracker import ChangeCounts, ChangeTracker, track_changes
+from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
 from jupyter_gpudev.engine import HostPool
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
@@ -53,6 +48,9 @@ def main() -> None:
         config.DevContainers.state_dir = str(Path(tmp) / "state")
         config.DevContainers.stop_timeout = 1
         manager = DevContainers(root_dir=work, host_pool=HostPool(config=config), config=config)
+        capture = track_changes(manager)
+        tracker = manager.changes
+        assert isinstance(tracker, ChangeTracker)
         names = [f"benchpanel{i}" for i in range(CONTAINERS)]
         try:
             for name in names:
@@ -66,19 +64,19 @@ def main() -> None:
             plain = median_ms(manager.list)
 
             def cold() -> None:
-                manager.change_counts = ChangeCounts()
+                tracker.counts = ChangeCounts()
                 listed = manager.list(count_changes=True)
                 assert all(i.uncommitted for i in listed if i.name in names), listed
 
             cold_ms = median_ms(cold, runs=max(2, RUNS // 2))
-            manager.change_counts = ChangeCounts()
+            tracker.counts = ChangeCounts()
             manager.list(count_changes=True)
             warm_ms = median_ms(lambda: manager.list(count_changes=True))
             # Past the running TTL: the kept counts are answered, recounted in the background.
             ChangeCounts.RUNNING_TTL = 0.0
             stale_ms = median_ms(lambda: manager.list(count_changes=True))
             started = time.perf_counter()
-            manager.change_counts.wait()
+            tracker.counts.wait()
             drain_ms = (time.perf_counter() - started) * 1000
             ChangeCounts.RUNNING_TTL = 15.0
             peer_ms = median_ms(
@@ -86,7 +84,6 @@ def main() -> None:
                 runs=max(2, RUNS // 2),
             )
 
-            capture = ChangeCapture(manager)
             whole = median_ms(lambda: capture.diff(names[0]), runs=max(2, RUNS // 2))
             selected = median_ms(
                 lambda: capture.diff(names[0], exclude=("delete:/etc/issue",)),

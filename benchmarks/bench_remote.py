@@ -35,6 +35,7 @@ from traitlets.config import Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from jupyter_gpudev.changes.tracker import track_changes
 from jupyter_gpudev.containers.lifecycle import DevContainers
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.kernels import provisioner
@@ -105,7 +106,9 @@ def manager_for(tmp: Path, hosts: dict[str, Any], include_local: bool) -> DevCon
     config.HostPool.include_local = include_local
     config.HostPool.hosts = hosts
     config.HostPool.hosts_file = str(tmp / "hosts.json")
-    return DevContainers(root_dir=tmp / "work", host_pool=HostPool(config=config), config=config)
+    manager = DevContainers(root_dir=tmp / "work", host_pool=HostPool(config=config), config=config)
+    track_changes(manager)
+    return manager
 
 
 async def main() -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import docker
 from traitlets.config import Config
 
+from jupyter_gpudev.changes.tracker import track_changes
 from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest, docker_name
 from jupyter_gpudev.engine import HostPool
 
@@ -40,6 +41,7 @@ def main() -> None:
         config.GPUInventory.backend = "none"
         config.DevContainers.state_dir = str(Path(tmp) / "state")
         manager = DevContainers(root_dir=root, host_pool=HostPool(config=config), config=config)
+        track_changes(manager)
         workspace = f"/workspaces/{root.name}"
         user = f"{os.getuid()}:{os.getgid()}"
         labels = {"org.jupyter.gpudev.bench": "1"}

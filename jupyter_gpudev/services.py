@@ -16,6 +16,7 @@ from traitlets.config import Config, Configurable
 
 from .changes.capture import ChangeCapture
 from .changes.commit import Committer
+from .changes.tracker import ChangeTracker
 from .containers.lifecycle import DevContainers
 from .engine import GPUInventory, HostPool, ImageBootstrapper, LegacyGPUInjection, Registries
 from .environments import EnvironmentManager, MountPolicy
@@ -69,6 +70,9 @@ class Services:
         )
         self.culler = GPUCuller(kernel_manager, **source)
         self.capture = ChangeCapture(self.containers)
+        #: The containers' uncommitted changes, for their lifecycle (see ``containers.hooks``).
+        self.tracker = ChangeTracker(self.capture)
+        self.containers.changes = self.tracker
         self.committer = Committer(self.capture, self.containers.registries)
 
     def close(self) -> None:

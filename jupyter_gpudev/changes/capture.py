@@ -217,7 +217,7 @@ class ChangeCapture:
 
     def __init__(self, containers: DevContainers) -> None:
         self.containers = containers
-        self.baselines = containers.baselines
+        self.baselines = Baselines(containers.state_dir)
         #: The largest file a commit copies out of a container (larger: reported, not copied).
         self.file_size_limit = FILE_SIZE_LIMIT
 
@@ -285,9 +285,9 @@ class ChangeCapture:
         are in ``exclude`` (``Captured.items`` lists them all)."""
         excluded = ch.check_change_ids(exclude)
         manager = self.containers
-        found_host, container = manager._find(name, host)
+        found_host, container = manager.find(name, host)
         client = found_host.client()
-        info = manager._info(found_host, container)
+        info = manager.describe(found_host, container)
         environment = manager.environments.get(info.environment, manager.root_dir)
         with engine_errors(f"Reading the changes of {name!r}", manager.log):
             base = self.baseline(client, container)

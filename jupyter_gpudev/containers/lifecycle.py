@@ -27,8 +27,8 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,8 +44,6 @@ from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bool, Float, Instance, Int, List, Unicode, default
 from traitlets.config import LoggingConfigurable
 
-from ..changes.capture import Baseline, Baselines, ChangeCapture
-from ..changes.model import engine_made, mount_targets, uncommitted
 from ..engine import (
     Host,
     HostInfo,
@@ -80,7 +78,6 @@ from ..errors import (
     engine_error,
     engine_errors,
 )
-from ..kernels.registry import KernelRegistry
 from ..labels import (
     L_CREATED,
     L_ENV,
@@ -109,12 +106,13 @@ from ..leasing import (
     leasable_units,
 )
 from . import seccomp
+from .hooks import ChangeTracking, KernelTracking
 
 PREFIX = "gpudev-"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
 _CUDA_REQ_RE = re.compile(r"cuda>=\s*([0-9]+(?:\.[0-9]+)?)")
 _CUDA_VER_RE = re.compile(r"^([0-9]+)\.([0-9]+)")
-_STOPPED = ("exited", "dead", "removing")
+STOPPED = ("exited", "dead", "removing")
 _PORTS_LOCK = threading.Lock()
 
 
@@ -228,135 +226,6 @@ def engine_time(text: Any) -> str | None:
     except ValueError:
         return None
     return iso_utc(stamp.timestamp())
-
-
-@dataclass
-class _Count:
-    key: Hashable
-    value: int
-    computed_at: float
-    read_at: float
-
-
-class ChangeCounts:
-    """The uncommitted-change count of each container, kept so that listing stays cheap.
-
-    Counting runs ``docker diff``, which walks the container's layer (most of a second on this
-    project's test machine, however small the change, and the engine runs them one at a time).
-    A count is kept per container id with the ``key`` it was computed under (the container's
-    state and start/stop times, and its baseline): a stopped container's is reused until its key
-    changes. A running one's, whose files change at any time, is fresh for ``RUNNING_TTL``
-    seconds; after that it is still answered while one background thread counts it again, so a
-    listing never waits for more than the containers it has never counted, and the engine runs
-    one diff at a time for all of them. Requests for a count being computed wait for that
-    computation instead of starting another. A failed count (``None``) is not kept; counts not
-    read for ``FORGET_AFTER`` seconds (containers gone) are dropped.
-    """
-
-    RUNNING_TTL = 15.0
-    FORGET_AFTER = 3600.0
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._entries: dict[str, _Count] = {}
-        self._pending: dict[str, tuple[Hashable, Future[int | None]]] = {}
-        self._lock = threading.Lock()
-        self._refresher: ThreadPoolExecutor | None = None
-
-    def _fresh(self, container_id: str, key: Hashable, running: bool, now: float) -> int | None:
-        entry = self._entries.get(container_id)
-        if entry is None or entry.key != key:
-            return None
-        if running and now - entry.computed_at >= self.RUNNING_TTL:
-            return None
-        entry.read_at = now
-        return entry.value
-
-    def peek(self, container_id: str, key: Hashable, running: bool) -> int | None:
-        """The kept count if it still holds, else ``None``; never computes."""
-        with self._lock:
-            return self._fresh(container_id, key, running, self._clock())
-
-    def count(
-        self,
-        container_id: str,
-        key: Hashable,
-        running: bool,
-        compute: Callable[[], int | None],
-    ) -> int | None:
-        """The kept count if it still holds, else ``compute()`` (kept unless ``None``). A
-        running container's count past its time is answered as is while it is counted again in
-        the background."""
-        with self._lock:
-            now = self._clock()
-            hit = self._fresh(container_id, key, running, now)
-            if hit is not None:
-                return hit
-            entry = self._entries.get(container_id)
-            stale = entry.value if entry is not None and entry.key == key else None
-            if entry is not None and stale is not None:
-                entry.read_at = now
-            pending = self._pending.get(container_id)
-            shared = pending is not None and pending[0] == key
-            future: Future[int | None] = pending[1] if pending is not None and shared else Future()
-            if not shared:
-                self._pending[container_id] = (key, future)
-                if stale is not None:
-                    if self._refresher is None:
-                        self._refresher = ThreadPoolExecutor(1, "gpudev-change-count")
-                    self._refresher.submit(self._compute, container_id, key, future, compute)
-        if stale is not None:
-            return stale
-        if shared:
-            return future.result()  # another request is computing it: wait for that
-        return self._compute(container_id, key, future, compute)
-
-    def wait(self) -> None:
-        """Wait for the counts being computed (tests)."""
-        with self._lock:
-            futures = [future for _, future in self._pending.values()]
-        for future in futures:
-            future.result()
-
-    def _compute(
-        self,
-        container_id: str,
-        key: Hashable,
-        future: Future[int | None],
-        compute: Callable[[], int | None],
-    ) -> int | None:
-        value: int | None = None
-        try:
-            value = compute()
-        finally:
-            with self._lock:
-                now = self._clock()
-                if value is not None:
-                    self._entries[container_id] = _Count(key, value, now, now)
-                if self._pending.get(container_id, (None, None))[1] is future:
-                    del self._pending[container_id]
-                for stale in [
-                    cid for cid, e in self._entries.items() if now - e.read_at > self.FORGET_AFTER
-                ]:
-                    del self._entries[stale]
-            future.set_result(value)
-        return value
-
-    def forget(self, container_id: str) -> None:
-        with self._lock:
-            self._entries.pop(container_id, None)
-
-
-def _uncommitted_changes(container: Container, baseline: Baseline | None) -> list[str]:
-    """What removing ``container`` would lose (``changes.uncommitted``): the rule ``remove``
-    refuses by and the panel's count shows."""
-    return uncommitted(
-        container.diff() or [],
-        mount_targets(container.attrs),
-        baseline.files if baseline else {},
-        engine_made(container.attrs),
-        baseline.held if baseline else (),
-    )
 
 
 def docker_name(name: str) -> str:
@@ -550,7 +419,8 @@ class DevContainers(LoggingConfigurable):
         self,
         root_dir: str | Path,
         server_id: str | None = None,
-        kernels: KernelRegistry | None = None,
+        kernels: KernelTracking | None = None,
+        changes: ChangeTracking | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -558,10 +428,11 @@ class DevContainers(LoggingConfigurable):
         self.server_id = server_id or secrets.token_hex(6)
         #: The server's gpudev kernels (``None`` outside a server: kernel counts unknown).
         self.kernels = kernels
-        self.change_counts = ChangeCounts()
-        #: Per container id: the uncommitted changes (``changes.uncommitted``) its change items
-        #: were last counted for, and their number (see ``_uncommitted``).
-        self._item_counts: dict[str, tuple[tuple[str, ...], int]] = {}
+        #: The container's changes as a commit sees them (``changes.tracker.ChangeTracker``,
+        #: wired by ``services.Services``). Without one (a bare ``DevContainers``) no baseline
+        #: is recorded, changes are not counted, and ``remove`` without ``force`` refuses any
+        #: container whose ``docker diff`` is not empty: nothing is lost unclassified.
+        self.changes = changes
         self._ledger: LeaseLedger | None = None
         self._lock = threading.Lock()
 
@@ -582,11 +453,6 @@ class DevContainers(LoggingConfigurable):
                 self._ledger = LeaseLedger(Path(self.state_dir) / "leases.sqlite")
             return self._ledger
 
-    @property
-    def baselines(self) -> Baselines:
-        """What each container started from (see ``jupyter_gpudev.capture``)."""
-        return Baselines(self.state_dir)
-
     def _host(self, name: str | None) -> Host:
         return self.host_pool.get(name or self.host_pool.local_name)
 
@@ -595,7 +461,7 @@ class DevContainers(LoggingConfigurable):
             return [self._host(host)]
         return [self.host_pool.get(n) for n in self.host_pool.names()]
 
-    def _find(self, name: str, host: str | None = None) -> tuple[Host, Container]:
+    def find(self, name: str, host: str | None = None) -> tuple[Host, Container]:
         """The managed container called ``name`` on ``host`` (or on any reachable host)."""
         unreachable: list[GPUDevError] = []
         for candidate in self._hosts(host):
@@ -838,14 +704,16 @@ class DevContainers(LoggingConfigurable):
         if env.post_create_command or env.post_start_command:
             warnings += self._record_baseline(container, say)
         say({"stage": "ready", "message": f"{name} is running"})
-        return self._info(host, container, warnings=warnings)
+        return self.describe(host, container, warnings=warnings)
 
     def _record_baseline(self, container: Container, say: Progress) -> tuple[str, ...]:
         """What the lifecycle commands installed is part of the environment, not a change:
         the container's own baseline is taken after them (others use their image's)."""
         say({"stage": "baseline", "message": "recording the packages after the commands"})
         try:
-            ChangeCapture(self).record_baseline(container)
+            if self.changes is None:
+                return ()
+            self.changes.record_baseline(container)
         except (GPUDevError, docker.errors.DockerException) as exc:
             self.log.warning("gpudev: no baseline for %s: %r", container.name, exc)
             return (
@@ -897,9 +765,9 @@ class DevContainers(LoggingConfigurable):
     ) -> DevContainerInfo:
         """Start a stopped dev container again, leasing the same GPUs it was created with."""
         say: Progress = progress or (lambda _event: None)
-        found_host, container = self._find(name, host)
+        found_host, container = self.find(name, host)
         if container.status == "running":
-            return self._info(found_host, container)
+            return self.describe(found_host, container)
         labels = container.labels
         user = labels.get(L_NAME, user_name(name))
         uuids = labelled_gpus(labels)
@@ -927,7 +795,7 @@ class DevContainers(LoggingConfigurable):
             if isinstance(exc, ENGINE_FAILURES):
                 raise engine_error(f"Starting {user!r} again", exc, self.log) from exc
             raise
-        return self._info(found_host, container, warnings=self._post_start(container, say))
+        return self.describe(found_host, container, warnings=self._post_start(container, say))
 
     def _post_start(self, container: Container, say: Progress) -> tuple[str, ...]:
         """postStartCommand runs at every start (postCreateCommand only at the first)."""
@@ -955,7 +823,7 @@ class DevContainers(LoggingConfigurable):
 
     def container_address(self, name: str, host: str | None = None) -> str:
         """The IP address at which the host reaches the container (kernels connect there)."""
-        _, container = self._find(name, host)
+        _, container = self.find(name, host)
         return self.address_of(container)
 
     def address_of(self, container: Container) -> str:
@@ -1209,9 +1077,9 @@ class DevContainers(LoggingConfigurable):
 
     def stop(self, name: str, host: str | None = None) -> DevContainerInfo:
         """Stop a container; its lease is released only once it has really stopped."""
-        found_host, container = self._find(name, host)
+        found_host, container = self.find(name, host)
         self._stop(found_host, container)
-        return self._info(found_host, container)
+        return self.describe(found_host, container)
 
     def _stop(self, host: Host, container: Container) -> None:
         name = container.labels.get(L_NAME, user_name(container.name or ""))
@@ -1234,15 +1102,12 @@ class DevContainers(LoggingConfigurable):
         A running container is stopped first (its lease freed) and only then checked for
         changes, so nothing written while it stops is lost without ``force``.
         """
-        found_host, container = self._find(name, host)
-        if container.status not in _STOPPED:
+        found_host, container = self.find(name, host)
+        if container.status not in STOPPED:
             self._stop(found_host, container)
-        baseline = self.baselines.container(str(container.id))
-        if baseline is not None and baseline.held:
-            baseline = self._prune_held(name, host, str(container.id), baseline)
         # Changes a commit left out (``held``) are uncommitted too, files or not.
         with engine_errors(f"Reading the changes of {user_name(name)!r}", self.log):
-            changed = _uncommitted_changes(container, baseline)
+            changed = self._uncommitted_changes(found_host, container)
         if changed and not force:
             raise Conflict(
                 f"{user_name(name)!r} has {len(changed)} uncommitted change(s) (e.g. "
@@ -1253,34 +1118,23 @@ class DevContainers(LoggingConfigurable):
         with engine_errors(f"Removing {user_name(name)!r}", self.log):
             container.remove(force=True)
         self._release_for(found_host, container)
-        self.baselines.forget(str(container.id))
-        self.change_counts.forget(str(container.id))
-        self._item_counts.pop(str(container.id), None)
+        if self.changes is not None:
+            self.changes.forget(str(container.id))
         self.ledger.set_pinned(
             found_host.name, container.labels.get(L_NAME, user_name(name)), False
         )
 
-    def _prune_held(
-        self, name: str, host: str | None, container_id: str, baseline: Baseline
-    ) -> Baseline:
-        """The baseline with only the left-out changes that still exist (one undone in the
-        container since, e.g. a package removed again, is no longer uncommitted), saved.
-        Kept as it is when the changes cannot be read."""
-        try:
-            current = {item.id for item in ChangeCapture(self).capture(name, host).items}
-        except GPUDevError as err:
-            self.log.warning("gpudev: left-out changes of %s not checked: %s", name, err)
-            return baseline
-        held = [change for change in baseline.held if change in current]
-        if held != baseline.held:
-            baseline = replace(baseline, held=held)
-            self.baselines.save_container(container_id, baseline)
-        return baseline
+    def _uncommitted_changes(self, host: Host, container: Container) -> builtins.list[str]:
+        """What removing ``container`` would lose (see ``self.changes``)."""
+        if self.changes is not None:
+            name = container.labels.get(L_NAME, user_name(container.name or ""))
+            return self.changes.uncommitted(name, host, container)
+        return sorted(str(d["Path"]) for d in container.diff() or [])
 
     def pin(self, name: str, host: str | None = None, pinned: bool = True) -> DevContainerInfo:
         """Pin a shared dev container: it keeps running (and holding its GPUs) after its last
         kernel ends, until stopped by hand. ``pinned=False`` unpins it."""
-        found_host, container = self._find(name, host)
+        found_host, container = self.find(name, host)
         if container.labels.get(L_KERNEL):
             raise BadRequest(
                 f"{user_name(name)!r} belongs to one kernel and ends with it; pin a dev "
@@ -1289,14 +1143,14 @@ class DevContainers(LoggingConfigurable):
         self.ledger.set_pinned(
             found_host.name, container.labels.get(L_NAME, user_name(name)), pinned
         )
-        return self._info(found_host, container)
+        return self.describe(found_host, container)
 
     def get(
         self, name: str, host: str | None = None, *, count_changes: bool = False
     ) -> DevContainerInfo:
-        """One container; ``count_changes``: count its uncommitted changes (see ``_info``)."""
-        found_host, container = self._find(name, host)
-        return self._info(found_host, container, count_changes=count_changes)
+        """One container; ``count_changes``: count its uncommitted changes (see ``describe``)."""
+        found_host, container = self.find(name, host)
+        return self.describe(found_host, container, count_changes=count_changes)
 
     def kernel(self, kernel_id: str) -> KernelInfo:
         """Where a live kernel of this server runs: its dev container, host and GPUs.
@@ -1343,7 +1197,7 @@ class DevContainers(LoggingConfigurable):
         self, all_states: bool = True, host: str | None = None, *, count_changes: bool = False
     ) -> list[DevContainerInfo]:
         """Every managed container on the reachable hosts (running only unless ``all_states``);
-        ``count_changes``: count their uncommitted changes too (see ``_info``), several at
+        ``count_changes``: count their uncommitted changes too (see ``describe``), several at
         once."""
         found: list[tuple[Host, Container]] = []
         hosts = self._hosts(host)
@@ -1365,7 +1219,7 @@ class DevContainers(LoggingConfigurable):
             raise unreachable[0]  # no engine answered: say so, not "no containers"
 
         def info(pair: tuple[Host, Container]) -> DevContainerInfo:
-            return self._info(*pair, count_changes=count_changes)
+            return self.describe(*pair, count_changes=count_changes)
 
         if count_changes and len(found) > 1:
             with ThreadPoolExecutor(min(self.COUNT_WORKERS, len(found))) as pool:
@@ -1380,7 +1234,7 @@ class DevContainers(LoggingConfigurable):
         Every element comes from the engine or from configuration, never from the request: the
         container is found by its validated name, and addressed by its id.
         """
-        found_host, container = self._find(name, host)
+        found_host, container = self.find(name, host)
         if container.status != "running":
             raise Conflict(f"{user_name(name)!r} is not running: start it first")
         workdir = str(container.attrs.get("Config", {}).get("WorkingDir") or "/")
@@ -1511,7 +1365,7 @@ class DevContainers(LoggingConfigurable):
         added at run time; the environment's forwardPorts stay)."""
         if not 1 <= port <= 65535:
             raise BadRequest(f"Not a TCP port: {port}")
-        found_host, container = self._find(name, host)
+        found_host, container = self.find(name, host)
         if not add and port in _declared_ports(container):
             raise BadRequest(
                 f"Port {port} is one of the forwardPorts of {user_name(name)!r}'s environment: "
@@ -1530,13 +1384,13 @@ class DevContainers(LoggingConfigurable):
             else:
                 ports.pop(key, None)
             self._save_added_ports(ports)
-        return self._info(found_host, container)
+        return self.describe(found_host, container)
 
     def proxy_target(self, name: str, port: int, host: str | None = None) -> tuple[str, int]:
         """Where the server connects to reach a web port of a running dev container: its
         address on the host's bridge network (a local host), or a local end of an SSH forward
         (a remote host). Only the container's web ports are served."""
-        found_host, container = self._find(name, host)
+        found_host, container = self.find(name, host)
         if port not in self._web_ports(container):
             raise NotFound(
                 f"Port {port} of {user_name(name)!r} is not forwarded: add it to forwardPorts, "
@@ -1553,7 +1407,7 @@ class DevContainers(LoggingConfigurable):
         """The container's output; ``tail``: only its last lines. Without ``follow`` at most
         ``max_log_bytes`` are read (streamed, never the whole log at once), then a line says
         where the output was cut."""
-        _, container = self._find(name, host)
+        _, container = self.find(name, host)
         if not follow:
             stream = container.logs(
                 stream=True, follow=False, timestamps=False, tail="all" if tail is None else tail
@@ -1576,7 +1430,7 @@ class DevContainers(LoggingConfigurable):
         for chunk in container.logs(stream=True, follow=True):
             yield chunk.decode(errors="replace")
 
-    def _info(
+    def describe(
         self,
         host: Host,
         container: Container,
@@ -1619,59 +1473,19 @@ class DevContainers(LoggingConfigurable):
             web_ports=self._web_ports(container),
             forward_ports=tuple(sorted(_declared_ports(container))),
             started_at=engine_time(state.get("StartedAt")) if state.get("Running") else None,
-            finished_at=engine_time(state.get("FinishedAt")) if status in _STOPPED else None,
+            finished_at=engine_time(state.get("FinishedAt")) if status in STOPPED else None,
             kernels=usage.count if usage is not None else None,
             last_activity=(
                 iso_utc(usage.last_activity.timestamp())
                 if usage is not None and usage.last_activity is not None
                 else None
             ),
-            uncommitted=self._uncommitted(host, container, compute=count_changes),
+            uncommitted=(
+                self.changes.count(host, container, compute=count_changes)
+                if self.changes is not None
+                else None
+            ),
         )
-
-    def _uncommitted(self, host: Host, container: Container, *, compute: bool) -> int | None:
-        """How many uncommitted changes ``container`` has, counted as the commit dialog and
-        ``jupyter gpudev diff`` list them (one per package, file, deletion or variable: the
-        capture's ``items``), so that a badge "N changes" names N things to review. The cheap
-        rule ``remove`` applies (``changes.uncommitted``, one entry per changed file) decides
-        whether there is anything: none is 0 without a capture, and the items are counted
-        again only when that list moved. Kept per state in ``change_counts``. ``None``: not
-        counted (``compute`` off and nothing kept, or the engine failed)."""
-        container_id = str(container.id)
-        baseline = self.baselines.container(container_id)
-        state = container.attrs.get("State", {})
-        key = (
-            state.get("Status"),
-            state.get("StartedAt"),
-            state.get("FinishedAt"),
-            # commit --write moves the baseline forward (and records what it left out)
-            hash(frozenset(baseline.files.items())) if baseline else None,
-            tuple(baseline.held) if baseline else (),
-        )
-        running = str(state.get("Status", container.status)) not in _STOPPED
-        if not compute:
-            return self.change_counts.peek(container_id, key, running)
-        name = container.labels.get(L_NAME, user_name(container.name or ""))
-
-        def count() -> int | None:
-            try:
-                changed = tuple(_uncommitted_changes(container, baseline))
-                if not changed:
-                    return 0
-                kept = self._item_counts.get(container_id)
-                if kept is not None and kept[0] == changed:
-                    return kept[1]
-                items = len(ChangeCapture(self).capture(name, host.name).items)
-            except ENGINE_FAILURES as exc:
-                self.log.warning("gpudev: changes of %s not counted: %r", container.name, exc)
-                return None
-            except GPUDevError as err:  # e.g. the host's connection dropped
-                self.log.warning("gpudev: changes of %s not counted: %s", container.name, err)
-                return None
-            self._item_counts[container_id] = (changed, items)
-            return items
-
-        return self.change_counts.count(container_id, key, running, count)
 
     # ------------------------------------------------------------------------------------------
     # Reconcile
@@ -1755,7 +1569,7 @@ class DevContainers(LoggingConfigurable):
         owners: dict[str, str] = {}
         labelled: set[str] = set()
         for container in containers:
-            if container.status in _STOPPED:
+            if container.status in STOPPED:
                 continue
             labels = container.labels
             labelled.update(labelled_gpus(labels))

@@ -19,10 +19,8 @@ import asyncio
 import contextlib
 import json
 import os
-import random
 import shlex
 import signal
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -38,7 +36,8 @@ from traitlets.config import Config
 from ..containers.lifecycle import DevContainers, StartRequest
 from ..engine import Host
 from ..errors import ENGINE_FAILURES, Conflict, EngineUnreachable, GPUDevError, engine_error
-from .registry import KernelPlacement
+from .placements import PLACEMENTS
+from .registry import KernelPlacement, KernelRegistry
 
 T = TypeVar("T")
 
@@ -71,40 +70,15 @@ IMAGE_KERNELSPECS = (
 )
 PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
-_shared_manager: DevContainers | None = None
-_shared_lock = threading.Lock()
-_ports_in_use: dict[str, set[int]] = {}
-#: The kernels running in each shared container, by (host, container name).
-_kernels_in: dict[tuple[str, str], set[str]] = {}
-#: Shared containers waiting out their linger after their last kernel ended.
-_lingering: dict[tuple[str, str], asyncio.TimerHandle] = {}
-_argv_by_image: dict[str, list[str]] = {}
-
 
 def set_manager(manager: DevContainers | None) -> None:
     """The server's ``DevContainers`` (set by ``GPUDevApp``), shared by every kernel."""
-    global _shared_manager  # noqa: PLW0603 - one manager per process, by design
-    with _shared_lock:
-        _shared_manager = manager
+    PLACEMENTS.set_manager(manager)
 
 
 def current_manager() -> DevContainers | None:
     """The manager ``set_manager`` gave (inside a Jupyter server), else ``None``."""
-    with _shared_lock:
-        return _shared_manager
-
-
-def _manager_for(provisioner: GPUDevProvisioner) -> DevContainers:
-    """The server's manager, or (outside a server, e.g. jupyter console) one of our own."""
-    # services.py lists this module's class among its own: imported here, not at the top.
-    from ..services import Services  # noqa: PLC0415
-
-    global _shared_manager  # noqa: PLW0603
-    with _shared_lock:
-        if _shared_manager is None:
-            config = provisioner.config if isinstance(provisioner.config, Config) else Config()
-            _shared_manager = Services(os.getcwd(), config=config).containers
-        return _shared_manager
+    return PLACEMENTS.current_manager()
 
 
 class GPUDevProvisioner(KernelProvisionerBase):
@@ -183,7 +157,8 @@ class GPUDevProvisioner(KernelProvisionerBase):
 
     @property
     def _manager(self) -> DevContainers:
-        return _manager_for(self)
+        config = self.config if isinstance(self.config, Config) else Config()
+        return PLACEMENTS.manager_for(config)
 
     def _host(self) -> Host:
         """The host of this kernel's container (the local engine until placement says)."""
@@ -194,7 +169,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         return await asyncio.get_running_loop().run_in_executor(None, func, *args)
 
     def _container(self) -> Any:
-        host, container = self._manager._find(self._container_name, self.host or None)
+        host, container = self._manager.find(self._container_name, self.host or None)
         self.host = host.name
         return container
 
@@ -280,23 +255,15 @@ class GPUDevProvisioner(KernelProvisionerBase):
     def _join_shared(self) -> None:
         key = self._shared_key()
         self._joined = True
-        with _shared_lock:
-            _kernels_in.setdefault(key, set()).add(self.kernel_id)
-            waiting = _lingering.pop(key, None)
-        if waiting is not None:
-            waiting.cancel()
+        PLACEMENTS.join(key, self.kernel_id)
 
     async def _leave_shared(self) -> None:
         """The last kernel of a shared container ended: stop it (freeing its GPUs) after the
         linger (``c.DevContainers.linger``), unless it is pinned or a kernel came back."""
         key = self._shared_key()
         self._joined = False
-        with _shared_lock:
-            kernels = _kernels_in.get(key, set())
-            kernels.discard(self.kernel_id)
-            if kernels:
-                return
-            _kernels_in.pop(key, None)
+        if not PLACEMENTS.leave(key, self.kernel_id):
+            return
         manager = self._manager
         if manager.linger > 0:
             loop = asyncio.get_running_loop()
@@ -304,8 +271,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
             def later() -> None:
                 loop.run_in_executor(None, _stop_if_unused, manager, key, self.log)
 
-            with _shared_lock:
-                _lingering[key] = loop.call_later(manager.linger, later)
+            PLACEMENTS.linger(key, loop.call_later(manager.linger, later))
             return
         await self._run(_stop_if_unused, manager, key, self.log)
 
@@ -328,13 +294,11 @@ class GPUDevProvisioner(KernelProvisionerBase):
         container = self._container()
         self._launching = container  # launch_kernel uses it: one lookup per start
         image_id = str(container.attrs.get("Image", ""))
-        with _shared_lock:
-            cached = _argv_by_image.get(image_id)
+        cached = PLACEMENTS.argv(image_id)
         if cached is not None:
-            return list(cached)
+            return cached
         argv = self._read_image_argv(container)
-        with _shared_lock:
-            _argv_by_image[image_id] = argv
+        PLACEMENTS.remember_argv(image_id, argv)
         return list(argv)
 
     @staticmethod
@@ -351,20 +315,10 @@ class GPUDevProvisioner(KernelProvisionerBase):
         return list(DEFAULT_ARGV)
 
     def _choose_ports(self) -> tuple[int, ...]:
-        with _shared_lock:
-            used = _ports_in_use.setdefault(self._container_name, set())
-            rng = random.SystemRandom()
-            ports: list[int] = []
-            while len(ports) < len(PORT_NAMES):
-                port = rng.randint(40000, 59999)
-                if port not in used and port not in ports:
-                    ports.append(port)
-            used.update(ports)
-            return tuple(ports)
+        return PLACEMENTS.choose_ports(self._container_name, len(PORT_NAMES))
 
     def _release_ports(self) -> None:
-        with _shared_lock:
-            _ports_in_use.get(self._container_name, set()).difference_update(self._ports)
+        PLACEMENTS.release_ports(self._container_name, self._ports)
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
         return await self._guarded(not self._launched, self._run(self._launch, cmd, kwargs))
@@ -554,7 +508,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         """Tell the server's kernel registry where this kernel runs (it counts a container's
         kernels); a restart registers it again, unchanged."""
         registry = self._manager.kernels
-        if registry is not None and self.kernel_id:
+        if isinstance(registry, KernelRegistry) and self.kernel_id:
             registry.add(
                 KernelPlacement(
                     kernel_id=self.kernel_id,
@@ -566,8 +520,9 @@ class GPUDevProvisioner(KernelProvisionerBase):
 
     def _cleanup_sync(self, restart: bool) -> None:
         self._exec_id = ""
-        if not restart and self._launched and self._manager.kernels is not None:
-            self._manager.kernels.remove(self.kernel_id)  # first: its container is now unused
+        registry = self._manager.kernels
+        if not restart and self._launched and isinstance(registry, KernelRegistry):
+            registry.remove(self.kernel_id)  # first: its container is now unused
         if restart or not self._container_name:
             return
         self._close_forwards()
@@ -647,10 +602,8 @@ def _stop_if_unused(manager: DevContainers, key: tuple[str, str], log: Any) -> N
     """Stop a shared container whose last kernel ended, unless a kernel joined it since or the
     user pinned it. Runs off the event loop (it waits for the container to stop)."""
     host, name = key
-    with _shared_lock:
-        _lingering.pop(key, None)
-        if _kernels_in.get(key):
-            return
+    if not PLACEMENTS.unused(key):
+        return
     try:
         if name in manager.ledger.pinned(host):
             log.info("gpudev: %s is pinned: kept running after its last kernel", name)

@@ -11,6 +11,7 @@ import docker
 import pytest
 from traitlets.config import Config
 
+from jupyter_gpudev.changes.tracker import track_changes
 from jupyter_gpudev.containers.lifecycle import DevContainers
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.labels import L_MANAGED, L_SERVER, L_WORKSPACE
@@ -58,6 +59,7 @@ def dev_containers(
         config.DevContainers.setdefault("stop_timeout", 2)
         root.mkdir(parents=True, exist_ok=True)
         manager = DevContainers(root_dir=root, host_pool=HostPool(config=config), config=config)
+        track_changes(manager)
         made.append(manager)
         return manager
 

@@ -15,7 +15,7 @@ import docker
 import pytest
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
-from jupyter_gpudev.containers.lifecycle import ChangeCounts
+from jupyter_gpudev.changes.tracker import ChangeCounts
 from jupyter_gpudev.handlers.base import SETTINGS_KEY
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
@@ -91,7 +91,7 @@ async def test_a_host_lists_who_holds_its_gpus_since_when(
 
 def server_counts(serverapp: Any) -> ChangeCounts:
     """The change counts kept by the test server's dev containers."""
-    counts: ChangeCounts = serverapp.web_app.settings[SETTINGS_KEY].containers.change_counts
+    counts: ChangeCounts = serverapp.web_app.settings[SETTINGS_KEY].tracker.counts
     return counts
 
 

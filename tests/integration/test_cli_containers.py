@@ -11,6 +11,7 @@ import docker
 import pytest
 from traitlets.config import Config
 
+from jupyter_gpudev.changes.tracker import track_changes
 from jupyter_gpudev.containers.lifecycle import DevContainers
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.labels import L_MANAGED, L_WORKSPACE
@@ -120,6 +121,7 @@ def test_pin_unpin_and_a_cli_container_survives_the_orphan_sweep(
     manager = DevContainers(
         root_dir=tmp_path / "work", host_pool=HostPool(config=config), config=config
     )
+    track_changes(manager)
     try:
         assert "cli-shared" not in manager.stop_orphan_kernels()
     finally:

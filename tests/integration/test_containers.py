@@ -20,6 +20,7 @@ import docker
 import pytest
 from traitlets.config import Config
 
+from jupyter_gpudev.changes.tracker import track_changes
 from jupyter_gpudev.containers.lifecycle import (
     CudaMismatch,
     DevContainers,
@@ -54,7 +55,9 @@ def make_manager(root: Path, state: Path, *, gpus: bool = True, **extra: Any) ->
         section, trait = key.split("__")
         setattr(getattr(config, section), trait, value)
     pool = HostPool(config=config)
-    return DevContainers(root_dir=root, host_pool=pool, config=config)
+    manager = DevContainers(root_dir=root, host_pool=pool, config=config)
+    track_changes(manager)
+    return manager
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from jupyter_client.manager import AsyncKernelManager
 from tornado.httpclient import HTTPClientError
 from traitlets.config import Config
 
+from jupyter_gpudev.changes.tracker import track_changes
 from jupyter_gpudev.containers.lifecycle import DevContainers, NoHostFits, StartRequest, docker_name
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.environments import MountNotAllowed
@@ -75,9 +76,11 @@ def make_manager(
             mount_roots=[str(tmp_path / "remote-data")],
         )
     }
-    return DevContainers(
+    manager = DevContainers(
         root_dir=tmp_path / "work", host_pool=HostPool(config=config), config=config
     )
+    track_changes(manager)
+    return manager
 
 
 @pytest.fixture

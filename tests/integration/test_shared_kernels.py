@@ -17,6 +17,7 @@ from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest, doc
 from jupyter_gpudev.errors import BadRequest
 from jupyter_gpudev.kernels import provisioner
 from jupyter_gpudev.kernels.kernelspecs import SHARED_PREFIX, GPUDevKernelSpecManager
+from jupyter_gpudev.kernels.placements import PLACEMENTS
 from jupyter_gpudev.labels import L_SERVER
 from tests.integration.test_kernels import A100_1, kernel_manager, manager, run
 
@@ -180,7 +181,7 @@ async def test_an_engine_error_while_launching_leaves_no_container_lease_or_memb
         raise failing
 
     monkeypatch.setattr(docker.api.client.APIClient, "exec_create", refuse)
-    monkeypatch.setattr(provisioner, "_argv_by_image", {})  # looked up without an exec below
+    monkeypatch.setattr(PLACEMENTS, "_argv_by_image", {})  # looked up without an exec below
     monkeypatch.setattr(
         provisioner.GPUDevProvisioner,
         "_read_image_argv",
@@ -204,5 +205,5 @@ async def test_an_engine_error_while_launching_leaves_no_container_lease_or_memb
     shared = kernel_manager(manager, SHARED_PREFIX + "shared-fail")
     with pytest.raises(provisioner.KernelLaunchError):
         await shared.start_kernel()
-    assert provisioner._kernels_in.get(("local", "shared-fail")) is None
+    assert PLACEMENTS.kernels_in(("local", "shared-fail")) == frozenset()
     assert state(docker_client, "shared-fail") == "exited"

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpudev.containers.lifecycle import ChangeCounts, engine_time
+from jupyter_gpudev.changes.tracker import ChangeCounts
+from jupyter_gpudev.containers import engine_time
 from jupyter_gpudev.engine import HostInfo
 from jupyter_gpudev.kernels.registry import KernelPlacement, KernelRegistry
 from jupyter_gpudev.leasing import Lease

@@ -1,0 +1,61 @@
+"""What the container lifecycle needs from the parts above it, as protocols.
+
+The lifecycle keeps its invariants (nothing lost on remove, kernel counts in the listing) but
+does not import change capture or the kernel registry: the services builder hands it objects
+that fit these protocols (``changes.tracker.ChangeTracker``, ``kernels.registry.KernelRegistry``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol
+
+from docker.models.containers import Container
+
+from ..engine import Host
+
+
+class ChangeTracking(Protocol):
+    """A container's uncommitted changes, as the commit side sees them."""
+
+    def record_baseline(self, container: Container) -> None:
+        """Take the container's own baseline (after its lifecycle commands ran)."""
+
+    def uncommitted(self, name: str, host: Host, container: Container) -> list[str]:
+        """What removing the (stopped) container would lose; empty: nothing."""
+        ...
+
+    def count(self, host: Host, container: Container, *, compute: bool) -> int | None:
+        """How many change items a commit would list (``None``: not counted)."""
+        ...
+
+    def forget(self, container_id: str) -> None:
+        """Drop what is kept for a removed container."""
+
+
+class KernelPlacementView(Protocol):
+    """Where one kernel runs."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def container(self) -> str: ...
+    @property
+    def dedicated(self) -> bool: ...
+
+
+class KernelUsageView(Protocol):
+    """The live kernels of one container."""
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def last_activity(self) -> datetime | None: ...
+
+
+class KernelTracking(Protocol):
+    """The server's gpudev kernels (absent outside a server)."""
+
+    def get(self, kernel_id: str) -> KernelPlacementView | None: ...
+    def exists(self, kernel_id: str) -> bool: ...
+    def usage(self, host: str, container: str) -> KernelUsageView: ...

@@ -1,0 +1,125 @@
+"""What the gpudev kernels of one process share: one object, not module globals.
+
+Every ``GPUDevProvisioner`` of a process (a Jupyter server, or ``jupyter console``) uses the
+same ``DevContainers`` and must agree on which kernels run in each shared container (the last
+one to end stops it, after the linger), which ports each container already gives out, and the
+kernel command each image declares. ``PLACEMENTS`` holds that; nothing here talks to an engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..containers import DevContainers
+
+#: ``(host, container name)`` of a shared container.
+Key = tuple[str, str]
+
+
+class KernelPlacements:
+    """The manager, the kernels of each shared container, lingering stops, ports, argv."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._manager: DevContainers | None = None
+        #: Builds a manager where no server gave one (``jupyter console``): set by the face
+        #: module ``jupyter_gpudev.provisioner``, which the entry point loads.
+        self.standalone: Callable[[Any], DevContainers] | None = None
+        self._kernels_in: dict[Key, set[str]] = {}
+        self._lingering: dict[Key, asyncio.TimerHandle] = {}
+        self._ports_in_use: dict[str, set[int]] = {}
+        self._argv_by_image: dict[str, list[str]] = {}
+
+    # -- the manager ----------------------------------------------------------------------------
+
+    def set_manager(self, manager: DevContainers | None) -> None:
+        """The server's ``DevContainers`` (set by ``GPUDevApp``), shared by every kernel."""
+        with self._lock:
+            self._manager = manager
+
+    def current_manager(self) -> DevContainers | None:
+        with self._lock:
+            return self._manager
+
+    def manager_for(self, config: Any) -> DevContainers:
+        """The server's manager, or (outside a server) one built once by ``standalone``."""
+        with self._lock:
+            if self._manager is None:
+                if self.standalone is None:
+                    raise RuntimeError(
+                        "gpudev kernels need a dev-container manager: load the provisioner "
+                        "through jupyter_gpudev.provisioner (its entry point) or a server"
+                    )
+                self._manager = self.standalone(config)
+            return self._manager
+
+    # -- shared containers ----------------------------------------------------------------------
+
+    def join(self, key: Key, kernel_id: str) -> None:
+        """A kernel runs in the shared container ``key`` (a pending stop is called off)."""
+        with self._lock:
+            self._kernels_in.setdefault(key, set()).add(kernel_id)
+            waiting = self._lingering.pop(key, None)
+        if waiting is not None:
+            waiting.cancel()
+
+    def leave(self, key: Key, kernel_id: str) -> bool:
+        """A kernel ended; ``True`` when it was the container's last."""
+        with self._lock:
+            kernels = self._kernels_in.get(key, set())
+            kernels.discard(kernel_id)
+            if kernels:
+                return False
+            self._kernels_in.pop(key, None)
+            return True
+
+    def kernels_in(self, key: Key) -> frozenset[str]:
+        """The kernels of this process that run in the shared container ``key``."""
+        with self._lock:
+            return frozenset(self._kernels_in.get(key, ()))
+
+    def linger(self, key: Key, handle: asyncio.TimerHandle) -> None:
+        with self._lock:
+            self._lingering[key] = handle
+
+    def unused(self, key: Key) -> bool:
+        """The linger is over: ``True`` when no kernel joined the container since."""
+        with self._lock:
+            self._lingering.pop(key, None)
+            return not self._kernels_in.get(key)
+
+    # -- ports and kernel commands --------------------------------------------------------------
+
+    def choose_ports(self, container: str, count: int) -> tuple[int, ...]:
+        """``count`` ports no other kernel of this process uses in ``container``."""
+        with self._lock:
+            used = self._ports_in_use.setdefault(container, set())
+            rng = random.SystemRandom()
+            ports: list[int] = []
+            while len(ports) < count:
+                port = rng.randint(40000, 59999)
+                if port not in used and port not in ports:
+                    ports.append(port)
+            used.update(ports)
+            return tuple(ports)
+
+    def release_ports(self, container: str, ports: tuple[int, ...]) -> None:
+        with self._lock:
+            self._ports_in_use.get(container, set()).difference_update(ports)
+
+    def argv(self, image_id: str) -> list[str] | None:
+        with self._lock:
+            cached = self._argv_by_image.get(image_id)
+        return list(cached) if cached is not None else None
+
+    def remember_argv(self, image_id: str, argv: list[str]) -> None:
+        with self._lock:
+            self._argv_by_image[image_id] = list(argv)
+
+
+#: The one per process.
+PLACEMENTS = KernelPlacements()
