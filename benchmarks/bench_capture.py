@@ -28,7 +28,7 @@ from floor import median_ms as floor_median_ms
 from traitlets.config import Config
 
 from jupyter_gpudev.changes.tracker import track_changes
-from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest, docker_name
+from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
 from jupyter_gpudev.engine import HostPool
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))

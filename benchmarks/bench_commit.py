@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jupyter_gpudev.changes.commit import CommitOptions, Committer
 from jupyter_gpudev.changes.tracker import track_changes
-from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest, docker_name
+from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
 from jupyter_gpudev.engine import HostPool
 from tests.registry import run_registry
 

@@ -36,7 +36,7 @@ from traitlets.config import Config
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jupyter_gpudev.changes.tracker import track_changes
-from jupyter_gpudev.containers.lifecycle import DevContainers
+from jupyter_gpudev.containers import DevContainers
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.kernels import provisioner
 from jupyter_gpudev.kernels.kernelspecs import GPUDevKernelSpecManager

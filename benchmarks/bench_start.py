@@ -25,7 +25,7 @@ import docker
 from traitlets.config import Config
 
 from jupyter_gpudev.changes.tracker import track_changes
-from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest, docker_name
+from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
 from jupyter_gpudev.engine import HostPool
 
 IMAGE = os.environ.get("GPUDEV_IMAGE", "gpudev-python:bookworm")

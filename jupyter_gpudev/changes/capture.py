@@ -37,7 +37,7 @@ from .dockerfile import RenderedDiff, change_items, is_source_path, render
 if TYPE_CHECKING:
     from docker.models.containers import Container
 
-    from ..containers.lifecycle import DevContainerInfo, DevContainers
+    from ..containers import DevContainerInfo, DevContainers
 
 _SAFE_ID = "0123456789abcdefsha256:"
 

@@ -18,7 +18,7 @@ from traitlets.config import Configurable
 
 from .._version import __version__
 from ..changes.commit import CommitOptions
-from ..containers.lifecycle import DevContainerInfo, DevContainers, StartRequest
+from ..containers import DevContainerInfo, DevContainers, StartRequest
 from ..engine import HostInfo, ImageBootstrapper, Inventory, unreachable_summary
 from ..errors import BadRequest, GPUDevError, engine_errors
 from ..services import CLASSES, Services

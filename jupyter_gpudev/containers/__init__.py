@@ -1,21 +1,22 @@
-"""Dev containers: placement, creation, the lifecycle (start, stop, resume, remove), lookup,
-terminals, web ports and reconciliation with the lease ledger."""
+"""Dev containers: where a start goes (``placement``), what the engine is asked for
+(``create``, a pure builder), the lifecycle (``lifecycle.DevContainers``: start, stop, resume,
+remove, list), the commands run inside (``commands``), terminals, web ports, and what the
+lifecycle needs from the parts above it (``hooks``)."""
 
+from .commands import close_stream
 from .hooks import ChangeTracking, KernelTracking
-from .lifecycle import (
+from .lifecycle import DevContainers
+from .model import (
     STOPPED,
-    CudaMismatch,
     DevContainerInfo,
-    DevContainers,
     KernelInfo,
-    NoHostFits,
     StartRequest,
-    close_stream,
     docker_name,
     engine_time,
     labelled_gpus,
     user_name,
 )
+from .placement import CudaMismatch, NoHostFits
 
 __all__ = [
     "STOPPED",

@@ -14,22 +14,18 @@ Every method here blocks (Docker SDK calls): the server runs them in worker thre
 from __future__ import annotations
 
 import builtins
-import contextlib
 import getpass
 import hashlib
 import json
 import os
 import re
 import secrets
-import shlex
-import shutil
 import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -38,8 +34,6 @@ import docker
 import docker.errors
 import requests.exceptions
 from docker.models.containers import Container
-from docker.types import DeviceRequest, Ulimit
-from docker.utils import socket as docker_socket
 from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bool, Float, Instance, Int, List, Unicode, default
 from traitlets.config import LoggingConfigurable
@@ -55,6 +49,7 @@ from ..engine import (
     RegistryError,
     stream_build,
 )
+from ..engine.driver import Injection
 from ..environments import (
     Environment,
     EnvironmentManager,
@@ -81,19 +76,14 @@ from ..errors import (
 from ..labels import (
     L_CREATED,
     L_ENV,
-    L_GPUS,
     L_HOST,
     L_IMAGE,
     L_KERNEL,
-    L_LEASE,
     L_LEDGER,
     L_MANAGED,
     L_NAME,
     L_OWNER,
-    L_PORTS,
     L_PROCESS,
-    L_SERVER,
-    L_WORKSPACE,
 )
 from ..leasing import (
     GPURequest,
@@ -106,174 +96,33 @@ from ..leasing import (
     leasable_units,
 )
 from . import seccomp
+from .commands import close_stream, run_lifecycle_commands
+from .create import Confinement, Target, create_args
 from .hooks import ChangeTracking, KernelTracking
-
-PREFIX = "gpudev-"
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
-_CUDA_REQ_RE = re.compile(r"cuda>=\s*([0-9]+(?:\.[0-9]+)?)")
-_CUDA_VER_RE = re.compile(r"^([0-9]+)\.([0-9]+)")
-STOPPED = ("exited", "dead", "removing")
-_PORTS_LOCK = threading.Lock()
-
-
-class CudaMismatch(GPUDevError):
-    """The image needs a newer CUDA than the host's driver supports."""
-
-    status = 409
-    exit_code = 5
-    code = "cuda_mismatch"
-
-
-class NoHostFits(GPUDevError):
-    """No host can take a start request now; ``details['hosts']`` says why, for each."""
-
-    status = 409
-    exit_code = 5
-    code = "no_host"
-
-
-@dataclass(frozen=True)
-class StartRequest:
-    """What a user asks for. GPUs: ``gpus`` (a count) or ``gpu_uuids``; neither = the env's."""
-
-    environment: str
-    host: str | None = None
-    name: str | None = None
-    gpus: int | None = None
-    gpu_uuids: tuple[str, ...] = ()
-    owner: str | None = None
-    #: Another image for the environment (e.g. a pushed snapshot); must be allowed.
-    image: str | None = None
-    #: Set by the kernel provisioner for a container dedicated to that kernel.
-    kernel_id: str | None = None
-
-
-@dataclass(frozen=True)
-class DevContainerInfo:
-    """A dev container as the API and the CLI report it."""
-
-    name: str
-    container_id: str
-    host: str
-    environment: str
-    owner: str
-    image: str
-    state: str
-    status: str
-    created: str
-    gpu_uuids: tuple[str, ...]
-    lease_id: str | None
-    ports: dict[str, int]
-    warnings: tuple[str, ...] = field(default=())
-    #: Kept running after its last kernel ends (see ``DevContainers.pin``).
-    pinned: bool = False
-    #: The kernel this container was created for (``None``: a container kernels may share).
-    kernel_id: str | None = None
-    #: Web ports served through the authenticated proxy (forwardPorts + ports added later).
-    web_ports: tuple[int, ...] = ()
-    #: The environment's forwardPorts among them (always served; not removable).
-    forward_ports: tuple[int, ...] = ()
-    #: Running: when it (last) started, ISO 8601 UTC to the second; otherwise ``None``.
-    started_at: str | None = None
-    #: Stopped: when it last stopped (``None`` if it never ran); otherwise ``None``.
-    finished_at: str | None = None
-    #: How many live kernels of this server run in it (``None``: not known, e.g. the CLI).
-    kernels: int | None = None
-    #: The latest activity of those kernels, ISO 8601 UTC; ``None`` when it has no kernel.
-    last_activity: str | None = None
-    #: How many uncommitted changes it has, counted as the commit dialog lists them (one per
-    #: package, file, deletion or variable); ``None``: not computed.
-    uncommitted: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class KernelInfo:
-    """Where a kernel of this server runs (``GET /gpudev/api/kernels/ID``)."""
-
-    kernel_id: str
-    container: str
-    host: str
-    environment: str
-    #: The GPUs of its container (a kernel sees all of them, shared or not).
-    gpu_uuids: tuple[str, ...]
-    #: Its container is one that kernels share (not made for this kernel).
-    shared: bool
-    #: Its container's state (``running``, ``exited``, ...).
-    state: str
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-_ENGINE_TIME_RE = re.compile(
-    r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.\d+)?(Z|[+-]\d{2}:\d{2})\Z"
+from .model import (
+    PREFIX,
+    STOPPED,
+    DevContainerInfo,
+    KernelInfo,
+    StartRequest,
+    docker_name,
+    engine_time,
+    labelled_gpus,
+    user_name,
 )
+from .placement import (
+    CudaMismatch,
+    HostReport,
+    Placement,
+    check_cuda,
+    choose,
+    gpu_request,
+    gpus_optional,
+)
+from .ports import AddedPorts, declared_ports
+from .terminals import terminal_argv
 
-
-def engine_time(text: Any) -> str | None:
-    """An engine timestamp (``2026-11-21T16:03:09.123456789Z``) as ISO 8601 UTC to the second,
-    like the lease ledger's; ``None`` for the engine's "never" (``0001-01-01T00:00:00Z``) or
-    anything unreadable."""
-    match = _ENGINE_TIME_RE.match(str(text or "").strip())
-    if match is None or match.group(1).startswith("0001-"):
-        return None
-    zone = "+00:00" if match.group(2) == "Z" else match.group(2)
-    try:
-        stamp = datetime.fromisoformat(match.group(1) + zone)
-    except ValueError:
-        return None
-    return iso_utc(stamp.timestamp())
-
-
-def docker_name(name: str) -> str:
-    return name if name.startswith(PREFIX) else PREFIX + name
-
-
-def labelled_gpus(labels: dict[str, str]) -> tuple[str, ...]:
-    """The GPU UUIDs a container was created with (its label)."""
-    return tuple(filter(None, labels.get(L_GPUS, "").split(",")))
-
-
-def user_name(container_name: str) -> str:
-    return container_name.removeprefix(PREFIX)
-
-
-def _cuda_tuple(text: str) -> tuple[int, int] | None:
-    match = _CUDA_VER_RE.match(text.strip())
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def required_cuda(image_env: list[str]) -> str | None:
-    """The CUDA version an image needs, from ``NVIDIA_REQUIRE_CUDA`` or ``CUDA_VERSION``."""
-    values = dict(item.split("=", 1) for item in image_env if "=" in item)
-    if values.get("NVIDIA_DISABLE_REQUIRE", "").lower() in ("1", "true"):
-        return None
-    requirement = values.get("NVIDIA_REQUIRE_CUDA", "")
-    match = _CUDA_REQ_RE.search(requirement)
-    if match:
-        return match.group(1)
-    version = _cuda_tuple(values.get("CUDA_VERSION", ""))
-    return f"{version[0]}.{version[1]}" if version else None
-
-
-def check_cuda(image: str, image_env: list[str], host: str, inventory: Inventory) -> None:
-    """Refuse, with what to do, when the host driver's CUDA is older than the image needs."""
-    needed = required_cuda(image_env)
-    have = inventory.cuda_version
-    if needed is None or have is None:
-        return
-    need_t, have_t = _cuda_tuple(needed), _cuda_tuple(have)
-    if need_t is not None and have_t is not None and need_t > have_t:
-        raise CudaMismatch(
-            f"The image {image} needs CUDA >= {needed}, but the NVIDIA driver "
-            f"{inventory.driver_version or ''} on host {host!r} supports CUDA up to {have}. "
-            f"Upgrade the host's driver to one that supports CUDA {needed}, or use an image "
-            f"built for CUDA {have} or older.",
-            details={"image": image, "needs": needed, "driver_cuda": have, "host": host},
-        )
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
 
 
 class DevContainers(LoggingConfigurable):
@@ -453,6 +302,11 @@ class DevContainers(LoggingConfigurable):
                 self._ledger = LeaseLedger(Path(self.state_dir) / "leases.sqlite")
             return self._ledger
 
+    @property
+    def added_ports(self) -> AddedPorts:
+        """The web ports added at run time (``set_web_port``)."""
+        return AddedPorts(self.state_dir, self.log)
+
     def _host(self, name: str | None) -> Host:
         return self.host_pool.get(name or self.host_pool.local_name)
 
@@ -483,22 +337,6 @@ class DevContainers(LoggingConfigurable):
     # ------------------------------------------------------------------------------------------
     # Start
     # ------------------------------------------------------------------------------------------
-
-    def _gpu_request(self, env: Environment, request: StartRequest) -> GPURequest | None:
-        if request.gpus is not None and request.gpu_uuids:
-            raise BadRequest("Ask for a number of GPUs or for named GPUs, not both")
-        if request.gpus is not None and request.gpus < 0:
-            raise BadRequest("The number of GPUs cannot be negative")
-        if request.gpu_uuids:
-            return GPURequest(uuids=tuple(request.gpu_uuids))
-        count = request.gpus if request.gpus is not None else env.gpu.count
-        if env.gpu.mode == "none" and request.gpus is None:
-            count = 0
-        if count == 0:
-            if env.gpu.mode == "required" and request.gpus == 0:
-                raise BadRequest(f"The environment {env.name!r} requires a GPU")
-            return None
-        return GPURequest(count=count, min_memory_mib=env.gpu.min_memory_mib, model=env.gpu.model)
 
     def _ensure_image(
         self, client: docker.DockerClient, env: Environment, say: Progress
@@ -564,68 +402,58 @@ class DevContainers(LoggingConfigurable):
         slug = re.sub(r"[^a-z0-9_.-]+", "-", owner.lower()).strip("-.") or "user"
         return f"{env.name}-{slug}-{secrets.token_hex(2)}"[:63]
 
-    def _resolve_gpus(
-        self, env: Environment, request: StartRequest, host: Host
-    ) -> tuple[GPURequest | None, Inventory | None]:
-        """The GPU request and the host's inventory, or (None, None) for a CPU container."""
-        gpu_request = self._gpu_request(env, request)
-        inventory: Inventory | None = None
-        if gpu_request is not None:
-            inventory = host.gpus()
-            if not inventory.gpus and not self._optional(env, request):
-                raise BadRequest(
-                    f"GPUs were asked for, but host {host.name!r} has none: {inventory.reason}",
-                    details={"host": host.name, "reason": inventory.reason},
-                )
-        return gpu_request, inventory
-
-    def _place(self, env: Environment, request: StartRequest, say: Progress) -> Host:
-        """The host a start goes to: the one asked for, else the first host (local first,
-        then configured, then added ones) that is reachable and can lease the GPUs asked
-        for now, with a driver new enough for the image when the image is there. When none
-        can, ``NoHostFits`` (409) says why for each host."""
-        if request.host:
-            return self._host(request.host)
+    def _place(self, env: Environment, request: StartRequest, say: Progress) -> Placement:
+        """Where a start goes: the host asked for, else the first host (local first, then
+        configured, then added ones) that is reachable and can lease the GPUs asked for now,
+        with a driver new enough for the image when the image is there (``choose``: when none
+        can, ``NoHostFits`` says why for each). The GPU request and the host's inventory come
+        with it: ``start`` does not ask for them again."""
+        wanted = gpu_request(env, request)
+        optional = gpus_optional(env, request)
         names = self.host_pool.names()
-        if len(names) == 1:
-            return self._host(names[0])
-        gpu_request = self._gpu_request(env, request)
-        reasons: dict[str, str] = {}
-        reachable: list[Host] = []
-        for name in names:
-            host = self._host(name)
-            try:
-                host.engine_info()
-            except GPUDevError as err:
-                reasons[name] = err.message
-                continue
-            reachable.append(host)
-            reason = self._cannot_place(host, env, gpu_request)
-            if reason is None:
-                say({"stage": "place", "message": f"placed on host {name!r}"})
-                return host
-            reasons[name] = reason
-        if reachable and gpu_request is not None and self._optional(env, request):
-            return reachable[0]  # GPUs optional: start without one on the first host that answers
-        raise NoHostFits(
-            f"No host can start a container of {env.name!r}: "
-            + "; ".join(f"{name}: {reason.rstrip('.')}" for name, reason in reasons.items())
-            + ".",
-            details={"hosts": reasons},
-        )
+        if request.host or len(names) == 1:
+            host = self._host(request.host or names[0])
+            inventory = host.gpus() if wanted is not None else None
+        else:
+            seen: dict[str, Inventory | None] = {}
+
+            def reports() -> Iterator[HostReport]:
+                for name in names:
+                    candidate = self._host(name)
+                    try:
+                        candidate.engine_info()
+                    except GPUDevError as err:
+                        yield HostReport(name, reachable=False, reason=err.message)
+                        continue
+                    seen[name] = candidate.gpus() if wanted is not None else None
+                    reason = self._cannot_place(candidate, env, wanted, seen[name])
+                    yield HostReport(name, reachable=True, reason=reason)
+
+            chosen = choose(reports(), env.name, fallback=wanted is not None and optional)
+            say({"stage": "place", "message": f"placed on host {chosen!r}"})
+            host, inventory = self._host(chosen), seen.get(chosen)
+        if inventory is not None and not inventory.gpus and not optional:
+            raise BadRequest(
+                f"GPUs were asked for, but host {host.name!r} has none: {inventory.reason}",
+                details={"host": host.name, "reason": inventory.reason},
+            )
+        return Placement(host, wanted, inventory)
 
     def _cannot_place(
-        self, host: Host, env: Environment, gpu_request: GPURequest | None
+        self,
+        host: Host,
+        env: Environment,
+        wanted: GPURequest | None,
+        inventory: Inventory | None,
     ) -> str | None:
         """Why ``host`` cannot take the request now, or ``None``."""
-        if gpu_request is None:
+        if wanted is None or inventory is None:
             return None
-        inventory = host.gpus()
         if not inventory.gpus:
             return f"no GPU ({inventory.reason or 'none found'})"
         try:
             units, held = self._leasable_now(host, inventory)  # EngineUnreachable: a reason
-            check_fit(host.name, gpu_request, units, held)
+            check_fit(host.name, wanted, units, held)
         except GPUDevError as err:
             return err.message
         try:
@@ -651,9 +479,9 @@ class DevContainers(LoggingConfigurable):
         if request.image:
             env = replace(env, image=request.image, build=None)
         self.environments.check_image_allowed(env, self.root_dir)
-        host = self._place(env, request, say)
+        placement = self._place(env, request, say)
+        host, inventory = placement.host, placement.inventory
         client = host.client()
-        gpu_request, inventory = self._resolve_gpus(env, request, host)
         name = self._new_name(env, request, owner)
         try:
             client.containers.get(docker_name(name))
@@ -666,11 +494,11 @@ class DevContainers(LoggingConfigurable):
             check_cuda(image, image_env, host.name, inventory)
         lease: Lease | None = None
         notes: list[str] = []
-        if gpu_request is not None and inventory is not None:
+        if placement.gpu_request is not None and inventory is not None:
             try:
-                lease = self._lease(host, name, owner, gpu_request, inventory)
+                lease = self._lease(host, name, owner, placement.gpu_request, inventory)
             except NoFreeGPU:
-                if not self._optional(env, request):
+                if not gpus_optional(env, request):
                     raise
                 notes.append(f"no free GPU on host {host.name!r}: started without a GPU")
                 say({"stage": "lease", "message": notes[-1]})
@@ -700,7 +528,12 @@ class DevContainers(LoggingConfigurable):
             if isinstance(exc, ENGINE_FAILURES):
                 raise engine_error(f"Starting {name!r}", exc, self.log) from exc
             raise
-        warnings = (*notes, *self._lifecycle_commands(container, env, say))
+        warnings = (
+            *notes,
+            *run_lifecycle_commands(
+                container, env, say, timeout=self.lifecycle_timeout, log=self.log
+            ),
+        )
         if env.post_create_command or env.post_start_command:
             warnings += self._record_baseline(container, say)
         say({"stage": "ready", "message": f"{name} is running"})
@@ -754,12 +587,6 @@ class DevContainers(LoggingConfigurable):
         units = [u for u in leasable_units(inventory) if u.uuid in held or u.uuid not in labelled]
         return units, held
 
-    @staticmethod
-    def _optional(env: Environment, request: StartRequest) -> bool:
-        """hostRequirements.gpu "optional" and no GPUs asked for by hand: run on the CPU
-        rather than not at all when no GPU can be leased."""
-        return env.gpu.mode == "optional" and request.gpus is None and not request.gpu_uuids
-
     def resume(
         self, name: str, host: str | None = None, progress: Progress | None = None
     ) -> DevContainerInfo:
@@ -803,7 +630,13 @@ class DevContainers(LoggingConfigurable):
             env = self.environments.get(container.labels.get(L_ENV, ""), self.root_dir)
         except GPUDevError as err:
             return (f"postStartCommand not run: {err.message}",)
-        return self._lifecycle_commands(container, replace(env, post_create_command=None), say)
+        return run_lifecycle_commands(
+            container,
+            replace(env, post_create_command=None),
+            say,
+            timeout=self.lifecycle_timeout,
+            log=self.log,
+        )
 
     def _ensure_network(self, client: docker.DockerClient) -> str:
         """The isolated bridge network of dev containers, created if missing."""
@@ -864,56 +697,43 @@ class DevContainers(LoggingConfigurable):
         kernel_id: str | None = None,
     ) -> Container:
         uuids = lease.gpu_uuids if lease else ()
-        environment = dict(env.container_env)
         mounts, workspace = self._mounts(host, env)
+        extra_env: dict[str, str] = {}
         if host.spec.is_local:
             ca_mount, ca_env = self.mount_policy.ca_bundle()
             if ca_mount is not None:
                 mounts.append(ca_mount)
-                environment.update(ca_env)
-        # Explicit, always: CUDA images default NVIDIA_VISIBLE_DEVICES to "all".
-        environment["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids) if uuids else "void"
-        environment["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        labels = {
-            L_MANAGED: "1",
-            L_NAME: name,
-            L_OWNER: owner,
-            L_ENV: env.name,
-            L_HOST: host.name,
-            L_LEASE: lease.lease_id if lease else "",
-            L_GPUS: ",".join(uuids),
-            L_SERVER: self.server_id,
-            L_IMAGE: image,
-            L_CREATED: datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            L_WORKSPACE: workspace,
-            L_PROCESS: f"{socket.gethostname()}:{os.getpid()}",
-            L_LEDGER: self.ledger_id,
-        }
-        # Always set, even empty: an image's own labels are inherited by its containers, and an
-        # image may carry ours (gpudev's bootstrap images once did).
-        labels[L_KERNEL] = kernel_id or ""
-        labels[L_PORTS] = ",".join(str(port) for port in env.forward_ports)
-        kwargs: dict[str, Any] = {
-            "name": docker_name(name),
-            "hostname": name[:63],
-            "command": self.keep_alive_command.split(),
-            "detach": True,
-            "init": True,
-            "labels": labels,
-            "environment": environment,
-            "mounts": [mount.to_docker() for mount in mounts],
-            "working_dir": env.workspace_folder,
-            "restart_policy": {"Name": "no"},
-            "stop_signal": "SIGTERM",
-            "ports": {f"{port}/tcp": ("127.0.0.1", None) for port in env.forward_ports},
-        }
-        if self.run_as_server_user:
-            user = host.user_ids()
-            if user is not None:
-                kwargs["user"] = user
-        self._gpu_options(kwargs, environment, uuids, host, inventory)
-        self._run_options(kwargs, env, client)
-        self._confinement(kwargs, env)
+                extra_env.update(ca_env)
+        injection: Injection | None = None
+        if uuids and self.legacy_gpus.enabled:
+            if not host.spec.is_local or inventory is None:
+                raise BadRequest("Driver injection (c.LegacyGPUInjection) works on the local host")
+            injection = self.legacy_gpus.plan(inventory.gpus, uuids)
+        target = Target(
+            name=name,
+            owner=owner,
+            host=host.name,
+            image=image,
+            workspace=workspace,
+            mounts=tuple(mounts),
+            command=tuple(self.keep_alive_command.split()),
+            server_id=self.server_id,
+            ledger_id=self.ledger_id,
+            process=f"{socket.gethostname()}:{os.getpid()}",
+            created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            lease_id=lease.lease_id if lease else "",
+            gpu_uuids=uuids,
+            kernel_id=kernel_id,
+            user=host.user_ids() if self.run_as_server_user else None,
+            network=(
+                self._ensure_network(client)
+                if self.network and not env.run_options.network_mode
+                else None
+            ),
+            extra_env=extra_env,
+            injection=injection,
+        )
+        kwargs = create_args(env, target, self._confinement())
         return client.containers.create(image, **kwargs)
 
     def _mounts(self, host: Host, env: Environment) -> tuple[builtins.list[ResolvedMount], str]:
@@ -960,50 +780,8 @@ class DevContainers(LoggingConfigurable):
         )
         return mounts, host.spec.workspace or ""
 
-    def _gpu_options(
-        self,
-        kwargs: dict[str, Any],
-        environment: dict[str, str],
-        uuids: tuple[str, ...],
-        host: Host,
-        inventory: Inventory | None,
-    ) -> None:
-        if uuids and self.legacy_gpus.enabled:
-            if not host.spec.is_local or inventory is None:
-                raise BadRequest("Driver injection (c.LegacyGPUInjection) works on the local host")
-            injection = self.legacy_gpus.plan(inventory.gpus, uuids)
-            kwargs["devices"] = list(injection.devices)
-            kwargs["mounts"].extend(injection.mounts)
-            environment.update(dict(injection.environment))
-        elif uuids:
-            # By UUID, never a bare count: Docker maps count=N to "the first N GPUs".
-            kwargs["device_requests"] = [
-                DeviceRequest(driver="nvidia", device_ids=list(uuids), capabilities=[["gpu"]])
-            ]
-
-    def _run_options(
-        self, kwargs: dict[str, Any], env: Environment, client: docker.DockerClient
-    ) -> None:
-        """The accepted runArgs, and the isolated network unless the environment names one."""
-        options = env.run_options
-        if options.shm_size_bytes:
-            kwargs["shm_size"] = options.shm_size_bytes
-        if options.ipc_mode:
-            kwargs["ipc_mode"] = options.ipc_mode
-        if options.network_mode:
-            kwargs["network_mode"] = options.network_mode
-            if options.network_mode == "host":
-                kwargs.pop("ports")
-        elif self.network:
-            kwargs["network"] = self._ensure_network(client)
-        if options.pid_mode:
-            kwargs["pid_mode"] = options.pid_mode
-        if options.ulimits:
-            kwargs["ulimits"] = [Ulimit(name=n, soft=s, hard=h) for n, s, h in options.ulimits]
-
-    def _confinement(self, kwargs: dict[str, Any], env: Environment) -> None:
-        """What content inside the container can do to the host: administrator's settings
-        only, and the environment's memory and CPU limits where they are tighter."""
+    def _confinement(self) -> Confinement:
+        """The administrator's confinement, resolved: the seccomp profile read and checked."""
         security = list(self.security_opt)
         if self.seccomp_profile == "gpudev":
             security.append(seccomp.security_opt())
@@ -1017,19 +795,13 @@ class DevContainers(LoggingConfigurable):
                     f"readable JSON seccomp profile ({exc})"
                 ) from None
             security.append(f"seccomp={text}")
-        if security:
-            kwargs["security_opt"] = security
-        if self.cap_drop:
-            kwargs["cap_drop"] = list(self.cap_drop)
-        if self.pids_limit > 0:
-            kwargs["pids_limit"] = self.pids_limit
-        memory = _tightest(env.run_options.memory_bytes, self._admin_memory())
-        if memory is not None:
-            kwargs["mem_limit"] = memory
-        admin_cpus = round(self.cpu_limit * 1e9) if self.cpu_limit > 0 else None
-        nano_cpus = _tightest(env.run_options.nano_cpus, admin_cpus)
-        if nano_cpus is not None:
-            kwargs["nano_cpus"] = nano_cpus
+        return Confinement(
+            security_opt=tuple(security),
+            cap_drop=tuple(self.cap_drop),
+            pids_limit=self.pids_limit,
+            memory_bytes=self._admin_memory(),
+            nano_cpus=round(self.cpu_limit * 1e9) if self.cpu_limit > 0 else None,
+        )
 
     def _admin_memory(self) -> int | None:
         if not self.memory_limit:
@@ -1038,38 +810,6 @@ class DevContainers(LoggingConfigurable):
             return parse_docker_size(self.memory_limit)
         except ValueError as exc:
             raise ConfigError(f"c.DevContainers.memory_limit: {exc}") from None
-
-    def _lifecycle_commands(
-        self, container: Container, env: Environment, say: Progress
-    ) -> tuple[str, ...]:
-        warnings: list[str] = []
-        for stage, command in (
-            ("postCreateCommand", env.post_create_command),
-            ("postStartCommand", env.post_start_command),
-        ):
-            for label, argv in _commands(command):
-                say({"stage": stage, "message": " ".join(argv)})
-                try:
-                    code, lines = _run_bounded(
-                        container,
-                        argv,
-                        workdir=env.workspace_folder,
-                        environment=dict(env.container_env),
-                        timeout=self.lifecycle_timeout,
-                    )
-                except (docker.errors.DockerException, GPUDevError) as exc:
-                    self.log.warning("%s of %s failed: %r", stage, container.name, exc)
-                    code, lines = -1, []
-                for line in lines:
-                    say({"stage": stage, "message": line})
-                if code is None:
-                    warnings.append(
-                        f"{stage}{label} was still running after {self.lifecycle_timeout:g} s; "
-                        "it goes on in the container, unwatched"
-                    )
-                elif code != 0:
-                    warnings.append(f"{stage}{label} exited with {code}")
-        return tuple(warnings)
 
     # ------------------------------------------------------------------------------------------
     # Stop, remove, list, logs
@@ -1237,58 +977,7 @@ class DevContainers(LoggingConfigurable):
         found_host, container = self.find(name, host)
         if container.status != "running":
             raise Conflict(f"{user_name(name)!r} is not running: start it first")
-        workdir = str(container.attrs.get("Config", {}).get("WorkingDir") or "/")
-        inside = [
-            "exec",
-            "-it",
-            "-e",
-            "TERM=xterm-256color",
-            "-w",
-            workdir,
-            str(container.id),
-            "/bin/sh",
-            "-c",
-            "if command -v bash >/dev/null 2>&1; then exec bash; else exec sh; fi",
-        ]
-        if found_host.ssh is not None:
-            return self._ssh_terminal(found_host, inside)
-        cli = shutil.which(self.docker_cli)
-        if cli is None:
-            raise EngineError(
-                f"Terminals in containers need the docker command line ({self.docker_cli!r} "
-                "was not found on PATH; set c.DevContainers.docker_cli)"
-            )
-        spec = found_host.spec
-        argv = [cli, "--host", spec.url]
-        if spec.transport == "tcp" and (spec.tls_verify or spec.tls_ca_cert):
-            argv.append("--tlsverify")
-            if spec.tls_ca_cert:
-                argv += ["--tlscacert", spec.tls_ca_cert]
-            if spec.tls_client_cert and spec.tls_client_key:
-                argv += ["--tlscert", spec.tls_client_cert, "--tlskey", spec.tls_client_key]
-        return [*argv, *inside]
-
-    @staticmethod
-    def _ssh_terminal(host: Host, inside: builtins.list[str]) -> builtins.list[str]:
-        """``ssh -tt`` to the host running ``docker exec`` there, with the host's own key and
-        known_hosts, strictly checked (the same rules as the server's connection). The remote
-        command is quoted word by word: the remote side runs it through the user's shell."""
-        assert host.ssh is not None  # noqa: S101 - the caller checked
-        ssh = shutil.which("ssh")
-        if ssh is None:
-            raise EngineError("Terminals on ssh:// hosts need the ssh command line on PATH")
-        target = host.ssh.target
-        # -F none: no ~/.ssh/config or ssh_config (a HostName or ProxyCommand there would take
-        # the terminal elsewhere than the server's own connection goes).
-        argv = [ssh, "-F", "none", "-tt", "-p", str(target.port), "-o", "BatchMode=yes"]
-        argv += ["-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10"]
-        if target.known_hosts:
-            argv += ["-o", f"UserKnownHostsFile={target.known_hosts}"]
-            argv += ["-o", "GlobalKnownHostsFile=/dev/null"]
-        if target.identity_file:
-            argv += ["-i", target.identity_file, "-o", "IdentitiesOnly=yes"]
-        remote = " ".join(shlex.quote(word) for word in ["docker", *inside])
-        return [*argv, "-l", target.username, "--", target.hostname, remote]
+        return terminal_argv(found_host, container, self.docker_cli)
 
     # ------------------------------------------------------------------------------------------
     # Web ports (TensorBoard and the like) served through the authenticated proxy
@@ -1327,37 +1016,6 @@ class DevContainers(LoggingConfigurable):
             if network.get("IPAddress"):
                 host.unreach(str(network["IPAddress"]))
 
-    def _ports_file(self) -> Path:
-        return Path(self.state_dir) / "ports.json"
-
-    def _added_ports(self) -> dict[str, builtins.list[int]]:
-        try:
-            data = json.loads(self._ports_file().read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            self.log.warning("gpudev: %s unreadable: %r", self._ports_file(), exc)
-            return {}
-        if not isinstance(data, dict):
-            return {}
-        return {
-            str(key): [int(p) for p in value if isinstance(p, int)]
-            for key, value in data.items()
-            if isinstance(value, list)
-        }
-
-    def _save_added_ports(self, ports: dict[str, builtins.list[int]]) -> None:
-        path = self._ports_file()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(ports, indent=1, sort_keys=True))
-        os.replace(tmp, path)
-
-    def _web_ports(self, container: Container) -> tuple[int, ...]:
-        declared = _declared_ports(container)
-        added = set(self._added_ports().get(str(container.id), ()))
-        return tuple(sorted(declared | added))
-
     def set_web_port(
         self, name: str, port: int, host: str | None = None, *, add: bool = True
     ) -> DevContainerInfo:
@@ -1366,24 +1024,12 @@ class DevContainers(LoggingConfigurable):
         if not 1 <= port <= 65535:
             raise BadRequest(f"Not a TCP port: {port}")
         found_host, container = self.find(name, host)
-        if not add and port in _declared_ports(container):
+        if not add and port in declared_ports(container):
             raise BadRequest(
                 f"Port {port} is one of the forwardPorts of {user_name(name)!r}'s environment: "
                 "it is always served (only ports added at run time can be removed)"
             )
-        key = str(container.id)
-        with _PORTS_LOCK:
-            ports = self._added_ports()
-            current = set(ports.get(key, []))
-            if add:
-                current.add(port)
-            else:
-                current.discard(port)
-            if current:
-                ports[key] = sorted(current)
-            else:
-                ports.pop(key, None)
-            self._save_added_ports(ports)
+        self.added_ports.set(str(container.id), port, add=add)
         return self.describe(found_host, container)
 
     def proxy_target(self, name: str, port: int, host: str | None = None) -> tuple[str, int]:
@@ -1391,7 +1037,7 @@ class DevContainers(LoggingConfigurable):
         address on the host's bridge network (a local host), or a local end of an SSH forward
         (a remote host). Only the container's web ports are served."""
         found_host, container = self.find(name, host)
-        if port not in self._web_ports(container):
+        if port not in self.added_ports.web_ports(container):
             raise NotFound(
                 f"Port {port} of {user_name(name)!r} is not forwarded: add it to forwardPorts, "
                 f"or with `jupyter gpudev ports add {user_name(name)} {port}`",
@@ -1470,8 +1116,8 @@ class DevContainers(LoggingConfigurable):
             warnings=warnings,
             pinned=labels.get(L_NAME, "") in self.ledger.pinned(host.name),
             kernel_id=labels.get(L_KERNEL) or None,
-            web_ports=self._web_ports(container),
-            forward_ports=tuple(sorted(_declared_ports(container))),
+            web_ports=self.added_ports.web_ports(container),
+            forward_ports=tuple(sorted(declared_ports(container))),
             started_at=engine_time(state.get("StartedAt")) if state.get("Running") else None,
             finished_at=engine_time(state.get("FinishedAt")) if status in STOPPED else None,
             kernels=usage.count if usage is not None else None,
@@ -1584,13 +1230,6 @@ class DevContainers(LoggingConfigurable):
         return report.to_json(), labelled
 
 
-def _declared_ports(container: Container) -> set[int]:
-    """The environment's forwardPorts, as labelled at creation."""
-    return {
-        int(part) for part in container.labels.get(L_PORTS, "").split(",") if part.strip().isdigit()
-    }
-
-
 def _on_host(container: Container, host: Host) -> bool:
     """Whether ``container`` was made through ``host`` (two host entries may reach one engine:
     each sees its own containers only)."""
@@ -1612,91 +1251,3 @@ def _status_text(state: dict[str, Any]) -> str:
     if status == "exited":
         return f"exited ({state.get('ExitCode', '?')})"
     return status
-
-
-def _tightest(*limits: int | None) -> int | None:
-    """The smallest of the limits that are set; None when none is."""
-    return min((limit for limit in limits if limit is not None), default=None)
-
-
-def close_stream(stream: Any) -> None:
-    """Close what docker-py handed out as a stream or socket (``socket=True``, a log stream):
-    the object itself, the HTTP response it keeps alive and the connection's socket (closing
-    the first alone leaves the connection open)."""
-    for part in (stream, getattr(stream, "_response", None), getattr(stream, "_sock", None)):
-        close = getattr(part, "close", None)
-        if close is not None:
-            with contextlib.suppress(OSError, ValueError):  # already closed by another part
-                close()
-
-
-#: A lifecycle command's last lines reported, and the most characters of each.
-_LAST_LINES = 20
-_LINE_CHARS = 2000
-
-
-def _run_bounded(
-    container: Container,
-    argv: list[str],
-    *,
-    workdir: str,
-    environment: dict[str, str],
-    timeout: float,
-) -> tuple[int | None, list[str]]:
-    """Run ``argv`` in ``container`` and return its exit code (``None``: still running after
-    ``timeout`` seconds; it goes on, read to its end by a background thread) and its last
-    ``_LAST_LINES`` lines of output, each cut at ``_LINE_CHARS``: whatever it prints, only
-    that much is ever held."""
-    if container.client is None:
-        raise EngineError(f"No engine client for {container.name}")
-    api = container.client.api
-    exec_id = api.exec_create(str(container.id), argv, workdir=workdir, environment=environment)[
-        "Id"
-    ]
-    last: deque[str] = deque(maxlen=_LAST_LINES)
-    partial = [""]
-
-    def read() -> None:
-        # A read can time out on a command silent for long (the client's timeout): the exit
-        # is then waited for below.
-        with contextlib.suppress(*ENGINE_FAILURES, OSError):
-            sock = api.exec_start(exec_id, socket=True)
-            try:
-                frames = docker_socket.frames_iter(sock, tty=False)  # type: ignore[no-untyped-call]
-                for _, chunk in frames:
-                    text = partial[0] + chunk.decode(errors="replace")
-                    *whole, rest = text.split("\n")
-                    last.extend(line[:_LINE_CHARS] for line in whole)
-                    partial[0] = rest[-_LINE_CHARS:]
-            finally:
-                close_stream(sock)
-
-    deadline = time.monotonic() + timeout
-    reader = threading.Thread(target=read, name="gpudev-lifecycle", daemon=True)
-    reader.start()
-    reader.join(timeout)
-    state = api.exec_inspect(exec_id)
-    while state.get("Running") and time.monotonic() < deadline:
-        time.sleep(0.5)
-        state = api.exec_inspect(exec_id)
-    if state.get("Running"):
-        return None, list(last)
-    reader.join(5.0)
-    if partial[0]:
-        last.append(partial[0])
-    code = state.get("ExitCode")
-    return (code if isinstance(code, int) else -1), list(last)
-
-
-def _commands(command: Any) -> Iterator[tuple[str, list[str]]]:
-    """Lifecycle commands as argv lists: a string runs under ``sh -c`` inside the container."""
-    if command is None:
-        return
-    if isinstance(command, str):
-        yield "", ["/bin/sh", "-c", command]
-    elif isinstance(command, list):
-        yield "", [str(part) for part in command]
-    elif isinstance(command, dict):
-        for key in sorted(command):
-            for _, argv in _commands(command[key]):
-                yield f" ({key})", argv

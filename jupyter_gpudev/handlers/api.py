@@ -13,7 +13,7 @@ from tornado import web
 
 from ..changes.commit import CommitOptions
 from ..changes.model import check_change_ids
-from ..containers.lifecycle import StartRequest
+from ..containers import StartRequest
 from ..engine import unreachable_summary
 from ..errors import BadRequest, EngineError
 from .base import GPUDevHandler, authorized_to_execute, maps_errors

@@ -17,7 +17,7 @@ from typing import Any
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
 from traitlets import Bool, Unicode
 
-from ..containers.lifecycle import DevContainerInfo
+from ..containers import DevContainerInfo
 from ..environments import Environment, EnvironmentManager
 from ..errors import GPUDevError, NotFound
 from .provisioner import DEFAULT_ARGV, current_manager

@@ -33,7 +33,7 @@ from tornado import web
 from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import Config
 
-from ..containers.lifecycle import DevContainers, StartRequest
+from ..containers import DevContainers, StartRequest
 from ..engine import Host
 from ..errors import ENGINE_FAILURES, Conflict, EngineUnreachable, GPUDevError, engine_error
 from .placements import PLACEMENTS

@@ -18,7 +18,7 @@ from traitlets.config import Config
 
 from jupyter_gpudev.changes.capture import ChangeCapture
 from jupyter_gpudev.changes.commit import CommitOptions, Committer
-from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest
+from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.errors import GPUDevError
 from tests.integration.test_diff import sh
 

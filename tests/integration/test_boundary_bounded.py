@@ -14,7 +14,7 @@ import docker
 import pytest
 from traitlets.config import Config
 
-from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest
+from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.engine import SSHConnection, SSHTarget
 from jupyter_gpudev.errors import EngineUnreachable
 from tests.sshd import SSHServer

@@ -21,7 +21,7 @@ import docker
 import pytest
 from docker.models.containers import Container
 
-from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest, docker_name
+from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
 from jupyter_gpudev.errors import BadRequest
 from tests.integration.test_containers import IMAGE, cleanup, make_manager
 

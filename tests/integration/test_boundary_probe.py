@@ -19,7 +19,7 @@ import pytest
 from traitlets.config import Config
 
 from jupyter_gpudev.changes.capture import ChangeCapture
-from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest
+from jupyter_gpudev.containers import DevContainers, StartRequest
 from tests.integration.test_diff import sh
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ import pytest
 from traitlets.config import Config
 
 from jupyter_gpudev.changes.tracker import track_changes
-from jupyter_gpudev.containers.lifecycle import DevContainers
+from jupyter_gpudev.containers import DevContainers
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.labels import L_MANAGED, L_WORKSPACE
 from tests.integration.test_cli import gpudev

@@ -24,7 +24,7 @@ from traitlets.config import Config
 
 from jupyter_gpudev.changes.capture import ChangeCapture, DiffChanged
 from jupyter_gpudev.changes.commit import CommitOptions, Committer, VerifyFailed
-from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest
+from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.engine import RegistryError, bridge_address
 from jupyter_gpudev.errors import BadRequest, Conflict, ImageError
 from jupyter_gpudev.labels import L_SNAPSHOT_DIFF, L_SNAPSHOT_ENV

@@ -21,7 +21,7 @@ import pytest
 from traitlets.config import Config
 
 from jupyter_gpudev.changes.tracker import track_changes
-from jupyter_gpudev.containers.lifecycle import (
+from jupyter_gpudev.containers import (
     CudaMismatch,
     DevContainers,
     StartRequest,

@@ -15,7 +15,7 @@ import pytest
 from traitlets.config import Config
 
 from jupyter_gpudev.changes.capture import ChangeCapture
-from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest
+from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.errors import Conflict
 from tests.integration.test_cli import gpudev
 

@@ -17,7 +17,7 @@ from jupyter_client.manager import AsyncKernelManager
 from tornado.httpclient import HTTPClientError, HTTPResponse
 from traitlets.config import Config
 
-from jupyter_gpudev.containers.lifecycle import DevContainers, docker_name
+from jupyter_gpudev.containers import DevContainers, docker_name
 from jupyter_gpudev.kernels import provisioner
 from jupyter_gpudev.kernels.kernelspecs import GPUDevKernelSpecManager
 from jupyter_gpudev.kernels.provisioner import KernelLaunchError, KernelStartFailed

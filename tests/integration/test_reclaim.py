@@ -12,7 +12,7 @@ import docker
 import pytest
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
-from jupyter_gpudev.containers.lifecycle import docker_name
+from jupyter_gpudev.containers import docker_name
 from jupyter_gpudev.labels import L_MANAGED, L_WORKSPACE
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]

@@ -24,7 +24,7 @@ from tornado.httpclient import HTTPClientError
 from traitlets.config import Config
 
 from jupyter_gpudev.changes.tracker import track_changes
-from jupyter_gpudev.containers.lifecycle import DevContainers, NoHostFits, StartRequest, docker_name
+from jupyter_gpudev.containers import DevContainers, NoHostFits, StartRequest, docker_name
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.environments import MountNotAllowed
 from jupyter_gpudev.errors import BadRequest

@@ -21,7 +21,7 @@ from typing import Any
 import docker
 import pytest
 
-from jupyter_gpudev.containers.lifecycle import docker_name
+from jupyter_gpudev.containers import docker_name
 from jupyter_gpudev.labels import L_KERNEL
 from jupyter_gpudev.leasing import LeaseLedger
 from tests.conftest import FAKE_SMI, FIXTURES

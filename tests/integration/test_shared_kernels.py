@@ -13,7 +13,7 @@ import docker
 import pytest
 from jupyter_client.manager import AsyncKernelManager
 
-from jupyter_gpudev.containers.lifecycle import DevContainers, StartRequest, docker_name
+from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
 from jupyter_gpudev.errors import BadRequest
 from jupyter_gpudev.kernels import provisioner
 from jupyter_gpudev.kernels.kernelspecs import SHARED_PREFIX, GPUDevKernelSpecManager

@@ -1,0 +1,139 @@
+"""Commands gpudev runs in a dev container: the environment's lifecycle commands, bounded in
+time and in the output kept, and closing the engine's streams."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+import docker.errors
+from docker.models.containers import Container
+from docker.utils import socket as docker_socket
+
+from ..engine import Progress
+from ..environments import Environment
+from ..errors import ENGINE_FAILURES, EngineError, GPUDevError
+
+
+def run_lifecycle_commands(
+    container: Container, env: Environment, say: Progress, *, timeout: float, log: Any
+) -> tuple[str, ...]:
+    """Run the environment's postCreateCommand and postStartCommand in ``container`` (each
+    bounded by ``timeout`` seconds, its last lines reported); returns the warnings."""
+    warnings: list[str] = []
+    for stage, command in (
+        ("postCreateCommand", env.post_create_command),
+        ("postStartCommand", env.post_start_command),
+    ):
+        for label, argv in _commands(command):
+            say({"stage": stage, "message": " ".join(argv)})
+            try:
+                code, lines = _run_bounded(
+                    container,
+                    argv,
+                    workdir=env.workspace_folder,
+                    environment=dict(env.container_env),
+                    timeout=timeout,
+                )
+            except (docker.errors.DockerException, GPUDevError) as exc:
+                log.warning("%s of %s failed: %r", stage, container.name, exc)
+                code, lines = -1, []
+            for line in lines:
+                say({"stage": stage, "message": line})
+            if code is None:
+                warnings.append(
+                    f"{stage}{label} was still running after {timeout:g} s; "
+                    "it goes on in the container, unwatched"
+                )
+            elif code != 0:
+                warnings.append(f"{stage}{label} exited with {code}")
+    return tuple(warnings)
+
+
+def close_stream(stream: Any) -> None:
+    """Close what docker-py handed out as a stream or socket (``socket=True``, a log stream):
+    the object itself, the HTTP response it keeps alive and the connection's socket (closing
+    the first alone leaves the connection open)."""
+    for part in (stream, getattr(stream, "_response", None), getattr(stream, "_sock", None)):
+        close = getattr(part, "close", None)
+        if close is not None:
+            with contextlib.suppress(OSError, ValueError):  # already closed by another part
+                close()
+
+
+#: A lifecycle command's last lines reported, and the most characters of each.
+_LAST_LINES = 20
+
+
+_LINE_CHARS = 2000
+
+
+def _run_bounded(
+    container: Container,
+    argv: list[str],
+    *,
+    workdir: str,
+    environment: dict[str, str],
+    timeout: float,
+) -> tuple[int | None, list[str]]:
+    """Run ``argv`` in ``container`` and return its exit code (``None``: still running after
+    ``timeout`` seconds; it goes on, read to its end by a background thread) and its last
+    ``_LAST_LINES`` lines of output, each cut at ``_LINE_CHARS``: whatever it prints, only
+    that much is ever held."""
+    if container.client is None:
+        raise EngineError(f"No engine client for {container.name}")
+    api = container.client.api
+    exec_id = api.exec_create(str(container.id), argv, workdir=workdir, environment=environment)[
+        "Id"
+    ]
+    last: deque[str] = deque(maxlen=_LAST_LINES)
+    partial = [""]
+
+    def read() -> None:
+        # A read can time out on a command silent for long (the client's timeout): the exit
+        # is then waited for below.
+        with contextlib.suppress(*ENGINE_FAILURES, OSError):
+            sock = api.exec_start(exec_id, socket=True)
+            try:
+                frames = docker_socket.frames_iter(sock, tty=False)  # type: ignore[no-untyped-call]
+                for _, chunk in frames:
+                    text = partial[0] + chunk.decode(errors="replace")
+                    *whole, rest = text.split("\n")
+                    last.extend(line[:_LINE_CHARS] for line in whole)
+                    partial[0] = rest[-_LINE_CHARS:]
+            finally:
+                close_stream(sock)
+
+    deadline = time.monotonic() + timeout
+    reader = threading.Thread(target=read, name="gpudev-lifecycle", daemon=True)
+    reader.start()
+    reader.join(timeout)
+    state = api.exec_inspect(exec_id)
+    while state.get("Running") and time.monotonic() < deadline:
+        time.sleep(0.5)
+        state = api.exec_inspect(exec_id)
+    if state.get("Running"):
+        return None, list(last)
+    reader.join(5.0)
+    if partial[0]:
+        last.append(partial[0])
+    code = state.get("ExitCode")
+    return (code if isinstance(code, int) else -1), list(last)
+
+
+def _commands(command: Any) -> Iterator[tuple[str, list[str]]]:
+    """Lifecycle commands as argv lists: a string runs under ``sh -c`` inside the container."""
+    if command is None:
+        return
+    if isinstance(command, str):
+        yield "", ["/bin/sh", "-c", command]
+    elif isinstance(command, list):
+        yield "", [str(part) for part in command]
+    elif isinstance(command, dict):
+        for key in sorted(command):
+            for _, argv in _commands(command[key]):
+                yield f" ({key})", argv

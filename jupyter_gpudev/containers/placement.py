@@ -1,0 +1,140 @@
+"""Where a start goes: the GPU request, the host that can take it, and the CUDA check.
+
+``DevContainers._place`` asks each host what it needs (reachable? GPUs free now? a driver new
+enough for the image?) and returns a ``Placement``; ``start`` consumes it without asking again.
+The decisions themselves are pure functions here, tested without an engine
+(``tests/unit/test_placement.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..engine import Host, Inventory
+from ..environments import Environment
+from ..errors import BadRequest, GPUDevError
+from ..leasing import GPURequest
+from .model import StartRequest
+
+_CUDA_REQ_RE = re.compile(r"cuda>=\s*([0-9]+(?:\.[0-9]+)?)")
+_CUDA_VER_RE = re.compile(r"^([0-9]+)\.([0-9]+)")
+
+
+class CudaMismatch(GPUDevError):
+    """The image needs a newer CUDA than the host's driver supports."""
+
+    status = 409
+    exit_code = 5
+    code = "cuda_mismatch"
+
+
+class NoHostFits(GPUDevError):
+    """No host can take a start request now; ``details['hosts']`` says why, for each."""
+
+    status = 409
+    exit_code = 5
+    code = "no_host"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a start goes, with what was learnt choosing it."""
+
+    host: Host
+    #: The GPUs to lease (``None``: a CPU container).
+    gpu_request: GPURequest | None
+    #: The host's GPUs when GPUs are asked for (``None`` otherwise).
+    inventory: Inventory | None
+
+
+@dataclass(frozen=True)
+class HostReport:
+    """One host, as placement saw it: ``reason`` why it cannot take the request (``None``:
+    it can); ``reachable`` false when its engine did not answer."""
+
+    name: str
+    reachable: bool
+    reason: str | None
+
+
+def gpu_request(env: Environment, request: StartRequest) -> GPURequest | None:
+    """The GPUs a start leases: the request's count or UUIDs, else the environment's."""
+    if request.gpus is not None and request.gpu_uuids:
+        raise BadRequest("Ask for a number of GPUs or for named GPUs, not both")
+    if request.gpus is not None and request.gpus < 0:
+        raise BadRequest("The number of GPUs cannot be negative")
+    if request.gpu_uuids:
+        return GPURequest(uuids=tuple(request.gpu_uuids))
+    count = request.gpus if request.gpus is not None else env.gpu.count
+    if env.gpu.mode == "none" and request.gpus is None:
+        count = 0
+    if count == 0:
+        if env.gpu.mode == "required" and request.gpus == 0:
+            raise BadRequest(f"The environment {env.name!r} requires a GPU")
+        return None
+    return GPURequest(count=count, min_memory_mib=env.gpu.min_memory_mib, model=env.gpu.model)
+
+
+def gpus_optional(env: Environment, request: StartRequest) -> bool:
+    """hostRequirements.gpu "optional" and no GPUs asked for by hand: run on the CPU rather
+    than not at all when no GPU can be leased."""
+    return env.gpu.mode == "optional" and request.gpus is None and not request.gpu_uuids
+
+
+def choose(reports: Iterable[HostReport], env_name: str, *, fallback: bool) -> str:
+    """The first host that can take the request (``reports`` is read lazily, so hosts after
+    it are not asked). None can: with ``fallback`` (GPUs optional) the first reachable one,
+    else ``NoHostFits`` with each host's reason."""
+    reasons: dict[str, str] = {}
+    first_reachable: str | None = None
+    for report in reports:
+        if report.reachable and first_reachable is None:
+            first_reachable = report.name
+        if report.reason is None:
+            return report.name
+        reasons[report.name] = report.reason
+    if fallback and first_reachable is not None:
+        return first_reachable
+    raise NoHostFits(
+        f"No host can start a container of {env_name!r}: "
+        + "; ".join(f"{name}: {reason.rstrip('.')}" for name, reason in reasons.items())
+        + ".",
+        details={"hosts": reasons},
+    )
+
+
+def _cuda_tuple(text: str) -> tuple[int, int] | None:
+    match = _CUDA_VER_RE.match(text.strip())
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def required_cuda(image_env: list[str]) -> str | None:
+    """The CUDA version an image needs, from ``NVIDIA_REQUIRE_CUDA`` or ``CUDA_VERSION``."""
+    values = dict(item.split("=", 1) for item in image_env if "=" in item)
+    if values.get("NVIDIA_DISABLE_REQUIRE", "").lower() in ("1", "true"):
+        return None
+    requirement = values.get("NVIDIA_REQUIRE_CUDA", "")
+    match = _CUDA_REQ_RE.search(requirement)
+    if match:
+        return match.group(1)
+    version = _cuda_tuple(values.get("CUDA_VERSION", ""))
+    return f"{version[0]}.{version[1]}" if version else None
+
+
+def check_cuda(image: str, image_env: list[str], host: str, inventory: Inventory) -> None:
+    """Refuse, with what to do, when the host driver's CUDA is older than the image needs."""
+    needed = required_cuda(image_env)
+    have = inventory.cuda_version
+    if needed is None or have is None:
+        return
+    need_t, have_t = _cuda_tuple(needed), _cuda_tuple(have)
+    if need_t is not None and have_t is not None and need_t > have_t:
+        raise CudaMismatch(
+            f"The image {image} needs CUDA >= {needed}, but the NVIDIA driver "
+            f"{inventory.driver_version or ''} on host {host!r} supports CUDA up to {have}. "
+            f"Upgrade the host's driver to one that supports CUDA {needed}, or use an image "
+            f"built for CUDA {have} or older.",
+            details={"image": image, "needs": needed, "driver_cuda": have, "host": host},
+        )

@@ -1,0 +1,185 @@
+"""The pure builder of a dev container's create arguments (no engine)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from docker.types import Mount
+
+from jupyter_gpudev.containers.create import Confinement, Target, create_args, tightest
+from jupyter_gpudev.engine.driver import Injection
+from jupyter_gpudev.environments import Environment, ResolvedMount
+from jupyter_gpudev.environments.manager import RunOptions
+from jupyter_gpudev.labels import L_GPUS, L_KERNEL, L_LEASE, L_MANAGED, L_NAME, L_PORTS
+
+GPU_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
+GPU_B = "GPU-bbbbbbbb-0000-0000-0000-000000000002"
+
+
+def environment(**changes: Any) -> Environment:
+    env = Environment(
+        name="train",
+        display_name="Train",
+        source="test",
+        image="python:3.12",
+        container_env={"FOO": "bar"},
+        forward_ports=(8888,),
+    )
+    return replace(env, **changes)
+
+
+def target(**changes: Any) -> Target:
+    base = Target(
+        name="train-ann-1a2b",
+        owner="ann",
+        host="local",
+        image="python:3.12",
+        workspace="/home/ann/project",
+        mounts=(ResolvedMount("/home/ann/project", "/workspace", read_only=False),),
+        command=("sleep", "infinity"),
+        server_id="s1",
+        ledger_id="l1",
+        process="box:42",
+        created="2026-11-24T00:00:00+00:00",
+    )
+    return replace(base, **changes)
+
+
+def test_gpus_are_requested_by_uuid_and_named_in_the_environment() -> None:
+    # Given a target holding two leased GPUs
+    args = create_args(
+        environment(), target(gpu_uuids=(GPU_A, GPU_B), lease_id="L7"), Confinement()
+    )
+    # Then the engine is asked for exactly those UUIDs, never a count
+    (request,) = args["device_requests"]
+    assert request["DeviceIDs"] == [GPU_A, GPU_B]
+    assert request["Count"] is None or request["Count"] == 0
+    assert args["environment"]["NVIDIA_VISIBLE_DEVICES"] == f"{GPU_A},{GPU_B}"
+    assert args["labels"][L_GPUS] == f"{GPU_A},{GPU_B}"
+    assert args["labels"][L_LEASE] == "L7"
+
+
+def test_a_cpu_container_sees_no_gpu() -> None:
+    # Given no lease
+    args = create_args(environment(), target(), Confinement())
+    # Then no device is requested and the NVIDIA variable hides every GPU (CUDA images
+    # default it to "all")
+    assert "device_requests" not in args
+    assert "devices" not in args
+    assert args["environment"]["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert args["labels"][L_GPUS] == ""
+
+
+def test_driver_injection_replaces_the_device_request() -> None:
+    # Given a legacy injection plan for one leased GPU
+    injected = Injection(
+        devices=("/dev/nvidia0:/dev/nvidia0:rwm",),
+        mounts=(Mount("/usr/lib/libcuda.so.1", "/usr/lib/libcuda.so.1", type="bind"),),
+        environment=(("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64"),),
+    )
+    args = create_args(environment(), target(gpu_uuids=(GPU_A,), injection=injected), Confinement())
+    # Then devices and mounts are passed and no hook request is made
+    assert "device_requests" not in args
+    assert args["devices"] == ["/dev/nvidia0:/dev/nvidia0:rwm"]
+    assert args["mounts"][-1]["Source"] == "/usr/lib/libcuda.so.1"
+    assert args["environment"]["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64"
+
+
+def test_mounts_keep_their_mode() -> None:
+    mounts = (
+        ResolvedMount("/srv/data", "/data", read_only=True),
+        ResolvedMount("/home/ann/project", "/workspace", read_only=False),
+    )
+    args = create_args(environment(), target(mounts=mounts), Confinement())
+    assert [(m["Source"], m["Target"], m["ReadOnly"]) for m in args["mounts"]] == [
+        ("/srv/data", "/data", True),
+        ("/home/ann/project", "/workspace", False),
+    ]
+
+
+def test_only_the_environments_variables_reach_the_container(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a server whose own environment holds a secret
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2")
+    args = create_args(
+        environment(), target(extra_env={"SSL_CERT_FILE": "/etc/gpudev/ca.pem"}), Confinement()
+    )
+    # Then the container gets containerEnv, the CA variables and the NVIDIA ones, nothing else
+    assert args["environment"] == {
+        "FOO": "bar",
+        "SSL_CERT_FILE": "/etc/gpudev/ca.pem",
+        "NVIDIA_VISIBLE_DEVICES": "void",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
+
+
+def test_every_label_is_set_even_empty() -> None:
+    # An image's labels are inherited by its containers: ours are always overwritten
+    args = create_args(environment(forward_ports=(8888, 6006)), target(), Confinement())
+    assert args["labels"][L_MANAGED] == "1"
+    assert args["labels"][L_NAME] == "train-ann-1a2b"
+    assert args["labels"][L_KERNEL] == ""
+    assert args["labels"][L_PORTS] == "8888,6006"
+    assert args["name"] == "gpudev-train-ann-1a2b"
+
+
+def test_forwarded_ports_are_published_on_loopback_only() -> None:
+    args = create_args(environment(forward_ports=(8888, 6006)), target(), Confinement())
+    assert args["ports"] == {"8888/tcp": ("127.0.0.1", None), "6006/tcp": ("127.0.0.1", None)}
+
+
+def test_host_network_publishes_nothing_and_a_named_network_is_joined() -> None:
+    host_mode = environment(run_options=RunOptions(network_mode="host"))
+    args = create_args(host_mode, target(network="gpudev"), Confinement())
+    assert args["network_mode"] == "host"
+    assert "ports" not in args
+    assert "network" not in args
+    assert create_args(environment(), target(network="gpudev"), Confinement())["network"] == (
+        "gpudev"
+    )
+
+
+def test_the_environment_can_tighten_limits_but_never_loosen_them() -> None:
+    # Given an administrator's 8 GiB / 4 CPUs and an environment asking 16 GiB / 1 CPU
+    admin = Confinement(
+        security_opt=("no-new-privileges",),
+        cap_drop=("NET_RAW",),
+        pids_limit=4096,
+        memory_bytes=8 << 30,
+        nano_cpus=4_000_000_000,
+    )
+    env = environment(run_options=RunOptions(memory_bytes=16 << 30, nano_cpus=1_000_000_000))
+    args = create_args(env, target(), admin)
+    # Then the tighter of each applies
+    assert args["mem_limit"] == 8 << 30
+    assert args["nano_cpus"] == 1_000_000_000
+    assert args["security_opt"] == ["no-new-privileges"]
+    assert args["cap_drop"] == ["NET_RAW"]
+    assert args["pids_limit"] == 4096
+
+
+def test_no_limit_is_set_when_none_is_asked() -> None:
+    args = create_args(environment(), target(), Confinement())
+    for key in ("mem_limit", "nano_cpus", "pids_limit", "security_opt", "cap_drop", "user"):
+        assert key not in args
+
+
+def test_run_options_pass_through() -> None:
+    options = RunOptions(
+        shm_size_bytes=1 << 30, ipc_mode="private", ulimits=(("memlock", -1, -1),), pid_mode=None
+    )
+    args = create_args(environment(run_options=options), target(user="1000:1000"), Confinement())
+    assert args["shm_size"] == 1 << 30
+    assert args["ipc_mode"] == "private"
+    assert [(u.name, u.soft, u.hard) for u in args["ulimits"]] == [("memlock", -1, -1)]
+    assert args["user"] == "1000:1000"
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"), [((None, None), None), ((5, None), 5), ((None, 3), 3), ((5, 3), 3)]
+)
+def test_tightest(limits: tuple[int | None, ...], expected: int | None) -> None:
+    assert tightest(*limits) == expected
