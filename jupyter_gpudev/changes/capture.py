@@ -30,8 +30,11 @@ from .. import safefs
 from ..environments import MAX_FILE_BYTES, Environment, load_jsonc
 from ..errors import EngineError, GPUDevError, engine_errors
 from ..labels import L_PROBE
+from . import classify as cl
+from . import compare as cp
 from . import model as ch
 from . import packages
+from . import probe as pr
 from .dockerfile import RenderedDiff, change_items, is_source_path, render
 
 if TYPE_CHECKING:
@@ -176,7 +179,7 @@ class Captured:
 
     def expected_packages(self) -> tuple[ch.PackageState, dict[str, str | None]]:
         """What an image rebuilt from this commit has (``changes.expected_state``)."""
-        return ch.expected_state(self.base.packages, self.packages, set(self.held))
+        return cp.expected_state(self.base.packages, self.packages, set(self.held))
 
     def as_baseline(self) -> Baseline:
         """The container as it is now, less what a commit did not write (credentials, and the
@@ -208,7 +211,7 @@ class Captured:
                 files.update(
                     (p, k) for p, k in self.base.files.items() if p == path or p.startswith(inside)
                 )
-        packages = ch.revert_excluded(self.base.packages, self.packages, left_out)
+        packages = cp.revert_excluded(self.base.packages, self.packages, left_out)
         return Baseline(packages, env, files, sorted(secrets), held)
 
 
@@ -260,16 +263,16 @@ class ChangeCapture:
             image_env = client.images.get(image).attrs.get("Config", {}).get("Env") or []
             output = client.containers.run(
                 image,
-                entrypoint=["/bin/sh", "-c", ch.PROBE_SCRIPT],
+                entrypoint=["/bin/sh", "-c", pr.PROBE_SCRIPT],
                 command=[],
-                environment=ch.probe_environment(owned_dpkg or [], owned_dists or [], image_env),
+                environment=pr.probe_environment(owned_dpkg or [], owned_dists or [], image_env),
                 user="0",
                 network_disabled=True,
                 remove=True,
                 labels={L_PROBE: "1"},
             )
         text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
-        return ch.parse_probe(text)
+        return pr.parse_probe(text)
 
     def baseline(self, client: docker.DockerClient, container: Container) -> Baseline:
         own = self.baselines.container(str(container.id))
@@ -296,12 +299,12 @@ class ChangeCapture:
             diff = [d for d in whole_diff if base.files.get(str(d["Path"])) != int(d["Kind"])]
             derived = self._probe_current(client, container, whole_diff)
         current = derived.result
-        result = ch.package_changes(base.packages, current.state)
+        result = cp.package_changes(base.packages, current.state)
         result.notes.extend(derived.problems)
-        mounts = ch.mount_targets(container.attrs)
+        mounts = cl.mount_targets(container.attrs)
         new_envs = [p.env.prefix for p in result.python if p.new_env]
-        result.files = ch.file_changes(
-            diff, mounts, current.owned_files, new_envs, ch.engine_made(container.attrs)
+        result.files = cl.file_changes(
+            diff, mounts, current.owned_files, new_envs, cl.engine_made(container.attrs)
         )
         known = set(base.secrets)  # found by content at an earlier commit
         result.files.secrets = sorted(
@@ -309,7 +312,7 @@ class ChangeCapture:
         )
         result.files.kept = [p for p in result.files.kept if p not in known]
         image_env = client.images.get(str(container.attrs["Image"])).attrs["Config"].get("Env")
-        ch.env_changes(
+        cl.env_changes(
             container.attrs.get("Config", {}).get("Env") or [],
             image_env or [],
             base.env,
@@ -732,7 +735,7 @@ class _Exporter:
             self._skip(path, "its content is missing from the archive")
             return
         head = extracted.read(SCAN_BYTES)
-        if ch.looks_secret_content(head):
+        if cl.looks_secret_content(head):
             self.result.secrets.add(path)
             return
         if self.stage is None:

@@ -54,6 +54,8 @@ from ..labels import (
     OCI_CREATED,
     OCI_DESCRIPTION,
 )
+from . import classify as cl
+from . import compare as cp
 from . import model as ch
 
 if TYPE_CHECKING:
@@ -274,7 +276,7 @@ class Committer:
             raise
         # The container's packages less the changes left out: what the rebuild should have.
         expected, loose = prepared.captured.expected_packages()
-        report.differences = ch.package_differences(expected, rebuilt, loose)
+        report.differences = cp.package_differences(expected, rebuilt, loose)
         report.seconds = time.monotonic() - started
         verdict = (
             "the rebuilt image has the container's packages"
@@ -330,7 +332,7 @@ class Committer:
         drivers = sorted(
             str(d["Path"])
             for d in captured.diff
-            if int(d["Kind"]) != 2 and ch.is_driver_path(str(d["Path"]))
+            if int(d["Kind"]) != 2 and cl.is_driver_path(str(d["Path"]))
         )
         previous = _image_id(client, options.snapshot)
         temporary: list[str] = []

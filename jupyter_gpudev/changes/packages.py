@@ -46,6 +46,7 @@ from typing import Any
 
 from . import model as ch
 from . import names
+from . import probe as pr
 
 #: Size limits of what is read (past them a file is reported, not read).
 STATUS_LIMIT = 64 << 20
@@ -157,7 +158,7 @@ def _dpkg(
         dpkg = {}
     if _present(APT_EXTENDED_STATES, entries):
         text = ctx.text(APT_EXTENDED_STATES, STATUS_LIMIT)
-        marks = ch.parse_apt_auto(text or "")
+        marks = pr.parse_apt_auto(text or "")
         auto = frozenset(p for p in dpkg if p in marks or p.split(":")[0] in marks)
     else:
         auto = frozenset(p for p in dpkg if p in image.dpkg_auto)
@@ -447,7 +448,7 @@ def _conda(
             prefix.startswith(f"{CONDA_ROOT}/envs/") and prefix.count("/") == 4
         )
         if prefix != path and conda_env and _present(path, entries):
-            histories[prefix] = ch.parse_conda_history(ctx.text(path, STATUS_LIMIT) or "")
+            histories[prefix] = pr.parse_conda_history(ctx.text(path, STATUS_LIMIT) or "")
     if not histories:
         return {}
     channels: tuple[str, ...] = ()
@@ -455,7 +456,7 @@ def _conda(
     if touched:
         for path in CONDARC_FILES:
             if not _deleted(path, entries):
-                channels = channels or ch.parse_condarc_channels(
+                channels = channels or pr.parse_condarc_channels(
                     ctx.text(path, METADATA_LIMIT) or ""
                 )
     else:

@@ -22,7 +22,7 @@ from ..engine import Host
 from ..errors import ENGINE_FAILURES, GPUDevError
 from ..labels import L_NAME
 from .capture import Baseline, Baselines, ChangeCapture
-from .model import engine_made, mount_targets, uncommitted
+from .classify import engine_made, mount_targets, uncommitted
 
 
 @dataclass

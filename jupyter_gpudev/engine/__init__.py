@@ -1,4 +1,7 @@
-"""engine."""
+"""The engine side: one Docker engine per host (``spec`` its configuration, ``hosts`` the
+connection, ``pool`` the hosts of a server), reached locally, over SSH (``ssh``, ``tunnels``) or
+TCP with TLS; its GPUs (``gpus``, ``driver``); images and registries (``images``,
+``registry``)."""
 
 from .driver import DriverInjectionError, LegacyGPUInjection, proc_bus_id
 from .gpus import (
@@ -14,18 +17,11 @@ from .gpus import (
     parse_smi_csv,
     parse_smi_list,
 )
-from .hosts import (
-    DEFAULT_LOCAL_URL,
-    Host,
-    HostInfo,
-    HostPool,
-    HostSpec,
-    address_for_containers,
-    bridge_address,
-    unreachable_summary,
-)
+from .hosts import EngineInfo, HeldLease, Host, HostInfo, address_for_containers, bridge_address
 from .images import ImageBootstrapper, Progress, detect_mirror, mirror_from_sources, stream_build
+from .pool import HostPool, unreachable_summary
 from .registry import Reference, Registries, RegistryError
+from .spec import DEFAULT_LOCAL_URL, HostSpec, Transport
 from .ssh import (
     RevokedHostKey,
     SSHConnection,
@@ -40,7 +36,9 @@ __all__ = [
     "GPU",
     "SMI_FIELDS",
     "DriverInjectionError",
+    "EngineInfo",
     "GPUInventory",
+    "HeldLease",
     "Host",
     "HostInfo",
     "HostPool",
@@ -59,8 +57,8 @@ __all__ = [
     "RevokedHostKey",
     "SSHConnection",
     "SSHTarget",
+    "Transport",
     "UnknownHostKey",
-    "",
     "address_for_containers",
     "bridge_address",
     "cuda_version_from_int",

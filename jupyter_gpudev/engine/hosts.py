@@ -6,25 +6,21 @@ from ``c.HostPool.hosts`` and, at run time, from ``jupyter gpudev hosts add`` or
 the Docker API, their GPU inventory (``nvidia-smi`` there), path checks and port forwards (see
 ``jupyter_gpudev.ssh``); ``tcp://`` hosts use TLS client certificates.
 
-Every call here that talks to an engine blocks: the server runs them in worker threads.
-"""
+Every call here that talks to an engine blocks: the server runs them in worker threads."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import ipaddress
-import json
 import os
-import re
 import shutil
 import stat
 import subprocess
 import threading
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import docker
@@ -32,183 +28,25 @@ import docker.errors
 from docker.constants import DEFAULT_DOCKER_API_VERSION, MINIMUM_DOCKER_API_VERSION
 from docker.tls import TLSConfig
 from docker.utils import version_lt
-from jupyter_core.paths import jupyter_data_dir
-from traitlets import Bool, Dict, Float, Instance, TraitError, Unicode, default, validate
-from traitlets.config import LoggingConfigurable
 
 from ..errors import (
     ENGINE_FAILURES,
     BadRequest,
-    ConfigError,
-    Conflict,
     EngineError,
     EngineUnreachable,
     GPUDevError,
-    NotFound,
     engine_errors,
 )
 from .gpus import GPUInventory, Inventory, ProbeUnavailable
+from .spec import HostSpec, Transport
 from .ssh import SSHConnection, SSHDockerAdapter, SSHTarget
 from .tunnels import Tunnels
-
-Transport = Literal["local", "ssh", "tcp"]
 
 
 class HeldLease(Protocol):
     """What a host report needs of a lease (``leasing.Lease``; engines know nothing of leases)."""
 
     def held_json(self) -> dict[str, Any]: ...
-
-
-DEFAULT_LOCAL_URL = "unix:///var/run/docker.sock"
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
-#: A user or host name of an ssh:// or tcp:// URL (what reaches ``ssh`` for terminals).
-_URL_PART_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:-]{0,252}\Z")
-_TLS_KEYS = {"tls_ca_cert", "tls_client_cert", "tls_client_key", "tls_verify"}
-_SSH_KEYS = {"identity_file", "known_hosts"}
-#: Keys of a remote host: what runs there, and which of its folders containers see.
-_REMOTE_KEYS = {"nvidia_smi", "workspace", "mount_roots"}
-_HOST_KEYS = {"url"} | _TLS_KEYS | _SSH_KEYS | _REMOTE_KEYS
-
-
-def _check_url(where: str, url: Any) -> None:
-    if not isinstance(url, str) or not url:
-        raise ConfigError(f"{where}: 'url' is required")
-    parts = urlsplit(url)
-    if parts.password:
-        raise ConfigError(
-            f"{where}: do not put a password in the URL; ssh:// uses keys, tcp:// uses TLS "
-            "client certificates"
-        )
-    if parts.scheme not in ("unix", "ssh", "tcp"):
-        raise ConfigError(
-            f"{where}: unsupported URL {url!r}; use unix:///path, ssh://user@host[:port] "
-            "or tcp://host:port"
-        )
-    if parts.scheme == "unix" and not parts.path:
-        raise ConfigError(f"{where}: a unix:// URL needs a socket path")
-    if parts.scheme in ("ssh", "tcp") and not parts.hostname:
-        raise ConfigError(f"{where}: {url!r} has no host name")
-    if parts.scheme in ("ssh", "tcp") and (
-        not _URL_PART_RE.match(parts.hostname or "")
-        or (parts.username is not None and not _URL_PART_RE.match(parts.username))
-    ):
-        raise ConfigError(
-            f"{where}: {url!r}: a user or host name is letters, digits, '.', '_', '-' (or an "
-            "IPv6 address in brackets)"
-        )
-    try:
-        port = parts.port
-    except ValueError:
-        port = 0
-    if port == 0:  # None (no port) is fine: the scheme's default
-        raise ConfigError(f"{where}: {url!r} has no valid port (1-65535)")
-
-
-@dataclass(frozen=True)
-class HostSpec:
-    """How to reach one engine. ``url`` never holds a secret: TLS material is in files."""
-
-    name: str
-    url: str
-    tls_ca_cert: str | None = None
-    tls_client_cert: str | None = None
-    tls_client_key: str | None = None
-    tls_verify: bool = True
-    is_local: bool = False
-    #: ssh://: the private key to use (default: ssh-agent, then ~/.ssh/id_*), and the
-    #: known_hosts file host keys are checked against (default: ~/.ssh/known_hosts and
-    #: /etc/ssh/ssh_known_hosts).
-    identity_file: str | None = None
-    known_hosts: str | None = None
-    #: Remote hosts: the nvidia-smi command there, the folder mounted as the workspace, and the
-    #: folders of that host environments may mount (as ``c.MountPolicy.allowed_roots``).
-    nvidia_smi: str = "nvidia-smi"
-    workspace: str | None = None
-    mount_roots: tuple[str | dict[str, Any], ...] = ()
-
-    @property
-    def transport(self) -> Transport:
-        scheme = urlsplit(self.url).scheme
-        if scheme == "ssh":
-            return "ssh"
-        if scheme in ("tcp", "https", "http"):
-            return "tcp"
-        return "local"
-
-    @classmethod
-    def parse(  # noqa: PLR0912 - one check per key, each with its own message
-        cls, name: str, value: str | dict[str, Any], *, is_local: bool = False
-    ) -> HostSpec:
-        """Validate one entry of ``c.HostPool.hosts``; errors name the trait and the host."""
-        where = f"c.HostPool.hosts[{name!r}]"
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise ConfigError(
-                f"{where}: a host name is 1-63 lowercase letters, digits, '.', '_' or '-'"
-            )
-        if isinstance(value, str):
-            options: dict[str, Any] = {"url": value}
-        elif isinstance(value, dict):
-            unknown = set(value) - _HOST_KEYS
-            if unknown:
-                raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
-            options = dict(value)
-        else:
-            raise ConfigError(f"{where}: expected a URL string or a dict with 'url'")
-        url = options.get("url")
-        _check_url(where, url)
-        scheme = urlsplit(str(url)).scheme
-        wrong = (
-            (set(options) & _TLS_KEYS if scheme != "tcp" else set())
-            | (set(options) & _SSH_KEYS if scheme != "ssh" else set())
-            | (set(options) & _REMOTE_KEYS if is_local else set())
-        )
-        if wrong:
-            raise ConfigError(f"{where}: {sorted(wrong)} do not apply to a {scheme}:// host")
-        for key in ("tls_ca_cert", "tls_client_cert", "tls_client_key", "identity_file"):
-            if options.get(key) is not None and not isinstance(options[key], str):
-                raise ConfigError(f"{where}: {key!r} must be a file path")
-        for key in ("known_hosts", "workspace", "nvidia_smi"):
-            if options.get(key) is not None and not isinstance(options[key], str):
-                raise ConfigError(f"{where}: {key!r} must be a string")
-        workspace = options.get("workspace")
-        if workspace is not None and (
-            not workspace.startswith("/") or ".." in workspace.split("/")
-        ):
-            raise ConfigError(f"{where}: 'workspace' must be an absolute path of that host")
-        roots = options.get("mount_roots", [])
-        if not isinstance(roots, (list, tuple)):
-            raise ConfigError(f"{where}: 'mount_roots' must be a list of paths of that host")
-        if bool(options.get("tls_client_cert")) != bool(options.get("tls_client_key")):
-            raise ConfigError(f"{where}: 'tls_client_cert' and 'tls_client_key' go together")
-        return cls(
-            name=name,
-            url=str(url),
-            tls_ca_cert=options.get("tls_ca_cert"),
-            tls_client_cert=options.get("tls_client_cert"),
-            tls_client_key=options.get("tls_client_key"),
-            tls_verify=bool(options.get("tls_verify", True)),
-            is_local=is_local,
-            identity_file=options.get("identity_file"),
-            known_hosts=options.get("known_hosts"),
-            nvidia_smi=options.get("nvidia_smi") or "nvidia-smi",
-            workspace=workspace,
-            mount_roots=tuple(roots),
-        )
-
-    def to_config(self) -> dict[str, Any]:
-        """The entry as ``c.HostPool.hosts`` (and the hosts file) hold it: set keys only."""
-        entry: dict[str, Any] = {"url": self.url}
-        for key in sorted(_HOST_KEYS - {"url", "tls_verify", "nvidia_smi", "mount_roots"}):
-            if getattr(self, key) is not None:
-                entry[key] = getattr(self, key)
-        if self.transport == "tcp" and not self.tls_verify:
-            entry["tls_verify"] = False
-        if self.nvidia_smi != "nvidia-smi":
-            entry["nvidia_smi"] = self.nvidia_smi
-        if self.mount_roots:
-            entry["mount_roots"] = list(self.mount_roots)
-        return entry
 
 
 @dataclass(frozen=True)
@@ -549,319 +387,6 @@ class Host:
             origin=self.origin,
             workspace=self.spec.workspace,
         )
-
-
-class HostPool(LoggingConfigurable):
-    """Every host jupyter-gpudev can start containers on. Configure with ``c.HostPool.*``."""
-
-    include_local = Bool(
-        True,
-        help="Offer this machine's own Docker engine as a host (named by local_name).",
-    ).tag(config=True)
-
-    local_name = Unicode("local", help="The name under which the local engine is listed.").tag(
-        config=True
-    )
-
-    local_url = Unicode(
-        None,
-        allow_none=True,
-        help="""Address of the local Docker engine. Default: the DOCKER_HOST environment
-        variable, else unix:///var/run/docker.sock.""",
-    ).tag(config=True)
-
-    hosts = Dict(
-        default_value={},
-        help="""More hosts, by name: either a URL string (unix:///path, ssh://user@host[:port],
-        tcp://host:port) or a dict with 'url' and, for tcp://, 'tls_ca_cert', 'tls_client_cert',
-        'tls_client_key' (file paths) and 'tls_verify' (default true).""",
-    ).tag(config=True)
-
-    timeout = Float(
-        5.0,
-        help="""Seconds to wait for a Docker engine to answer when probing it (the host list,
-        connecting). An engine slower than this is reported unreachable.""",
-    ).tag(config=True)
-
-    api_timeout = Float(
-        300.0,
-        help="""Seconds to wait for a Docker engine to answer one operation (create, start,
-        stop, diff, remove). Builds and pulls stream and are not limited by it.""",
-    ).tag(config=True)
-
-    hosts_file = Unicode(
-        help="""Where hosts added at run time (`jupyter gpudev hosts add`, the panel) are
-        kept, as JSON. Default: <Jupyter data dir>/gpudev/hosts.json. The server and the CLI
-        must use the same one; the server sees changes without a restart.""",
-    ).tag(config=True)
-
-    @default("hosts_file")
-    def _default_hosts_file(self) -> str:
-        return os.path.join(jupyter_data_dir(), "gpudev", "hosts.json")
-
-    allow_runtime_hosts = Bool(
-        True,
-        help="""Let users add and remove hosts at run time (CLI, panel, REST). Off: only
-        c.HostPool.hosts, and the hosts file is not read.""",
-    ).tag(config=True)
-
-    gpu_inventory = Instance(GPUInventory, help="The local host's GPU inventory.")
-
-    @default("gpu_inventory")
-    def _default_gpu_inventory(self) -> GPUInventory:
-        return GPUInventory(parent=self)
-
-    @validate("timeout")
-    def _validate_timeout(self, proposal: Any) -> float:
-        value = float(proposal["value"])
-        if value <= 0:
-            raise TraitError("c.HostPool.timeout must be a positive number of seconds")
-        return value
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._hosts: dict[str, Host] | None = None
-        self._hosts_stamp: bytes | None = None
-        self._lock = threading.Lock()
-
-    def effective_local_url(self) -> str:
-        return self.local_url or os.environ.get("DOCKER_HOST") or DEFAULT_LOCAL_URL
-
-    def _local_spec(self) -> HostSpec:
-        url = self.effective_local_url()
-        entry: dict[str, Any] = {"url": url}
-        if not self.local_url and url.startswith("tcp://"):
-            # DOCKER_HOST=tcp://...: TLS as the docker CLI does it, from the environment.
-            cert_path = os.environ.get("DOCKER_CERT_PATH") or os.path.expanduser("~/.docker")
-            verify = os.environ.get("DOCKER_TLS_VERIFY", "") not in ("", "0")
-            entry["tls_verify"] = verify
-            if verify:
-                entry.update(
-                    tls_ca_cert=os.path.join(cert_path, "ca.pem"),
-                    tls_client_cert=os.path.join(cert_path, "cert.pem"),
-                    tls_client_key=os.path.join(cert_path, "key.pem"),
-                )
-        return HostSpec.parse(self.local_name, entry, is_local=True)
-
-    def specs(self) -> list[HostSpec]:
-        """Validated host specs, local first; raises ``ConfigError`` naming the bad entry."""
-        specs: list[HostSpec] = []
-        if self.include_local:
-            specs.append(self._local_spec())
-        for name, value in self.hosts.items():
-            if any(spec.name == name for spec in specs):
-                raise ConfigError(f"c.HostPool.hosts: the host name {name!r} is used twice")
-            specs.append(HostSpec.parse(name, value))
-        return specs
-
-    def _file_stamp(self) -> bytes | None:
-        """The hosts file's content (small): a change is seen even within one timestamp tick
-        of a coarse file system."""
-        try:
-            with open(self.hosts_file, "rb") as handle:
-                return handle.read()
-        except OSError:
-            return None
-
-    def added(self) -> dict[str, Any]:
-        """The hosts added at run time, as the hosts file holds them."""
-        if not self.allow_runtime_hosts:
-            return {}
-        try:
-            with open(self.hosts_file, encoding="utf-8") as handle:
-                data = json.load(handle)
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"The hosts file {self.hosts_file} cannot be read: {exc}") from exc
-        hosts = data.get("hosts") if isinstance(data, dict) else None
-        if not isinstance(hosts, dict):
-            raise ConfigError(f"The hosts file {self.hosts_file} has no 'hosts' object")
-        entries: dict[str, Any] = {}
-        for name, entry in hosts.items():
-            if isinstance(entry, (dict, str)):
-                entries[str(name)] = entry if isinstance(entry, str) else dict(entry)
-            else:
-                self.log.warning(
-                    "gpudev: %s: the entry of host %r is not a URL or an object; ignored",
-                    self.hosts_file,
-                    name,
-                )
-        return entries
-
-    def _save_added(self, hosts: dict[str, Any]) -> None:
-        folder = os.path.dirname(self.hosts_file) or "."
-        os.makedirs(folder, exist_ok=True)
-        tmp = f"{self.hosts_file}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump({"hosts": hosts}, handle, indent=2, sort_keys=True)
-        os.replace(tmp, self.hosts_file)
-
-    def _new_host(self, spec: HostSpec, origin: str) -> Host:
-        host = Host(
-            spec,
-            timeout=self.timeout,
-            api_timeout=self.api_timeout,
-            gpu_inventory=self.gpu_inventory if spec.is_local else None,
-            log=self.log,
-        )
-        host.origin = origin
-        if spec.transport == "ssh":
-            host.gpu_inventory = GPUInventory(
-                parent=self,
-                backend="nvidia-smi",
-                nvidia_smi_path=spec.nvidia_smi,
-                runner=host.smi_runner,
-                where=f"host {spec.name!r}",
-            )
-        return host
-
-    def _all(self) -> dict[str, Host]:
-        with self._lock:
-            stamp = self._file_stamp() if self.allow_runtime_hosts else None
-            if self._hosts is not None and stamp == self._hosts_stamp:
-                return self._hosts
-            wanted: dict[str, tuple[HostSpec, str]] = {
-                spec.name: (spec, "local" if spec.is_local else "config") for spec in self.specs()
-            }
-            for name, entry in self.added().items():
-                if name in wanted:
-                    self.log.warning("gpudev: added host %r is also configured; ignored", name)
-                    continue
-                try:
-                    wanted[name] = (HostSpec.parse(name, entry), "added")
-                except ConfigError as err:
-                    self.log.warning(
-                        "gpudev: host %r of %s ignored: %s",
-                        name,
-                        self.hosts_file,
-                        err.message.replace(f"c.HostPool.hosts[{name!r}]: ", ""),
-                    )
-            current = self._hosts or {}
-            hosts: dict[str, Host] = {}
-            for name, (spec, origin) in wanted.items():
-                kept = current.get(name)
-                if kept is not None and kept.spec == spec:
-                    kept.origin = origin
-                    hosts[name] = kept  # the same host: keep its connection and tunnels
-                else:
-                    hosts[name] = self._new_host(spec, origin)
-            for name, host in current.items():
-                if hosts.get(name) is not host:
-                    host.close()
-            self._hosts, self._hosts_stamp = hosts, stamp
-            return hosts
-
-    def add(
-        self, name: str, url: str, options: dict[str, Any] | None = None, *, check: bool = True
-    ) -> HostInfo:
-        """Add a host at run time and persist it. With ``check`` the host must answer first
-        (its SSH key known, key authentication accepted, its engine up); a host that fails
-        the check is not added and the error says why."""
-        if not self.allow_runtime_hosts:
-            raise BadRequest(
-                "Adding hosts at run time is disabled (c.HostPool.allow_runtime_hosts); add "
-                "it to c.HostPool.hosts instead"
-            )
-        entry = {**(options or {}), "url": url}
-        try:
-            spec = HostSpec.parse(name, entry)
-        except ConfigError as err:
-            raise BadRequest(err.message.replace("c.HostPool.hosts", "hosts add")) from err
-        self._check_runtime(spec)
-        if name in self._all():
-            raise Conflict(f"A host named {name!r} exists already; remove it first")
-        if check:
-            probe = self._new_host(spec, "added")
-            try:
-                probe.engine_info()
-            finally:
-                probe.close()
-        with self._lock:
-            added = self.added()
-            added[name] = spec.to_config()
-            self._save_added(added)
-        self.log.info("gpudev: host %s (%s) added", name, url)
-        return self.describe(name)
-
-    @staticmethod
-    def _check_runtime(spec: HostSpec) -> None:
-        """What a user may add without the administrator: a remote engine reached with its own
-        credentials, never this machine's socket (its containers could mount this machine's
-        folders past c.MountPolicy), and never a tcp:// engine without mutual TLS."""
-        scheme = urlsplit(spec.url).scheme
-        if scheme == "unix":
-            raise BadRequest(
-                "A unix:// engine cannot be added at run time (it is this machine's): "
-                "configure it in c.HostPool.hosts"
-            )
-        if scheme == "tcp" and not (
-            spec.tls_verify and spec.tls_ca_cert and spec.tls_client_cert and spec.tls_client_key
-        ):
-            raise BadRequest(
-                "A tcp:// engine added at run time needs mutual TLS: tls_ca_cert, "
-                "tls_client_cert and tls_client_key, with tls_verify on"
-            )
-        if scheme == "tcp" and (spec.workspace or spec.mount_roots):
-            raise BadRequest(
-                "A tcp:// engine runs no commands, so its folders cannot be checked: workspace "
-                "and mount_roots need an ssh:// host"
-            )
-
-    def remove(self, name: str) -> None:
-        """Remove a host added at run time (configured ones stay: edit the config)."""
-        host = self.get(name)
-        if host.origin != "added":
-            raise BadRequest(
-                f"Host {name!r} comes from the configuration ({host.origin}); remove it there"
-            )
-        with self._lock:
-            added = self.added()
-            added.pop(name, None)
-            self._save_added(added)
-        self._all()  # closes its connection
-        self.log.info("gpudev: host %s removed", name)
-
-    def names(self) -> list[str]:
-        return list(self._all())
-
-    def get(self, name: str) -> Host:
-        hosts = self._all()
-        if name not in hosts:
-            raise NotFound(
-                f"No host named {name!r}; known hosts: {', '.join(hosts) or 'none'}",
-                details={"host": name},
-            )
-        return hosts[name]
-
-    def describe(self, name: str) -> HostInfo:
-        return self.get(name).describe()
-
-    def describe_all(self) -> list[HostInfo]:
-        """Every host's state, probed concurrently (blocking: run it off the event loop)."""
-        hosts = list(self._all().values())
-        if len(hosts) <= 1:
-            return [host.describe() for host in hosts]
-        with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
-            return list(pool.map(Host.describe, hosts))
-
-    def close(self) -> None:
-        with self._lock:
-            for host in (self._hosts or {}).values():
-                host.close()
-            self._hosts = None
-        self.gpu_inventory.close()
-
-
-def unreachable_summary(infos: list[HostInfo]) -> EngineUnreachable | None:
-    """The error to answer with when no host at all is reachable, else ``None``."""
-    if not infos or any(info.reachable for info in infos):
-        return None
-    message = " ".join(info.reason or f"{info.name}: unreachable" for info in infos)
-    return EngineUnreachable(
-        message,
-        details={"hosts": [{"host": info.name, "url": info.url} for info in infos]},
-    )
 
 
 def address_for_containers(network: Mapping[str, Any]) -> str | None:

@@ -1,17 +1,17 @@
-"""environments."""
+"""Environments: what to run. ``.devcontainer/**/devcontainer.json`` files and administrator
+environments (``manager``), read field by field (``reader``, ``jsonc``, ``runargs``) into an
+``Environment`` (``model``); ``mounts`` is the policy for the host folders they may mount."""
 
-from .manager import (
-    MAX_FILE_BYTES,
+from .jsonc import MAX_FILE_BYTES, load_jsonc
+from .manager import EnvironmentManager
+from .model import (
     DeclaredMount,
     Environment,
-    EnvironmentManager,
     GPURequirement,
     ImageNotAllowed,
-    load_jsonc,
     normalize_image_ref,
     parse_docker_size,
     parse_gpu_memory_mib,
-    parse_run_args,
     slugify,
 )
 from .mounts import (
@@ -22,6 +22,7 @@ from .mounts import (
     ResolvedMount,
     check_target,
 )
+from .runargs import parse_run_args
 
 __all__ = [
     "CA_BUNDLE_ENV_VARS",

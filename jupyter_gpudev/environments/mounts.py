@@ -34,7 +34,7 @@ from traitlets import Union as UnionTrait
 from traitlets.config import LoggingConfigurable
 
 from ..errors import BadRequest, ConfigError, GPUDevError
-from .manager import DeclaredMount
+from .model import DeclaredMount
 
 #: Container paths nothing may be mounted over (nor under).
 SYSTEM_TARGETS = (

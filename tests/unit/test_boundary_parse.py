@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from jupyter_gpudev.changes import classify as cl
 from jupyter_gpudev.changes import model as ch
+from jupyter_gpudev.changes import probe as pr
 
 CONTROL = "a\nRUN touch /pwned"
 
@@ -98,7 +100,7 @@ BAD_PYTHON: list[Any] = [
 @pytest.mark.parametrize("data", BAD_PYTHON, ids=lambda d: repr(d)[:60])
 def test_crafted_python_probe_output_is_skipped_and_reported(data: Any) -> None:
     # When the probe's JSON for an interpreter has the wrong shape
-    result = ch.parse_probe(python_section(data))
+    result = pr.parse_probe(python_section(data))
     # Then no exception; what is kept is valid, what is not is reported
     for prefix, env in result.state.python.items():
         assert prefix.isprintable()
@@ -110,7 +112,7 @@ def test_crafted_python_probe_output_is_skipped_and_reported(data: Any) -> None:
 
 def test_a_good_python_entry_next_to_bad_ones_is_kept() -> None:
     data = {**GOOD_ENV, "dists": [["six", "1.16.0", None], ["bad\nname", "1", None], 5]}
-    result = ch.parse_probe(python_section(data))
+    result = pr.parse_probe(python_section(data))
     assert list(result.state.python["/usr"].dists) == ["six"]
     assert any("bad" in p for p in result.problems)
     assert all(p.isprintable() for p in result.problems)
@@ -128,7 +130,7 @@ def test_crafted_dpkg_lines_are_skipped() -> None:
         "\t\t\t\n"
         "@@gpudev end\n"
     )
-    result = ch.parse_probe(probe)
+    result = pr.parse_probe(probe)
     assert result.state.dpkg == {"bash": "5.2"}
     assert len(result.problems) >= 4
     assert all(p.isprintable() and len(p) < 400 for p in result.problems)
@@ -142,10 +144,10 @@ def test_crafted_conda_history_and_condarc_are_read_without_exceptions() -> None
         "# remove specs: [null, 5]\n"
         "# update specs: ['" + "y" * 100_000 + "']\n"
     )
-    specs = ch.parse_conda_history(history)
+    specs = pr.parse_conda_history(history)
     assert specs == ("numpy", "ok=1.0")
-    assert ch.parse_condarc_channels("channels: [a\x1b[2J, b, 'c d', 5]\n") == ("b", "5")
-    assert ch.parse_condarc_channels("channels:\n  - conda-forge\n  - \x00x\n") == ("conda-forge",)
+    assert pr.parse_condarc_channels("channels: [a\x1b[2J, b, 'c d', 5]\n") == ("b", "5")
+    assert pr.parse_condarc_channels("channels:\n  - conda-forge\n  - \x00x\n") == ("conda-forge",)
 
 
 BAD_DIFF: list[Any] = [
@@ -164,23 +166,23 @@ BAD_DIFF: list[Any] = [
 
 
 def test_crafted_docker_diff_entries_are_skipped() -> None:
-    files = ch.file_changes(BAD_DIFF, [], set())
+    files = cl.file_changes(BAD_DIFF, [], set())
     assert "/etc/ok" in files.kept
     assert all(isinstance(p, str) and p.startswith("/") for p in files.kept)
-    assert "/etc/ok" in ch.uncommitted(BAD_DIFF, [], {})
+    assert "/etc/ok" in cl.uncommitted(BAD_DIFF, [], {})
 
 
 def test_a_path_with_a_newline_is_still_a_file_change() -> None:
     # A file named with a newline is a change, one a Dockerfile cannot name (reported)
-    files = ch.file_changes([{"Path": "/etc/a\nRUN touch /pwned", "Kind": 1}], [], set())
+    files = cl.file_changes([{"Path": "/etc/a\nRUN touch /pwned", "Kind": 1}], [], set())
     assert files.kept == []
     assert files.unsafe == ["/etc/a\nRUN touch /pwned"]
     # And removing the container would lose it: listed, escaped
-    lost = ch.uncommitted([{"Path": "/etc/a\nRUN touch /pwned", "Kind": 1}], [], {})
+    lost = cl.uncommitted([{"Path": "/etc/a\nRUN touch /pwned", "Kind": 1}], [], {})
     assert lost == ["'/etc/a\\nRUN touch /pwned'"]
 
 
 def test_trailing_newlines_do_not_pass_full_match_validation() -> None:
-    env = ch.probe_environment(owned_dpkg=["bash\n", "bash"], owned_dists=["six\n", "six"])
+    env = pr.probe_environment(owned_dpkg=["bash\n", "bash"], owned_dists=["six\n", "six"])
     assert env["GPUDEV_OWNED_DPKG"] == "bash"
     assert json.loads(env["GPUDEV_OWNED_DISTS"]) == ["six"]

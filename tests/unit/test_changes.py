@@ -6,7 +6,10 @@ import json
 
 import pytest
 
+from jupyter_gpudev.changes import classify as cl
+from jupyter_gpudev.changes import compare as cp
 from jupyter_gpudev.changes import model as ch
+from jupyter_gpudev.changes import probe as pr
 from jupyter_gpudev.changes.dockerfile import RenderedDiff, render
 from jupyter_gpudev.errors import EngineError
 
@@ -60,7 +63,7 @@ Auto-Installed: 1
 
 
 def test_parse_probe_reads_every_section() -> None:
-    result = ch.parse_probe(PROBE)
+    result = pr.parse_probe(PROBE)
     state = result.state
     # Then installed packages (not the config-only "rc" one) and the auto marks are read
     assert state.dpkg == {"bash": "5.2.15-2+b2", "cowsay": "3.03+dfsg2-8", "perl": "5.36.0-7"}
@@ -79,11 +82,11 @@ def test_parse_probe_reads_every_section() -> None:
 
 def test_a_probe_that_stopped_early_is_an_error() -> None:
     with pytest.raises(EngineError, match="stopped before its end"):
-        ch.parse_probe("@@gpudev dpkg\nbash\t1\tii\n")
+        pr.parse_probe("@@gpudev dpkg\nbash\t1\tii\n")
 
 
 def test_state_round_trips_through_json() -> None:
-    state = ch.parse_probe(PROBE).state
+    state = pr.parse_probe(PROBE).state
     assert ch.PackageState.from_json(json.loads(json.dumps(state.to_json()))) == state
 
 
@@ -108,7 +111,7 @@ def test_package_changes_added_removed_upgraded_in_a_stable_order() -> None:
         {"packaging": "24.1", "iniconfig": "2.0.0"},
         auto=frozenset({"libdep", "libx"}),
     )
-    changes = ch.package_changes(before, after)
+    changes = cp.package_changes(before, after)
     # Manual packages only: automatic dependencies follow them
     assert changes.apt.added == [("cowsay", "3"), ("zsh", "5.9")]
     assert changes.apt.removed == [("vim", "9")]
@@ -118,7 +121,7 @@ def test_package_changes_added_removed_upgraded_in_a_stable_order() -> None:
     assert [d.name for d in py.removed] == ["six"]
     assert [(a.version, b.version) for a, b in py.upgraded] == [("23.0", "24.1")]
     # And the packages whose files are package files: new or changed, automatic ones too
-    dpkg, dists = ch.changed_packages(before, after)
+    dpkg, dists = cp.changed_packages(before, after)
     assert dpkg == ["cowsay", "libdep", "libx", "zsh"]
     assert dists == ["iniconfig", "packaging"]
 
@@ -152,7 +155,7 @@ DIFF = [
 
 
 def test_file_changes_keep_what_a_user_changed_and_filter_the_rest() -> None:
-    files = ch.file_changes(DIFF, ["/workspaces/proj"], {"/usr/games/cowsay"}, ["/opt/venv"])
+    files = cl.file_changes(DIFF, ["/workspaces/proj"], {"/usr/games/cowsay"}, ["/opt/venv"])
     # Then an edited /etc file and a new ~/.config file are kept; folders are not listed
     assert files.kept == ["/etc/motd", "/root/.config/app/settings.toml"]
     # And a deleted file, and a deleted folder once (not its content)
@@ -170,7 +173,7 @@ def test_file_changes_keep_what_a_user_changed_and_filter_the_rest() -> None:
 
 def test_env_changes_leave_out_runtime_variables_and_report_credentials() -> None:
     changes = ch.ChangeSet()
-    ch.env_changes(
+    cl.env_changes(
         [
             "PATH=/usr/bin",
             "LANG=C.UTF-8",
@@ -201,12 +204,12 @@ def test_conda_history_and_channels() -> None:
 # cmd: /opt/conda/bin/conda remove -y scipy
 # remove specs: ['scipy']
 """
-    assert ch.parse_conda_history(history) == ("python=3.11", "numpy")
-    assert ch.parse_condarc_channels("channels:\n  - conda-forge\n  - defaults\nx: 1\n") == (
+    assert pr.parse_conda_history(history) == ("python=3.11", "numpy")
+    assert pr.parse_condarc_channels("channels:\n  - conda-forge\n  - defaults\nx: 1\n") == (
         "conda-forge",
         "defaults",
     )
-    assert ch.parse_condarc_channels("channels: [conda-forge, nvidia]\n") == (
+    assert pr.parse_condarc_channels("channels: [conda-forge, nvidia]\n") == (
         "conda-forge",
         "nvidia",
     )
@@ -218,11 +221,11 @@ def full_changes() -> ch.ChangeSet:
         {"bash": "5", "cowsay": "3.03+dfsg2-8"},
         {"six": "1.16", "packaging": "24.1", "iniconfig": "2.0.0"},
     )
-    changes = ch.package_changes(before, after)
-    changes.files = ch.file_changes(
+    changes = cp.package_changes(before, after)
+    changes.files = cl.file_changes(
         DIFF, ["/workspaces/proj"], {"/usr/games/cowsay"}, ["/opt/venv"]
     )
-    ch.env_changes(["MY_SETTING=on", "API_KEY=x"], [], None, changes)
+    cl.env_changes(["MY_SETTING=on", "API_KEY=x"], [], None, changes)
     return changes
 
 
@@ -320,12 +323,12 @@ def test_values_from_the_container_are_validated_or_quoted() -> None:
 def test_an_empty_working_folder_the_engine_made_is_not_a_change_but_files_in_it_are() -> None:
     # Given a container whose working folder the engine created (no workspace mount)
     attrs = {"Config": {"WorkingDir": "/workspaces/work"}, "Mounts": []}
-    made = ch.engine_made(attrs)
+    made = cl.engine_made(attrs)
     assert made == ["/workspaces/work", "/workspaces"]
     empty = [{"Path": "/workspaces", "Kind": 1}, {"Path": "/workspaces/work", "Kind": 1}]
     # Then while it is empty, removing the container loses nothing
-    assert ch.uncommitted(empty, ch.mount_targets(attrs), {}, made) == []
+    assert cl.uncommitted(empty, cl.mount_targets(attrs), {}, made) == []
     # But a file written there is a change, and so is another new folder
     written = [*empty, {"Path": "/workspaces/work/notes.txt", "Kind": 1}]
-    assert ch.uncommitted(written, [], {}, made) == ["/workspaces/work/notes.txt"]
-    assert ch.uncommitted([{"Path": "/srv/new", "Kind": 1}], [], {}, made) == ["/srv/new"]
+    assert cl.uncommitted(written, [], {}, made) == ["/workspaces/work/notes.txt"]
+    assert cl.uncommitted([{"Path": "/srv/new", "Kind": 1}], [], {}, made) == ["/srv/new"]

@@ -10,6 +10,8 @@ from typing import Any, cast
 
 import pytest
 
+from jupyter_gpudev.changes import classify as cl
+from jupyter_gpudev.changes import compare as cp
 from jupyter_gpudev.changes import model as ch
 from jupyter_gpudev.changes.capture import Baseline, Baselines, Captured
 from jupyter_gpudev.changes.commit import CommitOptions
@@ -64,7 +66,7 @@ AFTER = state(
 
 
 def changes_of(before: ch.PackageState = BEFORE, after: ch.PackageState = AFTER) -> ch.ChangeSet:
-    changes = ch.package_changes(before, after)
+    changes = cp.package_changes(before, after)
     changes.files = ch.FileChanges(
         kept=["/etc/motd", "/etc/pip.conf", "/root/.config/app.toml"],
         deleted=["/etc/issue"],
@@ -245,7 +247,7 @@ def test_the_note_of_an_excluded_local_install_goes_with_it() -> None:
     before = state({}, {})
     after = state({}, {})
     after.python["/usr"].dists["mylib"] = ch.PyDist("mylib", "0.1", "editable", "file:///src")
-    changes = ch.package_changes(before, after)
+    changes = cp.package_changes(before, after)
     assert any("mylib" in n for n in changes.notes)
     assert [i.id for i in change_items(changes)] == ["python:/usr:mylib"]
     assert "a Dockerfile cannot repeat" in change_items(changes)[0].detail
@@ -269,9 +271,9 @@ def test_the_baseline_keeps_the_excluded_package_changes_as_they_were() -> None:
         "python:/opt/venv:torch",
     }
     # When the baseline is moved forward without them
-    moved = ch.revert_excluded(BEFORE, AFTER, excluded)
+    moved = cp.revert_excluded(BEFORE, AFTER, excluded)
     # Then the next change set has exactly them again
-    again = {i.id for i in change_items(ch.package_changes(moved, AFTER))}
+    again = {i.id for i in change_items(cp.package_changes(moved, AFTER))}
     assert again == excluded
     # And the ones the commit carried are in the baseline now
     assert moved.python["/usr"].dists["iniconfig"].version == "2.0.0"
@@ -279,7 +281,7 @@ def test_the_baseline_keeps_the_excluded_package_changes_as_they_were() -> None:
     assert "scipy" not in moved.conda["/opt/conda"].requested
     assert moved.dpkg["libcow"] == "2"  # an automatic dependency: absorbed
     # And with nothing left out, the baseline is the container's packages
-    assert ch.revert_excluded(BEFORE, AFTER, set()) is AFTER
+    assert cp.revert_excluded(BEFORE, AFTER, set()) is AFTER
 
 
 class FakeContainer:
@@ -365,14 +367,14 @@ def test_baselines_persist_held_and_read_old_files_without_it(tmp_path: Path) ->
 def test_held_changes_are_uncommitted_even_when_their_files_are_in_the_baseline() -> None:
     diff = [{"Path": "/usr/games/cowsay", "Kind": 1}, {"Path": "/etc/new", "Kind": 1}]
     baseline_files = {"/usr/games/cowsay": 1}
-    assert ch.uncommitted(diff, [], baseline_files) == ["/etc/new"]
-    assert ch.uncommitted(diff, [], baseline_files, held=["apt:cowsay"]) == [
+    assert cl.uncommitted(diff, [], baseline_files) == ["/etc/new"]
+    assert cl.uncommitted(diff, [], baseline_files, held=["apt:cowsay"]) == [
         "/etc/new",
         "apt:cowsay",
     ]
-    assert ch.uncommitted([], [], {}, held=["env:X"]) == ["env:X"]
+    assert cl.uncommitted([], [], {}, held=["env:X"]) == ["env:X"]
     # And a held file is listed once, by its path
-    assert ch.uncommitted(diff, [], baseline_files, held=["file:/etc/new", "env:X"]) == [
+    assert cl.uncommitted(diff, [], baseline_files, held=["file:/etc/new", "env:X"]) == [
         "/etc/new",
         "env:X",
     ]
@@ -385,21 +387,21 @@ def test_a_verify_build_expects_the_container_less_the_excluded_package_changes(
     # Given a commit leaving out the cowsay install (with its automatic dependency libcow, and
     # an automatic upgrade of libold) and the pip upgrade of packaging
     excluded = {"apt:cowsay", "python:/usr:packaging"}
-    expected, loose = ch.expected_state(BEFORE, AFTER, excluded)
+    expected, loose = cp.expected_state(BEFORE, AFTER, excluded)
     # Then the expected packages lack them
     assert "cowsay" not in expected.dpkg
     assert expected.python["/usr"].dists["packaging"].version == "23.0"
     # And an image rebuilt without them (nor what they pulled in) has no difference
-    rebuilt = ch.revert_excluded(BEFORE, AFTER, excluded)
+    rebuilt = cp.revert_excluded(BEFORE, AFTER, excluded)
     rebuilt = ch.PackageState(
         {k: v for k, v in rebuilt.dpkg.items() if k != "libcow"} | {"libold": "1"},
         rebuilt.dpkg_auto,
         rebuilt.python,
         rebuilt.conda,
     )
-    assert ch.package_differences(expected, rebuilt, loose) == []
+    assert cp.package_differences(expected, rebuilt, loose) == []
     # But the container itself would differ (the check without exclusions)
-    assert ch.package_differences(AFTER, rebuilt) != []
+    assert cp.package_differences(AFTER, rebuilt) != []
     # And a real difference is still one: a carried package missing from the rebuild
     broken = ch.PackageState(
         {k: v for k, v in rebuilt.dpkg.items() if k != "curl"},
@@ -407,13 +409,13 @@ def test_a_verify_build_expects_the_container_less_the_excluded_package_changes(
         rebuilt.python,
         rebuilt.conda,
     )
-    assert ch.package_differences(expected, broken, loose) == [
+    assert cp.package_differences(expected, broken, loose) == [
         "apt curl 7.89: in the container, missing from the rebuild"
     ]
 
 
 def test_without_exclusions_the_expected_state_is_the_container() -> None:
-    expected, loose = ch.expected_state(BEFORE, AFTER, set())
+    expected, loose = cp.expected_state(BEFORE, AFTER, set())
     assert expected is AFTER
     assert loose == {}
 

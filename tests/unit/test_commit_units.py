@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from jupyter_gpudev.changes import classify as cl
+from jupyter_gpudev.changes import compare as cp
 from jupyter_gpudev.changes import model as ch
 from jupyter_gpudev.changes.commit import MAX_MESSAGE, CommitOptions
 from jupyter_gpudev.changes.dockerfile import MARK, comment_lines, is_source_path, render
@@ -280,13 +282,13 @@ def test_package_differences_of_the_same_state_are_none() -> None:
         python={"/opt/venv": python_env("/opt/venv", {"six": "1.16"})},
         conda={"/opt/conda": ch.CondaEnv("/opt/conda", ("numpy",), ("conda-forge",))},
     )
-    assert ch.package_differences(state, state) == []
+    assert cp.package_differences(state, state) == []
 
 
 def test_package_differences_name_each_dpkg_difference() -> None:
     container = ch.PackageState(dpkg={"bash": "5.2", "cowsay": "3.03", "vim": "9.0"})
     rebuilt = ch.PackageState(dpkg={"bash": "5.2", "vim": "9.1", "curl": "7.88"})
-    assert ch.package_differences(container, rebuilt) == [
+    assert cp.package_differences(container, rebuilt) == [
         "apt cowsay 3.03: in the container, missing from the rebuild",
         "apt curl 7.88: in the rebuild, not in the container",
         "apt vim: 9.0 in the container, 9.1 in the rebuild",
@@ -306,7 +308,7 @@ def test_package_differences_of_python_environments() -> None:
             "/opt/only-there": python_env("/opt/only-there", {}),
         }
     )
-    assert ch.package_differences(container, rebuilt) == [
+    assert cp.package_differences(container, rebuilt) == [
         "python environment /opt/only-here: only in the container",
         "python environment /opt/only-there: only in the rebuild",
         "python (/opt/venv) numpy: 2.0.0 in the container, 2.1.0 in the rebuild",
@@ -317,7 +319,7 @@ def test_package_differences_match_python_names_as_pip_does() -> None:
     # The same distribution spelt differently by its metadata is not a difference
     container = ch.PackageState(python={"/opt/venv": python_env("/opt/venv", {"Pillow": "10.0"})})
     rebuilt = ch.PackageState(python={"/opt/venv": python_env("/opt/venv", {"pillow": "10.0"})})
-    assert ch.package_differences(container, rebuilt) == []
+    assert cp.package_differences(container, rebuilt) == []
 
 
 def test_package_differences_of_conda_requested_specs() -> None:
@@ -327,12 +329,12 @@ def test_package_differences_of_conda_requested_specs() -> None:
     rebuilt = ch.PackageState(
         conda={"/opt/conda": ch.CondaEnv("/opt/conda", ("numpy", "pandas"), ("defaults",))}
     )
-    assert ch.package_differences(container, rebuilt) == [
+    assert cp.package_differences(container, rebuilt) == [
         "conda (/opt/conda) scipy: in the container only",
         "conda (/opt/conda) pandas: in the rebuild only",
     ]
     # A conda environment on one side only: each of its specs is a difference
-    assert ch.package_differences(container, ch.PackageState()) == [
+    assert cp.package_differences(container, ch.PackageState()) == [
         "conda (/opt/conda) numpy: in the container only",
         "conda (/opt/conda) scipy: in the container only",
     ]
@@ -349,7 +351,7 @@ def test_package_differences_of_conda_requested_specs() -> None:
     ],
 )
 def test_is_driver_path(path: str, driver: bool) -> None:
-    assert ch.is_driver_path(path) is driver
+    assert cl.is_driver_path(path) is driver
 
 
 # -- Dockerfile comments and package sources ---------------------------------------------------

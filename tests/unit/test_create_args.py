@@ -11,7 +11,7 @@ from docker.types import Mount
 from jupyter_gpudev.containers.create import Confinement, Target, create_args, tightest
 from jupyter_gpudev.engine.driver import Injection
 from jupyter_gpudev.environments import Environment, ResolvedMount
-from jupyter_gpudev.environments.manager import RunOptions
+from jupyter_gpudev.environments.model import RunOptions
 from jupyter_gpudev.labels import L_GPUS, L_KERNEL, L_LEASE, L_MANAGED, L_NAME, L_PORTS
 
 GPU_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 import pytest
 
+from jupyter_gpudev.changes import compare as cp
 from jupyter_gpudev.changes import model as ch
 from jupyter_gpudev.changes import packages as pk
 
@@ -136,7 +137,7 @@ def test_apt_changes_are_read_from_dpkgs_files() -> None:
     assert state.dpkg["cowsay"] == "3.03+dfsg2-8"
     assert "perl" not in state.dpkg
     assert state.dpkg_auto == {"libfoo:i386"}
-    assert ch.package_changes(image_state(), state).apt.added == [("cowsay", "3.03+dfsg2-8")]
+    assert cp.package_changes(image_state(), state).apt.added == [("cowsay", "3.03+dfsg2-8")]
     # And the files of the changed packages are theirs, normalized
     assert {"/usr/games/cowsay", "/usr/share/x", "/usr/lib/libfoo.so"} <= derived.result.owned_files
     assert "libc6:amd64" in state.dpkg  # unchanged: its list is not read
@@ -167,7 +168,7 @@ def test_pip_installs_upgrades_and_uninstalls_come_from_the_dist_info_folders() 
     )
     calls: list[str] = []
     derived = pk.current_state(image_state(), entries, reader(files, calls))
-    changes = ch.package_changes(image_state(), derived.result.state)
+    changes = cp.package_changes(image_state(), derived.result.state)
     (system,) = [p for p in changes.python if p.env.prefix == "/usr"]
     # Then each is what pip did
     assert [(d.name, d.version, d.source) for d in system.added] == [
@@ -213,7 +214,7 @@ def test_a_new_venv_is_found_from_its_pyvenv_cfg_and_a_deleted_one_is_gone() -> 
     assert tools.is_venv
     assert tools.externally_managed
     assert {k: d.version for k, d in tools.dists.items()} == {"rich": "13.7"}
-    changes = ch.package_changes(image_state(), state)
+    changes = cp.package_changes(image_state(), state)
     assert "the Python environment /opt/old was deleted (see the files)" in changes.notes
 
 

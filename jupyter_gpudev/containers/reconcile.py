@@ -1,0 +1,91 @@
+"""The lease ledger made to agree with the containers that exist, and the kernel containers a
+dead server left behind (found here; ``DevContainers`` stops them)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from docker.models.containers import Container
+
+from ..engine import Host
+from ..errors import engine_errors
+from ..labels import L_HOST, L_KERNEL, L_LEDGER, L_MANAGED, L_NAME, L_OWNER, L_PROCESS
+from ..leasing import LeaseLedger
+from .model import STOPPED, labelled_gpus
+
+
+def on_host(container: Container, host: Host) -> bool:
+    """Whether ``container`` was made through ``host`` (two host entries may reach one engine:
+    each sees its own containers only)."""
+    return container.labels.get(L_HOST, host.name) == host.name
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def reconcile_host(
+    host: Host, ledger: LeaseLedger, grace: float, log: Any
+) -> tuple[dict[str, Any], set[str]]:
+    """Reconcile one host's leases; also returns the GPUs its live containers hold by label.
+
+    A container holds its GPUs in every state but stopped ones (exited, dead): a created or
+    paused container still has its DeviceRequest. Leases younger than ``grace`` seconds are
+    left alone (a start in flight: its lease is taken before its container exists), so this is
+    safe to run while containers start.
+    """
+    listed_at = time.time()
+    with engine_errors("Listing dev containers", log):
+        # Every managed container of the engine: another host entry (or another server) that
+        # reaches the same engine holds its GPUs too. One removed between the listing and its
+        # inspection (a start that lost a race and cleaned up) is simply not there.
+        containers = host.client().containers.list(
+            all=True, filters={"label": f"{L_MANAGED}=1"}, ignore_removed=True
+        )
+    holding: dict[str, tuple[str, ...]] = {}
+    owners: dict[str, str] = {}
+    labelled: set[str] = set()
+    for container in containers:
+        if container.status in STOPPED:
+            continue
+        labels = container.labels
+        labelled.update(labelled_gpus(labels))
+        if not on_host(container, host):
+            continue  # the ledger of this host name only reconciles its own containers
+        name = labels.get(L_NAME, "")
+        holding[name] = labelled_gpus(labels)
+        owners[name] = labels.get(L_OWNER, "unknown")
+    report = ledger.reconcile(host.name, holding, owners=owners, created_before=listed_at - grace)
+    return report.to_json(), labelled
+
+
+def orphan_kernel_containers(host: Host, ledger_id: str, machine: str) -> list[Container]:
+    """The containers dedicated to a kernel, made through this ledger by a server process of
+    ``machine`` that no longer runs (its kernels cannot be reached again)."""
+    containers = host.client().containers.list(
+        filters={
+            "label": [
+                f"{L_MANAGED}=1",
+                L_KERNEL,
+                f"{L_LEDGER}={ledger_id}",
+                f"{L_HOST}={host.name}",
+            ]
+        },
+        ignore_removed=True,
+    )
+    orphans = []
+    for container in containers:
+        if not container.labels.get(L_KERNEL):
+            continue  # a dev container kernels share (the label is set, empty)
+        where, _, pid = container.labels.get(L_PROCESS, "").partition(":")
+        if where == machine and pid.isdigit() and not process_alive(int(pid)):
+            orphans.append(container)
+    return orphans

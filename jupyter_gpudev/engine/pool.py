@@ -1,0 +1,339 @@
+"""The hosts a server can start dev containers on: the local engine, configured hosts and hosts
+added at run time (``HostPool``, configured with ``c.HostPool.*``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import urlsplit
+
+from jupyter_core.paths import jupyter_data_dir
+from traitlets import Bool, Dict, Float, Instance, TraitError, Unicode, default, validate
+from traitlets.config import LoggingConfigurable
+
+from ..errors import (
+    BadRequest,
+    ConfigError,
+    Conflict,
+    EngineUnreachable,
+    NotFound,
+)
+from .gpus import GPUInventory
+from .hosts import Host, HostInfo
+from .spec import DEFAULT_LOCAL_URL, HostSpec
+
+
+class HostPool(LoggingConfigurable):
+    """Every host jupyter-gpudev can start containers on. Configure with ``c.HostPool.*``."""
+
+    include_local = Bool(
+        True,
+        help="Offer this machine's own Docker engine as a host (named by local_name).",
+    ).tag(config=True)
+
+    local_name = Unicode("local", help="The name under which the local engine is listed.").tag(
+        config=True
+    )
+
+    local_url = Unicode(
+        None,
+        allow_none=True,
+        help="""Address of the local Docker engine. Default: the DOCKER_HOST environment
+        variable, else unix:///var/run/docker.sock.""",
+    ).tag(config=True)
+
+    hosts = Dict(
+        default_value={},
+        help="""More hosts, by name: either a URL string (unix:///path, ssh://user@host[:port],
+        tcp://host:port) or a dict with 'url' and, for tcp://, 'tls_ca_cert', 'tls_client_cert',
+        'tls_client_key' (file paths) and 'tls_verify' (default true).""",
+    ).tag(config=True)
+
+    timeout = Float(
+        5.0,
+        help="""Seconds to wait for a Docker engine to answer when probing it (the host list,
+        connecting). An engine slower than this is reported unreachable.""",
+    ).tag(config=True)
+
+    api_timeout = Float(
+        300.0,
+        help="""Seconds to wait for a Docker engine to answer one operation (create, start,
+        stop, diff, remove). Builds and pulls stream and are not limited by it.""",
+    ).tag(config=True)
+
+    hosts_file = Unicode(
+        help="""Where hosts added at run time (`jupyter gpudev hosts add`, the panel) are
+        kept, as JSON. Default: <Jupyter data dir>/gpudev/hosts.json. The server and the CLI
+        must use the same one; the server sees changes without a restart.""",
+    ).tag(config=True)
+
+    @default("hosts_file")
+    def _default_hosts_file(self) -> str:
+        return os.path.join(jupyter_data_dir(), "gpudev", "hosts.json")
+
+    allow_runtime_hosts = Bool(
+        True,
+        help="""Let users add and remove hosts at run time (CLI, panel, REST). Off: only
+        c.HostPool.hosts, and the hosts file is not read.""",
+    ).tag(config=True)
+
+    gpu_inventory = Instance(GPUInventory, help="The local host's GPU inventory.")
+
+    @default("gpu_inventory")
+    def _default_gpu_inventory(self) -> GPUInventory:
+        return GPUInventory(parent=self)
+
+    @validate("timeout")
+    def _validate_timeout(self, proposal: Any) -> float:
+        value = float(proposal["value"])
+        if value <= 0:
+            raise TraitError("c.HostPool.timeout must be a positive number of seconds")
+        return value
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._hosts: dict[str, Host] | None = None
+        self._hosts_stamp: bytes | None = None
+        self._lock = threading.Lock()
+
+    def effective_local_url(self) -> str:
+        return self.local_url or os.environ.get("DOCKER_HOST") or DEFAULT_LOCAL_URL
+
+    def _local_spec(self) -> HostSpec:
+        url = self.effective_local_url()
+        entry: dict[str, Any] = {"url": url}
+        if not self.local_url and url.startswith("tcp://"):
+            # DOCKER_HOST=tcp://...: TLS as the docker CLI does it, from the environment.
+            cert_path = os.environ.get("DOCKER_CERT_PATH") or os.path.expanduser("~/.docker")
+            verify = os.environ.get("DOCKER_TLS_VERIFY", "") not in ("", "0")
+            entry["tls_verify"] = verify
+            if verify:
+                entry.update(
+                    tls_ca_cert=os.path.join(cert_path, "ca.pem"),
+                    tls_client_cert=os.path.join(cert_path, "cert.pem"),
+                    tls_client_key=os.path.join(cert_path, "key.pem"),
+                )
+        return HostSpec.parse(self.local_name, entry, is_local=True)
+
+    def specs(self) -> list[HostSpec]:
+        """Validated host specs, local first; raises ``ConfigError`` naming the bad entry."""
+        specs: list[HostSpec] = []
+        if self.include_local:
+            specs.append(self._local_spec())
+        for name, value in self.hosts.items():
+            if any(spec.name == name for spec in specs):
+                raise ConfigError(f"c.HostPool.hosts: the host name {name!r} is used twice")
+            specs.append(HostSpec.parse(name, value))
+        return specs
+
+    def _file_stamp(self) -> bytes | None:
+        """The hosts file's content (small): a change is seen even within one timestamp tick
+        of a coarse file system."""
+        try:
+            with open(self.hosts_file, "rb") as handle:
+                return handle.read()
+        except OSError:
+            return None
+
+    def added(self) -> dict[str, Any]:
+        """The hosts added at run time, as the hosts file holds them."""
+        if not self.allow_runtime_hosts:
+            return {}
+        try:
+            with open(self.hosts_file, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"The hosts file {self.hosts_file} cannot be read: {exc}") from exc
+        hosts = data.get("hosts") if isinstance(data, dict) else None
+        if not isinstance(hosts, dict):
+            raise ConfigError(f"The hosts file {self.hosts_file} has no 'hosts' object")
+        entries: dict[str, Any] = {}
+        for name, entry in hosts.items():
+            if isinstance(entry, (dict, str)):
+                entries[str(name)] = entry if isinstance(entry, str) else dict(entry)
+            else:
+                self.log.warning(
+                    "gpudev: %s: the entry of host %r is not a URL or an object; ignored",
+                    self.hosts_file,
+                    name,
+                )
+        return entries
+
+    def _save_added(self, hosts: dict[str, Any]) -> None:
+        folder = os.path.dirname(self.hosts_file) or "."
+        os.makedirs(folder, exist_ok=True)
+        tmp = f"{self.hosts_file}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump({"hosts": hosts}, handle, indent=2, sort_keys=True)
+        os.replace(tmp, self.hosts_file)
+
+    def _new_host(self, spec: HostSpec, origin: str) -> Host:
+        host = Host(
+            spec,
+            timeout=self.timeout,
+            api_timeout=self.api_timeout,
+            gpu_inventory=self.gpu_inventory if spec.is_local else None,
+            log=self.log,
+        )
+        host.origin = origin
+        if spec.transport == "ssh":
+            host.gpu_inventory = GPUInventory(
+                parent=self,
+                backend="nvidia-smi",
+                nvidia_smi_path=spec.nvidia_smi,
+                runner=host.smi_runner,
+                where=f"host {spec.name!r}",
+            )
+        return host
+
+    def _all(self) -> dict[str, Host]:
+        with self._lock:
+            stamp = self._file_stamp() if self.allow_runtime_hosts else None
+            if self._hosts is not None and stamp == self._hosts_stamp:
+                return self._hosts
+            wanted: dict[str, tuple[HostSpec, str]] = {
+                spec.name: (spec, "local" if spec.is_local else "config") for spec in self.specs()
+            }
+            for name, entry in self.added().items():
+                if name in wanted:
+                    self.log.warning("gpudev: added host %r is also configured; ignored", name)
+                    continue
+                try:
+                    wanted[name] = (HostSpec.parse(name, entry), "added")
+                except ConfigError as err:
+                    self.log.warning(
+                        "gpudev: host %r of %s ignored: %s",
+                        name,
+                        self.hosts_file,
+                        err.message.replace(f"c.HostPool.hosts[{name!r}]: ", ""),
+                    )
+            current = self._hosts or {}
+            hosts: dict[str, Host] = {}
+            for name, (spec, origin) in wanted.items():
+                kept = current.get(name)
+                if kept is not None and kept.spec == spec:
+                    kept.origin = origin
+                    hosts[name] = kept  # the same host: keep its connection and tunnels
+                else:
+                    hosts[name] = self._new_host(spec, origin)
+            for name, host in current.items():
+                if hosts.get(name) is not host:
+                    host.close()
+            self._hosts, self._hosts_stamp = hosts, stamp
+            return hosts
+
+    def add(
+        self, name: str, url: str, options: dict[str, Any] | None = None, *, check: bool = True
+    ) -> HostInfo:
+        """Add a host at run time and persist it. With ``check`` the host must answer first
+        (its SSH key known, key authentication accepted, its engine up); a host that fails
+        the check is not added and the error says why."""
+        if not self.allow_runtime_hosts:
+            raise BadRequest(
+                "Adding hosts at run time is disabled (c.HostPool.allow_runtime_hosts); add "
+                "it to c.HostPool.hosts instead"
+            )
+        entry = {**(options or {}), "url": url}
+        try:
+            spec = HostSpec.parse(name, entry)
+        except ConfigError as err:
+            raise BadRequest(err.message.replace("c.HostPool.hosts", "hosts add")) from err
+        self._check_runtime(spec)
+        if name in self._all():
+            raise Conflict(f"A host named {name!r} exists already; remove it first")
+        if check:
+            probe = self._new_host(spec, "added")
+            try:
+                probe.engine_info()
+            finally:
+                probe.close()
+        with self._lock:
+            added = self.added()
+            added[name] = spec.to_config()
+            self._save_added(added)
+        self.log.info("gpudev: host %s (%s) added", name, url)
+        return self.describe(name)
+
+    @staticmethod
+    def _check_runtime(spec: HostSpec) -> None:
+        """What a user may add without the administrator: a remote engine reached with its own
+        credentials, never this machine's socket (its containers could mount this machine's
+        folders past c.MountPolicy), and never a tcp:// engine without mutual TLS."""
+        scheme = urlsplit(spec.url).scheme
+        if scheme == "unix":
+            raise BadRequest(
+                "A unix:// engine cannot be added at run time (it is this machine's): "
+                "configure it in c.HostPool.hosts"
+            )
+        if scheme == "tcp" and not (
+            spec.tls_verify and spec.tls_ca_cert and spec.tls_client_cert and spec.tls_client_key
+        ):
+            raise BadRequest(
+                "A tcp:// engine added at run time needs mutual TLS: tls_ca_cert, "
+                "tls_client_cert and tls_client_key, with tls_verify on"
+            )
+        if scheme == "tcp" and (spec.workspace or spec.mount_roots):
+            raise BadRequest(
+                "A tcp:// engine runs no commands, so its folders cannot be checked: workspace "
+                "and mount_roots need an ssh:// host"
+            )
+
+    def remove(self, name: str) -> None:
+        """Remove a host added at run time (configured ones stay: edit the config)."""
+        host = self.get(name)
+        if host.origin != "added":
+            raise BadRequest(
+                f"Host {name!r} comes from the configuration ({host.origin}); remove it there"
+            )
+        with self._lock:
+            added = self.added()
+            added.pop(name, None)
+            self._save_added(added)
+        self._all()  # closes its connection
+        self.log.info("gpudev: host %s removed", name)
+
+    def names(self) -> list[str]:
+        return list(self._all())
+
+    def get(self, name: str) -> Host:
+        hosts = self._all()
+        if name not in hosts:
+            raise NotFound(
+                f"No host named {name!r}; known hosts: {', '.join(hosts) or 'none'}",
+                details={"host": name},
+            )
+        return hosts[name]
+
+    def describe(self, name: str) -> HostInfo:
+        return self.get(name).describe()
+
+    def describe_all(self) -> list[HostInfo]:
+        """Every host's state, probed concurrently (blocking: run it off the event loop)."""
+        hosts = list(self._all().values())
+        if len(hosts) <= 1:
+            return [host.describe() for host in hosts]
+        with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
+            return list(pool.map(Host.describe, hosts))
+
+    def close(self) -> None:
+        with self._lock:
+            for host in (self._hosts or {}).values():
+                host.close()
+            self._hosts = None
+        self.gpu_inventory.close()
+
+
+def unreachable_summary(infos: list[HostInfo]) -> EngineUnreachable | None:
+    """The error to answer with when no host at all is reachable, else ``None``."""
+    if not infos or any(info.reachable for info in infos):
+        return None
+    message = " ".join(info.reason or f"{info.name}: unreachable" for info in infos)
+    return EngineUnreachable(
+        message,
+        details={"hosts": [{"host": info.name, "url": info.url} for info in infos]},
+    )

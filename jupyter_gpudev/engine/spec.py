@@ -1,0 +1,178 @@
+"""A host's configuration, checked: its URL (``unix://``, ``ssh://``, ``tcp://``), TLS and SSH
+files, and the remote workspace settings, as configured or added at run time."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from ..errors import (
+    ConfigError,
+)
+
+Transport = Literal["local", "ssh", "tcp"]
+
+
+DEFAULT_LOCAL_URL = "unix:///var/run/docker.sock"
+
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
+
+
+#: A user or host name of an ssh:// or tcp:// URL (what reaches ``ssh`` for terminals).
+_URL_PART_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:-]{0,252}\Z")
+
+
+_TLS_KEYS = {"tls_ca_cert", "tls_client_cert", "tls_client_key", "tls_verify"}
+
+
+_SSH_KEYS = {"identity_file", "known_hosts"}
+
+
+#: Keys of a remote host: what runs there, and which of its folders containers see.
+_REMOTE_KEYS = {"nvidia_smi", "workspace", "mount_roots"}
+
+
+_HOST_KEYS = {"url"} | _TLS_KEYS | _SSH_KEYS | _REMOTE_KEYS
+
+
+def _check_url(where: str, url: Any) -> None:
+    if not isinstance(url, str) or not url:
+        raise ConfigError(f"{where}: 'url' is required")
+    parts = urlsplit(url)
+    if parts.password:
+        raise ConfigError(
+            f"{where}: do not put a password in the URL; ssh:// uses keys, tcp:// uses TLS "
+            "client certificates"
+        )
+    if parts.scheme not in ("unix", "ssh", "tcp"):
+        raise ConfigError(
+            f"{where}: unsupported URL {url!r}; use unix:///path, ssh://user@host[:port] "
+            "or tcp://host:port"
+        )
+    if parts.scheme == "unix" and not parts.path:
+        raise ConfigError(f"{where}: a unix:// URL needs a socket path")
+    if parts.scheme in ("ssh", "tcp") and not parts.hostname:
+        raise ConfigError(f"{where}: {url!r} has no host name")
+    if parts.scheme in ("ssh", "tcp") and (
+        not _URL_PART_RE.match(parts.hostname or "")
+        or (parts.username is not None and not _URL_PART_RE.match(parts.username))
+    ):
+        raise ConfigError(
+            f"{where}: {url!r}: a user or host name is letters, digits, '.', '_', '-' (or an "
+            "IPv6 address in brackets)"
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:  # None (no port) is fine: the scheme's default
+        raise ConfigError(f"{where}: {url!r} has no valid port (1-65535)")
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """How to reach one engine. ``url`` never holds a secret: TLS material is in files."""
+
+    name: str
+    url: str
+    tls_ca_cert: str | None = None
+    tls_client_cert: str | None = None
+    tls_client_key: str | None = None
+    tls_verify: bool = True
+    is_local: bool = False
+    #: ssh://: the private key to use (default: ssh-agent, then ~/.ssh/id_*), and the
+    #: known_hosts file host keys are checked against (default: ~/.ssh/known_hosts and
+    #: /etc/ssh/ssh_known_hosts).
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    #: Remote hosts: the nvidia-smi command there, the folder mounted as the workspace, and the
+    #: folders of that host environments may mount (as ``c.MountPolicy.allowed_roots``).
+    nvidia_smi: str = "nvidia-smi"
+    workspace: str | None = None
+    mount_roots: tuple[str | dict[str, Any], ...] = ()
+
+    @property
+    def transport(self) -> Transport:
+        scheme = urlsplit(self.url).scheme
+        if scheme == "ssh":
+            return "ssh"
+        if scheme in ("tcp", "https", "http"):
+            return "tcp"
+        return "local"
+
+    @classmethod
+    def parse(  # noqa: PLR0912 - one check per key, each with its own message
+        cls, name: str, value: str | dict[str, Any], *, is_local: bool = False
+    ) -> HostSpec:
+        """Validate one entry of ``c.HostPool.hosts``; errors name the trait and the host."""
+        where = f"c.HostPool.hosts[{name!r}]"
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ConfigError(
+                f"{where}: a host name is 1-63 lowercase letters, digits, '.', '_' or '-'"
+            )
+        if isinstance(value, str):
+            options: dict[str, Any] = {"url": value}
+        elif isinstance(value, dict):
+            unknown = set(value) - _HOST_KEYS
+            if unknown:
+                raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+            options = dict(value)
+        else:
+            raise ConfigError(f"{where}: expected a URL string or a dict with 'url'")
+        url = options.get("url")
+        _check_url(where, url)
+        scheme = urlsplit(str(url)).scheme
+        wrong = (
+            (set(options) & _TLS_KEYS if scheme != "tcp" else set())
+            | (set(options) & _SSH_KEYS if scheme != "ssh" else set())
+            | (set(options) & _REMOTE_KEYS if is_local else set())
+        )
+        if wrong:
+            raise ConfigError(f"{where}: {sorted(wrong)} do not apply to a {scheme}:// host")
+        for key in ("tls_ca_cert", "tls_client_cert", "tls_client_key", "identity_file"):
+            if options.get(key) is not None and not isinstance(options[key], str):
+                raise ConfigError(f"{where}: {key!r} must be a file path")
+        for key in ("known_hosts", "workspace", "nvidia_smi"):
+            if options.get(key) is not None and not isinstance(options[key], str):
+                raise ConfigError(f"{where}: {key!r} must be a string")
+        workspace = options.get("workspace")
+        if workspace is not None and (
+            not workspace.startswith("/") or ".." in workspace.split("/")
+        ):
+            raise ConfigError(f"{where}: 'workspace' must be an absolute path of that host")
+        roots = options.get("mount_roots", [])
+        if not isinstance(roots, (list, tuple)):
+            raise ConfigError(f"{where}: 'mount_roots' must be a list of paths of that host")
+        if bool(options.get("tls_client_cert")) != bool(options.get("tls_client_key")):
+            raise ConfigError(f"{where}: 'tls_client_cert' and 'tls_client_key' go together")
+        return cls(
+            name=name,
+            url=str(url),
+            tls_ca_cert=options.get("tls_ca_cert"),
+            tls_client_cert=options.get("tls_client_cert"),
+            tls_client_key=options.get("tls_client_key"),
+            tls_verify=bool(options.get("tls_verify", True)),
+            is_local=is_local,
+            identity_file=options.get("identity_file"),
+            known_hosts=options.get("known_hosts"),
+            nvidia_smi=options.get("nvidia_smi") or "nvidia-smi",
+            workspace=workspace,
+            mount_roots=tuple(roots),
+        )
+
+    def to_config(self) -> dict[str, Any]:
+        """The entry as ``c.HostPool.hosts`` (and the hosts file) hold it: set keys only."""
+        entry: dict[str, Any] = {"url": self.url}
+        for key in sorted(_HOST_KEYS - {"url", "tls_verify", "nvidia_smi", "mount_roots"}):
+            if getattr(self, key) is not None:
+                entry[key] = getattr(self, key)
+        if self.transport == "tcp" and not self.tls_verify:
+            entry["tls_verify"] = False
+        if self.nvidia_smi != "nvidia-smi":
+            entry["nvidia_smi"] = self.nvidia_smi
+        if self.mount_roots:
+            entry["mount_roots"] = list(self.mount_roots)
+        return entry
