@@ -21,7 +21,8 @@ from ..containers import STOPPED, DevContainers, user_name
 from ..engine import Host
 from ..errors import ENGINE_FAILURES, GPUDevError
 from ..labels import L_NAME
-from .capture import Baseline, Baselines, ChangeCapture
+from .baselines import Baseline, Baselines
+from .capture import ChangeCapture
 from .classify import engine_made, mount_targets, uncommitted
 
 

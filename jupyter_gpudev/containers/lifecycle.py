@@ -22,7 +22,6 @@ import re
 import secrets
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -46,8 +45,6 @@ from ..engine import (
     LegacyGPUInjection,
     Progress,
     Registries,
-    RegistryError,
-    stream_build,
 )
 from ..engine.driver import Injection
 from ..environments import (
@@ -68,7 +65,6 @@ from ..errors import (
     EngineError,
     EngineUnreachable,
     GPUDevError,
-    ImageError,
     NotFound,
     engine_error,
     engine_errors,
@@ -79,11 +75,9 @@ from ..labels import (
     L_HOST,
     L_IMAGE,
     L_KERNEL,
-    L_LEDGER,
     L_MANAGED,
     L_NAME,
     L_OWNER,
-    L_PROCESS,
 )
 from ..leasing import (
     GPURequest,
@@ -99,6 +93,7 @@ from . import seccomp
 from .commands import close_stream, run_lifecycle_commands
 from .create import Confinement, Target, create_args
 from .hooks import ChangeTracking, KernelTracking
+from .images import ensure_image
 from .model import (
     PREFIX,
     STOPPED,
@@ -120,6 +115,7 @@ from .placement import (
     gpus_optional,
 )
 from .ports import AddedPorts, declared_ports
+from .reconcile import on_host, orphan_kernel_containers, reconcile_host
 from .terminals import terminal_argv
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
@@ -328,7 +324,7 @@ class DevContainers(LoggingConfigurable):
             except EngineUnreachable as err:
                 unreachable.append(err)
                 continue
-            if container.labels.get(L_MANAGED) == "1" and _on_host(container, candidate):
+            if container.labels.get(L_MANAGED) == "1" and on_host(container, candidate):
                 return candidate, container
         if unreachable and len(unreachable) == len(self._hosts(host)):
             raise unreachable[0]
@@ -337,59 +333,6 @@ class DevContainers(LoggingConfigurable):
     # ------------------------------------------------------------------------------------------
     # Start
     # ------------------------------------------------------------------------------------------
-
-    def _ensure_image(
-        self, client: docker.DockerClient, env: Environment, say: Progress
-    ) -> tuple[str, list[str]]:
-        """Build or pull the environment's image, with progress; returns (ref, image env)."""
-        ref = env.image_ref()
-        if env.build is not None:
-            try:
-                image = client.images.get(ref)
-            except docker.errors.ImageNotFound:
-                self._build(client, env, ref, say)
-                image = client.images.get(ref)
-        else:
-            try:
-                image = client.images.get(ref)
-            except docker.errors.ImageNotFound:
-                self._pull(client, ref, say)
-                image = client.images.get(ref)
-        return ref, list(image.attrs.get("Config", {}).get("Env") or [])
-
-    def _build(
-        self, client: docker.DockerClient, env: Environment, ref: str, say: Progress
-    ) -> None:
-        assert env.build is not None  # noqa: S101 - checked by the caller
-        build = env.build
-        say({"stage": "build", "message": f"building {ref} from {build.dockerfile.name}"})
-        with engine_errors(f"Building the image of {env.name!r}", self.log):
-            stream_build(
-                client,
-                f"the image of {env.name!r}",
-                say,
-                path=str(build.context),
-                dockerfile=str(build.dockerfile.relative_to(build.context))
-                if build.dockerfile.is_relative_to(build.context)
-                else str(build.dockerfile),
-                tag=ref,
-                buildargs=dict(build.args),
-                target=build.target,
-                labels={L_ENV: env.name},
-            )
-
-    def _pull(self, client: docker.DockerClient, ref: str, say: Progress) -> None:
-        """Pull with the registry's credentials; a registry that cannot be reached or refuses
-        says so, with what to do when no registry is reachable at all."""
-        try:
-            self.registries.pull(client, ref, say)
-        except RegistryError as err:
-            raise ImageError(
-                f"The image {ref} is not on this host and could not be pulled: {err.message}. "
-                "Without a registry, build a base image with `jupyter gpudev image bootstrap`, "
-                "or `docker load` the image.",
-                details={"image": ref, **err.details},
-            ) from err
 
     def _new_name(self, env: Environment, request: StartRequest, owner: str) -> str:
         if request.name:
@@ -489,7 +432,7 @@ class DevContainers(LoggingConfigurable):
             pass
         else:
             raise Conflict(f"A container named {name!r} already exists on host {host.name!r}")
-        image, image_env = self._ensure_image(client, env, say)
+        image, image_env = ensure_image(client, env, self.registries, say, self.log)
         if inventory is not None:
             check_cuda(image, image_env, host.name, inventory)
         lease: Lease | None = None
@@ -1149,26 +1092,11 @@ class DevContainers(LoggingConfigurable):
         stopped: builtins.list[str] = []
         for host in self._hosts(None):
             try:
-                containers = host.client().containers.list(
-                    filters={
-                        "label": [
-                            f"{L_MANAGED}=1",
-                            L_KERNEL,
-                            f"{L_LEDGER}={self.ledger_id}",
-                            f"{L_HOST}={host.name}",
-                        ]
-                    },
-                    ignore_removed=True,
-                )
+                orphans = orphan_kernel_containers(host, self.ledger_id, machine)
             except (GPUDevError, docker.errors.DockerException) as exc:
                 self.log.warning("gpudev: orphan kernels on %s not checked: %r", host.name, exc)
                 continue
-            for container in containers:
-                if not container.labels.get(L_KERNEL):
-                    continue  # a dev container kernels share (the label is set, empty)
-                where, _, pid = container.labels.get(L_PROCESS, "").partition(":")
-                if where != machine or not pid.isdigit() or _process_alive(int(pid)):
-                    continue
+            for container in orphans:
                 name = container.labels.get(L_NAME, user_name(container.name or ""))
                 try:
                     self.remove(name, host.name)
@@ -1195,55 +1123,8 @@ class DevContainers(LoggingConfigurable):
         return reports
 
     def _reconcile_host(self, host: Host) -> tuple[dict[str, Any], set[str]]:
-        """Reconcile one host; also returns the GPUs its live containers hold by label.
-
-        A container holds its GPUs in every state but stopped ones (exited, dead): a created
-        or paused container still has its DeviceRequest. Leases younger than
-        ``reconcile_grace`` are left alone (a start in flight: its lease is taken before its
-        container exists), so this is safe to run while containers start.
-        """
-        listed_at = time.time()
-        with engine_errors("Listing dev containers", self.log):
-            # A container removed between the listing and its inspection (a start that lost a
-            # race and cleaned up) is simply not there.
-            # Every managed container of the engine: another host entry (or another server)
-            # that reaches the same engine holds its GPUs too.
-            containers = host.client().containers.list(
-                all=True, filters={"label": f"{L_MANAGED}=1"}, ignore_removed=True
-            )
-        holding: dict[str, tuple[str, ...]] = {}
-        owners: dict[str, str] = {}
-        labelled: set[str] = set()
-        for container in containers:
-            if container.status in STOPPED:
-                continue
-            labels = container.labels
-            labelled.update(labelled_gpus(labels))
-            if not _on_host(container, host):
-                continue  # the ledger of this host name only reconciles its own containers
-            name = labels.get(L_NAME, "")
-            holding[name] = labelled_gpus(labels)
-            owners[name] = labels.get(L_OWNER, "unknown")
-        report = self.ledger.reconcile(
-            host.name, holding, owners=owners, created_before=listed_at - self.reconcile_grace
-        )
-        return report.to_json(), labelled
-
-
-def _on_host(container: Container, host: Host) -> bool:
-    """Whether ``container`` was made through ``host`` (two host entries may reach one engine:
-    each sees its own containers only)."""
-    return container.labels.get(L_HOST, host.name) == host.name
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
+        """Reconcile one host (see ``reconcile.reconcile_host``)."""
+        return reconcile_host(host, self.ledger, self.reconcile_grace, self.log)
 
 
 def _status_text(state: dict[str, Any]) -> str:

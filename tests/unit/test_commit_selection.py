@@ -13,7 +13,8 @@ import pytest
 from jupyter_gpudev.changes import classify as cl
 from jupyter_gpudev.changes import compare as cp
 from jupyter_gpudev.changes import model as ch
-from jupyter_gpudev.changes.capture import Baseline, Baselines, Captured
+from jupyter_gpudev.changes.baselines import Baseline, Baselines
+from jupyter_gpudev.changes.capture import Captured
 from jupyter_gpudev.changes.commit import CommitOptions
 from jupyter_gpudev.changes.dockerfile import RenderedDiff, change_items, render
 from jupyter_gpudev.errors import BadRequest

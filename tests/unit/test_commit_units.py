@@ -16,7 +16,7 @@ from jupyter_gpudev.changes import compare as cp
 from jupyter_gpudev.changes import model as ch
 from jupyter_gpudev.changes.commit import MAX_MESSAGE, CommitOptions
 from jupyter_gpudev.changes.dockerfile import MARK, comment_lines, is_source_path, render
-from jupyter_gpudev.cli.main import ProgressBar
+from jupyter_gpudev.cli.base import ProgressBar
 from jupyter_gpudev.engine import Reference, Registries, RegistryError
 from jupyter_gpudev.engine.registry import _LayerProgress
 from jupyter_gpudev.errors import BadRequest, ConfigError

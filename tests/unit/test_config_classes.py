@@ -14,7 +14,8 @@ from traitlets.config import Application, Config, Configurable
 
 import jupyter_gpudev
 from jupyter_gpudev.app import GPUDevApp
-from jupyter_gpudev.cli.main import GPUDevCLI, StartApp
+from jupyter_gpudev.cli import GPUDevCLI
+from jupyter_gpudev.cli.containers import StartApp
 from jupyter_gpudev.services import CLASSES, Services
 
 

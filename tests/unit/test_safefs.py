@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from jupyter_gpudev import safefs
-from jupyter_gpudev.changes.capture import _Exporter, _stays_inside
+from jupyter_gpudev.changes.export import _Exporter, _stays_inside
 
 
 def test_a_folder_on_the_way_that_is_a_link_is_refused(tmp_path: Path) -> None:

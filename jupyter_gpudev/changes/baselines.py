@@ -1,0 +1,107 @@
+"""Baselines: what a container or an image started from (packages, variables, files, the
+changes a commit left out), kept in gpudev's state folder by image and container id."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import safefs
+from ..errors import EngineError
+from . import model as ch
+
+if TYPE_CHECKING:
+    pass
+
+_SAFE_ID = "0123456789abcdefsha256:"
+
+
+def _check_id(value: str) -> str:
+    if not value or any(c not in _SAFE_ID for c in value):
+        raise EngineError(f"Unexpected image or container id {value!r}")
+    return value.replace("sha256:", "")
+
+
+class Baselines:
+    """Baselines on disk: per image (what a container of it starts from) and per container
+    (one probed after its lifecycle commands, or moved forward by ``commit --write``)."""
+
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.folder = Path(state_dir) / "baselines"
+        self._lock = threading.Lock()
+
+    def _read(self, path: Path) -> dict[str, Any] | None:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _write(self, path: Path, data: dict[str, Any]) -> None:
+        with self._lock:
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            atomic_write(path, json.dumps(data, sort_keys=True))
+
+    def image(self, image_id: str) -> ch.PackageState | None:
+        data = self._read(self.folder / f"image-{_check_id(image_id)}.json")
+        return ch.PackageState.from_json(data) if data else None
+
+    def save_image(self, image_id: str, state: ch.PackageState) -> None:
+        self._write(self.folder / f"image-{_check_id(image_id)}.json", state.to_json())
+
+    def container(self, container_id: str) -> Baseline | None:
+        data = self._read(self.folder / f"container-{_check_id(container_id)}.json")
+        if not data:
+            return None
+        env = data.get("env")
+        files = data.get("files")
+        return Baseline(
+            ch.PackageState.from_json(data["packages"]),
+            dict(env) if isinstance(env, dict) else None,
+            {str(k): int(v) for k, v in files.items()} if isinstance(files, dict) else {},
+            [str(p) for p in data.get("secrets") or []],
+            [str(i) for i in data.get("held") or []],
+        )
+
+    def save_container(self, container_id: str, baseline: Baseline) -> None:
+        self._write(
+            self.folder / f"container-{_check_id(container_id)}.json",
+            {
+                "packages": baseline.packages.to_json(),
+                "env": baseline.env,
+                "files": baseline.files,
+                "secrets": baseline.secrets,
+                "held": baseline.held,
+            },
+        )
+
+    def forget(self, container_id: str) -> None:
+        path = self.folder / f"container-{_check_id(container_id)}.json"
+        path.unlink(missing_ok=True)
+
+
+@dataclass
+class Baseline:
+    """What a container started from: its packages, its environment variables (``None``: its
+    image's) and the file changes it already had (``docker diff`` path -> kind)."""
+
+    packages: ch.PackageState
+    env: dict[str, str] | None = None
+    files: dict[str, int] = field(default_factory=dict)
+    #: Changed files a commit left out because their content holds a credential: still
+    #: changes (kept from a removal without force), reported, never copied.
+    secrets: list[str] = field(default_factory=list)
+    #: The ids of the changes the last written commit left out (``exclude``): still changes,
+    #: kept from a removal without force.
+    held: list[str] = field(default_factory=list)
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Replace ``path`` (in a trusted folder: the state folder) atomically, no link followed
+    at its name, through a uniquely named temporary file."""
+    with safefs.Folder.open(path.parent) as folder:
+        folder.replace(path.name, text.encode(), 0o600)

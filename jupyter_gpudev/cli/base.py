@@ -1,0 +1,193 @@
+"""What every ``jupyter gpudev`` subcommand shares: the base app with ``--json`` and one error
+mapping, the container commands' manager and root folder, the progress bar, formatting."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from jupyter_core.application import JupyterApp, base_aliases, base_flags
+from traitlets import Bool, Unicode
+from traitlets.config import Configurable
+
+from .._version import __version__
+from ..containers import DevContainers
+from ..errors import BadRequest, GPUDevError, engine_errors
+from ..services import CLASSES, Services
+
+if TYPE_CHECKING:
+    pass
+
+
+_json_flag = {
+    "json": (
+        {"GPUDevSubcommand": {"json_output": True}},
+        "Print the result as JSON on stdout (progress and messages go to stderr).",
+    )
+}
+
+
+class GPUDevSubcommand(JupyterApp):
+    """Shared plumbing: config loading, --json, and one place that maps errors to exit codes."""
+
+    version = __version__
+    json_output = Bool(False, help="Print the result as JSON.").tag(config=True)
+
+    classes: list[type[Configurable]] = [*CLASSES]
+    flags: dict[str, Any] = {**base_flags, **_json_flag}
+    aliases: dict[str, Any] = {**base_aliases}
+
+    _services: Services | None = None
+
+    def load_config_file(self, suppress_errors: bool = True) -> None:  # type: ignore[override]
+        """Read the server's config files too, so both see the same ``c.HostPool`` & co."""
+        for name in ("jupyter_server_config", "jupyter_gpudev_config"):
+            self.config_file_name = name
+            super().load_config_file(suppress_errors=suppress_errors)
+
+    def emit(self, payload: Any, text: str) -> None:
+        if self.json_output:
+            print(json.dumps(payload, indent=2))
+        else:
+            print(text)
+
+    def fail(self, err: GPUDevError) -> None:
+        if self.json_output:
+            print(json.dumps(err.to_json(), indent=2))
+        print(f"error: {err.message}", file=sys.stderr)
+        self.exit(err.exit_code)
+
+    def start(self) -> None:
+        try:
+            with engine_errors("The command", self.log):
+                self.run()
+        except GPUDevError as err:
+            self.fail(err)
+        finally:
+            self.close()
+
+    def workspace_root(self) -> str:
+        """The workspace root: c.ServerApp.root_dir if configured, else the current folder."""
+        return str(self.config.get("ServerApp", {}).get("root_dir") or os.getcwd())
+
+    def services(self) -> Services:
+        """gpudev's managers, built once from this command's config; ``close`` closes them."""
+        if self._services is None:
+            self._services = Services(self.workspace_root(), parent=self, log=self.log)
+        return self._services
+
+    def close(self) -> None:
+        """Release what ``run`` opened (engine connections, NVML)."""
+        if self._services is not None:
+            self._services.close()
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+
+class ContainerCommand(GPUDevSubcommand):
+    """Shared by the container subcommands: the manager, the root dir, progress output."""
+
+    root_dir = Unicode(
+        "",
+        help="""The workspace root (mounted into containers, searched for .devcontainer).
+        Default: c.ServerApp.root_dir if configured, else the current directory.""",
+    ).tag(config=True)
+    host = Unicode("", help="The host to use (default: the local engine).").tag(config=True)
+
+    aliases: dict[str, Any] = {
+        **GPUDevSubcommand.aliases,
+        "root-dir": "ContainerCommand.root_dir",
+        "host": "ContainerCommand.host",
+    }
+
+    def workspace_root(self) -> str:
+        return self.root_dir or super().workspace_root()
+
+    def manager(self) -> DevContainers:
+        return self.services().containers
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        super().close()
+
+    def name_arg(self) -> str:
+        if len(self.extra_args) != 1:
+            raise BadRequest(f"usage: jupyter gpudev {self.name.rsplit('-', 1)[-1]} NAME")
+        return str(self.extra_args[0])
+
+    _bar: ProgressBar | None = None
+
+    def progress(self, event: dict[str, Any]) -> None:
+        if self._bar is None:
+            self._bar = ProgressBar()
+        self._bar.update(event)
+
+
+def _size(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{count} B"  # pragma: no cover - the loop returns
+
+
+class ProgressBar:
+    """Progress events on stderr. On a terminal, per-layer and byte progress redraws one line
+    in place with a bar; elsewhere (a log, CI) that progress prints at most every 10 %. Other
+    messages (stages, build output) print as lines."""
+
+    WIDTH = 30
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.drawn = False
+        self.stage = ""
+        self.printed_pct = -10
+
+    def update(self, event: dict[str, Any]) -> None:
+        stage = str(event.get("stage") or "")
+        message = str(event.get("message") or "")
+        current, total = event.get("current"), event.get("total")
+        if stage != self.stage:
+            self.stage, self.printed_pct = stage, -10
+        if isinstance(current, int) and isinstance(total, int) and total > 0:
+            pct = min(100, 100 * current // total)
+            done = self.WIDTH * pct // 100
+            bar = "#" * done + "." * (self.WIDTH - done)
+            text = f"[{stage}] [{bar}] {pct:3d}% {_size(current)} of {_size(total)}"
+            if self.tty:
+                self._redraw(f"{text} {message}")
+            elif pct >= self.printed_pct + 10 or (pct == 100 and self.printed_pct < 100):
+                self.printed_pct = pct
+                self._line(text)
+            return
+        if event.get("transient"):
+            if self.tty:
+                self._redraw(f"[{stage}] {message}")
+            return
+        self._line(f"[{stage}] {message}")
+
+    def _redraw(self, text: str) -> None:
+        width = 120
+        self.stream.write("\r\x1b[2K" + text[:width])
+        self.stream.flush()
+        self.drawn = True
+
+    def _line(self, text: str) -> None:
+        if self.drawn:
+            self.stream.write("\r\x1b[2K")
+            self.drawn = False
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.drawn = False

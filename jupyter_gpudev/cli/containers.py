@@ -1,0 +1,218 @@
+"""``jupyter gpudev envs|start|ls|stop|resume|pin|unpin|rm|logs|ports``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from traitlets import Bool, Int, List, Unicode
+
+from ..containers import DevContainerInfo, StartRequest
+from ..errors import BadRequest
+
+if TYPE_CHECKING:
+    pass
+from .base import ContainerCommand, GPUDevSubcommand
+
+
+def format_containers(infos: list[DevContainerInfo]) -> str:
+    if not infos:
+        return "No dev containers."
+    rows = [("NAME", "HOST", "ENVIRONMENT", "STATE", "GPUS", "OWNER", "PORTS")]
+    for info in infos:
+        ports = ",".join(f"{c}->127.0.0.1:{h}" for c, h in info.ports.items())
+        rows.append(
+            (
+                info.name,
+                info.host,
+                info.environment,
+                info.status + (" (pinned)" if info.pinned else ""),
+                ",".join(info.gpu_uuids) or "-",
+                info.owner,
+                ports or "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows
+    )
+
+
+class EnvsApp(ContainerCommand):
+    """List the environments that can be started."""
+
+    name = "jupyter-gpudev-envs"
+    description = "List the environments (.devcontainer files, admin config, the default)."
+
+    def run(self) -> None:
+        containers = self.manager()
+        listing = containers.environments.list(containers.root_dir)
+        lines = []
+        for env in listing.environments:
+            gpu = "no GPU" if env.gpu.mode == "none" else f"{env.gpu.count} GPU ({env.gpu.mode})"
+            image = env.image_ref()
+            lines.append(f"{env.name}  {image}  {gpu}  {env.source}")
+        lines.extend(f"problem: {p['file']}: {p['message']}" for p in listing.problems)
+        self.emit(
+            {
+                "environments": [env.to_json() for env in listing.environments],
+                "problems": listing.problems,
+            },
+            "\n".join(lines) or "No environments.",
+        )
+
+
+class StartApp(ContainerCommand):
+    """Start a dev container of an environment, with its GPUs leased."""
+
+    name = "jupyter-gpudev-start"
+    description = """Start a dev container: jupyter gpudev start ENV [--gpus N | --gpu UUID ...]
+    [--host H] [--name NAME]. Prints the container; exit 5 when no GPU is free."""
+
+    gpus = Int(-1, help="How many GPUs to lease (default: what the environment asks).").tag(
+        config=True
+    )
+    gpu = List(Unicode(), help="A GPU UUID to lease (repeat for more).").tag(config=True)
+    container_name = Unicode("", help="The container's name (default: generated).").tag(config=True)
+
+    aliases: dict[str, Any] = {
+        **ContainerCommand.aliases,
+        "gpus": "StartApp.gpus",
+        "gpu": "StartApp.gpu",
+        "name": "StartApp.container_name",
+    }
+
+    def run(self) -> None:
+        environment = self.name_arg()
+        request = StartRequest(
+            environment=environment,
+            host=self.host or None,
+            name=self.container_name or None,
+            gpus=None if self.gpus < 0 else self.gpus,
+            gpu_uuids=tuple(self.gpu),
+        )
+        info = self.manager().start(request, progress=self.progress)
+        self.emit(info.to_json(), format_containers([info]))
+
+
+class LsApp(ContainerCommand):
+    """List dev containers."""
+
+    name = "jupyter-gpudev-ls"
+    description = "List running dev containers (--all: stopped ones too)."
+    all_states = Bool(False, help="Also list stopped containers.").tag(config=True)
+    flags: dict[str, Any] = {
+        **GPUDevSubcommand.flags,
+        "all": ({"LsApp": {"all_states": True}}, "Also list stopped containers."),
+    }
+
+    def run(self) -> None:
+        infos = self.manager().list(all_states=self.all_states, host=self.host or None)
+        self.emit({"containers": [i.to_json() for i in infos]}, format_containers(infos))
+
+
+class StopApp(ContainerCommand):
+    """Stop a dev container and release its GPUs."""
+
+    name = "jupyter-gpudev-stop"
+    description = "Stop a dev container (kept, with its changes) and release its GPU lease."
+
+    def run(self) -> None:
+        info = self.manager().stop(self.name_arg(), host=self.host or None)
+        self.emit(info.to_json(), format_containers([info]))
+
+
+class ResumeApp(ContainerCommand):
+    """Start a stopped dev container again."""
+
+    name = "jupyter-gpudev-resume"
+    description = "Start a stopped dev container again, with the same GPUs (exit 5 if taken)."
+
+    def run(self) -> None:
+        info = self.manager().resume(self.name_arg(), host=self.host or None)
+        self.emit(info.to_json(), format_containers([info]))
+
+
+class PinApp(ContainerCommand):
+    """Pin a shared dev container."""
+
+    name = "jupyter-gpudev-pin"
+    description = (
+        "Pin a shared dev container: it keeps running, with its GPUs, after its last kernel "
+        "ends (unpinned ones stop then, after c.DevContainers.linger seconds)."
+    )
+    pinned = True
+
+    def run(self) -> None:
+        info = self.manager().pin(self.name_arg(), host=self.host or None, pinned=self.pinned)
+        self.emit(info.to_json(), format_containers([info]))
+
+
+class UnpinApp(PinApp):
+    """Unpin a dev container."""
+
+    name = "jupyter-gpudev-unpin"
+    description = "Unpin a dev container: it stops when its last kernel ends."
+    pinned = False
+
+
+class RmApp(ContainerCommand):
+    """Remove a dev container."""
+
+    name = "jupyter-gpudev-rm"
+    description = "Remove a dev container; one with uncommitted changes needs --force."
+    force = Bool(False, help="Remove even with uncommitted changes.").tag(config=True)
+    flags: dict[str, Any] = {
+        **GPUDevSubcommand.flags,
+        "force": ({"RmApp": {"force": True}}, "Remove even with uncommitted changes."),
+    }
+
+    def run(self) -> None:
+        name = self.name_arg()
+        self.manager().remove(name, host=self.host or None, force=self.force)
+        self.emit({"removed": name}, f"removed {name}")
+
+
+class LogsApp(ContainerCommand):
+    """Print a dev container's output."""
+
+    name = "jupyter-gpudev-logs"
+    description = "Print a dev container's output (-f: follow it)."
+    follow = Bool(False, help="Keep printing new output.").tag(config=True)
+    flags: dict[str, Any] = {
+        **GPUDevSubcommand.flags,
+        "f": ({"LogsApp": {"follow": True}}, "Keep printing new output."),
+        "follow": ({"LogsApp": {"follow": True}}, "Keep printing new output."),
+    }
+
+    def run(self) -> None:
+        chunks = self.manager().logs(self.name_arg(), host=self.host or None, follow=self.follow)
+        if self.json_output and not self.follow:
+            print(json.dumps({"logs": "".join(chunks)}))
+            return
+        for chunk in chunks:
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+
+
+class PortsApp(ContainerCommand):
+    """Serve a web port of a dev container through the server's proxy, or stop serving it."""
+
+    name = "jupyter-gpudev-ports"
+    description = """`jupyter gpudev ports add NAME PORT` serves a port of a dev container (a
+    TensorBoard started by hand, say) at /gpudev/proxy/NAME/PORT/ on the Jupyter server, like
+    the environment's forwardPorts; `ports remove NAME PORT` stops serving it."""
+
+    def run(self) -> None:
+        usage = "usage: jupyter gpudev ports add|remove NAME PORT"
+        if len(self.extra_args) != 3 or self.extra_args[0] not in ("add", "remove"):
+            raise BadRequest(usage)
+        action, name, port = self.extra_args
+        if not str(port).isdigit():
+            raise BadRequest(f"Not a port number: {port!r}; {usage}")
+        info = self.manager().set_web_port(
+            str(name), int(port), host=self.host or None, add=action == "add"
+        )
+        ports = ", ".join(str(p) for p in info.web_ports) or "none"
+        self.emit(info.to_json(), f"{info.name}: web ports {ports}")

@@ -1,0 +1,236 @@
+"""``jupyter gpudev hosts`` (list, add, remove) and ``jupyter gpudev image bootstrap``."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from jupyter_core.application import JupyterApp
+from traitlets import Bool, List, Unicode
+from traitlets.config import Configurable
+
+from .._version import __version__
+from ..engine import HostInfo, ImageBootstrapper, Inventory, unreachable_summary
+from ..errors import BadRequest
+from ..services import CLASSES
+
+if TYPE_CHECKING:
+    pass
+from .base import GPUDevSubcommand
+
+
+def _format_gpus(inventory: Inventory) -> list[str]:
+    if not inventory.gpus:
+        return [f"    GPUs: none ({inventory.reason or 'no GPU found'})"]
+    lines = [
+        f"    GPUs ({inventory.source}; driver {inventory.driver_version or '?'}, "
+        f"CUDA {inventory.cuda_version or '?'}):"
+    ]
+    for gpu in inventory.gpus:
+        memory = (
+            f"{gpu.memory_used_mib or 0}/{gpu.memory_total_mib} MiB"
+            if gpu.memory_total_mib is not None
+            else "memory ?"
+        )
+        util = f"{gpu.utilization_percent}%" if gpu.utilization_percent is not None else "?"
+        lines.append(f"      [{gpu.index}] {gpu.name}  {memory}  util {util}  {gpu.uuid}")
+        lines.extend(
+            f"          MIG {mig.profile} [{mig.index}] {mig.uuid}" for mig in gpu.mig_devices
+        )
+    return lines
+
+
+def format_hosts(infos: list[HostInfo]) -> str:
+    lines: list[str] = []
+    for info in infos:
+        if info.reachable and info.engine is not None:
+            engine = info.engine
+            lines.append(
+                f"{info.name}  {info.url}  Docker {engine.version} (API {engine.api_version}, "
+                f"{engine.os}/{engine.arch}, cgroup {engine.cgroup_driver or '?'}"
+                f"{' v' + engine.cgroup_version if engine.cgroup_version else ''})"
+            )
+            nvidia = "yes" if engine.nvidia_runtime else "no"
+            hook = {True: "yes", False: "no", None: "unknown"}[engine.nvidia_hook]
+            lines.append(
+                f"    NVIDIA runtime: {nvidia}; NVIDIA hook: {hook}; "
+                f"CDI: {'yes' if engine.cdi else 'no'}"
+            )
+        else:
+            lines.append(f"{info.name}  {info.url}  UNREACHABLE")
+            lines.append(f"    {info.reason}")
+        lines.extend(_format_gpus(info.gpus))
+    return "\n".join(lines)
+
+
+class HostsApp(GPUDevSubcommand):
+    """List the hosts, their Docker engines and their GPUs."""
+
+    name = "jupyter-gpudev-hosts"
+    description = """List every configured host: its Docker engine (version, API, OS/arch,
+    cgroup driver, NVIDIA runtime, CDI) and its GPUs by UUID. Exits 3 when no engine answers."""
+
+    subcommands: dict[str, Any] = {}  # filled in below: add, remove
+
+    def start(self) -> None:
+        if self.subapp is not None:
+            self.subapp.start()
+            return
+        super().start()
+
+    def run(self) -> None:
+        if self.extra_args:
+            raise BadRequest(
+                f"Unknown hosts subcommand {self.extra_args[0]!r}: use `hosts`, `hosts add "
+                "NAME URL` or `hosts remove NAME`"
+            )
+        infos = self.services().host_pool.describe_all()
+        error = unreachable_summary(infos)
+        if error is not None:
+            error.details["hosts"] = [info.to_json() for info in infos]
+            self.fail(error)
+        self.emit({"hosts": [info.to_json() for info in infos]}, format_hosts(infos))
+
+
+class HostsAddApp(GPUDevSubcommand):
+    """Add a host at run time."""
+
+    name = "jupyter-gpudev-hosts-add"
+    description = """Add a host: `jupyter gpudev hosts add NAME URL` with URL
+    ssh://user@host[:port] (key authentication; the host key must be in known_hosts) or
+    tcp://host:port (TLS client certificates). The host must answer first (--no-check: add it
+    anyway). It is kept in c.HostPool.hosts_file, and the server sees it at once."""
+
+    identity_file = Unicode("", help="ssh://: the private key to use.").tag(config=True)
+    known_hosts = Unicode("", help="ssh://: the known_hosts file to check the host key in.").tag(
+        config=True
+    )
+    workspace = Unicode(
+        "", help="A folder of that host mounted as the workspace of its containers."
+    ).tag(config=True)
+    mount_roots = List(
+        Unicode(), help="Folders of that host environments may mount (read-only)."
+    ).tag(config=True)
+    nvidia_smi = Unicode("", help="The nvidia-smi command on that host.").tag(config=True)
+    tls_ca_cert = Unicode("", help="tcp://: the CA certificate file.").tag(config=True)
+    tls_client_cert = Unicode("", help="tcp://: the client certificate file.").tag(config=True)
+    tls_client_key = Unicode("", help="tcp://: the client key file.").tag(config=True)
+    check = Bool(True, help="Connect to the host before adding it.").tag(config=True)
+
+    flags: dict[str, Any] = {
+        **GPUDevSubcommand.flags,
+        "no-check": ({"HostsAddApp": {"check": False}}, "Add the host without connecting."),
+    }
+    aliases: dict[str, Any] = {
+        **GPUDevSubcommand.aliases,
+        "identity-file": "HostsAddApp.identity_file",
+        "known-hosts": "HostsAddApp.known_hosts",
+        "workspace": "HostsAddApp.workspace",
+        "mount-root": "HostsAddApp.mount_roots",
+        "nvidia-smi": "HostsAddApp.nvidia_smi",
+        "tls-ca-cert": "HostsAddApp.tls_ca_cert",
+        "tls-client-cert": "HostsAddApp.tls_client_cert",
+        "tls-client-key": "HostsAddApp.tls_client_key",
+    }
+
+    def run(self) -> None:
+        if len(self.extra_args) != 2:
+            raise BadRequest("usage: jupyter gpudev hosts add NAME URL [--identity-file=...]")
+        name, url = (str(arg) for arg in self.extra_args)
+        options: dict[str, Any] = {
+            key: value
+            for key in (
+                "identity_file",
+                "known_hosts",
+                "workspace",
+                "nvidia_smi",
+                "tls_ca_cert",
+                "tls_client_cert",
+                "tls_client_key",
+            )
+            if (value := getattr(self, key))
+        }
+        if self.mount_roots:
+            options["mount_roots"] = list(self.mount_roots)
+        info = self.services().host_pool.add(name, url, options, check=self.check)
+        self.emit(info.to_json(), f"added {name}\n{format_hosts([info])}")
+
+
+class HostsRemoveApp(GPUDevSubcommand):
+    """Remove a host added at run time."""
+
+    name = "jupyter-gpudev-hosts-remove"
+    description = """Remove a host added with `hosts add` (not one of c.HostPool.hosts). A
+    host that still has dev containers is kept: remove or commit them first."""
+
+    def run(self) -> None:
+        if len(self.extra_args) != 1:
+            raise BadRequest("usage: jupyter gpudev hosts remove NAME")
+        name = str(self.extra_args[0])
+        self.services().containers.remove_host(name)
+        self.emit({"removed": name}, f"removed {name}")
+
+
+HostsApp.subcommands = {
+    "add": (HostsAddApp, "Add a host (ssh:// or tcp://) at run time."),
+    "remove": (HostsRemoveApp, "Remove a host added at run time."),
+}
+
+
+class ImageBootstrapApp(GPUDevSubcommand):
+    """Build the kernel-capable base image from the host's Debian mirror, without a registry."""
+
+    name = "jupyter-gpudev-image-bootstrap"
+    description = """Build a Debian image with debootstrap from this host's package mirror,
+    import it into the local Docker engine, and build a Python + ipykernel image on top.
+    For machines that reach a package mirror but no container registry. Needs root."""
+
+    force = Bool(False, help="Rebuild even if the image exists.").tag(config=True)
+    host = Unicode("", help="The host whose engine receives the image (default: local).").tag(
+        config=True
+    )
+
+    flags: dict[str, Any] = {
+        **GPUDevSubcommand.flags,
+        "force": ({"ImageBootstrapApp": {"force": True}}, "Rebuild even if the image exists."),
+    }
+    aliases: dict[str, Any] = {
+        **GPUDevSubcommand.aliases,
+        "mirror": "ImageBootstrapper.mirror",
+        "suite": "ImageBootstrapper.suite",
+        "tag": "ImageBootstrapper.image_tag",
+        "base-tag": "ImageBootstrapper.base_tag",
+        "host": "ImageBootstrapApp.host",
+    }
+
+    def _progress(self, event: dict[str, Any]) -> None:
+        print(f"[{event['stage']}] {event['message']}", file=sys.stderr, flush=True)
+
+    def run(self) -> None:
+        pool = self.services().host_pool
+        host = pool.get(self.host or pool.local_name)
+        bootstrapper = ImageBootstrapper(parent=self, log=self.log)
+        result = bootstrapper.run(host.client(), force=self.force, progress=self._progress)
+        verb = "built" if result.created else "already present"
+        self.emit(
+            result.to_json(),
+            f"{result.image} {verb} ({result.image_id[:19]}, {result.seconds:.1f} s)",
+        )
+
+
+class ImageApp(JupyterApp):
+    """Images: ``jupyter gpudev image bootstrap``."""
+
+    name = "jupyter-gpudev-image"
+    version = __version__
+    description = "Manage the images jupyter-gpudev starts."
+    classes: list[type[Configurable]] = [*CLASSES]
+    subcommands: dict[str, Any] = {
+        "bootstrap": (ImageBootstrapApp, ImageBootstrapApp.description.splitlines()[0]),
+    }
+
+    def start(self) -> None:
+        if self.subapp is None:
+            self.print_subcommands()
+            self.exit(2)
+        super().start()
