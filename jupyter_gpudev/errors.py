@@ -104,6 +104,11 @@ class EngineError(GPUDevError):
     code = "engine"
 
 
+#: An engine failure or one of ours (an unreachable host, a refused request): what a caller that
+#: can go on without the result (a best-effort check, an optional step) catches.
+FAILURES: tuple[type[Exception], ...] = (*ENGINE_FAILURES, GPUDevError)
+
+
 def describe_connection_error(url: str, exc: BaseException) -> str:
     """Turn a failed connection into a sentence that names the address and what to do."""
     cause: BaseException | None = exc

@@ -18,6 +18,7 @@ from .changes.capture import ChangeCapture
 from .changes.commit import Committer
 from .changes.tracker import ChangeTracker
 from .containers.lifecycle import DevContainers
+from .containers.lookup import ContainerLookup
 from .engine import GPUInventory, HostPool, ImageBootstrapper, LegacyGPUInjection, Registries
 from .environments import EnvironmentManager, MountPolicy
 from .kernels.culler import GPUCuller
@@ -30,6 +31,7 @@ from .kernels.registry import KernelRegistry
 CLASSES: tuple[type[Configurable], ...] = (
     HostPool,
     GPUInventory,
+    ContainerLookup,
     DevContainers,
     EnvironmentManager,
     MountPolicy,

@@ -36,11 +36,10 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 import docker
 import docker.errors
-import requests
 from docker.utils import build as docker_build
 
 from ..engine import Progress, Reference, Registries, stream_build
-from ..errors import ENGINE_FAILURES, BadRequest, EngineError, GPUDevError, engine_errors
+from ..errors import ENGINE_FAILURES, FAILURES, BadRequest, EngineError, GPUDevError, engine_errors
 from ..labels import (
     L_PROBE,
     L_SNAPSHOT_CONTAINER,
@@ -298,7 +297,7 @@ class Committer:
                 return False
             repository, tag = env.image_ref().rsplit(":", 1)
             client.api.tag(image_id, repository, tag)
-        except (GPUDevError, docker.errors.DockerException, requests.RequestException) as exc:
+        except FAILURES as exc:
             self.log.info("The verified image is not reused for the next start: %s", exc)
             return False
         say({"stage": "write", "message": f"the verified image is {env.image_ref()}"})

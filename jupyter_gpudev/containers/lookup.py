@@ -1,0 +1,434 @@
+"""Finding and describing dev containers: by name on the hosts of a ``HostPool``, their
+reports (state, GPUs, lease, ports, kernels, changes), logs, terminals and web ports.
+
+``ContainerLookup`` is the base of ``DevContainers`` (the lifecycle): it holds what reading
+needs (the hosts, the ledger, the state folder) and never starts, stops or removes anything.
+Configured as ``c.DevContainers.*``."""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import os
+import re
+import secrets
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+from jupyter_core.paths import jupyter_data_dir
+from traitlets import Instance, Int, Unicode, default
+from traitlets.config import LoggingConfigurable
+
+from ..engine import (
+    Host,
+    HostInfo,
+    HostPool,
+)
+from ..errors import (
+    BadRequest,
+    Conflict,
+    EngineError,
+    EngineUnreachable,
+    GPUDevError,
+    NotFound,
+    engine_errors,
+)
+from ..labels import (
+    L_CREATED,
+    L_ENV,
+    L_HOST,
+    L_IMAGE,
+    L_KERNEL,
+    L_MANAGED,
+    L_NAME,
+    L_OWNER,
+)
+from ..leasing import (
+    Lease,
+    LeaseLedger,
+    iso_utc,
+)
+from .commands import close_stream
+from .hooks import ChangeTracking, KernelTracking
+from .model import (
+    STOPPED,
+    DevContainerInfo,
+    KernelInfo,
+    docker_name,
+    engine_time,
+    labelled_gpus,
+    user_name,
+)
+from .ports import AddedPorts, declared_ports
+from .reconcile import on_host
+from .terminals import terminal_argv
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
+
+
+class ContainerLookup(LoggingConfigurable):
+    """The reading side of ``DevContainers``: find, describe, list, logs, terminals, ports."""
+
+    state_dir = Unicode(
+        help="""Folder of gpudev's persistent state (the GPU lease ledger). Default:
+        <Jupyter data dir>/gpudev. The server and the CLI must use the same one."""
+    ).tag(config=True)
+
+    @default("state_dir")
+    def _default_state_dir(self) -> str:
+        return os.path.join(jupyter_data_dir(), "gpudev")
+
+    max_log_bytes = Int(
+        16 << 20,
+        help="""The most bytes of a container's output one logs request reads (the REST API,
+        the panel's Logs tab, ``jupyter gpudev logs`` without --follow); past it the answer says
+        where it was cut. Ask for the last lines (``tail``) to see the end of a longer log.""",
+    ).tag(config=True)
+
+    network = Unicode(
+        "gpudev",
+        help="""The Docker network dev containers join: a bridge created on first use with
+        inter-container traffic disabled, so a container (and its kernels' ports) is reachable
+        from the host but not from other containers. Empty: the engine's default bridge.""",
+    ).tag(config=True)
+
+    docker_cli = Unicode(
+        "docker",
+        help="""The docker command line (a name on PATH or a path), used for terminals inside
+        dev containers: a terminal runs `docker exec -it` in a pseudo-terminal.""",
+    ).tag(config=True)
+
+    host_pool = Instance(HostPool)
+
+    def __init__(
+        self,
+        root_dir: str | Path,
+        server_id: str | None = None,
+        kernels: KernelTracking | None = None,
+        changes: ChangeTracking | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.root_dir = Path(root_dir).resolve()
+        self.server_id = server_id or secrets.token_hex(6)
+        #: The server's gpudev kernels (``None`` outside a server: kernel counts unknown).
+        self.kernels = kernels
+        #: The container's changes as a commit sees them (``changes.tracker.ChangeTracker``,
+        #: wired by ``services.Services``). Without one (a bare ``DevContainers``) no baseline
+        #: is recorded, changes are not counted, and ``remove`` without ``force`` refuses any
+        #: container whose ``docker diff`` is not empty: nothing is lost unclassified.
+        self.changes = changes
+        self._ledger: LeaseLedger | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def ledger_id(self) -> str:
+        """Names this manager's lease ledger in container labels (a hash of its path)."""
+        path = os.path.realpath(os.path.join(self.state_dir, "leases.sqlite"))
+        return hashlib.sha256(path.encode()).hexdigest()[:16]
+
+    @property
+    def ledger(self) -> LeaseLedger:
+        with self._lock:
+            if self._ledger is None:
+                self._ledger = LeaseLedger(Path(self.state_dir) / "leases.sqlite")
+            return self._ledger
+
+    @property
+    def added_ports(self) -> AddedPorts:
+        """The web ports added at run time (``set_web_port``)."""
+        return AddedPorts(self.state_dir, self.log)
+
+    def _host(self, name: str | None) -> Host:
+        return self.host_pool.get(name or self.host_pool.local_name)
+
+    def _hosts(self, host: str | None) -> list[Host]:
+        if host:
+            return [self._host(host)]
+        return [self.host_pool.get(n) for n in self.host_pool.names()]
+
+    def find(self, name: str, host: str | None = None) -> tuple[Host, Container]:
+        """The managed container called ``name`` on ``host`` (or on any reachable host)."""
+        unreachable: list[GPUDevError] = []
+        for candidate in self._hosts(host):
+            try:
+                with engine_errors(f"Looking up {user_name(name)!r}", self.log):
+                    try:
+                        container = candidate.client().containers.get(docker_name(name))
+                    except docker.errors.NotFound:
+                        continue
+            except EngineUnreachable as err:
+                unreachable.append(err)
+                continue
+            if container.labels.get(L_MANAGED) == "1" and on_host(container, candidate):
+                return candidate, container
+        if unreachable and len(unreachable) == len(self._hosts(host)):
+            raise unreachable[0]
+        raise NotFound(f"No dev container named {user_name(name)!r}", details={"name": name})
+
+    def container_address(self, name: str, host: str | None = None) -> str:
+        """The IP address at which the host reaches the container (kernels connect there)."""
+        _, container = self.find(name, host)
+        return self.address_of(container)
+
+    def address_of(self, container: Container) -> str:
+        """``container_address`` of a container object already at hand."""
+        name = container.labels.get(L_NAME, container.name or "")
+        settings = container.attrs.get("NetworkSettings", {})
+        if container.attrs.get("HostConfig", {}).get("NetworkMode") == "host":
+            return "127.0.0.1"
+        networks = settings.get("Networks") or {}
+        preferred: dict[str, Any] = networks.get(self.network) or next(iter(networks.values()), {})
+        address = str(preferred.get("IPAddress") or settings.get("IPAddress") or "")
+        if not address:
+            raise EngineError(f"{user_name(name)!r} has no network address (is it running?)")
+        return address
+
+    def get(
+        self, name: str, host: str | None = None, *, count_changes: bool = False
+    ) -> DevContainerInfo:
+        """One container; ``count_changes``: count its uncommitted changes (see ``describe``)."""
+        found_host, container = self.find(name, host)
+        return self.describe(found_host, container, count_changes=count_changes)
+
+    def kernel(self, kernel_id: str) -> KernelInfo:
+        """Where a live kernel of this server runs: its dev container, host and GPUs.
+        ``NotFound`` for an unknown kernel and for one that is not a gpudev kernel."""
+        placement = self.kernels.get(kernel_id) if self.kernels is not None else None
+        if placement is None:
+            if self.kernels is not None and self.kernels.exists(kernel_id):
+                raise NotFound(
+                    f"Kernel {kernel_id} is not a gpudev kernel: it does not run in a dev "
+                    "container",
+                    details={"kernel_id": kernel_id},
+                )
+            raise NotFound(
+                f"No kernel {kernel_id} on this Jupyter server (it ended, or never existed)",
+                details={"kernel_id": kernel_id},
+            )
+        info = self.get(placement.container, placement.host)
+        return KernelInfo(
+            kernel_id=kernel_id,
+            container=info.name,
+            host=info.host,
+            environment=info.environment,
+            gpu_uuids=info.gpu_uuids,
+            shared=not placement.dedicated,
+            state=info.state,
+        )
+
+    def describe_hosts(self, name: str | None = None) -> builtins.list[HostInfo]:
+        """Every host (or the one named), each with the ledger's active GPU leases on it
+        (none reported for a host that cannot be reached)."""
+        infos = [self.host_pool.describe(name)] if name else self.host_pool.describe_all()
+        held: dict[str, builtins.list[Lease]] = {}
+        for lease in self.ledger.active():
+            held.setdefault(lease.host, []).append(lease)
+        return [
+            replace(info, leases=tuple(held.get(info.name, ())) if info.reachable else ())
+            for info in infos
+        ]
+
+    #: At most this many containers have their changes counted at once while listing.
+    COUNT_WORKERS = 4
+
+    def list(
+        self, all_states: bool = True, host: str | None = None, *, count_changes: bool = False
+    ) -> list[DevContainerInfo]:
+        """Every managed container on the reachable hosts (running only unless ``all_states``);
+        ``count_changes``: count their uncommitted changes too (see ``describe``), several at
+        once."""
+        found: list[tuple[Host, Container]] = []
+        hosts = self._hosts(host)
+        unreachable: list[GPUDevError] = []
+        for candidate in hosts:
+            try:
+                client = candidate.client()
+            except EngineUnreachable as err:
+                unreachable.append(err)
+                continue
+            with engine_errors(f"Listing dev containers on {candidate.name!r}", self.log):
+                containers = client.containers.list(
+                    all=all_states,
+                    filters={"label": [f"{L_MANAGED}=1", f"{L_HOST}={candidate.name}"]},
+                    ignore_removed=True,
+                )
+            found.extend((candidate, c) for c in containers)
+        if unreachable and len(unreachable) == len(hosts):
+            raise unreachable[0]  # no engine answered: say so, not "no containers"
+
+        def info(pair: tuple[Host, Container]) -> DevContainerInfo:
+            return self.describe(*pair, count_changes=count_changes)
+
+        if count_changes and len(found) > 1:
+            with ThreadPoolExecutor(min(self.COUNT_WORKERS, len(found))) as pool:
+                result = builtins.list(pool.map(info, found))
+        else:
+            result = [info(pair) for pair in found]
+        return sorted(result, key=lambda info: (info.host, info.name))
+
+    def terminal_command(self, name: str, host: str | None = None) -> builtins.list[str]:
+        """The argv of a shell inside a running dev container, for a Jupyter terminal.
+
+        Every element comes from the engine or from configuration, never from the request: the
+        container is found by its validated name, and addressed by its id.
+        """
+        found_host, container = self.find(name, host)
+        if container.status != "running":
+            raise Conflict(f"{user_name(name)!r} is not running: start it first")
+        return terminal_argv(found_host, container, self.docker_cli)
+
+    def remove_host(self, name: str) -> None:
+        """Remove a host added at run time, unless dev containers of it remain (they would
+        be left without a way to stop them, or their GPUs without a way to be freed)."""
+        host = self.host_pool.get(name)
+        if host.origin == "added":
+            try:
+                remaining = [info.name for info in self.list(all_states=True, host=name)]
+            except EngineUnreachable:
+                remaining = []  # a host that is gone can be forgotten
+            if remaining:
+                raise Conflict(
+                    f"Host {name!r} still has dev containers ({', '.join(remaining[:5])}): "
+                    "remove them (or commit their changes) first",
+                    details={"host": name, "containers": remaining},
+                )
+            held = sorted({lease.container for lease in self.ledger.active(name)})
+            if held:  # an unreachable host whose containers may still run with their GPUs
+                raise Conflict(
+                    f"Host {name!r} cannot be reached and its containers still hold GPU leases "
+                    f"({', '.join(held[:5])}): stop them there, or bring the host back first",
+                    details={"host": name, "containers": held},
+                )
+        self.host_pool.remove(name)
+
+    def set_web_port(
+        self, name: str, port: int, host: str | None = None, *, add: bool = True
+    ) -> DevContainerInfo:
+        """Serve ``port`` of a container through the proxy (``add=False``: stop serving one
+        added at run time; the environment's forwardPorts stay)."""
+        if not 1 <= port <= 65535:
+            raise BadRequest(f"Not a TCP port: {port}")
+        found_host, container = self.find(name, host)
+        if not add and port in declared_ports(container):
+            raise BadRequest(
+                f"Port {port} is one of the forwardPorts of {user_name(name)!r}'s environment: "
+                "it is always served (only ports added at run time can be removed)"
+            )
+        self.added_ports.set(str(container.id), port, add=add)
+        return self.describe(found_host, container)
+
+    def proxy_target(self, name: str, port: int, host: str | None = None) -> tuple[str, int]:
+        """Where the server connects to reach a web port of a running dev container: its
+        address on the host's bridge network (a local host), or a local end of an SSH forward
+        (a remote host). Only the container's web ports are served."""
+        found_host, container = self.find(name, host)
+        if port not in self.added_ports.web_ports(container):
+            raise NotFound(
+                f"Port {port} of {user_name(name)!r} is not forwarded: add it to forwardPorts, "
+                f"or with `jupyter gpudev ports add {user_name(name)} {port}`",
+                details={"name": user_name(name), "port": port},
+            )
+        if container.status != "running":
+            raise Conflict(f"{user_name(name)!r} is not running: start it first")
+        return found_host.reach(self.address_of(container), port)
+
+    def logs(
+        self, name: str, host: str | None = None, follow: bool = False, tail: int | None = None
+    ) -> Iterator[str]:
+        """The container's output; ``tail``: only its last lines. Without ``follow`` at most
+        ``max_log_bytes`` are read (streamed, never the whole log at once), then a line says
+        where the output was cut."""
+        _, container = self.find(name, host)
+        if not follow:
+            stream = container.logs(
+                stream=True, follow=False, timestamps=False, tail="all" if tail is None else tail
+            )
+            read = 0
+            try:
+                for chunk in stream:
+                    if read + len(chunk) > self.max_log_bytes:
+                        yield chunk[: self.max_log_bytes - read].decode(errors="replace")
+                        yield (
+                            f"\n[gpudev: the output is cut here, after {self.max_log_bytes} "
+                            "bytes; ask for its last lines (tail) to see its end]\n"
+                        )
+                        return
+                    read += len(chunk)
+                    yield chunk.decode(errors="replace")
+            finally:
+                close_stream(stream)
+            return
+        for chunk in container.logs(stream=True, follow=True):
+            yield chunk.decode(errors="replace")
+
+    def describe(
+        self,
+        host: Host,
+        container: Container,
+        warnings: tuple[str, ...] = (),
+        *,
+        count_changes: bool = False,
+    ) -> DevContainerInfo:
+        """The container as reported. Its uncommitted changes are counted (``docker diff``,
+        kept a while, see ``ChangeCounts``) only with ``count_changes``; otherwise a kept count
+        that still holds is reported, or ``None``."""
+        labels = container.labels
+        name = labels.get(L_NAME, user_name(container.name or ""))
+        ports: dict[str, int] = {}
+        for key, bindings in (
+            container.attrs.get("NetworkSettings", {}).get("Ports") or {}
+        ).items():
+            for binding in bindings or []:
+                if binding.get("HostIp") in ("127.0.0.1", "") and binding.get("HostPort"):
+                    ports[key.split("/")[0]] = int(binding["HostPort"])
+        lease = self.ledger.for_container(host.name, labels.get(L_NAME, ""))
+        state = container.attrs.get("State", {})
+        status = str(state.get("Status", container.status))
+        usage = self.kernels.usage(host.name, name) if self.kernels is not None else None
+        return DevContainerInfo(
+            name=name,
+            container_id=str(container.id),
+            host=host.name,
+            environment=labels.get(L_ENV, ""),
+            owner=labels.get(L_OWNER, ""),
+            image=labels.get(L_IMAGE, ""),
+            state=status,
+            status=_status_text(state),
+            created=labels.get(L_CREATED, ""),
+            gpu_uuids=labelled_gpus(labels),
+            lease_id=lease.lease_id if lease else None,
+            ports=ports,
+            warnings=warnings,
+            pinned=labels.get(L_NAME, "") in self.ledger.pinned(host.name),
+            kernel_id=labels.get(L_KERNEL) or None,
+            web_ports=self.added_ports.web_ports(container),
+            forward_ports=tuple(sorted(declared_ports(container))),
+            started_at=engine_time(state.get("StartedAt")) if state.get("Running") else None,
+            finished_at=engine_time(state.get("FinishedAt")) if status in STOPPED else None,
+            kernels=usage.count if usage is not None else None,
+            last_activity=(
+                iso_utc(usage.last_activity.timestamp())
+                if usage is not None and usage.last_activity is not None
+                else None
+            ),
+            uncommitted=(
+                self.changes.count(host, container, compute=count_changes)
+                if self.changes is not None
+                else None
+            ),
+        )
+
+
+def _status_text(state: dict[str, Any]) -> str:
+    status = str(state.get("Status", "unknown"))
+    if status == "exited":
+        return f"exited ({state.get('ExitCode', '?')})"
+    return status
