@@ -31,8 +31,16 @@ if pgrep -x dockerd >/dev/null; then
   echo "fresh-ci.sh: dockerd did not stop" >&2
   exit 1
 fi
-if [ -d /var/lib/docker ]; then
-  OLD="/var/lib/docker.before-fresh-ci.$(date +%Y%m%d-%H%M%S)"
+STAMP="$(date +%Y%m%d-%H%M%S)"
+if mountpoint -q /var/lib/docker 2>/dev/null; then
+  # A mount point cannot be renamed: its contents go into a folder inside it, which an engine
+  # started there ignores.
+  OLD="/var/lib/docker/.before-fresh-ci.$STAMP"
+  mkdir "$OLD"
+  find /var/lib/docker -mindepth 1 -maxdepth 1 ! -name '.before-fresh-ci.*' -exec mv -t "$OLD" {} +
+  echo "The old engine state is kept at $OLD (delete it when done)."
+elif [ -d /var/lib/docker ]; then
+  OLD="/var/lib/docker.before-fresh-ci.$STAMP"
   mv /var/lib/docker "$OLD"
   echo "The old engine state is kept at $OLD (delete it when done)."
 fi
