@@ -1,4 +1,5 @@
-"""Every label gpudev sets or reads on engine objects, in one place.
+"""Every label gpudev sets or reads on engine objects, in one place, and the container states
+read with them.
 
 Containers, images and snapshot images carry them; they are written by gpudev only (never taken
 from an image or a request) and read back to find what gpudev made.
@@ -31,6 +32,13 @@ L_LEDGER = f"{LABEL}.ledger"
 #: The web ports the environment declared (``forwardPorts``), comma separated.
 L_PORTS = f"{LABEL}.ports"
 
+# GPU claims (``leasing/claims.py``): a container per leased GPU, created and never started.
+#: The GPU UUID a claim is for.
+L_CLAIM = f"{LABEL}.claim"
+#: The engine id of the dev container holding the GPU, and when the claim was made (epoch s).
+L_CLAIM_HOLDER = f"{L_CLAIM}.holder"
+L_CLAIM_AT = f"{L_CLAIM}.at"
+
 # Throwaway containers gpudev runs (the image probe).
 L_PROBE = f"{LABEL}.probe"
 
@@ -51,3 +59,12 @@ OCI_BASE_NAME = "org.opencontainers.image.base.name"
 OCI_BASE_DIGEST = "org.opencontainers.image.base.digest"
 OCI_DESCRIPTION = "org.opencontainers.image.description"
 OCI_CREATED = "org.opencontainers.image.created"
+
+
+#: Engine states in which a container holds nothing (its GPUs are free again).
+STOPPED = ("exited", "dead", "removing")
+
+
+def labelled_gpus(labels: dict[str, str]) -> tuple[str, ...]:
+    """The GPU UUIDs a container was created with (its label)."""
+    return tuple(filter(None, labels.get(L_GPUS, "").split(",")))

@@ -14,6 +14,7 @@ from typing import Any
 
 from traitlets.config import Config, Configurable
 
+from .access import Access
 from .changes.capture import ChangeCapture
 from .changes.commit import Committer
 from .changes.tracker import ChangeTracker
@@ -29,6 +30,7 @@ from .kernels.registry import KernelRegistry
 #: Every configurable class of gpudev: the server extension's and the CLI's ``classes``, so
 #: ``--help-all`` and ``--generate-config`` show their traits.
 CLASSES: tuple[type[Configurable], ...] = (
+    Access,
     HostPool,
     GPUInventory,
     ContainerLookup,

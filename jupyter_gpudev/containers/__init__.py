@@ -3,17 +3,16 @@
 remove, list), the commands run inside (``commands``), terminals, web ports, and what the
 lifecycle needs from the parts above it (``hooks``)."""
 
+from ..labels import STOPPED, labelled_gpus
 from .commands import close_stream
 from .hooks import ChangeTracking, KernelTracking
 from .lifecycle import DevContainers
 from .model import (
-    STOPPED,
     DevContainerInfo,
     KernelInfo,
     StartRequest,
     docker_name,
     engine_time,
-    labelled_gpus,
     user_name,
 )
 from .placement import CudaMismatch, NoHostFits

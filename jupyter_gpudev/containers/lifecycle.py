@@ -14,13 +14,13 @@ Every method here blocks (Docker SDK calls): the server runs them in worker thre
 from __future__ import annotations
 
 import builtins
-import getpass
 import json
 import os
 import re
 import secrets
 import socket
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,6 +31,7 @@ import docker.errors
 from docker.models.containers import Container
 from traitlets import Bool, Float, Instance, Int, List, Unicode, default
 
+from ..access import Caller
 from ..engine import (
     Host,
     Inventory,
@@ -66,14 +67,19 @@ from ..labels import (
     L_MANAGED,
     L_NAME,
     L_OWNER,
+    STOPPED,
+    labelled_gpus,
 )
 from ..leasing import (
+    EngineClaims,
     GPURequest,
+    GPUTaken,
     LeasableGPU,
     Lease,
     NoFreeGPU,
     check_fit,
     leasable_units,
+    seen_by,
 )
 from . import seccomp
 from .commands import run_lifecycle_commands
@@ -82,11 +88,9 @@ from .images import ensure_image
 from .lookup import ContainerLookup
 from .model import (
     PREFIX,
-    STOPPED,
     DevContainerInfo,
     StartRequest,
     docker_name,
-    labelled_gpus,
     user_name,
 )
 from .placement import (
@@ -232,7 +236,9 @@ class DevContainers(ContainerLookup):
         slug = re.sub(r"[^a-z0-9_.-]+", "-", owner.lower()).strip("-.") or "user"
         return f"{env.name}-{slug}-{secrets.token_hex(2)}"[:63]
 
-    def _place(self, env: Environment, request: StartRequest, say: Progress) -> Placement:
+    def _place(
+        self, env: Environment, request: StartRequest, who: Caller, say: Progress
+    ) -> Placement:
         """Where a start goes: the host asked for, else the first host (local first, then
         configured, then added ones) that is reachable and can lease the GPUs asked for now,
         with a driver new enough for the image when the image is there (``choose``: when none
@@ -256,7 +262,7 @@ class DevContainers(ContainerLookup):
                         yield HostReport(name, reachable=False, reason=err.message)
                         continue
                     seen[name] = candidate.gpus() if wanted is not None else None
-                    reason = self._cannot_place(candidate, env, wanted, seen[name])
+                    reason = self._cannot_place(candidate, env, wanted, seen[name], who)
                     yield HostReport(name, reachable=True, reason=reason)
 
             chosen = choose(reports(), env.name, fallback=wanted is not None and optional)
@@ -275,6 +281,7 @@ class DevContainers(ContainerLookup):
         env: Environment,
         wanted: GPURequest | None,
         inventory: Inventory | None,
+        who: Caller,
     ) -> str | None:
         """Why ``host`` cannot take the request now, or ``None``."""
         if wanted is None or inventory is None:
@@ -282,7 +289,7 @@ class DevContainers(ContainerLookup):
         if not inventory.gpus:
             return f"no GPU ({inventory.reason or 'none found'})"
         try:
-            units, held = self._leasable_now(host, inventory)  # EngineUnreachable: a reason
+            units, held = self._leasable_now(host, inventory, who)  # EngineUnreachable: a reason
             check_fit(host.name, wanted, units, held)
         except GPUDevError as err:
             return err.message
@@ -301,15 +308,23 @@ class DevContainers(ContainerLookup):
             return err.message
         return None
 
-    def start(self, request: StartRequest, progress: Progress | None = None) -> DevContainerInfo:
-        """Create and start a dev container holding exactly its leased GPUs."""
+    def start(
+        self,
+        request: StartRequest,
+        progress: Progress | None = None,
+        *,
+        caller: Caller | None = None,
+    ) -> DevContainerInfo:
+        """Create and start a dev container holding exactly its leased GPUs, owned by
+        ``caller`` (default: the single-user mode's user)."""
         say: Progress = progress or (lambda _event: None)
-        owner = request.owner or getpass.getuser()
+        who = self.access.resolve(caller)
+        owner = who.name
         env = self.environments.get(request.environment, self.root_dir)
         if request.image:
             env = replace(env, image=request.image, build=None)
         self.environments.check_image_allowed(env, self.root_dir)
-        placement = self._place(env, request, say)
+        placement = self._place(env, request, who, say)
         host, inventory = placement.host, placement.inventory
         client = host.client()
         name = self._new_name(env, request, owner)
@@ -322,37 +337,23 @@ class DevContainers(ContainerLookup):
         image, image_env = ensure_image(client, env, self.registries, say, self.log)
         if inventory is not None:
             check_cuda(image, image_env, host.name, inventory)
-        lease: Lease | None = None
         notes: list[str] = []
-        if placement.gpu_request is not None and inventory is not None:
-            try:
-                lease = self._lease(host, name, owner, placement.gpu_request, inventory)
-            except NoFreeGPU:
-                if not gpus_optional(env, request):
-                    raise
-                notes.append(f"no free GPU on host {host.name!r}: started without a GPU")
-                say({"stage": "lease", "message": notes[-1]})
-                inventory = None
-        container: Container | None = None
+        container, lease = self._create_holding(
+            host=host,
+            env=env,
+            request=request,
+            name=name,
+            who=who,
+            image=image,
+            placement=placement,
+            notes=notes,
+            say=say,
+        )
         try:
-            if lease is not None:
-                say({"stage": "lease", "message": f"leased {', '.join(lease.gpu_uuids)}"})
-            say({"stage": "create", "message": f"creating {docker_name(name)}"})
-            container = self._create(
-                client=client,
-                env=env,
-                name=name,
-                owner=owner,
-                host=host,
-                image=image,
-                lease=lease,
-                inventory=inventory,
-                kernel_id=request.kernel_id,
-            )
             say({"stage": "start", "message": f"starting {docker_name(name)}"})
             self._start_and_check(name, container)
         except BaseException as exc:
-            self._undo(container, lease)
+            self._undo(container, lease, host)
             if isinstance(exc, GPUDevError):
                 raise
             if isinstance(exc, ENGINE_FAILURES):
@@ -400,29 +401,133 @@ class DevContainers(ContainerLookup):
             details={"log": tail.splitlines()[-20:]},
         )
 
-    def _lease(
-        self, host: Host, name: str, owner: str, request: GPURequest, inventory: Inventory
-    ) -> Lease:
-        units, _ = self._leasable_now(host, inventory)
-        return self.ledger.acquire(host.name, name, owner, request, units)
+    def _create_holding(
+        self,
+        *,
+        host: Host,
+        env: Environment,
+        request: StartRequest,
+        name: str,
+        who: Caller,
+        image: str,
+        placement: Placement,
+        notes: builtins.list[str],
+        say: Progress,
+    ) -> tuple[Container, Lease | None]:
+        """Lease GPUs, create the container (not started) and claim them on its engine.
+
+        The engine's claims decide between servers and host entries (``leasing/claims.py``):
+        a GPU claimed by someone else meanwhile is left out and the GPUs chosen again, with
+        the container made anew. Nothing is left behind on failure."""
+        inventory = placement.inventory
+        wanted = placement.gpu_request
+        taken: set[str] = set()
+        for _attempt in range(8):
+            lease: Lease | None = None
+            if wanted is not None and inventory is not None:
+                try:
+                    units, held = self._leasable_now(host, inventory, who, taken)
+                    lease = self.ledger.acquire(
+                        host.name,
+                        name,
+                        who.name,
+                        wanted,
+                        units,
+                        held_elsewhere=held,
+                        shown_to=None if who.admin else who.name,
+                    )
+                except NoFreeGPU:
+                    if not gpus_optional(env, request):
+                        raise
+                    notes.append(f"no free GPU on host {host.name!r}: started without a GPU")
+                    say({"stage": "lease", "message": notes[-1]})
+                    inventory = None
+            container: Container | None = None
+            try:
+                if lease is not None:
+                    say({"stage": "lease", "message": f"leased {', '.join(lease.gpu_uuids)}"})
+                say({"stage": "create", "message": f"creating {docker_name(name)}"})
+                container = self._create(
+                    client=host.client(),
+                    env=env,
+                    name=name,
+                    owner=who.name,
+                    host=host,
+                    image=image,
+                    lease=lease,
+                    inventory=inventory,
+                    kernel_id=request.kernel_id,
+                )
+                if lease is not None:
+                    self._claims(host).claim(
+                        lease.gpu_uuids,
+                        holder_id=str(container.id),
+                        holder_name=name,
+                        owner=who.name,
+                    )
+            except GPUTaken as lost:
+                self._undo(container, lease, host)
+                taken.add(lost.taken.uuid)
+                if wanted is not None and wanted.uuids:
+                    raise self._held_elsewhere(host, wanted, lost) from None
+                continue
+            except BaseException as exc:
+                self._undo(container, lease, host)
+                if isinstance(exc, ENGINE_FAILURES):
+                    raise engine_error(f"Creating {name!r}", exc, self.log) from exc
+                raise
+            return container, lease
+        raise NoFreeGPU(
+            f"The GPUs of host {host.name!r} were taken by other starts while this one chose; "
+            "try again",
+            details={"host": host.name},
+        )
+
+    @staticmethod
+    def _held_elsewhere(host: Host, wanted: GPURequest, lost: GPUTaken) -> NoFreeGPU:
+        return NoFreeGPU(
+            f"{wanted.wanted} GPU{'' if wanted.wanted == 1 else 's'} requested on host "
+            f"{host.name!r} by UUID: {lost.taken.uuid} is held by another dev container",
+            details={"host": host.name, "uuid": lost.taken.uuid},
+        )
+
+    def _claims(self, host: Host) -> EngineClaims:
+        """The GPU claims on ``host``'s engine (the decision between ledgers and hosts)."""
+        return EngineClaims(
+            host.client(), grace=self.reconcile_grace, ledger_id=self.ledger_id, log=self.log
+        )
 
     def _leasable_now(
-        self, host: Host, inventory: Inventory
+        self, host: Host, inventory: Inventory, who: Caller, taken: Iterable[str] = ()
     ) -> tuple[builtins.list[LeasableGPU], dict[str, Lease]]:
-        """The host's units a lease may take and the ledger's holders. Frees the leases of
-        containers that died on their own first, and never offers a GPU that a live container
-        holds by label (another ledger, another host entry of the same engine)."""
+        """The host's units and who holds which of them: this ledger's leases, then the
+        engine's claims of other servers and host entries (and GPUs a live container holds by
+        label, or that a start just lost, ``taken``), as ``who`` may see them. Frees the leases
+        of containers that died on their own and stale claims first."""
         _, labelled = self._reconcile_host(host)
         held = self.ledger.holders(host.name)
-        units = [u for u in leasable_units(inventory) if u.uuid in held or u.uuid not in labelled]
-        return units, held
+        for uuid, claim in self._claims(host).live().items():
+            held.setdefault(
+                uuid, Lease("", host.name, claim.holder_name, claim.owner, (uuid,), claim.at)
+            )
+        now = time.time()
+        for uuid in (*sorted(labelled), *taken):
+            held.setdefault(uuid, Lease("", host.name, "", "another dev container", (uuid,), now))
+        viewer = None if who.admin else who.name
+        return leasable_units(inventory), {u: seen_by(lease, viewer) for u, lease in held.items()}
 
     def resume(
-        self, name: str, host: str | None = None, progress: Progress | None = None
+        self,
+        name: str,
+        host: str | None = None,
+        progress: Progress | None = None,
+        *,
+        caller: Caller | None = None,
     ) -> DevContainerInfo:
         """Start a stopped dev container again, leasing the same GPUs it was created with."""
         say: Progress = progress or (lambda _event: None)
-        found_host, container = self.find(name, host)
+        who = self.access.resolve(caller)
+        found_host, container = self.find(name, host, caller=who)
         if container.status == "running":
             return self.describe(found_host, container)
         labels = container.labels
@@ -430,14 +535,31 @@ class DevContainers(ContainerLookup):
         uuids = labelled_gpus(labels)
         lease: Lease | None = None
         if uuids:
-            # The GPUs are part of the container (its DeviceRequest): only those will do.
+            # The GPUs are part of the container (its DeviceRequest): only those will do. The
+            # same two steps as a start: this ledger, then the engine's claims.
+            wanted = GPURequest(uuids=uuids)
+            owner = labels.get(L_OWNER, "unknown")
+            inventory = found_host.gpus()
+            units, held = self._leasable_now(found_host, inventory, who)
             lease = self.ledger.acquire(
                 found_host.name,
                 user,
-                labels.get(L_OWNER, "unknown"),
-                GPURequest(uuids=uuids),
-                leasable_units(found_host.gpus()),
+                owner,
+                wanted,
+                units,
+                held_elsewhere=held,
+                shown_to=None if who.admin else who.name,
             )
+            try:
+                self._claims(found_host).claim(
+                    uuids, holder_id=str(container.id), holder_name=user, owner=owner
+                )
+            except GPUTaken as lost:
+                self.ledger.release(lease.lease_id)
+                raise self._held_elsewhere(found_host, wanted, lost) from None
+            except BaseException:
+                self.ledger.release(lease.lease_id)
+                raise
         try:
             self._start_and_check(user, container)
         except BaseException as exc:
@@ -448,7 +570,7 @@ class DevContainers(ContainerLookup):
                 self.log.exception("Could not stop %s after a failed start", container.name)
             else:
                 if lease is not None:
-                    self.ledger.release(lease.lease_id)
+                    self._release_for(found_host, container)
             if isinstance(exc, ENGINE_FAILURES):
                 raise engine_error(f"Starting {user!r} again", exc, self.log) from exc
             raise
@@ -484,8 +606,10 @@ class DevContainers(ContainerLookup):
                 raise engine_error(f"Creating the network {self.network!r}", exc, self.log) from exc
         return self.network
 
-    def _undo(self, container: Container | None, lease: Lease | None) -> None:
-        """After a failed start: remove the container, then free its lease."""
+    def _undo(
+        self, container: Container | None, lease: Lease | None, host: Host | None = None
+    ) -> None:
+        """After a failed start: remove the container, then free its lease and claims."""
         if container is not None:
             try:
                 container.remove(force=True)
@@ -494,6 +618,11 @@ class DevContainers(ContainerLookup):
                 return  # keep the lease: the container may still hold the GPUs
         if lease is not None:
             self.ledger.release(lease.lease_id)
+            if container is not None and host is not None:
+                try:
+                    self._claims(host).release(str(container.id))
+                except GPUDevError:  # stale now (its holder is gone): swept later
+                    self.log.exception("Could not release the claims of %s", container.name)
 
     def _create(
         self,
@@ -553,8 +682,10 @@ class DevContainers(ContainerLookup):
         machine's Jupyter root and allowed roots, or a remote host's configured workspace and
         mount roots, resolved there. Returns them and the workspace folder ('' for none)."""
         if host.spec.is_local:
-            mounts = [self.mount_policy.workspace(self.root_dir, env.workspace_folder)]
-            mounts.extend(self.mount_policy.resolve_declared(env.mounts))
+            # gpudev's own state (leases, baselines, added hosts) is in no mounted folder.
+            state = (self.state_dir, self.host_pool.hosts_file)
+            mounts = [self.mount_policy.workspace(self.root_dir, env.workspace_folder, state=state)]
+            mounts.extend(self.mount_policy.resolve_declared(env.mounts, state=state))
             return mounts, str(self.root_dir)
         where = f"host {host.name!r}"
         trait = f"c.HostPool.hosts[{host.name!r}]['mount_roots']"
@@ -627,9 +758,11 @@ class DevContainers(ContainerLookup):
     # Stop, remove, list, logs
     # ------------------------------------------------------------------------------------------
 
-    def stop(self, name: str, host: str | None = None) -> DevContainerInfo:
+    def stop(
+        self, name: str, host: str | None = None, *, caller: Caller | None = None
+    ) -> DevContainerInfo:
         """Stop a container; its lease is released only once it has really stopped."""
-        found_host, container = self.find(name, host)
+        found_host, container = self.find(name, host, caller=caller)
         self._stop(found_host, container)
         return self.describe(found_host, container)
 
@@ -647,14 +780,23 @@ class DevContainers(ContainerLookup):
     def _release_for(self, host: Host, container: Container) -> None:
         # By container, not by the label's lease id: a resumed container holds a newer lease.
         self.ledger.release_container(host.name, container.labels.get(L_NAME, ""))
+        if labelled_gpus(container.labels):
+            self._claims(host).release(str(container.id))
 
-    def remove(self, name: str, host: str | None = None, force: bool = False) -> None:
+    def remove(
+        self,
+        name: str,
+        host: str | None = None,
+        force: bool = False,
+        *,
+        caller: Caller | None = None,
+    ) -> None:
         """Remove a container; one with uncommitted changes needs ``force``.
 
         A running container is stopped first (its lease freed) and only then checked for
         changes, so nothing written while it stops is lost without ``force``.
         """
-        found_host, container = self.find(name, host)
+        found_host, container = self.find(name, host, caller=caller)
         if container.status not in STOPPED:
             self._stop(found_host, container)
         # Changes a commit left out (``held``) are uncommitted too, files or not.
@@ -683,10 +825,17 @@ class DevContainers(ContainerLookup):
             return self.changes.uncommitted(name, host, container)
         return sorted(str(d["Path"]) for d in container.diff() or [])
 
-    def pin(self, name: str, host: str | None = None, pinned: bool = True) -> DevContainerInfo:
+    def pin(
+        self,
+        name: str,
+        host: str | None = None,
+        pinned: bool = True,
+        *,
+        caller: Caller | None = None,
+    ) -> DevContainerInfo:
         """Pin a shared dev container: it keeps running (and holding its GPUs) after its last
         kernel ends, until stopped by hand. ``pinned=False`` unpins it."""
-        found_host, container = self.find(name, host)
+        found_host, container = self.find(name, host, caller=caller)
         if container.labels.get(L_KERNEL):
             raise BadRequest(
                 f"{user_name(name)!r} belongs to one kernel and ends with it; pin a dev "
@@ -758,4 +907,11 @@ class DevContainers(ContainerLookup):
 
     def _reconcile_host(self, host: Host) -> tuple[dict[str, Any], set[str]]:
         """Reconcile one host (see ``reconcile.reconcile_host``)."""
-        return reconcile_host(host, self.ledger, self.reconcile_grace, self.log)
+        return reconcile_host(
+            host,
+            ledger=self.ledger,
+            ledger_id=self.ledger_id,
+            claims=self._claims(host),
+            grace=self.reconcile_grace,
+            log=self.log,
+        )

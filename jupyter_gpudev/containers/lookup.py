@@ -26,6 +26,7 @@ from jupyter_core.paths import jupyter_data_dir
 from traitlets import Instance, Int, Unicode, default
 from traitlets.config import LoggingConfigurable
 
+from ..access import ANOTHER_USER, Access, Caller
 from ..engine import (
     Host,
     HostInfo,
@@ -49,6 +50,8 @@ from ..labels import (
     L_MANAGED,
     L_NAME,
     L_OWNER,
+    STOPPED,
+    labelled_gpus,
 )
 from ..leasing import (
     Lease,
@@ -58,12 +61,10 @@ from ..leasing import (
 from .commands import close_stream
 from .hooks import ChangeTracking, KernelTracking
 from .model import (
-    STOPPED,
     DevContainerInfo,
     KernelInfo,
     docker_name,
     engine_time,
-    labelled_gpus,
     user_name,
 )
 from .ports import AddedPorts, declared_ports
@@ -106,6 +107,12 @@ class ContainerLookup(LoggingConfigurable):
     ).tag(config=True)
 
     host_pool = Instance(HostPool)
+
+    access = Instance(Access, help="Who owns which dev container (``c.Access``).")
+
+    @default("access")
+    def _default_access(self) -> Access:
+        return Access(parent=self)
 
     def __init__(
         self,
@@ -154,8 +161,13 @@ class ContainerLookup(LoggingConfigurable):
             return [self._host(host)]
         return [self.host_pool.get(n) for n in self.host_pool.names()]
 
-    def find(self, name: str, host: str | None = None) -> tuple[Host, Container]:
-        """The managed container called ``name`` on ``host`` (or on any reachable host)."""
+    def find(
+        self, name: str, host: str | None = None, *, caller: Caller | None = None
+    ) -> tuple[Host, Container]:
+        """The managed container called ``name`` on ``host`` (or on any reachable host), if
+        ``caller`` (default: the single-user mode's user) may see it: another user's
+        container is ``NotFound``, exactly like one that does not exist."""
+        who = self.access.resolve(caller)
         unreachable: list[GPUDevError] = []
         for candidate in self._hosts(host):
             try:
@@ -167,15 +179,21 @@ class ContainerLookup(LoggingConfigurable):
             except EngineUnreachable as err:
                 unreachable.append(err)
                 continue
-            if container.labels.get(L_MANAGED) == "1" and on_host(container, candidate):
+            if (
+                container.labels.get(L_MANAGED) == "1"
+                and on_host(container, candidate)
+                and self.access.may_see(who, container.labels, self.ledger_id)
+            ):
                 return candidate, container
         if unreachable and len(unreachable) == len(self._hosts(host)):
             raise unreachable[0]
         raise NotFound(f"No dev container named {user_name(name)!r}", details={"name": name})
 
-    def container_address(self, name: str, host: str | None = None) -> str:
+    def container_address(
+        self, name: str, host: str | None = None, *, caller: Caller | None = None
+    ) -> str:
         """The IP address at which the host reaches the container (kernels connect there)."""
-        _, container = self.find(name, host)
+        _, container = self.find(name, host, caller=caller)
         return self.address_of(container)
 
     def address_of(self, container: Container) -> str:
@@ -192,10 +210,15 @@ class ContainerLookup(LoggingConfigurable):
         return address
 
     def get(
-        self, name: str, host: str | None = None, *, count_changes: bool = False
+        self,
+        name: str,
+        host: str | None = None,
+        *,
+        count_changes: bool = False,
+        caller: Caller | None = None,
     ) -> DevContainerInfo:
         """One container; ``count_changes``: count its uncommitted changes (see ``describe``)."""
-        found_host, container = self.find(name, host)
+        found_host, container = self.find(name, host, caller=caller)
         return self.describe(found_host, container, count_changes=count_changes)
 
     def kernel(self, kernel_id: str) -> KernelInfo:
@@ -224,12 +247,18 @@ class ContainerLookup(LoggingConfigurable):
             state=info.state,
         )
 
-    def describe_hosts(self, name: str | None = None) -> builtins.list[HostInfo]:
+    def describe_hosts(
+        self, name: str | None = None, *, caller: Caller | None = None
+    ) -> builtins.list[HostInfo]:
         """Every host (or the one named), each with the ledger's active GPU leases on it
-        (none reported for a host that cannot be reached)."""
+        (none reported for a host that cannot be reached). Another user's lease is shown to a
+        non-administrator as held by "another user", without its container."""
+        who = self.access.resolve(caller)
         infos = [self.host_pool.describe(name)] if name else self.host_pool.describe_all()
         held: dict[str, builtins.list[Lease]] = {}
         for lease in self.ledger.active():
+            if not who.sees_owner(lease.owner):
+                lease = replace(lease, lease_id="", container="", owner=ANOTHER_USER)  # noqa: PLW2901
             held.setdefault(lease.host, []).append(lease)
         return [
             replace(info, leases=tuple(held.get(info.name, ())) if info.reachable else ())
@@ -240,11 +269,17 @@ class ContainerLookup(LoggingConfigurable):
     COUNT_WORKERS = 4
 
     def list(
-        self, all_states: bool = True, host: str | None = None, *, count_changes: bool = False
+        self,
+        all_states: bool = True,
+        host: str | None = None,
+        *,
+        count_changes: bool = False,
+        caller: Caller | None = None,
     ) -> list[DevContainerInfo]:
-        """Every managed container on the reachable hosts (running only unless ``all_states``);
-        ``count_changes``: count their uncommitted changes too (see ``describe``), several at
-        once."""
+        """Every managed container on the reachable hosts that ``caller`` may see (running
+        only unless ``all_states``); ``count_changes``: count their uncommitted changes too
+        (see ``describe``), several at once."""
+        who = self.access.resolve(caller)
         found: list[tuple[Host, Container]] = []
         hosts = self._hosts(host)
         unreachable: list[GPUDevError] = []
@@ -260,7 +295,11 @@ class ContainerLookup(LoggingConfigurable):
                     filters={"label": [f"{L_MANAGED}=1", f"{L_HOST}={candidate.name}"]},
                     ignore_removed=True,
                 )
-            found.extend((candidate, c) for c in containers)
+            found.extend(
+                (candidate, c)
+                for c in containers
+                if self.access.may_see(who, c.labels, self.ledger_id)
+            )
         if unreachable and len(unreachable) == len(hosts):
             raise unreachable[0]  # no engine answered: say so, not "no containers"
 
@@ -274,13 +313,15 @@ class ContainerLookup(LoggingConfigurable):
             result = [info(pair) for pair in found]
         return sorted(result, key=lambda info: (info.host, info.name))
 
-    def terminal_command(self, name: str, host: str | None = None) -> builtins.list[str]:
+    def terminal_command(
+        self, name: str, host: str | None = None, *, caller: Caller | None = None
+    ) -> builtins.list[str]:
         """The argv of a shell inside a running dev container, for a Jupyter terminal.
 
         Every element comes from the engine or from configuration, never from the request: the
         container is found by its validated name, and addressed by its id.
         """
-        found_host, container = self.find(name, host)
+        found_host, container = self.find(name, host, caller=caller)
         if container.status != "running":
             raise Conflict(f"{user_name(name)!r} is not running: start it first")
         return terminal_argv(found_host, container, self.docker_cli)
@@ -310,13 +351,19 @@ class ContainerLookup(LoggingConfigurable):
         self.host_pool.remove(name)
 
     def set_web_port(
-        self, name: str, port: int, host: str | None = None, *, add: bool = True
+        self,
+        name: str,
+        port: int,
+        host: str | None = None,
+        *,
+        add: bool = True,
+        caller: Caller | None = None,
     ) -> DevContainerInfo:
         """Serve ``port`` of a container through the proxy (``add=False``: stop serving one
         added at run time; the environment's forwardPorts stay)."""
         if not 1 <= port <= 65535:
             raise BadRequest(f"Not a TCP port: {port}")
-        found_host, container = self.find(name, host)
+        found_host, container = self.find(name, host, caller=caller)
         if not add and port in declared_ports(container):
             raise BadRequest(
                 f"Port {port} is one of the forwardPorts of {user_name(name)!r}'s environment: "
@@ -325,11 +372,13 @@ class ContainerLookup(LoggingConfigurable):
         self.added_ports.set(str(container.id), port, add=add)
         return self.describe(found_host, container)
 
-    def proxy_target(self, name: str, port: int, host: str | None = None) -> tuple[str, int]:
+    def proxy_target(
+        self, name: str, port: int, host: str | None = None, *, caller: Caller | None = None
+    ) -> tuple[str, int]:
         """Where the server connects to reach a web port of a running dev container: its
         address on the host's bridge network (a local host), or a local end of an SSH forward
         (a remote host). Only the container's web ports are served."""
-        found_host, container = self.find(name, host)
+        found_host, container = self.find(name, host, caller=caller)
         if port not in self.added_ports.web_ports(container):
             raise NotFound(
                 f"Port {port} of {user_name(name)!r} is not forwarded: add it to forwardPorts, "
@@ -341,12 +390,18 @@ class ContainerLookup(LoggingConfigurable):
         return found_host.reach(self.address_of(container), port)
 
     def logs(
-        self, name: str, host: str | None = None, follow: bool = False, tail: int | None = None
+        self,
+        name: str,
+        host: str | None = None,
+        follow: bool = False,
+        tail: int | None = None,
+        *,
+        caller: Caller | None = None,
     ) -> Iterator[str]:
         """The container's output; ``tail``: only its last lines. Without ``follow`` at most
         ``max_log_bytes`` are read (streamed, never the whole log at once), then a line says
         where the output was cut."""
-        _, container = self.find(name, host)
+        _, container = self.find(name, host, caller=caller)
         if not follow:
             stream = container.logs(
                 stream=True, follow=False, timestamps=False, tail="all" if tail is None else tail

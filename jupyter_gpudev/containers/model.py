@@ -8,13 +8,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..labels import L_GPUS
 from ..leasing import iso_utc
 
 PREFIX = "gpudev-"
-
-
-STOPPED = ("exited", "dead", "removing")
 
 
 @dataclass(frozen=True)
@@ -26,7 +22,6 @@ class StartRequest:
     name: str | None = None
     gpus: int | None = None
     gpu_uuids: tuple[str, ...] = ()
-    owner: str | None = None
     #: Another image for the environment (e.g. a pushed snapshot); must be allowed.
     image: str | None = None
     #: Set by the kernel provisioner for a container dedicated to that kernel.
@@ -116,11 +111,6 @@ def engine_time(text: Any) -> str | None:
 def docker_name(name: str) -> str:
     """The engine's name of the dev container the user calls ``name``."""
     return name if name.startswith(PREFIX) else PREFIX + name
-
-
-def labelled_gpus(labels: dict[str, str]) -> tuple[str, ...]:
-    """The GPU UUIDs a container was created with (its label)."""
-    return tuple(filter(None, labels.get(L_GPUS, "").split(",")))
 
 
 def user_name(container_name: str) -> str:

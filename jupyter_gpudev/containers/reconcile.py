@@ -10,10 +10,19 @@ from typing import Any
 from docker.models.containers import Container
 
 from ..engine import Host
-from ..errors import engine_errors
-from ..labels import L_HOST, L_KERNEL, L_LEDGER, L_MANAGED, L_NAME, L_OWNER, L_PROCESS
-from ..leasing import LeaseLedger
-from .model import STOPPED, labelled_gpus
+from ..errors import GPUDevError, engine_errors
+from ..labels import (
+    L_HOST,
+    L_KERNEL,
+    L_LEDGER,
+    L_MANAGED,
+    L_NAME,
+    L_OWNER,
+    L_PROCESS,
+    STOPPED,
+    labelled_gpus,
+)
+from ..leasing import EngineClaims, LeaseLedger
 
 
 def on_host(container: Container, host: Host) -> bool:
@@ -33,14 +42,17 @@ def process_alive(pid: int) -> bool:
 
 
 def reconcile_host(
-    host: Host, ledger: LeaseLedger, grace: float, log: Any
+    host: Host, *, ledger: LeaseLedger, ledger_id: str, claims: EngineClaims, grace: float, log: Any
 ) -> tuple[dict[str, Any], set[str]]:
-    """Reconcile one host's leases; also returns the GPUs its live containers hold by label.
+    """Reconcile one host's leases and the engine's GPU claims; also returns the GPUs its live
+    containers hold by label.
 
     A container holds its GPUs in every state but stopped ones (exited, dead): a created or
     paused container still has its DeviceRequest. Leases younger than ``grace`` seconds are
     left alone (a start in flight: its lease is taken before its container exists), so this is
-    safe to run while containers start.
+    safe to run while containers start. The ledger takes back only containers made through it
+    (another server's ledger keeps its own); the engine's claims cover every container: stale
+    ones are removed, missing ones (pruned, or an older version's container) made again.
     """
     listed_at = time.time()
     with engine_errors("Listing dev containers", log):
@@ -53,17 +65,36 @@ def reconcile_host(
     holding: dict[str, tuple[str, ...]] = {}
     owners: dict[str, str] = {}
     labelled: set[str] = set()
+    running: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+    adoptable: set[str] = set()  # leased again from their label when they have no lease
     for container in containers:
         if container.status in STOPPED:
             continue
         labels = container.labels
-        labelled.update(labelled_gpus(labels))
-        if not on_host(container, host):
-            continue  # the ledger of this host name only reconciles its own containers
+        uuids = labelled_gpus(labels)
+        labelled.update(uuids)
         name = labels.get(L_NAME, "")
-        holding[name] = labelled_gpus(labels)
+        if uuids and container.status == "running":
+            running[str(container.id)] = (name, labels.get(L_OWNER, "unknown"), uuids)
+        if not on_host(container, host) or labels.get(L_LEDGER, ledger_id) != ledger_id:
+            continue  # the ledger of this host name only reconciles its own containers
+        holding[name] = uuids
         owners[name] = labels.get(L_OWNER, "unknown")
-    report = ledger.reconcile(host.name, holding, owners=owners, created_before=listed_at - grace)
+        if container.status == "running":
+            adoptable.add(name)
+    report = ledger.reconcile(
+        host.name,
+        holding,
+        owners=owners,
+        created_before=listed_at - grace,
+        adoptable=adoptable,
+    )
+    try:
+        claims.sweep()
+        for problem in claims.repair(running):
+            log.warning("gpudev: GPU claims on %s: %s", host.name, problem)
+    except GPUDevError as err:  # tidying only: a claim made meanwhile still decides
+        log.warning("gpudev: GPU claims on %s not tidied: %s", host.name, err.message)
     return report.to_json(), labelled
 
 

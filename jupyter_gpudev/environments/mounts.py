@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import docker.types
-from traitlets import Bool, Dict, List, Unicode
+from jupyter_core.paths import jupyter_config_dir, jupyter_data_dir, jupyter_runtime_dir
+from traitlets import Bool, Dict, List, Unicode, default
 from traitlets import Union as UnionTrait
 from traitlets.config import LoggingConfigurable
 
@@ -200,6 +201,55 @@ class MountPolicy(LoggingConfigurable):
         help="The host's CA bundle (PEM) that mount_ca_bundle mounts.",
     ).tag(config=True)
 
+    protected_paths = List(
+        Unicode(),
+        help="""Folders of this machine that no dev container may get: a workspace or mount
+        that is (or contains) one is refused. Default: ~/.ssh, ~/.docker, ~/.gnupg, ~/.aws,
+        ~/.kube, and the Jupyter config, data and runtime folders. gpudev's own state
+        (c.DevContainers.state_dir, the hosts file) is always protected.""",
+    ).tag(config=True)
+
+    allow_protected = Bool(
+        False,
+        help="""Mount a workspace or folder even though it contains a protected folder
+        (protected_paths): every dev container then reads and writes those files (SSH keys,
+        registry credentials, Jupyter's configuration). Prefer serving a project folder.""",
+    ).tag(config=True)
+
+    @default("protected_paths")
+    def _default_protected_paths(self) -> list[str]:
+        home = os.path.expanduser("~")
+        own = [os.path.join(home, name) for name in (".ssh", ".docker", ".gnupg", ".aws", ".kube")]
+        return [*own, jupyter_config_dir(), jupyter_data_dir(), jupyter_runtime_dir()]
+
+    def check_unprotected(self, source: str, what: str, state: Sequence[str] = ()) -> None:
+        """Refuse to mount ``source`` (a resolved path of this machine) when it is, or
+        contains, a protected folder or gpudev's ``state``; the message says what to do."""
+        for protected in (*state, *([] if self.allow_protected else self.protected_paths)):
+            real = os.path.realpath(os.path.expanduser(protected))
+            if _is_within(real, source):
+                if protected in state:
+                    hint = (
+                        "keep c.DevContainers.state_dir and the hosts file outside every "
+                        "mounted folder"
+                    )
+                elif what == "The workspace":
+                    hint = (
+                        "serve a project folder instead (jupyter lab --ServerApp.root_dir="
+                        "~/projects/NAME, or start Jupyter in it), or allow it with "
+                        "c.MountPolicy.allow_protected = True"
+                    )
+                else:
+                    hint = (
+                        "mount a folder that does not contain it, or allow it with "
+                        "c.MountPolicy.allow_protected = True"
+                    )
+                raise MountNotAllowed(
+                    f"{what} {source} contains {real}, which dev containers must not get "
+                    f"(they would read and write it): {hint}",
+                    details={"source": source, "protected": real},
+                )
+
     def roots(
         self,
         entries: Sequence[Any] | None = None,
@@ -243,6 +293,7 @@ class MountPolicy(LoggingConfigurable):
         read_only: bool | None = None,
         *,
         site: tuple[Sequence[Any], PathSystem, str] | None = None,
+        state: Sequence[str] = (),
     ) -> ResolvedMount:
         """Check one bind mount of host ``source`` at container ``target``.
 
@@ -274,6 +325,8 @@ class MountPolicy(LoggingConfigurable):
             )
         if not paths.exists(real):
             raise BadRequest(f"The mount source {source!r} does not exist on {paths.where}")
+        if paths is LOCAL_PATHS:
+            self.check_unprotected(real, "The mount source", state)
         if read_only is False and not root.writable:
             raise MountNotAllowed(
                 f"The mount source {source!r} cannot be writable: its root {root.path!r} is "
@@ -296,14 +349,21 @@ class MountPolicy(LoggingConfigurable):
         return ResolvedMount(source=real, target=normal_target, read_only=effective)
 
     def workspace(
-        self, root_dir: Path | str, workspace_folder: str, paths: PathSystem = LOCAL_PATHS
+        self,
+        root_dir: Path | str,
+        workspace_folder: str,
+        paths: PathSystem = LOCAL_PATHS,
+        state: Sequence[str] = (),
     ) -> ResolvedMount:
         """The workspace folder of the host (the Jupyter root directory on this machine, a
         configured folder on a remote host), read-write, at the environment's workspace
-        folder."""
+        folder. On this machine it may not contain a protected folder or gpudev's ``state``
+        (``check_unprotected``)."""
         real = paths.realpath(str(root_dir))
         if not paths.isdir(real):
             raise BadRequest(f"The workspace {str(root_dir)!r} is not a folder on {paths.where}")
+        if paths is LOCAL_PATHS:
+            self.check_unprotected(real, "The workspace", state)
         target = check_target(workspace_folder, "workspace folder")
         return ResolvedMount(source=real, target=target, read_only=False)
 
@@ -326,6 +386,7 @@ class MountPolicy(LoggingConfigurable):
         self,
         mounts: Sequence[DeclaredMount],
         site: tuple[Sequence[Any], PathSystem, str] | None = None,
+        state: Sequence[str] = (),
     ) -> list[ResolvedMount]:
         """Check an environment's mounts (on ``site``, a remote host, when given). A mount
         without ``readonly`` follows its root."""
@@ -338,7 +399,11 @@ class MountPolicy(LoggingConfigurable):
                 )
             resolved.append(
                 self.resolve(
-                    mount.source, mount.target, True if mount.read_only else None, site=site
+                    mount.source,
+                    mount.target,
+                    True if mount.read_only else None,
+                    site=site,
+                    state=state,
                 )
             )
         return resolved

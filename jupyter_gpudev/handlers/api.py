@@ -109,7 +109,7 @@ class EnvironmentsHandler(GPUDevHandler):
         )
 
 
-def _start_request(body: Any, owner: str) -> StartRequest:
+def _start_request(body: Any) -> StartRequest:
     """Validate a start request's JSON body; every problem is a 400 naming the field."""
     if not isinstance(body, dict):
         raise BadRequest("The body must be a JSON object")
@@ -134,7 +134,6 @@ def _start_request(body: Any, owner: str) -> StartRequest:
         name=body.get("name"),
         gpus=gpus,
         gpu_uuids=tuple(uuids),
-        owner=owner,
         image=body.get("image"),
     )
 
@@ -165,8 +164,8 @@ class ContainersHandler(GPUDevHandler):
             body = json.loads(self.request.body or b"{}")
         except ValueError as exc:
             raise BadRequest("The body is not valid JSON") from exc
-        owner = getattr(self.current_user, "username", None) or "unknown"
-        request = _start_request(body, owner)
+        # The owner is the user this server acts for (c.Access.user), whoever logged in.
+        request = _start_request(body)
         if self.wants_events():
             await self.stream_events(
                 "Starting the container", self.gpudev.containers.start, request

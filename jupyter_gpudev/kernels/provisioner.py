@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import shlex
 import signal
 import time
@@ -214,12 +213,10 @@ class GPUDevProvisioner(KernelProvisionerBase):
             # Joined first: a pending linger stop is cancelled before the container is checked.
             await self._run(self._ensure_running)
         else:
-            owner = self._owner()
             request = StartRequest(
                 environment=self.environment,
                 host=self.host or None,
                 gpus=None if self.gpus < 0 else self.gpus,
-                owner=owner,
                 name=f"kernel-{self.kernel_id}"[:63] if self.kernel_id else None,
                 kernel_id=self.kernel_id or None,
             )
@@ -274,14 +271,6 @@ class GPUDevProvisioner(KernelProvisionerBase):
             PLACEMENTS.linger(key, loop.call_later(manager.linger, later))
             return
         await self._run(_stop_if_unused, manager, key, self.log)
-
-    def _owner(self) -> str:
-        parent = self.parent
-        for attr in ("owner", "username"):
-            value = getattr(parent, attr, None)
-            if isinstance(value, str) and value:
-                return value
-        return os.environ.get("USER") or "unknown"
 
     def _log_progress(self, event: dict[str, Any]) -> None:
         self.log.info(

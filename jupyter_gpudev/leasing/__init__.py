@@ -1,7 +1,8 @@
 """Leasing: exclusive GPU claims by UUID. ``model`` holds leases, requests and the pure
 decisions (what is leasable, what fits); ``ledger`` the SQLite ledger that records them and
-releases each exactly once."""
+releases each exactly once; ``claims`` the engine's claims, which decide between ledgers."""
 
+from .claims import CLAIM_IMAGE, Claim, EngineClaims, GPUTaken, claim_name
 from .ledger import LeaseLedger
 from .model import (
     GPUHolder,
@@ -14,11 +15,16 @@ from .model import (
     check_fit,
     iso_utc,
     leasable_units,
+    seen_by,
 )
 
 __all__ = [
+    "CLAIM_IMAGE",
+    "Claim",
+    "EngineClaims",
     "GPUHolder",
     "GPURequest",
+    "GPUTaken",
     "LeasableGPU",
     "Lease",
     "LeaseLedger",
@@ -26,6 +32,8 @@ __all__ = [
     "NoFreeGPU",
     "ReconcileReport",
     "check_fit",
+    "claim_name",
     "iso_utc",
     "leasable_units",
+    "seen_by",
 ]

@@ -21,7 +21,7 @@ import sqlite3
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
@@ -33,12 +33,14 @@ from .model import (
     Lease,
     LeaseMismatch,
     LedgerUnavailable,
+    NoFreeGPU,
     ReconcileConflict,
     ReconcileReport,
     _check_explicit,
     _choose,
     _holder,
     _require,
+    seen_by,
 )
 
 #: The schema this module writes (``PRAGMA user_version``).
@@ -330,8 +332,16 @@ class LeaseLedger:
         owner: str,
         request: GPURequest,
         units: Sequence[LeasableGPU],
+        *,
+        held_elsewhere: Mapping[str, Lease] | None = None,
+        shown_to: str | None = None,
     ) -> Lease:
         """Lease GPUs of ``host`` (its leasable ``units``) to ``container``, atomically.
+
+        ``held_elsewhere`` are GPUs held outside this ledger (claims on the engine by other
+        servers or host entries): never chosen, and named when too few are free.
+        ``shown_to``: the user asking, who is told of other users' leases without their
+        containers (``None``: an administrator, told everything).
 
         Raises ``BadRequest`` for a request with no GPU or an unknown UUID, ``Conflict`` when
         the container already holds a lease, and ``NoFreeGPU`` when too few matching GPUs are
@@ -353,7 +363,11 @@ class LeaseLedger:
                     f"{existing.lease_id} ({len(existing.gpu_uuids)} GPUs); release it first",
                     details={"lease": existing.to_json()},
                 )
-            held = {uuid: lease for lease in self._active(conn, host) for uuid in lease.gpu_uuids}
+            held = dict(held_elsewhere or {})
+            held.update(
+                {uuid: lease for lease in self._active(conn, host) for uuid in lease.gpu_uuids}
+            )
+            held = {uuid: seen_by(lease, shown_to) for uuid, lease in held.items()}
             chosen = _choose(host, request, list(by_uuid.values()), held)
             lease = Lease(
                 lease_id=lease_id,
@@ -363,7 +377,17 @@ class LeaseLedger:
                 gpu_uuids=tuple(unit.uuid for unit in chosen),
                 created_at=self._clock(),
             )
-            self._insert(conn, lease)
+            try:
+                self._insert(conn, lease)
+            except sqlite3.IntegrityError:
+                # Only a ledger written by an older version (or by hand) gets here: the unique
+                # index holds a GPU that no active lease shows. Never a database failure.
+                self.log.exception("Lease ledger %s: a GPU held twice", self.path)
+                raise NoFreeGPU(
+                    f"{', '.join(lease.gpu_uuids)} on host {host!r} was leased meanwhile; "
+                    "try again",
+                    details={"host": host, "gpu_uuids": list(lease.gpu_uuids)},
+                ) from None
         self.log.info(
             "Leased %s on host %s to container %s for %s (lease %s)",
             ", ".join(lease.gpu_uuids),
@@ -418,18 +442,20 @@ class LeaseLedger:
         containers: Mapping[str, tuple[str, ...]],
         created_before: float | None,
         now: float,
-    ) -> tuple[dict[str, Lease], list[Lease]]:
-        """Free the leases whose container is gone; returns the others by container, and those."""
+    ) -> tuple[dict[str, Lease], list[Lease], list[Lease]]:
+        """Free the leases whose container is gone; returns the others by container, the leases
+        of starts in flight (taken after the listing), and the freed ones."""
         leased: dict[str, Lease] = {}
+        in_flight: list[Lease] = []
         freed: list[Lease] = []
         for lease in self._active(conn, host):
             if lease.container in containers:
                 leased[lease.container] = lease
             elif created_before is not None and lease.created_at >= created_before:
-                continue  # taken after the listing: a start in flight
+                in_flight.append(lease)  # taken after the listing: a start in flight
             elif self._mark_released(conn, lease.lease_id, now):
                 freed.append(replace(lease, released_at=now))
-        return leased, freed
+        return leased, in_flight, freed
 
     def reconcile(
         self,
@@ -438,6 +464,7 @@ class LeaseLedger:
         *,
         owners: Mapping[str, str] | None = None,
         created_before: float | None = None,
+        adoptable: Set[str] | None = None,
     ) -> ReconcileReport:
         """Make the ledger agree with the containers that exist on ``host``, in one transaction.
 
@@ -446,15 +473,22 @@ class LeaseLedger:
         gives their owners (default ``"unknown"``). Leases of vanished containers are freed;
         containers that hold GPUs by label but no lease get one again if those GPUs are free.
         Leases created at or after ``created_before`` (the time the containers were listed)
-        are left alone: their container may be being created right now.
+        are left alone: their container may be being created right now. Only the containers
+        in ``adoptable`` (default: all) get a lease again from their label: a container that is
+        only created may be a start in flight that is giving its GPUs back right now.
         """
         now = self._clock()
         releases: list[Lease] = []
         conflicts: list[ReconcileConflict] = []
         mismatched: list[LeaseMismatch] = []
         with self._transaction() as conn:
-            leased, freed = self._free_vanished(conn, host, containers, created_before, now)
-            held = {uuid: lease for lease in leased.values() for uuid in lease.gpu_uuids}
+            leased, in_flight, freed = self._free_vanished(
+                conn, host, containers, created_before, now
+            )
+            # A start in flight holds its GPUs too (its container is not listed yet).
+            held = {
+                uuid: lease for lease in (*in_flight, *leased.values()) for uuid in lease.gpu_uuids
+            }
             for name in sorted(containers):
                 labelled = tuple(dict.fromkeys(containers[name]))
                 current = leased.get(name)
@@ -464,7 +498,7 @@ class LeaseLedger:
                             LeaseMismatch(name, current.lease_id, current.gpu_uuids, labelled)
                         )
                     continue
-                if not labelled:
+                if not labelled or (adoptable is not None and name not in adoptable):
                     continue
                 taken = tuple(_holder(uuid, held[uuid]) for uuid in labelled if uuid in held)
                 if taken:

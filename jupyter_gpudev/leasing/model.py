@@ -4,10 +4,11 @@ be leased, whether a request fits, which GPUs it takes. No database here (``ledg
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from ..access import ANOTHER_USER
 from ..engine import Inventory
 from ..errors import BadRequest, GPUDevError
 
@@ -58,6 +59,14 @@ class Lease:
             "gpu_uuids": list(self.gpu_uuids),
             "since": iso_utc(self.created_at),
         }
+
+
+def seen_by(lease: Lease, viewer: str | None) -> Lease:
+    """``lease`` as ``viewer`` may see it: another user's lease without its container or id
+    (``viewer=None``: an administrator, who sees everything)."""
+    if viewer is None or lease.owner == viewer:
+        return lease
+    return replace(lease, lease_id="", container="", owner=ANOTHER_USER)
 
 
 @dataclass(frozen=True)
@@ -299,8 +308,7 @@ def _no_free_gpu(
     ]
     if holders:
         text += " Held: " + "; ".join(
-            f"{unit.label()} by container {holder.container} for {holder.owner} "
-            f"since {_utc(holder.since):%Y-%m-%d %H:%M} UTC"
+            f"{unit.label()} by {_who(holder)} since {_utc(holder.since):%Y-%m-%d %H:%M} UTC"
             for unit, holder in holders
         )
         text += "."
@@ -314,6 +322,12 @@ def _no_free_gpu(
             "holders": [holder.to_json() for _, holder in holders],
         },
     )
+
+
+def _who(holder: GPUHolder) -> str:
+    if holder.container:
+        return f"container {holder.container} for {holder.owner}"
+    return holder.owner
 
 
 def _check_explicit(host: str, request: GPURequest, by_uuid: Mapping[str, LeasableGPU]) -> None:

@@ -33,6 +33,8 @@ c.DevContainers.state_dir = tempfile.mkdtemp(prefix="gpudev-ui-tests-")  # noqa:
 # Hosts added from the panel go to a fresh file too, never to the user's Jupyter data dir.
 c.HostPool.hosts_file = str(Path(c.DevContainers.state_dir) / "hosts.json")  # noqa: F821
 c.DevContainers.stop_timeout = 2  # noqa: F821
+# The user this server acts for: it owns what the tests start, whoever logs in with the token.
+c.Access.user = "galata"  # noqa: F821
 
 # An idle GPU kernel is listed 5 s after its last activity and released 15 s later.
 c.GPUCuller.idle_timeout = 20  # noqa: F821

@@ -396,8 +396,10 @@ def test_reconcile_after_a_crash(
     manager.start(StartRequest(environment="default", name="survivor", gpus=1))
     survivor_gpu = manager.ledger.for_container("local", "survivor")
     assert survivor_gpu is not None
-    # ...and a crash that lost the ledger, plus a stale lease for a container that is gone
-    fresh = make_manager(root, tmp_path / "state-after-crash", DevContainers__reconcile_grace=0.0)
+    # ...and a crash that lost the ledger file, plus a stale lease for a container that is gone
+    for lost in (tmp_path / "state").glob("leases.sqlite*"):
+        lost.unlink()
+    fresh = make_manager(root, tmp_path / "state", DevContainers__reconcile_grace=0.0)
     fresh.server_id = manager.server_id
     try:
         units = fresh.ledger.active("local")

@@ -23,6 +23,7 @@ ROOT = Path(jupyter_gpudev.__file__).parent
 RANKS = {
     "_version": 0,
     "errors": 0,
+    "access": 1,
     "labels": 0,
     "safefs": 1,
     "engine": 2,

@@ -583,3 +583,67 @@ def test_reconcile_leaves_leases_taken_after_the_listing_alone(tmp_path: Path) -
     # Then only the older lease is freed
     assert [lease.lease_id for lease in report.freed] == [old.lease_id]
     assert ledger.for_container(HOST, "being-created") == in_flight
+
+
+def test_reconcile_never_gives_a_gpu_of_a_start_in_flight_to_a_labelled_container(
+    tmp_path: Path,
+) -> None:
+    # Given a start in flight holding GPU 1 (its container not listed yet), and a listed
+    # container whose label says it holds GPU 1 too (another server's, or a stale label)
+    clock = [1000.0]
+    ledger = LeaseLedger(tmp_path / "leases.sqlite", clock=lambda: clock[0])
+    pool = units(gpu(0), gpu(1))
+    listed_at = clock[0]
+    clock[0] += 1
+    in_flight = take(ledger, "being-created", GPURequest(uuids=(gpu_uuid(1),)), pool)
+    # When reconcile runs (the old code inserted a second lease of GPU 1: IntegrityError, shown
+    # to users as "the lease database could not be used")
+    report = ledger.reconcile(HOST, {"labelled": (gpu_uuid(1),)}, created_before=listed_at)
+    # Then the labelled container is reported as a conflict, and the start keeps its GPU
+    assert [c.container for c in report.conflicts] == ["labelled"]
+    assert report.releases == ()
+    assert ledger.holders(HOST)[gpu_uuid(1)] == in_flight
+
+
+def test_gpus_held_elsewhere_are_never_chosen_and_are_named(tmp_path: Path) -> None:
+    # Given two GPUs, one claimed on the engine by another server's container
+    ledger = ledger_at(tmp_path)
+    pool = units(gpu(0), gpu(1))
+    elsewhere = {gpu_uuid(0): Lease("", HOST, "theirs", "bob", (gpu_uuid(0),), T0)}
+    # When one GPU is asked for, then the other one is leased
+    lease = ledger.acquire(
+        HOST, "mine", "alice", GPURequest(count=1), pool, held_elsewhere=elsewhere
+    )
+    assert lease.gpu_uuids == (gpu_uuid(1),)
+    # And a second request is refused naming what holds the first one
+    with pytest.raises(NoFreeGPU, match="0 free") as caught:
+        ledger.acquire(HOST, "more", "alice", GPURequest(count=1), pool, held_elsewhere=elsewhere)
+    assert {h["container"] for h in caught.value.details["holders"]} == {"theirs", "mine"}
+
+
+def test_a_unique_index_violation_is_no_free_gpu_not_a_broken_database(tmp_path: Path) -> None:
+    # Given a ledger whose unique index holds GPU 0 for a lease row that is not active (what
+    # an older version, or a hand edit, can leave)
+    ledger = ledger_at(tmp_path)
+    pool = units(gpu(0))
+    take(ledger, "first", GPURequest(count=1), pool)
+    with closing(sqlite3.connect(tmp_path / "leases.db")) as conn:
+        conn.execute("UPDATE leases SET released_at = 1")
+        conn.commit()
+    # When GPU 0 is leased
+    with pytest.raises(NoFreeGPU, match="leased meanwhile; try again") as caught:
+        take(ledger, "second", GPURequest(count=1), pool)
+    # Then it is the 409 a user can act on, not a 503 "check that the file is writable"
+    assert caught.value.status == 409
+
+
+def test_reconcile_adopts_only_the_containers_it_is_told_to(tmp_path: Path) -> None:
+    # Given two containers labelled with GPUs and no lease: one running, one only created (a
+    # start in flight that may be giving its GPUs back right now)
+    ledger = ledger_at(tmp_path)
+    listing = {"running": (gpu_uuid(0),), "created": (gpu_uuid(1),)}
+    # When reconcile may adopt only the running one
+    report = ledger.reconcile(HOST, listing, adoptable={"running"})
+    # Then only that one is leased again
+    assert [lease.container for lease in report.releases] == ["running"]
+    assert ledger.for_container(HOST, "created") is None

@@ -262,3 +262,70 @@ def test_a_read_only_root_inside_a_writable_one_stays_read_only(tmp_path: Path) 
     # While a sibling folder of the secret one is writable as before
     (data / "scratch").mkdir()
     assert policy.resolve(str(data / "scratch"), "/mnt/scratch").read_only is False
+
+
+# --------------------------------------------------------------------------------------------
+# The workspace guard: no container gets SSH keys, registry credentials or gpudev's state
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home folder with SSH keys and Docker credentials, and the Jupyter folders in it."""
+    home = tmp_path / "home" / "ada"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("private key")
+    (home / ".docker").mkdir()
+    (home / "projects" / "thesis").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    for variable in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+    return home
+
+
+def test_a_workspace_that_contains_ssh_keys_is_refused_with_what_to_do(home: Path) -> None:
+    with pytest.raises(MountNotAllowed) as caught:
+        MountPolicy().workspace(home, "/workspace")
+    message = caught.value.message
+    assert f"contains {home / '.ssh'}" in message
+    assert "--ServerApp.root_dir" in message
+    assert "c.MountPolicy.allow_protected" in message
+    assert caught.value.status == 403
+
+
+def test_a_linked_workspace_that_leads_to_the_home_is_refused_too(home: Path) -> None:
+    link = home.parent / "work-link"
+    link.symlink_to(home)
+    with pytest.raises(MountNotAllowed, match=r"\.ssh"):
+        MountPolicy().workspace(link, "/workspace")
+
+
+def test_a_project_folder_is_mounted(home: Path) -> None:
+    mount = MountPolicy().workspace(home / "projects" / "thesis", "/workspace")
+    assert mount.source == str(home / "projects" / "thesis")
+
+
+def test_the_jupyter_folders_are_protected_wherever_they_are(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "site" / "jupyter-config"
+    config.mkdir(parents=True)
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(config))
+    with pytest.raises(MountNotAllowed, match="jupyter-config"):
+        MountPolicy().workspace(tmp_path / "site", "/workspace")
+
+
+def test_gpudev_state_is_protected_even_when_others_are_allowed(home: Path) -> None:
+    project = home / "projects" / "thesis"
+    state = project / ".gpudev-state"
+    with pytest.raises(MountNotAllowed, match="state_dir"):
+        MountPolicy(allow_protected=True).workspace(project, "/workspace", state=(str(state),))
+    # allow_protected lets the home through, as the administrator chose
+    assert MountPolicy(allow_protected=True).workspace(home, "/workspace").source == str(home)
+
+
+def test_a_declared_mount_that_contains_a_protected_folder_is_refused(home: Path) -> None:
+    mounts = MountPolicy(allowed_roots=[str(home.parent)])
+    with pytest.raises(MountNotAllowed, match=r"\.ssh, .*: mount a folder that does not"):
+        mounts.resolve(str(home), "/mnt/home")
+    assert mounts.resolve(str(home / "projects"), "/mnt/p").read_only

@@ -1,7 +1,7 @@
 import { expect, test } from '@jupyterlab/galata';
 import type { APIRequestContext } from '@playwright/test';
 
-import { containersOf, currentUser, getContainer, openPanel } from './helpers';
+import { SERVER_USER, containersOf, getContainer, openPanel } from './helpers';
 
 /**
  * A dev container from the built-in `default` environment (the kernel image
@@ -46,10 +46,7 @@ async function removeLeftovers(request: APIRequestContext): Promise<void> {
     await shutDownTerminal(request, name);
   }
   const names = new Set(started);
-  for (const container of await containersOf<IListedContainer>(
-    request,
-    await currentUser(request)
-  )) {
+  for (const container of await containersOf<IListedContainer>(request, ENV)) {
     names.add(container.name);
   }
   for (const name of names) {
@@ -88,9 +85,8 @@ test.describe('Dev containers', () => {
     }
 
     // When it is started
-    const owner = await currentUser(page.request);
     expect(
-      await containersOf<IListedContainer>(page.request, owner)
+      await containersOf<IListedContainer>(page.request, ENV)
     ).toHaveLength(0);
     const answered = page.waitForResponse(
       response =>
@@ -103,9 +99,11 @@ test.describe('Dev containers', () => {
     expect(response.headers()['content-type']).toContain('text/event-stream');
     let name = '';
     await expect(async () => {
-      const mine = await containersOf<IListedContainer>(page.request, owner);
+      const mine = await containersOf<IListedContainer>(page.request, ENV);
       expect(mine).toHaveLength(1);
       name = mine[0]?.name ?? '';
+      // It belongs to the server's user, whoever logged in with the token
+      expect(mine[0]?.owner).toBe(SERVER_USER);
     }).toPass({ timeout: 60000 });
     started.add(name);
 

@@ -1,7 +1,7 @@
 import { expect, test } from '@jupyterlab/galata';
 import type { APIRequestContext } from '@playwright/test';
 
-import { containersOf, currentUser, openPanel, shot } from './helpers';
+import { containersOf, openPanel, shot } from './helpers';
 
 /**
  * The whole flow on the local engine, as a user does it: start an
@@ -81,9 +81,8 @@ test.describe('GPU Dev: the whole flow', () => {
     test.setTimeout(360_000);
     // The API as the page's (anonymous) user, who owns what it starts.
     const request = page.request;
-    const owner = await currentUser(request);
     const before = new Set(
-      (await containersOf<IListedContainer>(request, owner)).map(c => c.name)
+      (await containersOf<IListedContainer>(request, ENV)).map(c => c.name)
     );
 
     // Given the panel, when the user starts the flow environment from it
@@ -95,9 +94,7 @@ test.describe('GPU Dev: the whole flow', () => {
     await expect
       .poll(
         async () => {
-          container = (
-            await containersOf<IListedContainer>(request, owner)
-          ).find(
+          container = (await containersOf<IListedContainer>(request, ENV)).find(
             c =>
               c.environment === ENV &&
               !before.has(c.name) &&

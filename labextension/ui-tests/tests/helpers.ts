@@ -19,7 +19,15 @@ export async function openPanel(page: IJupyterLabPageFixture) {
 export interface IOwnedContainer {
   name: string;
   owner: string;
+  environment: string;
 }
+
+/**
+ * The user the test server acts for (`c.Access.user` in
+ * jupyter_server_test_config.py): it owns every container the tests start,
+ * whoever is logged in.
+ */
+export const SERVER_USER = 'galata';
 
 /** One dev container, through the API. */
 export async function getContainer<T extends IOwnedContainer>(
@@ -33,23 +41,20 @@ export async function getContainer<T extends IOwnedContainer>(
   return (await got.json()) as T;
 }
 
-/** The (anonymous) user of the browser context, who owns what it starts. */
-export async function currentUser(request: APIRequestContext): Promise<string> {
-  const me = await request.get('/api/me');
-  expect(me.ok()).toBe(true);
-  const body = (await me.json()) as { identity: { username: string } };
-  return body.identity.username;
-}
-
-/** The dev containers `owner` has, through the API. */
+/**
+ * The dev containers of `environment`, through the API (the specs run one
+ * at a time, each with environments of its own, and clean up after).
+ */
 export async function containersOf<T extends IOwnedContainer>(
   request: APIRequestContext,
-  owner: string
+  environment: string
 ): Promise<T[]> {
   const listed = await request.get('/gpudev/api/containers?all=1');
   expect(listed.ok()).toBe(true);
   const body = (await listed.json()) as { containers: T[] };
-  return body.containers.filter(container => container.owner === owner);
+  return body.containers.filter(
+    container => container.environment === environment
+  );
 }
 
 /** Keep a screenshot of the page as a test artefact (also attached to the report). */

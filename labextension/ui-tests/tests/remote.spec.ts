@@ -3,7 +3,7 @@ import type { APIRequestContext } from '@playwright/test';
 import { execFile } from 'child_process';
 import { promisify } from 'util';
 
-import { containersOf, currentUser, getContainer, openPanel } from './helpers';
+import { containersOf, getContainer, openPanel } from './helpers';
 
 const run = promisify(execFile);
 
@@ -55,11 +55,13 @@ test.describe('Remote hosts and web ports', () => {
       expect([204, 404]).toContain(removedHost.status());
     }
     const names = new Set(started);
-    for (const container of await containersOf<IListedContainer>(
-      page.request,
-      await currentUser(page.request)
-    )) {
-      names.add(container.name);
+    for (const environment of [WEB_ENV, 'gpu']) {
+      for (const container of await containersOf<IListedContainer>(
+        page.request,
+        environment
+      )) {
+        names.add(container.name);
+      }
     }
     for (const name of names) {
       const removed = await page.request.delete(
@@ -192,7 +194,6 @@ test.describe('Remote hosts and web ports', () => {
 
     // When more GPUs than any host has are asked for, with no host named
     // (the server places a start on a host that can take it)
-    const owner = await currentUser(page.request);
     const gpuEnv = panel.getByTestId('gpudev-env-gpu');
     await expect(gpuEnv).toBeVisible();
     await panel.getByTestId('gpudev-env-gpus-gpu').fill('3');
@@ -231,7 +232,7 @@ test.describe('Remote hosts and web ports', () => {
     await page.keyboard.press('Escape');
     await expect(dialog).toHaveCount(0);
     expect(
-      await containersOf<IListedContainer>(page.request, owner)
+      await containersOf<IListedContainer>(page.request, 'gpu')
     ).toHaveLength(0);
 
     // When Remove is clicked and the dialog cancelled, then it stays
@@ -269,16 +270,15 @@ test.describe('Remote hosts and web ports', () => {
     const environment = panel.getByTestId(`gpudev-env-${WEB_ENV}`);
     await expect(environment).toBeVisible({ timeout: 30000 });
     await expect(environment).toContainText('CPU');
-    const owner = await currentUser(page.request);
     expect(
-      await containersOf<IListedContainer>(page.request, owner)
+      await containersOf<IListedContainer>(page.request, WEB_ENV)
     ).toHaveLength(0);
 
     // When it is started from the panel
     await panel.getByTestId(`gpudev-env-start-${WEB_ENV}`).click();
     let container: IListedContainer | undefined;
     await expect(async () => {
-      const mine = await containersOf<IListedContainer>(page.request, owner);
+      const mine = await containersOf<IListedContainer>(page.request, WEB_ENV);
       expect(mine).toHaveLength(1);
       container = mine[0];
     }).toPass({ timeout: 90000 });
