@@ -6,7 +6,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from jupyter_core.application import JupyterApp
-from traitlets import Bool, List, Unicode
+from traitlets import Bool, Unicode
 from traitlets.config import Configurable
 
 from .._version import __version__
@@ -97,21 +97,18 @@ class HostsAddApp(GPUDevSubcommand):
 
     name = "jupyter-gpudev-hosts-add"
     description = """Add a host: `jupyter gpudev hosts add NAME URL` with URL
-    ssh://user@host[:port] (key authentication; the host key must be in known_hosts) or
-    tcp://host:port (TLS client certificates). The host must answer first (--no-check: add it
-    anyway). It is kept in c.HostPool.hosts_file, and the server sees it at once."""
+    ssh://user@host[:port] (its own key, --identity-file; the host key must be in known_hosts)
+    or tcp://host:port (TLS client certificates). The host must answer first (--no-check: add
+    it anyway). Its workspace, mount roots and nvidia-smi come from
+    c.HostPool.runtime_host_settings. It is kept in c.HostPool.hosts_file, and the server sees
+    it at once."""
 
-    identity_file = Unicode("", help="ssh://: the private key to use.").tag(config=True)
+    identity_file = Unicode(
+        "", help="ssh://: the private key to log in with (required: never the SSH agent)."
+    ).tag(config=True)
     known_hosts = Unicode("", help="ssh://: the known_hosts file to check the host key in.").tag(
         config=True
     )
-    workspace = Unicode(
-        "", help="A folder of that host mounted as the workspace of its containers."
-    ).tag(config=True)
-    mount_roots = List(
-        Unicode(), help="Folders of that host environments may mount (read-only)."
-    ).tag(config=True)
-    nvidia_smi = Unicode("", help="The nvidia-smi command on that host.").tag(config=True)
     tls_ca_cert = Unicode("", help="tcp://: the CA certificate file.").tag(config=True)
     tls_client_cert = Unicode("", help="tcp://: the client certificate file.").tag(config=True)
     tls_client_key = Unicode("", help="tcp://: the client key file.").tag(config=True)
@@ -125,9 +122,6 @@ class HostsAddApp(GPUDevSubcommand):
         **GPUDevSubcommand.aliases,
         "identity-file": "HostsAddApp.identity_file",
         "known-hosts": "HostsAddApp.known_hosts",
-        "workspace": "HostsAddApp.workspace",
-        "mount-root": "HostsAddApp.mount_roots",
-        "nvidia-smi": "HostsAddApp.nvidia_smi",
         "tls-ca-cert": "HostsAddApp.tls_ca_cert",
         "tls-client-cert": "HostsAddApp.tls_client_cert",
         "tls-client-key": "HostsAddApp.tls_client_key",
@@ -142,17 +136,20 @@ class HostsAddApp(GPUDevSubcommand):
             for key in (
                 "identity_file",
                 "known_hosts",
-                "workspace",
-                "nvidia_smi",
                 "tls_ca_cert",
                 "tls_client_cert",
                 "tls_client_key",
             )
             if (value := getattr(self, key))
         }
-        if self.mount_roots:
-            options["mount_roots"] = list(self.mount_roots)
-        info = self.services().host_pool.add(name, url, options, check=self.check)
+        services = self.services()
+        info = services.host_pool.add(
+            name,
+            url,
+            options,
+            check=self.check,
+            detailed=services.containers.access.local().admin,
+        )
         self.emit(info.to_json(), f"added {name}\n{format_hosts([info])}")
 
 

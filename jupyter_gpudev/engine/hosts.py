@@ -38,6 +38,7 @@ from ..errors import (
     engine_errors,
 )
 from .gpus import GPUInventory, Inventory, ProbeUnavailable
+from .registry import withhold_credentials
 from .spec import HostSpec, Transport
 from .ssh import SSHConnection, SSHDockerAdapter, SSHTarget
 from .tunnels import Tunnels
@@ -180,6 +181,16 @@ class Host:
         return self._new_client(api, timeout, tls)
 
     def _new_client(
+        self, version: str, timeout: float, tls: TLSConfig | bool
+    ) -> docker.DockerClient:
+        """A client of this engine; a host a user added at run time never gets the registry
+        credentials of the user running the server (pulls, pushes and builds alike)."""
+        client = self._engine_client(version, timeout, tls)
+        if self.origin == "added":
+            withhold_credentials(client)
+        return client
+
+    def _engine_client(
         self, version: str, timeout: float, tls: TLSConfig | bool
     ) -> docker.DockerClient:
         if self.ssh is None:

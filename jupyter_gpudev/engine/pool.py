@@ -19,11 +19,15 @@ from ..errors import (
     ConfigError,
     Conflict,
     EngineUnreachable,
+    GPUDevError,
     NotFound,
 )
 from .gpus import GPUInventory
 from .hosts import Host, HostInfo
 from .spec import DEFAULT_LOCAL_URL, HostSpec
+
+#: What a host added at run time never chooses itself (``c.HostPool.runtime_host_settings``).
+RUNTIME_FIXED = ("workspace", "mount_roots", "nvidia_smi")
 
 
 class HostPool(LoggingConfigurable):
@@ -78,6 +82,14 @@ class HostPool(LoggingConfigurable):
         True,
         help="""Let users add and remove hosts at run time (CLI, panel, REST). Off: only
         c.HostPool.hosts, and the hosts file is not read.""",
+    ).tag(config=True)
+
+    runtime_host_settings = Dict(
+        default_value={},
+        help="""What every host added at run time gets, chosen here and never by the user who
+        adds it: 'workspace' (a folder of that host mounted as the workspace; default none),
+        'mount_roots' (its folders environments may mount, as in allowed_roots; default none),
+        'nvidia_smi' (the command run there for the GPU inventory; default nvidia-smi).""",
     ).tag(config=True)
 
     gpu_inventory = Instance(GPUInventory, help="The local host's GPU inventory.")
@@ -204,19 +216,21 @@ class HostPool(LoggingConfigurable):
                     self.log.warning("gpudev: added host %r is also configured; ignored", name)
                     continue
                 try:
-                    wanted[name] = (HostSpec.parse(name, entry), "added")
-                except ConfigError as err:
+                    wanted[name] = (self._added_spec(name, entry, from_file=True), "added")
+                except (ConfigError, BadRequest) as err:
                     self.log.warning(
                         "gpudev: host %r of %s ignored: %s",
                         name,
                         self.hosts_file,
-                        err.message.replace(f"c.HostPool.hosts[{name!r}]: ", ""),
+                        err.message.replace(f"c.HostPool.hosts[{name!r}]: ", "").replace(
+                            f"hosts add[{name!r}]: ", ""
+                        ),
                     )
             current = self._hosts or {}
             hosts: dict[str, Host] = {}
             for name, (spec, origin) in wanted.items():
                 kept = current.get(name)
-                if kept is not None and kept.spec == spec:
+                if kept is not None and kept.spec == spec and kept.origin == origin:
                     kept.origin = origin
                     hosts[name] = kept  # the same host: keep its connection and tunnels
                 else:
@@ -227,34 +241,127 @@ class HostPool(LoggingConfigurable):
             self._hosts, self._hosts_stamp = hosts, stamp
             return hosts
 
+    def _runtime_settings(self) -> dict[str, Any]:
+        settings = dict(self.runtime_host_settings)
+        unknown = set(settings) - set(RUNTIME_FIXED)
+        if unknown:
+            raise ConfigError(
+                f"c.HostPool.runtime_host_settings: unknown keys {sorted(unknown)} (it takes "
+                f"{', '.join(RUNTIME_FIXED)})"
+            )
+        return settings
+
+    def _added_spec(self, name: str, entry: Any, *, from_file: bool = False) -> HostSpec:
+        """The spec of a host added at run time: what the user chose (URL, key files) and the
+        administrator's ``runtime_host_settings``. Keys only the administrator may set are
+        refused in a request (``BadRequest``), dropped with a warning from the hosts file."""
+        options: dict[str, Any] = {"url": entry} if isinstance(entry, str) else dict(entry)
+        chosen = sorted(set(options) & set(RUNTIME_FIXED))
+        if chosen and not from_file:
+            raise BadRequest(
+                f"hosts add[{name!r}]: {', '.join(chosen)}: the administrator chooses these "
+                "for every host added at run time (c.HostPool.runtime_host_settings)",
+                details={"keys": chosen},
+            )
+        if chosen:
+            self.log.warning(
+                "gpudev: %s: %s of host %r ignored (c.HostPool.runtime_host_settings decides)",
+                self.hosts_file,
+                ", ".join(chosen),
+                name,
+            )
+        for key in chosen:
+            del options[key]
+        if urlsplit(str(options.get("url", ""))).scheme == "ssh":  # tcp:// runs no commands
+            options.update(self._runtime_settings())
+        try:
+            spec = HostSpec.parse(name, options)
+        except ConfigError as err:
+            raise BadRequest(err.message.replace("c.HostPool.hosts", "hosts add")) from err
+        if spec.transport == "ssh" and not spec.identity_file:
+            raise BadRequest(
+                f"hosts add[{name!r}]: an ssh:// host added at run time logs in with a key of "
+                "its own (identity_file), never with the server's SSH agent or keys"
+            )
+        return spec
+
+    def _check_not_configured(self, spec: HostSpec) -> None:
+        """An added host may not reach a configured host's machine under another name, nor
+        use a configured host's key or certificate files."""
+        address = (urlsplit(spec.url).hostname or "").lower()
+        files = {
+            os.path.realpath(os.path.expanduser(path))
+            for path in (spec.identity_file, spec.tls_client_key, spec.tls_client_cert)
+            if path
+        }
+        for configured in self.specs():
+            if address and (urlsplit(configured.url).hostname or "").lower() == address:
+                raise BadRequest(
+                    f"hosts add[{spec.name!r}]: {address} is the address of the configured "
+                    f"host {configured.name!r}: use that one",
+                    details={"host": configured.name},
+                )
+            theirs = {
+                os.path.realpath(os.path.expanduser(path))
+                for path in (
+                    configured.identity_file,
+                    configured.tls_client_key,
+                    configured.tls_client_cert,
+                )
+                if path
+            }
+            if files & theirs:
+                raise BadRequest(
+                    f"hosts add[{spec.name!r}]: that key is the one of the configured host "
+                    f"{configured.name!r}; a host you add uses a key of its own"
+                )
+
     def add(
-        self, name: str, url: str, options: dict[str, Any] | None = None, *, check: bool = True
+        self,
+        name: str,
+        url: str,
+        options: dict[str, Any] | None = None,
+        *,
+        check: bool = True,
+        detailed: bool = False,
     ) -> HostInfo:
         """Add a host at run time and persist it. With ``check`` the host must answer first
         (its SSH key known, key authentication accepted, its engine up); a host that fails
-        the check is not added and the error says why."""
+        the check is not added. Why it failed is said only when ``detailed`` (an
+        administrator): anyone else is told the same whether nothing listens there, the name
+        does not resolve or the key was refused (no port or DNS oracle); the log has it."""
         if not self.allow_runtime_hosts:
             raise BadRequest(
                 "Adding hosts at run time is disabled (c.HostPool.allow_runtime_hosts); add "
                 "it to c.HostPool.hosts instead"
             )
-        entry = {**(options or {}), "url": url}
-        try:
-            spec = HostSpec.parse(name, entry)
-        except ConfigError as err:
-            raise BadRequest(err.message.replace("c.HostPool.hosts", "hosts add")) from err
+        spec = self._added_spec(name, {**(options or {}), "url": url})
         self._check_runtime(spec)
+        self._check_not_configured(spec)
         if name in self._all():
             raise Conflict(f"A host named {name!r} exists already; remove it first")
         if check:
             probe = self._new_host(spec, "added")
             try:
                 probe.engine_info()
+            except GPUDevError as err:
+                if detailed:
+                    raise
+                self.log.warning("gpudev: host %s (%s) not added: %s", name, url, err.message)
+                raise EngineUnreachable(
+                    f"Host {name!r} ({url}) could not be used: it did not answer, its host key "
+                    "is not known, or it refused the key. The server log says which; an "
+                    "administrator (c.Access.admin_users) is told here.",
+                    details={"host": name},
+                ) from None
             finally:
                 probe.close()
         with self._lock:
             added = self.added()
-            added[name] = spec.to_config()
+            # What the user chose; the administrator's settings are applied when it is read.
+            added[name] = {
+                key: value for key, value in spec.to_config().items() if key not in RUNTIME_FIXED
+            }
             self._save_added(added)
         self.log.info("gpudev: host %s (%s) added", name, url)
         return self.describe(name)

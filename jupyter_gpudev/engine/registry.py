@@ -28,6 +28,40 @@ from traitlets.config import LoggingConfigurable
 from ..errors import ENGINE_FAILURES, BadRequest, ConfigError, GPUDevError
 from .images import Progress
 
+#: Where the credentials of a push or pull came from, for a host added at run time: none.
+ADDED_HOST = "none: a host added at run time is never sent registry credentials"
+
+
+class NoCredentials(docker_auth.AuthConfig):
+    """The auth configuration of a client that must never send registry credentials (a host a
+    user added at run time). docker-py reloads ``~/.docker/config.json`` whenever a client's
+    configuration is empty (before every build, for ``X-Registry-Config``, and before a pull
+    without ``auth_config``): this one is never empty and resolves nothing."""
+
+    def __init__(self) -> None:
+        super().__init__({"auths": {}})
+
+    @property
+    def is_empty(self) -> bool:
+        return False
+
+    def resolve_authconfig(self, registry: str | None = None) -> None:  # noqa: ARG002
+        return None
+
+    def get_all_credentials(self) -> dict[str, Any]:
+        return {}
+
+
+def withhold_credentials(client: docker.DockerClient) -> None:
+    """Make ``client`` send no registry credentials, whatever the user running it has."""
+    client.api._auth_configs = NoCredentials()  # type: ignore[attr-defined]
+
+
+def sends_credentials(client: docker.DockerClient) -> bool:
+    """Whether pushes and pulls through ``client`` may carry registry credentials."""
+    return not isinstance(getattr(client.api, "_auth_configs", None), NoCredentials)
+
+
 #: ``[registry/]path[:tag]``, lower-case path components as the distribution spec has them.
 _REFERENCE_RE = re.compile(
     r"^(?:(?P<registry>(?:[a-zA-Z0-9-]+\.)*[a-zA-Z0-9-]+(?::[0-9]{1,5})?|\[[0-9a-fA-F:]+\](?::[0-9]{1,5})?)/)?"
@@ -142,10 +176,15 @@ class Registries(LoggingConfigurable):
 
     # -- push and pull ------------------------------------------------------------------------
 
+    def _auth(self, client: docker.DockerClient, registry: str) -> tuple[dict[str, str], str]:
+        if not sends_credentials(client):
+            return {}, ADDED_HOST
+        return self.auth_for(registry)
+
     def push(self, client: docker.DockerClient, ref: str, say: Progress) -> str:
         """Push ``ref`` with progress; returns the pushed manifest digest ("" if not told)."""
         reference = Reference.parse(ref)
-        auth, source = self.auth_for(reference.registry)
+        auth, source = self._auth(client, reference.registry)
         say({"stage": "push", "message": f"pushing {ref} to {reference.registry}"})
         layers = _LayerProgress("push", say)
         digest = ""
@@ -175,7 +214,7 @@ class Registries(LoggingConfigurable):
         """Pull ``ref`` with the registry's credentials and progress."""
         reference = Reference.parse(ref) if "@" not in ref else None
         registry = reference.registry if reference else docker_auth.resolve_repository_name(ref)[0]
-        auth, source = self.auth_for(registry)
+        auth, source = self._auth(client, registry)
         say({"stage": "pull", "message": f"pulling {ref}"})
         layers = _LayerProgress("pull", say)
         try:
@@ -195,7 +234,12 @@ class Registries(LoggingConfigurable):
         self.log.warning("%s of %s failed: %s", verb.capitalize(), ref, words)
         lowered = words.lower()
         if any(w in lowered for w in _AUTH_WORDS):
-            if source == "none":
+            if source == ADDED_HOST:
+                hint = (
+                    "a host added at run time is never sent registry credentials: push or "
+                    "pull from a configured host (c.HostPool.hosts)"
+                )
+            elif source == "none":
                 hint = (
                     f"no credentials are known for {registry}: run `docker login {registry}` "
                     "as the user running Jupyter, or set c.Registries.credentials"

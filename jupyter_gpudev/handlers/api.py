@@ -55,7 +55,11 @@ class HostsHandler(GPUDevHandler):
             raise BadRequest('"name" and "url" are required strings')
         if not isinstance(check, bool):
             raise BadRequest('"check" must be true or false')
-        add = functools.partial(self.gpudev.host_pool.add, check=check)
+        add = functools.partial(
+            self.gpudev.host_pool.add,
+            check=check,
+            detailed=self.gpudev.containers.access.local().admin,
+        )
         info = await self.blocking(add, name, url, body)
         self.set_status(201)
         self.finish(json.dumps(info.to_json()))

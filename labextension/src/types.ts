@@ -113,12 +113,6 @@ export interface IAddHostRequest {
   identity_file?: string;
   /** The known_hosts file holding the host's key (a path on the Jupyter server). */
   known_hosts?: string;
-  /** The folder of that host mounted as the workspace (an absolute path there). */
-  workspace?: string;
-  /** The folders of that host that may be mounted. */
-  mount_roots?: string[];
-  /** The nvidia-smi command on that host. */
-  nvidia_smi?: string;
   /** Whether to connect to it before adding it (default true). */
   check?: boolean;
 }

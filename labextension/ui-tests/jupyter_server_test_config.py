@@ -35,6 +35,8 @@ c.HostPool.hosts_file = str(Path(c.DevContainers.state_dir) / "hosts.json")  # n
 c.DevContainers.stop_timeout = 2  # noqa: F821
 # The user this server acts for: it owns what the tests start, whoever logs in with the token.
 c.Access.user = "galata"  # noqa: F821
+# What every host added at run time gets (the panel's Add host form cannot choose it).
+c.HostPool.runtime_host_settings = {"workspace": "/srv/work"}  # noqa: F821
 
 # An idle GPU kernel is listed 5 s after its last activity and released 15 s later.
 c.GPUCuller.idle_timeout = 20  # noqa: F821

@@ -96,8 +96,19 @@ def manager(
     containers.host_pool.close()
 
 
-def cli_env(tmp_path: Path) -> dict[str, str]:
-    return {"JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_CONFIG_PATH": ""}
+def cli_env(tmp_path: Path, **config: object) -> dict[str, str]:
+    """A Jupyter config folder of the test's own; ``config``: its ``c.<key> = value`` lines
+    (``Access__user`` for ``c.Access.user``)."""
+    folder = tmp_path / "config"
+    folder.mkdir(exist_ok=True)
+    lines = [f"c.{key.replace('__', '.')} = {value!r}" for key, value in config.items()]
+    (folder / "jupyter_gpudev_config.py").write_text("\n".join(lines) + "\n")
+    return {"JUPYTER_CONFIG_DIR": str(folder), "JUPYTER_CONFIG_PATH": ""}
+
+
+def admin_env(tmp_path: Path, **config: object) -> dict[str, str]:
+    """``cli_env`` as an administrator (told why a host could not be added)."""
+    return cli_env(tmp_path, Access__user="ops", Access__admin_users={"ops"}, **config)
 
 
 def test_cli_adds_lists_and_removes_an_ssh_host(
@@ -107,6 +118,8 @@ def test_cli_adds_lists_and_removes_an_ssh_host(
     name = f"far-{secrets.token_hex(3)}"
     hosts_file = tmp_path / "hosts.json"
     where = f"--HostPool.hosts_file={hosts_file}"
+    # (the administrator's nvidia-smi for hosts added at run time: the fake one)
+    env = cli_env(tmp_path, HostPool__runtime_host_settings={"nvidia_smi": str(remote_smi)})
     # When a host is added over ssh:// with its key and known_hosts
     added = gpudev(
         "hosts",
@@ -115,10 +128,9 @@ def test_cli_adds_lists_and_removes_an_ssh_host(
         ssh_server.url,
         f"--identity-file={ssh_server.identity_file}",
         f"--known-hosts={ssh_server.known_hosts}",
-        f"--nvidia-smi={remote_smi}",
         where,
         "--json",
-        env=cli_env(tmp_path),
+        env=env,
     )
     # Then it answered with its engine version and its GPUs, read by nvidia-smi over SSH
     assert added.returncode == 0, added.stderr
@@ -141,7 +153,15 @@ def test_cli_adds_lists_and_removes_an_ssh_host(
     assert by_name[name]["engine"]["api_version"] == by_name["local"]["engine"]["api_version"]
     assert "Docker" in gpudev("hosts", where, env=cli_env(tmp_path)).stdout
     # When it is added again, that is a conflict
-    again = gpudev("hosts", "add", name, ssh_server.url, where, env=cli_env(tmp_path))
+    again = gpudev(
+        "hosts",
+        "add",
+        name,
+        ssh_server.url,
+        f"--identity-file={ssh_server.identity_file}",
+        where,
+        env=cli_env(tmp_path),
+    )
     assert again.returncode == 6
     assert "exists already" in again.stderr
     # When it is removed, it is gone; a configured host cannot be removed this way
@@ -170,9 +190,10 @@ def test_an_unknown_host_key_is_refused_never_accepted(
         f"--identity-file={ssh_server.identity_file}",
         f"--known-hosts={known_hosts}",
         f"--HostPool.hosts_file={hosts_file}",
-        env=cli_env(tmp_path),
+        env=admin_env(tmp_path),
     )
-    # Then it is refused with the key's fingerprint and what to do; nothing was added or trusted
+    # Then an administrator is told why, with the key's fingerprint and what to do; nothing
+    # was added or trusted
     assert result.returncode == 3
     assert "is not in" in result.stderr
     assert "never accepted" in result.stderr
@@ -197,9 +218,9 @@ def test_a_key_the_server_does_not_accept_is_refused_clearly(
         f"--identity-file={other}",
         f"--known-hosts={ssh_server.known_hosts}",
         f"--HostPool.hosts_file={hosts_file}",
-        env=cli_env(tmp_path),
+        env=admin_env(tmp_path),
     )
-    # Then the message says authentication failed, with which key, and what to do
+    # Then an administrator is told authentication failed, with which key, and what to do
     assert result.returncode == 3
     assert "SSH authentication as" in result.stderr
     assert str(other) in result.stderr
@@ -376,11 +397,13 @@ async def test_hosts_are_added_and_removed_through_the_api(
             method="POST",
             body=json.dumps({"name": name, **entry, "known_hosts": str(tmp_path / "empty")}),
         )
-    # Then it is a 503 that says the key is unknown, and nothing was added
+    # Then it is a 503 that does not tell a user why (no port or DNS oracle: the server log
+    # and an administrator are told), and nothing was added
     assert refused.value.code == 503
     assert refused.value.response is not None
     body = json.loads(refused.value.response.body)
-    assert "never accepted" in body["message"]
+    assert "never accepted" not in body["message"]
+    assert "The server log says which" in body["message"]
     assert not (tmp_path / "hosts.json").exists()
     # When it is posted with the right known_hosts
     response = await jp_fetch(

@@ -566,9 +566,14 @@ def make_pool(tmp_path: Path) -> Iterator[Callable[..., HostPool]]:
 
 
 def engine_url(tmp_path: Path, name: str = "engine") -> str:
-    """An ssh:// engine where nothing listens (port 1 of loopback): describing it is instant
-    and offline. (A unix:// engine cannot be added at run time.)"""
-    return f"ssh://{name}@127.0.0.1:1"
+    """An ssh:// engine where nothing listens (port 1 of a loopback address of its own: an
+    added host may not share a configured one's address): describing it is instant and
+    offline. (A unix:// engine cannot be added at run time.)"""
+    return f"ssh://{name}@127.{len(name)}.{ord(name[0])}.{ord(name[-1])}:1"
+
+
+#: The key a host added at run time logs in with (its own; never checked here).
+KEY = {"identity_file": "/nonexistent/id_for_tests"}
 
 
 def hosts_file(tmp_path: Path) -> dict[str, Any]:
@@ -579,8 +584,11 @@ def hosts_file(tmp_path: Path) -> dict[str, Any]:
 def test_an_added_host_is_persisted_and_listed(
     make_pool: Callable[..., HostPool], tmp_path: Path
 ) -> None:
-    # Given a pool with one configured host
-    pool = make_pool(hosts={"conf": engine_url(tmp_path, "conf")})
+    # Given a pool with one configured host, and the administrator's settings for added ones
+    pool = make_pool(
+        hosts={"conf": engine_url(tmp_path, "conf")},
+        runtime_host_settings={"workspace": "/home/gpu/work", "mount_roots": ["/srv/data"]},
+    )
     # When an ssh:// host is added without checking it (its key file does not exist)
     info = pool.add(
         "gpu-a",
@@ -588,23 +596,20 @@ def test_an_added_host_is_persisted_and_listed(
         {
             "identity_file": str(tmp_path / "id_gone"),
             "known_hosts": str(tmp_path / "known_hosts"),
-            "workspace": "/home/gpu/work",
-            "mount_roots": ["/srv/data"],
         },
         check=False,
     )
-    # Then it is in the hosts file with its set keys only
+    # Then it is in the hosts file with what the user chose only
     assert hosts_file(tmp_path) == {
         "hosts": {
             "gpu-a": {
                 "url": "ssh://gpu@127.0.0.1:1",
                 "identity_file": str(tmp_path / "id_gone"),
                 "known_hosts": str(tmp_path / "known_hosts"),
-                "workspace": "/home/gpu/work",
-                "mount_roots": ["/srv/data"],
             }
         }
     }
+    assert pool.get("gpu-a").spec.mount_roots == ("/srv/data",)
     # And listed after the configured one, as "added", with why it cannot be reached
     assert pool.names() == ["conf", "gpu-a"]
     assert (info.name, info.origin, info.transport, info.reachable) == (
@@ -625,11 +630,11 @@ def test_adding_a_configured_or_added_name_is_a_conflict(
     make_pool: Callable[..., HostPool], tmp_path: Path
 ) -> None:
     pool = make_pool(hosts={"conf": engine_url(tmp_path, "conf")})
-    pool.add("mine", engine_url(tmp_path, "mine"), check=False)
+    pool.add("mine", engine_url(tmp_path, "mine"), KEY, check=False)
     before = hosts_file(tmp_path)
     for name in ("conf", "mine"):
         with pytest.raises(Conflict, match=f"A host named '{name}' exists already"):
-            pool.add(name, engine_url(tmp_path, "other"), check=False)
+            pool.add(name, engine_url(tmp_path, "other"), KEY, check=False)
     assert hosts_file(tmp_path) == before
 
 
@@ -639,7 +644,9 @@ def test_adding_a_configured_or_added_name_is_a_conflict(
         ("http://box", {}, "unsupported URL"),
         ("ssh://me:pw@box", {}, "do not put a password in the URL"),
         ("ssh://me@box", {"tls_verify": False}, "do not apply to a ssh:// host"),
-        ("ssh://me@box", {"workspace": "rel"}, "'workspace' must be an absolute path"),
+        ("ssh://me@box", {"workspace": "/srv"}, "the administrator chooses these"),
+        ("ssh://me@box", {"nvidia_smi": "/tmp/x"}, "the administrator chooses these"),
+        ("ssh://me@box", {}, "a key of its own (identity_file)"),
         ("ssh://me@box", {"colour": "red"}, "unknown keys"),
     ],
 )
@@ -664,7 +671,7 @@ def test_runtime_hosts_can_be_switched_off(
 ) -> None:
     # Given a hosts file that holds one host
     (tmp_path / "hosts.json").write_text(
-        json.dumps({"hosts": {"old": {"url": engine_url(tmp_path)}}})
+        json.dumps({"hosts": {"old": {"url": engine_url(tmp_path), **KEY}}})
     )
     assert make_pool().names() == ["old"]
     # When runtime hosts are off
@@ -672,7 +679,7 @@ def test_runtime_hosts_can_be_switched_off(
     # Then the file is not read and adding is refused, saying where to configure instead
     assert pool.names() == []
     with pytest.raises(BadRequest, match=r"allow_runtime_hosts.*c\.HostPool\.hosts"):
-        pool.add("new", engine_url(tmp_path, "new"), check=False)
+        pool.add("new", engine_url(tmp_path, "new"), KEY, check=False)
     assert set(hosts_file(tmp_path)["hosts"]) == {"old"}
 
 
@@ -680,8 +687,8 @@ def test_removing_an_added_host_drops_it_from_the_file(
     make_pool: Callable[..., HostPool], tmp_path: Path
 ) -> None:
     pool = make_pool()
-    pool.add("one", engine_url(tmp_path, "one"), check=False)
-    pool.add("two", engine_url(tmp_path, "two"), check=False)
+    pool.add("one", engine_url(tmp_path, "one"), KEY, check=False)
+    pool.add("two", engine_url(tmp_path, "two"), KEY, check=False)
     pool.remove("one")
     assert set(hosts_file(tmp_path)["hosts"]) == {"two"}
     assert pool.names() == ["two"]
@@ -707,7 +714,7 @@ def test_a_second_pool_sees_changes_without_a_restart(
     server, cli = make_pool(), make_pool()
     assert server.names() == []
     # When the CLI adds a host
-    cli.add("gpu-a", engine_url(tmp_path, "a"), check=False)
+    cli.add("gpu-a", engine_url(tmp_path, "a"), KEY, check=False)
     # Then the server lists it, as added, without a restart
     assert server.names() == ["gpu-a"]
     assert server.get("gpu-a").origin == "added"
@@ -721,10 +728,10 @@ def test_an_unchanged_host_keeps_its_object_across_reloads(
 ) -> None:
     # Given a server that holds an added host (its SSH connection, its tunnels)
     server, cli = make_pool(), make_pool()
-    cli.add("a", engine_url(tmp_path, "a"), check=False)
+    cli.add("a", engine_url(tmp_path, "a"), KEY, check=False)
     held = server.get("a")
     # When another host is added
-    cli.add("b", engine_url(tmp_path, "b"), check=False)
+    cli.add("b", engine_url(tmp_path, "b"), KEY, check=False)
     # Then the first one is the same object (its connection is not reopened)
     assert server.get("a") is held
     assert server.names() == ["a", "b"]
@@ -735,13 +742,13 @@ def test_a_same_size_change_in_the_same_timestamp_tick_is_seen(
 ) -> None:
     # Given a server that has read a hosts file with host "aa"
     server, cli = make_pool(), make_pool()
-    cli.add("aa", engine_url(tmp_path, "x"), check=False)
+    cli.add("aa", engine_url(tmp_path, "x"), KEY, check=False)
     assert server.names() == ["aa"]
     stamp = os.stat(tmp_path / "hosts.json").st_mtime_ns
     size = os.stat(tmp_path / "hosts.json").st_size
     # When the CLI swaps it for "bb" (same size) within the same timestamp tick
     cli.remove("aa")
-    cli.add("bb", engine_url(tmp_path, "x"), check=False)
+    cli.add("bb", engine_url(tmp_path, "x"), KEY, check=False)
     assert os.stat(tmp_path / "hosts.json").st_size == size
     os.utime(tmp_path / "hosts.json", ns=(stamp, stamp))  # a file system with coarse timestamps
     # Then the server sees "bb"
@@ -783,7 +790,7 @@ def test_an_invalid_entry_is_skipped_and_logged_and_the_others_kept(
         json.dumps(
             {
                 "hosts": {
-                    "good": {"url": engine_url(tmp_path, "good")},
+                    "good": {"url": engine_url(tmp_path, "good"), **KEY},
                     "bad": {"url": "http://box"},
                     "conf": {"url": engine_url(tmp_path, "clash")},
                 }
@@ -806,7 +813,7 @@ def test_an_entry_written_as_a_url_string_is_not_erased_by_the_next_add(
     # Given a hosts file edited by hand, with an entry in the c.HostPool.hosts string form
     (tmp_path / "hosts.json").write_text(json.dumps({"hosts": {"box": "ssh://me@box"}}))
     # When another host is added
-    make_pool().add("other", engine_url(tmp_path, "other"), check=False)
+    make_pool().add("other", engine_url(tmp_path, "other"), KEY, check=False)
     # Then the hand-written entry is still in the file
     assert "box" in hosts_file(tmp_path)["hosts"]
 
@@ -1306,8 +1313,12 @@ def test_a_revoked_host_key_is_refused_with_a_message() -> None:
                 "tls_client_key": "/k",
                 "workspace": "/srv",
             },
-            "need an ssh:// host",
+            "the administrator chooses these",
         ),
+        ("ssh://me@box", {"workspace": "/", **KEY}, "the administrator chooses these"),
+        ("ssh://me@box", {"mount_roots": ["/"], **KEY}, "the administrator chooses these"),
+        ("ssh://me@box", {"nvidia_smi": "/bin/sh", **KEY}, "the administrator chooses these"),
+        ("ssh://me@box", {}, "never with the server's SSH agent or keys"),
     ],
 )
 def test_hosts_a_user_may_not_add_at_run_time(
@@ -1325,3 +1336,63 @@ def test_hosts_a_user_may_not_add_at_run_time(
 def test_user_and_host_names_with_shell_or_option_characters_are_refused(url: str) -> None:
     with pytest.raises(ConfigError, match="letters, digits"):
         HostSpec.parse("far", url)
+
+
+def test_a_configured_host_cannot_be_added_again_under_another_name(
+    make_pool: Callable[..., HostPool], tmp_path: Path
+) -> None:
+    key = tmp_path / "admin_key"
+    pool = make_pool(
+        hosts={"conf": {"url": "ssh://admin@gpu-box.example.org", "identity_file": str(key)}}
+    )
+    # Its address, under any user or port, and in any case
+    for url in ("ssh://me@gpu-box.example.org", "ssh://me@GPU-BOX.example.org:2222"):
+        with pytest.raises(BadRequest, match="address of the configured host 'conf'"):
+            pool.add("mine", url, KEY, check=False)
+    # Its key, for another address
+    with pytest.raises(BadRequest, match="the one of the configured host 'conf'"):
+        pool.add("mine", "ssh://me@other.example.org", {"identity_file": str(key)}, check=False)
+    assert pool.names() == ["conf"]
+
+
+def test_the_hosts_file_cannot_widen_a_host_either(
+    make_pool: Callable[..., HostPool], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a hosts file (written by an older version, or by hand) that gives a host "/"
+    entry = {"url": engine_url(tmp_path, "old"), "workspace": "/", "mount_roots": ["/"], **KEY}
+    keyless = {"url": engine_url(tmp_path, "agent")}
+    (tmp_path / "hosts.json").write_text(json.dumps({"hosts": {"old": entry, "agent": keyless}}))
+    # When the pool reads it
+    with caplog.at_level(logging.WARNING, logger=LOG.name):
+        pool = make_pool(runtime_host_settings={"workspace": "/srv/shared"})
+        names = pool.names()
+    # Then the administrator's settings apply, and a host without a key of its own is skipped
+    assert names == ["old"]
+    assert pool.get("old").spec.workspace == "/srv/shared"
+    assert pool.get("old").spec.mount_roots == ()
+    warnings = " ".join(r.getMessage() for r in caplog.records)
+    assert "mount_roots, workspace of host 'old' ignored" in warnings
+    assert "'agent'" in warnings
+
+
+def test_why_a_host_could_not_be_added_is_told_to_administrators_only(
+    make_pool: Callable[..., HostPool], tmp_path: Path
+) -> None:
+    # Nothing listens there (a refused connection): a non-administrator cannot tell that from
+    # a name that does not resolve or a key that was refused
+    pool = make_pool()
+    key = tmp_path / "id"
+    key.write_text("not a key")
+    told = []
+    for url in (engine_url(tmp_path, "closed"), "ssh://me@no-such-host.invalid"):
+        with pytest.raises(GPUDevError) as caught:
+            pool.add("far", url, {"identity_file": str(key)}, check=True)
+        told.append(caught.value.message.replace(url, "URL"))
+        assert caught.value.status == 503
+    assert told[0] == told[1]
+    assert "server log" in told[0]
+    # An administrator is told why
+    with pytest.raises(GPUDevError) as detailed:
+        pool.add("far", engine_url(tmp_path, "closed"), {"identity_file": str(key)}, detailed=True)
+    assert detailed.value.message.replace(engine_url(tmp_path, "closed"), "URL") != told[0]
+    assert pool.names() == []

@@ -93,11 +93,12 @@ test.describe('Remote hosts and web ports', () => {
     await expect(url).toHaveAttribute('placeholder', 'ssh://user@gpu-box');
     for (const label of [
       'Identity file (optional)',
-      'known_hosts file (optional)',
-      'Remote workspace folder (optional)'
+      'known_hosts file (optional)'
     ]) {
       await expect(form.getByLabel(label, { exact: true })).toBeVisible();
     }
+    // A host's workspace is the administrator's to choose, never the form's
+    await expect(form.getByLabel(/workspace/i)).toHaveCount(0);
     const submit = form.getByTestId('gpudev-add-host-submit');
 
     // When it is sent empty, then it says what is missing without asking the server
@@ -107,9 +108,18 @@ test.describe('Remote hosts and web ports', () => {
     await expect(form).toContainText('Enter the URL of the host.');
     await expect(name).toBeFocused();
 
-    // When a host where nothing listens is entered and sent
+    // When an ssh:// host is entered without its key, the form asks for it
     await name.fill(BAD_HOST);
     await url.fill('ssh://root@127.0.0.1:1');
+    await submit.click();
+    const identity = form.getByLabel('Identity file (optional)', {
+      exact: true
+    });
+    await expect(identity).toBeFocused();
+    await expect(form).toContainText("never the server's");
+
+    // When a host where nothing listens is entered with a key and sent
+    await identity.fill('/nonexistent/id_galata');
     const answered = page.waitForResponse(
       response =>
         new URL(response.url()).pathname.endsWith('/gpudev/api/hosts') &&
@@ -161,7 +171,7 @@ test.describe('Remote hosts and web ports', () => {
       data: {
         name: ADDED_HOST,
         url: 'ssh://root@127.0.0.1:1',
-        workspace: '/srv/work',
+        identity_file: '/nonexistent/id_galata',
         check: false
       }
     });

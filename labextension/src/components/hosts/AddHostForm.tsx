@@ -27,7 +27,8 @@ function addHostErrorTitle(
 }
 
 /**
- * The Add host form: name, URL, key files and remote workspace. It keeps
+ * The Add host form: name, URL and key files (a host's workspace, mount roots
+ * and nvidia-smi are the administrator's to set, never the form's). It keeps
  * what was typed when the server refuses the host, and shows why in full.
  */
 export function AddHostForm({
@@ -53,8 +54,7 @@ export function AddHostForm({
     name: React.useRef<HTMLInputElement>(null),
     url: React.useRef<HTMLInputElement>(null),
     identityFile: React.useRef<HTMLInputElement>(null),
-    knownHosts: React.useRef<HTMLInputElement>(null),
-    workspace: React.useRef<HTMLInputElement>(null)
+    knownHosts: React.useRef<HTMLInputElement>(null)
   };
 
   // The name field takes the focus when the form opens.
@@ -188,15 +188,13 @@ export function AddHostForm({
       })}
       {field('identityFile', trans.__('Identity file'), {
         placeholder: '~/.ssh/id_ed25519',
-        hint: trans.__('The SSH key, a path on the Jupyter server')
+        hint: trans.__(
+          'The SSH key for this host, a path on the Jupyter server (needed for ssh://)'
+        )
       })}
       {field('knownHosts', trans.__('known_hosts file'), {
         placeholder: '~/.ssh/known_hosts',
         hint: trans.__("Holds the host's SSH key, a path on the Jupyter server")
-      })}
-      {field('workspace', trans.__('Remote workspace folder'), {
-        placeholder: '/home/user/work',
-        hint: trans.__('Mounted in its dev containers, a path on that host')
       })}
       {submitting && (
         <p

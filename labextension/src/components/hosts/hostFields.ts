@@ -8,7 +8,6 @@ export interface IHostFields {
   url: string;
   identityFile: string;
   knownHosts: string;
-  workspace: string;
 }
 
 export type FieldErrors = Partial<Record<keyof IHostFields, string>>;
@@ -17,8 +16,7 @@ export const EMPTY_FIELDS: IHostFields = {
   name: '',
   url: '',
   identityFile: '',
-  knownHosts: '',
-  workspace: ''
+  knownHosts: ''
 };
 
 /** What is wrong with the fields before asking the server, by field. */
@@ -40,10 +38,9 @@ export function checkHostFields(
       'Use ssh://user@host, ssh://user@host:port or tcp://host:port.'
     );
   }
-  const workspace = fields.workspace.trim();
-  if (workspace && !workspace.startsWith('/')) {
-    errors.workspace = trans.__(
-      'An absolute path on that host, such as /home/user/work.'
+  if (url.startsWith('ssh://') && !fields.identityFile.trim()) {
+    errors.identityFile = trans.__(
+      "A host you add uses its own SSH key, never the server's: enter the key file."
     );
   }
   return errors;
@@ -57,15 +54,11 @@ export function hostRequest(fields: IHostFields): IAddHostRequest {
   };
   const identityFile = fields.identityFile.trim();
   const knownHosts = fields.knownHosts.trim();
-  const workspace = fields.workspace.trim();
   if (identityFile) {
     request.identity_file = identityFile;
   }
   if (knownHosts) {
     request.known_hosts = knownHosts;
-  }
-  if (workspace) {
-    request.workspace = workspace;
   }
   return request;
 }
