@@ -82,6 +82,8 @@ class Target:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     #: Driver injection instead of the NVIDIA hook (``c.LegacyGPUInjection``).
     injection: Injection | None = None
+    #: Publish the environment's forwardPorts on the host's loopback (``c.DevContainers``).
+    publish_ports: bool = False
 
 
 def tightest(*limits: int | None) -> int | None:
@@ -118,8 +120,8 @@ def create_args(env: Environment, target: Target, confinement: Confinement) -> d
     Nothing of the server's own environment goes in: the variables are the environment's
     ``containerEnv``, ``target.extra_env`` and the NVIDIA ones, set explicitly (CUDA images
     default ``NVIDIA_VISIBLE_DEVICES`` to ``all``). GPUs are requested by UUID, never by a count
-    (the engine maps a count to "the first N GPUs"). Forwarded ports are published on the
-    host's loopback only.
+    (the engine maps a count to "the first N GPUs"). Forwarded ports are published only when
+    ``target.publish_ports``, on the host's loopback only (the proxy reaches them without).
     """
     environment = dict(env.container_env)
     environment.update(target.extra_env)
@@ -139,7 +141,11 @@ def create_args(env: Environment, target: Target, confinement: Confinement) -> d
         "working_dir": env.workspace_folder,
         "restart_policy": {"Name": "no"},
         "stop_signal": "SIGTERM",
-        "ports": {f"{port}/tcp": ("127.0.0.1", None) for port in env.forward_ports},
+        "ports": (
+            {f"{port}/tcp": ("127.0.0.1", None) for port in env.forward_ports}
+            if target.publish_ports
+            else {}
+        ),
     }
     if target.user is not None:
         args["user"] = target.user
@@ -166,7 +172,7 @@ def _run_options(args: dict[str, Any], env: Environment, network: str | None) ->
     if options.network_mode:
         args["network_mode"] = options.network_mode
         if options.network_mode == "host":
-            args.pop("ports")
+            args.pop("ports", None)
     elif network:
         args["network"] = network
     if options.pid_mode:

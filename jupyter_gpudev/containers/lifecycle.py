@@ -127,6 +127,14 @@ class DevContainers(ContainerLookup):
         workspace keep their owner. Off: the image's user (often root).""",
     ).tag(config=True)
 
+    publish_ports = Bool(
+        False,
+        help="""Also publish each environment's forwardPorts on the host's loopback address
+        (127.0.0.1, a free port): anyone logged in to that machine then reaches them without
+        Jupyter's login. Off: they are reached only through the authenticated proxy
+        (/gpudev/proxy/NAME/PORT/).""",
+    ).tag(config=True)
+
     reconcile_grace = Float(
         120.0,
         help="""Seconds during which a new lease is never freed by reconciliation even though
@@ -673,6 +681,7 @@ class DevContainers(ContainerLookup):
             ),
             extra_env=extra_env,
             injection=injection,
+            publish_ports=self.publish_ports,
         )
         kwargs = create_args(env, target, self._confinement())
         return client.containers.create(image, **kwargs)

@@ -58,6 +58,8 @@ _XSRF_COOKIE = "_xsrf"
 #: Characters left as they are when a decoded path is written back into a URL (RFC 3986).
 _PATH_SAFE = "/:@!$&'()*+,;=-._~"
 _AUTHORIZATION = re.compile(r"(token|bearer)\s+(.+)", re.IGNORECASE)
+#: What tornado turns into spaces in an argument before stripping it (its own rule).
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f]")
 #: Seconds to wait for a target to accept a connection.
 CONNECT_TIMEOUT = 20.0
 #: No limit on a proxied response's size or length: it is streamed, never held whole.
@@ -93,14 +95,23 @@ def _same(secret: str, expected: str) -> bool:
     return hmac.compare_digest(secret.encode(), expected.encode())
 
 
+def _as_tornado_reads(value: str) -> str:
+    """An argument as tornado's ``get_argument`` gives it to Jupyter's token check: control
+    characters made spaces, then stripped (so ``?token=+TOKEN`` logs in)."""
+    return _CONTROL.sub(" ", value).strip()
+
+
 def without_token(query: str, token: str | None) -> str:
-    """A query string without ``token=`` parameters carrying ``token`` (Jupyter's)."""
+    """A query string without ``token=`` parameters carrying ``token`` (Jupyter's), however
+    padded: whatever would log in to Jupyter is taken out."""
     if not token:
         return query
 
     def is_token(part: str) -> bool:
         key, _, value = part.partition("=")
-        return unquote_plus(key) == "token" and _same(unquote_plus(value), token)
+        return _as_tornado_reads(unquote_plus(key)) == "token" and _same(
+            _as_tornado_reads(unquote_plus(value)), token
+        )
 
     return "&".join(part for part in query.split("&") if part and not is_token(part))
 

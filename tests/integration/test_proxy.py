@@ -337,6 +337,10 @@ async def test_http_requests_go_through_without_the_jupyter_credentials(
     assert "authorization" not in headers
     assert headers["cookie"] == ["theme=dark"]
     assert token not in json.dumps(seen)
+    # Nor when the token is padded the way Jupyter still accepts it (?token=+TOKEN)
+    padded = await jp_fetch(*proxy(app, 8000, "echo"), params={"q": "2", "token": f" {token}"})
+    assert json.loads(padded.body)["uri"] == "/echo?q=2"
+    assert token not in padded.body.decode()
     # And forwarding headers that tell it where it is
     assert headers["host"] == [f"127.0.0.1:{jp_http_port}"]
     assert headers["x-forwarded-host"] == [f"127.0.0.1:{jp_http_port}"]
@@ -718,6 +722,10 @@ def test_the_query_cookie_and_location_rewriting_helpers() -> None:
     assert without_token("a=1&token=t0k&b=2", "t0k") == "a=1&b=2"
     assert without_token("token=other", "t0k") == "token=other"
     assert without_token("token=t0k", None) == "token=t0k"
+    # Padded as tornado strips it (Jupyter logs in with ?token=+TOKEN): taken out too
+    for padded in ("token=+t0k", "token=t0k+", "token=%20t0k%0A", "token=%01t0k", "+token=t0k"):
+        assert without_token(f"a=1&{padded}", "t0k") == "a=1", padded
+    assert without_token("token=t+0k", "t0k") == "token=t+0k"
     assert without_cookies("a=1; _xsrf=2;b=3", lambda name: name == "_xsrf") == "a=1; b=3"
     assert rewrite_location("/x?y#z", "/p", ["h:1"]) == "/p/x?y#z"
     assert rewrite_location("http://h:1/x", "/p", ["h:1"]) == "/p/x"

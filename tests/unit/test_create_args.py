@@ -126,9 +126,14 @@ def test_every_label_is_set_even_empty() -> None:
     assert args["name"] == "gpudev-train-ann-1a2b"
 
 
-def test_forwarded_ports_are_published_on_loopback_only() -> None:
-    args = create_args(environment(forward_ports=(8888, 6006)), target(), Confinement())
-    assert args["ports"] == {"8888/tcp": ("127.0.0.1", None), "6006/tcp": ("127.0.0.1", None)}
+def test_forwarded_ports_are_not_published_unless_the_administrator_says_so() -> None:
+    env = environment(forward_ports=(8888, 6006))
+    assert create_args(env, target(), Confinement())["ports"] == {}
+    published = create_args(env, target(publish_ports=True), Confinement())
+    assert published["ports"] == {
+        "8888/tcp": ("127.0.0.1", None),
+        "6006/tcp": ("127.0.0.1", None),
+    }
 
 
 def test_host_network_publishes_nothing_and_a_named_network_is_joined() -> None:
