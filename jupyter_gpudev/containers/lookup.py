@@ -23,7 +23,7 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 from jupyter_core.paths import jupyter_data_dir
-from traitlets import Instance, Int, Unicode, default
+from traitlets import Bool, Instance, Int, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from ..access import ANOTHER_USER, Access, Caller
@@ -98,6 +98,16 @@ class ContainerLookup(LoggingConfigurable):
         help="""The Docker network dev containers join: a bridge created on first use with
         inter-container traffic disabled, so a container (and its kernels' ports) is reachable
         from the host but not from other containers. Empty: the engine's default bridge.""",
+    ).tag(config=True)
+
+    isolate_web_apps = Bool(
+        True,
+        help="""Serve the web apps of dev containers (/gpudev/proxy/NAME/PORT/) in a sandbox:
+        a browser opening one is sent to /gpudev/app/CAPABILITY/..., where its pages run in an
+        opaque origin that can read none of Jupyter's cookies nor call Jupyter's API as the
+        user. Apps that need their own cookies or browser storage do not work there; off, a
+        proxied page runs with all of JupyterLab's rights in the browser (only for apps you
+        trust).""",
     ).tag(config=True)
 
     docker_cli = Unicode(

@@ -24,7 +24,8 @@ from .api import (
     ReclaimsHandler,
 )
 from .base import GPUDevHandler
-from .proxy import PortProxyHandler
+from .capabilities import PATTERN as _CAPABILITY
+from .proxy import AppProxyHandler, PortProxyHandler
 
 API = "/gpudev/api"
 _NAME = r"(?P<name>[a-z0-9][a-z0-9_.-]{0,70})"
@@ -52,5 +53,6 @@ def routes() -> list[tuple[str, type[GPUDevHandler]]]:
         (rf"{API}/containers/{_NAME}/ports", ContainerPortsHandler),
         (rf"{API}/containers/{_NAME}/ports/(?P<port>[0-9]{{1,5}})", ContainerPortHandler),
         (rf"/gpudev/proxy/{_NAME}/(?P<port>[0-9]{{1,5}})(?P<path>/.*)?", PortProxyHandler),
+        (rf"/gpudev/app/(?P<capability>{_CAPABILITY})(?P<path>/.*)?", AppProxyHandler),
         (rf"{API}/kernels/{_KERNEL}", KernelHandler),
     ]

@@ -14,12 +14,14 @@ not asked for; cross-origin requests are refused instead (the Origin check, for 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import quote, unquote_plus, urlsplit, urlunsplit
 
+from jupyter_server.auth.decorator import allow_unauthenticated
 from jupyter_server.base.handlers import AuthenticatedHandler, JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
 from jupyter_server.utils import url_path_join
@@ -35,8 +37,17 @@ from tornado.websocket import (
     websocket_connect,
 )
 
+from ..access import Caller
 from ..errors import GPUDevError
 from .base import GPUDevHandler, authorized_to_execute, maps_errors
+from .capabilities import AppCapability
+
+#: What a proxied app's pages may do in their sandbox: everything but share an origin with
+#: Jupyter (no ``allow-same-origin``): its scripts run, forms post, popups and downloads open.
+SANDBOX = (
+    "sandbox allow-scripts allow-forms allow-popups allow-popups-to-escape-sandbox "
+    "allow-modals allow-downloads allow-pointer-lock allow-presentation"
+)
 
 #: Headers about one connection, never forwarded (RFC 9110 section 7.6.1), plus ``Proxy-*``.
 HOP_BY_HOP = frozenset(
@@ -271,8 +282,29 @@ class PortProxyHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
         """A websocket (an Upgrade request), or a plain GET."""
         if self._upgrading():
             await self._websocket(name, port, path)
+        elif self._navigating() and self.gpudev.containers.isolate_web_apps:
+            await self._to_app(name, port, path)
         else:
             await self._http(name, port, path)
+
+    def _navigating(self) -> bool:
+        """A browser opening a page (a tab, a frame), as it says in ``Sec-Fetch-Mode``."""
+        return self.request.headers.get("Sec-Fetch-Mode", "") == "navigate"
+
+    async def _to_app(self, name: str, port: str, path: str | None) -> None:
+        """Send the browser on to the app's sandboxed address, with a capability for it."""
+        await self._target(name, port)  # 404 or 409 here, as for any request
+        containers = self.gpudev.containers
+        host, _ = await self.blocking(containers.find, name)
+        who = containers.access.local()
+        grant = AppCapability.grant(name, host.name, int(port), who.name, admin=who.admin)
+        app = url_path_join(self.base_url, "gpudev/app", grant.mint())
+        self.redirect(f"{app}{self._target_path(name, port, path)}", permanent=False)
+
+    def added_response_headers(self, sent: set[str]) -> list[tuple[str, str]]:
+        """Headers added to every proxied response (``sent``: the app's own, lowercase)."""
+        del sent
+        return []
 
     @web.authenticated
     @authorized_to_execute
@@ -519,6 +551,8 @@ class _ResponseRelay:
                 handler.add_header(name, rewrite_location(value, self.prefix, self.own_netlocs))
             else:
                 handler.add_header(name, value)
+        for name, value in handler.added_response_headers(sent):
+            handler.add_header(name, value)
         self.started = True
         # Headers out now: the body may take a while (an event stream), or never come (HEAD).
         handler.flush().add_done_callback(_consume)
@@ -526,3 +560,110 @@ class _ResponseRelay:
     def chunk(self, data: bytes) -> Awaitable[None]:
         self.handler.write(data)
         return self.handler.flush()
+
+
+class AppProxyHandler(PortProxyHandler):
+    """``/gpudev/app/CAPABILITY/PATH``: a web port of a dev container as ``PortProxyHandler``
+    serves it, authorised by the capability in the path (``capabilities.py``) instead of the
+    Jupyter login, and served in a sandbox: an opaque origin that shares no cookie and no
+    storage with Jupyter. Its own requests (relative links, ``fetch``, websockets) come from
+    that opaque origin (``Origin: null``): they are allowed here, the capability decides."""
+
+    _grant: AppCapability | None = None
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        # No Jupyter login: the capability is checked by each method (answers are JSON).
+        self.set_header("Content-Type", "application/json")
+
+    def check_xsrf_cookie(self) -> None:
+        """No cookie authorises anything here: nothing to forge."""
+
+    def check_origin(self, origin_to_satisfy_tornado: str = "") -> bool:
+        """Any origin: the sandbox's is opaque (``null``); the capability decides."""
+        del origin_to_satisfy_tornado
+        return True
+
+    def _granted(self, capability: str) -> AppCapability:
+        self._grant = AppCapability.verify(capability)
+        return self._grant
+
+    @property
+    def grant(self) -> AppCapability:
+        """The request's capability (checked first by each method)."""
+        if self._grant is None:
+            raise web.HTTPError(404)
+        return self._grant
+
+    def _prefix(self, name: str, port: str) -> str:
+        del name, port  # the capability's own
+        return str(url_path_join(self.base_url, "gpudev/app", self.grant.mint()))
+
+    async def _target(self, name: str, port: str) -> tuple[str, int]:
+        del name, port  # the capability's own
+        grant = self.grant
+        who = Caller(grant.user, admin=grant.admin)
+        target = functools.partial(
+            self.gpudev.containers.proxy_target, grant.name, grant.port, grant.host, caller=who
+        )
+        host, target_port = await self.blocking(target)
+        return str(host), int(target_port)
+
+    def _headers_for(self, name: str, port: str, *, websocket: bool) -> httputil.HTTPHeaders:
+        """As for any proxied request; the sandbox's opaque origin (``null``) reaches the app
+        as the address it is served at: its pages are the app's own (apps compare the Origin
+        of their websockets with their Host)."""
+        headers = super()._headers_for(name, port, websocket=websocket)
+        if headers.get("Origin") == "null":
+            headers["Origin"] = f"{self.request.protocol}://{self.request.host}"
+        return headers
+
+    def added_response_headers(self, sent: set[str]) -> list[tuple[str, str]]:
+        """The sandbox, and no address of the app leaked to other sites; the app's own
+        ``fetch`` reads its answers (its origin is opaque, hence ``*``: no cookie is used)."""
+        added = [("Content-Security-Policy", SANDBOX), ("Referrer-Policy", "same-origin")]
+        if "access-control-allow-origin" not in sent:
+            added.append(("Access-Control-Allow-Origin", "*"))
+        return added
+
+    # Not the Jupyter login: the capability in the path authorises (checked first, 404).
+    @allow_unauthenticated
+    @maps_errors
+    async def get(  # type: ignore[override]
+        self, capability: str, path: str | None = None
+    ) -> None:
+        grant = self._granted(capability)
+        if self._upgrading():
+            await self._websocket(grant.name, str(grant.port), path)
+        else:
+            await self._http(grant.name, str(grant.port), path)
+
+    @allow_unauthenticated
+    @maps_errors
+    async def post(self, capability: str, path: str | None = None) -> None:
+        grant = self._granted(capability)
+        await self._http(grant.name, str(grant.port), path)
+
+    head = put = patch = delete = post
+
+    @allow_unauthenticated
+    @maps_errors
+    async def options(  # type: ignore[override]
+        self, capability: str, path: str | None = None
+    ) -> None:
+        """A CORS preflight of the app's own ``fetch`` is answered here; any other OPTIONS goes
+        to the app."""
+        grant = self._granted(capability)
+        wanted = self.request.headers.get("Access-Control-Request-Method")
+        if not wanted:
+            await self._http(grant.name, str(grant.port), path)
+            return
+        await self._target(grant.name, str(grant.port))  # 404 or 409 as for the request
+        self.set_status(204)
+        self.set_header("Access-Control-Allow-Origin", "*")
+        self.set_header("Access-Control-Allow-Methods", wanted)
+        asked = self.request.headers.get("Access-Control-Request-Headers")
+        if asked:
+            self.set_header("Access-Control-Allow-Headers", asked)
+        self.set_header("Access-Control-Max-Age", "600")
+        self.clear_header("Content-Type")
+        self.finish()

@@ -69,6 +69,34 @@ def dev_containers(
 
 
 @pytest.fixture
+def user_server(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    dev_containers: Callable[..., DevContainers],
+) -> Callable[..., DevContainers]:
+    """Makes one user's server (``c.Access.user``) on the local engine: its own state folder,
+    hence its own lease ledger, GPUs from the fake nvidia-smi (two A100s), one workspace shared
+    by all; ``admins``: ``c.Access.admin_users``; ``hosts``: ``c.HostPool.hosts``."""
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
+
+    def make(
+        user: str, *, admins: tuple[str, ...] = (), hosts: dict[str, Any] | None = None
+    ) -> DevContainers:
+        config = Config()
+        config.GPUInventory.backend = "nvidia-smi"
+        config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
+        config.GPUInventory.cache_seconds = 0.0
+        config.DevContainers.state_dir = str(tmp_path / f"state-{user}")
+        config.Access.user = user
+        config.Access.admin_users = set(admins)
+        if hosts:
+            config.HostPool.hosts = hosts
+        return dev_containers(tmp_path / "work", config)
+
+    return make
+
+
+@pytest.fixture
 def gpudev_config() -> dict[str, Any]:
     """Per-test overrides merged into the server config (e.g. a different local_url)."""
     return {}

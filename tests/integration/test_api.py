@@ -77,8 +77,11 @@ async def test_every_route_refuses_a_wrong_token(jp_fetch: Fetch) -> None:
 
 def test_the_auth_tests_cover_every_route() -> None:
     # Adding a route without adding it to an auth test fails here.
-    # The proxy's own auth tests are in test_proxy.py.
-    covered = {"hosts", "hosts/local", "/gpudev/proxy/x/8000/"} | {
+    # The proxy's own auth tests are in test_proxy.py, and so are those of the sandboxed app
+    # route, which a capability in its path authorises instead of the login (forged, altered,
+    # expired, another user's: 404).
+    sandboxed = "/gpudev/app/AAAAAAAA.BBBBBBBBBBBBBBBBBBBBBBBB/"
+    covered = {"hosts", "hosts/local", "/gpudev/proxy/x/8000/", sandboxed} | {
         path for _, path in CONTAINER_ROUTES
     }
     for pattern, _ in routes():

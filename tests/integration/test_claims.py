@@ -15,7 +15,6 @@ from typing import Any
 
 import docker
 import pytest
-from traitlets.config import Config
 
 from jupyter_gpudev.containers import DevContainerInfo, DevContainers, StartRequest, docker_name
 from jupyter_gpudev.errors import GPUDevError
@@ -34,26 +33,11 @@ Make = Callable[..., DevContainers]
 
 
 @pytest.fixture
-def make(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    dev_containers: Callable[..., DevContainers],
-    gpu_engine: None,
-) -> Make:
-    """A user's server: its own state folder (ledger), the fake GPUs, optionally ``far``."""
-    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(TWO_A100))
-    root = tmp_path / "work"
+def make(user_server: Make, gpu_engine: None) -> Make:
+    """A user's server (``far``: the same engine through the real sshd as a second host)."""
 
     def make_one(user: str, far: dict[str, Any] | None = None) -> DevContainers:
-        config = Config()
-        config.GPUInventory.backend = "nvidia-smi"
-        config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
-        config.GPUInventory.cache_seconds = 0.0
-        config.DevContainers.state_dir = str(tmp_path / f"state-{user}")
-        config.Access.user = user
-        if far is not None:
-            config.HostPool.hosts = {"far": far}
-        return dev_containers(root, config)
+        return user_server(user, hosts={"far": far} if far is not None else None)
 
     return make_one
 

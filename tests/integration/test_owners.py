@@ -17,12 +17,10 @@ from typing import Any
 import docker
 import pytest
 from tornado.httpclient import HTTPClientError, HTTPResponse
-from traitlets.config import Config
 
 from jupyter_gpudev.containers import DevContainerInfo, DevContainers, StartRequest, docker_name
 from jupyter_gpudev.errors import NotFound
 from jupyter_gpudev.leasing import NoFreeGPU
-from tests.conftest import FAKE_SMI, FIXTURES
 
 pytestmark = pytest.mark.integration
 
@@ -31,21 +29,11 @@ Make = Callable[..., DevContainers]
 
 
 @pytest.fixture
-def make(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dev_containers: Callable[..., DevContainers]
-) -> Make:
-    """A user's server on the local engine (fake GPUs), its own ledger; ``admins`` configured."""
-    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
+def make(user_server: Make) -> Make:
+    """A user's server on the local engine; ``admins`` configured."""
 
     def make_one(user: str, admins: tuple[str, ...] = ()) -> DevContainers:
-        config = Config()
-        config.GPUInventory.backend = "nvidia-smi"
-        config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
-        config.GPUInventory.cache_seconds = 0.0
-        config.DevContainers.state_dir = str(tmp_path / f"state-{user}")
-        config.Access.user = user
-        config.Access.admin_users = set(admins)
-        return dev_containers(tmp_path / f"work-{user}", config)
+        return user_server(user, admins=admins)
 
     return make_one
 

@@ -11,8 +11,9 @@ import asyncio
 import hashlib
 import json
 import secrets
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,11 @@ from docker.models.containers import Container
 from jupyter_server.auth.authorizer import AllowAllAuthorizer
 from jupyter_server.auth.identity import User
 from jupyter_server.base.handlers import JupyterHandler
-from tornado.httpclient import HTTPClientError, HTTPResponse
-from tornado.websocket import WebSocketClientConnection
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
+from tornado.websocket import WebSocketClientConnection, websocket_connect
 
+from jupyter_gpudev.access import Access
+from jupyter_gpudev.handlers.capabilities import AppCapability
 from jupyter_gpudev.handlers.proxy import rewrite_location, without_cookies, without_token
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
@@ -731,3 +734,108 @@ def test_the_query_cookie_and_location_rewriting_helpers() -> None:
     assert rewrite_location("http://h:1/x", "/p", ["h:1"]) == "/p/x"
     assert rewrite_location("http://other/x", "/p", ["h:1"]) == "http://other/x"
     assert rewrite_location("ftp://h:1/x", "/p", ["h:1"]) == "ftp://h:1/x"
+
+
+# -- the sandbox: a browser is sent to the app's own address, with a capability ---------------
+
+
+async def plain(url: str, **kwargs: Any) -> HTTPResponse:
+    """A request with no Jupyter credential at all (no token, no cookie)."""
+    client = AsyncHTTPClient(force_instance=True)
+    try:
+        return await client.fetch(url, raise_error=False, follow_redirects=False, **kwargs)
+    finally:
+        client.close()
+
+
+async def test_a_browser_opening_an_app_gets_it_sandboxed_behind_a_capability(
+    jp_fetch: Fetch,
+    docker_client: docker.DockerClient,
+    jp_serverapp: Any,
+    jp_base_url: str,
+    jp_http_port: int,
+) -> None:
+    app = await start_app(jp_fetch, docker_client)
+    token = jp_serverapp.identity_provider.token
+    server = f"http://127.0.0.1:{jp_http_port}"
+    # When a browser opens a page of the app (a navigation), logged in to Jupyter
+    sent = await jp_fetch(
+        *proxy(app, 8000, "echo"),
+        params={"q": "1", "token": token},
+        headers={"Sec-Fetch-Mode": "navigate"},
+        follow_redirects=False,
+        raise_error=False,
+    )
+    # Then it is sent on to the app's capability address, without the token
+    assert sent.code == 302
+    location = sent.headers["Location"]
+    assert location.startswith(f"{jp_base_url}gpudev/app/")
+    assert location.endswith("/echo?q=1")
+    assert token not in location
+    # And that address answers with no Jupyter credential at all, in a sandbox
+    page = await plain(server + location)
+    assert page.code == 200
+    assert json.loads(page.body)["uri"] == "/echo?q=1"
+    policies = page.headers.get_list("Content-Security-Policy")
+    assert any(p.startswith("sandbox ") and "allow-same-origin" not in p for p in policies)
+    assert page.headers["Access-Control-Allow-Origin"] == "*"
+    assert page.headers["Referrer-Policy"] == "same-origin"
+    # And the app's relative links keep the capability (its prefix is the capability's)
+    capability = location.split("/gpudev/app/", 1)[1].split("/", 1)[0]
+    assert json.loads(page.body)["headers"]["x-forwarded-prefix"] == [
+        f"{jp_base_url}gpudev/app/{capability}"
+    ]
+    # And its own fetch is allowed from the sandbox's opaque origin (a preflight, then a POST)
+    preflight = await plain(
+        f"{server}{jp_base_url}gpudev/app/{capability}/echo",
+        method="OPTIONS",
+        headers={
+            "Origin": "null",
+            "Access-Control-Request-Method": "PUT",
+            "Access-Control-Request-Headers": "content-type",
+        },
+    )
+    assert preflight.code == 204
+    assert preflight.headers["Access-Control-Allow-Origin"] == "*"
+    posted = await plain(
+        f"{server}{jp_base_url}gpudev/app/{capability}/echo",
+        method="POST",
+        body=b"x=1",
+        headers={"Origin": "null"},
+    )
+    assert posted.code == 200
+    # And its websockets too
+    connection = await websocket_connect(
+        HTTPRequest(
+            f"ws://127.0.0.1:{jp_http_port}{jp_base_url}gpudev/app/{capability}/ws",
+            headers={"Origin": "null"},
+        )
+    )
+    try:
+        await connection.write_message("through the sandbox")
+        assert await asyncio.wait_for(connection.read_message(), 10) == "through the sandbox"
+    finally:
+        await closed(connection)
+
+
+async def test_a_forged_expired_or_foreign_capability_reaches_nothing(
+    jp_fetch: Fetch, docker_client: docker.DockerClient, jp_base_url: str, jp_http_port: int
+) -> None:
+    app = await start_app(jp_fetch, docker_client)
+    server = f"http://127.0.0.1:{jp_http_port}{jp_base_url}gpudev/app"
+    user = Access().local().name
+    good = AppCapability.grant(app.name, "local", 8000, user, admin=False)
+    assert (await plain(f"{server}/{good.mint()}/echo")).code == 200
+    payload, _, signature = good.mint().partition(".")
+    forged = f"{payload}.{signature[:-2]}{'AA' if signature[-2:] != 'AA' else 'BB'}"
+    altered = replace(good, port=8001).mint().split(".")[0] + "." + signature
+    expired = replace(good, expires=int(time.time()) - 1).mint()
+    # Another user's grant (a capability handed out before the container changed hands, or
+    # minted for someone else): the owner check still applies
+    foreign = replace(good, user="mallory").mint()
+    # A port that is not one of its web ports
+    unserved = replace(good, port=9).mint()
+    for capability in (forged, altered, expired, foreign, unserved):
+        answer = await plain(f"{server}/{capability}/echo")
+        assert answer.code == 404, capability
+    assert not any("mallory" in json.dumps(seen) for seen in app.seen())

@@ -8,6 +8,37 @@ import { containersOf, getContainer, openPanel } from './helpers';
 const run = promisify(execFile);
 
 /**
+ * A page a proxied app could serve: its script tries to read Jupyter's
+ * cookies, to open a terminal as the user with the _xsrf token, and to fetch a
+ * file of its own app; it writes what happened into the body.
+ */
+const EVIL_PAGE = `<!doctype html><html><body><script>
+(async () => {
+  const out = {};
+  try { out.cookie = document.cookie; } catch (e) { out.cookie = 'blocked: ' + e.name; }
+  const match = typeof out.cookie === 'string' && out.cookie.match(/_xsrf=([^;]+)/);
+  out.xsrf = match ? match[1] : '';
+  try {
+    const made = await fetch('/api/terminals', {
+      method: 'POST', credentials: 'include', headers: { 'X-XSRFToken': out.xsrf }
+    });
+    out.terminals = made.status;
+  } catch (e) { out.terminals = 'blocked: ' + e.name; }
+  try {
+    out.own = (await (await fetch('hello-gpudev.txt')).text()).trim();
+  } catch (e) { out.own = 'blocked: ' + e.name; }
+  document.body.setAttribute('data-result', JSON.stringify(out));
+})();
+</script></body></html>`;
+
+/** How many Jupyter terminals the server has. */
+async function terminalCount(request: APIRequestContext): Promise<number> {
+  const listed = await request.get('/api/terminals');
+  expect(listed.ok()).toBe(true);
+  return ((await listed.json()) as unknown[]).length;
+}
+
+/**
  * The `web` environment of the test configuration: the kernel image, no GPU,
  * `"forwardPorts": [8000]` (served by the server's proxy).
  */
@@ -339,6 +370,42 @@ test.describe('Remote hosts and web ports', () => {
     await row.screenshot({
       path: testInfo.outputPath('gpudev-web-port.png')
     });
+
+    // When the app serves a page whose script tries to act as the Jupyter user
+    // (read the _xsrf cookie, open a terminal) and to use the app itself
+    await run('docker', [
+      'exec',
+      '-e',
+      `PAGE=${EVIL_PAGE}`,
+      container.container_id,
+      'sh',
+      '-c',
+      'printf %s "$PAGE" > /tmp/www/evil.html'
+    ]);
+    const terminalsBefore = await terminalCount(page.request);
+    const appPage = await page.context().newPage();
+    await appPage.goto(`${target.href}evil.html`);
+    // Then the browser was sent to the app's sandboxed address
+    expect(new URL(appPage.url()).pathname).toMatch(
+      /^\/gpudev\/app\/[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\/evil\.html$/
+    );
+    const result = await appPage
+      .locator('body[data-result]')
+      .getAttribute('data-result', { timeout: 30000 });
+    const seen = JSON.parse(result ?? '{}') as {
+      cookie: string;
+      xsrf: string;
+      terminals: string | number;
+      own: string;
+    };
+    // And its script could read no Jupyter cookie, and could not open a terminal
+    expect(seen.cookie).toMatch(/^blocked: /);
+    expect(seen.xsrf).toBe('');
+    expect(String(seen.terminals)).toMatch(/^(blocked: |403)/);
+    expect(await terminalCount(page.request)).toBe(terminalsBefore);
+    // But it reached its own app
+    expect(seen.own).toBe('hello');
+    await appPage.close();
 
     // When a port out of range is entered, then the row says so and asks nothing
     const input = row.getByLabel(`Port of ${name} to serve`);
