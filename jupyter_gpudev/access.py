@@ -59,7 +59,13 @@ class Access(LoggingConfigurable):
 
     @default("user")
     def _default_user(self) -> str:
-        return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+        hub_user = os.environ.get("JUPYTERHUB_USER")
+        if hub_user:
+            return hub_user
+        try:
+            return getpass.getuser()
+        except (KeyError, OSError):  # no USER variable and no passwd entry (some containers)
+            return f"uid-{os.getuid()}"
 
     def local(self) -> Caller:
         """The caller in single-user mode: ``user``."""

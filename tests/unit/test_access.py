@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from traitlets.config import Config
 
@@ -48,3 +50,13 @@ def test_another_users_lease_is_seen_without_its_container() -> None:
     hidden = seen_by(lease, "alice")
     assert (hidden.lease_id, hidden.container, hidden.owner) == ("", "", "another user")
     assert hidden.gpu_uuids == ("GPU-1",)
+
+
+def test_an_account_without_a_name_is_its_uid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JUPYTERHUB_USER", raising=False)
+
+    def nameless() -> str:
+        raise KeyError("getpwuid(): uid not found")
+
+    monkeypatch.setattr("getpass.getuser", nameless)
+    assert Access().local().name == f"uid-{os.getuid()}"
