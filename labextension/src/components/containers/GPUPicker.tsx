@@ -16,8 +16,11 @@ export interface ILeasableUnit {
 /** The units of a host a start can name, with who holds each. */
 export function leasableUnits(host: IHostInfo): ILeasableUnit[] {
   const leases = leasesByGPU(host.leases);
-  const holder = (uuid: string): string | null =>
-    leases.get(uuid)?.container ?? null;
+  // Another user's lease comes without its container: its owner reads "another user".
+  const holder = (uuid: string): string | null => {
+    const lease = leases.get(uuid);
+    return lease ? lease.container || lease.owner || 'another user' : null;
+  };
   const units: ILeasableUnit[] = [];
   for (const gpu of host.gpus.gpus) {
     if (gpu.mig_enabled && gpu.mig_devices.length > 0) {

@@ -92,6 +92,14 @@ function holderText(lease: IGPULease, trans: TranslationBundle): string {
           hour: '2-digit',
           minute: '2-digit'
         });
+  if (!lease.container) {
+    // Another user's lease: the server does not say which container holds it.
+    return trans.__(
+      '%1 since %2',
+      lease.owner || trans.__('another user'),
+      when
+    );
+  }
   return lease.owner
     ? trans.__('%1 (%2) since %3', lease.container, lease.owner, when)
     : trans.__('%1 since %2', lease.container, when);
