@@ -19,7 +19,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from traitlets import Set, Unicode, default
+from traitlets import Bool, Set, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from .labels import L_LEDGER, L_OWNER
@@ -57,6 +57,12 @@ class Access(LoggingConfigurable):
         their own.""",
     ).tag(config=True)
 
+    single_user = Bool(
+        True,
+        help="""Not configurable: False in the shared service, where the lease ledger is the
+        service's and not one user's (so it grants no one the ledger's old containers).""",
+    )
+
     @default("user")
     def _default_user(self) -> str:
         hub_user = os.environ.get("JUPYTERHUB_USER")
@@ -84,4 +90,9 @@ class Access(LoggingConfigurable):
         """
         if caller.sees_owner(labels.get(L_OWNER, "")):
             return True
-        return caller.name == self.user and bool(ledger_id) and labels.get(L_LEDGER) == ledger_id
+        return (
+            self.single_user
+            and caller.name == self.user
+            and bool(ledger_id)
+            and labels.get(L_LEDGER) == ledger_id
+        )

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import IOLoop
+from traitlets import Unicode, default
 from traitlets.config import Configurable
 
 from ._version import __version__
-from .handlers import routes
+from .handlers import API, routes
 from .handlers.base import SETTINGS_KEY
 from .kernels import provisioner
 from .kernels.kernelspecs import GPUDevKernelSpecManager
 from .services import CLASSES, Services
+from .shared.authority import Authority, GPUDevService
+from .shared.client import SERVICE_KEY, ForwardHandler
 
 KERNELSPEC_MANAGER = "jupyter_gpudev.kernelspecs.GPUDevKernelSpecManager"
 
@@ -26,26 +30,60 @@ class GPUDevApp(ExtensionApp):
     version = __version__
     description = "Dev containers on GPU hosts, with kernels inside and exclusive GPU leases."
     load_other_extensions = True
-    classes: list[type[Configurable]] = [*ExtensionApp.classes, *CLASSES]  # noqa: RUF012
+    classes: list[type[Configurable]] = [*ExtensionApp.classes, *CLASSES, GPUDevService]  # noqa: RUF012
+
+    service_url = Unicode(
+        help="""Client mode: the shared gpudev service (jupyter gpudev serve) this server
+        uses instead of a Docker engine of its own, e.g. http://127.0.0.1:10101/services/gpudev/.
+        Its REST API (the panel's) is forwarded there as this server's JupyterHub user.
+        Default: GPUDEV_SERVICE_URL; empty: single-user mode (this server runs containers on
+        the engines it is configured with).""",
+    ).tag(config=True)
+
+    @default("service_url")
+    def _default_service_url(self) -> str:
+        return os.environ.get("GPUDEV_SERVICE_URL", "")
+
+    @property
+    def mode(self) -> str:
+        """``"service"`` (the shared authority), ``"client"`` or ``"single"``."""
+        if getattr(self.serverapp, "gpudev_shared_service", False):
+            return "service"
+        return "client" if self.service_url else "single"
 
     def initialize_settings(self) -> None:
         # Nothing here talks to an engine or to NVML: that happens on the first request.
         root_dir = self.serverapp.root_dir if self.serverapp is not None else "."
         kernel_manager = self.serverapp.kernel_manager if self.serverapp else None
-        self.services = Services(root_dir, parent=self, kernel_manager=kernel_manager, log=self.log)
-        self.settings[SETTINGS_KEY] = self.services
-        # gpudev kernels (provisioner instances made by jupyter_client) use this same manager.
-        provisioner.set_manager(self.services.containers)
+        self._loop_started = False
+        self.services: Services | None = None
+        self.authority: Authority | None = None
+        if self.mode == "client":
+            self.settings[SERVICE_KEY] = self.service_url
+            self._loop_started = True  # nothing of its own to reconcile or cull
+            self.log.info("gpudev: client mode, the shared service is %s", self.service_url)
+            return
+        if self.mode == "service":
+            self.authority = Authority(root_dir, parent=self, log=self.log)
+            self.settings[SETTINGS_KEY] = self.authority
+            self._own = self.authority.service
+        else:
+            self.services = Services(
+                root_dir, parent=self, kernel_manager=kernel_manager, log=self.log
+            )
+            self.settings[SETTINGS_KEY] = self.services
+            self._own = self.services
+            # gpudev kernels (provisioner instances made by jupyter_client) use this manager.
+            provisioner.set_manager(self.services.containers)
         # Once the event loop runs: clean up after a crash, then watch idle GPU kernels. A
         # started server calls _start_jupyter_server_extension; a server embedded in a running
         # loop (tests) gets the callback; whichever comes first does it.
-        self._loop_started = False
         IOLoop.current().add_callback(self._on_loop_start)
 
     async def _reconcile(self) -> None:
         """After a crash, free the leases of containers that are gone (and re-lease orphans)."""
         loop = asyncio.get_running_loop()
-        containers = self.services.containers
+        containers = self._own.containers
         # Each step on its own: a failed sweep must not keep the leases unreconciled.
         for step in (containers.stop_orphan_kernels, containers.reconcile):
             try:
@@ -61,14 +99,17 @@ class GPUDevApp(ExtensionApp):
             return
         self._loop_started = True
         self._reconcile_task = asyncio.ensure_future(self._reconcile())
-        self.services.culler.start()
+        if self.services is not None:  # kernels run in single-user servers only
+            self.services.culler.start()
 
     def _link_jupyter_server_extension(self, serverapp: Any) -> None:
         # The gpudev kernels are in the picker through our kernelspec manager, unless the
         # administrator chose another one. (Set here: the server builds its managers after
         # linking extensions, and reads no ServerApp traits from an extension's config files.)
         chosen = serverapp.config.get("ServerApp", {}).get("kernel_spec_manager_class")
-        if chosen is None:
+        if self.mode != "single":
+            pass  # gpudev kernels need an engine of this server's own (client mode: not yet)
+        elif chosen is None:
             serverapp.kernel_spec_manager_class = GPUDevKernelSpecManager
         elif chosen not in (GPUDevKernelSpecManager, KERNELSPEC_MANAGER):
             self.log.warning(
@@ -80,12 +121,18 @@ class GPUDevApp(ExtensionApp):
         super()._link_jupyter_server_extension(serverapp)
 
     def initialize_handlers(self) -> None:
-        self.handlers.extend(routes())
+        if self.mode == "client":
+            self.handlers.append((rf"{API}/(?P<path>.*)", ForwardHandler))
+        else:
+            self.handlers.extend(routes())
 
     async def stop_extension(self) -> None:
         task = getattr(self, "_reconcile_task", None)
         if task is not None:
             await task
-        await self.services.culler.stop()
-        provisioner.set_manager(None)
-        self.services.close()
+        if self.services is not None:
+            await self.services.culler.stop()
+            provisioner.set_manager(None)
+            self.services.close()
+        if self.authority is not None:
+            self.authority.close()

@@ -64,6 +64,15 @@ class NotFound(GPUDevError):
     code = "not_found"
 
 
+class Forbidden(GPUDevError):
+    """The caller may not do this at all (in the shared service: what only administrators
+    do). Another user's container is ``NotFound`` instead, so that names do not leak."""
+
+    status = 403
+    exit_code = 2
+    code = "forbidden"
+
+
 class ConfigError(GPUDevError):
     """The administrator's configuration is invalid; the message names the trait."""
 

@@ -9,6 +9,7 @@ first call that needs it.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from .kernels.culler import GPUCuller
 from .kernels.kernelspecs import GPUDevKernelSpecManager
 from .kernels.provisioner import GPUDevProvisioner
 from .kernels.registry import KernelRegistry
+from .leasing import LeaseLedger
 
 #: Every configurable class of gpudev: the server extension's and the CLI's ``classes``, so
 #: ``--help-all`` and ``--generate-config`` show their traits.
@@ -46,6 +48,18 @@ CLASSES: tuple[type[Configurable], ...] = (
 )
 
 
+@dataclass(frozen=True)
+class SharedParts:
+    """What the shared service's per-user views share: one engine connection per host, one
+    lease ledger, one server id; ``access`` is the view's own (its user, administrator or
+    not)."""
+
+    host_pool: HostPool
+    ledger: LeaseLedger
+    server_id: str
+    access: Access
+
+
 class Services:
     """gpudev's managers, each built once, wired to each other."""
 
@@ -57,20 +71,25 @@ class Services:
         config: Config | None = None,
         kernel_manager: Any = None,
         log: logging.Logger | logging.LoggerAdapter[Any] | None = None,
+        shared: SharedParts | None = None,
     ) -> None:
         """``root_dir``: the workspace root (mounted, searched for .devcontainer);
         ``parent`` or ``config``: where the traits come from; ``kernel_manager``: the server's
-        (the culler and the kernel registry watch its kernels), ``None`` outside a server."""
+        (the culler and the kernel registry watch its kernels), ``None`` outside a server;
+        ``shared``: the parts one user's view shares with the others in the shared service."""
         source: dict[str, Any] = (
             {"parent": parent} if parent is not None else {"config": config or Config()}
         )
         if log is not None:
             source["log"] = log
-        self.host_pool = HostPool(**source)
+        self.host_pool = shared.host_pool if shared else HostPool(**source)
         #: The gpudev kernels of this server, in which container each runs (in a server).
         self.kernels = KernelRegistry(kernel_manager) if kernel_manager is not None else None
+        more: dict[str, Any] = {}
+        if shared is not None:
+            more = {"access": shared.access, "ledger": shared.ledger, "server_id": shared.server_id}
         self.containers = DevContainers(
-            root_dir=root_dir, host_pool=self.host_pool, kernels=self.kernels, **source
+            root_dir=root_dir, host_pool=self.host_pool, kernels=self.kernels, **more, **source
         )
         self.culler = GPUCuller(kernel_manager, **source)
         self.capture = ChangeCapture(self.containers)

@@ -7,8 +7,8 @@
 #   - the kernel-capable base image, bootstrapped from the host's Debian mirror when missing
 #     (`jupyter gpudev image bootstrap`: no container registry needed).
 # With --test it also installs what the test suite needs: Chromium for the UI tests, the
-# container registry and htpasswd tool for the registry tests, and an SSH server for the
-# remote-host tests.
+# container registry and htpasswd tool for the registry tests, an SSH server for the
+# remote-host tests, and three local users for the shared-mode (JupyterHub) tests.
 #
 # Safe to run again: every step checks first and does nothing when its result is there.
 set -euo pipefail
@@ -175,6 +175,38 @@ ensure_browser() {
   fi
 }
 
+ensure_hub_users() {
+  step "Local users for the shared-mode tests (a real JupyterHub spawns their servers)"
+  # Real accounts, not in the docker group; each with the project folder the gpudev service
+  # mounts for them (c.GPUDevService.user_root's default, ~/projects).
+  local user
+  for user in gpudev-alice gpudev-bob gpudev-admin; do
+    if ! id "$user" >/dev/null 2>&1; then
+      as_root useradd --create-home --shell /bin/bash "$user"
+    fi
+    as_root install -d -o "$user" -g "$user" "$(getent passwd "$user" | cut -d: -f6)/projects"
+  done
+  echo "Users gpudev-alice, gpudev-bob and gpudev-admin exist."
+  # Their servers run this virtual environment and this checkout (installed editable): the
+  # folders above both must be searchable by them (pyenv keeps Python under /root, which then
+  # gets search permission only, not read).
+  local target dir part
+  for target in "$(dirname "$(readlink -f "$VENV/bin/python")")" "$VENV" "$ROOT"; do
+    dir=""
+    for part in $(echo "$target" | tr '/' ' '); do  # from / down, so each check can pass
+      dir="$dir/$part"
+      if ! as_root runuser -u gpudev-alice -- test -x "$dir"; then
+        as_root chmod o+x "$dir"
+        echo "Made $dir searchable (o+x) for the test users' servers."
+      fi
+    done
+  done
+  if ! as_root runuser -u gpudev-alice -- test -r "$ROOT/jupyter_gpudev/__init__.py"; then
+    echo "setup.sh: the test users cannot read $ROOT (a umask of 077?): clone it readable" >&2
+    return 1
+  fi
+}
+
 ensure_engine
 ensure_node_deps
 ensure_venv
@@ -183,5 +215,6 @@ if [ "$WITH_TEST" -eq 1 ]; then
   ensure_browser
   ensure_registry
   ensure_sshd
+  ensure_hub_users
 fi
 step "Set-up complete"

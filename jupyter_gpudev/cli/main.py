@@ -6,16 +6,15 @@ configured for the server is the same host here."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jupyter_core.application import JupyterApp
 from traitlets.config import Configurable
 
 from .._version import __version__
 from ..services import CLASSES
-
-if TYPE_CHECKING:
-    pass
+from ..shared.authority import GPUDevService
+from ..shared.server import GPUDevServer
 from .commit import CommitApp, DiffApp
 from .containers import (
     EnvsApp,
@@ -38,7 +37,7 @@ class GPUDevCLI(JupyterApp):
     name = "jupyter-gpudev"
     version = __version__
     description = "Dev containers on GPU hosts: hosts, GPUs and images."
-    classes: list[type[Configurable]] = [*CLASSES]
+    classes: list[type[Configurable]] = [*CLASSES, GPUDevService]
     subcommands: dict[str, Any] = {
         "hosts": (HostsApp, "List hosts, their Docker engines and GPUs."),
         "envs": (EnvsApp, "List the environments that can be started."),
@@ -54,6 +53,10 @@ class GPUDevCLI(JupyterApp):
         "diff": (DiffApp, "Print a dev container's changes as a Dockerfile diff."),
         "commit": (CommitApp, "Write a dev container's changes into its Dockerfile."),
         "image": (ImageApp, "Manage images (bootstrap a base image without a registry)."),
+        "serve": (
+            GPUDevServer,
+            "Run the shared gpudev service (the engines, leases and policies of many users).",
+        ),
     }
 
     def start(self) -> None:

@@ -130,8 +130,11 @@ class ContainerLookup(LoggingConfigurable):
         server_id: str | None = None,
         kernels: KernelTracking | None = None,
         changes: ChangeTracking | None = None,
+        ledger: LeaseLedger | None = None,
         **kwargs: Any,
     ) -> None:
+        """``ledger``: a lease ledger shared with other managers (the shared service's views
+        of each user); default: this manager's own, in ``state_dir``, opened on first use."""
         super().__init__(**kwargs)
         self.root_dir = Path(root_dir).resolve()
         self.server_id = server_id or secrets.token_hex(6)
@@ -142,7 +145,7 @@ class ContainerLookup(LoggingConfigurable):
         #: is recorded, changes are not counted, and ``remove`` without ``force`` refuses any
         #: container whose ``docker diff`` is not empty: nothing is lost unclassified.
         self.changes = changes
-        self._ledger: LeaseLedger | None = None
+        self._ledger: LeaseLedger | None = ledger
         self._lock = threading.Lock()
 
     @property

@@ -216,6 +216,12 @@ class MountPolicy(LoggingConfigurable):
         registry credentials, Jupyter's configuration). Prefer serving a project folder.""",
     ).tag(config=True)
 
+    #: What the message refusing a workspace says to do (the shared service says its own).
+    workspace_hint = Unicode(
+        "serve a project folder instead (jupyter lab --ServerApp.root_dir=~/projects/NAME, "
+        "or start Jupyter in it), or allow it with c.MountPolicy.allow_protected = True"
+    )
+
     @default("protected_paths")
     def _default_protected_paths(self) -> list[str]:
         home = os.path.expanduser("~")
@@ -234,11 +240,7 @@ class MountPolicy(LoggingConfigurable):
                         "mounted folder"
                     )
                 elif what == "The workspace":
-                    hint = (
-                        "serve a project folder instead (jupyter lab --ServerApp.root_dir="
-                        "~/projects/NAME, or start Jupyter in it), or allow it with "
-                        "c.MountPolicy.allow_protected = True"
-                    )
+                    hint = self.workspace_hint
                 else:
                     hint = (
                         "mount a folder that does not contain it, or allow it with "

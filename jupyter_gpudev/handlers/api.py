@@ -55,6 +55,7 @@ class HostsHandler(GPUDevHandler):
             raise BadRequest('"name" and "url" are required strings')
         if not isinstance(check, bool):
             raise BadRequest('"check" must be true or false')
+        self.check_may_change_hosts()
         add = functools.partial(
             self.gpudev.host_pool.add,
             check=check,
@@ -85,6 +86,7 @@ class HostHandler(GPUDevHandler):
     @maps_errors
     async def delete(self, name: str) -> None:
         """Remove a host added at run time; 409 while dev containers remain on it."""
+        self.check_may_change_hosts()
         await self.blocking(self.gpudev.containers.remove_host, name)
         self.set_status(204)
         self.finish()
@@ -340,10 +342,15 @@ class ContainerTerminalHandler(GPUDevHandler):
     @authorized_to_execute
     @maps_errors
     async def post(self, name: str) -> None:
+        argv = await self.blocking(self.gpudev.containers.terminal_command, name)
         manager = self.settings.get("terminal_manager")
         if manager is None:
+            if not self.gpudev.containers.access.single_user:
+                raise EngineError(
+                    "Terminals inside dev containers are not offered by the shared gpudev "
+                    "service yet"
+                )
             raise EngineError("Terminals are disabled on this Jupyter server")
-        argv = await self.blocking(self.gpudev.containers.terminal_command, name)
         model = manager.create(shell_command=argv)
         # A shell that ends at once (the container stopped meanwhile, the engine refused the
         # exec) must be reported here: JupyterLab's terminal:open would otherwise start a

@@ -15,9 +15,11 @@ from typing import Any, TypeVar, cast
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
+from tornado import web
 
-from ..errors import GPUDevError, engine_errors
+from ..errors import Forbidden, GPUDevError, engine_errors
 from ..services import Services
+from ..shared.authority import Authority
 
 #: Where ``GPUDevApp`` puts its ``Services`` in the server's settings.
 SETTINGS_KEY = "gpudev"
@@ -65,8 +67,27 @@ class GPUDevHandler(APIHandler):
 
     @property
     def gpudev(self) -> Services:
-        """The managers ``GPUDevApp.initialize_settings`` built (``services.Services``)."""
-        return cast(Services, self.settings[SETTINGS_KEY])
+        """The managers ``GPUDevApp.initialize_settings`` built (``services.Services``); in
+        the shared service, the view of them of the user this request acts for."""
+        user = self.current_user
+        if user is None:  # only routes with a grant of their own (see ``gpudev_of``)
+            raise web.HTTPError(403)
+        return self.gpudev_of(user.username, admin=getattr(user, "admin", False) is True)
+
+    def gpudev_of(self, name: str, *, admin: bool) -> Services:
+        """The managers as user ``name`` sees them in the shared service (``admin``: the Hub
+        says so); in a single-user server, its managers, whoever ``name`` is."""
+        held = self.settings[SETTINGS_KEY]
+        if isinstance(held, Authority):
+            return held.for_user(name, hub_admin=admin)
+        return cast(Services, held)
+
+    def check_may_change_hosts(self) -> None:
+        """In the shared service only administrators add and remove hosts: every user's
+        containers would run there, with the service's engine rights."""
+        access = self.gpudev.containers.access
+        if not access.single_user and not access.local().admin:
+            raise Forbidden("Only administrators add or remove hosts of the shared gpudev service")
 
     async def blocking(self, func: Callable[..., T], *args: Any) -> T:
         """Run a blocking call (Docker SDK, NVML, nvidia-smi) off the event loop."""

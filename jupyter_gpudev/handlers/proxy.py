@@ -602,8 +602,9 @@ class AppProxyHandler(PortProxyHandler):
         del name, port  # the capability's own
         grant = self.grant
         who = Caller(grant.user, admin=grant.admin)
+        containers = self.gpudev_of(grant.user, admin=grant.admin).containers
         target = functools.partial(
-            self.gpudev.containers.proxy_target, grant.name, grant.port, grant.host, caller=who
+            containers.proxy_target, grant.name, grant.port, grant.host, caller=who
         )
         host, target_port = await self.blocking(target)
         return str(host), int(target_port)

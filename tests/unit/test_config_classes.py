@@ -17,6 +17,7 @@ from jupyter_gpudev.app import GPUDevApp
 from jupyter_gpudev.cli import GPUDevCLI
 from jupyter_gpudev.cli.containers import StartApp
 from jupyter_gpudev.services import CLASSES, Services
+from jupyter_gpudev.shared.server import SHARED_CLASSES, GPUDevServer
 
 
 def configurable_classes() -> set[type[Configurable]]:
@@ -40,10 +41,11 @@ def test_every_configurable_class_is_listed_by_the_server_extension_and_the_cli(
     # Given every class of the package that has config traits
     configurable = configurable_classes()
     assert {"DevContainers", "HostPool", "GPUDevProvisioner"} <= {c.__name__ for c in configurable}
-    # Then the one list has them all, and each app lists that list
-    assert configurable <= set(CLASSES)
-    for app in (GPUDevApp, GPUDevCLI, StartApp):
+    # Then the one list (and the shared service's own) has them all, and each app lists them
+    assert configurable <= set(CLASSES) | set(SHARED_CLASSES)
+    for app in (GPUDevApp, GPUDevCLI, StartApp, GPUDevServer):
         assert set(CLASSES) <= set(app.classes), app.__name__
+    assert set(SHARED_CLASSES) <= set(GPUDevServer.classes)
 
 
 def test_jupyter_gpudev_help_all_shows_the_traits_of_the_parts(tmp_path: Path) -> None:

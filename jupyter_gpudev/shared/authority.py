@@ -1,0 +1,122 @@
+"""The shared service's object graph: one engine connection per host, one lease ledger, and a
+view of them for each user (``Services`` whose caller is that user).
+
+A user's view finds environments in, and mounts as the workspace, that user's folder
+(``c.GPUDevService.user_root``); it sees only that user's dev containers unless the user is
+an administrator (a JupyterHub admin, or in ``c.Access.admin_users``). The lease decision
+stays in one place: the views share the ledger, and the engine's claims arbitrate between
+this service and anything else on the engine.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import threading
+from pathlib import Path
+from typing import Any
+
+from traitlets import Unicode
+from traitlets.config import Configurable, LoggingConfigurable
+
+from ..access import Access
+from ..errors import Forbidden
+from ..services import Services, SharedParts
+from .identity import USER_NAME
+
+#: The folders of a user's home that no dev container gets (besides c.MountPolicy's).
+PRIVATE_IN_HOME = (".ssh", ".docker", ".gnupg", ".aws", ".kube", ".jupyter", ".local/share/jupyter")
+
+#: The single-user mode's caller name the service's own view acts as (reconcile, sweeps).
+SERVICE_USER = "gpudev-service"
+
+
+class GPUDevService(LoggingConfigurable):
+    """The shared service (``jupyter gpudev serve``): ``c.GPUDevService.*``."""
+
+    user_root = Unicode(
+        "{home}/projects",
+        help="""Each user's project folder: where the service finds that user's environments
+        (.devcontainer) and which it mounts, read-write, as their dev containers' workspace.
+        {home} is the user's home folder on this machine (their account must exist here),
+        {user} their name: e.g. "/srv/projects/{user}". The user creates it; a folder that
+        contains their ~/.ssh, ~/.docker, ~/.jupyter and the like (a whole home) is never
+        mounted (c.MountPolicy).""",
+    ).tag(config=True)
+
+    def root_of(self, name: str) -> Path:
+        """``user_root`` for user ``name``; ``Forbidden`` when it cannot be made."""
+        if not USER_NAME.fullmatch(name):
+            raise Forbidden("This user name cannot be given a folder on the GPU hosts")
+        home = ""
+        if "{home}" in self.user_root:
+            try:
+                home = pwd.getpwnam(name).pw_dir
+            except KeyError:
+                raise Forbidden(
+                    f"User {name!r} has no account on the gpudev service's machine, so no "
+                    "folder (ask an administrator to set c.GPUDevService.user_root)"
+                ) from None
+        root = self.user_root.replace("{home}", home).replace("{user}", name)
+        if not os.path.isabs(root):
+            raise Forbidden("c.GPUDevService.user_root must give an absolute folder")
+        return Path(root)
+
+
+class Authority:
+    """What ``GPUDevApp`` holds in the shared service: ``for_user`` gives each caller a view."""
+
+    def __init__(self, root_dir: str | Path, *, parent: Configurable, log: Any) -> None:
+        self._parent = parent
+        self._log = log
+        self.settings = GPUDevService(parent=parent, log=log)
+        #: The view reconciling and sweeping runs as: an administrator, owning nothing.
+        self.service = Services(root_dir, parent=parent, log=log)
+        self.service.containers.access = self._access(SERVICE_USER, admin=True)
+        containers = self.service.containers
+        self.host_pool = self.service.host_pool
+        self._parts = (self.host_pool, containers.ledger, containers.server_id)
+        self.admin_users = set(containers.access.admin_users)
+        self._views: dict[tuple[str, bool], Services] = {}
+        self._lock = threading.Lock()
+
+    def _access(self, name: str, *, admin: bool) -> Access:
+        configured = Access(parent=self._parent, log=self._log)
+        admins = set(configured.admin_users) | ({name} if admin else set())
+        return Access(
+            parent=self._parent, log=self._log, user=name, admin_users=admins, single_user=False
+        )
+
+    def for_user(self, name: str, *, hub_admin: bool = False) -> Services:
+        """User ``name``'s view (``hub_admin``: the Hub says they are an administrator)."""
+        admin = hub_admin or name in self.admin_users
+        key = (name, admin)
+        with self._lock:
+            view = self._views.get(key)
+        if view is not None:
+            return view
+        root = self.settings.root_of(name)
+        host_pool, ledger, server_id = self._parts
+        parts = SharedParts(host_pool, ledger, server_id, self._access(name, admin=admin))
+        view = Services(root, parent=self._parent, log=self._log, shared=parts)
+        policy = view.containers.mount_policy
+        policy.workspace_hint = (
+            f"keep your projects in {root} (the folder the gpudev service mounts for you), or "
+            "ask an administrator to change c.GPUDevService.user_root"
+        )
+        home = _home_of(name)
+        if home:
+            own = [os.path.join(home, sub) for sub in PRIVATE_IN_HOME]
+            policy.protected_paths = [*policy.protected_paths, *own]
+        with self._lock:
+            return self._views.setdefault(key, view)
+
+    def close(self) -> None:
+        self.service.close()
+
+
+def _home_of(name: str) -> str:
+    try:
+        return pwd.getpwnam(name).pw_dir
+    except KeyError:
+        return ""

@@ -1,0 +1,103 @@
+"""``jupyter gpudev serve``: the shared service, a Jupyter server with gpudev's API only.
+
+It alone holds the Docker engines (the local socket, SSH keys, TLS files), the registry
+credentials, the lease ledger and the policies. Users' servers reach it in client mode
+(``c.GPUDevApp.service_url``); each request acts for the JupyterHub user whose API token it
+carries (``identity.HubIdentityProvider``). Nothing else a Jupyter server offers is served:
+no kernels, contents, files or terminals (they would run as the service's account, which
+has the engine), and no other server extension is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import urlparse
+
+from jupyter_server.serverapp import ServerApp
+from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
+from traitlets import default
+from traitlets.config import Configurable
+
+from ..services import CLASSES
+from .authority import GPUDevService
+from .identity import HubIdentityProvider
+
+#: The service's own configurable classes (besides every part's, ``services.CLASSES``).
+SHARED_CLASSES: tuple[type[Configurable], ...] = (GPUDevService, HubIdentityProvider)
+
+
+class NoFilesManager(AsyncLargeFileManager):
+    """The service's contents manager: no ``/files/`` route (it would serve the service's
+    folder, as the service's account, to every user)."""
+
+    def get_extra_handlers(self) -> list[Any]:
+        return []
+
+
+class GPUDevServer(ServerApp):
+    """The shared gpudev service. Configure with ``c.GPUDevService``, ``c.HostPool`` & co."""
+
+    name = "jupyter-gpudev-serve"
+    description = """The shared gpudev service: one authority for the Docker engines, GPU
+    leases and policies of a deployment; users' Jupyter servers use it in client mode
+    (c.GPUDevApp.service_url). Run by JupyterHub as a service, or standalone."""
+
+    classes: list[type[Configurable]] = [*ServerApp.classes, *CLASSES, *SHARED_CLASSES]  # noqa: RUF012
+
+    #: Which of the Jupyter server's own REST services it offers: none.
+    default_services: tuple[str, ...] = ()  # type: ignore[assignment]
+
+    #: ``GPUDevApp`` acts as the shared authority in this server.
+    gpudev_shared_service = True
+
+    @default("identity_provider_class")
+    def _default_identity_provider_class(self) -> type[HubIdentityProvider]:
+        return HubIdentityProvider
+
+    @default("contents_manager_class")
+    def _default_contents_manager_class(self) -> type[NoFilesManager]:
+        return NoFilesManager
+
+    @default("base_url")
+    def _default_base_url(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
+
+    @default("port")
+    def _default_port(self) -> int:
+        url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", ""))
+        return url.port or 10101
+
+    @default("ip")
+    def _default_ip(self) -> str:
+        url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", ""))
+        return url.hostname or "127.0.0.1"
+
+    @default("allow_root")
+    def _default_allow_root(self) -> bool:
+        # It runs no kernels, terminals or notebooks; its account has the engine anyway
+        # (root, or a member of the docker group: the same rights).
+        return True
+
+    @default("open_browser")
+    def _default_open_browser(self) -> bool:
+        return False
+
+    def find_server_extensions(self) -> None:
+        """gpudev and nothing else, whatever the config path enables."""
+        self.jpserver_extensions = {"jupyter_gpudev": True}
+
+    def init_server_extensions(self) -> None:
+        self.jpserver_extensions = {"jupyter_gpudev": True}
+        super().init_server_extensions()
+
+    def init_webapp(self, *args: Any, **kwargs: Any) -> None:
+        # No terminals: the service's shell would have the engine.
+        self.terminals_enabled = False
+        self.extra_services = []
+        if not isinstance(self.contents_manager, NoFilesManager):
+            raise SystemExit(
+                "jupyter gpudev serve: c.ServerApp.contents_manager_class cannot be changed "
+                "(the service serves no files)"
+            )
+        super().init_webapp(*args, **kwargs)

@@ -1,0 +1,197 @@
+"""Shared mode against a real JupyterHub: the gpudev service (started by the Hub from
+``examples/jupyterhub_config.py`` as is) and users' servers in client mode, spawned as real
+local users who are not in the docker group."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from jupyter_gpudev.containers.model import docker_name
+from jupyter_gpudev.labels import L_OWNER
+from tests.conftest import FAKE_SMI, FIXTURES
+from tests.hub import ADMIN, Hub, HubMissing, request, run_hub
+
+ALICE, BOB = "gpudev-alice", "gpudev-bob"
+SERVICE = "http://127.0.0.1:10101/services/gpudev"
+
+SERVICE_CONFIG = """
+c.GPUInventory.backend = "nvidia-smi"
+c.GPUInventory.nvidia_smi_path = {smi!r}
+c.GPUInventory.cache_seconds = 0.0
+c.DevContainers.state_dir = {state!r}
+c.DevContainers.stop_timeout = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def hub(
+    tmp_path_factory: pytest.TempPathFactory, docker_client: docker.DockerClient
+) -> Iterator[Hub]:
+    folder = tmp_path_factory.mktemp("hub")
+    config = SERVICE_CONFIG.format(smi=str(FAKE_SMI), state=str(folder / "service-state"))
+    env = {"FAKE_NVIDIA_SMI_DIR": str(FIXTURES / "smi" / "two-a100")}
+    try:
+        with run_hub(folder, config, env) as started:
+            for user in (ALICE, BOB, ADMIN):
+                started.start_server(user)
+            yield started
+    except HubMissing as exc:
+        pytest.fail(f"shared-mode tests need a JupyterHub: {exc}")
+    finally:
+        for container in docker_client.containers.list(all=True, filters={"label": L_OWNER}):
+            if container.labels.get(L_OWNER) in (ALICE, BOB, ADMIN):
+                container.remove(force=True)
+
+
+def api(hub: Hub, user: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    """``user``'s own server's gpudev API (client mode: forwarded to the service)."""
+    return hub.as_user(user, method, f"/gpudev/api{path}", body)
+
+
+def start(hub: Hub, user: str, **fields: Any) -> tuple[int, Any]:
+    return api(hub, user, "POST", "/containers", {"environment": "default", **fields})
+
+
+def test_users_cannot_reach_the_docker_socket(hub: Hub) -> None:
+    probe = "import socket; s = socket.socket(socket.AF_UNIX); s.connect('/var/run/docker.sock')"
+    for user in (ALICE, BOB):
+        done = subprocess.run(
+            ["/usr/sbin/runuser", "-u", user, "--", sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode != 0
+        assert "PermissionError" in done.stderr, done.stderr
+    # ... yet their servers list dev containers: through the service
+    assert api(hub, ALICE, "GET", "/containers")[0] == 200
+
+
+def test_another_users_container_does_not_exist_for_them(
+    hub: Hub, docker_client: docker.DockerClient
+) -> None:
+    name = f"alices-{secrets.token_hex(3)}"
+    status, body = start(hub, ALICE, name=name)
+    assert status == 201, body
+    assert body["owner"] == ALICE
+    container = docker_client.containers.get(docker_name(name))
+    assert container.labels[L_OWNER] == ALICE  # set by the service, from the Hub's answer
+    # The workspace is alice's own folder
+    sources = [m["Source"] for m in container.attrs["Mounts"]]
+    assert str(Path("/home") / ALICE / "projects") in sources
+
+    actions: list[tuple[str, str, Any]] = [
+        ("GET", f"/containers/{name}", None),
+        ("GET", f"/containers/{name}/logs", None),
+        ("GET", f"/containers/{name}/diff", None),
+        ("POST", f"/containers/{name}/stop", {}),
+        ("POST", f"/containers/{name}/start", {}),
+        ("PUT", f"/containers/{name}/pin", {}),
+        ("POST", f"/containers/{name}/terminal", {}),
+        ("POST", f"/containers/{name}/ports", {"port": 8000}),
+        ("DELETE", f"/containers/{name}/ports/8000", None),
+        ("POST", f"/containers/{name}/commit", {"write": False}),
+        ("DELETE", f"/containers/{name}?force=1", None),
+    ]
+    for method, path, body in actions:
+        status, answer = api(hub, BOB, method, path, body)
+        assert status == 404, (method, path, status, answer)
+    listed = api(hub, BOB, "GET", "/containers")[1]["containers"]
+    assert name not in [c["name"] for c in listed]
+    container.reload()
+    assert container.status == "running"
+
+    # The administrator (a Hub admin) sees it and stops it; alice still has it
+    listed = api(hub, ADMIN, "GET", "/containers")[1]["containers"]
+    assert name in [c["name"] for c in listed]
+    assert api(hub, ADMIN, "GET", f"/containers/{name}/logs")[0] == 200
+    status, body = api(hub, ADMIN, "POST", f"/containers/{name}/stop", {})
+    assert status == 200, body
+    assert api(hub, ALICE, "GET", f"/containers/{name}")[1]["state"] == "exited"
+    assert api(hub, ALICE, "DELETE", f"/containers/{name}?force=1")[0] == 204
+
+
+def test_sixteen_starts_by_two_users_lease_each_gpu_once(
+    hub: Hub, gpu_engine: None, docker_client: docker.DockerClient
+) -> None:
+    users = [ALICE, BOB] * 8
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda user: start(hub, user, gpus=1), users))
+    statuses = sorted(status for status, _ in answers)
+    assert statuses == [201, 201] + [409] * 14, answers
+    refused = [body for status, body in answers if status == 409]
+    assert all(body["error"] == "no_free_gpu" for body in refused), refused
+    winners = [body["name"] for status, body in answers if status == 201]
+    assert gpus_of_running(docker_client) == sorted(gpus_of_running(docker_client, unique=True))
+
+    # Both stopped: their GPUs go to two new starts; resuming them then gets 409, even raced
+    for name in winners:
+        owner = next(b["owner"] for s, b in answers if s == 201 and b["name"] == name)
+        assert api(hub, owner, "POST", f"/containers/{name}/stop", {})[0] == 200
+
+    def resume_or_start(index: int) -> tuple[int, Any]:
+        if index < 2:
+            name = winners[index]
+            owner = next(b["owner"] for s, b in answers if s == 201 and b["name"] == name)
+            return api(hub, owner, "POST", f"/containers/{name}/start", {})
+        return start(hub, users[index], gpus=1)
+
+    with ThreadPoolExecutor(8) as pool:
+        raced = list(pool.map(resume_or_start, range(8)))
+    ok = [status for status, _ in raced if status in (200, 201)]
+    assert len(ok) == 2, raced
+    assert sorted(s for s, _ in raced if s not in (200, 201)) == [409] * 6, raced
+    assert gpus_of_running(docker_client) == sorted(gpus_of_running(docker_client, unique=True))
+    assert len(gpus_of_running(docker_client)) == 2
+
+
+def gpus_of_running(docker_client: docker.DockerClient, *, unique: bool = False) -> list[str]:
+    """The GPU UUIDs that the running containers of the test users were given."""
+    found: list[str] = []
+    for container in docker_client.containers.list(filters={"label": L_OWNER}):
+        if container.labels.get(L_OWNER) not in (ALICE, BOB, ADMIN):
+            continue
+        for device in container.attrs["HostConfig"].get("DeviceRequests") or []:
+            found.extend(device.get("DeviceIDs") or [])
+    return sorted(set(found)) if unique else sorted(found)
+
+
+def test_only_administrators_add_hosts(hub: Hub) -> None:
+    host = {"name": "box", "url": "ssh://gpu@127.0.0.1:22", "check": False}
+    status, body = api(hub, BOB, "POST", "/hosts", host)
+    assert status == 403, body
+    assert "administrators" in body["message"]
+    status, body = api(hub, ADMIN, "POST", "/hosts", host)
+    assert status != 403, body  # past the rule (an SSH host added at run time needs a key)
+
+
+def test_the_service_offers_nothing_but_gpudev(hub: Hub) -> None:
+    token = hub.token_for(ALICE)
+    # (the service's folder holds the Hub's config: it must not be served as /files/...)
+    assert (hub.folder / "jupyterhub_config.py").exists()
+    for path in (
+        "/api/kernels",
+        "/api/contents",
+        "/api/terminals",
+        "/api/sessions",
+        "/files/jupyterhub_config.py",
+        "/api/contents/jupyterhub_config.py",
+    ):
+        status, _ = request("GET", SERVICE + path, token=token)
+        assert status == 404, path
+    status, _ = request("GET", SERVICE + "/gpudev/api/containers", token=None)
+    assert status == 403
+    status, _ = request("GET", SERVICE + "/gpudev/api/containers", token="not-a-token")  # noqa: S106
+    assert status == 403
+    status, body = request("GET", SERVICE + "/gpudev/api/containers", token=token)
+    assert status == 200, body
+

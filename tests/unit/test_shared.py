@@ -1,0 +1,158 @@
+"""Shared mode's pure parts: who a Hub answer names, each user's folder and view."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from traitlets.config import Config, LoggingConfigurable
+
+from jupyter_gpudev.access import Access, Caller
+from jupyter_gpudev.errors import Forbidden
+from jupyter_gpudev.labels import L_LEDGER, L_OWNER
+from jupyter_gpudev.shared.authority import Authority, GPUDevService
+from jupyter_gpudev.shared.identity import HubIdentityProvider, request_token
+
+ME = pwd.getpwuid(os.getuid()).pw_name
+
+
+def handler(authorization: str | None) -> Any:
+    headers = {"Authorization": authorization} if authorization is not None else {}
+    return SimpleNamespace(request=SimpleNamespace(headers=headers))
+
+
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [
+        ("token abc123", "abc123"),
+        ("Token abc123", "abc123"),
+        ("Bearer abc123", "abc123"),
+        ("  token   abc123 ", "abc123"),
+        ("basic abc123", None),
+        ("token", None),
+        ("token a b", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_the_token_comes_from_the_authorization_header_only(
+    header: str | None, token: str | None
+) -> None:
+    assert request_token(handler(header)) == token
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ({"kind": "user", "name": "alice", "admin": False}, ("alice", False)),
+        ({"kind": "user", "name": "root-admin", "admin": True}, ("root-admin", True)),
+        ({"name": "alice"}, ("alice", False)),  # older Hubs send no kind
+        ({"kind": "user", "name": "alice", "admin": "yes"}, ("alice", False)),
+        ({"kind": "service", "name": "gpudev", "admin": True}, None),
+        ({"kind": "user", "name": "../etc"}, None),
+        ({"kind": "user", "name": "a/b"}, None),
+        ({"kind": "user", "name": ""}, None),
+        ({"kind": "user", "name": 7}, None),
+        (["alice"], None),
+    ],
+)
+def test_only_a_user_with_a_usable_name_is_a_caller(
+    model: Any, expected: tuple[str, bool] | None
+) -> None:
+    user = HubIdentityProvider()._user_from(model)
+    assert (None if user is None else (user.username, user.admin)) == expected
+
+
+def test_the_service_accepts_no_token_of_its_own() -> None:
+    provider = HubIdentityProvider()
+    assert provider.token == ""
+    assert provider.get_handlers() == []
+    assert not provider.login_available
+
+
+def test_a_users_folder_comes_from_the_template() -> None:
+    home = pwd.getpwnam(ME).pw_dir
+    assert GPUDevService().root_of(ME) == Path(home) / "projects"
+    service = GPUDevService(user_root="/srv/work/{user}")
+    assert service.root_of("alice") == Path("/srv/work/alice")  # no account needed
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "", ".hidden"])
+def test_a_name_that_cannot_name_a_folder_is_refused(name: str) -> None:
+    with pytest.raises(Forbidden):
+        GPUDevService(user_root="/srv/{user}").root_of(name)
+
+
+def test_a_user_without_an_account_has_no_home_folder() -> None:
+    with pytest.raises(Forbidden, match="no account"):
+        GPUDevService().root_of("no-such-user-gpudev-test")
+
+
+def test_a_relative_template_is_refused() -> None:
+    with pytest.raises(Forbidden, match="absolute"):
+        GPUDevService(user_root="projects/{user}").root_of("alice")
+
+
+def test_the_services_ledger_grants_no_one_its_old_containers() -> None:
+    labels = {L_OWNER: "", L_LEDGER: "ledger-1"}
+    single = Access(user="alice")
+    assert single.may_see(Caller("alice"), labels, "ledger-1")
+    shared = Access(user="alice", single_user=False)
+    assert not shared.may_see(Caller("alice"), labels, "ledger-1")
+    assert shared.may_see(Caller("alice"), {**labels, L_OWNER: "alice"}, "ledger-1")
+
+
+def authority(tmp_path: Path, **service: Any) -> Authority:
+    config = Config()
+    config.DevContainers.state_dir = str(tmp_path / "state")
+    config.GPUDevService.user_root = str(tmp_path / "users" / "{user}")
+    config.Access.admin_users = {"carol"}
+    for key, value in service.items():
+        config.GPUDevService[key] = value
+    parent = LoggingConfigurable(config=config)
+    return Authority(tmp_path, parent=parent, log=logging.getLogger("gpudev-test"))
+
+
+def test_each_users_view_shares_the_engines_and_the_ledger(tmp_path: Path) -> None:
+    held = authority(tmp_path)
+    alice, bob = held.for_user("alice"), held.for_user("bob")
+    assert held.for_user("alice") is alice
+    assert alice.host_pool is bob.host_pool is held.host_pool
+    assert alice.containers.ledger is bob.containers.ledger is held.service.containers.ledger
+    assert alice.containers.server_id == bob.containers.server_id
+    assert alice.containers.root_dir == (tmp_path / "users" / "alice").resolve()
+    assert alice.containers.access.local() == Caller("alice", admin=False)
+    assert not alice.containers.access.single_user
+    held.close()
+
+
+def test_administrators_come_from_the_hub_or_the_configuration(tmp_path: Path) -> None:
+    held = authority(tmp_path)
+    assert held.for_user("carol").containers.access.local().admin
+    assert held.for_user("dave", hub_admin=True).containers.access.local().admin
+    assert not held.for_user("dave").containers.access.local().admin
+    assert held.service.containers.access.local().admin
+    held.close()
+
+
+def test_a_users_view_protects_that_users_private_folders(tmp_path: Path) -> None:
+    held = authority(tmp_path)
+    protected = held.for_user(ME).containers.mount_policy.protected_paths
+    home = pwd.getpwnam(ME).pw_dir
+    assert os.path.join(home, ".ssh") in protected
+    assert os.path.join(home, ".local/share/jupyter") in protected
+    policy = held.for_user(ME).containers.mount_policy
+    with pytest.raises(Exception, match="keep your projects in"):
+        policy.check_unprotected(home, "The workspace")
+    held.close()
+
+
+def test_the_readme_shows_the_hub_configuration_the_tests_use() -> None:
+    root = Path(__file__).resolve().parents[2]
+    example = (root / "examples" / "jupyterhub_config.py").read_text()
+    assert f"```python\n{example}```" in (root / "README.md").read_text()
