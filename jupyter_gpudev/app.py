@@ -16,9 +16,11 @@ from .handlers import API, routes
 from .handlers.base import SETTINGS_KEY
 from .kernels import provisioner
 from .kernels.kernelspecs import GPUDevKernelSpecManager
+from .kernels.placements import PLACEMENTS
 from .services import CLASSES, Services
 from .shared.authority import Authority, GPUDevService
-from .shared.client import SERVICE_KEY, ForwardHandler
+from .shared.client import SERVICE_KEY, ForwardHandler, ServiceClient
+from .shared.kernels import PROCESSES_KEY, KernelProcesses, kernel_routes
 
 KERNELSPEC_MANAGER = "jupyter_gpudev.kernelspecs.GPUDevKernelSpecManager"
 
@@ -60,12 +62,15 @@ class GPUDevApp(ExtensionApp):
         self.authority: Authority | None = None
         if self.mode == "client":
             self.settings[SERVICE_KEY] = self.service_url
-            self._loop_started = True  # nothing of its own to reconcile or cull
+            # gpudev kernels (kernels.remote) are placed and run by the service.
+            PLACEMENTS.service = ServiceClient(self.service_url, self.log)
+            self._loop_started = True  # nothing of its own to reconcile
             self.log.info("gpudev: client mode, the shared service is %s", self.service_url)
             return
         if self.mode == "service":
             self.authority = Authority(root_dir, parent=self, log=self.log)
             self.settings[SETTINGS_KEY] = self.authority
+            self.settings[PROCESSES_KEY] = KernelProcesses(self.log)
             self._own = self.authority.service
         else:
             self.services = Services(
@@ -107,8 +112,8 @@ class GPUDevApp(ExtensionApp):
         # administrator chose another one. (Set here: the server builds its managers after
         # linking extensions, and reads no ServerApp traits from an extension's config files.)
         chosen = serverapp.config.get("ServerApp", {}).get("kernel_spec_manager_class")
-        if self.mode != "single":
-            pass  # gpudev kernels need an engine of this server's own (client mode: not yet)
+        if self.mode == "service":
+            pass  # it runs no kernels of its own: those of clients, through kernel-processes
         elif chosen is None:
             serverapp.kernel_spec_manager_class = GPUDevKernelSpecManager
         elif chosen not in (GPUDevKernelSpecManager, KERNELSPEC_MANAGER):
@@ -123,8 +128,10 @@ class GPUDevApp(ExtensionApp):
     def initialize_handlers(self) -> None:
         if self.mode == "client":
             self.handlers.append((rf"{API}/(?P<path>.*)", ForwardHandler))
-        else:
-            self.handlers.extend(routes())
+            return
+        self.handlers.extend(routes())
+        if self.mode == "service":
+            self.handlers.extend(kernel_routes(API))
 
     async def stop_extension(self) -> None:
         task = getattr(self, "_reconcile_task", None)
@@ -136,3 +143,5 @@ class GPUDevApp(ExtensionApp):
             self.services.close()
         if self.authority is not None:
             self.authority.close()
+        if self.mode == "client":
+            PLACEMENTS.service = None

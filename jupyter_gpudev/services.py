@@ -27,6 +27,7 @@ from .kernels.culler import GPUCuller
 from .kernels.kernelspecs import GPUDevKernelSpecManager
 from .kernels.provisioner import GPUDevProvisioner
 from .kernels.registry import KernelRegistry
+from .kernels.remote import ServiceKernelProvisioner
 from .leasing import LeaseLedger
 
 #: Every configurable class of gpudev: the server extension's and the CLI's ``classes``, so
@@ -44,6 +45,7 @@ CLASSES: tuple[type[Configurable], ...] = (
     GPUCuller,
     ImageBootstrapper,
     GPUDevProvisioner,
+    ServiceKernelProvisioner,
     GPUDevKernelSpecManager,
 )
 

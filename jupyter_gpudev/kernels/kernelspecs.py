@@ -11,6 +11,7 @@ shows in the picker without restarting the server. The extension makes it the se
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ from traitlets import Bool, Unicode
 from ..containers import DevContainerInfo
 from ..environments import Environment, EnvironmentManager
 from ..errors import GPUDevError, NotFound
+from .placements import PLACEMENTS
 from .provisioner import DEFAULT_ARGV, current_manager
+from .remote import SERVICE_PROVISIONER
 
 PREFIX = "gpudev-"
 #: Environment names start with a letter or digit, so this never names an environment.
@@ -28,13 +31,75 @@ SHARED_PREFIX = "gpudev--"
 RESOURCES = str(Path(__file__).with_name("kernelspec_resources"))
 
 
-def display_name(env: Environment) -> str:
-    if env.gpu.mode == "none" or env.gpu.count == 0:
+@dataclass(frozen=True)
+class EnvironmentEntry:
+    """What the picker shows of an environment (``Environment``'s, or the service's JSON)."""
+
+    name: str
+    display_name: str
+    gpu_mode: str
+    gpu_count: int
+
+    @classmethod
+    def of(cls, env: Environment) -> EnvironmentEntry:
+        return cls(env.name, env.display_name, env.gpu.mode, env.gpu.count)
+
+    @classmethod
+    def from_json(cls, data: Any) -> EnvironmentEntry | None:
+        """An entry of ``GET /gpudev/api/environments`` (``None`` if malformed)."""
+        try:
+            gpu = data["gpu"]
+            entry = cls(
+                str(data["name"]), str(data["display_name"]), str(gpu["mode"]), int(gpu["count"])
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        return entry
+
+
+@dataclass(frozen=True)
+class SharedEntry:
+    """What the picker shows of a running shared container (``DevContainerInfo`` or JSON)."""
+
+    name: str
+    environment: str
+    host: str
+    gpu_count: int
+
+    @classmethod
+    def of(cls, info: DevContainerInfo) -> SharedEntry:
+        return cls(info.name, info.environment, info.host, len(info.gpu_uuids))
+
+    @classmethod
+    def from_json(cls, data: Any) -> SharedEntry | None:
+        """A running container of ``GET /gpudev/api/containers`` kernels may share."""
+        try:
+            if data.get("kernel_id") is not None or data.get("state") != "running":
+                return None
+            return cls(
+                str(data["name"]),
+                str(data["environment"]),
+                str(data["host"]),
+                len(data["gpu_uuids"]),
+            )
+        except (AttributeError, KeyError, TypeError):
+            return None
+
+
+def display_name(env: Environment | EnvironmentEntry) -> str:
+    entry = env if isinstance(env, EnvironmentEntry) else EnvironmentEntry.of(env)
+    if entry.gpu_mode == "none" or entry.gpu_count == 0:
         gpus = "CPU"
     else:
-        plural = "s" if env.gpu.count != 1 else ""
-        gpus = f"{env.gpu.count} GPU{plural}" + (" optional" if env.gpu.mode == "optional" else "")
-    return f"{env.display_name} ({gpus}) · gpudev"
+        plural = "s" if entry.gpu_count != 1 else ""
+        optional = " optional" if entry.gpu_mode == "optional" else ""
+        gpus = f"{entry.gpu_count} GPU{plural}{optional}"
+    return f"{entry.display_name} ({gpus}) · gpudev"
+
+
+def _provisioner() -> str:
+    """``gpudev``, or in client mode the provisioner that asks the shared service."""
+    return SERVICE_PROVISIONER if PLACEMENTS.service is not None else "gpudev"
 
 
 def _gpudev_spec(display: str, config: dict[str, Any], gpudev: dict[str, Any]) -> KernelSpec:
@@ -46,24 +111,26 @@ def _gpudev_spec(display: str, config: dict[str, Any], gpudev: dict[str, Any]) -
         interrupt_mode="signal",
         resource_dir=RESOURCES,
         metadata={
-            "kernel_provisioner": {"provisioner_name": "gpudev", "config": config},
+            "kernel_provisioner": {"provisioner_name": _provisioner(), "config": config},
             "gpudev": gpudev,
         },
     )
 
 
-def kernelspec_for(env: Environment) -> KernelSpec:
+def kernelspec_for(env: Environment | EnvironmentEntry) -> KernelSpec:
     """A kernel in a new container of its own, of environment ``env``."""
+    entry = env if isinstance(env, EnvironmentEntry) else EnvironmentEntry.of(env)
     return _gpudev_spec(
-        display_name(env),
-        {"environment": env.name},
-        {"environment": env.name, "gpus": env.gpu.count, "mode": env.gpu.mode},
+        display_name(entry),
+        {"environment": entry.name},
+        {"environment": entry.name, "gpus": entry.gpu_count, "mode": entry.gpu_mode},
     )
 
 
-def shared_kernelspec_for(info: DevContainerInfo) -> KernelSpec:
+def shared_kernelspec_for(info: DevContainerInfo | SharedEntry) -> KernelSpec:
     """A kernel in a running dev container that kernels share (``info``)."""
-    count = len(info.gpu_uuids)
+    info = info if isinstance(info, SharedEntry) else SharedEntry.of(info)
+    count = info.gpu_count
     gpus = f"{count} GPU{'s' if count != 1 else ''}" if count else "CPU"
     where = {"environment": info.environment, "container": info.name, "host": info.host}
     return _gpudev_spec(
@@ -85,22 +152,38 @@ class GPUDevKernelSpecManager(KernelSpecManager):
         help="Where environments are searched; default: the server's root_dir, else the cwd.",
     ).tag(config=True)
 
-    def _environments(self) -> list[Environment]:
+    def _environments(self) -> list[EnvironmentEntry]:
         if not self.gpudev_kernels:
             return []
+        service = PLACEMENTS.service
+        if service is not None:
+            try:
+                listed = service.environments()
+            except Exception as err:  # the picker shows the other kernels meanwhile
+                self.log.warning("gpudev: the service's environments could not be listed: %s", err)
+                return []
+            return [e for e in map(EnvironmentEntry.from_json, listed) if e is not None]
         # The server's own environment manager and root (the ones kernels start with).
         containers = current_manager()
         manager = containers.environments if containers else EnvironmentManager(parent=self)
         default_root = containers.root_dir if containers else getattr(self.parent, "root_dir", "")
         root = self.root_dir or default_root or "."
         try:
-            return manager.list(Path(root)).environments
+            return [EnvironmentEntry.of(env) for env in manager.list(Path(root)).environments]
         except GPUDevError as err:
             self.log.warning("gpudev: environments could not be listed: %s", err.message)
             return []
 
-    def _shared_containers(self) -> list[DevContainerInfo]:
+    def _shared_containers(self) -> list[SharedEntry]:
         """Running dev containers that kernels can share (not those made for one kernel)."""
+        service = PLACEMENTS.service
+        if service is not None and self.gpudev_kernels:
+            try:
+                listed = service.containers()
+            except Exception as err:  # the picker shows the other kernels meanwhile
+                self.log.warning("gpudev: the service's containers could not be listed: %s", err)
+                return []
+            return [e for e in map(SharedEntry.from_json, listed) if e is not None]
         manager = current_manager()
         if not self.gpudev_kernels or manager is None:
             return []
@@ -109,7 +192,7 @@ class GPUDevKernelSpecManager(KernelSpecManager):
         except GPUDevError as err:
             self.log.warning("gpudev: dev containers could not be listed: %s", err.message)
             return []
-        return [i for i in infos if i.kernel_id is None and i.state == "running"]
+        return [SharedEntry.of(i) for i in infos if i.kernel_id is None and i.state == "running"]
 
     def find_kernel_specs(self) -> dict[str, str]:
         specs: dict[str, str] = super().find_kernel_specs()
@@ -120,6 +203,12 @@ class GPUDevKernelSpecManager(KernelSpecManager):
         return specs
 
     def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+        if kernel_name.startswith(SHARED_PREFIX) and PLACEMENTS.service is not None:
+            wanted = kernel_name.removeprefix(SHARED_PREFIX)
+            for entry in self._shared_containers():
+                if entry.name == wanted:
+                    return shared_kernelspec_for(entry)
+            raise NoSuchKernel(kernel_name)
         if kernel_name.startswith(SHARED_PREFIX):
             manager = current_manager()
             if manager is None:

@@ -12,12 +12,32 @@ import asyncio
 import random
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from ..containers import DevContainers
 
 #: ``(host, container name)`` of a shared container.
 Key = tuple[str, str]
+
+
+class KernelService(Protocol):
+    """What a client-mode server asks the shared service about kernels (``shared.client``)."""
+
+    def environments(self) -> list[dict[str, Any]]:
+        """The environments the user can start (``GET /gpudev/api/environments``)."""
+
+    def containers(self) -> list[dict[str, Any]]:
+        """The user's dev containers (``GET /gpudev/api/containers``)."""
+
+    async def launch(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Place and start a kernel; its connection (ip, ports), container, host, GPUs."""
+
+    async def poll(self, kernel_id: str) -> int | None:
+        """The kernel's exit code, ``None`` while it runs."""
+
+    async def signal(self, kernel_id: str, signum: int) -> None: ...
+
+    async def cleanup(self, kernel_id: str, *, restart: bool, keep_container: bool) -> None: ...
 
 
 class KernelPlacements:
@@ -26,6 +46,9 @@ class KernelPlacements:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._manager: DevContainers | None = None
+        #: Client mode: the shared service that runs this server's gpudev kernels
+        #: (``kernels.remote``); set by the server extension.
+        self.service: KernelService | None = None
         #: Builds a manager where no server gave one (``jupyter console``): set by the face
         #: module ``jupyter_gpudev.provisioner``, which the entry point loads.
         self.standalone: Callable[[Any], DevContainers] | None = None

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.error
+import urllib.request
 from typing import Any
 from urllib.parse import quote
 
@@ -20,6 +22,7 @@ from tornado import httputil, web
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 from ..handlers.base import authorized_to_execute
+from ..kernels.remote import ServiceError
 
 #: The headers of the browser's request the service gets (nothing that authenticates).
 REQUEST_HEADERS = ("Content-Type", "Accept", "Last-Event-ID")
@@ -134,3 +137,98 @@ class ForwardHandler(APIHandler):
             return
         start()
         self.finish()
+
+
+class ServiceClient:
+    """The shared service as a client-mode server's kernels see it (``kernels.remote``):
+    listings for the kernel picker (blocking: the kernelspec manager's calls are), and kernel
+    placement, polling, signals and cleanup (asynchronous), each as this server's Hub user."""
+
+    def __init__(self, base_url: str, log: Any, timeout: float = 10.0) -> None:
+        self.base = base_url.rstrip("/") + "/gpudev/api/"
+        self.log = log
+        self.timeout = timeout
+
+    @staticmethod
+    def _token() -> str:
+        token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
+        if not token:
+            raise ServiceError(503, "No JupyterHub API token to reach the gpudev service with")
+        return token
+
+    def _get(self, path: str) -> Any:
+        request = urllib.request.Request(  # noqa: S310 (the administrator's service URL)
+            self.base + path, headers={"Authorization": f"token {self._token()}"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:  # noqa: S310
+                return json.loads(answer.read())
+        except urllib.error.HTTPError as err:
+            raise ServiceError(err.code, _message(err.read())) from None
+        except (OSError, ValueError) as err:
+            self.log.warning("gpudev: the service at %s: %s", self.base, err)
+            raise ServiceError(503, UNREACHABLE) from None
+
+    def environments(self) -> list[dict[str, Any]]:
+        return list(self._get("environments").get("environments") or [])
+
+    def containers(self) -> list[dict[str, Any]]:
+        return list(self._get("containers?all=0").get("containers") or [])
+
+    async def _call(self, method: str, path: str, body: Any = None) -> Any:
+        request = HTTPRequest(
+            self.base + path,
+            method=method,
+            headers={"Authorization": f"token {self._token()}", "Content-Type": "application/json"},
+            body=None if body is None else json.dumps(body),
+            allow_nonstandard_methods=True,
+            request_timeout=3600.0,  # a launch may build an image
+            connect_timeout=self.timeout,
+        )
+        response = await AsyncHTTPClient().fetch(request, raise_error=False)
+        if response.code == 599:
+            self.log.warning("gpudev: the service at %s: %s", self.base, response.error)
+            raise ServiceError(503, UNREACHABLE)
+        if response.code >= 400:
+            raise ServiceError(response.code, _message(response.body))
+        return json.loads(response.body) if response.body else None
+
+    async def launch(self, request: dict[str, Any]) -> dict[str, Any]:
+        answer = await self._call("POST", "kernel-processes", request)
+        if not isinstance(answer, dict) or not isinstance(answer.get("connection"), dict):
+            raise ServiceError(502, "The gpudev service gave no connection for the kernel")
+        return answer
+
+    async def poll(self, kernel_id: str) -> int | None:
+        try:
+            answer = await self._call("GET", f"kernel-processes/{kernel_id}")
+        except ServiceError as err:
+            if err.status_code == 404:  # the service no longer knows it (it restarted)
+                return -1
+            raise
+        code = answer.get("exit_code") if isinstance(answer, dict) else -1
+        return code if isinstance(code, int) or code is None else -1
+
+    async def signal(self, kernel_id: str, signum: int) -> None:
+        await self._call("POST", f"kernel-processes/{kernel_id}/signal", {"signum": signum})
+
+    async def cleanup(self, kernel_id: str, *, restart: bool, keep_container: bool) -> None:
+        body = {"restart": restart, "keep_container": keep_container}
+        try:
+            await self._call("POST", f"kernel-processes/{kernel_id}/cleanup", body)
+        except ServiceError as err:
+            if err.status_code != 404:
+                raise
+
+
+UNREACHABLE = "The shared gpudev service cannot be reached; ask your administrator"
+
+
+def _message(raw: bytes) -> str:
+    """The service's message (JSON ``message``), else a generic one."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    message = body.get("message") if isinstance(body, dict) else None
+    return message if isinstance(message, str) else "The gpudev service refused the request"

@@ -4,9 +4,12 @@ local users who are not in the docker group."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import secrets
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,6 +17,8 @@ from typing import Any
 
 import docker
 import pytest
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import websocket_connect
 
 from jupyter_gpudev.containers.model import docker_name
 from jupyter_gpudev.labels import L_OWNER
@@ -195,3 +200,85 @@ def test_the_service_offers_nothing_but_gpudev(hub: Hub) -> None:
     status, body = request("GET", SERVICE + "/gpudev/api/containers", token=token)
     assert status == 200, body
 
+
+async def run_code(hub: Hub, user: str, kernel_id: str, code: str) -> str:
+    """Run ``code`` in ``user``'s kernel through their server's websocket; its stdout."""
+    url = hub.url.replace("http", "ws", 1) + f"/user/{user}/api/kernels/{kernel_id}/channels"
+    headers = {"Authorization": f"token {hub.token_for(user)}"}
+    socket = await websocket_connect(HTTPRequest(url, headers=headers))
+    msg_id = uuid.uuid4().hex
+    socket.write_message(
+        json.dumps(
+            {
+                "header": {
+                    "msg_id": msg_id,
+                    "username": user,
+                    "session": uuid.uuid4().hex,
+                    "msg_type": "execute_request",
+                    "version": "5.3",
+                },
+                "parent_header": {},
+                "metadata": {},
+                "content": {"code": code, "silent": False, "store_history": False},
+                "channel": "shell",
+            }
+        )
+    )
+    out: list[str] = []
+    try:
+        while True:
+            raw = await asyncio.wait_for(socket.read_message(), 60)
+            assert raw is not None, "the kernel's websocket closed"
+            message = json.loads(raw)
+            if message.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind = message["header"]["msg_type"]
+            if kind == "stream":
+                out.append(message["content"]["text"])
+            elif kind == "error":
+                raise AssertionError(message["content"])
+            elif kind == "status" and message["content"]["execution_state"] == "idle":
+                return "".join(out)
+    finally:
+        socket.close()
+        while await asyncio.wait_for(socket.read_message(), 10) is not None:
+            pass  # until the server's close frame: the socket is closed, not left to the GC
+
+
+def test_a_kernel_from_the_picker_runs_in_the_users_container(
+    hub: Hub, docker_client: docker.DockerClient
+) -> None:
+    status, specs = hub.as_user(ALICE, "GET", "/api/kernelspecs")
+    assert status == 200, specs
+    spec = specs["kernelspecs"]["gpudev-default"]["spec"]
+    assert spec["metadata"]["kernel_provisioner"]["provisioner_name"] == "gpudev-service"
+
+    status, kernel = hub.as_user(ALICE, "POST", "/api/kernels", {"name": "gpudev-default"})
+    assert status == 201, (kernel, hub.tail())
+    kernel_id = kernel["id"]
+    try:
+        hostname = asyncio.run(
+            run_code(hub, ALICE, kernel_id, "import socket; print(socket.gethostname())")
+        ).strip()
+        container = docker_client.containers.get(docker_name(hostname))  # its own hostname
+        assert container.labels[L_OWNER] == ALICE
+        assert container.status == "running"
+        # bob cannot reach alice's kernel at the service
+        url = f"{SERVICE}/gpudev/api/kernel-processes/{kernel_id}"
+        assert request("GET", url, token=hub.token_for(BOB))[0] == 404
+        assert request("POST", url + "/signal", {"signum": 9}, token=hub.token_for(BOB))[0] == 404
+        assert request("GET", url, token=hub.token_for(ALICE))[1] == {"exit_code": None}
+        # Interrupt and restart go through the service; a restart keeps the container
+        path = f"/api/kernels/{kernel_id}"
+        assert hub.as_user(ALICE, "POST", f"{path}/interrupt", {})[0] == 204
+        assert hub.as_user(ALICE, "POST", f"{path}/restart", {})[0] == 200
+        again = asyncio.run(
+            run_code(hub, ALICE, kernel_id, "import socket; print(socket.gethostname())")
+        )
+        assert docker_name(again.strip()) == container.name
+    finally:
+        status, _ = hub.as_user(ALICE, "DELETE", f"/api/kernels/{kernel_id}")
+    assert status == 204
+    # Its dedicated container is gone with it (nothing changed in it)
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(docker_name(hostname))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import pwd
@@ -13,10 +14,12 @@ import pytest
 from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_gpudev.access import Access, Caller
-from jupyter_gpudev.errors import Forbidden
+from jupyter_gpudev.errors import BadRequest, Forbidden, NotFound
+from jupyter_gpudev.kernels.kernelspecs import EnvironmentEntry, SharedEntry, display_name
 from jupyter_gpudev.labels import L_LEDGER, L_OWNER
 from jupyter_gpudev.shared.authority import Authority, GPUDevService
 from jupyter_gpudev.shared.identity import HubIdentityProvider, request_token
+from jupyter_gpudev.shared.kernels import KernelProcesses
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 
@@ -156,3 +159,55 @@ def test_the_readme_shows_the_hub_configuration_the_tests_use() -> None:
     root = Path(__file__).resolve().parents[2]
     example = (root / "examples" / "jupyterhub_config.py").read_text()
     assert f"```python\n{example}```" in (root / "README.md").read_text()
+
+
+def test_the_picker_reads_the_services_environments_and_shared_containers() -> None:
+    env = {"name": "torch", "display_name": "PyTorch", "gpu": {"mode": "required", "count": 2}}
+    entry = EnvironmentEntry.from_json(env)
+    assert entry == EnvironmentEntry("torch", "PyTorch", "required", 2)
+    assert display_name(entry) == "PyTorch (2 GPUs) · gpudev"
+    assert EnvironmentEntry.from_json({"name": "x"}) is None
+    assert EnvironmentEntry.from_json({**env, "gpu": {"mode": "none", "count": "many"}}) is None
+    running = {"name": "box", "environment": "torch", "host": "local", "gpu_uuids": ["GPU-1"]}
+    assert SharedEntry.from_json({**running, "state": "running", "kernel_id": None}) == SharedEntry(
+        "box", "torch", "local", 1
+    )
+    # a container made for one kernel, or not running, is not offered
+    assert SharedEntry.from_json({**running, "state": "running", "kernel_id": "k1"}) is None
+    assert SharedEntry.from_json({**running, "state": "exited", "kernel_id": None}) is None
+    assert SharedEntry.from_json("box") is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        {},
+        {"kernel_id": "../x", "key": "k"},
+        {"kernel_id": "abc", "key": ""},
+        {"kernel_id": "abc", "key": "k", "signature_scheme": "none"},
+        {"kernel_id": "abc", "key": "k" * 513},
+        {"kernel_id": "abc", "key": "k", "gpus": True},
+        {"kernel_id": "abc", "key": "k", "gpus": "2"},
+        {"kernel_id": "abc", "key": "k", "environment": ["x"]},
+        {"kernel_id": "abc", "key": "k", "env": "PATH=/x"},
+    ],
+)
+def test_a_malformed_kernel_launch_is_refused_before_anything_starts(body: Any) -> None:
+    processes = KernelProcesses(logging.getLogger("gpudev-test"))
+    with pytest.raises(BadRequest):
+        asyncio.run(processes.launch(None, "alice", body))  # type: ignore[arg-type]
+    assert processes._kernels == {}
+
+
+def test_another_users_kernel_does_not_exist_for_them() -> None:
+    processes = KernelProcesses(logging.getLogger("gpudev-test"))
+    processes._kernels[("alice", "abc")] = object()  # type: ignore[assignment]
+    with pytest.raises(NotFound):
+        asyncio.run(processes.poll("bob", "abc"))
+    with pytest.raises(NotFound):
+        asyncio.run(processes.signal("bob", "abc", 2))
+    with pytest.raises(NotFound):
+        asyncio.run(processes.cleanup("bob", "abc", {}))
+    with pytest.raises(BadRequest):
+        asyncio.run(processes.signal("alice", "abc", 19))  # SIGSTOP: not a client's to send
