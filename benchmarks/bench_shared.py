@@ -31,10 +31,10 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from floor import median_ms
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
@@ -54,15 +54,6 @@ class Server:
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         return request(method, self.base + path, body, token=self.token)
-
-
-def median_ms(func: Callable[[], object], runs: int) -> float:
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        func()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1000
 
 
 def ok(answer: tuple[int, Any], *statuses: int) -> Any:

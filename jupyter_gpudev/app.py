@@ -12,15 +12,23 @@ from traitlets import Unicode, default
 from traitlets.config import Configurable
 
 from ._version import __version__
-from .handlers import API, routes
+from .handlers import API, NAME, routes
 from .handlers.base import SETTINGS_KEY
 from .kernels import provisioner
 from .kernels.kernelspecs import GPUDevKernelSpecManager
 from .kernels.placements import PLACEMENTS
 from .services import CLASSES, Services
 from .shared.authority import Authority, GPUDevService
-from .shared.client import SERVICE_KEY, ForwardHandler, ServiceClient
+from .shared.client import (
+    CLIENT_KEY,
+    SERVICE_KEY,
+    ClientTerminalHandler,
+    ForwardHandler,
+    ServiceClient,
+)
 from .shared.kernels import PROCESSES_KEY, KernelProcesses, kernel_routes
+from .shared.proxy import ISOLATE_KEY, proxy_routes, target_routes
+from .shared.terminals import terminal_routes
 
 KERNELSPEC_MANAGER = "jupyter_gpudev.kernelspecs.GPUDevKernelSpecManager"
 
@@ -63,7 +71,10 @@ class GPUDevApp(ExtensionApp):
         if self.mode == "client":
             self.settings[SERVICE_KEY] = self.service_url
             # gpudev kernels (kernels.remote) are placed and run by the service.
-            PLACEMENTS.service = ServiceClient(self.service_url, self.log)
+            PLACEMENTS.service = client = ServiceClient(self.service_url, self.log)
+            self.settings[CLIENT_KEY] = client
+            isolate = self.config.get("ContainerLookup", {}).get("isolate_web_apps", True)
+            self.settings[ISOLATE_KEY] = bool(isolate)
             self._loop_started = True  # nothing of its own to reconcile
             self.log.info("gpudev: client mode, the shared service is %s", self.service_url)
             return
@@ -127,11 +138,15 @@ class GPUDevApp(ExtensionApp):
 
     def initialize_handlers(self) -> None:
         if self.mode == "client":
+            self.handlers.append((rf"{API}/containers/{NAME}/terminal", ClientTerminalHandler))
             self.handlers.append((rf"{API}/(?P<path>.*)", ForwardHandler))
+            self.handlers.extend(proxy_routes(NAME))
             return
         self.handlers.extend(routes())
         if self.mode == "service":
             self.handlers.extend(kernel_routes(API))
+            self.handlers.extend(terminal_routes(API, NAME))
+            self.handlers.extend(target_routes(API, NAME))
 
     async def stop_extension(self) -> None:
         task = getattr(self, "_reconcile_task", None)

@@ -250,8 +250,15 @@ def run_hub(folder: Path, service_config: str, service_env: dict[str, str]) -> I
 
 
 def _stop_leftovers(folder: Path) -> None:
-    """The proxy (JupyterHub leaves it running by design) and any leftover process."""
+    """The proxy (JupyterHub leaves it running by design), and the gpudev service if the Hub
+    did not stop it (a Hub that fails at start leaves its services running): the processes
+    whose environment names this Hub's service configuration."""
     pid_file = folder / "proxy.pid"
     if pid_file.exists():
         with suppress(ValueError, ProcessLookupError):
             os.kill(int(pid_file.read_text().strip()), 15)
+    marker = f"JUPYTER_CONFIG_DIR={folder / 'service-config'}".encode()
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        with suppress(OSError):
+            if marker in environ.read_bytes().split(b"\0"):
+                os.kill(int(environ.parent.name), 15)

@@ -16,6 +16,7 @@ from .._version import __version__
 from ..containers import DevContainers
 from ..errors import BadRequest, GPUDevError, engine_errors
 from ..services import CLASSES, Services
+from .remote import RemoteContainers, ServiceAPI
 
 if TYPE_CHECKING:
     pass
@@ -59,8 +60,24 @@ class GPUDevSubcommand(JupyterApp):
         print(f"error: {err.message}", file=sys.stderr)
         self.exit(err.exit_code)
 
+    #: Works in client mode, through the shared service's REST API (``cli.remote``).
+    through_service = False
+
+    def service_url(self) -> str:
+        """The shared service this machine's Jupyter servers use (client mode), if any."""
+        configured = self.config.get("GPUDevApp", {}).get("service_url")
+        return str(configured or os.environ.get("GPUDEV_SERVICE_URL", ""))
+
     def start(self) -> None:
         try:
+            if self.service_url() and not self.through_service:
+                # Not the engine behind the service's back (which this account should not
+                # be able to reach anyway): say so, instead of a socket permission error.
+                command = self.name.removeprefix("jupyter-gpudev-")
+                raise BadRequest(
+                    f"This server uses the shared gpudev service ({self.service_url()}): "
+                    f"`jupyter gpudev {command}` is for its administrators, on its machine"
+                )
             with engine_errors("The command", self.log):
                 self.run()
         except GPUDevError as err:
@@ -106,8 +123,17 @@ class ContainerCommand(GPUDevSubcommand):
     def workspace_root(self) -> str:
         return self.root_dir or super().workspace_root()
 
-    def manager(self) -> DevContainers:
+    through_service = True
+
+    def manager(self) -> DevContainers | RemoteContainers:
+        """The containers: this machine's engines, or in client mode the shared service's."""
+        if self.service_url():
+            return self.remote()
         return self.services().containers
+
+    def remote(self) -> RemoteContainers:
+        """The shared service's containers (client mode), as this server's user."""
+        return RemoteContainers(ServiceAPI(self.service_url()))
 
     def close(self) -> None:
         if self._bar is not None:

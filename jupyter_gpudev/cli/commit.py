@@ -89,8 +89,11 @@ class CommitApp(ContainerCommand):
 
     def run(self) -> None:
         name = self.name_arg()
-        committer = self.services().committer
         options = self.options()
+        if self.service_url():
+            self.run_remote(name, options)
+            return
+        committer = self.services().committer
         quiet = self.json_output or options == CommitOptions(
             message=options.message, exclude=options.exclude, expect=options.expect
         )
@@ -104,6 +107,70 @@ class CommitApp(ContainerCommand):
             print(json.dumps(result))
             return
         print_outcome(name, outcome, result)
+
+    def run_remote(self, name: str, options: CommitOptions) -> None:
+        """The commit (or the diff) made by the shared service; the same output, from its
+        JSON (which is what ``--json`` prints in both modes)."""
+        body = {
+            "write": options.write,
+            "verify": options.verify,
+            "snapshot": options.snapshot,
+            "push": options.push,
+            "message": options.message,
+            "exclude": list(options.exclude),
+            "expect": options.expect,
+        }
+        quiet = self.json_output or not (options.write or options.verify or options.snapshot)
+        result = self.remote().commit(name, body, None if quiet else self.progress)
+        if self._bar is not None:
+            self._bar.close()
+        if self.json_output:
+            print(json.dumps(result))
+            return
+        print_result(name, result if isinstance(result, dict) else {})
+
+
+def print_result(name: str, result: dict[str, Any]) -> None:
+    """A commit's human output from its JSON (client mode): the diff on stdout, the rest on
+    stderr, as ``print_outcome`` writes it."""
+    for line in result.get("reported") or []:
+        print(f"note: {line}", file=sys.stderr)
+    if result.get("diff"):
+        sys.stdout.write(str(result["diff"]))
+        sys.stdout.flush()
+    elif result.get("held"):
+        print(f"Every change of {name} is left out: nothing to commit.", file=sys.stderr)
+    else:
+        print(f"No changes in {name} since its baseline.", file=sys.stderr)
+    items = [i for i in result.get("items") or [] if isinstance(i, dict)]
+    held = set(result.get("excluded") or [])
+    if items:
+        print("changes (leave one out with --exclude ID):", file=sys.stderr)
+        for item in items[:LISTED_ITEMS]:
+            kind = item.get("kind")
+            label = "" if kind in ("file", "delete") else f"  ({item.get('label')})"
+            line = f"  {'-' if item.get('id') in held else '+'} {item.get('id')}{label}"
+            print("".join(c if c.isprintable() else "?" for c in line), file=sys.stderr)
+        if len(items) > LISTED_ITEMS:
+            more = len(items) - LISTED_ITEMS
+            print(f"  ... and {more} more (--json lists them all)", file=sys.stderr)
+    for unknown in result.get("excluded_unknown") or []:
+        print(f"note: --exclude {unknown}: no such change now", file=sys.stderr)
+    verify = result.get("verify")
+    if isinstance(verify, dict):
+        print(
+            "verified: the rebuilt image has the container's packages "
+            f"({verify.get('seconds', 0):.1f} s)",
+            file=sys.stderr,
+        )
+    snapshot = result.get("snapshot")
+    if isinstance(snapshot, dict):
+        line = f"snapshot: {snapshot.get('reference')} ({str(snapshot.get('image_id'))[:19]})"
+        if snapshot.get("digest"):
+            line += f", pushed {snapshot['digest']}"
+        print(line, file=sys.stderr)
+    if result.get("written"):
+        print(f"wrote {result['written']}", file=sys.stderr)
 
 
 def print_outcome(name: str, outcome: CommitResult, result: dict[str, Any]) -> None:

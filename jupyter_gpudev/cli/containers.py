@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from traitlets import Bool, Int, List, Unicode
 
 from ..containers import DevContainerInfo, StartRequest
 from ..errors import BadRequest
-
-if TYPE_CHECKING:
-    pass
 from .base import ContainerCommand, GPUDevSubcommand
 
 
@@ -46,7 +43,10 @@ class EnvsApp(ContainerCommand):
     description = "List the environments (.devcontainer files, admin config, the default)."
 
     def run(self) -> None:
-        containers = self.manager()
+        if self.service_url():
+            self.run_remote(self.remote().environments())
+            return
+        containers = self.services().containers
         listing = containers.environments.list(containers.root_dir)
         lines = []
         for env in listing.environments:
@@ -61,6 +61,18 @@ class EnvsApp(ContainerCommand):
             },
             "\n".join(lines) or "No environments.",
         )
+
+    def run_remote(self, answer: dict[str, Any]) -> None:
+        """The service's environments for this user (the same fields as ``--json``)."""
+        lines = []
+        for env in answer.get("environments") or []:
+            gpu = env.get("gpu") or {}
+            mode, count = gpu.get("mode", "none"), gpu.get("count", 0)
+            wants = "no GPU" if mode == "none" else f"{count} GPU ({mode})"
+            lines.append(f"{env.get('name')}  {env.get('image_ref')}  {wants}  {env.get('source')}")
+        problems = answer.get("problems") or []
+        lines.extend(f"problem: {p.get('file')}: {p.get('message')}" for p in problems)
+        self.emit(answer, "\n".join(lines) or "No environments.")
 
 
 class StartApp(ContainerCommand):

@@ -28,7 +28,7 @@ from .capabilities import PATTERN as _CAPABILITY
 from .proxy import AppProxyHandler, PortProxyHandler
 
 API = "/gpudev/api"
-_NAME = r"(?P<name>[a-z0-9][a-z0-9_.-]{0,70})"
+NAME = r"(?P<name>[a-z0-9][a-z0-9_.-]{0,70})"
 _KERNEL = r"(?P<kernel_id>[0-9a-f-]{1,64})"
 
 
@@ -39,20 +39,20 @@ def routes() -> list[tuple[str, type[GPUDevHandler]]]:
         (rf"{API}/hosts/(?P<name>[^/]+)", HostHandler),
         (rf"{API}/environments", EnvironmentsHandler),
         (rf"{API}/containers", ContainersHandler),
-        (rf"{API}/containers/{_NAME}", ContainerHandler),
-        (rf"{API}/containers/{_NAME}/stop", ContainerStopHandler),
-        (rf"{API}/containers/{_NAME}/start", ContainerStartHandler),
-        (rf"{API}/containers/{_NAME}/pin", ContainerPinHandler),
-        (rf"{API}/containers/{_NAME}/diff", ContainerDiffHandler),
-        (rf"{API}/containers/{_NAME}/commit", ContainerCommitHandler),
-        (rf"{API}/containers/{_NAME}/terminal", ContainerTerminalHandler),
+        (rf"{API}/containers/{NAME}", ContainerHandler),
+        (rf"{API}/containers/{NAME}/stop", ContainerStopHandler),
+        (rf"{API}/containers/{NAME}/start", ContainerStartHandler),
+        (rf"{API}/containers/{NAME}/pin", ContainerPinHandler),
+        (rf"{API}/containers/{NAME}/diff", ContainerDiffHandler),
+        (rf"{API}/containers/{NAME}/commit", ContainerCommitHandler),
+        (rf"{API}/containers/{NAME}/terminal", ContainerTerminalHandler),
         (rf"{API}/reclaims", ReclaimsHandler),
         (rf"{API}/kernels/{_KERNEL}/keep", KernelKeepHandler),
         (rf"{API}/kernels/{_KERNEL}/release", KernelReleaseHandler),
-        (rf"{API}/containers/{_NAME}/logs", ContainerLogsHandler),
-        (rf"{API}/containers/{_NAME}/ports", ContainerPortsHandler),
-        (rf"{API}/containers/{_NAME}/ports/(?P<port>[0-9]{{1,5}})", ContainerPortHandler),
-        (rf"/gpudev/proxy/{_NAME}/(?P<port>[0-9]{{1,5}})(?P<path>/.*)?", PortProxyHandler),
+        (rf"{API}/containers/{NAME}/logs", ContainerLogsHandler),
+        (rf"{API}/containers/{NAME}/ports", ContainerPortsHandler),
+        (rf"{API}/containers/{NAME}/ports/(?P<port>[0-9]{{1,5}})", ContainerPortHandler),
+        (rf"/gpudev/proxy/{NAME}/(?P<port>[0-9]{{1,5}})(?P<path>/.*)?", PortProxyHandler),
         (rf"/gpudev/app/(?P<capability>{_CAPABILITY})(?P<path>/.*)?", AppProxyHandler),
         (rf"{API}/kernels/{_KERNEL}", KernelHandler),
     ]

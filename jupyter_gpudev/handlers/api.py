@@ -357,7 +357,7 @@ class ContainerTerminalHandler(GPUDevHandler):
         # shell on the server under the same name, which the user would take for the
         # container's.
         await asyncio.sleep(self.TERMINAL_SETTLE)
-        if not _terminal_alive(manager, str(model.get("name", ""))):
+        if not terminal_alive(manager, str(model.get("name", ""))):
             raise EngineError(
                 f"The shell in {name!r} ended as soon as it started: is the container still "
                 "running? See its logs, then try again."
@@ -483,7 +483,7 @@ class KernelHandler(GPUDevHandler):
         self.finish(json.dumps(info.to_json()))
 
 
-def _terminal_alive(manager: Any, name: str) -> bool:
+def terminal_alive(manager: Any, name: str) -> bool:
     """Whether the Jupyter terminal ``name`` still has a live process (terminado forgets a
     terminal whose process ended)."""
     term = getattr(manager, "terminals", {}).get(name)

@@ -282,7 +282,7 @@ class PortProxyHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
         """A websocket (an Upgrade request), or a plain GET."""
         if self._upgrading():
             await self._websocket(name, port, path)
-        elif self._navigating() and self.gpudev.containers.isolate_web_apps:
+        elif self._navigating() and self._isolating():
             await self._to_app(name, port, path)
         else:
             await self._http(name, port, path)
@@ -291,13 +291,21 @@ class PortProxyHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
         """A browser opening a page (a tab, a frame), as it says in ``Sec-Fetch-Mode``."""
         return self.request.headers.get("Sec-Fetch-Mode", "") == "navigate"
 
-    async def _to_app(self, name: str, port: str, path: str | None) -> None:
-        """Send the browser on to the app's sandboxed address, with a capability for it."""
-        await self._target(name, port)  # 404 or 409 here, as for any request
+    def _isolating(self) -> bool:
+        """Whether pages are served in the sandbox (``c.ContainerLookup.isolate_web_apps``)."""
+        return bool(self.gpudev.containers.isolate_web_apps)
+
+    async def _capability_for(self, name: str, port: str) -> AppCapability:
+        """The capability for this port of ``name``, for the caller (after ``_target``)."""
         containers = self.gpudev.containers
         host, _ = await self.blocking(containers.find, name)
         who = containers.access.local()
-        grant = AppCapability.grant(name, host.name, int(port), who.name, admin=who.admin)
+        return AppCapability.grant(name, host.name, int(port), who.name, admin=who.admin)
+
+    async def _to_app(self, name: str, port: str, path: str | None) -> None:
+        """Send the browser on to the app's sandboxed address, with a capability for it."""
+        await self._target(name, port)  # 404 or 409 here, as for any request
+        grant = await self._capability_for(name, port)
         app = url_path_join(self.base_url, "gpudev/app", grant.mint())
         self.redirect(f"{app}{self._target_path(name, port, path)}", permanent=False)
 

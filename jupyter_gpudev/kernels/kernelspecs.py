@@ -11,9 +11,10 @@ shows in the picker without restarting the server. The extension makes it the se
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
 from traitlets import Bool, Unicode
@@ -84,6 +85,9 @@ class SharedEntry:
             )
         except (AttributeError, KeyError, TypeError):
             return None
+
+
+Entry = TypeVar("Entry", EnvironmentEntry, SharedEntry)
 
 
 def display_name(env: Environment | EnvironmentEntry) -> str:
@@ -157,12 +161,7 @@ class GPUDevKernelSpecManager(KernelSpecManager):
             return []
         service = PLACEMENTS.service
         if service is not None:
-            try:
-                listed = service.environments()
-            except Exception as err:  # the picker shows the other kernels meanwhile
-                self.log.warning("gpudev: the service's environments could not be listed: %s", err)
-                return []
-            return [e for e in map(EnvironmentEntry.from_json, listed) if e is not None]
+            return self._from_service("environments", service.environments, EnvironmentEntry)
         # The server's own environment manager and root (the ones kernels start with).
         containers = current_manager()
         manager = containers.environments if containers else EnvironmentManager(parent=self)
@@ -174,16 +173,23 @@ class GPUDevKernelSpecManager(KernelSpecManager):
             self.log.warning("gpudev: environments could not be listed: %s", err.message)
             return []
 
+    def _from_service(
+        self, what: str, fetch: Callable[[], list[dict[str, Any]]], entry: type[Entry]
+    ) -> list[Entry]:
+        """Client mode: the service's ``what`` as picker entries (none if it cannot answer:
+        the picker shows the other kernels meanwhile)."""
+        try:
+            listed = fetch()
+        except Exception as err:
+            self.log.warning("gpudev: the service's %s could not be listed: %s", what, err)
+            return []
+        return [e for e in map(entry.from_json, listed) if e is not None]
+
     def _shared_containers(self) -> list[SharedEntry]:
         """Running dev containers that kernels can share (not those made for one kernel)."""
         service = PLACEMENTS.service
         if service is not None and self.gpudev_kernels:
-            try:
-                listed = service.containers()
-            except Exception as err:  # the picker shows the other kernels meanwhile
-                self.log.warning("gpudev: the service's containers could not be listed: %s", err)
-                return []
-            return [e for e in map(SharedEntry.from_json, listed) if e is not None]
+            return self._from_service("containers", service.containers, SharedEntry)
         manager = current_manager()
         if not self.gpudev_kernels or manager is None:
             return []

@@ -9,8 +9,10 @@ forwarded; answers, progress events included, stream back as they come.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import sys
 import urllib.error
 import urllib.request
 from typing import Any
@@ -21,6 +23,7 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import httputil, web
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
+from ..handlers.api import terminal_alive
 from ..handlers.base import authorized_to_execute
 from ..kernels.remote import ServiceError
 
@@ -31,6 +34,8 @@ ANSWER_HEADERS = ("Content-Type", "Cache-Control", "Content-Disposition")
 
 #: Where ``GPUDevApp`` puts the service's address in client mode.
 SERVICE_KEY = "gpudev_service_url"
+#: Where ``GPUDevApp`` puts the ``ServiceClient`` in client mode.
+CLIENT_KEY = "gpudev_service_client"
 
 
 class ForwardHandler(APIHandler):
@@ -139,12 +144,57 @@ class ForwardHandler(APIHandler):
         self.finish()
 
 
+class ClientTerminalHandler(APIHandler):
+    """``POST /gpudev/api/containers/NAME/terminal`` in client mode: a Jupyter terminal of this
+    server attached to a shell the service runs in the container (``shared.attach``)."""
+
+    auth_resource = "gpudev"
+
+    #: Seconds the attaching program is given to fail (refused or unreachable).
+    TERMINAL_SETTLE = 0.5
+
+    @web.authenticated
+    @authorized_to_execute
+    async def post(self, name: str) -> None:
+        client: ServiceClient = self.settings[CLIENT_KEY]
+        try:
+            info = await client.container(name)  # 404 for another user's, as the REST API
+        except ServiceError as err:
+            self._fail(err.status_code, "terminal", err.message)
+            return
+        if info.get("state") != "running":
+            self._fail(409, "conflict", f"{name!r} is not running: start it first")
+            return
+        manager = self.settings.get("terminal_manager")
+        if manager is None:
+            self._fail(502, "engine", "Terminals are disabled on this Jupyter server")
+            return
+        argv = [sys.executable, "-m", "jupyter_gpudev.shared.attach", client.service_url, name]
+        model = manager.create(shell_command=argv)
+        await asyncio.sleep(self.TERMINAL_SETTLE)
+        if not terminal_alive(manager, str(model.get("name", ""))):
+            self._fail(
+                502,
+                "engine",
+                f"The terminal in {name!r} ended as soon as it started: is the container still "
+                "running, and the gpudev service reachable? See the server log.",
+            )
+            return
+        self.set_status(201)
+        self.finish(json.dumps(model))
+
+    def _fail(self, status: int, code: str, message: str) -> None:
+        self.set_status(status)
+        self.finish(json.dumps({"error": code, "message": message}))
+
+
 class ServiceClient:
     """The shared service as a client-mode server's kernels see it (``kernels.remote``):
     listings for the kernel picker (blocking: the kernelspec manager's calls are), and kernel
     placement, polling, signals and cleanup (asynchronous), each as this server's Hub user."""
 
     def __init__(self, base_url: str, log: Any, timeout: float = 10.0) -> None:
+        self.service_url = base_url
         self.base = base_url.rstrip("/") + "/gpudev/api/"
         self.log = log
         self.timeout = timeout
@@ -192,6 +242,23 @@ class ServiceClient:
         if response.code >= 400:
             raise ServiceError(response.code, _message(response.body))
         return json.loads(response.body) if response.body else None
+
+    async def container(self, name: str) -> dict[str, Any]:
+        """One of the user's dev containers (``ServiceError`` 404 if not theirs)."""
+        answer = await self._call("GET", f"containers/{quote(name, safe='')}")
+        return answer if isinstance(answer, dict) else {}
+
+    async def port_target(self, name: str, port: int) -> dict[str, Any]:
+        """Where this machine reaches a web port of the user's running container."""
+        answer = await self._call("GET", f"containers/{quote(name, safe='')}/ports/{port}/target")
+        if (
+            not isinstance(answer, dict)
+            or not isinstance(answer.get("address"), str)
+            or not isinstance(answer.get("port"), int)
+            or not isinstance(answer.get("host"), str)
+        ):
+            raise ServiceError(502, "The gpudev service gave no address for the port")
+        return answer
 
     async def launch(self, request: dict[str, Any]) -> dict[str, Any]:
         answer = await self._call("POST", "kernel-processes", request)

@@ -79,6 +79,10 @@ class GPUDevServer(ServerApp):
         # (root, or a member of the docker group: the same rights).
         return True
 
+    @default("port_retries")
+    def _default_port_retries(self) -> int:
+        return 0  # JupyterHub (and users' servers) expect it at its address, not the next one
+
     @default("open_browser")
     def _default_open_browser(self) -> bool:
         return False

@@ -5,25 +5,29 @@ local users who are not in the docker group."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
+import os
 import secrets
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import docker
 import pytest
-from tornado.httpclient import HTTPRequest
+from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import websocket_connect
 
 from jupyter_gpudev.containers.model import docker_name
 from jupyter_gpudev.labels import L_OWNER
 from tests.conftest import FAKE_SMI, FIXTURES
-from tests.hub import ADMIN, Hub, HubMissing, request, run_hub
+from tests.hub import ADMIN, Hub, HubMissing, free_port, request, run_hub
 
 ALICE, BOB = "gpudev-alice", "gpudev-bob"
 SERVICE = "http://127.0.0.1:10101/services/gpudev"
@@ -282,3 +286,204 @@ def test_a_kernel_from_the_picker_runs_in_the_users_container(
     # Its dedicated container is gone with it (nothing changed in it)
     with pytest.raises(docker.errors.NotFound):
         docker_client.containers.get(docker_name(hostname))
+
+
+async def terminal_says(hub: Hub, user: str, terminal: str, typed: str, expected: str) -> str:
+    """Type ``typed`` in ``user``'s Jupyter terminal; its output once ``expected`` shows."""
+    url = hub.url.replace("http", "ws", 1) + f"/user/{user}/terminals/websocket/{terminal}"
+    headers = {"Authorization": f"token {hub.token_for(user)}"}
+    socket = await websocket_connect(HTTPRequest(url, headers=headers))
+    seen = ""
+    try:
+        socket.write_message(json.dumps(["stdin", typed]))
+        while expected not in seen:
+            raw = await asyncio.wait_for(socket.read_message(), 30)
+            assert raw is not None, f"the terminal closed: {seen!r}"
+            kind, *rest = json.loads(raw)
+            if kind == "stdout":
+                seen += rest[0]
+    finally:
+        socket.close()
+        while await asyncio.wait_for(socket.read_message(), 10) is not None:
+            pass
+    return seen
+
+
+async def service_tty_status(hub: Hub, user: str, name: str) -> int:
+    """What the service answers ``user`` asking for a shell in ``name`` directly."""
+    url = SERVICE.replace("http", "ws", 1) + f"/gpudev/api/containers/{name}/tty"
+    headers = {"Authorization": f"token {hub.token_for(user)}"}
+    try:
+        socket = await websocket_connect(HTTPRequest(url, headers=headers))
+    except HTTPClientError as err:
+        return err.code
+    socket.close()
+    while await asyncio.wait_for(socket.read_message(), 10) is not None:
+        pass
+    return 101
+
+
+def test_a_terminal_from_the_panel_runs_in_the_users_container(hub: Hub) -> None:
+    name = f"alices-term-{secrets.token_hex(3)}"
+    assert start(hub, ALICE, name=name)[0] == 201
+    try:
+        status, model = api(hub, ALICE, "POST", f"/containers/{name}/terminal", {})
+        assert status == 201, model
+        # The shell is the container's (its hostname is the container's name)
+        seen = asyncio.run(terminal_says(hub, ALICE, model["name"], "hostname\r", f"{name}\r\n"))
+        assert name in seen
+        # bob can open no terminal in it, neither through his server nor at the service
+        assert api(hub, BOB, "POST", f"/containers/{name}/terminal", {})[0] == 404
+        assert asyncio.run(service_tty_status(hub, BOB, name)) == 404
+    finally:
+        api(hub, ALICE, "DELETE", f"/containers/{name}?force=1")
+
+
+def raw_get(url: str, headers: dict[str, str]) -> tuple[int, dict[str, str], str]:
+    """One GET, redirects not followed: status, headers (lowercase names), body."""
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.netloc, timeout=30)
+    try:
+        connection.request(
+            "GET", parts.path + (f"?{parts.query}" if parts.query else ""), headers=headers
+        )
+        answer = connection.getresponse()
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read().decode()
+    finally:
+        connection.close()
+
+
+def test_a_web_port_is_served_by_the_users_server_in_a_sandbox(
+    hub: Hub, docker_client: docker.DockerClient
+) -> None:
+    name = f"alices-web-{secrets.token_hex(3)}"
+    assert start(hub, ALICE, name=name)[0] == 201
+    try:
+        container = docker_client.containers.get(docker_name(name))
+        page = f"hello from {name}"
+        container.exec_run(
+            ["sh", "-c", f"mkdir -p /srv/web && echo '{page}' > /srv/web/index.html"]
+        )
+        container.exec_run(
+            [
+                "python3",
+                "-m",
+                "http.server",
+                "8000",
+                "--bind",
+                "0.0.0.0",
+                "--directory",
+                "/srv/web",
+            ],
+            detach=True,
+        )
+        status, body = api(hub, ALICE, "POST", f"/containers/{name}/ports", {"port": 8000})
+        assert status in (200, 201), body
+        proxied = f"{hub.url}/user/{ALICE}/gpudev/proxy/{name}/8000/"
+        token = {"Authorization": f"token {hub.token_for(ALICE)}"}
+        deadline = time.monotonic() + 20
+        while True:
+            status, _, text = raw_get(proxied, token)
+            if status == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert (status, text.strip()) == (200, page)
+        # A browser opening it is sent to the sandboxed address, which needs no login
+        status, headers, _ = raw_get(proxied, {**token, "Sec-Fetch-Mode": "navigate"})
+        assert status == 302, headers
+        location = headers["location"]
+        assert location.startswith(f"/user/{ALICE}/gpudev/app/"), location
+        status, headers, text = raw_get(hub.url + location, {})
+        assert (status, text.strip()) == (200, page)
+        # (a Hub's server adds its own frame-ancestors policy; every policy applies)
+        assert "sandbox allow-scripts" in headers["content-security-policy"]
+        assert "allow-same-origin" not in headers["content-security-policy"]
+        # bob's server serves no port of alice's container
+        bobs = f"{hub.url}/user/{BOB}/gpudev/proxy/{name}/8000/"
+        assert raw_get(bobs, {"Authorization": f"token {hub.token_for(BOB)}"})[0] == 404
+    finally:
+        api(hub, ALICE, "DELETE", f"/containers/{name}?force=1")
+
+
+def gpudev_as(hub: Hub, user: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``jupyter gpudev ARGS`` as ``user`` would run it in a terminal of their server."""
+    env = [
+        f"HOME=/home/{user}",
+        f"PATH={Path(sys.executable).parent}:/usr/bin:/bin",
+        f"GPUDEV_SERVICE_URL={SERVICE}/",
+        f"JUPYTERHUB_API_TOKEN={hub.token_for(user)}",
+    ]
+    command = [sys.executable, "-m", "jupyter_gpudev", *args]
+    return subprocess.run(
+        ["/usr/sbin/runuser", "-u", user, "--", "/usr/bin/env", "-i", *env, *command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_the_command_line_works_through_the_service_as_the_user(
+    hub: Hub, docker_client: docker.DockerClient
+) -> None:
+    name = f"alices-cli-{secrets.token_hex(3)}"
+    done = gpudev_as(hub, ALICE, "start", "default", "--name", name, "--gpus", "0")
+    assert done.returncode == 0, done.stderr
+    assert name in done.stdout
+    try:
+        listed = gpudev_as(hub, ALICE, "ls", "--json")
+        assert name in [c["name"] for c in json.loads(listed.stdout)["containers"]]
+        assert name not in gpudev_as(hub, BOB, "ls").stdout
+        # bob's commands do not find it (exit 2, as for any missing container)
+        refused = gpudev_as(hub, BOB, "stop", name)
+        assert refused.returncode == 2, refused.stderr
+        assert "No dev container" in refused.stderr
+        # a change, seen by alice's diff through the service
+        container = docker_client.containers.get(docker_name(name))
+        container.exec_run(["sh", "-c", "echo made-by-alice > /etc/gpudev-cli-test"])
+        diff = gpudev_as(hub, ALICE, "diff", name)
+        assert diff.returncode == 0, diff.stderr
+        assert "/etc/gpudev-cli-test" in diff.stdout + diff.stderr
+        stopped = gpudev_as(hub, ALICE, "stop", name, "--json")
+        assert json.loads(stopped.stdout)["state"] == "exited"
+        assert gpudev_as(hub, ALICE, "rm", name).returncode == 6  # changes: needs --force
+        assert gpudev_as(hub, ALICE, "rm", name, "--force").returncode == 0
+    finally:
+        api(hub, ALICE, "DELETE", f"/containers/{name}?force=1")
+
+
+def test_the_service_runs_standalone_against_the_hub(hub: Hub, tmp_path: Path) -> None:
+    """``jupyter gpudev serve`` started by hand (systemd, say), not by the Hub."""
+    port = free_port()
+    config = tmp_path / "config"
+    config.mkdir()
+    options = [
+        f"--port={port}",
+        f"--HubIdentityProvider.api_url={hub.api}",
+        f"--DevContainers.state_dir={tmp_path}",
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_gpudev", "serve", *options],
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(tmp_path),
+            "JUPYTER_CONFIG_DIR": str(config),
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}/gpudev/api/containers"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                status, body = request("GET", base, token=hub.token_for(ALICE))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the service did not start"
+                time.sleep(0.3)
+        assert status == 200, body
+        assert request("GET", base, token="not-a-token")[0] == 403  # noqa: S106
+    finally:
+        process.terminate()
+        process.wait(30)

@@ -6,6 +6,8 @@ import asyncio
 import logging
 import os
 import pwd
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -14,6 +16,7 @@ import pytest
 from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_gpudev.access import Access, Caller
+from jupyter_gpudev.cli.remote import error_from, info_from
 from jupyter_gpudev.errors import BadRequest, Forbidden, NotFound
 from jupyter_gpudev.kernels.kernelspecs import EnvironmentEntry, SharedEntry, display_name
 from jupyter_gpudev.labels import L_LEDGER, L_OWNER
@@ -211,3 +214,80 @@ def test_another_users_kernel_does_not_exist_for_them() -> None:
         asyncio.run(processes.cleanup("bob", "abc", {}))
     with pytest.raises(BadRequest):
         asyncio.run(processes.signal("alice", "abc", 19))  # SIGSTOP: not a client's to send
+
+
+def gpudev_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``jupyter gpudev ARGS`` in client mode, without a Hub token (nothing is reached)."""
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "JUPYTER_CONFIG_DIR": str(tmp_path),
+        "JUPYTER_CONFIG_PATH": "",
+        "GPUDEV_SERVICE_URL": "http://127.0.0.1:9/services/gpudev/",
+        "DOCKER_HOST": "unix:///nonexistent.sock",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "jupyter_gpudev", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_command_line_in_client_mode_needs_the_users_hub_token(tmp_path: Path) -> None:
+    done = gpudev_cli(tmp_path, "ls")
+    assert done.returncode == 2, done.stderr
+    assert "JUPYTERHUB_API_TOKEN" in done.stderr
+
+
+def test_the_administrators_commands_are_not_run_through_the_service(tmp_path: Path) -> None:
+    for command in (["hosts"], ["hosts", "add", "box", "ssh://u@h"], ["image", "bootstrap"]):
+        done = gpudev_cli(tmp_path, *command)
+        assert done.returncode == 2, done.stderr
+        assert "is for its administrators" in done.stderr
+
+
+def test_the_services_errors_come_back_with_single_user_modes_exit_codes() -> None:
+    held = error_from(409, {"error": "no_free_gpu", "message": "held by another user"})
+    assert (held.exit_code, held.status, held.message) == (5, 409, "held by another user")
+    gone = error_from(404, {"error": "not_found", "message": "No dev container named 'x'"})
+    assert isinstance(gone, NotFound)
+    assert gone.exit_code == 2
+    odd = error_from(502, "<html>")
+    assert odd.status == 502
+    assert "502" in odd.message
+    info = info_from(
+        {
+            "name": "box",
+            "container_id": "c1",
+            "host": "local",
+            "environment": "default",
+            "owner": "alice",
+            "image": "img",
+            "state": "running",
+            "status": "running",
+            "created": "2026-11-24T00:00:00Z",
+            "gpu_uuids": ["GPU-1"],
+            "lease_id": None,
+            "ports": {},
+            "web_ports": [8000],
+            "future_field": 1,
+        }
+    )
+    assert info.gpu_uuids == ("GPU-1",)
+    assert info.web_ports == (8000,)
+
+
+def test_attach_needs_a_service_and_a_token() -> None:
+    env = {"PATH": os.environ.get("PATH", "")}
+    done = subprocess.run(
+        [sys.executable, "-m", "jupyter_gpudev.shared.attach", "http://127.0.0.1:1/", "box"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "JUPYTERHUB_API_TOKEN" in done.stdout
