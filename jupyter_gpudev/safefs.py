@@ -11,11 +11,14 @@ replaced, never written through). Names are single path components: no ``/``, ``
 
 Only the folder a ``Folder`` is first opened at (``Folder.open``) is trusted as given: the
 Jupyter root directory, the state folder, a staging folder gpudev made.
+
+A ``Folder`` opened with an ``owner`` (uid, gid) gives what it makes (files, folders, links)
+to that owner: the shared service writes into a user's folder as root, and the user must own
+what it wrote there, as if they had written it themselves.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import os
@@ -64,15 +67,23 @@ def relative_inside(path: Path, root: Path) -> str | None:
 class Folder:
     """An open folder; every operation is relative to it and never follows a link."""
 
-    def __init__(self, fd: int, shown: str) -> None:
+    def __init__(self, fd: int, shown: str, owner: tuple[int, int] | None = None) -> None:
         self.fd = fd
         #: The folder's path, for messages.
         self.shown = shown
+        #: Who gets what is made here (uid, gid); ``None``: whoever runs gpudev.
+        self.owner = owner
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> Folder:
+    def open(cls, path: str | os.PathLike[str], owner: tuple[int, int] | None = None) -> Folder:
         """The trusted starting folder (opened as given: its own path may hold links)."""
-        return cls(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), os.fspath(path))
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return cls(fd, os.fspath(path), owner)
+
+    def _give(self, name: str) -> None:
+        """Give ``name`` (just made here, not followed if a link) to ``owner``."""
+        if self.owner is not None:
+            os.chown(name, *self.owner, dir_fd=self.fd, follow_symlinks=False)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -109,14 +120,17 @@ class Folder:
         try:
             for name in (p for p in relative.split("/") if p):
                 check_name(name)
-                here = Folder(fd, shown)
+                here = Folder(fd, shown, self.owner)
                 try:
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except FileNotFoundError:
                     if not create:
                         raise
-                    with contextlib.suppress(FileExistsError):  # made meanwhile
+                    try:
                         os.mkdir(name, mode, dir_fd=fd)
+                        here._give(name)
+                    except FileExistsError:  # made meanwhile
+                        pass
                     try:
                         child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                     except OSError as exc:
@@ -132,7 +146,7 @@ class Folder:
         except BaseException:
             os.close(fd)
             raise
-        return Folder(fd, shown)
+        return Folder(fd, shown, self.owner)
 
     def kind(self, name: str) -> str | None:
         """``"file"``, ``"folder"``, ``"link"``, ``"other"``, or ``None`` when absent."""
@@ -151,6 +165,8 @@ class Folder:
         link included). ``mode`` is set exactly (not masked)."""
         fd = os.open(check_name(name), _NEW_FLAGS, 0o600, dir_fd=self.fd)
         try:
+            if self.owner is not None:
+                os.fchown(fd, *self.owner)
             os.fchmod(fd, mode & 0o777)
             return os.fdopen(fd, "wb")
         except BaseException:
@@ -184,6 +200,7 @@ class Folder:
         temp = self._temp_name(name)
         os.symlink(target, temp, dir_fd=self.fd)
         try:
+            self._give(temp)
             os.replace(temp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         except BaseException:
             self.unlink(temp)

@@ -432,7 +432,8 @@ class ChangeCapture:
         if inside is None:
             folder.mkdir(parents=True, exist_ok=True)
             return safefs.Folder.open(folder)
-        with safefs.Folder.open(root) as top:
+        # What is written in the workspace is its owner's (the shared service writes as root).
+        with safefs.Folder.open(root, owner=self.containers.workspace_owner) as top:
             return top.folder(inside, create=True)
 
     def _use_dockerfile(self, env: Environment, dockerfile: Path, where: safefs.Folder) -> Path:

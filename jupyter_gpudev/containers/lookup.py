@@ -146,6 +146,9 @@ class ContainerLookup(LoggingConfigurable):
         #: container whose ``docker diff`` is not empty: nothing is lost unclassified.
         self.changes = changes
         self._ledger: LeaseLedger | None = ledger
+        #: Who owns what gpudev writes into the workspace (uid, gid): the user, in the shared
+        #: service's view of them; ``None`` (single-user mode): whoever runs the server.
+        self.workspace_owner: tuple[int, int] | None = None
         self._lock = threading.Lock()
 
     @property

@@ -99,12 +99,15 @@ class Authority:
         host_pool, ledger, server_id = self._parts
         parts = SharedParts(host_pool, ledger, server_id, self._access(name, admin=admin))
         view = Services(root, parent=self._parent, log=self._log, shared=parts)
+        account = _account_of(name)
+        if account is not None:  # what a commit writes in their folder is theirs
+            view.containers.workspace_owner = (account.pw_uid, account.pw_gid)
         policy = view.containers.mount_policy
         policy.workspace_hint = (
             f"keep your projects in {root} (the folder the gpudev service mounts for you), or "
             "ask an administrator to change c.GPUDevService.user_root"
         )
-        home = _home_of(name)
+        home = account.pw_dir if account is not None else ""
         if home:
             own = [os.path.join(home, sub) for sub in PRIVATE_IN_HOME]
             policy.protected_paths = [*policy.protected_paths, *own]
@@ -115,8 +118,8 @@ class Authority:
         self.service.close()
 
 
-def _home_of(name: str) -> str:
+def _account_of(name: str) -> pwd.struct_passwd | None:
     try:
-        return pwd.getpwnam(name).pw_dir
+        return pwd.getpwnam(name)
     except KeyError:
-        return ""
+        return None

@@ -8,6 +8,7 @@ import asyncio
 import http.client
 import json
 import os
+import pwd
 import secrets
 import subprocess
 import sys
@@ -444,6 +445,13 @@ def test_the_command_line_works_through_the_service_as_the_user(
         diff = gpudev_as(hub, ALICE, "diff", name)
         assert diff.returncode == 0, diff.stderr
         assert "/etc/gpudev-cli-test" in diff.stdout + diff.stderr
+        # written by the service into her folder, and hers (she can edit it in place)
+        committed = gpudev_as(hub, ALICE, "commit", name, "--write", "--json")
+        assert committed.returncode == 0, committed.stderr
+        written = Path(json.loads(committed.stdout)["written"])
+        assert written.is_relative_to(Path("/home") / ALICE / "projects"), written
+        assert written.stat().st_uid == pwd.getpwnam(ALICE).pw_uid
+        container.exec_run(["sh", "-c", "echo again > /etc/gpudev-cli-test-2"])
         stopped = gpudev_as(hub, ALICE, "stop", name, "--json")
         assert json.loads(stopped.stdout)["state"] == "exited"
         assert gpudev_as(hub, ALICE, "rm", name).returncode == 6  # changes: needs --force

@@ -211,3 +211,36 @@ def test_a_link_stays_inside_only_when_relative_and_never_above_root(
     path: str, target: str, inside: bool
 ) -> None:
     assert _stays_inside(path, target) is inside
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving files to another uid needs root")
+def test_what_a_folder_with_an_owner_makes_is_that_owners(tmp_path: Path) -> None:
+    # The shared service writes into a user's folder as root: the user must own the result.
+    owner = (4321, 4322)
+    (tmp_path / "stage").mkdir()
+    (tmp_path / "stage" / "file").write_text("x")
+    (tmp_path / "stage" / "link").symlink_to("file")
+    (tmp_path / "mine").write_text("root's own, untouched")
+    with (
+        safefs.Folder.open(tmp_path, owner=owner) as top,
+        top.folder("a/b", create=True) as inner,
+        safefs.Folder.open(tmp_path / "stage") as stage,
+    ):
+        inner.replace("Dockerfile", b"FROM x\n")
+        with inner.folder("ctx", create=True) as copy:
+            safefs.copy_tree(stage, copy)
+    made = [
+        tmp_path / "a",
+        tmp_path / "a" / "b",
+        tmp_path / "a" / "b" / "Dockerfile",
+        tmp_path / "a" / "b" / "ctx" / "file",
+        tmp_path / "a" / "b" / "ctx" / "link",
+    ]
+    for path in made:
+        st = path.lstat()
+        assert (st.st_uid, st.st_gid) == owner, path
+    assert (tmp_path / "mine").stat().st_uid == 0
+    # Without an owner nothing changes hands (single-user mode)
+    with safefs.Folder.open(tmp_path) as top:
+        top.replace("plain", b"y")
+    assert (tmp_path / "plain").stat().st_uid == os.geteuid()
