@@ -21,9 +21,11 @@ from .services import CLASSES, Services
 from .shared.authority import Authority, GPUDevService
 from .shared.client import (
     CLIENT_KEY,
+    POOL_KEY,
     SERVICE_KEY,
     ClientTerminalHandler,
     ForwardHandler,
+    KeptConnections,
     ServiceClient,
 )
 from .shared.kernels import PROCESSES_KEY, KernelProcesses, kernel_routes
@@ -73,6 +75,7 @@ class GPUDevApp(ExtensionApp):
             # gpudev kernels (kernels.remote) are placed and run by the service.
             PLACEMENTS.service = client = ServiceClient(self.service_url, self.log)
             self.settings[CLIENT_KEY] = client
+            self.settings[POOL_KEY] = self._connections = KeptConnections()
             isolate = self.config.get("ContainerLookup", {}).get("isolate_web_apps", True)
             self.settings[ISOLATE_KEY] = bool(isolate)
             self._loop_started = True  # nothing of its own to reconcile
@@ -160,3 +163,4 @@ class GPUDevApp(ExtensionApp):
             self.authority.close()
         if self.mode == "client":
             PLACEMENTS.service = None
+            self._connections.close()

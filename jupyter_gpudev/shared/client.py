@@ -10,13 +10,16 @@ forwarded; answers, progress events included, stream back as they come.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import sys
+import threading
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
@@ -36,6 +39,8 @@ ANSWER_HEADERS = ("Content-Type", "Cache-Control", "Content-Disposition")
 SERVICE_KEY = "gpudev_service_url"
 #: Where ``GPUDevApp`` puts the ``ServiceClient`` in client mode.
 CLIENT_KEY = "gpudev_service_client"
+#: Where ``GPUDevApp`` puts the ``KeptConnections`` to the service in client mode.
+POOL_KEY = "gpudev_service_connections"
 
 
 class ForwardHandler(APIHandler):
@@ -88,6 +93,12 @@ class ForwardHandler(APIHandler):
             if name in self.request.headers:
                 headers[name] = self.request.headers[name]
         method = self.request.method or "GET"
+        pool: KeptConnections = self.settings[POOL_KEY]
+        if method in KeptConnections.METHODS and "text/event-stream" not in headers.get(
+            "Accept", ""
+        ):
+            await self._forward_kept(pool, method, url, headers, base)
+            return
         state: dict[str, Any] = {"started": False, "status": 502, "headers": {}}
 
         def header_line(line: str) -> None:
@@ -142,6 +153,99 @@ class ForwardHandler(APIHandler):
             return
         start()
         self.finish()
+
+    async def _forward_kept(
+        self, pool: KeptConnections, method: str, url: str, headers: dict[str, str], base: str
+    ) -> None:
+        """A short answer (every call but a start's or commit's progress stream), over a
+        connection to the service kept open: no connect per call."""
+        body = self.request.body if method == "PUT" else None
+        try:
+            status, answer_headers, data = await pool.request(method, url, headers, body)
+        except OSError as err:
+            self.log.warning("gpudev: the service at %s is unreachable: %s", base, err)
+            self._fail(
+                503,
+                "service_unreachable",
+                "The shared gpudev service cannot be reached; ask your administrator "
+                "(see the server log)",
+            )
+            return
+        self.set_status(status)
+        for name in ANSWER_HEADERS:
+            if name in answer_headers:
+                self.set_header(name, answer_headers[name])
+        if status in (204, 304):
+            self.clear_header("Content-Type")
+            self.finish()
+        else:
+            self.finish(data)
+
+
+class KeptConnections:
+    """Connections to the service kept open between calls, one per worker thread (an HTTP/1.1
+    connection carries one request at a time). A call on a kept connection the service has
+    closed meanwhile (it restarted) is made again on a new one: only for ``METHODS``, whose
+    repetition changes nothing."""
+
+    METHODS = frozenset({"GET", "PUT", "DELETE"})
+
+    def __init__(self, workers: int = 4, timeout: float = 300.0) -> None:
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="gpudev-service")
+        self._local = threading.local()
+        self._every: list[http.client.HTTPConnection] = []  # to close them all at the end
+        self._lock = threading.Lock()
+        self.timeout = timeout
+
+    async def request(
+        self, method: str, url: str, headers: dict[str, str], body: bytes | None
+    ) -> tuple[int, dict[str, str], bytes]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._call, method, url, headers, body)
+
+    def _connection(self, netloc: str, fresh: bool) -> http.client.HTTPConnection:
+        kept: dict[str, http.client.HTTPConnection] = self._local.__dict__.setdefault("kept", {})
+        connection = kept.get(netloc)
+        if connection is None or fresh:
+            if connection is not None:
+                connection.close()
+                with self._lock:
+                    self._every.remove(connection)
+            connection = http.client.HTTPConnection(netloc, timeout=self.timeout)
+            kept[netloc] = connection
+            with self._lock:
+                self._every.append(connection)
+        return connection
+
+    def _call(
+        self, method: str, url: str, headers: dict[str, str], body: bytes | None
+    ) -> tuple[int, dict[str, str], bytes]:
+        parts = urlsplit(url)
+        if parts.scheme != "http":
+            raise OSError(f"kept connections are for http:// only, not {parts.scheme}://")
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        for attempt in (0, 1):
+            connection = self._connection(parts.netloc, fresh=attempt == 1)
+            try:
+                connection.request(method, target, body=body, headers=headers)
+                answer = connection.getresponse()
+                data = answer.read()
+            except (http.client.RemoteDisconnected, ConnectionError, http.client.BadStatusLine):
+                connection.close()
+                if attempt == 1:
+                    raise
+                continue
+            if answer.will_close:
+                connection.close()
+            return answer.status, {k.title(): v for k, v in answer.getheaders()}, data
+        raise OSError("unreachable")  # pragma: no cover (the loop returns or raises)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        with self._lock:
+            for connection in self._every:
+                connection.close()
+            self._every.clear()
 
 
 class ClientTerminalHandler(APIHandler):

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
 import logging
 import os
 import pwd
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from traitlets.config import Config, LoggingConfigurable
@@ -21,8 +24,10 @@ from jupyter_gpudev.errors import BadRequest, Forbidden, NotFound
 from jupyter_gpudev.kernels.kernelspecs import EnvironmentEntry, SharedEntry, display_name
 from jupyter_gpudev.labels import L_LEDGER, L_OWNER
 from jupyter_gpudev.shared.authority import Authority, GPUDevService
+from jupyter_gpudev.shared.client import KeptConnections
 from jupyter_gpudev.shared.identity import HubIdentityProvider, request_token
 from jupyter_gpudev.shared.kernels import KernelProcesses
+from tests.hub import free_port
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 
@@ -291,3 +296,50 @@ def test_attach_needs_a_service_and_a_token() -> None:
     )
     assert done.returncode == 2
     assert "JUPYTERHUB_API_TOKEN" in done.stdout
+
+
+class _Counting(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    connections: ClassVar[list[int]] = []
+
+    def setup(self) -> None:
+        super().setup()
+        self.connections.append(1)
+
+    def do_GET(self) -> None:
+        body = json.dumps({"path": self.path}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        if self.path.endswith("close"):
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_calls_to_the_service_reuse_one_connection() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    kept = KeptConnections(workers=1)
+
+    def get(path: str) -> tuple[int, dict[str, str], bytes]:
+        return asyncio.run(kept.request("GET", base + path, {}, None))
+
+    try:
+        answers = [get(f"/gpudev/api/{n}") for n in range(5)]
+        assert [a[0] for a in answers] == [200] * 5
+        assert json.loads(answers[4][2]) == {"path": "/gpudev/api/4"}
+        assert len(_Counting.connections) == 1  # five calls, one connection
+        get("/then-close")  # the service says it closes: the next call connects again
+        get("/after")
+        assert len(_Counting.connections) == 2
+        with pytest.raises(ConnectionRefusedError):  # nothing listens there
+            asyncio.run(kept.request("GET", f"http://127.0.0.1:{free_port()}/x", {}, None))
+    finally:
+        server.shutdown()
+        server.server_close()
+        kept.close()
