@@ -12,9 +12,10 @@ from traitlets import Unicode, default
 from traitlets.config import Configurable
 
 from ._version import __version__
-from .handlers import API, NAME, routes
-from .handlers.base import SETTINGS_KEY
+from .handlers import API, NAME, reclaim_routes, routes
+from .handlers.base import CULLER_KEY, SETTINGS_KEY
 from .kernels import provisioner
+from .kernels.culler import GPUCuller
 from .kernels.kernelspecs import GPUDevKernelSpecManager
 from .kernels.placements import PLACEMENTS
 from .services import CLASSES, Services
@@ -76,9 +77,12 @@ class GPUDevApp(ExtensionApp):
             PLACEMENTS.service = client = ServiceClient(self.service_url, self.log)
             self.settings[CLIENT_KEY] = client
             self.settings[POOL_KEY] = self._connections = KeptConnections()
+            # Idle GPU kernels are reclaimed here: their activity is this server's to see.
+            self.culler = GPUCuller(kernel_manager, parent=self, log=self.log)
+            self.settings[CULLER_KEY] = self.culler
             isolate = self.config.get("ContainerLookup", {}).get("isolate_web_apps", True)
             self.settings[ISOLATE_KEY] = bool(isolate)
-            self._loop_started = True  # nothing of its own to reconcile
+            IOLoop.current().add_callback(self._on_loop_start)
             self.log.info("gpudev: client mode, the shared service is %s", self.service_url)
             return
         if self.mode == "service":
@@ -117,6 +121,9 @@ class GPUDevApp(ExtensionApp):
         if self._loop_started:
             return
         self._loop_started = True
+        if self.mode == "client":  # nothing of its own to reconcile; its kernels to watch
+            self.culler.start()
+            return
         self._reconcile_task = asyncio.ensure_future(self._reconcile())
         if self.services is not None:  # kernels run in single-user servers only
             self.services.culler.start()
@@ -142,6 +149,7 @@ class GPUDevApp(ExtensionApp):
     def initialize_handlers(self) -> None:
         if self.mode == "client":
             self.handlers.append((rf"{API}/containers/{NAME}/terminal", ClientTerminalHandler))
+            self.handlers.extend(reclaim_routes())  # this server's kernels, reclaimed here
             self.handlers.append((rf"{API}/(?P<path>.*)", ForwardHandler))
             self.handlers.extend(proxy_routes(NAME))
             return
@@ -162,5 +170,6 @@ class GPUDevApp(ExtensionApp):
         if self.authority is not None:
             self.authority.close()
         if self.mode == "client":
+            await self.culler.stop()
             PLACEMENTS.service = None
             self._connections.close()

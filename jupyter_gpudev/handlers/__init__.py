@@ -29,7 +29,16 @@ from .proxy import AppProxyHandler, PortProxyHandler
 
 API = "/gpudev/api"
 NAME = r"(?P<name>[a-z0-9][a-z0-9_.-]{0,70})"
-_KERNEL = r"(?P<kernel_id>[0-9a-f-]{1,64})"
+KERNEL = r"(?P<kernel_id>[0-9a-f-]{1,64})"
+
+
+def reclaim_routes() -> list[tuple[str, type[GPUDevHandler]]]:
+    """The idle GPU kernel reclaim's URLs (about this server's own kernels)."""
+    return [
+        (rf"{API}/reclaims", ReclaimsHandler),
+        (rf"{API}/kernels/{KERNEL}/keep", KernelKeepHandler),
+        (rf"{API}/kernels/{KERNEL}/release", KernelReleaseHandler),
+    ]
 
 
 def routes() -> list[tuple[str, type[GPUDevHandler]]]:
@@ -46,13 +55,11 @@ def routes() -> list[tuple[str, type[GPUDevHandler]]]:
         (rf"{API}/containers/{NAME}/diff", ContainerDiffHandler),
         (rf"{API}/containers/{NAME}/commit", ContainerCommitHandler),
         (rf"{API}/containers/{NAME}/terminal", ContainerTerminalHandler),
-        (rf"{API}/reclaims", ReclaimsHandler),
-        (rf"{API}/kernels/{_KERNEL}/keep", KernelKeepHandler),
-        (rf"{API}/kernels/{_KERNEL}/release", KernelReleaseHandler),
+        *reclaim_routes(),
         (rf"{API}/containers/{NAME}/logs", ContainerLogsHandler),
         (rf"{API}/containers/{NAME}/ports", ContainerPortsHandler),
         (rf"{API}/containers/{NAME}/ports/(?P<port>[0-9]{{1,5}})", ContainerPortHandler),
         (rf"/gpudev/proxy/{NAME}/(?P<port>[0-9]{{1,5}})(?P<path>/.*)?", PortProxyHandler),
         (rf"/gpudev/app/(?P<capability>{_CAPABILITY})(?P<path>/.*)?", AppProxyHandler),
-        (rf"{API}/kernels/{_KERNEL}", KernelHandler),
+        (rf"{API}/kernels/{KERNEL}", KernelHandler),
     ]

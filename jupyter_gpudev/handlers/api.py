@@ -393,7 +393,7 @@ class ReclaimsHandler(GPUDevHandler):
     @authorized
     @maps_errors
     async def get(self) -> None:
-        culler = self.gpudev.culler
+        culler = self.culler
         pending = await self.blocking(culler.pending)
         self.finish(
             json.dumps(
@@ -413,7 +413,7 @@ class KernelKeepHandler(GPUDevHandler):
     @authorized
     @maps_errors
     async def post(self, kernel_id: str) -> None:
-        await self.blocking(self.gpudev.culler.keep, kernel_id)
+        await self.blocking(self.culler.keep, kernel_id)
         self.set_status(204)
         self.finish()
 
@@ -426,7 +426,7 @@ class KernelReleaseHandler(GPUDevHandler):
     @authorized
     @maps_errors
     async def post(self, kernel_id: str) -> None:
-        await self.gpudev.culler.release(kernel_id)
+        await self.culler.release(kernel_id)
         self.set_status(204)
         self.finish()
 

@@ -18,11 +18,14 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
 from ..errors import Forbidden, GPUDevError, engine_errors
+from ..kernels.culler import GPUCuller
 from ..services import Services
 from ..shared.authority import Authority
 
 #: Where ``GPUDevApp`` puts its ``Services`` in the server's settings.
 SETTINGS_KEY = "gpudev"
+#: Where ``GPUDevApp`` puts the reclaimer of a client-mode server's kernels.
+CULLER_KEY = "gpudev_culler"
 
 T = TypeVar("T")
 
@@ -73,6 +76,13 @@ class GPUDevHandler(APIHandler):
         if user is None:  # only routes with a grant of their own (see ``gpudev_of``)
             raise web.HTTPError(403)
         return self.gpudev_of(user.username, admin=getattr(user, "admin", False) is True)
+
+    @property
+    def culler(self) -> GPUCuller:
+        """The idle GPU kernel reclaimer of this server's kernels (in client mode its own:
+        the kernels are this server's, their containers the service's)."""
+        own = self.settings.get(CULLER_KEY)
+        return own if isinstance(own, GPUCuller) else self.gpudev.culler
 
     def gpudev_of(self, name: str, *, admin: bool) -> Services:
         """The managers as user ``name`` sees them in the shared service (``admin``: the Hub

@@ -24,6 +24,10 @@ from traitlets.config import LoggingConfigurable
 
 from ..errors import NotFound
 from .provisioner import GPUDevProvisioner
+from .remote import ServiceKernelProvisioner
+
+#: A kernel that may hold GPUs: in a container of this server's, or of the shared service's.
+GPUKernel = GPUDevProvisioner | ServiceKernelProvisioner
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ class GPUCuller(LoggingConfigurable):
 
     # ------------------------------------------------------------------------------------------
 
-    def _gpu_kernels(self) -> list[tuple[str, Any, GPUDevProvisioner]]:
+    def _gpu_kernels(self) -> list[tuple[str, Any, GPUKernel]]:
         found = []
         for kernel_id in list(self.kernel_manager.list_kernel_ids()):
             try:
@@ -82,11 +86,11 @@ class GPUCuller(LoggingConfigurable):
             except KeyError:
                 continue
             provisioner = getattr(kernel, "provisioner", None)
-            if isinstance(provisioner, GPUDevProvisioner) and provisioner.gpu_uuids():
+            if isinstance(provisioner, GPUKernel) and provisioner.gpu_uuids():
                 found.append((kernel_id, kernel, provisioner))
         return found
 
-    def _timeout_for(self, provisioner: GPUDevProvisioner) -> float:
+    def _timeout_for(self, provisioner: GPUKernel) -> float:
         own = provisioner.idle_timeout()
         return own if own is not None else self.idle_timeout
 
@@ -127,7 +131,7 @@ class GPUCuller(LoggingConfigurable):
         self._require(kernel_id)
         self._kept[kernel_id] = self._clock()
 
-    def _require(self, kernel_id: str) -> GPUDevProvisioner:
+    def _require(self, kernel_id: str) -> GPUKernel:
         for found_id, _, provisioner in self._gpu_kernels():
             if found_id == kernel_id:
                 return provisioner

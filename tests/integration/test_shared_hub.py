@@ -49,6 +49,7 @@ def hub(
     folder = tmp_path_factory.mktemp("hub")
     config = SERVICE_CONFIG.format(smi=str(FAKE_SMI), state=str(folder / "service-state"))
     env = {"FAKE_NVIDIA_SMI_DIR": str(FIXTURES / "smi" / "two-a100")}
+    prepare_bob()
     try:
         with run_hub(folder, config, env) as started:
             for user in (ALICE, BOB, ADMIN):
@@ -60,6 +61,29 @@ def hub(
         for container in docker_client.containers.list(all=True, filters={"label": L_OWNER}):
             if container.labels.get(L_OWNER) in (ALICE, BOB, ADMIN):
                 container.remove(force=True)
+
+
+def prepare_bob() -> None:
+    """bob's server reclaims idle GPU kernels after 6 s (its own configuration, as a user
+    would write it), and bob has an environment that asks for a GPU."""
+    account = pwd.getpwnam(BOB)
+    home = Path(account.pw_dir)
+    made = [
+        home / ".jupyter",
+        home / "projects" / ".devcontainer",
+        home / "projects" / ".devcontainer" / "gpu",
+    ]
+    for folder in made:
+        folder.mkdir(exist_ok=True)
+    culler = {"GPUCuller": {"idle_timeout": 6.0, "warning_seconds": 4.0, "check_interval": 0.25}}
+    config = home / ".jupyter" / "jupyter_server_config.json"
+    config.write_text(json.dumps(culler))
+    environment = made[-1] / "devcontainer.json"
+    environment.write_text(
+        json.dumps({"image": "gpudev-python:bookworm", "hostRequirements": {"gpu": True}})
+    )
+    for path in [*made, config, environment]:
+        os.chown(path, account.pw_uid, account.pw_gid)
 
 
 def api(hub: Hub, user: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -162,6 +186,10 @@ def test_sixteen_starts_by_two_users_lease_each_gpu_once(
     assert sorted(s for s, _ in raced if s not in (200, 201)) == [409] * 6, raced
     assert gpus_of_running(docker_client) == sorted(gpus_of_running(docker_client, unique=True))
     assert len(gpus_of_running(docker_client)) == 2
+    # Removed through the service (which frees their leases): the GPUs are free again
+    for info in api(hub, ADMIN, "GET", "/containers")[1]["containers"]:
+        if info["owner"] in (ALICE, BOB):
+            assert api(hub, ADMIN, "DELETE", f"/containers/{info['name']}?force=1")[0] == 204
 
 
 def gpus_of_running(docker_client: docker.DockerClient, *, unique: bool = False) -> list[str]:
@@ -495,3 +523,34 @@ def test_the_service_runs_standalone_against_the_hub(hub: Hub, tmp_path: Path) -
     finally:
         process.terminate()
         process.wait(30)
+
+
+def test_an_idle_gpu_kernel_of_a_client_is_announced_then_reclaimed(
+    hub: Hub, gpu_engine: None, docker_client: docker.DockerClient
+) -> None:
+    status, kernel = hub.as_user(BOB, "POST", "/api/kernels", {"name": "gpudev-gpu"})
+    assert status == 201, (kernel, hub.tail())
+    kernel_id = kernel["id"]
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # announced by bob's server, with its GPU
+            pending = api(hub, BOB, "GET", "/reclaims")[1]["reclaims"]
+            if pending or time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
+        assert [r["kernel_id"] for r in pending] == [kernel_id]
+        assert pending[0]["gpu_uuids"]
+        name = pending[0]["container"]
+        while True:  # then reclaimed: the kernel gone, its container stopped and kept
+            kernels = hub.as_user(BOB, "GET", "/api/kernels")[1]
+            if kernel_id not in [k["id"] for k in kernels] or time.monotonic() > deadline + 30:
+                break
+            time.sleep(0.25)
+        assert kernel_id not in [k["id"] for k in kernels]
+        info = api(hub, BOB, "GET", f"/containers/{name}")[1]
+        assert info["state"] == "exited"
+        assert info["gpu_uuids"]  # kept, with the GPU it will take back on resume
+        hosts = api(hub, BOB, "GET", "/hosts")[1]["hosts"]
+        assert all(not h["leases"] for h in hosts)  # the GPU is free
+    finally:
+        hub.as_user(BOB, "DELETE", f"/api/kernels/{kernel_id}")
