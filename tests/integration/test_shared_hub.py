@@ -29,8 +29,10 @@ from jupyter_gpudev.containers.model import docker_name
 from jupyter_gpudev.labels import L_OWNER
 from tests.conftest import FAKE_SMI, FIXTURES
 from tests.hub import ADMIN, Hub, HubMissing, free_port, request, run_hub
+from tests.sshd import SSHServer
 
 ALICE, BOB = "gpudev-alice", "gpudev-bob"
+TWO_A100 = FIXTURES / "smi" / "two-a100"
 SERVICE = "http://127.0.0.1:10101/services/gpudev"
 
 SERVICE_CONFIG = """
@@ -39,16 +41,26 @@ c.GPUInventory.nvidia_smi_path = {smi!r}
 c.GPUInventory.cache_seconds = 0.0
 c.DevContainers.state_dir = {state!r}
 c.DevContainers.stop_timeout = 2
+# A second entry for the same engine (through a real sshd): a lease holds whichever asks
+c.HostPool.hosts = {hosts!r}
 """
 
 
 @pytest.fixture(scope="module")
 def hub(
-    tmp_path_factory: pytest.TempPathFactory, docker_client: docker.DockerClient
+    tmp_path_factory: pytest.TempPathFactory,
+    docker_client: docker.DockerClient,
+    ssh_server: SSHServer,
 ) -> Iterator[Hub]:
     folder = tmp_path_factory.mktemp("hub")
-    config = SERVICE_CONFIG.format(smi=str(FAKE_SMI), state=str(folder / "service-state"))
-    env = {"FAKE_NVIDIA_SMI_DIR": str(FIXTURES / "smi" / "two-a100")}
+    smi = folder / "far-nvidia-smi"  # the same two fake GPUs, seen through the far entry
+    smi.write_text(f'#!/bin/sh\nFAKE_NVIDIA_SMI_DIR={TWO_A100} exec {FAKE_SMI} "$@"\n')
+    smi.chmod(0o755)
+    far = {"far": ssh_server.host_entry(nvidia_smi=str(smi))}
+    config = SERVICE_CONFIG.format(
+        smi=str(FAKE_SMI), state=str(folder / "service-state"), hosts=far
+    )
+    env = {"FAKE_NVIDIA_SMI_DIR": str(TWO_A100)}
     prepare_bob()
     try:
         with run_hub(folder, config, env) as started:
@@ -154,16 +166,24 @@ def test_another_users_container_does_not_exist_for_them(
     assert api(hub, ALICE, "DELETE", f"/containers/{name}?force=1")[0] == 204
 
 
-def test_sixteen_starts_by_two_users_lease_each_gpu_once(
+def test_sixteen_starts_by_two_users_and_two_host_entries_lease_each_gpu_once(
     hub: Hub, gpu_engine: None, docker_client: docker.DockerClient
 ) -> None:
     users = [ALICE, BOB] * 8
+    # half of them through the engine's second host entry
+    hosts = [None, None, "far", "far"] * 4
+
+    def start_one(index: int) -> tuple[int, Any]:
+        return start(hub, users[index], gpus=1, **({"host": hosts[index]} if hosts[index] else {}))
+
     with ThreadPoolExecutor(16) as pool:
-        answers = list(pool.map(lambda user: start(hub, user, gpus=1), users))
+        answers = list(pool.map(start_one, range(16)))
     statuses = sorted(status for status, _ in answers)
     assert statuses == [201, 201] + [409] * 14, answers
     refused = [body for status, body in answers if status == 409]
-    assert all(body["error"] == "no_free_gpu" for body in refused), refused
+    # no free GPU on the entry asked for; or, with none asked for, on no entry ("no_host")
+    assert all(body["error"] in {"no_free_gpu", "no_host"} for body in refused), refused
+    assert all("0 free" in body["message"] for body in refused), refused
     winners = [body["name"] for status, body in answers if status == 201]
     assert gpus_of_running(docker_client) == sorted(gpus_of_running(docker_client, unique=True))
 
