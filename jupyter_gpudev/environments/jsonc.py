@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +103,12 @@ def load_jsonc(text: str, where: str = "<text>") -> Any:
 def read_jsonc_file(path: Path, where: str) -> Any:
     """Read and parse one devcontainer.json; every failure is a ``BadRequest`` naming ``where``."""
     try:
-        with path.open("rb") as handle:
+        # Non-blocking: a FIFO planted under that name must not hang the listing (the shared
+        # service reads users' folders); anything but a regular file is refused.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise BadRequest(f"{where}: not a regular file", details={"file": where})
             raw = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise BadRequest(f"{where}: cannot be read ({exc.strerror or exc})") from None

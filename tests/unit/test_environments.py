@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -818,3 +820,19 @@ def test_the_default_image_is_declared_only_while_offered(root: Path) -> None:
     assert not EnvironmentManager(include_default=False).is_image_allowed(
         "gpudev-python:bookworm", root
     )
+
+
+def test_a_fifo_named_devcontainer_json_is_refused_at_once(tmp_path: Path) -> None:
+    # A user could plant one in their folder: the shared service lists it as its own account,
+    # and a blocking open would hang that listing until someone wrote into the pipe.
+    folder = tmp_path / ".devcontainer"
+    folder.mkdir()
+    os.mkfifo(folder / "devcontainer.json")
+    done: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: done.append(EnvironmentManager().list(tmp_path)), daemon=True
+    )
+    worker.start()
+    worker.join(10)
+    assert done, "listing the environments hung on a FIFO"
+    assert any("not a regular file" in p["message"] for p in done[0].problems), done[0].problems
