@@ -347,8 +347,8 @@ class ContainerTerminalHandler(GPUDevHandler):
         if manager is None:
             if not self.gpudev.containers.access.single_user:
                 raise EngineError(
-                    "Terminals inside dev containers are not offered by the shared gpudev "
-                    "service yet"
+                    "The shared gpudev service opens no Jupyter terminals of its own: open the "
+                    "terminal from your Jupyter server (it attaches to .../containers/NAME/tty)"
                 )
             raise EngineError("Terminals are disabled on this Jupyter server")
         model = manager.create(shell_command=argv)

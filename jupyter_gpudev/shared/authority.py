@@ -50,13 +50,13 @@ class GPUDevService(LoggingConfigurable):
             raise Forbidden("This user name cannot be given a folder on the GPU hosts")
         home = ""
         if "{home}" in self.user_root:
-            try:
-                home = pwd.getpwnam(name).pw_dir
-            except KeyError:
+            account = _account_of(name)
+            if account is None:
                 raise Forbidden(
                     f"User {name!r} has no account on the gpudev service's machine, so no "
                     "folder (ask an administrator to set c.GPUDevService.user_root)"
-                ) from None
+                )
+            home = account.pw_dir
         root = self.user_root.replace("{home}", home).replace("{user}", name)
         if not os.path.isabs(root):
             raise Forbidden("c.GPUDevService.user_root must give an absolute folder")
@@ -70,19 +70,19 @@ class Authority:
         self._parent = parent
         self._log = log
         self.settings = GPUDevService(parent=parent, log=log)
+        #: ``c.Access.admin_users``: administrators besides the Hub's.
+        self.admin_users = set(Access(parent=parent, log=log).admin_users)
         #: The view reconciling and sweeping runs as: an administrator, owning nothing.
         self.service = Services(root_dir, parent=parent, log=log)
         self.service.containers.access = self._access(SERVICE_USER, admin=True)
         containers = self.service.containers
         self.host_pool = self.service.host_pool
         self._parts = (self.host_pool, containers.ledger, containers.server_id)
-        self.admin_users = set(containers.access.admin_users)
         self._views: dict[tuple[str, bool], Services] = {}
         self._lock = threading.Lock()
 
     def _access(self, name: str, *, admin: bool) -> Access:
-        configured = Access(parent=self._parent, log=self._log)
-        admins = set(configured.admin_users) | ({name} if admin else set())
+        admins = self.admin_users | ({name} if admin else set())
         return Access(
             parent=self._parent, log=self._log, user=name, admin_users=admins, single_user=False
         )

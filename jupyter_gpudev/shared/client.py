@@ -15,8 +15,6 @@ import json
 import os
 import sys
 import threading
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -26,6 +24,8 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import httputil, web
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
+from ..cli.remote import ServiceAPI
+from ..errors import GPUDevError
 from ..handlers.api import terminal_alive
 from ..handlers.base import authorized_to_execute
 from ..kernels.remote import ServiceError
@@ -34,6 +34,11 @@ from ..kernels.remote import ServiceError
 REQUEST_HEADERS = ("Content-Type", "Accept", "Last-Event-ID")
 #: The headers of the service's answer the browser gets.
 ANSWER_HEADERS = ("Content-Type", "Cache-Control", "Content-Disposition")
+
+#: What a user is told when the service does not answer.
+UNREACHABLE = (
+    "The shared gpudev service cannot be reached; ask your administrator (see the server log)"
+)
 
 #: Where ``GPUDevApp`` puts the service's address in client mode.
 SERVICE_KEY = "gpudev_service_url"
@@ -69,9 +74,7 @@ class ForwardHandler(APIHandler):
         await self._forward(path)
 
     def _fail(self, status: int, code: str, message: str) -> None:
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"error": code, "message": message}))
+        fail(self, status, code, message)
 
     async def _forward(self, path: str) -> None:
         base = str(self.settings[SERVICE_KEY]).rstrip("/")
@@ -141,15 +144,8 @@ class ForwardHandler(APIHandler):
         )
         response = await AsyncHTTPClient().fetch(request, raise_error=False)
         if response.code == 599 and not state["started"]:
-            self.log.warning(
-                "gpudev: the service at %s cannot be reached: %s", base, response.error
-            )
-            self._fail(
-                503,
-                "service_unreachable",
-                "The shared gpudev service cannot be reached; ask your administrator "
-                "(see the server log)",
-            )
+            self.log.warning("gpudev: the service at %s is unreachable: %s", base, response.error)
+            self._fail(503, "service_unreachable", UNREACHABLE)
             return
         start()
         self.finish()
@@ -164,12 +160,7 @@ class ForwardHandler(APIHandler):
             status, answer_headers, data = await pool.request(method, url, headers, body)
         except OSError as err:
             self.log.warning("gpudev: the service at %s is unreachable: %s", base, err)
-            self._fail(
-                503,
-                "service_unreachable",
-                "The shared gpudev service cannot be reached; ask your administrator "
-                "(see the server log)",
-            )
+            self._fail(503, "service_unreachable", UNREACHABLE)
             return
         self.set_status(status)
         for name in ANSWER_HEADERS:
@@ -288,8 +279,14 @@ class ClientTerminalHandler(APIHandler):
         self.finish(json.dumps(model))
 
     def _fail(self, status: int, code: str, message: str) -> None:
-        self.set_status(status)
-        self.finish(json.dumps({"error": code, "message": message}))
+        fail(self, status, code, message)
+
+
+def fail(handler: APIHandler, status: int, code: str, message: str) -> None:
+    """Answer an error of client mode as the REST API answers its own (JSON)."""
+    handler.set_status(status)
+    handler.set_header("Content-Type", "application/json")
+    handler.finish(json.dumps({"error": code, "message": message}))
 
 
 class ServiceClient:
@@ -311,17 +308,12 @@ class ServiceClient:
         return token
 
     def _get(self, path: str) -> Any:
-        request = urllib.request.Request(  # noqa: S310 (the administrator's service URL)
-            self.base + path, headers={"Authorization": f"token {self._token()}"}
-        )
+        """A blocking GET (the kernelspec manager's calls are), with the CLI's client."""
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as answer:  # noqa: S310
-                return json.loads(answer.read())
-        except urllib.error.HTTPError as err:
-            raise ServiceError(err.code, _message(err.read())) from None
-        except (OSError, ValueError) as err:
-            self.log.warning("gpudev: the service at %s: %s", self.base, err)
-            raise ServiceError(503, UNREACHABLE) from None
+            return ServiceAPI(self.service_url, self.timeout).call("GET", path) or {}
+        except GPUDevError as err:
+            self.log.warning("gpudev: the service at %s: %s", self.base, err.message)
+            raise ServiceError(err.status, err.message) from None
 
     def environments(self) -> list[dict[str, Any]]:
         return list(self._get("environments").get("environments") or [])
@@ -390,9 +382,6 @@ class ServiceClient:
         except ServiceError as err:
             if err.status_code != 404:
                 raise
-
-
-UNREACHABLE = "The shared gpudev service cannot be reached; ask your administrator"
 
 
 def _message(raw: bytes) -> str:
