@@ -125,6 +125,9 @@ ensure_venv() {
       || [ jupyter-config/server-config/jupyter_gpudev.json -nt "$stamp" ] \
       || [ ! -f jupyter_gpudev/labextension/package.json ]; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
+    # A Lab build leaves install.json in its output, which the wheel also takes from the
+    # project's root: hatchling refuses the second copy when this runs again.
+    rm -f jupyter_gpudev/labextension/install.json
     PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "$VENV/bin/python" -m pip install -q -e ".[test,dev]"
     # Serve the build output itself (a link), so `npm run build` reaches a running Lab.
     PATH="$VENV/bin:$PATH" "$VENV/bin/jupyter" labextension develop --overwrite . >/dev/null 2>&1 \

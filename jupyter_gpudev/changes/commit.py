@@ -257,6 +257,7 @@ class Committer:
                 client,
                 f"the patched Dockerfile of {env.name!r}",
                 say,
+                self.capture.containers.mount_policy.build_trust(),
                 fileobj=context,
                 custom_context=True,
                 dockerfile=VERIFY_DOCKERFILE,

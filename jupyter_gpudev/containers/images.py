@@ -8,7 +8,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from ..engine import Progress, Registries, RegistryError, stream_build
+from ..engine import BuildTrust, Progress, Registries, RegistryError, stream_build
 from ..environments import Environment
 from ..errors import ImageError, engine_errors
 from ..labels import L_ENV
@@ -20,22 +20,32 @@ def ensure_image(
     registries: Registries,
     say: Progress,
     log: Any,
+    *,
+    trust: BuildTrust | None = None,
 ) -> tuple[str, list[str]]:
     """Build or pull the environment's image when the host lacks it; returns its reference and
-    its ``Config.Env`` (for the CUDA check)."""
+    its ``Config.Env`` (for the CUDA check). A build trusts ``trust``'s CA bundle."""
     ref = env.image_ref()
     try:
         image = client.images.get(ref)
     except docker.errors.ImageNotFound:
         if env.build is not None:
-            build(client, env, ref, say, log)
+            build(client, env, ref, say, log, trust=trust)
         else:
             pull(client, registries, ref, say)
         image = client.images.get(ref)
     return ref, list(image.attrs.get("Config", {}).get("Env") or [])
 
 
-def build(client: docker.DockerClient, env: Environment, ref: str, say: Progress, log: Any) -> None:
+def build(
+    client: docker.DockerClient,
+    env: Environment,
+    ref: str,
+    say: Progress,
+    log: Any,
+    *,
+    trust: BuildTrust | None = None,
+) -> None:
     """Build the environment's image as ``ref``, streaming the build's progress."""
     spec = env.build
     if spec is None:
@@ -51,6 +61,7 @@ def build(client: docker.DockerClient, env: Environment, ref: str, say: Progress
             client,
             f"the image of {env.name!r}",
             say,
+            trust,
             path=str(spec.context),
             dockerfile=dockerfile,
             tag=ref,

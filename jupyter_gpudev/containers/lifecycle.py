@@ -342,7 +342,9 @@ class DevContainers(ContainerLookup):
             pass
         else:
             raise Conflict(f"A container named {name!r} already exists on host {host.name!r}")
-        image, image_env = ensure_image(client, env, self.registries, say, self.log)
+        image, image_env = ensure_image(
+            client, env, self.registries, say, self.log, trust=self.mount_policy.build_trust()
+        )
         if inventory is not None:
             check_cuda(image, image_env, host.name, inventory)
         notes: list[str] = []

@@ -3,6 +3,7 @@ connection, ``pool`` the hosts of a server), reached locally, over SSH (``ssh``,
 TCP with TLS; its GPUs (``gpus``, ``driver``); images and registries (``images``,
 ``registry``)."""
 
+from .buildkit import BuildTrust, Progress
 from .driver import DriverInjectionError, LegacyGPUInjection, proc_bus_id
 from .gpus import (
     GPU,
@@ -18,7 +19,7 @@ from .gpus import (
     parse_smi_list,
 )
 from .hosts import EngineInfo, HeldLease, Host, HostInfo, address_for_containers, bridge_address
-from .images import ImageBootstrapper, Progress, detect_mirror, mirror_from_sources, stream_build
+from .images import ImageBootstrapper, detect_mirror, mirror_from_sources, stream_build
 from .pool import HostPool, unreachable_summary
 from .registry import Reference, Registries, RegistryError
 from .spec import DEFAULT_LOCAL_URL, HostSpec, Transport
@@ -35,6 +36,7 @@ __all__ = [
     "DEFAULT_LOCAL_URL",
     "GPU",
     "SMI_FIELDS",
+    "BuildTrust",
     "DriverInjectionError",
     "EngineInfo",
     "GPUInventory",

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +27,13 @@ from traitlets.config import LoggingConfigurable
 
 from ..errors import BadRequest, ImageError
 from ..labels import L_BOOTSTRAP, L_BOOTSTRAP_KERNEL
-
-#: Progress events: ``{"stage": str, "message": str}``; the CLI prints them, the API streams them.
-Progress = Callable[[dict[str, Any]], None]
+from .buildkit import (
+    BuildTrust,
+    Progress,
+    buildkit_build,
+    trusted_folder_context,
+    trusted_tar_context,
+)
 
 APT_SOURCE_FILES = (
     "/etc/apt/sources.list.d/debian.sources",
@@ -41,13 +45,24 @@ _TAG_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,200}\Z")
 
 
 def stream_build(
-    client: docker.DockerClient, what: str, say: Progress, **build_args: Any
+    client: docker.DockerClient,
+    what: str,
+    say: Progress,
+    trust: BuildTrust | None = None,
+    **build_args: Any,
 ) -> str | None:
     """Run ``docker build`` with its log streamed to ``say``; returns the image id.
 
-    An error the engine reports inside the (successful) HTTP stream is an ``ImageError``
-    naming ``what`` with the build's last lines; transport errors propagate to the caller.
+    ``build_args`` are docker-py's: a context folder (``path``, ``dockerfile`` in it or an
+    absolute path) or a file (``fileobj``: a context tar with ``custom_context``, or the
+    Dockerfile alone), and ``tag``, ``buildargs``, ``target``, ``labels``. With ``trust``
+    (``c.MountPolicy.mount_ca_bundle``) its ``RUN`` steps trust that CA bundle, through
+    BuildKit (``buildkit``). An error the engine reports inside the (successful) HTTP stream
+    is an ``ImageError`` naming ``what`` with the build's last lines; transport errors
+    propagate to the caller.
     """
+    if trust is not None:
+        return _trusted_build(client, what, say, trust, build_args)
     tail: list[str] = []
     image_id: str | None = None
     for event in client.api.build(rm=True, forcerm=True, decode=True, **build_args):
@@ -64,6 +79,28 @@ def stream_build(
             tail = [*tail[-29:], line]
             say({"stage": "build", "message": line})
     return image_id
+
+
+def _trusted_build(
+    client: docker.DockerClient,
+    what: str,
+    say: Progress,
+    trust: BuildTrust,
+    build_args: dict[str, Any],
+) -> str | None:
+    keys = ("tag", "buildargs", "target", "labels")
+    options = {k: build_args[k] for k in keys if k in build_args}
+    name = str(build_args.get("dockerfile") or "Dockerfile")
+    if "path" in build_args:
+        folder = Path(build_args["path"])
+        context = trusted_folder_context(folder, folder / name, trust)
+    elif build_args.get("custom_context"):
+        context = trusted_tar_context(build_args["fileobj"], name, trust)
+    else:
+        text = build_args["fileobj"].read().decode("utf-8", "replace")
+        context = trusted_tar_context(None, text, trust)
+    say({"stage": "build", "message": "building with BuildKit: RUN steps trust the CA bundle"})
+    return buildkit_build(client, what, say, context, trust, **options)
 
 
 def _deb822_stanzas(text: str) -> Iterator[dict[str, str]]:

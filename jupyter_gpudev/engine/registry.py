@@ -26,7 +26,7 @@ from traitlets import Dict
 from traitlets.config import LoggingConfigurable
 
 from ..errors import ENGINE_FAILURES, BadRequest, ConfigError, GPUDevError
-from .images import Progress
+from .buildkit import Progress
 
 #: Where the credentials of a push or pull came from, for a host added at run time: none.
 ADDED_HOST = "none: a host added at run time is never sent registry credentials"

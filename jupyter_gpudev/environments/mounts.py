@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import stat
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -34,6 +35,7 @@ from traitlets import Bool, Dict, List, Unicode, default
 from traitlets import Union as UnionTrait
 from traitlets.config import LoggingConfigurable
 
+from ..engine.buildkit import BUNDLE_LIMIT, BuildTrust
 from ..errors import BadRequest, ConfigError, GPUDevError
 from .model import DeclaredMount
 
@@ -177,6 +179,17 @@ def _is_within(path: str, folder: str) -> bool:
         return False
 
 
+def _read_regular(path: str, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of the regular file ``path`` (links followed), or ``None``."""
+    try:
+        with open(path, "rb") as handle:
+            if stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return handle.read(limit)
+    except OSError:
+        pass
+    return None
+
+
 class MountPolicy(LoggingConfigurable):
     """Which host folders may be mounted into dev containers. ``c.MountPolicy.*``."""
 
@@ -193,7 +206,10 @@ class MountPolicy(LoggingConfigurable):
         False,
         help="""Mount the host's CA bundle (ca_bundle_path) read-only into every dev container,
         at the same path, and point pip, requests, curl, conda, Node.js and git at it: for
-        networks whose TLS is intercepted by a proxy with its own certificate authority.""",
+        networks whose TLS is intercepted by a proxy with its own certificate authority. The
+        RUN steps of the builds gpudev runs (environment images, commit --verify) trust it
+        too: they are built with the engine's BuildKit, the bundle mounted as a build secret
+        (never in a layer) from this machine's ca_bundle_path.""",
     ).tag(config=True)
 
     ca_bundle_path = Unicode(
@@ -383,6 +399,25 @@ class MountPolicy(LoggingConfigurable):
         target = "/" + posixpath.normpath(path).lstrip("/")
         mount = ResolvedMount(source=os.path.realpath(path), target=target, read_only=True)
         return mount, dict.fromkeys(CA_BUNDLE_ENV_VARS, target)
+
+    def build_trust(self) -> BuildTrust | None:
+        """The CA bundle the ``RUN`` steps of gpudev's builds trust (environment images, verify
+        builds) when ``mount_ca_bundle`` is on, or ``None``: read here, on this machine, and
+        handed to the engine through a BuildKit session, never copied into an image."""
+        if not self.mount_ca_bundle:
+            return None
+        path = self.ca_bundle_path
+        if not os.path.isabs(path) or _has_dotdot(path):
+            raise ConfigError("c.MountPolicy.ca_bundle_path must be an absolute path")
+        pem = _read_regular(path, BUNDLE_LIMIT + 1)
+        if pem is None:
+            self.log.warning("mount_ca_bundle is on but %s is not a readable file", path)
+            return None
+        if len(pem) > BUNDLE_LIMIT or b"-----BEGIN CERTIFICATE-----" not in pem:
+            raise ConfigError(
+                f"c.MountPolicy.ca_bundle_path ({path}) is not a PEM bundle of at most 8 MiB"
+            )
+        return BuildTrust(pem, CA_BUNDLE_ENV_VARS)
 
     def resolve_declared(
         self,

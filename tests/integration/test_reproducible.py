@@ -1,0 +1,128 @@
+"""Every change a user makes rebuilds (issue #18), on this machine's network: its HTTPS goes
+through a TLS-intercepting proxy whose authority is only in the host's CA bundle, so the
+dev containers here run with ``c.MountPolicy.mount_ca_bundle`` and reach the real Python
+package index through it, as users behind corporate proxies do.
+
+Each change is made in a fresh container of an image-only environment, then committed with
+``--verify --write``, and the environment is started again from the written Dockerfile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import docker
+import docker.errors
+import pytest
+from traitlets.config import Config
+
+from jupyter_gpudev.changes.capture import ChangeCapture
+from jupyter_gpudev.changes.commit import CommitOptions, CommitResult, Committer
+from jupyter_gpudev.containers import DevContainers, StartRequest
+from jupyter_gpudev.engine.buildkit import CA_TARGET
+from tests.integration.test_diff import sh
+
+pytestmark = pytest.mark.integration
+
+IMAGE = "gpudev-python:bookworm"
+PIP = "python3 -m pip install -q --no-cache-dir --break-system-packages"
+
+
+@pytest.fixture
+def manager(tmp_path: Path, dev_containers: Callable[..., DevContainers]) -> DevContainers:
+    root = tmp_path / "work"
+    folder = root / ".devcontainer" / "repro"
+    folder.mkdir(parents=True)
+    (folder / "devcontainer.json").write_text(json.dumps({"image": IMAGE}))
+    config = Config()
+    config.MountPolicy.mount_ca_bundle = True
+    config.EnvironmentManager.allowed_images = [IMAGE]
+    return dev_containers(root, config)
+
+
+def commit_and_restart(
+    manager: DevContainers, docker_client: docker.DockerClient, name: str
+) -> tuple[CommitResult, str]:
+    """``commit --verify --write`` of ``name``, then a new container of the environment from
+    the written Dockerfile (``name``-again): the result and that container's name."""
+    committer = Committer(ChangeCapture(manager), manager.registries)
+    result = committer.commit(name, CommitOptions(verify=True, write=True))
+    assert result.verify is not None
+    assert result.verify.differences == []
+    assert result.written is not None
+    docker_client.containers.get(f"gpudev-{name}").remove(force=True)
+    manager.start(StartRequest(environment="repro", name=f"{name}-again"))
+    return result, f"{name}-again"
+
+
+def assert_no_ca_in(docker_client: docker.DockerClient, image: str, written: str) -> None:
+    """Neither the written Dockerfile nor the image (its layers, history, configuration) holds
+    the bundle, its path or the build's trust."""
+    bundle = Path("/etc/ssl/certs/ca-certificates.crt").read_text()
+    proxy_ca = bundle.split("-----END CERTIFICATE-----")[-2].strip().splitlines()[-1]
+    assert "gpudev-ca" not in written
+    assert "BEGIN CERTIFICATE" not in written
+    attrs = docker_client.images.get(image).attrs
+    assert not [e for e in attrs["Config"].get("Env") or [] if CA_TARGET in e]
+    history = json.dumps(docker_client.api.history(image))  # type: ignore[no-untyped-call]
+    assert "BEGIN CERTIFICATE" not in history
+    assert proxy_ca not in history
+    found = docker_client.containers.run(
+        image, ["/bin/sh", "-c", f"ls {CA_TARGET} 2>&1; true"], remove=True
+    )
+    assert b"No such file" in found
+
+
+PIP_CHANGES = {
+    "new package": (f"{PIP} iniconfig==2.0.0", "python3 -c 'import iniconfig'"),
+    "upgrade": (
+        f"{PIP} -U 'packaging>=24'",
+        "python3 -c 'import packaging, sys; sys.exit(packaging.__version__ < \"24\")'",
+    ),
+    "venv": (
+        "python3 -m venv /opt/tools && /opt/tools/bin/pip install -q iniconfig==2.0.0",
+        "/opt/tools/bin/python -c 'import iniconfig'",
+    ),
+}
+
+
+@pytest.mark.parametrize("change", sorted(PIP_CHANGES))
+def test_pip_changes_verify_and_rebuild_behind_the_intercepting_proxy(
+    manager: DevContainers, docker_client: docker.DockerClient, change: str
+) -> None:
+    # Given a pip change that reached the package index through the host's CA bundle
+    script, check = PIP_CHANGES[change]
+    manager.start(StartRequest(environment="repro", name="pipbox"))
+    sh(docker_client, "pipbox", script)
+    # When it is committed with --verify --write (the verify build pip-installs too)
+    result, again = commit_and_restart(manager, docker_client, "pipbox")
+    # Then the rebuild has the change, and the proxy's CA is nowhere in what was written
+    sh(docker_client, again, check)
+    image = docker_client.containers.get(f"gpudev-{again}").image
+    assert image is not None
+    assert_no_ca_in(docker_client, str(image.id), result.prepared.rendered.new_text)
+
+
+def test_an_environment_whose_dockerfile_pip_installs_builds_behind_the_proxy(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given an environment whose Dockerfile installs from the package index
+    folder = manager.root_dir / ".devcontainer" / "repro"
+    dockerfile = f"FROM {IMAGE}\nRUN {PIP} iniconfig==2.0.0\n"
+    (folder / "Dockerfile").write_text(dockerfile)
+    (folder / "devcontainer.json").write_text(json.dumps({"build": {"dockerfile": "Dockerfile"}}))
+    ref = manager.environments.get("repro", manager.root_dir).image_ref()
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        docker_client.images.remove(ref, force=True)  # built by an earlier run
+    events: list[dict[str, object]] = []
+    # When a container of it starts (and builds its image)
+    manager.start(StartRequest(environment="repro", name="built"), events.append)
+    # Then the build trusted the bundle and the package is there; the image does not hold it
+    sh(docker_client, "built", "python3 -c 'import iniconfig'")
+    assert any("BuildKit" in str(e["message"]) for e in events)
+    image = docker_client.containers.get("gpudev-built").image
+    assert image is not None
+    assert_no_ca_in(docker_client, str(image.id), dockerfile)
