@@ -33,6 +33,9 @@ def package_changes(baseline: PackageState, now: PackageState) -> ChangeSet:
     for name in sorted(before_manual):
         if name not in now.dpkg:
             changes.apt.removed.append((name, baseline.dpkg[name]))
+    for name in sorted(now.dpkg_unrequired & now.dpkg_auto):
+        if name not in baseline.dpkg and name in now.dpkg:
+            changes.apt.recommended.append((name, now.dpkg[name]))
     for prefix in sorted(now.python):
         changes.python.append(_python_changes(baseline.python.get(prefix), now.python[prefix]))
         changes.notes.extend(_not_reproducible(changes.python[-1]))
@@ -124,7 +127,7 @@ def revert_excluded(
             s for s in was if s not in env_now.requested and conda_id(prefix, s) in excluded
         ]
         conda[prefix] = replace(env_now, requested=tuple(requested))
-    return PackageState(dpkg, frozenset(auto), python, conda)
+    return PackageState(dpkg, frozenset(auto), python, conda, now.dpkg_unrequired)
 
 
 def _revert_python(

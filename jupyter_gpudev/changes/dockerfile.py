@@ -109,6 +109,11 @@ def _writable_apt(apt: ch.AptChanges, reported: list[str]) -> ch.AptChanges:
             out.upgraded.append((name, was, version))
         else:
             reported.append(f"apt package {show(name)} {show(version)}: not a valid name/version")
+    for name, version in apt.recommended:
+        if names.DPKG_PACKAGE.fullmatch(name) and names.DPKG_VERSION.fullmatch(version):
+            out.recommended.append((name, version))
+        else:
+            reported.append(f"apt package {show(name)} {show(version)}: not a valid name/version")
     for name, version in apt.removed:
         if names.DPKG_PACKAGE.fullmatch(name):
             out.removed.append((name, version))
@@ -278,15 +283,20 @@ def _continued(head: str, items: list[str], tail: str = "") -> list[str]:
 def _apt_lines(changes: ChangeSet) -> list[str]:
     """apt lines of a ``writable`` change set."""
     lines: list[str] = []
+    apt = changes.apt
     install = [
         f"{name}={version}"
-        for name, version in [*changes.apt.added, *((n, v) for n, _, v in changes.apt.upgraded)]
+        for name, version in [*apt.added, *((n, v) for n, _, v in apt.upgraded), *apt.recommended]
     ]
     if install:
+        # What apt installed because a package recommends it is named (pinned, as the rest),
+        # then marked automatic again, as it was in the container.
+        recommended = sorted(name for name, _ in apt.recommended)
+        mark = f"&& apt-mark auto {' '.join(recommended)} >/dev/null \\\n " if recommended else ""
         lines += _continued(
             "RUN apt-get update \\\n && apt-get install -y --no-install-recommends",
             sorted(install),
-            "&& rm -rf /var/lib/apt/lists/*",
+            f"{mark}&& rm -rf /var/lib/apt/lists/*",
         )
     remove = sorted(n for n, _ in changes.apt.removed)
     if remove:
@@ -379,6 +389,11 @@ def change_items(changes: ChangeSet) -> list[ChangeItem]:
                 f"{name}={version}",
                 ChangeItem(ch.apt_id(name), "apt", f"{name} {was}→{version}", detail),
             )
+        )
+    for name, version in changes.apt.recommended:
+        detail = "apt package, added automatically: a package recommends it"
+        apt.append(
+            (f"{name}={version}", ChangeItem(ch.apt_id(name), "apt", f"{name} {version}", detail))
         )
     items += [item for _, item in sorted(apt, key=lambda pair: pair[0])]
     items += [

@@ -217,6 +217,9 @@ class PackageState:
     dpkg_auto: frozenset[str] = frozenset()
     python: dict[str, PythonEnv] = field(default_factory=dict)
     conda: dict[str, CondaEnv] = field(default_factory=dict)
+    #: Automatic dpkg packages that no installed package depends on: what apt installed
+    #: because a package recommends it (or left behind). Known where dpkg's status was read.
+    dpkg_unrequired: frozenset[str] = frozenset()
 
     def dpkg_manual(self) -> set[str]:
         return set(self.dpkg) - self.dpkg_auto
@@ -225,6 +228,7 @@ class PackageState:
         return {
             "dpkg": dict(sorted(self.dpkg.items())),
             "dpkg_auto": sorted(self.dpkg_auto),
+            "dpkg_unrequired": sorted(self.dpkg_unrequired),
             "python": {k: v.to_json() for k, v in sorted(self.python.items())},
             "conda": {
                 k: {
@@ -246,6 +250,7 @@ class PackageState:
                 k: CondaEnv(v["prefix"], tuple(v["requested"]), tuple(v["channels"]))
                 for k, v in dict(data.get("conda", {})).items()
             },
+            dpkg_unrequired=frozenset(data.get("dpkg_unrequired", [])),
         )
 
 
@@ -268,9 +273,12 @@ class AptChanges:
     added: list[tuple[str, str]] = field(default_factory=list)
     removed: list[tuple[str, str]] = field(default_factory=list)
     upgraded: list[tuple[str, str, str]] = field(default_factory=list)
+    #: New automatic packages nothing installed depends on (apt installed them because a
+    #: package recommends them): installed by name, then marked automatic again.
+    recommended: list[tuple[str, str]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.added or self.removed or self.upgraded)
+        return bool(self.added or self.removed or self.upgraded or self.recommended)
 
 
 @dataclass
@@ -357,6 +365,7 @@ class ChangeSet:
                 "added": [{"name": n, "version": v} for n, v in self.apt.added],
                 "removed": [{"name": n, "version": v} for n, v in self.apt.removed],
                 "upgraded": [{"name": n, "from": a, "to": b} for n, a, b in self.apt.upgraded],
+                "recommended": [{"name": n, "version": v} for n, v in self.apt.recommended],
             },
             "python": [
                 {
@@ -414,6 +423,7 @@ class ChangeSet:
                 added=[(n, v) for n, v in self.apt.added if apt_id(n) not in excluded],
                 removed=[(n, v) for n, v in self.apt.removed if apt_id(n) not in excluded],
                 upgraded=[(n, a, b) for n, a, b in self.apt.upgraded if apt_id(n) not in excluded],
+                recommended=[(n, v) for n, v in self.apt.recommended if apt_id(n) not in excluded],
             ),
             python=python,
             conda=[
@@ -554,7 +564,8 @@ def _not_reproducible(py: PythonChanges) -> list[str]:
         elif dist.source in NOT_REPRODUCIBLE:
             url = dist.url if safe_text(dist.url) else shown(dist.url)
             notes.append(
-                f"{name} {version} is a {dist.source} install from {url} "
+                f"{name} {version} is {'an' if dist.source == 'editable' else 'a'} "
+                f"{dist.source} install from {url} "
                 f"({python}): a Dockerfile cannot install it from there; add its source to "
                 "the build context and install it in the Dockerfile"
             )

@@ -121,10 +121,10 @@ def current_state(
         if isinstance(path, str) and path.startswith("/") and kind in (CHANGED, ADDED, DELETED):
             entries[os.path.normpath(path)] = int(kind)
     ctx = _Context(read, [])
-    dpkg, auto = _dpkg(image, entries, ctx)
+    dpkg, auto, unrequired = _dpkg(image, entries, ctx)
     python, py_owned = _python(image, entries, ctx)
     conda = _conda(image, entries, ctx)
-    state = ch.PackageState(dpkg, auto, python, conda)
+    state = ch.PackageState(dpkg, auto, python, conda, unrequired)
     owned = _dpkg_owned(image, state, ctx) | py_owned
     return Derived(ch.ProbeResult(state, owned), ctx.problems)
 
@@ -148,12 +148,14 @@ def _present(path: str, entries: Mapping[str, int]) -> bool:
 
 def _dpkg(
     image: ch.PackageState, entries: Mapping[str, int], ctx: _Context
-) -> tuple[dict[str, str], frozenset[str]]:
+) -> tuple[dict[str, str], frozenset[str], frozenset[str]]:
+    """dpkg's packages, the automatic ones, and the automatic ones nothing depends on."""
     dpkg = dict(image.dpkg)
+    status: str | None = None
     if _present(DPKG_STATUS, entries):
-        text = ctx.text(DPKG_STATUS, STATUS_LIMIT)
-        if text is not None:
-            dpkg = parse_dpkg_status(text, ctx.problems)
+        status = ctx.text(DPKG_STATUS, STATUS_LIMIT)
+        if status is not None:
+            dpkg = parse_dpkg_status(status, ctx.problems)
     elif _deleted(DPKG_STATUS, entries):
         dpkg = {}
     if _present(APT_EXTENDED_STATES, entries):
@@ -162,7 +164,8 @@ def _dpkg(
         auto = frozenset(p for p in dpkg if p in marks or p.split(":")[0] in marks)
     else:
         auto = frozenset(p for p in dpkg if p in image.dpkg_auto)
-    return dpkg, auto
+    unrequired = unrequired_packages(status, auto) if status is not None else frozenset()
+    return dpkg, auto, unrequired
 
 
 def _stanzas(text: str) -> Iterable[dict[str, str]]:
@@ -205,6 +208,41 @@ def parse_dpkg_status(text: str, problems: list[str]) -> dict[str, str]:
             name = f"{name}:{arch}"
         installed[name] = version
     return installed
+
+
+_RELATION_RE = re.compile(r"\s*([a-z0-9][a-z0-9+.-]*)")
+
+
+def _installed_stanzas(text: str) -> Iterable[dict[str, str]]:
+    for stanza in _stanzas(text):
+        want, _, rest = stanza.get("Status", "").partition(" ")
+        if want in ("install", "hold") and rest == "ok installed":
+            yield stanza
+
+
+def unrequired_packages(status: str, auto: frozenset[str]) -> frozenset[str]:
+    """The ``auto`` packages that no installed package (in dpkg's ``status`` text) depends on
+    (``Depends``/``Pre-Depends``; of alternatives, the first one installed, by name or by a
+    package that ``Provides`` it): apt installed them because something recommends them."""
+    stanzas = list(_installed_stanzas(status))
+    providers: dict[str, set[str]] = {}
+    for stanza in stanzas:
+        name = stanza.get("Package", "")
+        providers.setdefault(name, set()).add(name)
+        for provided in stanza.get("Provides", "").split(","):
+            match = _RELATION_RE.match(provided)
+            if match:
+                providers.setdefault(match[1], set()).add(name)
+    required: set[str] = set()
+    for stanza in stanzas:
+        groups = ",".join(stanza.get(f, "") for f in ("Pre-Depends", "Depends")).split(",")
+        for group in groups:
+            for alternative in group.split("|"):
+                match = _RELATION_RE.match(alternative)
+                if match and match[1] in providers:
+                    required |= providers[match[1]]
+                    break
+    return frozenset(p for p in auto if p.split(":")[0] not in required)
 
 
 def _dpkg_owned(image: ch.PackageState, state: ch.PackageState, ctx: _Context) -> set[str]:
@@ -383,9 +421,11 @@ def _new_envs(
     return found
 
 
-def _python(
+def _environments(
     image: ch.PackageState, entries: Mapping[str, int], ctx: _Context
-) -> tuple[dict[str, ch.PythonEnv], set[str]]:
+) -> tuple[dict[str, ch.PythonEnv], dict[str, list[str]]]:
+    """The container's Python environments (the image's still there, the new ones) and the
+    folders of each one's distributions, first the one that wins."""
     envs: dict[str, ch.PythonEnv] = {}
     sites: dict[str, list[str]] = {}
     for prefix, env in image.python.items():
@@ -404,6 +444,13 @@ def _python(
         if not env.is_venv:  # user sites belong to the system interpreters, last
             ending = f"/python{env.version}/site-packages"
             sites[prefix] += [s for s in user_sites if s.endswith(ending)]
+    return envs, sites
+
+
+def _python(
+    image: ch.PackageState, entries: Mapping[str, int], ctx: _Context
+) -> tuple[dict[str, ch.PythonEnv], set[str]]:
+    envs, sites = _environments(image, entries, ctx)
     changes = _dist_changes(entries)
     read: dict[str, ch.PyDist | None] = {}
     owned: set[str] = set()
@@ -426,8 +473,35 @@ def _python(
             old = image.python.get(prefix)
             if old is None or old.dists.get(key) != dist:
                 owned |= _record(change, ctx)
+        for link, dist in _egg_links(order, entries, ctx):
+            dists[ch.normalize(dist.name)] = dist
+            owned.add(link)
         envs[prefix] = replace(env, dists=dists)
     return envs, owned
+
+
+def _egg_links(
+    sites: list[str], entries: Mapping[str, int], ctx: _Context
+) -> Iterable[tuple[str, ch.PyDist]]:
+    """Legacy editable installs (``setup.py develop``, or pip's for a project without
+    ``pyproject.toml``) in ``sites``: a ``NAME.egg-link`` naming the project's folder, whose
+    ``NAME.egg-info/PKG-INFO`` has its version, and no PEP 610 ``direct_url.json``."""
+    for path in sorted(entries):
+        if not path.endswith(".egg-link") or os.path.dirname(path) not in sites:
+            continue
+        if not _present(path, entries):
+            continue
+        stem = os.path.basename(path).removesuffix(".egg-link")
+        first = (ctx.text(path, METADATA_LIMIT) or "").split("\n", 1)[0].strip()
+        target = os.path.normpath(first) if first.startswith("/") else ""
+        if not names.PY_NAME.fullmatch(stem) or not target or not ch.safe_text(target):
+            ctx.problems.append(f"{path}: not an egg-link naming a project folder, skipped")
+            continue
+        headers = _headers(ctx.text(f"{target}/{stem}.egg-info/PKG-INFO", METADATA_LIMIT) or "")
+        name, version = headers.get("name", stem), headers.get("version", "")
+        if not names.PY_NAME.fullmatch(name) or not names.PY_VERSION.fullmatch(version):
+            name, version = stem, "0"
+        yield path, ch.PyDist(name, version, "editable", f"file://{target}")
 
 
 # -- conda ----------------------------------------------------------------------------------

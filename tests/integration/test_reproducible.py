@@ -20,7 +20,7 @@ import pytest
 from traitlets.config import Config
 
 from jupyter_gpudev.changes.capture import ChangeCapture
-from jupyter_gpudev.changes.commit import CommitOptions, CommitResult, Committer
+from jupyter_gpudev.changes.commit import CommitOptions, CommitResult, Committer, VerifyFailed
 from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.engine.buildkit import CA_TARGET
 from tests.integration.test_diff import sh
@@ -126,3 +126,56 @@ def test_an_environment_whose_dockerfile_pip_installs_builds_behind_the_proxy(
     image = docker_client.containers.get("gpudev-built").image
     assert image is not None
     assert_no_ca_in(docker_client, str(image.id), dockerfile)
+
+
+def test_a_package_file_installed_with_its_recommends_rebuilds_with_them(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given `apt-get install ./cowsay_*.deb`: apt's default installs what cowsay's
+    # dependencies recommend (netbase), marked automatic
+    manager.start(StartRequest(environment="repro", name="debbox"))
+    sh(
+        docker_client,
+        "debbox",
+        "set -e; apt-get update -qq; cd /tmp; apt-get download -qq cowsay; "
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ./cowsay_*.deb >/dev/null; "
+        "rm -f /tmp/cowsay_*.deb; apt-mark showauto | grep -qx netbase",
+    )
+    # When it is committed with --verify --write and started again
+    result, again = commit_and_restart(manager, docker_client, "debbox")
+    # Then netbase is in the diff, and the rebuild has it, automatic as it was
+    assert "apt:netbase" in [item.id for item in result.prepared.captured.items]
+    sh(docker_client, again, "/usr/games/cowsay hi; apt-mark showauto | grep -qx netbase")
+
+
+SETUP_PY = 'from setuptools import setup\nsetup(name="mypkg", version="0.1", packages=["mypkg"])\n'
+
+
+def test_a_legacy_editable_install_is_reported_as_one(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given `pip install -e` of a setup.py project (an egg-link, no PEP 610 direct_url.json)
+    manager.start(StartRequest(environment="repro", name="edbox"))
+    sh(
+        docker_client,
+        "edbox",
+        "set -e; mkdir -p /root/mypkg/mypkg; touch /root/mypkg/mypkg/__init__.py; "
+        f"printf '{SETUP_PY}' > /root/mypkg/setup.py; "
+        f"{PIP} --no-build-isolation -e /root/mypkg",
+    )
+    # When its diff is taken and it is committed with --verify
+    prepared = ChangeCapture(manager).prepare("edbox", stage=False)
+    try:
+        text, notes = prepared.rendered.new_text, prepared.captured.changes.notes
+    finally:
+        prepared.discard()
+    committer = Committer(ChangeCapture(manager), manager.registries)
+    with pytest.raises(VerifyFailed) as failed:
+        committer.commit("edbox", CommitOptions(verify=True))
+    # Then it is an editable install from its folder, as PEP 610 ones are: noted, never a
+    # `pip install mypkg==0.1` that no index can serve, and verify names it
+    assert "mypkg==" not in text
+    assert any("mypkg 0.1 is an editable install from file:///root/mypkg" in n for n in notes)
+    assert failed.value.details["differences"] == [
+        "python (/usr) mypkg 0.1: in the container, missing from the rebuild"
+    ]

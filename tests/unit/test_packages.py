@@ -10,6 +10,7 @@ from collections.abc import Mapping
 import pytest
 
 from jupyter_gpudev.changes import compare as cp
+from jupyter_gpudev.changes import dockerfile as df
 from jupyter_gpudev.changes import model as ch
 from jupyter_gpudev.changes import packages as pk
 
@@ -298,3 +299,111 @@ def test_one_regular_file_is_taken_from_an_archive_and_nothing_else() -> None:
         pk._single_file(tar_of(("other", b"abc")), "status", 10)
     with pytest.raises(pk.Unreadable):
         pk._single_file(tar_of(("status", b"abc"), ("status", b"more")), "status", 10)
+
+
+RECOMMENDS_STATUS = """Package: dpkg
+Status: install ok installed
+Architecture: amd64
+Version: 1.21.22
+
+Package: cowsay
+Status: install ok installed
+Architecture: all
+Version: 3.03+dfsg2-8
+Depends: libtext-charwidth-perl:any, perl:any
+Recommends: netbase
+
+Package: perl
+Status: install ok installed
+Architecture: amd64
+Version: 5.36.0-7
+Pre-Depends: dpkg (>= 1.17.17)
+Depends: perl-base (= 5.36.0-7), libdb | libgdbm6 (>= 1.16)
+Recommends: netbase
+
+Package: libtext-charwidth-perl
+Status: install ok installed
+Architecture: amd64
+Version: 0.04-11
+Depends: perlapi-5.36.0
+
+Package: perl-base
+Status: install ok installed
+Architecture: amd64
+Version: 5.36.0-7
+Provides: perlapi-5.36.0
+
+Package: libgdbm6
+Status: install ok installed
+Architecture: amd64
+Multi-Arch: same
+Version: 1.23-3
+
+Package: netbase
+Status: install ok installed
+Architecture: all
+Version: 6.4
+
+Package: old-leftover
+Status: deinstall ok config-files
+Architecture: all
+Version: 1.0
+"""
+
+
+def test_automatic_packages_nothing_depends_on_were_recommended_and_are_rendered() -> None:
+    # Given apt installed cowsay from a .deb, with Recommends: perl and its dependencies are
+    # automatic and needed (by name, by Provides, through an alternative), netbase only
+    # recommended
+    auto = frozenset({"perl", "perl-base", "libtext-charwidth-perl", "libgdbm6:amd64", "netbase"})
+    assert pk.unrequired_packages(RECOMMENDS_STATUS, auto) == {"netbase"}
+    marks = "".join(f"Package: {p.split(':')[0]}\nAuto-Installed: 1\n\n" for p in auto)
+    files = {pk.DPKG_STATUS: RECOMMENDS_STATUS, pk.APT_EXTENDED_STATES: marks}
+    entries = diff((pk.DPKG_STATUS, C), (pk.APT_EXTENDED_STATES, C))
+    base = ch.PackageState(dpkg={"dpkg": "1.21.22", "perl-base": "5.36.0-7"})
+    state = pk.current_state(base, entries, reader(files)).result.state
+    assert state.dpkg_unrequired == {"netbase"}
+    # Then the change set installs netbase by name and marks it automatic again
+    changes = cp.package_changes(base, state)
+    assert changes.apt.added == [("cowsay", "3.03+dfsg2-8")]
+    assert changes.apt.recommended == [("netbase", "6.4")]
+    lines = "\n".join(df.change_lines(changes, "box", "env", "ctx", None)[0])
+    assert "      cowsay=3.03+dfsg2-8 \\\n      netbase=6.4 \\\n" in lines
+    assert " && apt-mark auto netbase >/dev/null \\\n && rm -rf /var/lib/apt/lists/*" in lines
+    assert [i.id for i in df.change_items(changes)] == ["apt:cowsay", "apt:netbase"]
+    assert not changes.without({"apt:netbase"}).apt.recommended
+    # (a recommended package the base image already had is no change)
+    assert not cp.package_changes(ch.PackageState(dpkg={"netbase": "6.4"}), state).apt.recommended
+
+
+def test_a_legacy_editable_install_is_an_editable_install_not_an_index_one() -> None:
+    # Given `pip install -e` of a setup.py project: an egg-link, no dist-info, no direct_url
+    files = {
+        f"{LOCAL}/mypkg.egg-link": "/root/mypkg\n.",
+        f"{LOCAL}/easy-install.pth": "/root/mypkg\n",
+        "/root/mypkg/mypkg.egg-info/PKG-INFO": metadata("mypkg", "0.1"),
+        f"{LOCAL}/evil.egg-link": "relative/path\n",
+    }
+    entries = diff(
+        (f"{LOCAL}/mypkg.egg-link", A),
+        (f"{LOCAL}/easy-install.pth", A),
+        ("/root/mypkg/mypkg.egg-info/PKG-INFO", A),
+        (f"{LOCAL}/evil.egg-link", A),
+        ("/opt/elsewhere/other.egg-link", A),
+    )
+    derived = pk.current_state(image_state(), entries, reader(files))
+    # Then it is an editable install from the project's folder, its egg-link not a kept file
+    dist = derived.result.state.python["/usr"].dists["mypkg"]
+    assert dist == ch.PyDist("mypkg", "0.1", "editable", "file:///root/mypkg")
+    assert f"{LOCAL}/mypkg.egg-link" in derived.result.owned_files
+    changes = cp.package_changes(image_state(), derived.result.state)
+    assert [n for n in changes.notes if "mypkg" in n] == [
+        "mypkg 0.1 is an editable install from file:///root/mypkg (/usr/bin/python3): a "
+        "Dockerfile cannot install it from there; add its source to the build context and "
+        "install it in the Dockerfile"
+    ]
+    lines = "\n".join(df.change_lines(changes, "box", "env", "ctx", None)[0])
+    assert "mypkg" not in lines
+    assert derived.problems == [
+        f"{LOCAL}/evil.egg-link: not an egg-link naming a project folder, skipped"
+    ]
