@@ -9,6 +9,7 @@ data, say (``jupyter_gpudev.packages``); looking at changes never needs a GPU le
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -189,10 +190,15 @@ class ChangeCapture:
 
     def baseline(self, client: docker.DockerClient, container: Container) -> Baseline:
         own = self.baselines.container(str(container.id))
-        if own is not None:
-            return own
         image = _check_id(str(container.attrs.get("Image", "")))
-        return Baseline(self._image_baseline(client, image))
+        if own is None:
+            return Baseline(self._image_baseline(client, image))
+        if own.packages.accounts is None:  # recorded before users and groups were read
+            accounts = self._image_baseline(client, image).accounts
+            own = dataclasses.replace(
+                own, packages=dataclasses.replace(own.packages, accounts=accounts)
+            )
+        return own
 
     # -- capture ------------------------------------------------------------------------------
 
@@ -224,6 +230,7 @@ class ChangeCapture:
             {*result.files.secrets, *known.intersection(result.files.kept)}
         )
         result.files.kept = [p for p in result.files.kept if p not in known]
+        result.files.owners = cl.home_owners(result.files.kept, current.state.accounts)
         image_env = client.images.get(str(container.attrs["Image"])).attrs["Config"].get("Env")
         cl.env_changes(
             container.attrs.get("Config", {}).get("Env") or [],

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..environments import CA_BUNDLE_ENV_VARS
+from .accounts import ACCOUNT_FILES, Accounts
 from .compare import _has_ancestor_in
 from .model import (
     _SITE_DIRS,
@@ -219,6 +220,10 @@ def _is_noise(path: str) -> bool:
     )
 
 
+#: Why account files are left out: the users and groups are rendered as lines instead.
+ACCOUNTS = "account files (users and groups are written as useradd/groupadd lines)"
+
+
 def classify_path(
     path: str, mounts: Iterable[str], owned: set[str], owned_dirs: Iterable[str] = ()
 ) -> str | None:
@@ -231,6 +236,8 @@ def classify_path(
         reason = "mounts"
     elif _DRIVER_RE.match(path):
         reason = "NVIDIA driver files"
+    elif path in ACCOUNT_FILES:
+        reason = ACCOUNTS
     elif (
         path in owned
         or any(part in _SITE_DIRS for part in path.split("/"))
@@ -283,6 +290,28 @@ def file_changes(
         else:
             result.kept.append(path)
     return result
+
+
+def home_owners(kept: Iterable[str], accounts: Accounts | None) -> dict[str, str]:
+    """The kept paths in the home folder of a user other than root, and the folders between
+    that home and them (the home included): path -> ``uid:gid`` of that user. A copy into an
+    image makes all of them root's."""
+    homes = {
+        user.home: f"{user.uid}:{user.gid}"
+        for user in (accounts.users.values() if accounts is not None else ())
+        if user.uid != 0 and user.home.count("/") >= 2 and not user.home.startswith("/root")
+    }
+    owners: dict[str, str] = {}
+    for path in kept:
+        home = next((h for h in homes if path.startswith(h + "/")), None)
+        if home is None:
+            continue
+        inside = path
+        while inside != home and inside not in owners:
+            owners[inside] = homes[home]
+            inside = os.path.dirname(inside)
+        owners[home] = homes[home]
+    return owners
 
 
 def _diff_entries(diff: Iterable[object]) -> dict[str, int]:

@@ -7,6 +7,7 @@ import os
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 
+from . import accounts as ac
 from .model import (
     ChangeSet,
     CondaChanges,
@@ -36,6 +37,7 @@ def package_changes(baseline: PackageState, now: PackageState) -> ChangeSet:
     for name in sorted(now.dpkg_unrequired & now.dpkg_auto):
         if name not in baseline.dpkg and name in now.dpkg:
             changes.apt.recommended.append((name, now.dpkg[name]))
+    changes.accounts = ac.account_changes(baseline.accounts, now.accounts)
     for prefix in sorted(now.python):
         changes.python.append(_python_changes(baseline.python.get(prefix), now.python[prefix]))
         changes.notes.extend(_not_reproducible(changes.python[-1]))
@@ -86,6 +88,8 @@ def package_differences(
             {key: d.version for key, d in ours.dists.items()},
             {key: d.version for key, d in theirs.dists.items()},
         )
+    if container.accounts is not None and rebuilt.accounts is not None:
+        versions("account", ac.describe(container.accounts), ac.describe(rebuilt.accounts))
     for prefix in sorted(set(container.conda) | set(rebuilt.conda)):
         a = set(container.conda[prefix].requested) if prefix in container.conda else set()
         b = set(rebuilt.conda[prefix].requested) if prefix in rebuilt.conda else set()
@@ -127,7 +131,8 @@ def revert_excluded(
             s for s in was if s not in env_now.requested and conda_id(prefix, s) in excluded
         ]
         conda[prefix] = replace(env_now, requested=tuple(requested))
-    return PackageState(dpkg, frozenset(auto), python, conda, now.dpkg_unrequired)
+    accounts = ac.reverted(baseline.accounts, now.accounts, set(excluded))
+    return PackageState(dpkg, frozenset(auto), python, conda, now.dpkg_unrequired, accounts)
 
 
 def _revert_python(

@@ -29,6 +29,7 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from . import accounts as ac
 from . import model as ch
 from . import names
 from .model import ChangeItem, ChangeSet, PyDist, PythonChanges
@@ -93,7 +94,85 @@ def writable(changes: ChangeSet, reported: list[str]) -> ChangeSet:
         env_removed=changes.env_removed,
         env_secrets=changes.env_secrets,
         notes=changes.notes,
+        accounts=_writable_accounts(changes.accounts, reported),
     )
+
+
+def _writable_accounts(changes: ac.AccountChanges, reported: list[str]) -> ac.AccountChanges:
+    """Users and groups whose every value is one (checked again: they go into a shell line)."""
+
+    def name_ok(name: str) -> bool:
+        if ac.NAME.fullmatch(name):
+            return True
+        reported.append(f"user or group {ch.shown(name)}: not a valid name, not written")
+        return False
+
+    def user_ok(name: str, user: ac.User, groups: tuple[str, ...]) -> bool:
+        paths = (user.home, user.shell)
+        if all(ac.PATH.fullmatch(p) for p in paths) and all(map(ac.NAME.fullmatch, groups)):
+            return name_ok(name)
+        reported.append(f"user {ch.shown(name)}: a home, shell or group that is not one")
+        return False
+
+    return ac.AccountChanges(
+        [(n, g) for n, g in changes.groups_added if name_ok(n)],
+        [(n, u, gs) for n, u, gs in changes.users_added if user_ok(n, u, gs)],
+        [(n, u, gs) for n, u, gs in changes.users_changed if user_ok(n, u, gs)],
+        [n for n in changes.users_removed if name_ok(n)],
+        [n for n in changes.groups_removed if name_ok(n)],
+    )
+
+
+def _account_lines(changes: ChangeSet) -> list[str]:
+    """``groupadd``/``useradd``/``usermod``/``userdel``/``groupdel`` in one ``RUN`` (values
+    checked by ``writable``). An account that a package of the rebuild already made is left
+    as the package made it."""
+    accounts = changes.accounts
+    steps = [
+        f"(getent group {n} >/dev/null || groupadd --gid {g.gid} {n})"
+        for n, g in accounts.groups_added
+    ]
+    for name, user, groups in accounts.users_added:
+        options = f"--uid {user.uid} --gid {user.gid} --home-dir {user.home} --shell {user.shell}"
+        if user.home.startswith("/home/"):
+            options += " --create-home"
+        if groups:
+            options += f" --groups {','.join(groups)}"
+        steps.append(f"(id -u {name} >/dev/null 2>&1 || useradd --no-log-init {options} {name})")
+    for name, user, joined in accounts.users_changed:
+        options = f"--home {user.home} --shell {user.shell}"
+        if joined:
+            options += f" --append --groups {','.join(joined)}"
+        steps.append(f"usermod {options} {name}")
+    steps += [f"userdel {n}" for n in accounts.users_removed]
+    steps += [f"groupdel {n}" for n in accounts.groups_removed]
+    if not steps:
+        return []
+    return ["RUN " + " \\\n && ".join(steps)]
+
+
+def _account_items(accounts: ac.AccountChanges) -> list[ChangeItem]:
+    items = [
+        ChangeItem(ac.group_id(n), "group", f"group {n}", f"group added (gid {g.gid})")
+        for n, g in accounts.groups_added
+    ]
+    for name, user, groups in accounts.users_added:
+        detail = f"user added (uid {user.uid}, gid {user.gid}, home {user.home}, {user.shell}"
+        detail += f", groups {', '.join(groups)})" if groups else ")"
+        items.append(ChangeItem(ac.user_id(name), "user", f"user {name}", detail))
+    for name, user, joined in accounts.users_changed:
+        detail = f"user changed (home {user.home}, {user.shell}"
+        detail += f", joined {', '.join(joined)})" if joined else ")"
+        items.append(ChangeItem(ac.user_id(name), "user", f"user {name}", detail))
+    items += [
+        ChangeItem(ac.user_id(n), "user", f"remove user {n}", "user removed")
+        for n in accounts.users_removed
+    ]
+    items += [
+        ChangeItem(ac.group_id(n), "group", f"remove group {n}", "group removed")
+        for n in accounts.groups_removed
+    ]
+    return items
 
 
 def _writable_apt(apt: ch.AptChanges, reported: list[str]) -> ch.AptChanges:
@@ -185,6 +264,7 @@ def _writable_files(files: ch.FileChanges, reported: list[str]) -> ch.FileChange
         deleted=[p for p in files.deleted if _is_path(p)],
         links={p: t for p, t in files.links.items() if _is_path(p) and ch.safe_text(t)},
         unsafe=[],
+        owners={p: o for p, o in files.owners.items() if _is_path(p) and _OWNER.fullmatch(o)},
     )
     unsafe = [
         *files.unsafe,
@@ -196,6 +276,21 @@ def _writable_files(files: ch.FileChanges, reported: list[str]) -> ch.FileChange
         for p in sorted(set(unsafe))
     ]
     return out
+
+
+_OWNER = re.compile(r"[0-9]{1,10}:[0-9]{1,10}")
+
+
+def _chown_lines(files: ch.FileChanges) -> list[str]:
+    """One exec-form ``chown`` per owner, giving the copied paths in users' homes back to
+    them (no shell: the paths go as they are)."""
+    by_owner: dict[str, list[str]] = {}
+    for path, owner in files.owners.items():
+        by_owner.setdefault(owner, []).append(path)
+    return [
+        "RUN " + json.dumps(["chown", "-h", owner, "--", *sorted(paths)])
+        for owner, paths in sorted(by_owner.items())
+    ]
 
 
 def _writable_env(env: dict[str, str], reported: list[str]) -> dict[str, str]:
@@ -412,6 +507,7 @@ def change_items(changes: ChangeSet) -> list[ChangeItem]:
         ]
     for py in changes.python:
         items += _python_items(py)
+    items += _account_items(changes.accounts)
     items += [
         ChangeItem(ch.file_id(p), "file", p, "file added or changed, copied into the image")
         for p in sorted(p for p in files.kept if not is_source_path(p))
@@ -524,6 +620,7 @@ def change_lines(
     body += _apt_lines(changes)
     body += _conda_lines(changes)
     body += _python_lines(changes)
+    body += _account_lines(changes)
     reported.extend(changes.notes)
     if other_files:
         shown = ", ".join(other_files[:LISTED_FILES])
@@ -532,6 +629,7 @@ def change_lines(
             f"# {len(other_files)} file(s): {shown}" + (f" and {more} more" if more > 0 else "")
         )
         body.append(f"COPY {context_folder}/files/ /")
+    body += _chown_lines(files)
     body += link_lines(files.links, reported)
     if files.deleted:
         body.append("RUN " + json.dumps(["rm", "-rf", "--", *sorted(files.deleted)]))

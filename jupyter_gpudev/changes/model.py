@@ -41,6 +41,8 @@ from typing import Any, Literal
 
 from ..errors import BadRequest
 from . import names
+from .accounts import NAME as ACCOUNT_NAME
+from .accounts import AccountChanges, Accounts
 
 PACKAGE_FILES = "package files"
 
@@ -220,6 +222,8 @@ class PackageState:
     #: Automatic dpkg packages that no installed package depends on: what apt installed
     #: because a package recommends it (or left behind). Known where dpkg's status was read.
     dpkg_unrequired: frozenset[str] = frozenset()
+    #: Users and groups (``None``: not known, e.g. a baseline recorded before they were read).
+    accounts: Accounts | None = None
 
     def dpkg_manual(self) -> set[str]:
         return set(self.dpkg) - self.dpkg_auto
@@ -229,6 +233,7 @@ class PackageState:
             "dpkg": dict(sorted(self.dpkg.items())),
             "dpkg_auto": sorted(self.dpkg_auto),
             "dpkg_unrequired": sorted(self.dpkg_unrequired),
+            **({"accounts": self.accounts.to_json()} if self.accounts is not None else {}),
             "python": {k: v.to_json() for k, v in sorted(self.python.items())},
             "conda": {
                 k: {
@@ -251,6 +256,7 @@ class PackageState:
                 for k, v in dict(data.get("conda", {})).items()
             },
             dpkg_unrequired=frozenset(data.get("dpkg_unrequired", [])),
+            accounts=Accounts.from_json(data["accounts"]) if "accounts" in data else None,
         )
 
 
@@ -327,6 +333,9 @@ class FileChanges:
     #: Changed paths a Dockerfile cannot name (control characters, too long: see
     #: ``safe_text``): reported, neither copied nor deleted; still changes.
     unsafe: list[str] = field(default_factory=list)
+    #: Kept paths in a user's home, and the folders between it and them: path -> "uid:gid" of
+    #: that user (a copy into an image makes them root's; a ``chown`` line gives them back).
+    owners: dict[str, str] = field(default_factory=dict)
 
     def ignore(self, path: str, reason: str, *, deleted: bool = False) -> None:
         self.ignored[reason] = self.ignored.get(reason, 0) + 1
@@ -347,6 +356,7 @@ class ChangeSet:
     env_secrets: list[str] = field(default_factory=list)
     #: Things captured that a Dockerfile cannot reproduce (editable installs...).
     notes: list[str] = field(default_factory=list)
+    accounts: AccountChanges = field(default_factory=AccountChanges)
 
     def is_empty(self) -> bool:
         return not (
@@ -357,6 +367,7 @@ class ChangeSet:
             or self.files.deleted
             or self.env
             or self.env_removed
+            or self.accounts
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -390,6 +401,7 @@ class ChangeSet:
             "env_removed": list(self.env_removed),
             "env_secrets": list(self.env_secrets),
             "notes": list(self.notes),
+            "accounts": self.accounts.to_json(),
             "empty": self.is_empty(),
         }
 
@@ -445,16 +457,31 @@ class ChangeSet:
                 links=dict(files.links),
                 skipped=dict(files.skipped),
                 unsafe=list(files.unsafe),
+                owners=_owners_of(
+                    [p for p in files.kept if file_id(p) not in excluded], files.owners
+                ),
             ),
             env={k: v for k, v in self.env.items() if env_id(k) not in excluded},
             env_removed=list(self.env_removed),
             env_secrets=list(self.env_secrets),
             notes=notes,
+            accounts=self.accounts.without(frozenset(excluded)),
         )
 
 
+def _owners_of(kept: list[str], owners: Mapping[str, str]) -> dict[str, str]:
+    """``owners`` of the ``kept`` paths and of the folders above them that ``owners`` has."""
+    out: dict[str, str] = {}
+    for path in kept:
+        up = path
+        while up in owners and up not in out:
+            out[up] = owners[up]
+            up = up.rsplit("/", 1)[0]
+    return out
+
+
 #: The kinds of change a commit can leave out (each id starts with its kind and a colon).
-CHANGE_KINDS = ("apt", "python", "conda", "file", "delete", "env")
+CHANGE_KINDS = ("apt", "python", "conda", "file", "delete", "env", "user", "group")
 
 
 _MAX_ID = 4096
@@ -514,7 +541,7 @@ def _prefixed(rest: str, *, last: bool) -> tuple[str, str] | None:
 def _canonical_id(value: object) -> str | None:
     """A change id as ``change_items`` spells it (a Python name normalized), or ``None`` when
     ``value`` is not one: ``apt:NAME``, ``python:/PREFIX:NAME``, ``conda:/PREFIX:SPEC``,
-    ``file:/PATH``, ``delete:/PATH``, ``env:NAME``."""
+    ``file:/PATH``, ``delete:/PATH``, ``env:NAME``, ``user:NAME``, ``group:NAME``."""
     if not isinstance(value, str) or len(value) > _MAX_ID or not value.isprintable():
         return None
     kind, _, rest = value.partition(":")
@@ -527,6 +554,8 @@ def _canonical_id(value: object) -> str | None:
         "file": rest.startswith("/"),
         "delete": rest.startswith("/"),
         "env": _no_space(rest) and "=" not in rest,
+        "user": ACCOUNT_NAME.fullmatch(rest) is not None,
+        "group": ACCOUNT_NAME.fullmatch(rest) is not None,
     }
     return value if valid.get(kind, False) else None
 
@@ -541,7 +570,8 @@ def check_change_ids(values: Iterable[object]) -> tuple[str, ...]:
             shown = repr(value) if len(repr(value)) <= 200 else repr(value)[:200] + "..."
             raise BadRequest(
                 f"Not a change id: {shown}. Ids are those of the diff's items: apt:NAME, "
-                "python:PREFIX:NAME, conda:PREFIX:SPEC, file:PATH, delete:PATH or env:NAME",
+                "python:PREFIX:NAME, conda:PREFIX:SPEC, file:PATH, delete:PATH, env:NAME, "
+                "user:NAME or group:NAME",
                 details={"id": shown},
             )
         ids[canonical] = None

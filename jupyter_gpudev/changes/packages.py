@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from . import accounts as ac
 from . import model as ch
 from . import names
 from . import probe as pr
@@ -124,7 +125,8 @@ def current_state(
     dpkg, auto, unrequired = _dpkg(image, entries, ctx)
     python, py_owned = _python(image, entries, ctx)
     conda = _conda(image, entries, ctx)
-    state = ch.PackageState(dpkg, auto, python, conda, unrequired)
+    accounts = _accounts(image, entries, ctx)
+    state = ch.PackageState(dpkg, auto, python, conda, unrequired, accounts)
     owned = _dpkg_owned(image, state, ctx) | py_owned
     return Derived(ch.ProbeResult(state, owned), ctx.problems)
 
@@ -253,6 +255,21 @@ def _dpkg_owned(image: ch.PackageState, state: ch.PackageState, ctx: _Context) -
         lines = (text or "").splitlines()
         owned.update(os.path.normpath(line) for line in lines if line.startswith("/"))
     return owned
+
+
+def _accounts(
+    image: ch.PackageState, entries: Mapping[str, int], ctx: _Context
+) -> ac.Accounts | None:
+    """The image's users and groups, or the container's when it changed their files (read as
+    data; ``None`` when one cannot be read: then no account change is reported)."""
+    if not any(path in entries for path in (ac.PASSWD, ac.GROUP)):
+        return image.accounts
+    passwd = ctx.text(ac.PASSWD, ac.ACCOUNTS_LIMIT)
+    group = ctx.text(ac.GROUP, ac.ACCOUNTS_LIMIT)
+    if passwd is None or group is None:
+        ctx.problems.append("the users and groups could not be read; their changes are not shown")
+        return None
+    return ac.parse_accounts(passwd, group, ctx.problems)
 
 
 # -- Python ---------------------------------------------------------------------------------

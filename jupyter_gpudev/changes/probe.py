@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from ..errors import EngineError
 from . import names
+from .accounts import parse_accounts
 from .model import (
     CondaEnv,
     PackageState,
@@ -77,6 +78,10 @@ echo "@@gpudev dpkg"
 /usr/bin/dpkg-query -W -f '${binary:Package}\t${Version}\t${db:Status-Abbrev}\n' 2>/dev/null
 echo "@@gpudev apt-auto"
 /bin/cat /var/lib/apt/extended_states 2>/dev/null
+echo "@@gpudev passwd"
+/bin/cat /etc/passwd 2>/dev/null
+echo "@@gpudev group"
+/bin/cat /etc/group 2>/dev/null
 for h in /opt/conda/conda-meta/history /opt/conda/envs/*/conda-meta/history; do
   [ -f "$h" ] && { echo "@@gpudev conda-history $h"; /bin/cat "$h"; }
 done
@@ -183,8 +188,8 @@ def parse_condarc_channels(text: str) -> tuple[str, ...]:
     return tuple(channels)
 
 
-def parse_probe(text: str) -> ProbeResult:
-    """Read the output of ``PROBE_SCRIPT``."""
+def _sections(text: str) -> list[tuple[str, str, list[str]]]:
+    """The probe's output cut at its markers: kind, argument, lines."""
     sections: list[tuple[str, str, list[str]]] = []
     for line in text.splitlines():
         if line.startswith(_SECTION):
@@ -194,6 +199,12 @@ def parse_probe(text: str) -> ProbeResult:
             sections[-1][2].append(line)
     if not sections or sections[-1][0] != "end":
         raise EngineError("The package probe in the container stopped before its end")
+    return sections
+
+
+def parse_probe(text: str) -> ProbeResult:
+    """Read the output of ``PROBE_SCRIPT``."""
+    sections = _sections(text)
     dpkg: dict[str, str] = {}
     auto: set[str] = set()
     python: dict[str, PythonEnv] = {}
@@ -201,8 +212,11 @@ def parse_probe(text: str) -> ProbeResult:
     channels: tuple[str, ...] = ()
     owned: set[str] = set()
     problems: list[str] = []
+    account_files = {"passwd": "", "group": ""}
     for kind, arg, lines in sections:
-        if kind == "dpkg":
+        if kind in account_files:
+            account_files[kind] = "\n".join(lines)
+        elif kind == "dpkg":
             dpkg.update(_parse_dpkg(lines, problems))
         elif kind == "apt-auto":
             auto |= parse_apt_auto("\n".join(lines))
@@ -223,6 +237,7 @@ def parse_probe(text: str) -> ProbeResult:
         dpkg_auto=frozenset(p for p in dpkg if p in auto or p.split(":")[0] in auto),
         python=python,
         conda={p: CondaEnv(p, specs, channels) for p, specs in histories.items()},
+        accounts=parse_accounts(account_files["passwd"], account_files["group"], problems),
     )
     return ProbeResult(state, owned, problems)
 

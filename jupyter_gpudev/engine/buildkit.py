@@ -163,7 +163,9 @@ def trusted_tar_context(archive: IO[bytes] | None, dockerfile: str, trust: Build
 def _repacked(archive: IO[bytes] | None, text: str, trust: BuildTrust) -> IO[bytes]:
     """A new tar: the trusting copy of ``text`` first, then the members of ``archive``. The
     engine tells a tar context from a bare Dockerfile by reading its first header alone, so
-    that one is a plain one, and no member needs an extended (PAX) header."""
+    that one is a plain one, and no member needs an extended (PAX) header. ``.dockerignore``
+    was applied when ``archive`` was made and is left out: BuildKit would apply it again, to
+    what was added after (a verify build's staged files), which the classic builder does not."""
     copy = tempfile.TemporaryFile()  # noqa: SIM115 - the caller closes it
     with tarfile.open(fileobj=copy, mode="w", format=tarfile.GNU_FORMAT) as out:
         data = trusting_dockerfile(text, trust.variables).encode()
@@ -174,7 +176,7 @@ def _repacked(archive: IO[bytes] | None, text: str, trust: BuildTrust) -> IO[byt
             archive.seek(0)
             with tarfile.open(fileobj=archive, mode="r") as source:
                 for member in source:
-                    if os.path.normpath(member.name) == TRUST_DOCKERFILE:
+                    if os.path.normpath(member.name) in (TRUST_DOCKERFILE, ".dockerignore"):
                         continue
                     member.mtime = int(member.mtime)
                     member.pax_headers = {}

@@ -10,6 +10,7 @@ Each change is made in a fresh container of an image-only environment, then comm
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +23,12 @@ from traitlets.config import Config
 from jupyter_gpudev.changes.capture import ChangeCapture
 from jupyter_gpudev.changes.commit import CommitOptions, CommitResult, Committer, VerifyFailed
 from jupyter_gpudev.containers import DevContainers, StartRequest
+from jupyter_gpudev.engine import stream_build
 from jupyter_gpudev.engine.buildkit import CA_TARGET
+from jupyter_gpudev.environments import MountPolicy
 from tests.integration.test_diff import sh
+from tests.integration.test_remote_hosts import make_manager, remote_smi  # noqa: F401 - a fixture
+from tests.sshd import SSHServer
 
 pytestmark = pytest.mark.integration
 
@@ -179,3 +184,83 @@ def test_a_legacy_editable_install_is_reported_as_one(
     assert failed.value.details["differences"] == [
         "python (/usr) mypkg 0.1: in the container, missing from the rebuild"
     ]
+
+
+def test_a_build_on_a_remote_engine_gets_the_bundle_over_its_ssh_connection(
+    tmp_path: Path,
+    ssh_server: SSHServer,
+    remote_smi: Path,  # noqa: F811 - the fixture imported above
+    docker_client: docker.DockerClient,
+) -> None:
+    # Given a host reached over SSH (a real sshd; the engine's API over `dial-stdio`)
+    manager = make_manager(tmp_path, ssh_server, remote_smi, local=False)
+    config = Config()
+    config.MountPolicy.mount_ca_bundle = True
+    trust = MountPolicy(config=config).build_trust()
+    tag = "gpudev-test-remote-trust:1"
+    dockerfile = f"FROM {IMAGE}\nRUN {PIP} iniconfig==2.0.0\n"
+    try:
+        # When a Dockerfile that pip-installs is built there with the bundle
+        image_id = stream_build(
+            manager.host_pool.get("far").client(),
+            "a test image",
+            lambda _event: None,
+            trust,
+            fileobj=io.BytesIO(dockerfile.encode()),
+            tag=tag,
+        )
+        # Then the session went over the same SSH connection and the build reached the index
+        assert image_id is not None
+        docker_client.containers.run(image_id, ["python3", "-c", "import iniconfig"], remove=True)
+    finally:
+        manager.host_pool.close()
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            docker_client.images.remove(tag, force=True)
+
+
+def test_a_new_user_rebuilds_as_useradd_lines_with_their_files_theirs(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given a new user with a password, a new group they joined, and a file in their home
+    manager.start(StartRequest(environment="repro", name="userbox"))
+    sh(
+        docker_client,
+        "userbox",
+        "set -e; useradd -m -s /bin/bash someone; echo 'someone:S3cret-pass' | chpasswd; "
+        "groupadd -g 2345 team; usermod -aG team someone; "
+        "echo notes > /home/someone/notes.txt; chown someone: /home/someone/notes.txt",
+    )
+    password_hash = sh(docker_client, "userbox", "getent shadow someone | cut -d: -f2").strip()
+    assert password_hash.startswith("$")
+    # When it is committed with --verify --write and started again
+    result, again = commit_and_restart(manager, docker_client, "userbox")
+    # Then the user and group are lines, no account file was copied, no hash written
+    text = result.prepared.rendered.new_text
+    assert "useradd --no-log-init --uid 1000 --gid 1000 --home-dir /home/someone" in text
+    assert "groupadd --gid 2345 team" in text
+    assert "--groups team someone" in text
+    assert not [p for p in result.prepared.captured.changes.files.kept if p.startswith("/etc/")]
+    context = result.prepared.folder
+    assert not list(context.rglob("shadow*"))
+    assert not list(context.rglob("passwd*"))
+    written = [text, *(p.read_text(errors="replace") for p in context.rglob("*") if p.is_file())]
+    assert not [w for w in written if password_hash in w]
+    # And the rebuilt user has their groups, a locked password, and their files
+    out = sh(
+        docker_client,
+        again,
+        "id someone; getent shadow someone | cut -d: -f2; "
+        "stat -c '%U:%G %n' /home/someone /home/someone/notes.txt /home/someone/.bashrc; "
+        "cat /home/someone/notes.txt",
+    )
+    lines = out.splitlines()
+    assert lines[0].startswith(
+        "uid=1000(someone) gid=1000(someone) groups=1000(someone),2345(team)"
+    )
+    assert lines[1] in ("!", "*", "!*")
+    assert lines[2:5] == [
+        "someone:someone /home/someone",
+        "someone:someone /home/someone/notes.txt",
+        "someone:someone /home/someone/.bashrc",
+    ]
+    assert lines[5] == "notes"

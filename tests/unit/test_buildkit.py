@@ -93,7 +93,8 @@ def test_the_trusted_context_starts_with_a_plain_header_and_keeps_every_member()
     # The engine tells a context tar from a bare Dockerfile by its first header alone.
     source = io.BytesIO()
     with tarfile.open(fileobj=source, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in (("Dockerfile", b"FROM img\nRUN true\n"), ("é/file", b"x")):
+        members = (("Dockerfile", b"FROM img\nRUN true\n"), (".dockerignore", b"*"), ("é/f", b"x"))
+        for name, data in members:
             info = tarfile.TarInfo(name)
             info.size, info.mtime = len(data), 1.5
             tar.addfile(info, io.BytesIO(data))
@@ -108,7 +109,7 @@ def test_the_trusted_context_starts_with_a_plain_header_and_keeps_every_member()
             trusted = tar.extractfile(TRUST_DOCKERFILE)
             assert trusted is not None
             assert MOUNT.encode() in trusted.read()
-    assert names == [TRUST_DOCKERFILE, "Dockerfile", "é/file"]
+    assert names == [TRUST_DOCKERFILE, "Dockerfile", "é/f"]  # .dockerignore applied already
     with trusted_tar_context(None, "FROM img\n", trust) as alone, tarfile.open(fileobj=alone) as t:
         assert t.getnames() == [TRUST_DOCKERFILE]
 
