@@ -6,8 +6,9 @@ apt install of a downloaded ``.deb`` with its Recommends, and a legacy editable 
 
 For each: capture + render (``ChangeCapture.diff``, median of BENCH_RUNS) against its floor,
 ``docker diff`` plus ``dpkg-query -W`` of the same container (as in bench_capture.py); then
-``commit --verify`` twice: cold (the build runs every step) and warm (BuildKit's cache holds the
-steps: what is left is the session, the image probe and the comparison). There is no floor for
+``commit --verify`` twice: cold (the engine's build cache emptied first: the build runs every
+step, pip and apt downloads included) and warm (BuildKit's cache holds the steps: what is left is
+the session, the image probe and the package and file comparisons). There is no floor for
 the verify build itself: no other tool here builds a Dockerfile whose ``RUN pip install`` goes
 through the proxy without copying its CA into the image.
 
@@ -94,6 +95,7 @@ def main() -> None:
                     container.exec_run(["dpkg-query", "-W"])  # type: ignore[attr-defined]
 
                 floor_ms = median_ms(floor, RUNS)
+                engine.api.prune_builds()  # a cold build: no step in BuildKit's cache
                 cold, verdict = verify_seconds(committer, name)
                 warm, _ = verify_seconds(committer, name)
                 rows.append((case, ours, floor_ms, cold, warm, verdict))

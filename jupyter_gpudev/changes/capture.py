@@ -356,7 +356,9 @@ class ChangeCapture:
         files.skipped = dict(sorted(exported.skipped.items()))
         captured.changes.notes.extend(f"{p}: {why}" for p, why in files.skipped.items())
         rendered = self._render(captured, message)
-        return Prepared(captured, rendered, dockerfile, old_text, context, staging)
+        prepared = Prepared(captured, rendered, dockerfile, old_text, context, staging)
+        prepared.digests = {p: d for p, d in exported.digests.items() if p in files.kept}
+        return prepared
 
     def apply(self, prepared: Prepared) -> WriteResult:
         """Write what ``prepare`` staged: the kept files into the build context
@@ -423,7 +425,7 @@ class ChangeCapture:
         ``_Exporter``. ``diff``: the container's ``docker diff``, whose added folders holding
         mostly kept files are fetched in one archive each."""
         with safefs.Folder.open(folder) as stage:
-            exporter = _Exporter(container, stage, self.file_size_limit)
+            exporter = _Exporter(container, stage, self.file_size_limit, digests=True)
             try:
                 exporter.run(paths, diff)
             finally:
@@ -477,6 +479,8 @@ class Prepared:
     old_text: str | None
     context: Path
     staging: Path | None
+    #: What each staged kept path was in the container (``Exported.digests``).
+    digests: dict[str, str] = field(default_factory=dict)
 
     @property
     def folder(self) -> Path:

@@ -56,6 +56,7 @@ from ..labels import (
 from . import classify as cl
 from . import compare as cp
 from . import model as ch
+from .export import digest_differences, read_digests
 
 if TYPE_CHECKING:
     from .capture import ChangeCapture, Prepared, WriteResult
@@ -220,7 +221,7 @@ class Committer:
                 if result.verify.differences:
                     raise VerifyFailed(
                         f"The image rebuilt from the patched Dockerfile differs from {name} in "
-                        f"{len(result.verify.differences)} package(s): "
+                        f"{len(result.verify.differences)} package(s), user(s) or file(s): "
                         + "; ".join(result.verify.differences[:10])
                         + ("; ..." if len(result.verify.differences) > 10 else "")
                         + ". Nothing was written.",
@@ -277,6 +278,9 @@ class Committer:
         # The container's packages less the changes left out: what the rebuild should have.
         expected, loose = prepared.captured.expected_packages()
         report.differences = cp.package_differences(expected, rebuilt, loose)
+        if prepared.digests:
+            say({"stage": "verify", "message": "comparing the kept files of the rebuilt image"})
+            report.differences += self._file_differences(client, prepared, image_id)
         report.seconds = time.monotonic() - started
         verdict = (
             "the rebuilt image has the container's packages"
@@ -285,6 +289,23 @@ class Committer:
         )
         say({"stage": "verify", "message": verdict})
         return report
+
+    def _file_differences(
+        self, client: docker.DockerClient, prepared: Prepared, image_id: str
+    ) -> list[str]:
+        """The kept files whose content in the rebuilt image (read from a container of it that
+        never starts) is not what was copied out of the dev container."""
+        helper = client.containers.create(
+            image_id, entrypoint=["/nonexistent"], network_disabled=True, labels={L_PROBE: "1"}
+        )
+        try:
+            paths = sorted(prepared.digests)
+            limit = self.capture.file_size_limit
+            rebuilt = read_digests(helper, paths, prepared.captured.diff, limit)
+        finally:
+            with contextlib.suppress(docker.errors.DockerException):
+                helper.remove(force=True)
+        return digest_differences(prepared.digests, rebuilt.digests)
 
     def _adopt(
         self, client: docker.DockerClient, prepared: Prepared, image_id: str, say: Progress

@@ -6,10 +6,11 @@ links, one archive per parent folder where that reads less."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import posixpath
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,9 @@ class Exported:
     secrets: set[str] = field(default_factory=set)
     skipped: dict[str, str] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)
+    #: What each path read is (``digests`` on): ``sha256:HEX`` of a file's content,
+    #: ``link TARGET``, ``folder``; what ``verify`` compares a rebuilt image's with.
+    digests: dict[str, str] = field(default_factory=dict)
 
 
 class _Exporter:
@@ -50,9 +54,17 @@ class _Exporter:
     (resolved lexically from the link's folder), otherwise it is returned for an ``ln`` line.
     Every write is relative to the staging folder's handle and follows no link."""
 
-    def __init__(self, container: Container, stage: safefs.Folder | None, limit: int) -> None:
+    def __init__(
+        self,
+        container: Container,
+        stage: safefs.Folder | None,
+        limit: int,
+        *,
+        digests: bool = False,
+    ) -> None:
         if container.client is None:
             raise EngineError(f"No engine client for {container.name}")
+        self.digests = digests
         self.container = container
         self.api = container.client.api
         self.stage = stage
@@ -150,6 +162,8 @@ class _Exporter:
             elif member.issym():
                 self._link(path, member.linkname)
             elif member.isdir():
+                if self.digests:
+                    self.result.digests[path] = "folder"
                 if self.stage is not None:
                     folder, name = self._place(path)
                     folder.folder(name, create=True).close()
@@ -171,16 +185,31 @@ class _Exporter:
         if cl.looks_secret_content(head):
             self.result.secrets.add(path)
             return
-        if self.stage is None:
+        if self.stage is None and not self.digests:
             return
-        folder, name = self._place(path)
-        rest = iter(lambda: extracted.read(_CHUNK), b"")
-        folder.write_new(name, itertools.chain([head], rest), member.mode & 0o777)
+        digest = hashlib.sha256()
+
+        def chunks() -> Iterator[bytes]:
+            for chunk in itertools.chain([head], iter(lambda: extracted.read(_CHUNK), b"")):
+                digest.update(chunk)
+                yield chunk
+
+        if self.stage is None:
+            for _ in chunks():
+                pass
+        else:
+            folder, name = self._place(path)
+            folder.write_new(name, chunks(), member.mode & 0o777)
+        if self.digests:
+            self.result.digests[path] = f"sha256:{digest.hexdigest()}"
 
     def _link(self, path: str, target: str) -> None:
         if not target or not _printable(target) or not _printable(path):
             self._skip(path, "a symbolic link with control characters in its name or target")
-        elif _stays_inside(path, target):
+            return
+        if self.digests:
+            self.result.digests[path] = f"link {target}"
+        if _stays_inside(path, target):
             if self.stage is not None:
                 folder, name = self._place(path)
                 folder.symlink(target, name)
@@ -230,6 +259,30 @@ _KINDS = {
     tarfile.BLKTYPE: "a block device",
     tarfile.LNKTYPE: "a hard link",
 }
+
+
+def read_digests(
+    container: Container, paths: list[str], diff: list[dict[str, Any]], limit: int
+) -> Exported:
+    """What ``paths`` are in ``container`` (``Exported.digests``), read through the engine's
+    archive API, nothing written; ``diff`` guides the batching (see ``_batches``)."""
+    exporter = _Exporter(container, None, limit, digests=True)
+    exporter.run(paths, diff)
+    return exporter.result
+
+
+def digest_differences(container: Mapping[str, str], rebuilt: Mapping[str, str]) -> list[str]:
+    """Each kept path whose content (or link target, or kind) differs between the container
+    and the rebuilt image, one sentence each."""
+    out = []
+    for path, was in sorted(container.items()):
+        now = rebuilt.get(path)
+        if now is None:
+            out.append(f"file {path}: in the container, missing from the rebuild")
+        elif now != was:
+            what = "its content" if was.startswith("sha256:") else "what it is"
+            out.append(f"file {path}: {what} differs between the container and the rebuild")
+    return out
 
 
 def _over_limit(size: int, limit: int) -> str:

@@ -20,7 +20,7 @@ import docker.errors
 import pytest
 from traitlets.config import Config
 
-from jupyter_gpudev.changes.capture import ChangeCapture
+from jupyter_gpudev.changes.capture import ChangeCapture, Prepared
 from jupyter_gpudev.changes.commit import CommitOptions, CommitResult, Committer, VerifyFailed
 from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.engine import stream_build
@@ -264,3 +264,34 @@ def test_a_new_user_rebuilds_as_useradd_lines_with_their_files_theirs(
         "someone:someone /home/someone/.bashrc",
     ]
     assert lines[5] == "notes"
+
+
+def test_verify_compares_the_kept_files_too(
+    manager: DevContainers, docker_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a container with a new /etc file and a link
+    manager.start(StartRequest(environment="repro", name="filebox"))
+    sh(docker_client, "filebox", "echo hello > /etc/gpudev-note; ln -s gpudev-note /etc/gpudev-ln")
+    # When its commit's copy of the file differs from the container's (altered once staged)
+    capture = ChangeCapture(manager)
+    prepare = capture.prepare
+
+    def altered(*args: object, **kwargs: object) -> Prepared:
+        prepared = prepare(*args, **kwargs)  # type: ignore[arg-type]
+        assert prepared.staging is not None
+        (prepared.staging / "files" / "etc" / "gpudev-note").write_text("changed on the way\n")
+        return prepared
+
+    monkeypatch.setattr(capture, "prepare", altered)
+    with pytest.raises(VerifyFailed) as failed:
+        Committer(capture, manager.registries).commit("filebox", CommitOptions(verify=True))
+    # Then verify names the file, and only it
+    assert failed.value.details["differences"] == [
+        "file /etc/gpudev-note: its content differs between the container and the rebuild"
+    ]
+    # And the same commit unaltered verifies, file and link compared
+    committer = Committer(ChangeCapture(manager), manager.registries)
+    result = committer.commit("filebox", CommitOptions(verify=True))
+    assert result.verify is not None
+    assert result.verify.differences == []
+    assert result.prepared.digests["/etc/gpudev-ln"] == "link gpudev-note"

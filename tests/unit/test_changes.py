@@ -11,6 +11,7 @@ from jupyter_gpudev.changes import compare as cp
 from jupyter_gpudev.changes import model as ch
 from jupyter_gpudev.changes import probe as pr
 from jupyter_gpudev.changes.dockerfile import RenderedDiff, render
+from jupyter_gpudev.changes.export import digest_differences
 from jupyter_gpudev.errors import EngineError
 
 PY = json.dumps(
@@ -332,3 +333,14 @@ def test_an_empty_working_folder_the_engine_made_is_not_a_change_but_files_in_it
     written = [*empty, {"Path": "/workspaces/work/notes.txt", "Kind": 1}]
     assert cl.uncommitted(written, [], {}, made) == ["/workspaces/work/notes.txt"]
     assert cl.uncommitted([{"Path": "/srv/new", "Kind": 1}], [], {}, made) == ["/srv/new"]
+
+
+def test_kept_files_are_compared_by_content_link_target_and_kind() -> None:
+    container = {"/etc/a": "sha256:1", "/etc/b": "link a", "/etc/c": "sha256:2", "/etc/d": "folder"}
+    rebuilt = {"/etc/a": "sha256:1", "/etc/b": "link x", "/etc/d": "sha256:3"}
+    assert digest_differences(container, rebuilt) == [
+        "file /etc/b: what it is differs between the container and the rebuild",
+        "file /etc/c: in the container, missing from the rebuild",
+        "file /etc/d: what it is differs between the container and the rebuild",
+    ]
+    assert digest_differences(container, container) == []
