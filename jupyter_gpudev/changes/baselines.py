@@ -48,8 +48,9 @@ class Baselines:
 
     def image(self, image_id: str) -> ch.PackageState | None:
         data = self._read(self.folder / f"image-{_check_id(image_id)}.json")
-        # An image probed before users and groups were read is probed again.
-        return ch.PackageState.from_json(data) if data and "accounts" in data else None
+        # An image probed before users, groups and tools were read is probed again.
+        fresh = data is not None and "accounts" in data and "npm" in data
+        return ch.PackageState.from_json(data) if data and fresh else None
 
     def save_image(self, image_id: str, state: ch.PackageState) -> None:
         self._write(self.folder / f"image-{_check_id(image_id)}.json", state.to_json())

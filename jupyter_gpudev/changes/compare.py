@@ -8,6 +8,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 from . import accounts as ac
+from . import tools as tl
 from .model import (
     ChangeSet,
     CondaChanges,
@@ -38,6 +39,8 @@ def package_changes(baseline: PackageState, now: PackageState) -> ChangeSet:
         if name not in baseline.dpkg and name in now.dpkg:
             changes.apt.recommended.append((name, now.dpkg[name]))
     changes.accounts = ac.account_changes(baseline.accounts, now.accounts)
+    changes.tools = tl.tool_changes(baseline.npm, now.npm, baseline.cargo, now.cargo)
+    changes.notes.extend(tl.tool_notes(changes.tools))
     for prefix in sorted(now.python):
         changes.python.append(_python_changes(baseline.python.get(prefix), now.python[prefix]))
         changes.notes.extend(_not_reproducible(changes.python[-1]))
@@ -88,6 +91,12 @@ def package_differences(
             {key: d.version for key, d in ours.dists.items()},
             {key: d.version for key, d in theirs.dists.items()},
         )
+    versions("npm", container.npm, rebuilt.npm)
+    versions(
+        "cargo",
+        {k: c.version for k, c in container.cargo.items()},
+        {k: c.version for k, c in rebuilt.cargo.items()},
+    )
     if container.accounts is not None and rebuilt.accounts is not None:
         versions("account", ac.describe(container.accounts), ac.describe(rebuilt.accounts))
     for prefix in sorted(set(container.conda) | set(rebuilt.conda)):
@@ -132,7 +141,10 @@ def revert_excluded(
         ]
         conda[prefix] = replace(env_now, requested=tuple(requested))
     accounts = ac.reverted(baseline.accounts, now.accounts, set(excluded))
-    return PackageState(dpkg, frozenset(auto), python, conda, now.dpkg_unrequired, accounts)
+    npm, cargo = tl.reverted(baseline.npm, now.npm, baseline.cargo, now.cargo, excluded)
+    return PackageState(
+        dpkg, frozenset(auto), python, conda, now.dpkg_unrequired, accounts, npm, cargo
+    )
 
 
 def _revert_python(

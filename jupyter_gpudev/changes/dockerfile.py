@@ -32,6 +32,7 @@ from typing import Any
 from . import accounts as ac
 from . import model as ch
 from . import names
+from . import tools as tl
 from .model import ChangeItem, ChangeSet, PyDist, PythonChanges
 
 MARK = "# --- gpudev:"
@@ -95,6 +96,7 @@ def writable(changes: ChangeSet, reported: list[str]) -> ChangeSet:
         env_secrets=changes.env_secrets,
         notes=changes.notes,
         accounts=_writable_accounts(changes.accounts, reported),
+        tools=changes.tools,
     )
 
 
@@ -149,6 +151,34 @@ def _account_lines(changes: ChangeSet) -> list[str]:
     if not steps:
         return []
     return ["RUN " + " \\\n && ".join(steps)]
+
+
+def _tool_items(tools: tl.ToolChanges) -> list[ChangeItem]:
+    items = [
+        ChangeItem(tl.npm_id(n), "npm", f"{n} {v}", "npm package, installed globally")
+        for n, v in tools.npm_added
+    ]
+    items += [
+        ChangeItem(tl.npm_id(n), "npm", f"{n} {a}→{b}", f"npm package, version changed from {a}")
+        for n, a, b in tools.npm_upgraded
+    ]
+    items += [
+        ChangeItem(tl.npm_id(n), "npm", f"remove {n}", f"npm package {v}, removed")
+        for n, v in tools.npm_removed
+    ]
+    items += [
+        ChangeItem(
+            tl.cargo_id(c.name), "cargo", f"{c.name} {c.version}", f"cargo install ({c.home})"
+        )
+        for c in tools.cargo_added
+    ]
+    items += [
+        ChangeItem(
+            tl.cargo_id(c.name), "cargo", f"remove {c.name}", f"cargo crate {c.version}, removed"
+        )
+        for c in tools.cargo_removed
+    ]
+    return items
 
 
 def _account_items(accounts: ac.AccountChanges) -> list[ChangeItem]:
@@ -507,6 +537,7 @@ def change_items(changes: ChangeSet) -> list[ChangeItem]:
         ]
     for py in changes.python:
         items += _python_items(py)
+    items += _tool_items(changes.tools)
     items += _account_items(changes.accounts)
     items += [
         ChangeItem(ch.file_id(p), "file", p, "file added or changed, copied into the image")
@@ -620,6 +651,7 @@ def change_lines(
     body += _apt_lines(changes)
     body += _conda_lines(changes)
     body += _python_lines(changes)
+    body += tl.tool_lines(changes.tools)
     body += _account_lines(changes)
     reported.extend(changes.notes)
     if other_files:

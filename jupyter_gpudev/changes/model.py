@@ -43,6 +43,7 @@ from ..errors import BadRequest
 from . import names
 from .accounts import NAME as ACCOUNT_NAME
 from .accounts import AccountChanges, Accounts
+from .tools import CRATE_NAME, NPM_NAME, Crate, ToolChanges
 
 PACKAGE_FILES = "package files"
 
@@ -224,6 +225,9 @@ class PackageState:
     dpkg_unrequired: frozenset[str] = frozenset()
     #: Users and groups (``None``: not known, e.g. a baseline recorded before they were read).
     accounts: Accounts | None = None
+    #: Global npm packages (name -> version) and cargo-installed crates (home:name -> crate).
+    npm: dict[str, str] = field(default_factory=dict)
+    cargo: dict[str, Crate] = field(default_factory=dict)
 
     def dpkg_manual(self) -> set[str]:
         return set(self.dpkg) - self.dpkg_auto
@@ -234,6 +238,8 @@ class PackageState:
             "dpkg_auto": sorted(self.dpkg_auto),
             "dpkg_unrequired": sorted(self.dpkg_unrequired),
             **({"accounts": self.accounts.to_json()} if self.accounts is not None else {}),
+            "npm": dict(sorted(self.npm.items())),
+            "cargo": {k: vars(c) for k, c in sorted(self.cargo.items())},
             "python": {k: v.to_json() for k, v in sorted(self.python.items())},
             "conda": {
                 k: {
@@ -257,6 +263,8 @@ class PackageState:
             },
             dpkg_unrequired=frozenset(data.get("dpkg_unrequired", [])),
             accounts=Accounts.from_json(data["accounts"]) if "accounts" in data else None,
+            npm=dict(data.get("npm", {})),
+            cargo={k: Crate(**v) for k, v in dict(data.get("cargo", {})).items()},
         )
 
 
@@ -357,6 +365,7 @@ class ChangeSet:
     #: Things captured that a Dockerfile cannot reproduce (editable installs...).
     notes: list[str] = field(default_factory=list)
     accounts: AccountChanges = field(default_factory=AccountChanges)
+    tools: ToolChanges = field(default_factory=ToolChanges)
 
     def is_empty(self) -> bool:
         return not (
@@ -368,6 +377,7 @@ class ChangeSet:
             or self.env
             or self.env_removed
             or self.accounts
+            or self.tools
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -402,6 +412,7 @@ class ChangeSet:
             "env_secrets": list(self.env_secrets),
             "notes": list(self.notes),
             "accounts": self.accounts.to_json(),
+            "tools": self.tools.to_json(),
             "empty": self.is_empty(),
         }
 
@@ -466,6 +477,7 @@ class ChangeSet:
             env_secrets=list(self.env_secrets),
             notes=notes,
             accounts=self.accounts.without(frozenset(excluded)),
+            tools=self.tools.without(excluded),
         )
 
 
@@ -481,7 +493,7 @@ def _owners_of(kept: list[str], owners: Mapping[str, str]) -> dict[str, str]:
 
 
 #: The kinds of change a commit can leave out (each id starts with its kind and a colon).
-CHANGE_KINDS = ("apt", "python", "conda", "file", "delete", "env", "user", "group")
+CHANGE_KINDS = ("apt", "python", "conda", "npm", "cargo", "file", "delete", "env", "user", "group")
 
 
 _MAX_ID = 4096
@@ -541,7 +553,8 @@ def _prefixed(rest: str, *, last: bool) -> tuple[str, str] | None:
 def _canonical_id(value: object) -> str | None:
     """A change id as ``change_items`` spells it (a Python name normalized), or ``None`` when
     ``value`` is not one: ``apt:NAME``, ``python:/PREFIX:NAME``, ``conda:/PREFIX:SPEC``,
-    ``file:/PATH``, ``delete:/PATH``, ``env:NAME``, ``user:NAME``, ``group:NAME``."""
+    ``npm:NAME``, ``cargo:NAME``, ``file:/PATH``, ``delete:/PATH``, ``env:NAME``, ``user:NAME``,
+    ``group:NAME``."""
     if not isinstance(value, str) or len(value) > _MAX_ID or not value.isprintable():
         return None
     kind, _, rest = value.partition(":")
@@ -554,6 +567,8 @@ def _canonical_id(value: object) -> str | None:
         "file": rest.startswith("/"),
         "delete": rest.startswith("/"),
         "env": _no_space(rest) and "=" not in rest,
+        "npm": NPM_NAME.fullmatch(rest) is not None,
+        "cargo": CRATE_NAME.fullmatch(rest) is not None,
         "user": ACCOUNT_NAME.fullmatch(rest) is not None,
         "group": ACCOUNT_NAME.fullmatch(rest) is not None,
     }
@@ -570,8 +585,8 @@ def check_change_ids(values: Iterable[object]) -> tuple[str, ...]:
             shown = repr(value) if len(repr(value)) <= 200 else repr(value)[:200] + "..."
             raise BadRequest(
                 f"Not a change id: {shown}. Ids are those of the diff's items: apt:NAME, "
-                "python:PREFIX:NAME, conda:PREFIX:SPEC, file:PATH, delete:PATH, env:NAME, "
-                "user:NAME or group:NAME",
+                "python:PREFIX:NAME, conda:PREFIX:SPEC, npm:NAME, cargo:NAME, file:PATH, "
+                "delete:PATH, env:NAME, user:NAME or group:NAME",
                 details={"id": shown},
             )
         ids[canonical] = None

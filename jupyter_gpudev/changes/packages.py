@@ -48,6 +48,7 @@ from . import accounts as ac
 from . import model as ch
 from . import names
 from . import probe as pr
+from . import tools as tl
 
 #: Size limits of what is read (past them a file is reported, not read).
 STATUS_LIMIT = 64 << 20
@@ -126,8 +127,16 @@ def current_state(
     python, py_owned = _python(image, entries, ctx)
     conda = _conda(image, entries, ctx)
     accounts = _accounts(image, entries, ctx)
-    state = ch.PackageState(dpkg, auto, python, conda, unrequired, accounts)
-    owned = _dpkg_owned(image, state, ctx) | py_owned
+    npm, cargo, tools_owned = tl.current_tools(
+        image.npm,
+        image.cargo,
+        entries,
+        present=lambda path: _present(path, entries),
+        read=ctx.text,
+        problems=ctx.problems,
+    )
+    state = ch.PackageState(dpkg, auto, python, conda, unrequired, accounts, npm, cargo)
+    owned = _dpkg_owned(image, state, ctx) | py_owned | tools_owned
     return Derived(ch.ProbeResult(state, owned), ctx.problems)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from ..errors import EngineError
 from . import names
+from . import tools as tl
 from .accounts import parse_accounts
 from .model import (
     CondaEnv,
@@ -82,6 +83,14 @@ echo "@@gpudev passwd"
 /bin/cat /etc/passwd 2>/dev/null
 echo "@@gpudev group"
 /bin/cat /etc/group 2>/dev/null
+for p in /usr/local/lib/node_modules/*/package.json /usr/local/lib/node_modules/@*/*/package.json \
+         /usr/lib/node_modules/*/package.json /usr/lib/node_modules/@*/*/package.json; do
+  [ -f "$p" ] && { echo "@@gpudev npm"; /usr/bin/head -c 1048576 "$p"; echo; }
+done
+for c in /usr/local/cargo /root/.cargo /home/*/.cargo; do
+  [ -f "$c/.crates2.json" ] || continue
+  echo "@@gpudev cargo $c"; /usr/bin/head -c 1048576 "$c/.crates2.json"; echo
+done
 for h in /opt/conda/conda-meta/history /opt/conda/envs/*/conda-meta/history; do
   [ -f "$h" ] && { echo "@@gpudev conda-history $h"; /bin/cat "$h"; }
 done
@@ -213,9 +222,17 @@ def parse_probe(text: str) -> ProbeResult:
     owned: set[str] = set()
     problems: list[str] = []
     account_files = {"passwd": "", "group": ""}
+    npm: dict[str, str] = {}
+    cargo: dict[str, tl.Crate] = {}
     for kind, arg, lines in sections:
         if kind in account_files:
             account_files[kind] = "\n".join(lines)
+        elif kind == "npm":
+            package = tl.probe_npm(lines, problems)
+            if package is not None:
+                npm.setdefault(*package)
+        elif kind == "cargo" and tl.CARGO_HOME_RE.fullmatch(arg):
+            cargo.update(tl.parse_crates(arg, "\n".join(lines), problems))
         elif kind == "dpkg":
             dpkg.update(_parse_dpkg(lines, problems))
         elif kind == "apt-auto":
@@ -238,6 +255,8 @@ def parse_probe(text: str) -> ProbeResult:
         python=python,
         conda={p: CondaEnv(p, specs, channels) for p, specs in histories.items()},
         accounts=parse_accounts(account_files["passwd"], account_files["group"], problems),
+        npm=npm,
+        cargo=cargo,
     )
     return ProbeResult(state, owned, problems)
 

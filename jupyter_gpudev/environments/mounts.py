@@ -62,6 +62,7 @@ CA_BUNDLE_ENV_VARS = (
     "CONDA_SSL_VERIFY",
     "NODE_EXTRA_CA_CERTS",
     "GIT_SSL_CAINFO",
+    "CARGO_HTTP_CAINFO",
 )
 ROOTS_TRAIT = "c.MountPolicy.allowed_roots"
 

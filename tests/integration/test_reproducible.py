@@ -295,3 +295,26 @@ def test_verify_compares_the_kept_files_too(
     assert result.verify is not None
     assert result.verify.differences == []
     assert result.prepared.digests["/etc/gpudev-ln"] == "link gpudev-note"
+
+
+def test_a_global_npm_package_rebuilds_as_an_npm_line(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given npm from Debian, and a package installed globally from the npm registry (through
+    # the proxy: Node.js trusts the bundle through NODE_EXTRA_CA_CERTS)
+    manager.start(StartRequest(environment="repro", name="npmbox"))
+    sh(
+        docker_client,
+        "npmbox",
+        "set -e; apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+        "--no-install-recommends npm >/dev/null 2>&1; npm install -g --no-fund semver@7.6.3",
+    )
+    # When it is committed with --verify --write and started again
+    result, again = commit_and_restart(manager, docker_client, "npmbox")
+    # Then it is an npm line, not copied files, and the rebuild has the package and command
+    text = result.prepared.rendered.new_text
+    assert "RUN npm install -g --no-audit --no-fund semver@7.6.3" in text
+    kept = result.prepared.captured.changes.files.kept
+    assert not [p for p in kept if "node_modules" in p or p == "/usr/local/bin/semver"]
+    assert "npm:semver" in [item.id for item in result.prepared.captured.items]
+    assert sh(docker_client, again, "semver 1.2.3 -r '>=1.0'").strip() == "1.2.3"
