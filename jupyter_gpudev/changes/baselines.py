@@ -67,6 +67,7 @@ class Baselines:
             {str(k): int(v) for k, v in files.items()} if isinstance(files, dict) else {},
             [str(p) for p in data.get("secrets") or []],
             [str(i) for i in data.get("held") or []],
+            {str(k): str(v) for k, v in dict(data.get("digests") or {}).items()},
         )
 
     def save_container(self, container_id: str, baseline: Baseline) -> None:
@@ -78,12 +79,18 @@ class Baselines:
                 "files": baseline.files,
                 "secrets": baseline.secrets,
                 "held": baseline.held,
+                "digests": baseline.digests,
             },
         )
 
     def forget(self, container_id: str) -> None:
         path = self.folder / f"container-{_check_id(container_id)}.json"
         path.unlink(missing_ok=True)
+
+
+#: The most kept files whose content a baseline records (reading them is part of every diff
+#: and change count): past it, the first ones in path order.
+DIGESTED_FILES = 2000
 
 
 @dataclass
@@ -100,6 +107,9 @@ class Baseline:
     #: The ids of the changes the last written commit left out (``exclude``): still changes,
     #: kept from a removal without force.
     held: list[str] = field(default_factory=list)
+    #: What the kept files the baseline already had were then (``Exported.digests``: at most
+    #: ``DIGESTED_FILES`` of them): one edited since, same path and kind, is a change again.
+    digests: dict[str, str] = field(default_factory=dict)
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
 
     from ..containers import DevContainerInfo, DevContainers
-from .baselines import Baseline, Baselines, _check_id
-from .export import FILE_SIZE_LIMIT, Exported, _Exporter
+from .baselines import DIGESTED_FILES, Baseline, Baselines, _check_id
+from .export import FILE_SIZE_LIMIT, Exported, _Exporter, read_digests
 
 
 class DiffChanged(GPUDevError):
@@ -95,7 +95,7 @@ class Captured:
         """What an image rebuilt from this commit has (``changes.expected_state``)."""
         return cp.expected_state(self.base.packages, self.packages, set(self.held))
 
-    def as_baseline(self) -> Baseline:
+    def as_baseline(self, digests: Mapping[str, str] | None = None) -> Baseline:
         """The container as it is now, less what a commit did not write (credentials, and the
         changes left out, put back as the old baseline had them): those stay changes, reported
         by the next diff and kept from a removal without force."""
@@ -126,7 +126,14 @@ class Captured:
                     (p, k) for p, k in self.base.files.items() if p == path or p.startswith(inside)
                 )
         packages = cp.revert_excluded(self.base.packages, self.packages, left_out)
-        return Baseline(packages, env, files, sorted(secrets), held)
+        # What the commit wrote is what an edit is compared with from now on; the rest keeps
+        # what it was compared with before.
+        known = {
+            p: d for p, d in self.base.digests.items() if files.get(p) == self.base.files.get(p)
+        }
+        known.update(digests or {})
+        kept = dict(sorted(known.items())[:DIGESTED_FILES])
+        return Baseline(packages, env, files, sorted(secrets), held, kept)
 
 
 class ChangeCapture:
@@ -151,8 +158,40 @@ class ChangeCapture:
         current = self._probe_current(container.client, container, diff)
         for problem in current.problems:
             self.containers.log.warning("gpudev: baseline of %s: %s", container.name, problem)
+        keepable = cl.file_changes(
+            diff,
+            cl.mount_targets(container.attrs),
+            current.result.owned_files,
+            made=cl.engine_made(container.attrs),
+        ).kept
         baseline = Baseline(current.result.state, ch.env_dict(env), files)
+        baseline.digests = self._digests(container, keepable, diff)
         self.baselines.save_container(str(container.id), baseline)
+
+    def _digests(
+        self, container: Container, paths: list[str], diff: list[dict[str, Any]]
+    ) -> dict[str, str]:
+        """What ``paths`` (at most ``DIGESTED_FILES``) are now in ``container``."""
+        if not paths:
+            return {}
+        chosen = sorted(paths)[:DIGESTED_FILES]
+        return read_digests(container, chosen, diff, self.file_size_limit).digests
+
+    def edited(
+        self, container: Container, base: Baseline, diff: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The entries of ``diff`` that the baseline already had (same path and kind) but whose
+        content changed since (``Baseline.digests``): an edit of a committed file, or of one a
+        lifecycle command made."""
+        same = {
+            str(d["Path"]): d
+            for d in diff
+            if str(d["Path"]) in base.digests and base.files.get(str(d["Path"])) == int(d["Kind"])
+        }
+        if not same:
+            return []
+        now = read_digests(container, sorted(same), diff, self.file_size_limit).digests
+        return [d for path, d in sorted(same.items()) if now.get(path) != base.digests[path]]
 
     def _image_baseline(self, client: docker.DockerClient, image_id: str) -> ch.PackageState:
         cached = self.baselines.image(image_id)
@@ -216,6 +255,7 @@ class ChangeCapture:
             whole_diff = list(container.diff() or [])
             # A path the baseline already had, with the same kind, is not a new change.
             diff = [d for d in whole_diff if base.files.get(str(d["Path"])) != int(d["Kind"])]
+            diff += self.edited(container, base, whole_diff)
             derived = self._probe_current(client, container, whole_diff)
         current = derived.result
         result = cp.package_changes(base.packages, current.state)
@@ -395,7 +435,8 @@ class ChangeCapture:
         finally:
             prepared.discard()
         # What was just captured is the new starting point: a diff right after is empty.
-        self.baselines.save_container(str(captured.container.id), captured.as_baseline())
+        baseline = captured.as_baseline(prepared.digests)
+        self.baselines.save_container(str(captured.container.id), baseline)
         return WriteResult(
             captured, rendered, dockerfile, backup, folder if rendered.files else None, devcontainer
         )

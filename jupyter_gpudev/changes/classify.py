@@ -354,16 +354,23 @@ def uncommitted(
     diff: Iterable[Mapping[str, Any]],
     mounts: Iterable[str],
     baseline_files: Mapping[str, int],
+    *,
     made: Iterable[str] = (),
     held: Iterable[str] = (),
+    edited: Iterable[str] = (),
 ) -> list[str]:
     """What removing a container would lose: the file changes a commit carries (credentials
     included) and, as the packages are not probed here, every changed package file; then
     ``held``, the ids of the changes the last commit left out (``Baseline.held``: their files
     may be in the baseline already). Noise, mounts, driver files, empty folders the engine
-    made and what the baseline already had are not."""
+    made and what the baseline already had are not, unless ``edited`` since (its content)."""
     entries = _diff_entries(diff)
-    fresh = [{"Path": p, "Kind": k} for p, k in entries.items() if baseline_files.get(p) != k]
+    again = set(edited)
+    fresh = [
+        {"Path": p, "Kind": k}
+        for p, k in entries.items()
+        if baseline_files.get(p) != k or p in again
+    ]
     files = file_changes(fresh, mounts, set(), made=made)
     every = {*files.kept, *files.deleted, *files.secrets, *files.packaged, *files.unsafe}
     # Paths with control characters are lost too: shown escaped (messages print them).

@@ -143,15 +143,20 @@ class ChangeCounts:
             self._entries.pop(container_id, None)
 
 
-def _uncommitted_changes(container: Container, baseline: Baseline | None) -> list[str]:
+def _uncommitted_changes(
+    capture: ChangeCapture, container: Container, baseline: Baseline | None
+) -> list[str]:
     """What removing ``container`` would lose (``changes.uncommitted``): the rule ``remove``
-    refuses by and the panel's count shows."""
+    refuses by and the panel's count shows; files the baseline had, edited since, included."""
+    diff = list(container.diff() or [])
+    edited = capture.edited(container, baseline, diff) if baseline is not None else []
     return uncommitted(
-        container.diff() or [],
+        diff,
         mount_targets(container.attrs),
         baseline.files if baseline else {},
-        engine_made(container.attrs),
-        baseline.held if baseline else (),
+        made=engine_made(container.attrs),
+        held=baseline.held if baseline else (),
+        edited=[str(d["Path"]) for d in edited],
     )
 
 
@@ -185,7 +190,7 @@ class ChangeTracker:
         baseline = self.baselines.container(str(container.id))
         if baseline is not None and baseline.held:
             baseline = self._prune_held(name, host.name, str(container.id), baseline)
-        return _uncommitted_changes(container, baseline)
+        return _uncommitted_changes(self.capture, container, baseline)
 
     def _prune_held(self, name: str, host: str, container_id: str, baseline: Baseline) -> Baseline:
         """The baseline with only the left-out changes that still exist (one undone in the
@@ -229,7 +234,7 @@ class ChangeTracker:
 
         def count() -> int | None:
             try:
-                changed = tuple(_uncommitted_changes(container, baseline))
+                changed = tuple(_uncommitted_changes(self.capture, container, baseline))
                 if not changed:
                     return 0
                 kept = self._item_counts.get(container_id)

@@ -26,6 +26,7 @@ from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.engine import stream_build
 from jupyter_gpudev.engine.buildkit import CA_TARGET
 from jupyter_gpudev.environments import MountPolicy
+from jupyter_gpudev.errors import Conflict
 from tests.integration.test_diff import sh
 from tests.integration.test_remote_hosts import make_manager, remote_smi  # noqa: F401 - a fixture
 from tests.sshd import SSHServer
@@ -318,3 +319,34 @@ def test_a_global_npm_package_rebuilds_as_an_npm_line(
     assert not [p for p in kept if "node_modules" in p or p == "/usr/local/bin/semver"]
     assert "npm:semver" in [item.id for item in result.prepared.captured.items]
     assert sh(docker_client, again, "semver 1.2.3 -r '>=1.0'").strip() == "1.2.3"
+
+
+def test_edits_to_files_the_baseline_had_are_changes(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given an environment whose lifecycle command writes a file (part of the baseline)
+    folder = manager.root_dir / ".devcontainer" / "repro"
+    (folder / "devcontainer.json").write_text(
+        json.dumps({"image": IMAGE, "postCreateCommand": "echo made > /etc/lifecycle.conf"})
+    )
+    manager.start(StartRequest(environment="repro", name="lifebox"))
+    capture = ChangeCapture(manager)
+    assert capture.capture("lifebox").items == []
+    # When the user edits it, and edits a file, commits it, and edits it again
+    sh(docker_client, "lifebox", "echo mine >> /etc/lifecycle.conf; echo one > /etc/motd")
+    items = [item.id for item in capture.capture("lifebox").items]
+    assert items == ["file:/etc/lifecycle.conf", "file:/etc/motd"]
+    Committer(capture, manager.registries).commit(
+        "lifebox", CommitOptions(write=True, exclude=("file:/etc/lifecycle.conf",))
+    )
+    assert [i.id for i in capture.capture("lifebox").items] == ["file:/etc/lifecycle.conf"]
+    sh(docker_client, "lifebox", "echo two >> /etc/motd")
+    # Then each edit is a change the diff shows, and removing without force refuses
+    assert [i.id for i in capture.capture("lifebox").items] == [
+        "file:/etc/lifecycle.conf",
+        "file:/etc/motd",
+    ]
+    manager.stop("lifebox")
+    with pytest.raises(Conflict) as refused:
+        manager.remove("lifebox")
+    assert refused.value.details["changes"] == ["/etc/lifecycle.conf", "/etc/motd"]

@@ -328,11 +328,11 @@ def test_an_empty_working_folder_the_engine_made_is_not_a_change_but_files_in_it
     assert made == ["/workspaces/work", "/workspaces"]
     empty = [{"Path": "/workspaces", "Kind": 1}, {"Path": "/workspaces/work", "Kind": 1}]
     # Then while it is empty, removing the container loses nothing
-    assert cl.uncommitted(empty, cl.mount_targets(attrs), {}, made) == []
+    assert cl.uncommitted(empty, cl.mount_targets(attrs), {}, made=made) == []
     # But a file written there is a change, and so is another new folder
     written = [*empty, {"Path": "/workspaces/work/notes.txt", "Kind": 1}]
-    assert cl.uncommitted(written, [], {}, made) == ["/workspaces/work/notes.txt"]
-    assert cl.uncommitted([{"Path": "/srv/new", "Kind": 1}], [], {}, made) == ["/srv/new"]
+    assert cl.uncommitted(written, [], {}, made=made) == ["/workspaces/work/notes.txt"]
+    assert cl.uncommitted([{"Path": "/srv/new", "Kind": 1}], [], {}, made=made) == ["/srv/new"]
 
 
 def test_kept_files_are_compared_by_content_link_target_and_kind() -> None:
@@ -344,3 +344,10 @@ def test_kept_files_are_compared_by_content_link_target_and_kind() -> None:
         "file /etc/d: what it is differs between the container and the rebuild",
     ]
     assert digest_differences(container, container) == []
+
+
+def test_a_file_the_baseline_had_is_uncommitted_again_once_edited() -> None:
+    diff = [{"Path": "/etc/motd", "Kind": 0}, {"Path": "/etc/old", "Kind": 1}]
+    baseline_files = {"/etc/motd": 0, "/etc/old": 1}
+    assert cl.uncommitted(diff, [], baseline_files) == []
+    assert cl.uncommitted(diff, [], baseline_files, edited=["/etc/motd"]) == ["/etc/motd"]
