@@ -12,10 +12,11 @@ shell is not one is skipped and reported.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from . import names
 
 #: The files ``useradd``/``groupadd`` write: left out of every commit (rendered as lines).
 ACCOUNT_FILES = frozenset(
@@ -27,11 +28,7 @@ PASSWD, GROUP = "/etc/passwd", "/etc/group"
 #: The most an account file may weigh to be read.
 ACCOUNTS_LIMIT = 4 << 20
 
-#: A user or group name (shadow-utils' default rule, upper case and dots allowed, at most 32),
-#: a numeric id, and a home folder or shell (an absolute path of plain characters).
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,30}\$?")
-ID = re.compile(r"[0-9]{1,10}")
-PATH = re.compile(r"/[A-Za-z0-9._+@/-]{0,254}")
+NAME, ID, PATH = names.ACCOUNT_NAME, names.ACCOUNT_ID, names.ACCOUNT_PATH
 MAX_ID = (1 << 31) - 1
 
 

@@ -26,3 +26,15 @@ CONDA_SPEC = re.compile(r"[A-Za-z0-9_.:/=<>!*,-]{1,500}")
 CONDA_CHANNEL = re.compile(r"[A-Za-z0-9_.:/~+%@-]{1,500}")
 #: An environment variable's name.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
+#: A global npm package's name (scoped or not) and version; a crate's name and version; the
+#: name of a command a package links into a ``bin`` folder.
+NPM_NAME = re.compile(r"(?:@[a-z0-9][a-z0-9._~-]{0,100}/)?[a-z0-9][a-z0-9._~-]{0,213}")
+NPM_VERSION = re.compile(r"[0-9A-Za-z.+-]{1,100}")
+CRATE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+CRATE_VERSION = re.compile(r"[0-9A-Za-z.+-]{1,100}")
+COMMAND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}")
+#: A user or group name (shadow-utils' default rule, upper case and dots allowed, at most 32),
+#: a numeric id, and a home folder or login shell (an absolute path of plain characters).
+ACCOUNT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,30}\$?")
+ACCOUNT_ID = re.compile(r"[0-9]{1,10}")
+ACCOUNT_PATH = re.compile(r"/[A-Za-z0-9._+@/-]{0,254}")

@@ -21,6 +21,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import names
+
 NPM_ROOTS = ("/usr/local/lib/node_modules", "/usr/lib/node_modules")
 #: The folder npm links a global package's commands into, for each root.
 NPM_BIN = {"/usr/local/lib/node_modules": "/usr/local/bin", "/usr/lib/node_modules": "/usr/bin"}
@@ -30,11 +32,9 @@ CRATES_IO = "registry+https://github.com/rust-lang/crates.io-index"
 #: The most a package.json or .crates2.json may weigh to be read.
 LIMIT = 1 << 20
 
-NPM_NAME = re.compile(r"(?:@[a-z0-9][a-z0-9._~-]{0,100}/)?[a-z0-9][a-z0-9._~-]{0,213}")
-NPM_VERSION = re.compile(r"[0-9A-Za-z.+-]{1,100}")
-CRATE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-CRATE_VERSION = re.compile(r"[0-9A-Za-z.+-]{1,100}")
-BIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}")
+NPM_NAME, NPM_VERSION = names.NPM_NAME, names.NPM_VERSION
+CRATE_NAME, CRATE_VERSION = names.CRATE_NAME, names.CRATE_VERSION
+BIN_NAME = names.COMMAND_NAME
 _CRATE_KEY = re.compile(r"(\S+) (\S+) \((\S+)\)")
 
 
