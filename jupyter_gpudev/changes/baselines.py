@@ -68,6 +68,7 @@ class Baselines:
             [str(p) for p in data.get("secrets") or []],
             [str(i) for i in data.get("held") or []],
             {str(k): str(v) for k, v in dict(data.get("digests") or {}).items()},
+            int(data.get("log_lines") or 0),
         )
 
     def save_container(self, container_id: str, baseline: Baseline) -> None:
@@ -80,6 +81,7 @@ class Baselines:
                 "secrets": baseline.secrets,
                 "held": baseline.held,
                 "digests": baseline.digests,
+                "log_lines": baseline.log_lines,
             },
         )
 
@@ -110,6 +112,8 @@ class Baseline:
     #: What the kept files the baseline already had were then (``Exported.digests``: at most
     #: ``DIGESTED_FILES`` of them): one edited since, same path and kind, is a change again.
     digests: dict[str, str] = field(default_factory=dict)
+    #: How many lines of the command log (``containers.commandlog``) were there then.
+    log_lines: int = 0
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import docker.errors
 
 from .. import safefs
+from ..containers import commandlog
 from ..environments import MAX_FILE_BYTES, Environment, load_jsonc
 from ..errors import EngineError, GPUDevError, engine_errors
 from ..labels import L_PROBE
@@ -70,6 +71,8 @@ class Captured:
     items: list[ch.ChangeItem] = field(default_factory=list)
     #: The change ids asked to be left out (some may match no current change).
     excluded: tuple[str, ...] = ()
+    #: How many lines the command log had (what the next baseline starts after).
+    log_lines: int = 0
 
     @property
     def held(self) -> list[str]:
@@ -133,7 +136,7 @@ class Captured:
         }
         known.update(digests or {})
         kept = dict(sorted(known.items())[:DIGESTED_FILES])
-        return Baseline(packages, env, files, sorted(secrets), held, kept)
+        return Baseline(packages, env, files, sorted(secrets), held, kept, self.log_lines)
 
 
 class ChangeCapture:
@@ -166,6 +169,7 @@ class ChangeCapture:
         ).kept
         baseline = Baseline(current.result.state, ch.env_dict(env), files)
         baseline.digests = self._digests(container, keepable, diff)
+        baseline.log_lines = len(self._commands(container))
         self.baselines.save_container(str(container.id), baseline)
 
     def _digests(
@@ -176,6 +180,15 @@ class ChangeCapture:
             return {}
         chosen = sorted(paths)[:DIGESTED_FILES]
         return read_digests(container, chosen, diff, self.file_size_limit).digests
+
+    def _commands(self, container: Container) -> list[str]:
+        """The command lines of the container's command log (``[]`` without one)."""
+        try:
+            data = packages.ContainerReader(container)(commandlog.LOG, commandlog.LOG_LIMIT)
+        except packages.Unreadable as exc:
+            self.containers.log.info("gpudev: the command log of %s: %s", container.name, exc)
+            return []
+        return commandlog.commands(data.decode("utf-8", "replace")) if data else []
 
     def edited(
         self, container: Container, base: Baseline, diff: list[dict[str, Any]]
@@ -260,6 +273,10 @@ class ChangeCapture:
         current = derived.result
         result = cp.package_changes(base.packages, current.state)
         result.notes.extend(derived.problems)
+        with engine_errors(f"Reading the changes of {name!r}", manager.log):
+            commands = self._commands(container)
+        # Shown, written into the Dockerfile as comments: never a credential typed in one.
+        result.commands = [cl.redact_command(c) for c in commands[base.log_lines :]]
         mounts = cl.mount_targets(container.attrs)
         new_envs = [p.env.prefix for p in result.python if p.new_env]
         result.files = cl.file_changes(
@@ -292,6 +309,7 @@ class ChangeCapture:
             excluded=excluded,
         )
         captured.changes = result.without(set(captured.held))
+        captured.log_lines = len(commands)
         return captured
 
     def _probe_current(

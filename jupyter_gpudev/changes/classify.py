@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..containers import commandlog
 from ..environments import CA_BUNDLE_ENV_VARS
 from .accounts import ACCOUNT_FILES, Accounts
 from .compare import _has_ancestor_in
@@ -156,6 +157,20 @@ _SECRET_VALUE_RE = re.compile(
 )
 
 
+_URL_USERINFO_RE = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
+_SECRET_OPTION_RE = re.compile(
+    r"(?i)(?P<option>--?[A-Za-z-]*(?:password|passwd|token|secret|api-key)[A-Za-z-]*[= ])\S+"
+)
+
+
+def redact_command(command: str) -> str:
+    """A logged command line without what looks like a credential: a URL's user and password,
+    the value of a ``--password``/``--token``-like option, known token formats (``***``)."""
+    text = _URL_USERINFO_RE.sub(r"\g<scheme>***@", command)
+    text = _SECRET_OPTION_RE.sub(r"\g<option>***", text)
+    return _SECRET_VALUE_RE.sub("***", text)
+
+
 def _any_of(patterns: Iterable[str]) -> re.Pattern[str]:
     """One compiled regular expression for several shell patterns (thousands of paths are
     checked: one match per path, not one per pattern)."""
@@ -220,6 +235,9 @@ def _is_noise(path: str) -> bool:
     )
 
 
+#: Why gpudev's command log and its wrappers are left out (see ``containers.commandlog``).
+COMMAND_LOG = "gpudev's command log"
+
 #: Why account files are left out: the users and groups are rendered as lines instead.
 ACCOUNTS = "account files (users and groups are written as useradd/groupadd lines)"
 
@@ -238,6 +256,8 @@ def classify_path(
         reason = "NVIDIA driver files"
     elif path in ACCOUNT_FILES:
         reason = ACCOUNTS
+    elif any(_under(path, own) for own in commandlog.OWN_PATHS):
+        reason = COMMAND_LOG
     elif (
         path in owned
         or any(part in _SITE_DIRS for part in path.split("/"))

@@ -38,6 +38,7 @@ import docker
 import docker.errors
 from docker.utils import build as docker_build
 
+from ..containers import commandlog
 from ..engine import Progress, Reference, Registries, stream_build
 from ..errors import ENGINE_FAILURES, FAILURES, BadRequest, EngineError, GPUDevError, engine_errors
 from ..labels import (
@@ -355,6 +356,7 @@ class Committer:
             for d in captured.diff
             if int(d["Kind"]) != 2 and cl.is_driver_path(str(d["Path"]))
         )
+        own = [p for p in commandlog.OWN_PATHS if any(str(d["Path"]) == p for d in captured.diff)]
         previous = _image_id(client, options.snapshot)
         temporary: list[str] = []
         try:
@@ -362,14 +364,15 @@ class Committer:
                 committed = container.commit()
                 temporary.append(str(committed.id))
                 layers_from = str(committed.id)
-                if drivers:
+                if drivers or own:
                     say(
                         {
                             "stage": "snapshot",
-                            "message": f"leaving out {len(drivers)} injected driver file(s)",
+                            "message": f"leaving out {len(drivers)} injected driver file(s)"
+                            + (" and gpudev's command log" if own else ""),
                         }
                     )
-                    layers_from = self._without(client, layers_from, drivers)
+                    layers_from = self._without(client, layers_from, [*drivers, *own])
                     temporary.append(layers_from)
                 labels = self._labels(client, prepared, options.message)
                 config = self._image_config(client, prepared, labels)
@@ -400,10 +403,11 @@ class Committer:
 
     @staticmethod
     def _without(client: docker.DockerClient, image: str, paths: list[str]) -> str:
-        """A layer on ``image`` that removes ``paths`` (no shell, no network, as root)."""
+        """A layer on ``image`` that removes ``paths`` (files or folders; no shell, no network,
+        as root)."""
         helper = client.containers.create(
             image,
-            entrypoint=["rm", "-f", "--"],
+            entrypoint=["rm", "-rf", "--"],
             command=paths,
             user="0",
             network_disabled=True,

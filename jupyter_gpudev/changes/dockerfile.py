@@ -97,6 +97,7 @@ def writable(changes: ChangeSet, reported: list[str]) -> ChangeSet:
         notes=changes.notes,
         accounts=_writable_accounts(changes.accounts, reported),
         tools=changes.tools,
+        commands=changes.commands,
     )
 
 
@@ -609,6 +610,24 @@ def comment_lines(message: str | None) -> list[str]:
     return lines
 
 
+#: The most logged commands a diff shows (the latest).
+SHOWN_COMMANDS = 50
+
+
+def command_lines(commands: list[str]) -> list[str]:
+    """The package-manager commands run since the last commit, as comments (escaped: the log
+    is the container's, so anything may be in it)."""
+    if not commands:
+        return []
+    lines = ["# commands run since the last commit (gpudev's command log, for reference):"]
+    if len(commands) > SHOWN_COMMANDS:
+        lines.append(f"#   ... {len(commands) - SHOWN_COMMANDS} earlier")
+    for command in commands[-SHOWN_COMMANDS:]:
+        shown = _printable(command).rstrip("\\`")  # a comment continues nothing
+        lines.append(f"#   {shown if len(shown) <= 300 else shown[:297] + '...'}")
+    return lines
+
+
 def link_lines(links: dict[str, str], reported: list[str]) -> list[str]:
     """``RUN ["ln", "-sfn", "--", TARGET, PATH]`` (exec form: no shell) for each kept symbolic
     link not made in the build context (``FileChanges.links``); a path that is not absolute,
@@ -673,6 +692,7 @@ def change_lines(
     where = _printable(f"{container} (environment {environment})")
     lines = [f"{MARK} changes of dev container {where} ---"]
     lines += comment_lines(message)
+    lines += command_lines(changes.commands)
     if left_out:
         lines.append(
             f"# {left_out} change(s) not written: a Dockerfile cannot hold them (see the notes)"

@@ -366,6 +366,9 @@ class ChangeSet:
     notes: list[str] = field(default_factory=list)
     accounts: AccountChanges = field(default_factory=AccountChanges)
     tools: ToolChanges = field(default_factory=ToolChanges)
+    #: The package-manager commands run since the baseline (gpudev's command log, as the
+    #: container holds it: shown as comments, never run).
+    commands: list[str] = field(default_factory=list)
 
     def is_empty(self) -> bool:
         return not (
@@ -413,6 +416,7 @@ class ChangeSet:
             "notes": list(self.notes),
             "accounts": self.accounts.to_json(),
             "tools": self.tools.to_json(),
+            "commands": list(self.commands),
             "empty": self.is_empty(),
         }
 
@@ -478,6 +482,7 @@ class ChangeSet:
             notes=notes,
             accounts=self.accounts.without(frozenset(excluded)),
             tools=self.tools.without(excluded),
+            commands=list(self.commands),
         )
 
 

@@ -14,6 +14,7 @@ Every method here blocks (Docker SDK calls): the server runs them in worker thre
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import os
 import re
@@ -81,7 +82,7 @@ from ..leasing import (
     leasable_units,
     seen_by,
 )
-from . import seccomp
+from . import commandlog, seccomp
 from .commands import run_lifecycle_commands
 from .create import Confinement, Target, create_args
 from .images import ensure_image
@@ -148,6 +149,16 @@ class DevContainers(ContainerLookup):
         dedicated to a kernel) keeps running after its last kernel ends before it is stopped
         and its GPUs released; 0 stops it at once. A pinned container is never stopped this
         way (`jupyter gpudev pin NAME`, the panel's Pin button).""",
+    ).tag(config=True)
+
+    command_log = Bool(
+        True,
+        help="""Note the package-manager commands run in each dev container (pip, pip3, apt,
+        apt-get, conda, mamba, micromamba, npm, cargo: small wrappers first on its PATH append
+        each command line to /var/log/gpudev/commands.log, then run the real program), and
+        show the ones since the last commit as comments in its diff. Read as data, never run;
+        `python -m pip`, login shells that set PATH anew and environments whose containerEnv
+        sets PATH are not noted.""",
     ).tag(config=True)
 
     keep_alive_command = Unicode(
@@ -655,6 +666,9 @@ class DevContainers(ContainerLookup):
             if ca_mount is not None:
                 mounts.append(ca_mount)
                 extra_env.update(ca_env)
+        if self.command_log and "PATH" not in env.container_env:  # an environment's PATH rules
+            image_env = client.images.get(image).attrs.get("Config", {}).get("Env") or []
+            extra_env["PATH"] = commandlog.path_with_shims(list(image_env))
         injection: Injection | None = None
         if uuids and self.legacy_gpus.enabled:
             if not host.spec.is_local or inventory is None:
@@ -686,7 +700,15 @@ class DevContainers(ContainerLookup):
             publish_ports=self.publish_ports,
         )
         kwargs = create_args(env, target, self._confinement())
-        return client.containers.create(image, **kwargs)
+        container = client.containers.create(image, **kwargs)
+        if self.command_log:
+            try:
+                container.put_archive("/", commandlog.archive())  # raises when it fails
+            except BaseException:
+                with contextlib.suppress(docker.errors.DockerException):
+                    container.remove(force=True)
+                raise
+        return container
 
     def _mounts(self, host: Host, env: Environment) -> tuple[builtins.list[ResolvedMount], str]:
         """The workspace and declared mounts, checked on the host they are paths of: this

@@ -350,3 +350,40 @@ def test_edits_to_files_the_baseline_had_are_changes(
     with pytest.raises(Conflict) as refused:
         manager.remove("lifebox")
     assert refused.value.details["changes"] == ["/etc/lifecycle.conf", "/etc/motd"]
+
+
+def test_the_package_manager_commands_run_are_shown_as_comments(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given package-manager commands run in a container (as its user types them), and a line
+    # forged into the log with a terminal escape
+    manager.start(StartRequest(environment="repro", name="logbox"))
+    sh(
+        docker_client,
+        "logbox",
+        "set -e; pip install -q --break-system-packages iniconfig==2.0.0; apt-get update -qq; "
+        "apt-get -o Acquire::http::Proxy=http://bob:s3cret@127.0.0.1:9/ --version >/dev/null; "
+        r"printf '2026 forged \033]0;x\007\n' >> /var/log/gpudev/commands.log",
+    )
+    # When the diff is taken
+    capture = ChangeCapture(manager)
+    captured = capture.capture("logbox")
+    text = capture.diff("logbox")[1].new_text
+    # Then the commands are comments, the forged one escaped; the log and wrappers are no change
+    assert captured.changes.commands == [
+        "pip install -q --break-system-packages iniconfig==2.0.0",
+        "apt-get update -qq",
+        "apt-get -o Acquire::http::Proxy=http://***@127.0.0.1:9/ --version",
+        "forged \x1b]0;x\x07",
+    ]
+    assert "s3cret" not in text
+    assert "#   pip install -q --break-system-packages iniconfig==2.0.0\n" in text
+    assert "#   apt-get update -qq\n" in text
+    assert "#   forged \\x1b]0;x\\x07\n" in text
+    assert [i.id for i in captured.items] == ["python:/usr:iniconfig"]
+    # And after a written commit, only the commands run since are shown
+    Committer(capture, manager.registries).commit("logbox", CommitOptions(write=True))
+    sh(docker_client, "logbox", "pip uninstall -q -y --break-system-packages iniconfig")
+    assert capture.capture("logbox").changes.commands == [
+        "pip uninstall -q -y --break-system-packages iniconfig"
+    ]
