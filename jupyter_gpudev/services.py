@@ -101,5 +101,7 @@ class Services:
         self.committer = Committer(self.capture, self.containers.registries)
 
     def close(self) -> None:
-        """Close the engine connections (and SSH tunnels) the hosts opened."""
+        """Stop the background change counts; close the engine connections (and SSH tunnels)
+        the hosts opened."""
+        self.tracker.close()
         self.host_pool.close()

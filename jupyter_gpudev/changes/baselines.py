@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,11 +18,11 @@ from . import model as ch
 if TYPE_CHECKING:
     pass
 
-_SAFE_ID = "0123456789abcdefsha256:"
+_SAFE_ID = re.compile(r"(?:sha256:)?[0-9a-f]+\Z")
 
 
 def _check_id(value: str) -> str:
-    if not value or any(c not in _SAFE_ID for c in value):
+    if not _SAFE_ID.match(value):
         raise EngineError(f"Unexpected image or container id {value!r}")
     return value.replace("sha256:", "")
 
@@ -33,6 +34,9 @@ class Baselines:
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
         self.folder = Path(state_dir) / "baselines"
         self._lock = threading.Lock()
+        #: Container baselines as last read, by file (with its inode, size and time): the
+        #: panel's listing reads every container's at each poll, and they rarely change.
+        self._read_containers: dict[Path, tuple[tuple[int, int, int], Baseline]] = {}
 
     def _read(self, path: Path) -> dict[str, Any] | None:
         try:
@@ -56,20 +60,24 @@ class Baselines:
         self._write(self.folder / f"image-{_check_id(image_id)}.json", state.to_json())
 
     def container(self, container_id: str) -> Baseline | None:
-        data = self._read(self.folder / f"container-{_check_id(container_id)}.json")
-        if not data:
+        path = self.folder / f"container-{_check_id(container_id)}.json"
+        try:
+            stat = path.stat()
+        except OSError:
             return None
-        env = data.get("env")
-        files = data.get("files")
-        return Baseline(
-            ch.PackageState.from_json(data["packages"]),
-            dict(env) if isinstance(env, dict) else None,
-            {str(k): int(v) for k, v in files.items()} if isinstance(files, dict) else {},
-            [str(p) for p in data.get("secrets") or []],
-            [str(i) for i in data.get("held") or []],
-            {str(k): str(v) for k, v in dict(data.get("digests") or {}).items()},
-            int(data.get("log_lines") or 0),
-        )
+        stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        with self._lock:
+            kept = self._read_containers.get(path)
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        data = self._read(path)
+        baseline = _container_baseline(data) if data else None
+        with self._lock:
+            if baseline is None:
+                self._read_containers.pop(path, None)
+            else:
+                self._read_containers[path] = (stamp, baseline)
+        return baseline
 
     def save_container(self, container_id: str, baseline: Baseline) -> None:
         self._write(
@@ -88,6 +96,8 @@ class Baselines:
     def forget(self, container_id: str) -> None:
         path = self.folder / f"container-{_check_id(container_id)}.json"
         path.unlink(missing_ok=True)
+        with self._lock:
+            self._read_containers.pop(path, None)
 
 
 #: The most kept files whose content a baseline records (reading them is part of every diff
@@ -114,6 +124,28 @@ class Baseline:
     digests: dict[str, str] = field(default_factory=dict)
     #: How many lines of the command log (``containers.commandlog``) were there then.
     log_lines: int = 0
+    _fingerprint: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    def fingerprint(self) -> int:
+        """A hash of the files and left-out changes (what a kept change count depends on),
+        computed once: baselines are read again only when their file changes."""
+        if self._fingerprint is None:
+            self._fingerprint = hash((frozenset(self.files.items()), tuple(self.held)))
+        return self._fingerprint
+
+
+def _container_baseline(data: dict[str, Any]) -> Baseline:
+    env = data.get("env")
+    files = data.get("files")
+    return Baseline(
+        ch.PackageState.from_json(data["packages"]),
+        dict(env) if isinstance(env, dict) else None,
+        {str(k): int(v) for k, v in files.items()} if isinstance(files, dict) else {},
+        [str(p) for p in data.get("secrets") or []],
+        [str(i) for i in data.get("held") or []],
+        {str(k): str(v) for k, v in dict(data.get("digests") or {}).items()},
+        int(data.get("log_lines") or 0),
+    )
 
 
 def atomic_write(path: Path, text: str) -> None:

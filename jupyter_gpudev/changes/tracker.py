@@ -9,10 +9,11 @@ that listing stays cheap.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Hashable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from docker.models.containers import Container
@@ -79,10 +80,13 @@ class ChangeCounts:
         key: Hashable,
         running: bool,
         compute: Callable[[], int | None],
+        *,
+        wait: bool = True,
     ) -> int | None:
         """The kept count if it still holds, else ``compute()`` (kept unless ``None``). A
         running container's count past its time is answered as is while it is counted again in
-        the background."""
+        the background. Without ``wait``, ``None`` where a count would have to be waited for
+        (nothing kept for this state): nothing is computed."""
         with self._lock:
             now = self._clock()
             hit = self._fresh(container_id, key, running, now)
@@ -90,6 +94,8 @@ class ChangeCounts:
                 return hit
             entry = self._entries.get(container_id)
             stale = entry.value if entry is not None and entry.key == key else None
+            if stale is None and not wait:
+                return None
             if entry is not None and stale is not None:
                 entry.read_at = now
             pending = self._pending.get(container_id)
@@ -135,12 +141,25 @@ class ChangeCounts:
                     cid for cid, e in self._entries.items() if now - e.read_at > self.FORGET_AFTER
                 ]:
                     del self._entries[stale]
-            future.set_result(value)
+            with contextlib.suppress(InvalidStateError):  # ``close`` answered it already
+                future.set_result(value)
         return value
 
     def forget(self, container_id: str) -> None:
         with self._lock:
             self._entries.pop(container_id, None)
+
+    def close(self) -> None:
+        """Drop the recounts not begun (the server is stopping: a queue of ``docker diff``
+        runs must not hold its exit); whoever waits for one gets ``None``."""
+        with self._lock:
+            refresher, self._refresher = self._refresher, None
+            waiting = [future for _, future in self._pending.values()]
+        if refresher is not None:
+            refresher.shutdown(wait=False, cancel_futures=True)
+        for future in waiting:
+            with contextlib.suppress(InvalidStateError):
+                future.set_result(None)
 
 
 def _uncommitted_changes(
@@ -179,6 +198,9 @@ class ChangeTracker:
     def record_baseline(self, container: Container) -> None:
         self.capture.record_baseline(container)
 
+    def close(self) -> None:
+        self.counts.close()
+
     def forget(self, container_id: str) -> None:
         self.baselines.forget(container_id)
         self.counts.forget(container_id)
@@ -207,7 +229,9 @@ class ChangeTracker:
             self.baselines.save_container(container_id, baseline)
         return baseline
 
-    def count(self, host: Host, container: Container, *, compute: bool) -> int | None:
+    def count(
+        self, host: Host, container: Container, *, compute: bool, wait: bool = True
+    ) -> int | None:
         """How many uncommitted changes ``container`` has, counted as the commit dialog and
         ``jupyter gpudev diff`` list them (one per package, file, deletion or variable: the
         capture's ``items``), so that a badge "N changes" names N things to review. The cheap
@@ -224,8 +248,7 @@ class ChangeTracker:
             state.get("StartedAt"),
             state.get("FinishedAt"),
             # commit --write moves the baseline forward (and records what it left out)
-            hash(frozenset(baseline.files.items())) if baseline else None,
-            tuple(baseline.held) if baseline else (),
+            baseline.fingerprint() if baseline else None,
         )
         running = str(state.get("Status", container.status)) not in STOPPED
         if not compute:
@@ -250,7 +273,7 @@ class ChangeTracker:
             self._item_counts[container_id] = (changed, items)
             return items
 
-        return self.counts.count(container_id, key, running, count)
+        return self.counts.count(container_id, key, running, count, wait=wait)
 
 
 def track_changes(containers: DevContainers) -> ChangeCapture:

@@ -14,7 +14,6 @@ from traitlets.config import Configurable
 from .._version import __version__
 from ..services import CLASSES
 from ..shared.authority import GPUDevService
-from ..shared.server import GPUDevServer
 from .commit import CommitApp, DiffApp
 from .containers import (
     EnvsApp,
@@ -54,7 +53,9 @@ class GPUDevCLI(JupyterApp):
         "commit": (CommitApp, "Write a dev container's changes into its Dockerfile."),
         "image": (ImageApp, "Manage images (bootstrap a base image without a registry)."),
         "serve": (
-            GPUDevServer,
+            # By name: importing the server (jupyter_server's app) costs every other
+            # subcommand about 1.8 s of start-up.
+            "jupyter_gpudev.shared.server.GPUDevServer",
             "Run the shared gpudev service (the engines, leases and policies of many users).",
         ),
     }

@@ -25,8 +25,11 @@ class ChangeTracking(Protocol):
         """What removing the (stopped) container would lose; empty: nothing."""
         ...
 
-    def count(self, host: Host, container: Container, *, compute: bool) -> int | None:
-        """How many change items a commit would list (``None``: not counted)."""
+    def count(
+        self, host: Host, container: Container, *, compute: bool, wait: bool = True
+    ) -> int | None:
+        """How many change items a commit would list (``None``: not counted; with ``wait``
+        off, a container with no kept count is not counted now)."""
         ...
 
     def forget(self, container_id: str) -> None:

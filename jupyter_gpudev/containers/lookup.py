@@ -15,7 +15,7 @@ import secrets
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ from .model import (
     engine_time,
     user_name,
 )
-from .ports import AddedPorts, declared_ports
+from .ports import AddedPorts, declared_ports, web_ports
 from .reconcile import on_host
 from .terminals import terminal_argv
 
@@ -296,9 +296,11 @@ class ContainerLookup(LoggingConfigurable):
         only unless ``all_states``); ``count_changes``: count their uncommitted changes too
         (see ``describe``), several at once."""
         who = self.access.resolve(caller)
-        found: list[tuple[Host, Container]] = []
+        ledger_id = self.ledger_id
+        found: list[tuple[Host, Container, _Known]] = []
         hosts = self._hosts(host)
         unreachable: list[GPUDevError] = []
+        added = self.added_ports.read()
         for candidate in hosts:
             try:
                 client = candidate.client()
@@ -306,27 +308,42 @@ class ContainerLookup(LoggingConfigurable):
                 unreachable.append(err)
                 continue
             with engine_errors(f"Listing dev containers on {candidate.name!r}", self.log):
-                containers = client.containers.list(
-                    all=all_states,
+                # One list request; inspect data reused while the engine's events allow.
+                listed = candidate.containers.list(
+                    client,
+                    all_states=all_states,
                     filters={"label": [f"{L_MANAGED}=1", f"{L_HOST}={candidate.name}"]},
-                    ignore_removed=True,
                 )
-            found.extend(
-                (candidate, c)
-                for c in containers
-                if self.access.may_see(who, c.labels, self.ledger_id)
+            known = _Known(
+                leases={lease.container: lease for lease in self.ledger.active(candidate.name)},
+                pinned=frozenset(self.ledger.pinned(candidate.name)),
+                added_ports=added,
             )
+            for attrs in listed:
+                container = client.containers.prepare_model(attrs)
+                if self.access.may_see(who, container.labels, ledger_id):
+                    found.append((candidate, container, known))
         if unreachable and len(unreachable) == len(hosts):
             raise unreachable[0]  # no engine answered: say so, not "no containers"
 
-        def info(pair: tuple[Host, Container]) -> DevContainerInfo:
-            return self.describe(*pair, count_changes=count_changes)
+        # Kept counts first (no engine call, stale ones recounted in the background); only
+        # the containers never counted in their state wait, several counted at once.
+        result = [
+            self.describe(h, c, count_changes=count_changes, known=k, wait=False)
+            for h, c, k in found
+        ]
+        waiting = [i for i, info in enumerate(result) if count_changes and info.uncommitted is None]
 
-        if count_changes and len(found) > 1:
-            with ThreadPoolExecutor(min(self.COUNT_WORKERS, len(found))) as pool:
-                result = builtins.list(pool.map(info, found))
-        else:
-            result = [info(pair) for pair in found]
+        def counted(index: int) -> DevContainerInfo:
+            found_host, container, known = found[index]
+            return self.describe(found_host, container, count_changes=True, known=known)
+
+        if len(waiting) > 1:
+            with ThreadPoolExecutor(min(self.COUNT_WORKERS, len(waiting))) as pool:
+                for index, info in zip(waiting, pool.map(counted, waiting), strict=True):
+                    result[index] = info
+        elif waiting:
+            result[waiting[0]] = counted(waiting[0])
         return sorted(result, key=lambda info: (info.host, info.name))
 
     def terminal_command(
@@ -447,10 +464,14 @@ class ContainerLookup(LoggingConfigurable):
         warnings: tuple[str, ...] = (),
         *,
         count_changes: bool = False,
+        known: _Known | None = None,
+        wait: bool = True,
     ) -> DevContainerInfo:
         """The container as reported. Its uncommitted changes are counted (``docker diff``,
         kept a while, see ``ChangeCounts``) only with ``count_changes``; otherwise a kept count
-        that still holds is reported, or ``None``."""
+        that still holds is reported, or ``None``. ``known``: the ledger and port reads of a
+        listing, made once for all its containers; ``wait`` off: a count that would have to be
+        waited for is ``None``."""
         labels = container.labels
         name = labels.get(L_NAME, user_name(container.name or ""))
         ports: dict[str, int] = {}
@@ -460,7 +481,14 @@ class ContainerLookup(LoggingConfigurable):
             for binding in bindings or []:
                 if binding.get("HostIp") in ("127.0.0.1", "") and binding.get("HostPort"):
                     ports[key.split("/")[0]] = int(binding["HostPort"])
-        lease = self.ledger.for_container(host.name, labels.get(L_NAME, ""))
+        if known is None:
+            lease = self.ledger.for_container(host.name, labels.get(L_NAME, ""))
+            pinned = labels.get(L_NAME, "") in self.ledger.pinned(host.name)
+            added = self.added_ports.read()
+        else:
+            lease = known.leases.get(labels.get(L_NAME, ""))
+            pinned = labels.get(L_NAME, "") in known.pinned
+            added = known.added_ports
         state = container.attrs.get("State", {})
         status = str(state.get("Status", container.status))
         usage = self.kernels.usage(host.name, name) if self.kernels is not None else None
@@ -478,9 +506,9 @@ class ContainerLookup(LoggingConfigurable):
             lease_id=lease.lease_id if lease else None,
             ports=ports,
             warnings=warnings,
-            pinned=labels.get(L_NAME, "") in self.ledger.pinned(host.name),
+            pinned=pinned,
             kernel_id=labels.get(L_KERNEL) or None,
-            web_ports=self.added_ports.web_ports(container),
+            web_ports=web_ports(container, added),
             forward_ports=tuple(sorted(declared_ports(container))),
             started_at=engine_time(state.get("StartedAt")) if state.get("Running") else None,
             finished_at=engine_time(state.get("FinishedAt")) if status in STOPPED else None,
@@ -491,11 +519,21 @@ class ContainerLookup(LoggingConfigurable):
                 else None
             ),
             uncommitted=(
-                self.changes.count(host, container, compute=count_changes)
+                self.changes.count(host, container, compute=count_changes, wait=wait)
                 if self.changes is not None
                 else None
             ),
         )
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What a listing reads once for all the containers of one host: the ledger's active
+    leases (by container name) and pins, and the ports added at run time (by container id)."""
+
+    leases: dict[str, Lease]
+    pinned: frozenset[str]
+    added_ports: dict[str, builtins.list[int]]
 
 
 def _status_text(state: dict[str, Any]) -> str:

@@ -4,7 +4,7 @@ descriptions, and the names and times read from the engine."""
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -66,7 +66,14 @@ class DevContainerInfo:
     uncommitted: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # Flat values only: a shallow copy (``asdict`` deep-copies; the panel polls this
+        # for every container).
+        result = {name: getattr(self, name) for name in _INFO_FIELDS}
+        result["ports"] = dict(self.ports)
+        return result
+
+
+_INFO_FIELDS = tuple(f.name for f in fields(DevContainerInfo))
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,12 @@ def declared_ports(container: Container) -> set[int]:
     }
 
 
+def web_ports(container: Container, added: dict[str, list[int]]) -> tuple[int, ...]:
+    """Every port of ``container`` the proxy serves: declared, or in ``added``
+    (``AddedPorts.read``)."""
+    return tuple(sorted(declared_ports(container) | set(added.get(str(container.id), ()))))
+
+
 class AddedPorts:
     """The ports added at run time, per container id, in ``<state_dir>/ports.json``."""
 
@@ -55,8 +61,7 @@ class AddedPorts:
 
     def web_ports(self, container: Container) -> tuple[int, ...]:
         """Every port of ``container`` the proxy serves."""
-        added = set(self.read().get(str(container.id), ()))
-        return tuple(sorted(declared_ports(container) | added))
+        return web_ports(container, self.read())
 
     def set(self, container_id: str, port: int, *, add: bool) -> None:
         """Add (or with ``add=False`` drop) one run-time port of a container."""

@@ -37,11 +37,13 @@ from ..errors import (
     GPUDevError,
     engine_errors,
 )
+from ..labels import L_MANAGED
 from .gpus import GPUInventory, Inventory, ProbeUnavailable
 from .registry import withhold_credentials
 from .spec import HostSpec, Transport
 from .ssh import SSHConnection, SSHDockerAdapter, SSHTarget
 from .tunnels import Tunnels
+from .watch import ContainerStates
 
 
 class HeldLease(Protocol):
@@ -122,6 +124,8 @@ class Host:
         self.ssh: SSHConnection | None = None
         self.tunnels: Tunnels | None = None
         self._user_ids: str | None = None
+        #: gpudev's containers on this engine as last inspected, kept by its event stream.
+        self.containers = ContainerStates(f"{L_MANAGED}=1", log)
         if spec.transport == "ssh":
             self.ssh = SSHConnection(
                 SSHTarget.from_url(
@@ -257,6 +261,7 @@ class Host:
         return self._connected(probe=False)
 
     def _close_clients(self) -> None:
+        self.containers.close()
         with self._lock:
             for client in (self._client, self._probe_client):
                 if client is not None:

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from jupyter_gpudev.changes.baselines import Baseline, Baselines
+from jupyter_gpudev.changes.model import PackageState
 from jupyter_gpudev.changes.tracker import ChangeCounts
 from jupyter_gpudev.containers import engine_time
 from jupyter_gpudev.engine import HostInfo
@@ -192,6 +196,46 @@ def test_a_stopped_containers_count_holds_until_its_state_changes(clock: Clock) 
     assert cache.peek("id", ("exited", "t3", "t4"), False) is None
 
 
+def test_a_listing_that_does_not_wait_never_computes_and_answers_what_is_kept(
+    clock: Clock,
+) -> None:
+    # Given a container never counted
+    cache = ChangeCounts(clock)
+    counter = Counter(4)
+    # Then a listing that does not wait gets no count, and nothing is computed
+    assert cache.count("id", "key", True, counter, wait=False) is None
+    assert counter.calls == 0
+    # When it was counted once and its time passed
+    assert cache.count("id", "key", True, counter) == 4
+    clock.now += ChangeCounts.RUNNING_TTL + 1
+    counter.value = 6
+    # Then the kept count is answered at once, counted again in the background
+    assert cache.count("id", "key", True, counter, wait=False) == 4
+    cache.wait()
+    assert counter.calls == 2
+    assert cache.count("id", "key", True, counter, wait=False) == 6
+    # And a count kept for another state is not answered (that would be wrong, not stale)
+    assert cache.count("id", "other", True, counter, wait=False) is None
+    assert counter.calls == 2
+
+
+def test_a_container_baseline_is_parsed_once_until_its_file_changes(tmp_path: Path) -> None:
+    baselines = Baselines(tmp_path)
+    packages = PackageState(dpkg={"bash": "5.2"})
+    baselines.save_container("abc123", Baseline(packages, None, {"/etc/x": 1}))
+    first = baselines.container("abc123")
+    # Read again, unchanged: the same object, not parsed again
+    assert baselines.container("abc123") is first
+    # Saved again: the new content
+    baselines.save_container("abc123", Baseline(packages, None, {"/etc/x": 1, "/etc/y": 1}))
+    second = baselines.container("abc123")
+    assert second is not None
+    assert second.files == {"/etc/x": 1, "/etc/y": 1}
+    # Forgotten: none
+    baselines.forget("abc123")
+    assert baselines.container("abc123") is None
+
+
 def test_a_failed_count_is_not_kept(clock: Clock) -> None:
     cache = ChangeCounts(clock)
     failing = Counter(None)
@@ -238,6 +282,36 @@ def test_concurrent_requests_share_one_computation(clock: Clock) -> None:
     # Then both get the one answer, computed once (not kept, so not a later cache hit)
     assert results == [None, None]
     assert calls == [1]
+
+
+def test_closing_drops_the_queued_recounts_and_answers_their_waiters(clock: Clock) -> None:
+    # Given two running containers whose kept counts are past their time
+    cache = ChangeCounts(clock)
+    for container in ("a", "b"):
+        cache.count(container, "k", True, Counter(1))
+    clock.now += ChangeCounts.RUNNING_TTL + 1
+    started, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def slow(name: str) -> Callable[[], int | None]:
+        def count() -> int | None:
+            calls.append(name)
+            started.set()
+            release.wait(10)
+            return 2
+
+        return count
+
+    # When both are recounted in the background (one at a time: b waits behind a)
+    assert cache.count("a", "k", True, slow("a")) == 1
+    assert cache.count("b", "k", True, slow("b")) == 1
+    assert started.wait(10)
+    # And the server stops meanwhile
+    cache.close()
+    release.set()
+    # Then the queued recount never runs, and nobody waits for it
+    cache.wait()
+    assert calls == ["a"]
 
 
 # -- engine times -----------------------------------------------------------------------------
