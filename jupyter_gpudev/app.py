@@ -127,6 +127,10 @@ class GPUDevApp(ExtensionApp):
         self._reconcile_task = asyncio.ensure_future(self._reconcile())
         if self.services is not None:  # kernels run in single-user servers only
             self.services.culler.start()
+            PLACEMENTS.warm = self.services.warm
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.services.warm.fill_pinned, self.services.containers
+            )
 
     def _link_jupyter_server_extension(self, serverapp: Any) -> None:
         # The gpudev kernels are in the picker through our kernelspec manager, unless the
@@ -165,6 +169,7 @@ class GPUDevApp(ExtensionApp):
             await task
         if self.services is not None:
             await self.services.culler.stop()
+            PLACEMENTS.warm = None
             provisioner.set_manager(None)
             self.services.close()
         if self.authority is not None:

@@ -28,6 +28,7 @@ from .kernels.kernelspecs import GPUDevKernelSpecManager
 from .kernels.provisioner import GPUDevProvisioner
 from .kernels.registry import KernelRegistry
 from .kernels.remote import ServiceKernelProvisioner
+from .kernels.warm import WarmKernels
 from .leasing import LeaseLedger
 
 #: Every configurable class of gpudev: the server extension's and the CLI's ``classes``, so
@@ -47,6 +48,7 @@ CLASSES: tuple[type[Configurable], ...] = (
     GPUDevProvisioner,
     ServiceKernelProvisioner,
     GPUDevKernelSpecManager,
+    WarmKernels,
 )
 
 
@@ -94,6 +96,8 @@ class Services:
             root_dir=root_dir, host_pool=self.host_pool, kernels=self.kernels, **more, **source
         )
         self.culler = GPUCuller(kernel_manager, **source)
+        #: Kernels started ahead in shared containers (used by a server's kernels only).
+        self.warm = WarmKernels(**source)
         self.capture = ChangeCapture(self.containers)
         #: The containers' uncommitted changes, for their lifecycle (see ``containers.hooks``).
         self.tracker = ChangeTracker(self.capture)
@@ -103,5 +107,6 @@ class Services:
     def close(self) -> None:
         """Stop the background change counts; close the engine connections (and SSH tunnels)
         the hosts opened."""
+        self.warm.close(self.containers)
         self.tracker.close()
         self.host_pool.close()

@@ -16,6 +16,7 @@ from ..changes.model import check_change_ids
 from ..containers import StartRequest
 from ..engine import unreachable_summary
 from ..errors import BadRequest, EngineError
+from ..kernels.placements import PLACEMENTS
 from .base import GPUDevHandler, authorized_to_execute, maps_errors
 
 
@@ -234,6 +235,8 @@ class ContainerPinHandler(GPUDevHandler):
     @maps_errors
     async def put(self, name: str) -> None:
         info = await self.blocking(self.gpudev.containers.pin, name, None, True)
+        if PLACEMENTS.warm is not None:  # a pinned container is kept for kernels: warm some
+            PLACEMENTS.warm.fill(self.gpudev.containers, (info.host, info.name))
         self.finish(json.dumps(info.to_json()))
 
     @web.authenticated

@@ -23,7 +23,8 @@ from ..containers import DevContainerInfo
 from ..environments import Environment, EnvironmentManager
 from ..errors import GPUDevError, NotFound
 from .placements import PLACEMENTS
-from .provisioner import DEFAULT_ARGV, current_manager
+from .process import DEFAULT_ARGV
+from .provisioner import current_manager
 from .remote import SERVICE_PROVISIONER
 
 PREFIX = "gpudev-"

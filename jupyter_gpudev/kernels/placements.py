@@ -52,6 +52,9 @@ class KernelPlacements:
         #: Builds a manager where no server gave one (``jupyter console``): set by the face
         #: module ``jupyter_gpudev.provisioner``, which the entry point loads.
         self.standalone: Callable[[Any], DevContainers] | None = None
+        #: The server's warm kernels (``kernels.warm.WarmKernels``), set by the server
+        #: extension in single-user mode; ``None``: every kernel is started when asked for.
+        self.warm: Any = None
         self._kernels_in: dict[Key, set[str]] = {}
         self._lingering: dict[Key, asyncio.TimerHandle] = {}
         self._ports_in_use: dict[str, set[int]] = {}

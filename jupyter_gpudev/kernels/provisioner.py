@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import shlex
 import signal
 import threading
 import time
@@ -36,7 +34,9 @@ from traitlets.config import Config
 from ..containers import DevContainers, StartRequest
 from ..engine import Host
 from ..errors import ENGINE_FAILURES, Conflict, EngineUnreachable, GPUDevError, engine_error
+from . import process
 from .placements import PLACEMENTS
+from .process import PORT_NAMES, runtime_files
 from .registry import KernelPlacement, KernelRegistry
 
 T = TypeVar("T")
@@ -58,17 +58,6 @@ class KernelStartFailed(GPUDevError):
     status = 500
     exit_code = 4
     code = "kernel_start"
-
-
-#: Where a kernel's connection file and pid file live inside the container.
-RUNTIME_DIR = "/tmp/.gpudev"  # noqa: S108 - inside the container, owned by the kernel's user
-DEFAULT_ARGV = ["python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-IMAGE_KERNELSPECS = (
-    "/usr/local/share/jupyter/kernels/python3/kernel.json",
-    "/usr/share/jupyter/kernels/python3/kernel.json",
-    "/opt/conda/share/jupyter/kernels/python3/kernel.json",
-)
-PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
 
 def set_manager(manager: DevContainers | None) -> None:
@@ -126,6 +115,10 @@ class GPUDevProvisioner(KernelProvisionerBase):
     _container_name: str = ""
     _dedicated: bool = False
     _exec_id: str = ""
+    #: The stem of its runtime files (a kernel handed over from the warm pool keeps its own).
+    _runtime_id: str = ""
+    #: The image's kernel argv (``{connection_file}`` not filled in) this start uses.
+    _image_argv: tuple[str, ...] = ()
     _ports: tuple[int, ...] = ()
     _exit_code: int | None = None
     _api: Any = None
@@ -159,6 +152,10 @@ class GPUDevProvisioner(KernelProvisionerBase):
     def idle_timeout(self) -> float | None:
         """The environment's own idle timeout (customizations.gpudev.idleTimeout), if any."""
         return self._idle_timeout
+
+    @property
+    def runtime_id(self) -> str:
+        return self._runtime_id or f"kernel-{self.kernel_id}"
 
     @property
     def has_process(self) -> bool:
@@ -293,25 +290,12 @@ class GPUDevProvisioner(KernelProvisionerBase):
         container = self._container()
         self._launching = container  # launch_kernel uses it: one lookup per start
         image_id = str(container.attrs.get("Image", ""))
-        cached = PLACEMENTS.argv(image_id)
-        if cached is not None:
-            return cached
-        argv = self._read_image_argv(container)
-        PLACEMENTS.remember_argv(image_id, argv)
+        argv = PLACEMENTS.argv(image_id)
+        if argv is None:
+            argv = process.image_argv(container)
+            PLACEMENTS.remember_argv(image_id, argv)
+        self._image_argv = tuple(argv)
         return list(argv)
-
-    @staticmethod
-    def _read_image_argv(container: Any) -> list[str]:
-        for path in IMAGE_KERNELSPECS:
-            code, output = container.exec_run(["cat", path])
-            if code == 0 and isinstance(output, bytes):
-                try:
-                    argv = json.loads(output)["argv"]
-                except (ValueError, KeyError, TypeError):
-                    continue
-                if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
-                    return list(argv)
-        return list(DEFAULT_ARGV)
 
     def _choose_ports(self) -> tuple[int, ...]:
         return PLACEMENTS.choose_ports(self._container_name, len(PORT_NAMES))
@@ -327,14 +311,16 @@ class GPUDevProvisioner(KernelProvisionerBase):
         container, self._launching = self._launching or self._container(), None
         self._api = container.client.api
         address = self._manager.address_of(container)
+        warm = self._launch_warm(container, kwargs)
+        if warm is not None:
+            return warm
         if not self._ports:  # a restart keeps its ports, as jupyter_client's local kernels do
             self._ports = self._choose_ports()
         # Where this server reaches each port: the container itself, or a local forward.
         host = self._host()
         reached = [host.reach(address, port) for port in self._ports]
-        kernel_file, pid_file, log_file = (
-            f"{RUNTIME_DIR}/kernel-{self.kernel_id}.{ext}" for ext in ("json", "pid", "log")
-        )
+        self._runtime_id = f"kernel-{self.kernel_id}"
+        kernel_file, _, log_file = runtime_files(self._runtime_id)
         info: dict[str, Any] = {
             "transport": "tcp",
             "signature_scheme": km.session.signature_scheme,
@@ -348,25 +334,17 @@ class GPUDevProvisioner(KernelProvisionerBase):
             "key": key.decode(),
         }
         local_file = getattr(km, "connection_file", "")
-        argv = [kernel_file if arg in (local_file, "{connection_file}") else arg for arg in cmd]
-        # One exec: write the private connection file (the key leaves the environment before
-        # the kernel starts), record the pid for signals, then become the kernel.
-        script = (
-            f"umask 077; mkdir -p {RUNTIME_DIR}; "
-            f'printf "%s" "$GPUDEV_CONNECTION" > {shlex.quote(kernel_file)}; '
-            "unset GPUDEV_CONNECTION; "
-            f"echo $$ > {shlex.quote(pid_file)}; "
-            f'exec "$@" >> {shlex.quote(log_file)} 2>&1'
-        )
-        environment = self._kernel_env(kwargs.get("env") or {})
-        environment["GPUDEV_CONNECTION"] = json.dumps(inside)
-        exec_id = self._api.exec_create(
+        argv = ["{connection_file}" if arg == local_file else arg for arg in cmd]
+        exec_id = process.start(
+            self._api,
             container.id,
-            ["/bin/sh", "-c", script, "kernel", *argv],
+            argv=argv,
+            runtime_id=self._runtime_id,
+            connection=inside,
             workdir=self._workdir(container, kwargs.get("cwd")),
-            environment=environment,
-        )["Id"]
-        self._api.exec_start(exec_id, detach=True)
+            environment=self._kernel_env(kwargs.get("env") or {}),
+        )
+        argv = [kernel_file if arg == "{connection_file}" else arg for arg in argv]
         self._exec_id = str(exec_id)
         self._exit_code = None
         self._check_started(container, argv, log_file)
@@ -386,7 +364,50 @@ class GPUDevProvisioner(KernelProvisionerBase):
             "ip": reached[0][0],
             "key": key,
         }
+        self._keep_warm()
         return cast(KernelConnectionInfo, connection)
+
+    def _launch_warm(self, container: Any, kwargs: dict[str, Any]) -> KernelConnectionInfo | None:
+        """The first start of a kernel in a shared container takes a warm kernel of it
+        (``kernels.warm``) when one is ready: it is moved to the notebook's folder and becomes
+        this kernel, key and ports included. ``None``: start one as usual."""
+        pool = PLACEMENTS.warm
+        km: Any = self.parent
+        if (
+            pool is None
+            or self._launched
+            or self._dedicated
+            or not self._image_argv
+            or km.session.signature_scheme != "hmac-sha256"
+            or getattr(getattr(self, "kernel_spec", None), "env", None)
+        ):
+            return None
+        warm = pool.take(self._shared_key(), container, list(self._image_argv))
+        if warm is None:
+            return None
+        env = kwargs.get("env") or {}
+        workdir = self._workdir(container, kwargs.get("cwd"))
+        if not pool.prepare(warm, workdir, env.get("JPY_SESSION_NAME")):
+            pool.discard(container.client.api, warm)
+            return None
+        self._exec_id, self._runtime_id, self._ports = warm.exec_id, warm.runtime_id, warm.ports
+        self._exit_code = None
+        self._launched = True
+        self._register()
+        self.log.info(
+            "gpudev kernel %s: a warm kernel of %s (%s)",
+            self.kernel_id,
+            self._container_name,
+            warm.runtime_id,
+        )
+        self._keep_warm()
+        connection = {**warm.connection(), "kernel_name": getattr(km, "kernel_name", "")}
+        return cast(KernelConnectionInfo, connection)
+
+    def _keep_warm(self) -> None:
+        """A kernel started in a shared container: keep warm ones ready there for the next."""
+        if PLACEMENTS.warm is not None and not self._dedicated:
+            PLACEMENTS.warm.fill(self._manager, self._shared_key())
 
     def _check_started(self, container: Any, argv: list[str], log_file: str) -> None:
         """A kernel that dies at once (no ipykernel, a bad argv) is an error with its output,
@@ -479,18 +500,9 @@ class GPUDevProvisioner(KernelProvisionerBase):
             await asyncio.sleep(0.05)
 
     def _signal_sync(self, signum: int) -> None:
-        """Send the signal through a detached exec: its effect is what the kernel does next,
-        which the caller watches (poll, wait); waiting for the ``kill`` itself would add a round
-        trip to every interrupt and shutdown."""
-        pid_file = f"{RUNTIME_DIR}/kernel-{self.kernel_id}.pid"
         try:
             container = self._container()
-            api = container.client.api
-            exec_id = api.exec_create(
-                container.id,
-                ["/bin/sh", "-c", f'kill -{int(signum)} "$(cat {shlex.quote(pid_file)})"'],
-            )["Id"]
-            api.exec_start(exec_id, detach=True)
+            process.send_signal(container.client.api, container.id, self.runtime_id, signum)
         except (docker.errors.DockerException, GPUDevError) as exc:
             self.log.warning("gpudev kernel %s: signal %s failed: %r", self.kernel_id, signum, exc)
 
@@ -569,7 +581,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
             # kernel this was is stopped next, and its GPUs freed.
             threading.Thread(
                 target=self._remove_runtime_files,
-                args=(self._container_name, self.host or None),
+                args=(self._container_name, self.host or None, self.runtime_id),
                 name="gpudev-kernel-files",
                 daemon=True,
             ).start()
@@ -609,18 +621,10 @@ class GPUDevProvisioner(KernelProvisionerBase):
             if host.tunnels is not None:
                 host.unreach(manager.address_of(self._container()), self._ports)
 
-    def _remove_runtime_files(self, container_name: str, host: str | None) -> None:
+    def _remove_runtime_files(self, container_name: str, host: str | None, runtime_id: str) -> None:
         with contextlib.suppress(docker.errors.DockerException, GPUDevError):
             _, container = self._manager.find(container_name, host)
-            container.exec_run(
-                [
-                    "rm",
-                    "-f",
-                    f"{RUNTIME_DIR}/kernel-{self.kernel_id}.json",
-                    f"{RUNTIME_DIR}/kernel-{self.kernel_id}.pid",
-                    f"{RUNTIME_DIR}/kernel-{self.kernel_id}.log",
-                ]
-            )
+            container.exec_run(["rm", "-f", *runtime_files(runtime_id)])
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         info: dict[str, Any] = await super().get_provisioner_info()
@@ -629,6 +633,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
             container=self._container_name,
             dedicated=self._dedicated,
             exec_id=self._exec_id,
+            runtime_id=self.runtime_id,
             ports=list(self._ports),
         )
         return info
@@ -639,6 +644,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         self.host = str(provisioner_info.get("host") or self.host)
         self._dedicated = bool(provisioner_info.get("dedicated", False))
         self._exec_id = str(provisioner_info.get("exec_id", ""))
+        self._runtime_id = str(provisioner_info.get("runtime_id", ""))
         self._ports = tuple(int(p) for p in provisioner_info.get("ports", []))
 
 

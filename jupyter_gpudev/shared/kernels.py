@@ -24,7 +24,8 @@ from traitlets.config import LoggingConfigurable
 
 from ..errors import BadRequest, NotFound
 from ..handlers.base import GPUDevHandler, authorized_to_execute, maps_errors
-from ..kernels.provisioner import DEFAULT_ARGV, GPUDevProvisioner, KernelLaunchError
+from ..kernels.process import DEFAULT_ARGV
+from ..kernels.provisioner import GPUDevProvisioner, KernelLaunchError
 from ..services import Services
 
 KERNEL_ID = re.compile(r"[0-9a-f-]{1,64}")

@@ -15,7 +15,7 @@ from jupyter_client.manager import AsyncKernelManager
 
 from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
 from jupyter_gpudev.errors import BadRequest
-from jupyter_gpudev.kernels import provisioner
+from jupyter_gpudev.kernels import process, provisioner
 from jupyter_gpudev.kernels.kernelspecs import SHARED_PREFIX, GPUDevKernelSpecManager
 from jupyter_gpudev.kernels.placements import PLACEMENTS
 from jupyter_gpudev.labels import L_SERVER
@@ -182,11 +182,7 @@ async def test_an_engine_error_while_launching_leaves_no_container_lease_or_memb
 
     monkeypatch.setattr(docker.api.client.APIClient, "exec_create", refuse)
     monkeypatch.setattr(PLACEMENTS, "_argv_by_image", {})  # looked up without an exec below
-    monkeypatch.setattr(
-        provisioner.GPUDevProvisioner,
-        "_read_image_argv",
-        staticmethod(lambda _container: list(provisioner.DEFAULT_ARGV)),
-    )
+    monkeypatch.setattr(process, "image_argv", lambda _container: list(process.DEFAULT_ARGV))
     km = kernel_manager(manager, "gpudev-gpu")
     # When its kernel is started
     with pytest.raises(provisioner.KernelLaunchError) as caught:
