@@ -146,8 +146,13 @@ ensure_image() {
     return 0
   fi
   apt_install debootstrap
-  # debootstrap needs root; the command reads the mirror from this host's apt sources.
-  as_root "$VENV/bin/jupyter-gpudev" image bootstrap --tag="$IMAGE"
+  # debootstrap needs root; the command reads the mirror from this host's apt sources. Its pip
+  # step (a current ipykernel) trusts this host's CA bundle: HTTPS may be intercepted here.
+  local trust=()
+  if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+    trust=(--MountPolicy.mount_ca_bundle=True)
+  fi
+  as_root "$VENV/bin/jupyter-gpudev" image bootstrap --tag="$IMAGE" "${trust[@]}"
 }
 
 ensure_registry() {

@@ -204,10 +204,16 @@ class ImageBootstrapApp(GPUDevSubcommand):
         print(f"[{event['stage']}] {event['message']}", file=sys.stderr, flush=True)
 
     def run(self) -> None:
-        pool = self.services().host_pool
-        host = pool.get(self.host or pool.local_name)
+        services = self.services()
+        host = services.host_pool.get(self.host or services.host_pool.local_name)
         bootstrapper = ImageBootstrapper(parent=self, log=self.log)
-        result = bootstrapper.run(host.client(), force=self.force, progress=self._progress)
+        result = bootstrapper.run(
+            host.client(),
+            force=self.force,
+            progress=self._progress,
+            # Behind a TLS-intercepting proxy, the pip step trusts the host's CA bundle.
+            trust=services.containers.mount_policy.build_trust(),
+        )
         verb = "built" if result.created else "already present"
         self.emit(
             result.to_json(),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -41,6 +42,11 @@ APT_SOURCE_FILES = (
 )
 _SUITE_RE = re.compile(r"^[a-z][a-z0-9-]{1,30}\Z")
 _PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+\Z")
+#: A pip requirement: a name, extras, version specifiers (quoted for the shell when written).
+_REQUIREMENT_RE = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,100}(\[[A-Za-z0-9._,-]{1,100}\])?"
+    r"((==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!-]{1,50}(,(==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!-]{1,50})*)?\Z"
+)
 _TAG_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,200}\Z")
 
 
@@ -190,6 +196,16 @@ class ImageBootstrapper(LoggingConfigurable):
         help="Debian packages installed into the kernel-capable image.",
     ).tag(config=True)
 
+    pip_packages = List(
+        Unicode(),
+        default_value=["ipykernel"],
+        help="""Python packages pip then installs from the package index over Debian's (requirement
+        specifiers, e.g. "ipykernel>=6.29"): by default a current ipykernel, whose kernels start
+        in about 0.2 s against 0.45-0.65 s for Debian's. Where the index cannot be reached (or
+        its TLS is intercepted and c.MountPolicy.mount_ca_bundle is off), the image keeps
+        Debian's packages and says so in the build output. [] installs nothing with pip.""",
+    ).tag(config=True)
+
     debootstrap_path = Unicode(
         "debootstrap", help="The debootstrap executable (a name on PATH or an absolute path)."
     ).tag(config=True)
@@ -211,6 +227,9 @@ class ImageBootstrapper(LoggingConfigurable):
         for package in self.packages:
             if not _PACKAGE_RE.match(package):
                 raise BadRequest(f"Not a Debian package name: {package!r}")
+        for requirement in self.pip_packages:
+            if not _REQUIREMENT_RE.match(requirement):
+                raise BadRequest(f"Not a pip requirement: {requirement!r}")
 
     def _image_id(self, client: docker.DockerClient, tag: str) -> str | None:
         try:
@@ -224,8 +243,11 @@ class ImageBootstrapper(LoggingConfigurable):
         *,
         force: bool = False,
         progress: Progress | None = None,
+        trust: BuildTrust | None = None,
     ) -> BootstrapResult:
-        """Make sure ``image_tag`` exists; build what is missing. Blocking and idempotent."""
+        """Make sure ``image_tag`` exists; build what is missing. Blocking and idempotent.
+        ``trust``: the CA bundle the build's ``RUN`` steps trust (the pip step, behind a
+        TLS-intercepting proxy)."""
         say: Progress = progress or (lambda _event: None)
         started = time.monotonic()
         existing = self._image_id(client, self.image_tag)
@@ -250,7 +272,7 @@ class ImageBootstrapper(LoggingConfigurable):
             self._bootstrap_base(client, mirror, say)
         else:
             say({"stage": "base", "message": f"{self.base_tag} is already present"})
-        image_id = self._build_kernel_image(client, say)
+        image_id = self._build_kernel_image(client, say, trust)
         say({"stage": "done", "message": f"{self.image_tag} is ready"})
         return BootstrapResult(
             image=self.image_tag,
@@ -329,22 +351,38 @@ class ImageBootstrapper(LoggingConfigurable):
 
     def dockerfile(self) -> str:
         packages = " ".join(sorted(self.packages))
-        return (
+        text = (
             f"FROM {self.base_tag}\n"
             "ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8\n"
             "RUN apt-get update \\\n"
             f" && apt-get install -y --no-install-recommends {packages} \\\n"
             " && rm -rf /var/lib/apt/lists/*\n"
-            f'LABEL {L_BOOTSTRAP}="{self.suite}" {L_BOOTSTRAP_KERNEL}="ipykernel"\n'
         )
+        if self.pip_packages:
+            # Over Debian's, into /usr/local; ipykernel's own kernelspec names "python", which
+            # Debian does not have: it is written again for python3. Without the index the
+            # image keeps Debian's packages (the build says so).
+            requirements = " ".join(shlex.quote(r) for r in self.pip_packages)
+            text += (
+                "RUN (python3 -m pip install --no-cache-dir --break-system-packages --retries 1 "
+                "--timeout 20 --upgrade "
+                f"{requirements} \\\n"
+                "  && python3 -m ipykernel install --prefix /usr/local) \\\n"
+                " || echo 'gpudev: the Python package index could not be reached: the image "
+                "keeps Debian packages' >&2\n"
+            )
+        return text + f'LABEL {L_BOOTSTRAP}="{self.suite}" {L_BOOTSTRAP_KERNEL}="ipykernel"\n'
 
-    def _build_kernel_image(self, client: docker.DockerClient, say: Progress) -> str:
+    def _build_kernel_image(
+        self, client: docker.DockerClient, say: Progress, trust: BuildTrust | None
+    ) -> str:
         say({"stage": "build", "message": f"building {self.image_tag} on {self.base_tag}"})
         try:
             stream_build(
                 client,
                 self.image_tag,
                 say,
+                trust,
                 fileobj=io.BytesIO(self.dockerfile().encode()),
                 tag=self.image_tag,
             )

@@ -48,6 +48,28 @@ def test_the_image_runs_ipykernel(docker_client: docker.DockerClient, bootstrapp
     assert version[0].isdigit()
 
 
+def test_the_image_has_a_current_ipykernel_whose_kernelspec_runs(
+    docker_client: docker.DockerClient, bootstrapped: str
+) -> None:
+    """The set-up script builds it where the package index answers (through this machine's
+    proxy, trusting its CA bundle): pip's ipykernel over Debian's 6.17, its kernelspec written
+    for python3 (the wheel's names "python", which Debian does not have)."""
+    output = docker_client.containers.run(
+        bootstrapped,
+        [
+            "python3",
+            "-c",
+            "import ipykernel, json, shutil; "
+            "spec = json.load(open('/usr/local/share/jupyter/kernels/python3/kernel.json')); "
+            "print(ipykernel.__version__, bool(shutil.which(spec['argv'][0])))",
+        ],
+        remove=True,
+    )
+    version, runnable = output.decode().split()
+    assert int(version.split(".")[0]) >= 7, version
+    assert runnable == "True"
+
+
 def test_the_image_is_labelled_as_bootstrapped(
     docker_client: docker.DockerClient, bootstrapped: str
 ) -> None:

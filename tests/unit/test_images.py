@@ -82,8 +82,31 @@ def test_mirror_must_be_a_url() -> None:
 
 
 def test_dockerfile_installs_sorted_packages_in_one_layer() -> None:
-    text = ImageBootstrapper(packages=["python3-pip", "python3-ipykernel"]).dockerfile()
+    text = ImageBootstrapper(
+        packages=["python3-pip", "python3-ipykernel"], pip_packages=[]
+    ).dockerfile()
     assert text.startswith("FROM gpudev-base:bookworm\n")
     assert "apt-get install -y --no-install-recommends python3-ipykernel python3-pip" in text
     assert text.count("RUN ") == 1
     assert "rm -rf /var/lib/apt/lists/*" in text
+
+
+def test_dockerfile_installs_a_current_ipykernel_over_debians_and_keeps_debians_without_index() -> (
+    None
+):
+    text = ImageBootstrapper(pip_packages=["ipykernel>=6.29,<8"]).dockerfile()
+    pip_step = text.split("RUN ")[2]
+    # Quoted for the shell: ">" and "<" are no redirections
+    assert "--upgrade 'ipykernel>=6.29,<8'" in pip_step
+    # The kernelspec is written again for python3, and a failure keeps Debian's packages
+    assert "python3 -m ipykernel install --prefix /usr/local" in pip_step
+    assert "|| echo" in pip_step
+
+
+@pytest.mark.parametrize(
+    "requirement",
+    ["ipykernel; rm -rf /", "x$(id)", "--index-url=http://evil.example", "a b", "", "../x"],
+)
+def test_pip_requirements_are_checked_before_any_work(requirement: str) -> None:
+    with pytest.raises(BadRequest, match="Not a pip requirement"):
+        ImageBootstrapper(pip_packages=[requirement])._check_inputs("http://deb.debian.org/debian")
