@@ -23,9 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+from server import FAKE_SMI, HEADERS, start_server, stop_server
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.websocket import websocket_connect
 from traitlets.config import Config
@@ -48,49 +47,15 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNS = int(os.environ.get("BENCH_RUNS", "7"))
 #: ``c.WarmKernels.count`` of the server (1: the default; 0: every kernel started when asked).
 WARM = int(os.environ.get("BENCH_WARM", "1"))
-TOKEN = "bench-token"  # noqa: S105 - a throwaway token for a loopback-only server
-FAKE_SMI = ROOT / "tests" / "fixtures" / "fake-nvidia-smi"
-HEADERS = {"Authorization": f"token {TOKEN}"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Server:
     """A real Jupyter server with the extension, on loopback."""
 
     def __init__(self, root: Path, state: Path, extra: list[str]) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        env = {
-            **os.environ,
-            "FAKE_NVIDIA_SMI_DIR": str(ROOT / "tests/fixtures/smi/two-a100"),
-            "JUPYTER_CONFIG_DIR": str(state / "config"),
-        }
         self.log = (state / "server.log").open("w")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "jupyter_server",
-                f"--port={self.port}",
-                "--ip=127.0.0.1",
-                f"--IdentityProvider.token={TOKEN}",
-                f"--ServerApp.root_dir={root}",
-                "--ServerApp.open_browser=False",
-                "--allow-root",
-                f"--DevContainers.state_dir={state}",
-                "--GPUInventory.backend=nvidia-smi",
-                f"--GPUInventory.nvidia_smi_path={FAKE_SMI}",
-                *extra,
-            ],
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
+        self.process, self.port = start_server(root, state, extra, self.log)
+        self.base = f"http://127.0.0.1:{self.port}"
         self.http = AsyncHTTPClient()
 
     async def ready(self) -> None:
@@ -162,8 +127,7 @@ class Server:
         return str(kernel["id"]), elapsed
 
     def close(self) -> None:
-        self.process.terminate()
-        self.process.wait(20)
+        stop_server(self.process)
         self.log.close()
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,23 +37,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import docker
+from server import HEADERS, start_server, stop_server
 from traitlets.config import Config
 
 from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.labels import L_MANAGED
 
-ROOT = Path(__file__).resolve().parent.parent
 SIZES = [int(n) for n in os.environ.get("BENCH_SIZES", "1,10,40,100").split(",")]
 RUNS = int(os.environ.get("BENCH_RUNS", "15"))
-TOKEN = "bench-token"  # noqa: S105 - a throwaway token for a loopback-only server
-FAKE_SMI = ROOT / "tests" / "fixtures" / "fake-nvidia-smi"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def alternate(pairs: dict[str, Callable[[], object]], runs: int) -> dict[str, float]:
@@ -71,34 +62,10 @@ def alternate(pairs: dict[str, Callable[[], object]], runs: int) -> dict[str, fl
 
 
 class Server:
-    """A real Jupyter server with the extension, on loopback."""
+    """A real Jupyter server with the extension, on loopback (``server.start_server``)."""
 
     def __init__(self, root: Path, state: Path) -> None:
-        self.port = free_port()
-        env = {
-            **os.environ,
-            "FAKE_NVIDIA_SMI_DIR": str(ROOT / "tests/fixtures/smi/two-a100"),
-            "JUPYTER_CONFIG_DIR": str(state / "config"),
-        }
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "jupyter_server",
-                f"--port={self.port}",
-                "--ip=127.0.0.1",
-                f"--IdentityProvider.token={TOKEN}",
-                f"--ServerApp.root_dir={root}",
-                "--ServerApp.open_browser=False",
-                "--allow-root",
-                f"--DevContainers.state_dir={state}",
-                "--GPUInventory.backend=nvidia-smi",
-                f"--GPUInventory.nvidia_smi_path={FAKE_SMI}",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self.process, self.port = start_server(root, state, [])
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -110,20 +77,12 @@ class Server:
                 time.sleep(0.2)
 
     def get(self, path: str, timeout: float = 600) -> bytes:
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}{path}", headers={"Authorization": f"token {TOKEN}"}
-        )
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", headers=HEADERS)
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
             return bytes(response.read())
 
     def close(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            print("the server did not stop within 30 s", file=sys.stderr)
-            self.process.kill()
-            self.process.wait(10)
+        stop_server(self.process)
 
 
 def measure(

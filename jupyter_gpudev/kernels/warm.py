@@ -56,7 +56,9 @@ class WarmKernel:
     argv: tuple[str, ...]
     runtime_id: str
     exec_id: str
-    #: Its ports inside the container, and where this server reaches each one.
+    #: The container's address, its ports inside it, and where this server reaches each one
+    #: (the address itself, or a forward over an ssh:// host's connection).
+    address: str
     ports: tuple[int, ...]
     reached: tuple[tuple[str, int], ...]
     key: bytes
@@ -150,6 +152,9 @@ class WarmKernels(LoggingConfigurable):
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
         self._record: _Record | None = None
+        #: The manager of the containers (set by ``fill``): its hosts close the forwards of an
+        #: ssh:// host's warm kernels.
+        self._manager: DevContainers | None = None
 
     # -- handing out ------------------------------------------------------------------------
 
@@ -204,6 +209,7 @@ class WarmKernels(LoggingConfigurable):
         shared container ``key`` (nothing if it is not running)."""
         if self._record is None:
             self._record = _Record(manager.state_dir)
+        self._manager = manager
         with self._lock:
             if self._closed or self.count <= 0:
                 return
@@ -305,6 +311,9 @@ class WarmKernels(LoggingConfigurable):
                 environment={},
             )
         except BaseException:
+            if host.tunnels is not None:
+                with contextlib.suppress(GPUDevError):
+                    host.unreach(address, ports)
             PLACEMENTS.release_ports(name, ports)
             raise
         warm = WarmKernel(
@@ -315,6 +324,7 @@ class WarmKernels(LoggingConfigurable):
             argv=tuple(argv),
             runtime_id=runtime_id,
             exec_id=exec_id,
+            address=address,
             ports=ports,
             reached=reached,
             key=key_bytes,
@@ -340,6 +350,11 @@ class WarmKernels(LoggingConfigurable):
         """Kill a warm kernel and forget its runtime files and ports."""
         with contextlib.suppress(docker.errors.DockerException, GPUDevError):
             process.send_signal(api, warm.container_id, warm.runtime_id, signal.SIGKILL)
+        if self._manager is not None:
+            with contextlib.suppress(GPUDevError):
+                host = self._manager.host_pool.get(warm.host)
+                if host.tunnels is not None:
+                    host.unreach(warm.address, warm.ports)
         PLACEMENTS.release_ports(warm.container, warm.ports)
         if self._record is not None:
             self._record.remove(warm.runtime_id)

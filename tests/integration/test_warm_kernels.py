@@ -17,15 +17,19 @@ import pytest
 from tornado.httpclient import HTTPResponse
 
 from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
+from jupyter_gpudev.kernels import provisioner
 from jupyter_gpudev.kernels.kernelspecs import SHARED_PREFIX
 from jupyter_gpudev.kernels.placements import PLACEMENTS
 from jupyter_gpudev.kernels.warm import WarmKernels
+from jupyter_gpudev.labels import L_SERVER
 from tests.integration.test_kernels import kernel_manager, manager, run
+from tests.integration.test_remote_hosts import make_manager, remote_smi
 from tests.integration.test_shared_kernels import gpu_environment, started, state
+from tests.sshd import SSHServer
 
 pytestmark = pytest.mark.integration
 
-__all__ = ["manager"]
+__all__ = ["manager", "remote_smi"]  # the fixtures
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 
@@ -234,3 +238,49 @@ async def test_pinning_through_the_api_warms_a_kernel_the_picker_start_takes(
             all=True, filters={"name": docker_name("warmapi")}
         ):
             container.remove(force=True)
+
+
+async def test_warm_kernels_on_an_ssh_host_are_reached_and_closed_through_forwards(
+    tmp_path: Path,
+    ssh_server: SSHServer,
+    remote_smi: Path,
+    docker_client: docker.DockerClient,
+) -> None:
+    # Given only an ssh:// host, with a pinned shared container on it and a warm kernel ready
+    manager = make_manager(tmp_path, ssh_server, remote_smi, local=False)
+    provisioner.set_manager(manager)
+    pool = WarmKernels()
+    PLACEMENTS.warm = pool
+    far = manager.host_pool.get("far")
+    assert far.tunnels is not None
+    try:
+        manager.start(StartRequest(environment="default", name="farwarm", host="far"))
+        manager.pin("farwarm")
+        pool.fill_pinned(manager)
+        wait_ready(pool, ("far", "farwarm"))
+        assert len(far.tunnels.active()) == 5  # its ports, forwarded
+        # When a kernel is started in it
+        km = kernel_manager(manager, SHARED_PREFIX + "farwarm")
+        client = await started(km)
+        try:
+            # Then it is the warm one, reached through the forwards, and runs code
+            assert km.provisioner.runtime_id.startswith("warm-")  # type: ignore[union-attr]
+            assert km.get_connection_info()["ip"] == "127.0.0.1"
+            out, _ = await run(client, "print(6 * 7)")
+            assert out.strip() == "42"
+        finally:
+            client.stop_channels()
+            await km.shutdown_kernel()
+        # When the pool is closed (the server stops), after its next warm kernel was ready
+        wait_ready(pool, ("far", "farwarm"))
+        pool.close(manager)
+        # Then no forward is left
+        assert far.tunnels.active() == []
+    finally:
+        PLACEMENTS.warm = None
+        provisioner.set_manager(None)
+        for container in docker_client.containers.list(
+            all=True, filters={"label": f"{L_SERVER}={manager.server_id}"}
+        ):
+            container.remove(force=True)
+        manager.host_pool.close()
