@@ -16,6 +16,9 @@ L_MANAGED = f"{LABEL}.managed"
 L_NAME = f"{LABEL}.name"
 L_OWNER = f"{LABEL}.owner"
 L_ENV = f"{LABEL}.environment"
+#: On an environment's built image: the local images its FROM lines named, with their ids
+#: then (``ref@id`` separated by spaces): a base rebuilt under the same tag rebuilds it.
+L_BUILD_BASES = f"{LABEL}.build.bases"
 L_HOST = f"{LABEL}.host"
 #: The lease id and the leased GPU UUIDs (comma separated).
 L_LEASE = f"{LABEL}.lease"

@@ -7,6 +7,7 @@ hook (tests/fixtures/nvidia-hook) on machines without GPUs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -29,7 +30,7 @@ from jupyter_gpudev.containers import (
 )
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.errors import BadRequest, Conflict, GPUDevError
-from jupyter_gpudev.labels import L_GPUS, L_LEASE, L_MANAGED, L_SERVER
+from jupyter_gpudev.labels import L_BUILD_BASES, L_GPUS, L_LEASE, L_MANAGED, L_SERVER
 from jupyter_gpudev.leasing import GPURequest, NoFreeGPU, leasable_units
 from tests.conftest import FAKE_SMI, FIXTURES
 
@@ -188,6 +189,41 @@ def test_devcontainer_with_a_dockerfile_is_built_with_progress_and_started(
     again: list[dict[str, Any]] = []
     manager.start(StartRequest(environment="tools", name="tools-two"), again.append)
     assert not any(e["stage"] == "build" for e in again)
+
+
+def test_an_environment_image_is_built_again_when_its_base_changed_under_its_tag(
+    manager: DevContainers, docker_client: docker.DockerClient, root: Path
+) -> None:
+    # Given an environment built FROM a local tag (as after `image bootstrap`)
+    base = f"gpudev-test-base:{secrets.token_hex(4)}"
+    docker_client.images.get(BASE).tag(base)
+    try:
+        write_devcontainer(
+            root,
+            "onbase",
+            {"build": {"dockerfile": "Dockerfile"}},
+            dockerfile=f"FROM {base}\nRUN cat /etc/debian_version > /base-version\n",
+        )
+        manager.start(StartRequest(environment="onbase", name="onbase-one"))
+        first = docker_client.containers.get(docker_name("onbase-one")).attrs["Image"]
+        # When the tag is moved to another image (the base rebuilt: `image bootstrap --force`)
+        docker_client.images.get(IMAGE).tag(base)
+        events: list[dict[str, Any]] = []
+        manager.start(StartRequest(environment="onbase", name="onbase-two"), events.append)
+        # Then the environment's image is built again on the new base, and says why
+        assert any("changed: building again" in str(e["message"]) for e in events), events
+        second = docker_client.images.get(
+            docker_client.containers.get(docker_name("onbase-two")).attrs["Image"]
+        )
+        assert second.id != first
+        assert docker_client.images.get(IMAGE).id in second.labels[L_BUILD_BASES]
+        # And with the base unchanged, the next start reuses it
+        again: list[dict[str, Any]] = []
+        manager.start(StartRequest(environment="onbase", name="onbase-three"), again.append)
+        assert not any(e["stage"] == "build" for e in again)
+    finally:
+        with contextlib.suppress(docker.errors.APIError):
+            docker_client.images.remove(base)
 
 
 @pytest.mark.usefixtures("gpu_engine")

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from jupyter_gpudev.containers.images import base_refs
 from jupyter_gpudev.engine import ImageBootstrapper, detect_mirror, mirror_from_sources
 from jupyter_gpudev.errors import BadRequest
 
@@ -110,3 +111,18 @@ def test_dockerfile_installs_a_current_ipykernel_over_debians_and_keeps_debians_
 def test_pip_requirements_are_checked_before_any_work(requirement: str) -> None:
     with pytest.raises(BadRequest, match="Not a pip requirement"):
         ImageBootstrapper(pip_packages=[requirement])._check_inputs("http://deb.debian.org/debian")
+
+
+def test_the_bases_of_a_dockerfile_are_its_from_images_not_its_stages(tmp_path: Path) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(
+        "ARG BASE=x\n"
+        "FROM --platform=linux/amd64 gpudev-python:bookworm AS builder\n"
+        "RUN true\n"
+        "from registry.example/team/cuda:12.4 as cuda\n"
+        "FROM builder\n"
+        "FROM ${BASE}\n"
+        "FROM scratch\n"
+    )
+    assert base_refs(dockerfile) == ["gpudev-python:bookworm", "registry.example/team/cuda:12.4"]
+    assert base_refs(tmp_path / "missing") == []
