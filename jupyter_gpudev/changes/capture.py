@@ -400,7 +400,9 @@ class ChangeCapture:
             if staging is not None:
                 exported = self._export(captured.container, files.kept, staging, captured.diff)
             elif scan and files.kept:
-                exported = Exported(secrets=self.scan_credentials(captured.container, files.kept))
+                exported = Exported(
+                    secrets=self.scan_credentials(captured.container, files.kept, captured.diff)
+                )
             else:
                 exported = Exported()
         except BaseException:
@@ -463,13 +465,15 @@ class ChangeCapture:
         """``prepare`` then ``apply``: the Dockerfile diff written into the workspace."""
         return self.apply(self.prepare(name, host, message))
 
-    def scan_credentials(self, container: Container, paths: list[str]) -> set[str]:
+    def scan_credentials(
+        self, container: Container, paths: list[str], diff: list[dict[str, Any]]
+    ) -> set[str]:
         """The kept files whose content looks like a credential, read through the engine's
-        archive API (nothing runs in the container; running or stopped) and checked here."""
+        archive API (nothing runs in the container; running or stopped) and checked here.
+        ``diff``: the container's ``docker diff`` the capture read (asking the engine again
+        costs as much again: most of a second)."""
         if not paths:
             return set()
-        with engine_errors(f"Reading the changes of {container.name}", self.containers.log):
-            diff = list(container.diff() or [])
         exporter = _Exporter(container, None, self.file_size_limit)
         exporter.run(paths, diff)
         return exporter.result.secrets

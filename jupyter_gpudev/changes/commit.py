@@ -398,7 +398,9 @@ class Committer:
         files = prepared.captured.changes.files
         found = set(files.secrets)
         if files.transient:
-            found |= self.capture.scan_credentials(prepared.captured.container, files.transient)
+            found |= self.capture.scan_credentials(
+                prepared.captured.container, files.transient, prepared.captured.diff
+            )
         return sorted(found)
 
     @staticmethod

@@ -302,7 +302,9 @@ def test_a_snapshot_with_a_credential_in_it_is_not_pushed(
     # looks at their content here
     container = docker_client.containers.get("gpudev-kbox")
     sh(docker_client, "kbox", "echo hello > /etc/y")
-    found = ChangeCapture(manager).scan_credentials(container, ["/etc/x", "/etc/y", "/etc/none"])
+    found = ChangeCapture(manager).scan_credentials(
+        container, ["/etc/x", "/etc/y", "/etc/none"], list(container.diff())
+    )
     assert found == {"/etc/x"}
 
 
