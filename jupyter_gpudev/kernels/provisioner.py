@@ -41,6 +41,10 @@ from .registry import KernelPlacement, KernelRegistry
 
 T = TypeVar("T")
 
+#: What ends a best-effort step (a signal, removing runtime files, closing forwards) quietly:
+#: the engine's errors and its connection's (a container stopping, a host closed), gpudev's.
+_BEST_EFFORT: tuple[type[Exception], ...] = (*ENGINE_FAILURES, GPUDevError)
+
 
 class KernelLaunchError(web.HTTPError):
     """A gpudev error while launching a kernel, in the form jupyter_server reports to the user
@@ -503,7 +507,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         try:
             container = self._container()
             process.send_signal(container.client.api, container.id, self.runtime_id, signum)
-        except (docker.errors.DockerException, GPUDevError) as exc:
+        except _BEST_EFFORT as exc:
             self.log.warning("gpudev kernel %s: signal %s failed: %r", self.kernel_id, signum, exc)
 
     async def shutdown_requested(self, restart: bool = False) -> None:  # noqa: ARG002
@@ -615,14 +619,14 @@ class GPUDevProvisioner(KernelProvisionerBase):
         """Tear down this kernel's SSH forwards (a remote host); a no-op on a local one."""
         if not self._ports:
             return
-        with contextlib.suppress(docker.errors.DockerException, GPUDevError):
+        with contextlib.suppress(*_BEST_EFFORT):
             manager = self._manager
             host = self._host()
             if host.tunnels is not None:
                 host.unreach(manager.address_of(self._container()), self._ports)
 
     def _remove_runtime_files(self, container_name: str, host: str | None, runtime_id: str) -> None:
-        with contextlib.suppress(docker.errors.DockerException, GPUDevError):
+        with contextlib.suppress(*_BEST_EFFORT):
             _, container = self._manager.find(container_name, host)
             container.exec_run(["rm", "-f", *runtime_files(runtime_id)])
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import docker.errors
 import zmq
 from jupyter_client.session import Session
 from traitlets import Float, Int
@@ -37,10 +36,14 @@ from traitlets.config import LoggingConfigurable
 from .. import safefs
 from ..containers import DevContainers
 from ..containers.reconcile import process_alive
-from ..errors import GPUDevError
+from ..errors import ENGINE_FAILURES, GPUDevError
 from ..labels import L_KERNEL
 from . import process
 from .placements import PLACEMENTS, Key
+
+#: What ends a step of the pool's background work quietly (logged): the engine's errors and its
+#: connection's (a container stopping, a host closed), gpudev's.
+_BEST_EFFORT: tuple[type[Exception], ...] = (*ENGINE_FAILURES, GPUDevError, OSError)
 
 
 @dataclass(frozen=True)
@@ -248,7 +251,7 @@ class WarmKernels(LoggingConfigurable):
             try:
                 api = manager.host_pool.get(str(entry.get("host", ""))).client().api
                 process.send_signal(api, str(entry.get("container_id", "")), runtime_id, 9)
-            except (GPUDevError, docker.errors.DockerException) as exc:
+            except _BEST_EFFORT as exc:
                 self.log.info("gpudev: warm kernel %s left by a server: %s", runtime_id, exc)
             else:
                 stopped.append(runtime_id)
@@ -262,7 +265,7 @@ class WarmKernels(LoggingConfigurable):
         ready: WarmKernel | None = None
         try:
             warm = self._start(manager, key)
-        except (GPUDevError, docker.errors.DockerException, OSError) as exc:
+        except _BEST_EFFORT as exc:
             self.log.info("gpudev: no warm kernel in %s: %s", key[1], exc)
         finally:
             with self._lock:
@@ -273,7 +276,7 @@ class WarmKernels(LoggingConfigurable):
         if ready is not None and self._record is not None:
             self._record.add(ready)
         if warm is not None:  # closed meanwhile
-            with contextlib.suppress(GPUDevError, docker.errors.DockerException):
+            with contextlib.suppress(*_BEST_EFFORT):
                 self._stop(manager.host_pool.get(key[0]).client().api, warm)
 
     def _start(self, manager: DevContainers, key: Key) -> WarmKernel | None:
@@ -348,7 +351,7 @@ class WarmKernels(LoggingConfigurable):
 
     def _stop(self, api: Any, warm: WarmKernel) -> None:
         """Kill a warm kernel and forget its runtime files and ports."""
-        with contextlib.suppress(docker.errors.DockerException, GPUDevError):
+        with contextlib.suppress(*_BEST_EFFORT):
             process.send_signal(api, warm.container_id, warm.runtime_id, signal.SIGKILL)
         if self._manager is not None:
             with contextlib.suppress(GPUDevError):
@@ -375,7 +378,7 @@ class WarmKernels(LoggingConfigurable):
         if manager is None:
             return
         for (host_name, _), kernels in ready.items():
-            with contextlib.suppress(GPUDevError, docker.errors.DockerException):
+            with contextlib.suppress(*_BEST_EFFORT):
                 api = manager.host_pool.get(host_name).client().api
                 for warm in kernels:
                     self._stop(api, warm)
@@ -384,7 +387,7 @@ class WarmKernels(LoggingConfigurable):
 def _running(api: Any, exec_id: str) -> bool:
     try:
         return bool(api.exec_inspect(exec_id).get("Running"))
-    except docker.errors.DockerException:
+    except ENGINE_FAILURES:
         return False
 
 
