@@ -14,6 +14,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -263,18 +264,23 @@ class ChangeCapture:
         client = found_host.client()
         info = manager.describe(found_host, container)
         environment = manager.environments.get(info.environment, manager.root_dir)
-        with engine_errors(f"Reading the changes of {name!r}", manager.log):
+        with (
+            engine_errors(f"Reading the changes of {name!r}", manager.log),
+            ThreadPoolExecutor(1, "gpudev-capture") as pool,
+        ):
+            # The engine's diff takes most of a second (it walks the image's whole tree, on
+            # Docker 20.10 overlay2): the command log is read meanwhile.
+            reading = pool.submit(self._commands, container)
             base = self.baseline(client, container)
             whole_diff = list(container.diff() or [])
             # A path the baseline already had, with the same kind, is not a new change.
             diff = [d for d in whole_diff if base.files.get(str(d["Path"])) != int(d["Kind"])]
             diff += self.edited(container, base, whole_diff)
             derived = self._probe_current(client, container, whole_diff)
+            commands = reading.result()
         current = derived.result
         result = cp.package_changes(base.packages, current.state)
         result.notes.extend(derived.problems)
-        with engine_errors(f"Reading the changes of {name!r}", manager.log):
-            commands = self._commands(container)
         # Shown, written into the Dockerfile as comments: never a credential typed in one.
         result.commands = [cl.redact_command(c) for c in commands[base.log_lines :]]
         mounts = cl.mount_targets(container.attrs)

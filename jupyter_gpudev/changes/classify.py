@@ -157,6 +157,20 @@ _SECRET_VALUE_RE = re.compile(
 )
 
 
+#: A literal every match of ``_SECRET_VALUE_RE`` holds: content without any of them is not
+#: searched (finding a literal in a megabyte costs well under a millisecond; the expression
+#: costs about 200 ms there).
+_SECRET_VALUE_LITERALS = (
+    b"PRIVATE KEY-----",
+    *(f"gh{c}_".encode() for c in "pousr"),
+    b"xox",
+    b"AKIA",
+    b"hf_",
+    b"glpat-",
+    b"sk-",
+)
+
+
 _URL_USERINFO_RE = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
 _SECRET_OPTION_RE = re.compile(
     r"(?i)(?P<option>--?[A-Za-z-]*(?:password|passwd|token|secret|api-key)[A-Za-z-]*[= ])\S+"
@@ -205,7 +219,12 @@ def looks_secret_env(name: str, value: str) -> bool:
 
 
 def looks_secret_content(data: bytes) -> bool:
-    return bool(_SECRET_VALUE_RE.search(data[:1_000_000].decode("utf-8", "replace")))
+    head = data[:1_000_000]
+    # ASCII bytes decode to themselves (never part of a replaced sequence): a literal is in
+    # the decoded text exactly when it is in the bytes.
+    if not any(literal in head for literal in _SECRET_VALUE_LITERALS):
+        return False
+    return bool(_SECRET_VALUE_RE.search(head.decode("utf-8", "replace")))
 
 
 def _under(path: str, prefix: str) -> bool:

@@ -30,6 +30,7 @@ import re
 import tarfile
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import IO, TYPE_CHECKING, Any, cast
@@ -204,15 +205,21 @@ class Committer:
         options.check()
         say({"stage": "capture", "message": f"reading the changes of {name}"})
         staged = options.write or options.verify
-        prepared = self.capture.prepare(
-            name,
-            host,
-            options.message,
-            stage=staged,
-            scan=options.push,
-            exclude=options.exclude,
-            expect=options.expect,
-        )
+        early = self._commit_early(name, host) if options.snapshot else None
+        try:
+            prepared = self.capture.prepare(
+                name,
+                host,
+                options.message,
+                stage=staged,
+                scan=options.push,
+                exclude=options.exclude,
+                expect=options.expect,
+            )
+        except BaseException:
+            if early is not None:
+                early.discard()
+            raise
         result = CommitResult(prepared)
         client = prepared.captured.client
         keep_verified = False
@@ -229,7 +236,7 @@ class Committer:
                         details={"differences": result.verify.differences},
                     )
             if options.snapshot:
-                result.snapshot = self._snapshot(client, prepared, options, say)
+                result.snapshot = self._snapshot(client, prepared, options, say, early)
             if options.write:
                 say({"stage": "write", "message": f"writing {prepared.dockerfile}"})
                 result.written = self.capture.apply(prepared)
@@ -237,6 +244,8 @@ class Committer:
                     keep_verified = self._adopt(client, prepared, result.verify.image_id, say)
         finally:
             prepared.discard()
+            if early is not None:
+                early.discard()
             if result.verify is not None and not keep_verified:
                 _remove_image(client, result.verify.image_id)
         say({"stage": "done", "message": f"commit of {name} done"})
@@ -328,12 +337,28 @@ class Committer:
 
     # -- snapshot and push --------------------------------------------------------------------
 
+    def _commit_early(self, name: str, host: str | None) -> _EarlyCommit | None:
+        """Start the snapshot's ``docker commit`` (and the layer leaving gpudev's own files
+        out) now, in a worker thread, while the changes are read: the engine's diff alone
+        takes most of a second. ``None`` (the commit is made later) when the container cannot
+        be found now: the capture says why."""
+        try:
+            found, container = self.capture.containers.find(name, host)
+            client = found.client()
+        except FAILURES:
+            return None
+        env = container.attrs.get("Config", {}).get("Env") or []
+        # The command-log wrappers are first on PATH when they were put into the container.
+        with_log = any(e.startswith(f"PATH={commandlog.SHIMS}:") for e in env)
+        return _EarlyCommit(client, container, list(commandlog.OWN_PATHS) if with_log else [])
+
     def _snapshot(
         self,
         client: docker.DockerClient,
         prepared: Prepared,
         options: CommitOptions,
         say: Progress,
+        early: _EarlyCommit | None = None,
     ) -> Snapshot:
         assert options.snapshot  # noqa: S101 - checked by the caller
         reference = Reference.parse(options.snapshot)
@@ -361,10 +386,15 @@ class Committer:
         temporary: list[str] = []
         try:
             with engine_errors(f"Committing {captured.info.name}", self.log):
-                committed = container.commit()
-                temporary.append(str(committed.id))
-                layers_from = str(committed.id)
-                if drivers or own:
+                if early is not None:
+                    committed, trimmed = early.result()
+                else:
+                    committed, trimmed = str(container.commit().id), None
+                    temporary.append(committed)
+                layers_from = committed
+                if trimmed is not None and early is not None and own == early.own and not drivers:
+                    layers_from = trimmed
+                elif drivers or own:
                     say(
                         {
                             "stage": "snapshot",
@@ -372,7 +402,7 @@ class Committer:
                             + (" and gpudev's command log" if own else ""),
                         }
                     )
-                    layers_from = self._without(client, layers_from, [*drivers, *own])
+                    layers_from = self._without(client, committed, [*drivers, *own])
                     temporary.append(layers_from)
                 labels = self._labels(client, prepared, options.message)
                 config = self._image_config(client, prepared, labels)
@@ -380,6 +410,8 @@ class Committer:
         finally:
             for image in reversed(temporary):
                 _remove_image(client, image)
+            if early is not None:
+                early.discard()
         snapshot = Snapshot(options.snapshot, image_id, labels, drivers)
         say({"stage": "snapshot", "message": f"tagged {options.snapshot} ({image_id[:19]})"})
         if options.push:
@@ -469,6 +501,39 @@ class Committer:
             "created": labels[OCI_CREATED],
             "config": config,
         }
+
+
+class _EarlyCommit:
+    """A ``docker commit`` of a container made in a worker thread, then (``own``) a layer on it
+    removing gpudev's own files; ``result`` waits for both image ids, ``discard`` removes
+    them (after the snapshot was made from them, or when the commit stopped before)."""
+
+    def __init__(self, client: docker.DockerClient, container: Any, own: list[str]) -> None:
+        self.client = client
+        self.own = own
+        self.images: list[str] = []
+        self._pool = ThreadPoolExecutor(1, "gpudev-snapshot")
+        self._future = self._pool.submit(self._run, container)
+
+    def _run(self, container: Any) -> tuple[str, str | None]:
+        committed = str(container.commit().id)
+        self.images.append(committed)
+        if not self.own:
+            return committed, None
+        trimmed = Committer._without(self.client, committed, self.own)
+        self.images.append(trimmed)
+        return committed, trimmed
+
+    def result(self) -> tuple[str, str | None]:
+        return self._future.result()
+
+    def discard(self) -> None:
+        with contextlib.suppress(Exception):
+            self._future.result()
+        self._pool.shutdown(wait=True)
+        for image in reversed(self.images):
+            _remove_image(self.client, image)
+        self.images.clear()
 
 
 def _sha256(text: str) -> str:

@@ -112,9 +112,13 @@ class _Exporter:
 
     def take_members(self, archive: tarfile.TarFile, parent: str, members: set[str]) -> None:
         """Take the members of ``archive`` (of a folder in ``parent``) whose names are paths
-        in ``members``; the rest is read past, up to ``BATCH_WASTE_LIMIT`` bytes."""
+        in ``members``; the rest is read past, up to ``BATCH_WASTE_LIMIT`` bytes. Reading ends
+        once every one was taken (a credential check reads only the head of a large file: the
+        rest of it is never read)."""
         waste = 0
         for member in archive:
+            if members <= self.done:
+                break
             name = _member_name(member.name)
             path = posixpath.join(parent, name) if name else None
             if path is None or path not in members or member.islnk():

@@ -177,6 +177,7 @@ def test_snapshot_push_and_pull_back_with_real_registry_credentials(  # noqa: PL
     tag = f"{registry.address}/team/verify:v1"
     committer = Committer(ChangeCapture(manager), manager.registries)
     events: list[dict[str, object]] = []
+    images = {i.id for i in docker_client.images.list(all=True)}
     # When it is committed as a snapshot and pushed
     result = committer.commit(
         "sbox",
@@ -190,6 +191,8 @@ def test_snapshot_push_and_pull_back_with_real_registry_credentials(  # noqa: PL
     assert str(result.snapshot.pushed_digest).startswith("sha256:")
     assert "/usr/bin/nvidia-smi" in result.snapshot.removed_driver_files
     image = docker_client.images.get(tag)
+    # (and no image made on the way is left)
+    assert {i.id for i in docker_client.images.list(all=True)} == {*images, image.id}
     labels = image.labels
     assert labels[L_SNAPSHOT_ENV] == "verify"
     assert labels[L_SNAPSHOT_DIFF].startswith("sha256:")
@@ -205,12 +208,16 @@ def test_snapshot_push_and_pull_back_with_real_registry_credentials(  # noqa: PL
     manager.registries.pull(docker_client, tag, lambda _e: None)
     out = docker_client.containers.run(
         tag,
-        ["sh", "-c", "cat /etc/gpu-tuning; ls /usr/bin/nvidia-smi 2>&1 || true"],
+        [
+            "sh",
+            "-c",
+            "cat /etc/gpu-tuning; for p in /usr/bin/nvidia-smi /var/log/gpudev "
+            "/usr/local/lib/gpudev; do test -e $p && echo has $p; done; true",
+        ],
         remove=True,
     ).decode()
-    # Then it has the change and not the driver placeholder
-    assert out.startswith("tuned")
-    assert "No such file" in out
+    # Then it has the change, and neither the driver placeholder nor gpudev's command log
+    assert out == "tuned\n"
 
     # Given an environment (on another host: here, with no local copy) declaring the image
     folder = manager.root_dir / ".devcontainer" / "pushed"
@@ -289,9 +296,12 @@ def test_a_snapshot_with_a_credential_in_it_is_not_pushed(
     sh(docker_client, "kbox", f"mkdir -p /root/.cache/hub && echo {token} > /root/.cache/hub/t")
     tag = f"{registry.address}/team/keys:v1"
     committer = Committer(ChangeCapture(manager), manager.registries)
-    # When it is committed as a snapshot to push, it is refused before any image is made
+    images = {i.id for i in docker_client.images.list(all=True)}
+    # When it is committed as a snapshot to push, it is refused, and no image it made is left
+    # (the commit starts while the changes are read)
     with pytest.raises(BadRequest) as refused:
         committer.commit("kbox", CommitOptions(snapshot=tag, push=True))
+    assert {i.id for i in docker_client.images.list(all=True)} == images
     assert "/etc/x" in refused.value.message
     assert "/root/.cache/hub/t" in refused.value.message
     assert token not in refused.value.message
@@ -386,3 +396,34 @@ def test_a_commit_carries_only_the_changes_the_user_picked(
     committer.commit("pickbox", CommitOptions(write=True, expect=fresh.digest))
     assert "iniconfig==2.0.0" in dockerfile.read_text()
     manager.remove("pickbox")
+
+
+def test_a_snapshot_leaves_out_the_command_log_and_no_image_made_on_the_way(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given a CPU dev container (no driver files) whose user ran a logged pip and edited a file
+    manager.start(StartRequest(environment="verify", name="lbox"))
+    sh(docker_client, "lbox", "pip --version >/dev/null; echo lean > /etc/lean.conf")
+    assert "pip --version" in sh(docker_client, "lbox", "cat /var/log/gpudev/commands.log")
+    images = {i.id for i in docker_client.images.list(all=True)}
+    # When it is committed as a snapshot (committed while its changes are read)
+    result = Committer(ChangeCapture(manager), manager.registries).commit(
+        "lbox", CommitOptions(snapshot="gpudev-test/lean:v1")
+    )
+    # Then the image has the change and none of gpudev's files
+    assert result.snapshot is not None
+    out = docker_client.containers.run(
+        "gpudev-test/lean:v1",
+        [
+            "sh",
+            "-c",
+            "cat /etc/lean.conf; for p in /var/log/gpudev /usr/local/lib/gpudev; do "
+            "test -e $p && echo has $p; done; true",
+        ],
+        remove=True,
+    ).decode()
+    assert out == "lean\n"
+    # And only the snapshot is new among the engine's images
+    snapshot = docker_client.images.get("gpudev-test/lean:v1")
+    assert {i.id for i in docker_client.images.list(all=True)} == {*images, snapshot.id}
+    docker_client.images.remove("gpudev-test/lean:v1")

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jupyter_gpudev.changes import classify as cl
 from jupyter_gpudev.changes import compare as cp
@@ -495,3 +497,47 @@ def test_progress_bar_on_a_terminal_redraws_one_line() -> None:
     # Closing twice ends the line once
     bar.close()
     assert stream.getvalue().count("\n") == 2
+
+
+# -- credential content check ------------------------------------------------------------------
+
+_TOKENS = [
+    b"-----BEGIN OPENSSH PRIVATE KEY-----",
+    b"-----BEGIN PRIVATE KEY-----",
+    b"ghp_" + b"a1" * 18,
+    b"gho_" + b"B" * 30,
+    b"ghu_" + b"c" * 31,
+    b"ghs_" + b"D" * 40,
+    b"ghr_" + b"e" * 30,
+    b"xoxb-123",
+    b"AKIA" + b"ABCDEFGHIJ123456",
+    b"hf_" + b"x" * 34,
+    b"glpat-" + b"a_b-" * 5,
+    b"sk-" + b"Z" * 48,
+]
+
+
+@pytest.mark.parametrize("token", _TOKENS)
+def test_a_token_is_found_among_binary_bytes(token: bytes) -> None:
+    # Given a token between bytes that are not UTF-8 (a database, a core file, a pickle)
+    data = b"\xff\xfe\x00\x80" * 1000 + b" " + token + b" " + b"\xc3\x28\x00" * 500
+    # Then its content looks like a credential, and the same bytes without it do not
+    assert cl.looks_secret_content(data)
+    assert not cl.looks_secret_content(data.replace(token, b"-" * len(token)))
+
+
+_PIECES = st.sampled_from(
+    [b"\xff", b"\xc3", b"\x80", b" ", b"_", b"-", b"a", b"Z", b"0", b"\n", *_TOKENS]
+    + [t[: len(t) // 2] for t in _TOKENS]
+    + [t[len(t) // 2 :] for t in _TOKENS]
+)
+
+
+@given(st.lists(_PIECES | st.binary(max_size=8), max_size=40))
+@settings(max_examples=400, deadline=None)
+def test_the_literal_check_never_changes_the_answer(parts: list[bytes]) -> None:
+    # Given any bytes made of tokens, halves of tokens and non-UTF-8 bytes
+    data = b"".join(parts)
+    # Then the quick check answers what the expression answers on the decoded text
+    expected = bool(cl._SECRET_VALUE_RE.search(data.decode("utf-8", "replace")))
+    assert cl.looks_secret_content(data) == expected
