@@ -1,0 +1,341 @@
+"""The Kubernetes objects of a dev container (``jupyter_gpudev.k8s.objects``), without a
+cluster: what goes into each manifest, and every manifest checked against the official
+OpenAPI schemas of three Kubernetes minor versions (``kubernetes-validate``, strict: a field the
+schema does not know fails)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jupyter_gpudev.environments import Environment
+from jupyter_gpudev.environments.model import DeclaredMount, RunOptions
+from jupyter_gpudev.errors import BadRequest
+from jupyter_gpudev.k8s import objects as k8s
+
+#: Cluster versions and the ResourceClaim API each serves (v1beta1 from 1.32, v1 from 1.34).
+VERSIONS = {
+    "1.32.0": "resource.k8s.io/v1beta1",
+    "1.34.0": "resource.k8s.io/v1",
+    "1.37.0": "resource.k8s.io/v1",
+}
+DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+
+
+def environment(**changes: Any) -> Environment:
+    env = Environment(
+        name="gpu",
+        display_name="GPU",
+        source=".devcontainer/gpu/devcontainer.json",
+        image="nvcr.io/nvidia/pytorch:24.08-py3",
+        container_env={"HF_HOME": "/workspace/.hf", "NVIDIA_VISIBLE_DEVICES": "all"},
+        run_options=RunOptions(shm_size_bytes=8 << 30, memory_bytes=64 << 30, nano_cpus=8 * 10**9),
+        forward_ports=(6006, 8888),
+        workspace_folder="/workspace",
+    )
+    return dataclasses.replace(env, **changes)
+
+
+def target(**changes: Any) -> k8s.PodTarget:
+    base = k8s.PodTarget(
+        name="alice-gpu",
+        owner="alice@example.org",
+        namespace="team-ml",
+        image="nvcr.io/nvidia/pytorch:24.08-py3",
+        command=("sleep", "infinity"),
+        server_id="3f1c",
+        created="2026-11-25T08:00:00Z",
+        gpus=k8s.GPUAsk(count=2, product="NVIDIA-A100-SXM4-80GB"),
+        kernel_id="6f2a1c4e-9b1d-4c55-a3a0-0b5e4f1d2c3b",
+        image_pull_secrets=("registry",),
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def valid(manifest: dict[str, Any], version: str) -> None:
+    kubernetes_validate.validate(manifest, version, strict=True)
+
+
+def by_kind(plan: k8s.Plan) -> dict[str, dict[str, Any]]:
+    return {o["kind"]: o for o in plan.objects}
+
+
+# -- every manifest against the schemas ------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", sorted(VERSIONS))
+@pytest.mark.parametrize(
+    "gpus",
+    [
+        k8s.GPUAsk(),
+        k8s.GPUAsk(count=2, product="NVIDIA-A100-SXM4-80GB"),
+        k8s.GPUAsk(count=1, resource="nvidia.com/mig-1g.10gb"),
+        k8s.GPUAsk(count=4, claim=True, product="NVIDIA H100 80GB HBM3"),
+    ],
+    ids=["cpu", "gpus", "mig", "dra"],
+)
+def test_every_object_of_a_dev_container_validates(version: str, gpus: k8s.GPUAsk) -> None:
+    # Given a dev container with GPUs asked each way, on a cluster of that version
+    plan = k8s.dev_container_objects(
+        environment(),
+        target(gpus=gpus, dra_api_version=VERSIONS[version]),
+        k8s.PodConfinement(memory_bytes=32 << 30),
+    )
+    # Then each of its objects is valid for that version, strictly
+    for manifest in plan.objects:
+        valid(manifest, version)
+    kinds = [o["kind"] for o in plan.objects]
+    assert kinds[0] == "PersistentVolumeClaim"
+    assert kinds[-2:] == ["Pod", "Service"]
+    assert ("ResourceClaim" in kinds) == gpus.claim
+
+
+@pytest.mark.parametrize("version", sorted(VERSIONS))
+def test_the_builder_job_and_the_rbac_validate(version: str) -> None:
+    job = k8s.make_builder_job(
+        k8s.BuildTarget(
+            name="alice-gpu",
+            owner="alice@example.org",
+            namespace="team-ml",
+            workspace_claim="gpudev-ws-alice-gpu",
+            dockerfile=".devcontainer/gpu/Dockerfile",
+            context=".devcontainer/gpu",
+            destination="registry.example.org/team/gpu:v2",
+            registry_config="gpudev-push-alice-gpu",
+            created="2026-11-25T08:00:00Z",
+        )
+    )
+    for manifest in [job, *k8s.make_rbac("team-ml")]:
+        valid(manifest, version)
+
+
+def test_an_unknown_field_fails_the_schema_check() -> None:
+    # (the check above can fail: strict validation refuses what the schema does not know)
+    pod = k8s.make_pod(environment(), target())
+    pod["spec"]["containers"][0]["gpus"] = 2
+    with pytest.raises(kubernetes_validate.ValidationError):
+        valid(pod, "1.34.0")
+
+
+# -- the pod -----------------------------------------------------------------------------------
+
+
+def test_the_pod_is_confined_and_gets_no_api_token() -> None:
+    pod = k8s.make_pod(environment(), target())
+    spec = pod["spec"]
+    container = spec["containers"][0]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["restartPolicy"] == "Never"
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] == 1000
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    for forbidden in ("hostNetwork", "hostPID", "hostIPC", "serviceAccountName"):
+        assert forbidden not in spec
+    assert not [v for v in spec["volumes"] if "hostPath" in v]
+
+
+def test_root_is_refused() -> None:
+    with pytest.raises(BadRequest, match="other than root"):
+        k8s.make_pod(environment(), target(run_as_user=0))
+
+
+def test_gpus_are_limits_on_nodes_of_the_model_and_the_device_plugin_picks_them() -> None:
+    pod = k8s.make_pod(environment(), target())
+    container = pod["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert pod["spec"]["nodeSelector"] == {k8s.PRODUCT_LABEL: "NVIDIA-A100-SXM4-80GB"}
+    # The environment's NVIDIA_VISIBLE_DEVICES=all would override the plugin's choice
+    names = {e["name"]: e["value"] for e in container["env"]}
+    assert "NVIDIA_VISIBLE_DEVICES" not in names
+    assert names["HF_HOME"] == "/workspace/.hf"
+    assert names["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
+def test_a_cpu_pod_asks_for_no_gpu_and_tolerates_no_gpu_taint() -> None:
+    pod = k8s.make_pod(environment(), target(gpus=k8s.GPUAsk()))
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert not [k for k in limits if k.startswith("nvidia.com/")]
+    assert "tolerations" not in pod["spec"]
+    assert "nodeSelector" not in pod["spec"]
+
+
+def test_a_mig_profile_is_its_own_resource() -> None:
+    pod = k8s.make_pod(
+        environment(), target(gpus=k8s.GPUAsk(count=1, resource="nvidia.com/mig-3g.40gb"))
+    )
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/mig-3g.40gb"] == "1"
+
+
+@pytest.mark.parametrize(
+    "gpus",
+    [
+        k8s.GPUAsk(count=1, resource="nvidia.com/gpu; rm -rf /"),
+        k8s.GPUAsk(count=1, resource="example.com/fpga"),
+        k8s.GPUAsk(count=-1),
+        k8s.GPUAsk(count=1, claim=True, product="A100' || true || '"),
+        k8s.GPUAsk(count=1, claim=True, resource="nvidia.com/mig-1g.10gb"),
+    ],
+)
+def test_a_bad_gpu_ask_is_refused(gpus: k8s.GPUAsk) -> None:
+    with pytest.raises(BadRequest):
+        k8s.dev_container_objects(environment(), target(gpus=gpus))
+
+
+def test_dra_asks_with_a_claim_and_a_cel_selector_for_the_model() -> None:
+    ask = k8s.GPUAsk(count=2, claim=True, product="NVIDIA H100 80GB HBM3")
+    plan = by_kind(k8s.dev_container_objects(environment(), target(gpus=ask)))
+    pod, claim = plan["Pod"], plan["ResourceClaim"]
+    container = pod["spec"]["containers"][0]
+    assert container["resources"]["claims"] == [{"name": "gpus"}]
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]
+    assert pod["spec"]["resourceClaims"] == [
+        {"name": "gpus", "resourceClaimName": claim["metadata"]["name"]}
+    ]
+    request = claim["spec"]["devices"]["requests"][0]["exactly"]
+    assert request["count"] == 2
+    assert request["selectors"] == [
+        {
+            "cel": {
+                "expression": "device.attributes['gpu.nvidia.com'].productName == "
+                "'NVIDIA H100 80GB HBM3'"
+            }
+        }
+    ]
+
+
+def test_limits_are_the_tighter_of_the_environments_and_the_administrators() -> None:
+    env = environment()
+    loose = k8s.make_pod(env, target(), k8s.PodConfinement(memory_bytes=128 << 30))
+    tight = k8s.make_pod(
+        env, target(), k8s.PodConfinement(memory_bytes=16 << 30, nano_cpus=2 * 10**9)
+    )
+    assert loose["spec"]["containers"][0]["resources"]["limits"]["memory"] == str(64 << 30)
+    assert loose["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "8000m"
+    assert tight["spec"]["containers"][0]["resources"]["limits"]["memory"] == str(16 << 30)
+    assert tight["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "2000m"
+
+
+def test_shm_size_becomes_a_memory_volume_and_the_workspace_a_claim() -> None:
+    plan = by_kind(k8s.dev_container_objects(environment(), target()))
+    pod, claim = plan["Pod"], plan["PersistentVolumeClaim"]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": str(8 << 30)}
+    assert volumes["workspace"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    mounts = {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts == {"workspace": "/workspace", "shm": "/dev/shm"}
+    assert claim["spec"]["resources"]["requests"]["storage"] == "10Gi"
+
+
+def test_host_namespaces_are_refused_and_what_a_cluster_lacks_is_said() -> None:
+    for options in (
+        RunOptions(network_mode="host"),
+        RunOptions(pid_mode="host"),
+        RunOptions(ipc_mode="host"),
+    ):
+        with pytest.raises(BadRequest, match="host's network, process or IPC"):
+            k8s.dev_container_objects(environment(run_options=options), target())
+    plan = k8s.dev_container_objects(
+        environment(
+            run_options=RunOptions(ulimits=(("memlock", -1, -1),)),
+            mounts=(DeclaredMount(source="/data", target="/data"),),
+        ),
+        target(),
+    )
+    assert any("memlock" in note for note in plan.notes)
+    assert any("declared mount" in note for note in plan.notes)
+
+
+# -- names, labels, the service ----------------------------------------------------------------
+
+
+def test_labels_hold_what_they_can_and_annotations_the_rest() -> None:
+    pod = k8s.make_pod(environment(), target())
+    labels, notes = pod["metadata"]["labels"], pod["metadata"]["annotations"]
+    # An e-mail is no label value: a stable stand-in, the real one in an annotation
+    assert labels[k8s.K_OWNER].startswith("h-")
+    assert labels[k8s.K_OWNER] == k8s.label_value("alice@example.org")
+    assert notes[k8s.A_OWNER] == "alice@example.org"
+    assert labels[k8s.K_NAME] == "alice-gpu"
+    assert notes[k8s.A_CREATED] == "2026-11-25T08:00:00Z"
+
+
+def test_the_service_selects_the_pod_and_names_its_dns() -> None:
+    plan = by_kind(k8s.dev_container_objects(environment(), target()))
+    pod, service = plan["Pod"], plan["Service"]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert pod["spec"]["subdomain"] == service["metadata"]["name"]
+    assert [p["port"] for p in service["spec"]["ports"]] == [6006, 8888]
+
+
+@given(st.lists(st.from_regex(r"[a-z0-9][a-z0-9._-]{0,80}", fullmatch=True), unique=True))
+@settings(max_examples=200, deadline=None)
+def test_object_names_are_dns_labels_and_never_collide(names: list[str]) -> None:
+    made = [k8s.k8s_name(name) for name in names]
+    assert all(DNS_LABEL.match(m) for m in made)
+    assert len(set(made)) == len(made)
+
+
+def test_a_plain_name_is_kept_as_it_is() -> None:
+    assert k8s.k8s_name("alice-gpu") == "gpudev-alice-gpu"
+    assert k8s.k8s_name("alice.gpu") != k8s.k8s_name("alice_gpu")
+
+
+# -- builds and RBAC ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["../etc", "/etc/passwd", "a/../../b", "a//b", "$(id)", "a b"])
+def test_a_build_path_outside_the_workspace_is_refused(path: str) -> None:
+    build = k8s.BuildTarget(
+        name="x",
+        owner="alice",
+        namespace="team-ml",
+        workspace_claim="gpudev-ws-x",
+        dockerfile="Dockerfile",
+        context=path,
+        destination="registry.example.org/team/x:v1",
+        registry_config="push",
+        created="2026-11-25T08:00:00Z",
+    )
+    with pytest.raises(BadRequest, match="plain path inside the workspace"):
+        k8s.make_builder_job(build)
+
+
+def test_the_build_reads_the_workspace_read_only_and_never_retries() -> None:
+    job = k8s.make_builder_job(
+        k8s.BuildTarget(
+            name="x",
+            owner="alice",
+            namespace="team-ml",
+            workspace_claim="gpudev-ws-x",
+            dockerfile=".devcontainer/x/Dockerfile",
+            context=".",
+            destination="registry.example.org/team/x:v1",
+            registry_config="push",
+            created="2026-11-25T08:00:00Z",
+        )
+    )
+    spec = job["spec"]["template"]["spec"]
+    assert job["spec"]["backoffLimit"] == 0
+    assert spec["automountServiceAccountToken"] is False
+    assert all(m["readOnly"] for m in spec["containers"][0]["volumeMounts"])
+    assert "--destination=registry.example.org/team/x:v1" in spec["containers"][0]["args"]
+
+
+def test_the_role_grants_no_wildcard_and_nothing_cluster_wide_but_reading_nodes() -> None:
+    objects = k8s.make_rbac("team-ml")
+    for manifest in objects:
+        for rule in manifest.get("rules", []):
+            assert "*" not in rule["verbs"]
+            assert "*" not in rule["resources"]
+    cluster = [o for o in objects if o["kind"] == "ClusterRole"]
+    assert [r["resources"] for r in cluster[0]["rules"]] == [["nodes"]]
+    assert cluster[0]["rules"][0]["verbs"] == ["get", "list"]
