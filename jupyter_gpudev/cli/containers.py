@@ -8,7 +8,8 @@ from typing import Any
 
 from traitlets import Bool, Int, List, Unicode
 
-from ..containers import DevContainerInfo, StartRequest
+from ..containers import DevContainerInfo, DevContainers, StartRequest
+from ..containers.plan import as_kubectl_list
 from ..errors import BadRequest
 from .base import ContainerCommand, GPUDevSubcommand
 
@@ -80,19 +81,30 @@ class StartApp(ContainerCommand):
 
     name = "jupyter-gpudev-start"
     description = """Start a dev container: jupyter gpudev start ENV [--gpus N | --gpu UUID ...]
-    [--host H] [--name NAME]. Prints the container; exit 5 when no GPU is free."""
+    [--host H] [--name NAME] [--dry-run]. Prints the container; exit 5 when no GPU is free.
+    --dry-run creates, leases, pulls and builds nothing: it prints what a start would create
+    (the engine's create arguments, or on a Kubernetes host the manifests, which `kubectl
+    apply -f -` reads; --json adds the notes)."""
 
     gpus = Int(-1, help="How many GPUs to lease (default: what the environment asks).").tag(
         config=True
     )
     gpu = List(Unicode(), help="A GPU UUID to lease (repeat for more).").tag(config=True)
     container_name = Unicode("", help="The container's name (default: generated).").tag(config=True)
+    dry_run = Bool(False, help="Print what a start would create; create nothing.").tag(config=True)
 
     aliases: dict[str, Any] = {
         **ContainerCommand.aliases,
         "gpus": "StartApp.gpus",
         "gpu": "StartApp.gpu",
         "name": "StartApp.container_name",
+    }
+    flags: dict[str, Any] = {
+        **ContainerCommand.flags,
+        "dry-run": (
+            {"StartApp": {"dry_run": True}},
+            "Print what a start would create (create arguments or manifests); create nothing.",
+        ),
     }
 
     def run(self) -> None:
@@ -104,7 +116,20 @@ class StartApp(ContainerCommand):
             gpus=None if self.gpus < 0 else self.gpus,
             gpu_uuids=tuple(self.gpu),
         )
-        info = self.manager().start(request, progress=self.progress)
+        manager = self.manager()
+        if self.dry_run:
+            if not isinstance(manager, DevContainers):
+                raise BadRequest(
+                    "--dry-run reads this machine's hosts; in client mode the shared service "
+                    "decides, and it does not plan for others yet"
+                )
+            plan = manager.plan(request)
+            for note in plan["notes"]:
+                print(f"note: {note}", file=sys.stderr)
+            shown = as_kubectl_list(plan) if plan["kind"] == "kubernetes" else plan
+            self.emit(plan, json.dumps(shown, indent=2))
+            return
+        info = manager.start(request, progress=self.progress)
         self.emit(info.to_json(), format_containers([info]))
 
 

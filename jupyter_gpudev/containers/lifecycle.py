@@ -81,8 +81,10 @@ from ..leasing import (
     check_fit,
     leasable_units,
     seen_by,
+    would_lease,
 )
 from . import commandlog, seccomp
+from . import plan as planning
 from .commands import run_lifecycle_commands
 from .create import Confinement, Target, create_args
 from .images import ensure_image
@@ -106,6 +108,10 @@ from .placement import (
 from .reconcile import orphan_kernel_containers, reconcile_host
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 class DevContainers(ContainerLookup):
@@ -658,46 +664,17 @@ class DevContainers(ContainerLookup):
         inventory: Inventory | None,
         kernel_id: str | None = None,
     ) -> Container:
-        uuids = lease.gpu_uuids if lease else ()
-        mounts, workspace = self._mounts(host, env)
-        extra_env: dict[str, str] = {}
-        if host.spec.is_local:
-            ca_mount, ca_env = self.mount_policy.ca_bundle()
-            if ca_mount is not None:
-                mounts.append(ca_mount)
-                extra_env.update(ca_env)
-        if self.command_log and "PATH" not in env.container_env:  # an environment's PATH rules
-            image_env = client.images.get(image).attrs.get("Config", {}).get("Env") or []
-            extra_env["PATH"] = commandlog.path_with_shims(list(image_env))
-        injection: Injection | None = None
-        if uuids and self.legacy_gpus.enabled:
-            if not host.spec.is_local or inventory is None:
-                raise BadRequest("Driver injection (c.LegacyGPUInjection) works on the local host")
-            injection = self.legacy_gpus.plan(inventory.gpus, uuids)
-        target = Target(
+        target = self._target(
+            client=client,
+            env=env,
             name=name,
             owner=owner,
-            host=host.name,
+            host=host,
             image=image,
-            workspace=workspace,
-            mounts=tuple(mounts),
-            command=tuple(self.keep_alive_command.split()),
-            server_id=self.server_id,
-            ledger_id=self.ledger_id,
-            process=f"{socket.gethostname()}:{os.getpid()}",
-            created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             lease_id=lease.lease_id if lease else "",
-            gpu_uuids=uuids,
+            uuids=lease.gpu_uuids if lease else (),
+            inventory=inventory,
             kernel_id=kernel_id,
-            user=host.user_ids() if self.run_as_server_user else None,
-            network=(
-                self._ensure_network(client)
-                if self.network and not env.run_options.network_mode
-                else None
-            ),
-            extra_env=extra_env,
-            injection=injection,
-            publish_ports=self.publish_ports,
         )
         kwargs = create_args(env, target, self._confinement())
         container = client.containers.create(image, **kwargs)
@@ -709,6 +686,137 @@ class DevContainers(ContainerLookup):
                     container.remove(force=True)
                 raise
         return container
+
+    def _target(
+        self,
+        *,
+        client: docker.DockerClient,
+        env: Environment,
+        name: str,
+        owner: str,
+        host: Host,
+        image: str,
+        lease_id: str,
+        uuids: tuple[str, ...],
+        inventory: Inventory | None,
+        kernel_id: str | None,
+        dry_run: bool = False,
+    ) -> Target:
+        """Where a container goes, resolved (mounts checked, the CA bundle, the wrappers'
+        PATH, driver injection, the network: created here unless ``dry_run``)."""
+        mounts, workspace = self._mounts(host, env)
+        extra_env: dict[str, str] = {}
+        if host.spec.is_local:
+            ca_mount, ca_env = self.mount_policy.ca_bundle()
+            if ca_mount is not None:
+                mounts.append(ca_mount)
+                extra_env.update(ca_env)
+        if self.command_log and "PATH" not in env.container_env:  # an environment's PATH rules
+            try:
+                image_env = client.images.get(image).attrs.get("Config", {}).get("Env") or []
+            except docker.errors.ImageNotFound:
+                if not dry_run:
+                    raise
+                image_env = []
+            extra_env["PATH"] = commandlog.path_with_shims(list(image_env))
+        injection: Injection | None = None
+        if uuids and self.legacy_gpus.enabled:
+            if not host.spec.is_local or inventory is None:
+                raise BadRequest("Driver injection (c.LegacyGPUInjection) works on the local host")
+            injection = self.legacy_gpus.plan(inventory.gpus, uuids)
+        network = None
+        if self.network and not env.run_options.network_mode:
+            network = self.network if dry_run else self._ensure_network(client)
+        return Target(
+            name=name,
+            owner=owner,
+            host=host.name,
+            image=image,
+            workspace=workspace,
+            mounts=tuple(mounts),
+            command=tuple(self.keep_alive_command.split()),
+            server_id=self.server_id,
+            ledger_id=self.ledger_id,
+            process=f"{socket.gethostname()}:{os.getpid()}",
+            created=_now(),
+            lease_id=lease_id,
+            gpu_uuids=uuids,
+            kernel_id=kernel_id,
+            user=host.user_ids() if self.run_as_server_user else None,
+            network=network,
+            extra_env=extra_env,
+            injection=injection,
+            publish_ports=self.publish_ports,
+        )
+
+    def plan(self, request: StartRequest, *, caller: Caller | None = None) -> dict[str, Any]:
+        """What ``start`` would create, as JSON, with nothing created, leased, pulled or
+        built (``--dry-run``): the engine's create arguments and the GPUs a lease would take
+        now, or on a Kubernetes host the manifests of the pod and its objects."""
+        who = self.access.resolve(caller)
+        env = self.environments.get(request.environment, self.root_dir)
+        if request.image:
+            env = replace(env, image=request.image, build=None)
+        self.environments.check_image_allowed(env, self.root_dir)
+        name = self._new_name(env, request, who.name)
+        if request.host and self._host(request.host).spec.is_kubernetes:
+            spec = self._host(request.host).spec
+            pod, pod_notes = planning.pod_target(
+                env,
+                request,
+                spec,
+                name=name,
+                owner=who.name,
+                command=tuple(self.keep_alive_command.split()),
+                server_id=self.server_id,
+                created=_now(),
+            )
+            return planning.pod_plan(env, pod, self._confinement(), spec, pod_notes)
+        placement = self._place(env, request, who, lambda _event: None)
+        host, inventory, wanted = placement.host, placement.inventory, placement.gpu_request
+        client = host.client()
+        with engine_errors(f"Planning {name!r}", self.log):
+            try:
+                client.containers.get(docker_name(name))
+            except docker.errors.NotFound:
+                pass
+            else:
+                raise Conflict(f"A container named {name!r} already exists on host {host.name!r}")
+            image = env.image_ref()
+            notes: builtins.list[str] = []
+            try:
+                client.images.get(image)
+            except docker.errors.ImageNotFound:
+                notes.append(f"{image} is not on host {host.name!r}: a start builds or pulls it")
+            uuids: tuple[str, ...] = ()
+            if wanted is not None and inventory is not None:
+                held = self.ledger.holders(host.name)
+                for uuid, claim in self._claims(host).live().items():
+                    held.setdefault(uuid, Lease("", host.name, claim.holder_name, "", (uuid,), 0))
+                try:
+                    uuids = would_lease(host.name, wanted, leasable_units(inventory), held)
+                except NoFreeGPU as err:
+                    if not gpus_optional(env, request):
+                        raise
+                    notes.append(f"{err.message}: a start now would run without a GPU")
+                    inventory = None
+            target = self._target(
+                client=client,
+                env=env,
+                name=name,
+                owner=who.name,
+                host=host,
+                image=image,
+                lease_id="",
+                uuids=uuids,
+                inventory=inventory,
+                kernel_id=request.kernel_id,
+                dry_run=True,
+            )
+        create = create_args(env, target, self._confinement())
+        return planning.docker_plan(
+            host=host.name, name=name, image=image, gpu_uuids=uuids, create=create, notes=notes
+        )
 
     def _mounts(self, host: Host, env: Environment) -> tuple[builtins.list[ResolvedMount], str]:
         """The workspace and declared mounts, checked on the host they are paths of: this

@@ -151,6 +151,13 @@ class Host:
             raise PermissionError(errno.EACCES, "Permission denied", path)
 
     def _connect(self, timeout: float) -> docker.DockerClient:
+        if self.spec.is_kubernetes:
+            raise EngineUnreachable(
+                f"Host {self.name!r} is a Kubernetes cluster ({self.spec.url}): gpudev does not "
+                "start dev containers on a cluster yet; `jupyter gpudev start ENV --host "
+                f"{self.name} --dry-run` prints the objects it would create",
+                details={"host": self.name},
+            )
         if urlsplit(self.spec.url).scheme == "unix":
             self._check_socket()
         tls: TLSConfig | bool = False

@@ -370,8 +370,14 @@ class HostPool(LoggingConfigurable):
     def _check_runtime(spec: HostSpec) -> None:
         """What a user may add without the administrator: a remote engine reached with its own
         credentials, never this machine's socket (its containers could mount this machine's
-        folders past c.MountPolicy), and never a tcp:// engine without mutual TLS."""
+        folders past c.MountPolicy), never a tcp:// engine without mutual TLS, and never a
+        Kubernetes cluster (its credentials would be the server's kubeconfig)."""
         scheme = urlsplit(spec.url).scheme
+        if scheme == "k8s":
+            raise BadRequest(
+                "A Kubernetes cluster cannot be added at run time: gpudev would reach it with "
+                "the server's own kubeconfig credentials. Configure it in c.HostPool.hosts"
+            )
         if scheme == "unix":
             raise BadRequest(
                 "A unix:// engine cannot be added at run time (it is this machine's): "

@@ -1,18 +1,19 @@
-"""A host's configuration, checked: its URL (``unix://``, ``ssh://``, ``tcp://``), TLS and SSH
-files, and the remote workspace settings, as configured or added at run time."""
+"""A host's configuration, checked: its URL (``unix://``, ``ssh://``, ``tcp://``, or ``k8s://``
+for a Kubernetes cluster), TLS and SSH files, and the remote workspace settings, as configured
+or added at run time."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from ..errors import (
     ConfigError,
 )
 
-Transport = Literal["local", "ssh", "tcp"]
+Transport = Literal["local", "ssh", "tcp", "k8s"]
 
 
 DEFAULT_LOCAL_URL = "unix:///var/run/docker.sock"
@@ -38,9 +39,37 @@ _REMOTE_KEYS = {"nvidia_smi", "workspace", "mount_roots"}
 _HOST_KEYS = {"url"} | _TLS_KEYS | _SSH_KEYS | _REMOTE_KEYS
 
 
+#: A kubeconfig context name (percent-encoded in a k8s:// URL: EKS names hold ':' and '/').
+_CONTEXT_RE = re.compile(r"^[A-Za-z0-9_.:@/+-]{1,253}\Z")
+_NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+
+
+def _check_k8s_url(where: str, url: str) -> None:
+    """``k8s://CONTEXT/NAMESPACE``: a context of the kubeconfig (empty: the current one, or the
+    cluster gpudev runs in) and the namespace dev containers go into."""
+    parts = urlsplit(url)
+    context = unquote(parts.netloc)
+    namespace = parts.path.strip("/")
+    if parts.query or parts.fragment or "@" in parts.netloc:
+        raise ConfigError(f"{where}: a k8s:// URL is k8s://CONTEXT/NAMESPACE, nothing more")
+    if context and not _CONTEXT_RE.match(context):
+        raise ConfigError(
+            f"{where}: {context[:80]!r} is not a kubeconfig context name (letters, digits and "
+            "'_.:@/+-'; percent-encode it in the URL)"
+        )
+    if not _NAMESPACE_RE.match(namespace):
+        raise ConfigError(
+            f"{where}: {url!r} names no namespace: use k8s://CONTEXT/NAMESPACE (an empty "
+            "CONTEXT, k8s:///NAMESPACE, is the current context or the cluster gpudev runs in)"
+        )
+
+
 def _check_url(where: str, url: Any) -> None:
     if not isinstance(url, str) or not url:
         raise ConfigError(f"{where}: 'url' is required")
+    if url.startswith("k8s://"):
+        _check_k8s_url(where, url)
+        return
     parts = urlsplit(url)
     if parts.password:
         raise ConfigError(
@@ -49,8 +78,8 @@ def _check_url(where: str, url: Any) -> None:
         )
     if parts.scheme not in ("unix", "ssh", "tcp"):
         raise ConfigError(
-            f"{where}: unsupported URL {url!r}; use unix:///path, ssh://user@host[:port] "
-            "or tcp://host:port"
+            f"{where}: unsupported URL {url!r}; use unix:///path, ssh://user@host[:port], "
+            "tcp://host:port or k8s://CONTEXT/NAMESPACE"
         )
     if parts.scheme == "unix" and not parts.path:
         raise ConfigError(f"{where}: a unix:// URL needs a socket path")
@@ -99,9 +128,27 @@ class HostSpec:
         scheme = urlsplit(self.url).scheme
         if scheme == "ssh":
             return "ssh"
+        if scheme == "k8s":
+            return "k8s"
         if scheme in ("tcp", "https", "http"):
             return "tcp"
         return "local"
+
+    @property
+    def is_kubernetes(self) -> bool:
+        """A Kubernetes cluster (``k8s://``): dev containers are pods there, not engine
+        containers."""
+        return self.transport == "k8s"
+
+    @property
+    def context(self) -> str:
+        """The kubeconfig context of a ``k8s://`` host ('': the current one, or in-cluster)."""
+        return unquote(urlsplit(self.url).netloc) if self.is_kubernetes else ""
+
+    @property
+    def namespace(self) -> str:
+        """The namespace of a ``k8s://`` host's dev containers."""
+        return urlsplit(self.url).path.strip("/") if self.is_kubernetes else ""
 
     @classmethod
     def parse(  # noqa: PLR0912 - one check per key, each with its own message
@@ -128,7 +175,7 @@ class HostSpec:
         wrong = (
             (set(options) & _TLS_KEYS if scheme != "tcp" else set())
             | (set(options) & _SSH_KEYS if scheme != "ssh" else set())
-            | (set(options) & _REMOTE_KEYS if is_local else set())
+            | (set(options) & _REMOTE_KEYS if is_local or scheme == "k8s" else set())
         )
         if wrong:
             raise ConfigError(f"{where}: {sorted(wrong)} do not apply to a {scheme}:// host")

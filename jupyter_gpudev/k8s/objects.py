@@ -49,8 +49,9 @@ A_PORTS = f"{PREFIX}/ports"
 
 #: The GPU resource of NVIDIA's device plugin; MIG profiles are ``nvidia.com/mig-<profile>``.
 GPU_RESOURCE = "nvidia.com/gpu"
-#: The node label NVIDIA's GPU feature discovery sets to the GPU's product name.
+#: The node labels NVIDIA's GPU feature discovery sets: the GPU's product name, its memory.
 PRODUCT_LABEL = "nvidia.com/gpu.product"
+MEMORY_LABEL = "nvidia.com/gpu.memory"
 #: The device class NVIDIA's DRA driver serves.
 DRA_DEVICE_CLASS = "gpu.nvidia.com"
 #: The ResourceClaim API versions gpudev can write (the newest the cluster serves is used).
@@ -74,6 +75,8 @@ class GPUAsk:
     count: int = 0
     resource: str = GPU_RESOURCE
     product: str | None = None
+    #: The least memory of each GPU, in MiB (the node's ``nvidia.com/gpu.memory`` label).
+    min_memory_mib: int | None = None
     claim: bool = False
     device_class: str = DRA_DEVICE_CLASS
 
@@ -90,6 +93,8 @@ class GPUAsk:
                 f"{self.product[:80]!r} is not a GPU product name (letters, digits, spaces and "
                 "'._()/-', as nvidia.com/gpu.product labels them)"
             )
+        if self.min_memory_mib is not None and self.min_memory_mib < 0:
+            raise BadRequest(f"A GPU memory cannot be negative ({self.min_memory_mib} MiB)")
         if self.claim and self.resource != GPU_RESOURCE:
             raise BadRequest("A MIG profile is asked as a resource, not with a DRA claim")
 
@@ -305,6 +310,19 @@ def make_pod(
         ]
     elif target.gpus.count and target.gpus.product:
         spec["nodeSelector"] = {PRODUCT_LABEL: target.gpus.product}
+    if target.gpus.count and not target.gpus.claim and target.gpus.min_memory_mib:
+        at_least = {
+            "key": MEMORY_LABEL,
+            "operator": "Gt",
+            "values": [str(target.gpus.min_memory_mib - 1)],
+        }
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [at_least]}]
+                }
+            }
+        }
     if target.gpus.count and not target.gpus.claim:
         # GPU nodes are often tainted so that only pods asking for GPUs land there.
         spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]

@@ -16,6 +16,7 @@ from .model import (
     iso_utc,
     leasable_units,
     seen_by,
+    would_lease,
 )
 
 __all__ = [
@@ -36,4 +37,5 @@ __all__ = [
     "iso_utc",
     "leasable_units",
     "seen_by",
+    "would_lease",
 ]

@@ -378,6 +378,16 @@ def check_fit(
     _choose(host, request, list(by_uuid.values()), held)
 
 
+def would_lease(
+    host: str, request: GPURequest, units: Sequence[LeasableGPU], held: Mapping[str, Lease]
+) -> tuple[str, ...]:
+    """The UUIDs a lease of ``request`` would take now (a dry run; ``acquire`` decides):
+    ``BadRequest`` or ``NoFreeGPU`` saying why none would."""
+    by_uuid = {unit.uuid: unit for unit in units}
+    _check_explicit(host, request, by_uuid)
+    return tuple(unit.uuid for unit in _choose(host, request, list(by_uuid.values()), held))
+
+
 def _require(**names: str) -> None:
     for what, value in names.items():
         if not isinstance(value, str) or not value.strip():

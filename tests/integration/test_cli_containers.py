@@ -132,3 +132,88 @@ def test_pin_unpin_and_a_cli_container_survives_the_orphan_sweep(
     missing = cli("pin", "no-such-box")
     assert missing.returncode != 0
     assert "No dev container named 'no-such-box'" in missing.stderr
+
+
+def test_a_dry_run_creates_nothing_and_shows_what_a_start_creates(
+    cli: Run, docker_client: docker.DockerClient
+) -> None:
+    networks = {n.id for n in docker_client.networks.list()}
+    # When a start of a GPU container is only planned
+    planned = cli("start", "default", "--name=dry-one", "--gpus=1", "--dry-run", "--json")
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    # Then it names the engine's arguments and the GPU a lease would take now
+    assert plan["kind"] == "docker"
+    assert plan["create"]["name"] == "gpudev-dry-one"
+    assert len(plan["gpus"]) == 1
+    assert plan["create"]["device_requests"][0]["DeviceIDs"] == plan["gpus"]
+    # And nothing was created or leased: no container, no new network, the GPU still free
+    assert docker_client.containers.list(all=True, filters={"name": "gpudev-dry-one"}) == []
+    assert {n.id for n in docker_client.networks.list()} <= networks | {
+        n.id for n in docker_client.networks.list(names=["gpudev"])
+    }
+    again = cli("start", "default", "--name=dry-one", "--gpus=1", "--dry-run", "--json")
+    assert json.loads(again.stdout)["gpus"] == plan["gpus"]
+    # When a CPU start is planned and then made
+    planned = json.loads(cli("start", "default", "--name=dry-two", "--dry-run", "--json").stdout)
+    started = cli("start", "default", "--name=dry-two", "--json")
+    assert started.returncode == 0, started.stderr
+    # Then the container has what the plan said: labels, variables, mounts, confinement
+    attrs = docker_client.containers.get("gpudev-dry-two").attrs
+    create = planned["create"]
+    made = attrs["Config"]["Labels"]
+    for key, value in create["labels"].items():
+        if not key.endswith((".created", ".process", ".server")):
+            assert made[key] == value, key
+    assert set(attrs["Config"]["Env"]) >= {f"{k}={v}" for k, v in create["environment"].items()}
+    assert sorted(m["Target"] for m in create["mounts"]) == sorted(
+        m["Destination"] for m in attrs["Mounts"]
+    )
+    assert attrs["HostConfig"]["SecurityOpt"] == create["security_opt"]
+    # And planning a name that exists is refused, as the start would be
+    taken = cli("start", "default", "--name=dry-two", "--dry-run")
+    assert taken.returncode != 0
+    assert "already exists" in taken.stderr
+
+
+def test_a_dry_run_on_a_kubernetes_host_prints_manifests_that_validate(
+    cli: Run, tmp_path: Path
+) -> None:
+    import kubernetes_validate  # noqa: PLC0415 - a test dependency
+
+    cluster = '--HostPool.hosts={"cluster": "k8s://kind-dev/team-ml"}'
+    # When a start with two GPUs on a Kubernetes host is planned
+    planned = cli("start", "default", "--host=cluster", "--gpus=2", "--dry-run", "--json", cluster)
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    # Then it holds the workspace claim, the pod and its service, each valid for the schemas
+    assert plan["kind"] == "kubernetes"
+    assert (plan["context"], plan["namespace"]) == ("kind-dev", "team-ml")
+    assert [o["kind"] for o in plan["objects"]] == ["PersistentVolumeClaim", "Pod", "Service"]
+    for manifest in plan["objects"]:
+        assert manifest["metadata"]["namespace"] == "team-ml"
+        kubernetes_validate.validate(manifest, "1.34.0", strict=True)
+    pod = plan["objects"][1]
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    # And without --json it prints one List for `kubectl apply -f -`, the notes on stderr
+    text = cli("start", "default", "--host=cluster", "--dry-run", cluster)
+    assert text.returncode == 0, text.stderr
+    listed = json.loads(text.stdout)
+    assert (listed["kind"], len(listed["items"])) == ("List", 3)
+    assert "note: " in text.stderr
+    # When it is started for real, it is refused, saying what works
+    refused = cli("start", "default", "--host=cluster", cluster)
+    assert refused.returncode != 0
+    assert "Kubernetes cluster" in refused.stderr
+    assert "--dry-run" in refused.stderr
+    # And a cluster cannot be added at run time (it would use the server's kubeconfig)
+    added = gpudev(
+        "hosts",
+        "add",
+        "k8s-added",
+        "k8s://kind-dev/team-ml",
+        f"--HostPool.hosts_file={tmp_path / 'hosts.json'}",
+        env={"JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_CONFIG_PATH": ""},
+    )
+    assert added.returncode != 0
+    assert "kubeconfig" in added.stderr

@@ -41,6 +41,8 @@ def pool(**hostpool: Any) -> HostPool:
         ("unix:///var/run/docker.sock", "local"),
         ("ssh://gpu@box.example.org:2222", "ssh"),
         ("tcp://10.1.2.3:2376", "tcp"),
+        ("k8s://kind-dev/team-ml", "k8s"),
+        ("k8s:///team-ml", "k8s"),
     ],
 )
 def test_transports(url: str, transport: str) -> None:
@@ -60,6 +62,14 @@ def test_transports(url: str, transport: str) -> None:
         ("h", {"url": "tcp://box:2376", "colour": "red"}, "unknown keys"),
         ("h", {"tls_verify": True}, "'url' is required"),
         ("h", 42, "expected a URL string"),
+        ("h", "k8s://kind-dev", "names no namespace"),
+        ("h", "k8s://kind-dev/Team_ML", "names no namespace"),
+        ("h", "k8s://kind-dev/a/b", "names no namespace"),
+        ("h", "k8s://kind-dev/ns?watch=1", "nothing more"),
+        ("h", "k8s://me:secret@kind-dev/ns", "nothing more"),
+        ("h", "k8s://bad%0Acontext/ns", "not a kubeconfig context"),
+        ("h", {"url": "k8s:///ns", "identity_file": "/k"}, "do not apply"),
+        ("h", {"url": "k8s:///ns", "workspace": "/w"}, "do not apply"),
     ],
 )
 def test_bad_host_entries_name_the_trait_and_the_problem(
@@ -204,3 +214,15 @@ def test_address_for_containers(ipam: dict[str, Any] | None, expected: str | Non
     # When the host's address for containers is read from the network's inspect answer
     # Then it is the gateway where reported, else the subnet's first address
     assert address_for_containers({"Name": "bridge", "IPAM": ipam}) == expected
+
+
+def test_a_kubernetes_host_names_its_context_and_namespace() -> None:
+    # An EKS context holds ':' and '/': percent-encoded in the URL
+    spec = HostSpec.parse("eks", "k8s://arn%3Aaws%3Aeks%3Aeu-west-1%3A1%3Acluster%2Fgpu/ml")
+    assert spec.is_kubernetes
+    assert spec.context == "arn:aws:eks:eu-west-1:1:cluster/gpu"
+    assert spec.namespace == "ml"
+    # An empty context: the current one, or the cluster gpudev runs in
+    assert HostSpec.parse("here", "k8s:///ml").context == ""
+    assert not HostSpec.parse("d", "tcp://10.1.2.3:2376").is_kubernetes
+    assert HostSpec.parse("d", "tcp://10.1.2.3:2376").namespace == ""

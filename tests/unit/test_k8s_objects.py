@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -14,8 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jupyter_gpudev.containers import StartRequest
+from jupyter_gpudev.containers import plan as planning
+from jupyter_gpudev.containers.create import Confinement
+from jupyter_gpudev.engine import HostSpec
 from jupyter_gpudev.environments import Environment
-from jupyter_gpudev.environments.model import DeclaredMount, RunOptions
+from jupyter_gpudev.environments.model import BuildSpec, DeclaredMount, GPURequirement, RunOptions
 from jupyter_gpudev.errors import BadRequest
 from jupyter_gpudev.k8s import objects as k8s
 
@@ -339,3 +344,62 @@ def test_the_role_grants_no_wildcard_and_nothing_cluster_wide_but_reading_nodes(
     cluster = [o for o in objects if o["kind"] == "ClusterRole"]
     assert [r["resources"] for r in cluster[0]["rules"]] == [["nodes"]]
     assert cluster[0]["rules"][0]["verbs"] == ["get", "list"]
+
+
+# -- what a start on a Kubernetes host would create (``containers/plan.py``) -------------------
+
+
+def _spec() -> HostSpec:
+    return HostSpec.parse("cluster", "k8s://kind-dev/team-ml")
+
+
+def _pod_target(env: Environment, request: StartRequest) -> tuple[k8s.PodTarget, list[str]]:
+    return planning.pod_target(
+        env,
+        request,
+        _spec(),
+        name="alice-gpu",
+        owner="alice",
+        command=("sleep", "infinity"),
+        server_id="3f1c",
+        created="2026-11-25T08:00:00Z",
+    )
+
+
+def test_the_environments_gpus_become_a_count_on_nodes_of_the_model_and_memory() -> None:
+    env = environment(
+        gpu=GPURequirement(
+            mode="required", count=1, model="NVIDIA-A100-SXM4-80GB", min_memory_mib=40960
+        )
+    )
+    pod_target, _ = _pod_target(env, StartRequest(environment="gpu", gpus=2))
+    assert pod_target.namespace == "team-ml"
+    plan = planning.pod_plan(env, pod_target, Confinement(), _spec(), [])
+    pod = by_kind(k8s.Plan(plan["objects"]))["Pod"]
+    valid(pod, "1.34.0")
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert pod["spec"]["nodeSelector"] == {k8s.PRODUCT_LABEL: "NVIDIA-A100-SXM4-80GB"}
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms == [
+        {"matchExpressions": [{"key": k8s.MEMORY_LABEL, "operator": "Gt", "values": ["40959"]}]}
+    ]
+
+
+def test_gpu_uuids_are_refused_on_a_cluster_and_a_built_image_is_noted() -> None:
+    with pytest.raises(BadRequest, match="the scheduler picks the GPUs"):
+        _pod_target(environment(), StartRequest(environment="gpu", gpu_uuids=("GPU-1",)))
+    built = environment(
+        image=None,
+        build=BuildSpec(
+            dockerfile=Path("/w/Dockerfile"), context=Path("/w"), dockerfile_sha256="0" * 64
+        ),
+    )
+    _, notes = _pod_target(built, StartRequest(environment="gpu"))
+    assert any("registry it reaches" in note for note in notes)
+
+
+def test_a_cpu_start_asks_for_no_gpu() -> None:
+    pod_target, _ = _pod_target(environment(), StartRequest(environment="gpu"))
+    assert pod_target.gpus.count == 0

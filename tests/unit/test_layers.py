@@ -29,9 +29,10 @@ RANKS = {
     "engine": 2,
     "leasing": 3,
     "environments": 4,
-    "containers": 5,
-    "changes": 6,
-    "kernels": 6,
+    "k8s": 5,
+    "containers": 6,
+    "changes": 7,
+    "kernels": 7,
 }
 #: Everything else (``app``, ``services``, ``handlers``, ``cli``, ``shared``, the re-exporting
 #: ``provisioner``/``kernelspecs`` modules, the package itself) is a face.

@@ -1,0 +1,124 @@
+"""What a start would create, without creating it (``jupyter gpudev start ... --dry-run``).
+
+``DevContainers.plan`` reads (the environment, the host, its GPUs and leases, the image) and
+these functions shape the answer: on a Docker host the engine's create arguments as
+``containers/create.py`` builds them, on a Kubernetes host the manifests of ``k8s/objects.py``.
+Nothing here creates, leases, pulls or builds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..engine import HostSpec
+from ..environments import Environment
+from ..errors import BadRequest
+from ..k8s import objects as k8s
+from .create import Confinement
+from .model import StartRequest
+from .placement import gpu_request
+
+
+def pod_target(
+    env: Environment,
+    request: StartRequest,
+    spec: HostSpec,
+    *,
+    name: str,
+    owner: str,
+    command: tuple[str, ...],
+    server_id: str,
+    created: str,
+) -> tuple[k8s.PodTarget, list[str]]:
+    """The pod a start on the Kubernetes host ``spec`` would make, and notes on what of the
+    environment a cluster does differently. The scheduler picks the GPUs: a count, with the
+    environment's model as the exact ``nvidia.com/gpu.product`` and its memory as the least
+    ``nvidia.com/gpu.memory`` of the node."""
+    wanted = gpu_request(env, request)
+    if wanted is not None and wanted.uuids:
+        raise BadRequest(
+            "On a Kubernetes host the scheduler picks the GPUs: ask for a number of them "
+            "(--gpus N), not for GPU UUIDs"
+        )
+    notes: list[str] = []
+    if env.build is not None:
+        notes.append(
+            f"the environment builds its image ({env.image_ref()}) from a Dockerfile: a cluster "
+            "pulls images, so the image must be pushed to a registry it reaches"
+        )
+    if env.post_create_command or env.post_start_command:
+        notes.append("lifecycle commands run by exec once the pod is running")
+    notes.append("the package-manager command log is not kept in pods yet")
+    ask = k8s.GPUAsk(
+        count=wanted.count if wanted is not None else 0,
+        product=wanted.model if wanted is not None else None,
+        min_memory_mib=wanted.min_memory_mib if wanted is not None else None,
+    )
+    target = k8s.PodTarget(
+        name=name,
+        owner=owner,
+        namespace=spec.namespace,
+        image=env.image_ref(),
+        command=command,
+        server_id=server_id,
+        created=created,
+        gpus=ask,
+        kernel_id=request.kernel_id,
+    )
+    return target, notes
+
+
+def pod_plan(
+    env: Environment,
+    target: k8s.PodTarget,
+    confinement: Confinement,
+    spec: HostSpec,
+    notes: list[str],
+) -> dict[str, Any]:
+    """The answer of a dry run on a Kubernetes host: the objects in creation order (also as a
+    ``List`` that ``kubectl apply -f -`` reads) and the notes."""
+    made = k8s.dev_container_objects(
+        env,
+        target,
+        k8s.PodConfinement(memory_bytes=confinement.memory_bytes, nano_cpus=confinement.nano_cpus),
+    )
+    return {
+        "kind": "kubernetes",
+        "host": spec.name,
+        "context": spec.context,
+        "namespace": spec.namespace,
+        "name": target.name,
+        "image": target.image,
+        "gpus": {"count": target.gpus.count, "product": target.gpus.product},
+        "objects": made.objects,
+        "notes": [*notes, *made.notes],
+    }
+
+
+def docker_plan(
+    *,
+    host: str,
+    name: str,
+    image: str,
+    gpu_uuids: tuple[str, ...],
+    create: Mapping[str, Any],
+    notes: list[str],
+) -> dict[str, Any]:
+    """The answer of a dry run on a Docker host: the engine's create arguments (what
+    ``client.containers.create(image, **create)`` would be given) and the GPUs a lease would
+    take now (the start decides again)."""
+    return {
+        "kind": "docker",
+        "host": host,
+        "name": name,
+        "image": image,
+        "gpus": list(gpu_uuids),
+        "create": dict(create),
+        "notes": list(notes),
+    }
+
+
+def as_kubectl_list(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """A Kubernetes plan's objects as one ``v1`` ``List`` (``kubectl apply -f -``)."""
+    return {"apiVersion": "v1", "kind": "List", "items": list(plan.get("objects") or [])}
