@@ -63,6 +63,26 @@ OCI_BASE_DIGEST = "org.opencontainers.image.base.digest"
 OCI_DESCRIPTION = "org.opencontainers.image.description"
 OCI_CREATED = "org.opencontainers.image.created"
 
+# Kubernetes objects (``k8s/objects.py`` writes them, ``engine/cluster.py`` reads them):
+# label keys must be PREFIX/NAME there, and values cannot hold every name, so the real values
+# are annotations.
+K8S_PREFIX = "gpudev.jupyter.org"
+K_MANAGED = f"{K8S_PREFIX}/managed"
+K_NAME = f"{K8S_PREFIX}/name"
+K_OWNER = f"{K8S_PREFIX}/owner"
+K_ENV = f"{K8S_PREFIX}/environment"
+K_KERNEL = f"{K8S_PREFIX}/kernel"
+K_SERVER = f"{K8S_PREFIX}/server"
+K_ROLE = f"{K8S_PREFIX}/role"
+A_OWNER = f"{K8S_PREFIX}/owner"
+A_NAME = f"{K8S_PREFIX}/name"
+A_CREATED = f"{K8S_PREFIX}/created"
+A_IMAGE = f"{K8S_PREFIX}/image"
+A_PORTS = f"{K8S_PREFIX}/ports"
+#: The node labels NVIDIA's GPU feature discovery sets: the GPU's product name, its memory.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+
 
 #: Engine states in which a container holds nothing (its GPUs are free again).
 STOPPED = ("exited", "dead", "removing")

@@ -11,6 +11,7 @@ from traitlets.config import Configurable
 
 from .._version import __version__
 from ..engine import HostInfo, ImageBootstrapper, Inventory, unreachable_summary
+from ..engine.cluster import ClusterInfo
 from ..errors import BadRequest
 from ..services import CLASSES
 
@@ -40,9 +41,46 @@ def _format_gpus(inventory: Inventory) -> list[str]:
     return lines
 
 
+def _format_cluster(name: str, url: str, cluster: ClusterInfo) -> list[str]:
+    """A Kubernetes host: its version, then each GPU node with what is allocated and to
+    whom (nodes without GPUs are counted)."""
+    lines = [f"{name}  {url}  Kubernetes {cluster.version} (namespace {cluster.namespace})"]
+    plain = [node for node in cluster.nodes if not node.gpus]
+    for node in cluster.nodes:
+        if not node.gpus:
+            continue
+        state = (
+            ""
+            if node.ready and node.schedulable
+            else (" NOT READY" if not node.ready else " cordoned")
+        )
+        model = f"  {node.product}" if node.product else ""
+        lines.append(f"    node {node.name}{state}{model}")
+        for gpus in node.gpus:
+            lines.append(f"      {gpus.resource}: {gpus.allocated} of {gpus.allocatable} allocated")
+        for held in cluster.allocations:
+            if held.node != node.name:
+                continue
+            whose = (
+                f"{held.container} ({held.owner})"
+                if held.container
+                else held.owner or f"a workload in {held.namespace}"
+            )
+            lines.append(f"        {held.count} {held.resource} held by {whose}")
+    if plain:
+        lines.append(f"    and {len(plain)} node(s) without GPUs")
+    if not any(node.gpus for node in cluster.nodes):
+        lines.append("    no node has GPU resources (is NVIDIA's device plugin running?)")
+    lines.extend(f"    warning: {w}" for w in cluster.warnings)
+    return lines
+
+
 def format_hosts(infos: list[HostInfo]) -> str:
     lines: list[str] = []
     for info in infos:
+        if info.reachable and info.cluster is not None:
+            lines.extend(_format_cluster(info.name, info.url, info.cluster))
+            continue
         if info.reachable and info.engine is not None:
             engine = info.engine
             lines.append(

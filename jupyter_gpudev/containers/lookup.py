@@ -268,7 +268,8 @@ class ContainerLookup(LoggingConfigurable):
     ) -> builtins.list[HostInfo]:
         """Every host (or the one named), each with the ledger's active GPU leases on it
         (none reported for a host that cannot be reached). Another user's lease is shown to a
-        non-administrator as held by "another user", without its container."""
+        non-administrator as held by "another user", without its container; so is another
+        user's dev container on a Kubernetes host."""
         who = self.access.resolve(caller)
         infos = [self.host_pool.describe(name)] if name else self.host_pool.describe_all()
         held: dict[str, builtins.list[Lease]] = {}
@@ -277,7 +278,11 @@ class ContainerLookup(LoggingConfigurable):
                 lease = replace(lease, lease_id="", container="", owner=ANOTHER_USER)  # noqa: PLW2901
             held.setdefault(lease.host, []).append(lease)
         return [
-            replace(info, leases=tuple(held.get(info.name, ())) if info.reachable else ())
+            replace(
+                info,
+                leases=tuple(held.get(info.name, ())) if info.reachable else (),
+                cluster=info.cluster and info.cluster.seen_by(who.sees_owner, ANOTHER_USER),
+            )
             for info in infos
         ]
 

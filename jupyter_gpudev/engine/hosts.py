@@ -32,12 +32,14 @@ from docker.utils import version_lt
 from ..errors import (
     ENGINE_FAILURES,
     BadRequest,
+    ConfigError,
     EngineError,
     EngineUnreachable,
     GPUDevError,
     engine_errors,
 )
 from ..labels import L_MANAGED
+from .cluster import Cluster, ClusterInfo
 from .gpus import GPUInventory, Inventory, ProbeUnavailable
 from .registry import withhold_credentials
 from .spec import HostSpec, Transport
@@ -92,6 +94,9 @@ class HostInfo:
     #: The active GPU leases on this host (set by ``DevContainers.describe_hosts``, which
     #: has the ledger), reported as ``Lease.held_json``.
     leases: tuple[HeldLease, ...] = ()
+    #: A Kubernetes host: its version, nodes and GPU allocations (``None`` otherwise, or
+    #: when it did not answer).
+    cluster: ClusterInfo | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(replace(self, leases=()))
@@ -126,6 +131,8 @@ class Host:
         self._user_ids: str | None = None
         #: gpudev's containers on this engine as last inspected, kept by its event stream.
         self.containers = ContainerStates(f"{L_MANAGED}=1", log)
+        #: A Kubernetes host's API server (``None`` for a Docker engine).
+        self.cluster = Cluster(spec, timeout=timeout, log=log) if spec.is_kubernetes else None
         if spec.transport == "ssh":
             self.ssh = SSHConnection(
                 SSHTarget.from_url(
@@ -277,6 +284,8 @@ class Host:
 
     def close(self) -> None:
         self._close_clients()
+        if self.cluster is not None:
+            self.cluster.close()
         if self.tunnels is not None:
             self.tunnels.close()
         if self.ssh is not None:
@@ -390,6 +399,8 @@ class Host:
 
     def describe(self) -> HostInfo:
         """The host's state; an unreachable engine is reported, not raised."""
+        if self.cluster is not None:
+            return self._describe_cluster(self.cluster)
         engine: EngineInfo | None = None
         reason: str | None = None
         try:
@@ -409,6 +420,32 @@ class Host:
             else Inventory(source="none", reason="the host is unreachable"),
             origin=self.origin,
             workspace=self.spec.workspace,
+        )
+
+    def _describe_cluster(self, cluster: Cluster) -> HostInfo:
+        """A Kubernetes host: its API server's version, nodes and GPU allocations (the GPUs
+        are per node there, not a host inventory)."""
+        info: ClusterInfo | None = None
+        reason: str | None = None
+        try:
+            info = cluster.describe()
+        except (EngineUnreachable, ConfigError) as exc:
+            reason = exc.message
+        return HostInfo(
+            name=self.name,
+            url=self.spec.url,
+            transport=self.spec.transport,
+            is_local=False,
+            reachable=info is not None,
+            reason=reason,
+            gpus=Inventory(
+                source="none",
+                reason="a Kubernetes cluster: its GPUs are listed by node"
+                if info is not None
+                else "the cluster is unreachable",
+            ),
+            origin=self.origin,
+            cluster=info,
         )
 
 

@@ -28,37 +28,36 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine.cluster import GPU_RESOURCE_RE
 from ..environments import Environment
 from ..errors import BadRequest
-
-#: The prefix of gpudev's labels and annotations on Kubernetes objects.
-PREFIX = "gpudev.jupyter.org"
-K_MANAGED = f"{PREFIX}/managed"
-K_NAME = f"{PREFIX}/name"
-K_OWNER = f"{PREFIX}/owner"
-K_ENV = f"{PREFIX}/environment"
-K_KERNEL = f"{PREFIX}/kernel"
-K_SERVER = f"{PREFIX}/server"
-K_ROLE = f"{PREFIX}/role"
-#: Annotations: the values a label cannot hold (any user name, a time, an image reference).
-A_OWNER = f"{PREFIX}/owner"
-A_NAME = f"{PREFIX}/name"
-A_CREATED = f"{PREFIX}/created"
-A_IMAGE = f"{PREFIX}/image"
-A_PORTS = f"{PREFIX}/ports"
+from ..labels import (
+    A_CREATED,
+    A_IMAGE,
+    A_NAME,
+    A_OWNER,
+    A_PORTS,
+    GPU_MEMORY_LABEL,
+    GPU_PRODUCT_LABEL,
+    K_ENV,
+    K_KERNEL,
+    K_MANAGED,
+    K_NAME,
+    K_OWNER,
+    K_ROLE,
+    K_SERVER,
+)
 
 #: The GPU resource of NVIDIA's device plugin; MIG profiles are ``nvidia.com/mig-<profile>``.
 GPU_RESOURCE = "nvidia.com/gpu"
-#: The node labels NVIDIA's GPU feature discovery sets: the GPU's product name, its memory.
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-MEMORY_LABEL = "nvidia.com/gpu.memory"
+PRODUCT_LABEL = GPU_PRODUCT_LABEL
+MEMORY_LABEL = GPU_MEMORY_LABEL
 #: The device class NVIDIA's DRA driver serves.
 DRA_DEVICE_CLASS = "gpu.nvidia.com"
 #: The ResourceClaim API versions gpudev can write (the newest the cluster serves is used).
 DRA_API_VERSIONS = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1")
 KANIKO_IMAGE = "gcr.io/kaniko-project/executor:v1.23.2"
 
-_RESOURCE_RE = re.compile(r"^nvidia\.com/(gpu|mig-[0-9]+g\.[0-9]+gb(\.[a-z0-9]+)?)\Z")
 _LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
 _NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 _QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?\Z")
@@ -83,7 +82,7 @@ class GPUAsk:
     def check(self) -> None:
         if self.count < 0:
             raise BadRequest(f"A GPU count cannot be negative ({self.count})")
-        if not _RESOURCE_RE.match(self.resource):
+        if not GPU_RESOURCE_RE.match(self.resource):
             raise BadRequest(
                 f"{self.resource!r} is not a GPU resource: use nvidia.com/gpu or a MIG profile "
                 "such as nvidia.com/mig-1g.10gb"
@@ -564,7 +563,8 @@ def make_rbac(namespace: str, account: str = "gpudev") -> list[dict[str, Any]]:
     """The ServiceAccount gpudev's server runs as, a Role with only what it does in the
     namespace (pods, their exec and port-forward, services, claims, build Jobs, the build's
     registry Secret, events to say why a pod is not scheduled) and the RoleBinding. Nothing
-    cluster-wide except reading nodes' GPU capacity, which a separate ClusterRole grants."""
+    cluster-wide except reading nodes (their GPU capacity and labels) and pods (which of them
+    hold GPUs), which a separate ClusterRole grants: it writes nothing outside the namespace."""
     if not _NAMESPACE_RE.match(namespace) or not _NAMESPACE_RE.match(account):
         raise BadRequest("A namespace and an account name are DNS labels (a-z, 0-9, '-')")
     labels = {K_MANAGED: "1", K_ROLE: "rbac"}
@@ -591,7 +591,10 @@ def make_rbac(namespace: str, account: str = "gpudev") -> list[dict[str, Any]]:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": {"name": f"{account}-{namespace}-nodes", "labels": labels},
-            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}],
+            "rules": [
+                {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+            ],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",

@@ -5,8 +5,8 @@
  * response can be used as it arrives, without any renaming step.
  */
 
-/** How the server talks to a Docker engine. */
-export type Transport = 'local' | 'ssh' | 'tcp';
+/** How the server talks to a host: a Docker engine, or a Kubernetes cluster (`k8s`). */
+export type Transport = 'local' | 'ssh' | 'tcp' | 'k8s';
 
 /**
  * Where a host comes from: the server's own engine (`local`), the
@@ -90,6 +90,50 @@ export interface IHostInfo {
   workspace: string | null;
   /** The active GPU leases on the host: who holds which GPU, since when. */
   leases: IGPULease[];
+  /** A Kubernetes host's version, nodes and GPU allocations; `null` otherwise. */
+  cluster: IClusterInfo | null;
+}
+
+/** One GPU resource of a cluster node (`nvidia.com/gpu` or a MIG profile). */
+export interface INodeGPUs {
+  resource: string;
+  capacity: number;
+  allocatable: number;
+  allocated: number;
+}
+
+/** One node of a Kubernetes host. */
+export interface IClusterNode {
+  name: string;
+  ready: boolean;
+  /** False when the node is cordoned. */
+  schedulable: boolean;
+  product: string | null;
+  memory_mib: number | null;
+  gpus: INodeGPUs[];
+}
+
+/**
+ * GPUs a pod holds: a dev container of gpudev (`container`, `owner`) or
+ * another workload (only its namespace is said).
+ */
+export interface IGPUAllocation {
+  node: string;
+  resource: string;
+  count: number;
+  namespace: string;
+  container: string;
+  owner: string;
+}
+
+/** What a Kubernetes host's API server says: its nodes and who holds GPUs. */
+export interface IClusterInfo {
+  version: string;
+  namespace: string;
+  context: string;
+  nodes: IClusterNode[];
+  allocations: IGPUAllocation[];
+  warnings: string[];
 }
 
 /** GPUs held by one dev container (`GET /gpudev/api/hosts`). */

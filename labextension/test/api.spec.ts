@@ -93,8 +93,72 @@ describe('fetchHosts', () => {
       name: 'local',
       origin: 'local',
       workspace: null,
-      leases: []
+      leases: [],
+      cluster: null
     });
+  });
+
+  it('reads a Kubernetes host and leaves out what it cannot draw', async () => {
+    const cluster = {
+      version: 'v1.34.2',
+      namespace: 'team-ml',
+      context: 'lab',
+      nodes: [
+        {
+          name: 'gpu-1',
+          ready: true,
+          schedulable: true,
+          product: 'NVIDIA-A100-SXM4-80GB',
+          memory_mib: 81920,
+          gpus: [
+            {
+              resource: 'nvidia.com/gpu',
+              capacity: 8,
+              allocatable: 8,
+              allocated: 6
+            },
+            { resource: 42 }
+          ]
+        },
+        { ready: true },
+        'gpu-2'
+      ],
+      allocations: [
+        {
+          node: 'gpu-1',
+          resource: 'nvidia.com/gpu',
+          count: 2,
+          namespace: 'team-ml',
+          container: 'alice-gpu',
+          owner: 'alice'
+        },
+        { node: 'gpu-1', resource: 'nvidia.com/gpu', count: -3 },
+        null
+      ],
+      warnings: ['only the first 20000 pods were read', 7]
+    };
+    const settings = serverAnswering(() =>
+      json({
+        hosts: [
+          { ...HOST, name: 'cluster', transport: 'k8s', cluster },
+          { ...HOST, name: 'odd', transport: 'k8s', cluster: { nodes: [] } }
+        ]
+      })
+    );
+    const { hosts } = await fetchHosts(settings);
+    const read = hosts[0]?.cluster;
+    expect(read?.version).toBe('v1.34.2');
+    expect(read?.nodes.map(n => n.name)).toEqual(['gpu-1']);
+    expect(read?.nodes[0]?.gpus).toEqual([
+      { resource: 'nvidia.com/gpu', capacity: 8, allocatable: 8, allocated: 6 }
+    ]);
+    expect(read?.allocations.map(a => [a.container, a.count])).toEqual([
+      ['alice-gpu', 2],
+      ['', 0]
+    ]);
+    expect(read?.warnings).toEqual(['only the first 20000 pods were read']);
+    // A Docker host, or a cluster without a version, has no cluster facts
+    expect(hosts[1]?.cluster).toBeNull();
   });
 
   it('leaves out the hosts without the fields the panel draws', async () => {

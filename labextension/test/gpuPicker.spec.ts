@@ -37,6 +37,7 @@ function gpuHost(): IHostInfo {
     },
     origin: 'local',
     workspace: null,
+    cluster: null,
     leases: [
       {
         lease_id: 'l1',

@@ -54,6 +54,7 @@ function host(name: string, gpus: [string, number][] = []): IHostInfo {
     },
     origin: 'added',
     workspace: null,
+    cluster: null,
     leases: []
   };
 }

@@ -265,16 +265,21 @@ async def test_a_gpudev_kernel_through_the_server_rest_api_and_websocket(
             )
         )
         printed = ""
+        replied = idle = False
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        # The reply (shell) and the output (iopub) come on different channels, in no fixed
+        # order: the output is complete when iopub says idle for this request.
+        while time.monotonic() < deadline and not (replied and idle):
             raw = await asyncio.wait_for(ws.read_message(), timeout=60)
             msg = json.loads(raw)
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             if msg["msg_type"] == "stream":
                 printed += msg["content"]["text"]
-            if msg["msg_type"] == "execute_reply":
-                break
+            replied = replied or msg["msg_type"] == "execute_reply"
+            idle = idle or (
+                msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle"
+            )
         ws.close()
         # Then it ran in the container
         assert (

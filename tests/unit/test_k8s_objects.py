@@ -23,6 +23,7 @@ from jupyter_gpudev.environments import Environment
 from jupyter_gpudev.environments.model import BuildSpec, DeclaredMount, GPURequirement, RunOptions
 from jupyter_gpudev.errors import BadRequest
 from jupyter_gpudev.k8s import objects as k8s
+from jupyter_gpudev.labels import A_CREATED, A_OWNER, K_NAME, K_OWNER
 
 #: Cluster versions and the ResourceClaim API each serves (v1beta1 from 1.32, v1 from 1.34).
 VERSIONS = {
@@ -263,13 +264,13 @@ def test_host_namespaces_are_refused_and_what_a_cluster_lacks_is_said() -> None:
 
 def test_labels_hold_what_they_can_and_annotations_the_rest() -> None:
     pod = k8s.make_pod(environment(), target())
-    labels, notes = pod["metadata"]["labels"], pod["metadata"]["annotations"]
+    found, notes = pod["metadata"]["labels"], pod["metadata"]["annotations"]
     # An e-mail is no label value: a stable stand-in, the real one in an annotation
-    assert labels[k8s.K_OWNER].startswith("h-")
-    assert labels[k8s.K_OWNER] == k8s.label_value("alice@example.org")
-    assert notes[k8s.A_OWNER] == "alice@example.org"
-    assert labels[k8s.K_NAME] == "alice-gpu"
-    assert notes[k8s.A_CREATED] == "2026-11-25T08:00:00Z"
+    assert found[K_OWNER].startswith("h-")
+    assert found[K_OWNER] == k8s.label_value("alice@example.org")
+    assert notes[A_OWNER] == "alice@example.org"
+    assert found[K_NAME] == "alice-gpu"
+    assert notes[A_CREATED] == "2026-11-25T08:00:00Z"
 
 
 def test_the_service_selects_the_pod_and_names_its_dns() -> None:
@@ -335,15 +336,15 @@ def test_the_build_reads_the_workspace_read_only_and_never_retries() -> None:
     assert "--destination=registry.example.org/team/x:v1" in spec["containers"][0]["args"]
 
 
-def test_the_role_grants_no_wildcard_and_nothing_cluster_wide_but_reading_nodes() -> None:
+def test_the_role_grants_no_wildcard_and_only_reading_outside_the_namespace() -> None:
     objects = k8s.make_rbac("team-ml")
     for manifest in objects:
         for rule in manifest.get("rules", []):
             assert "*" not in rule["verbs"]
             assert "*" not in rule["resources"]
     cluster = [o for o in objects if o["kind"] == "ClusterRole"]
-    assert [r["resources"] for r in cluster[0]["rules"]] == [["nodes"]]
-    assert cluster[0]["rules"][0]["verbs"] == ["get", "list"]
+    assert [r["resources"] for r in cluster[0]["rules"]] == [["nodes"], ["pods"]]
+    assert {v for r in cluster[0]["rules"] for v in r["verbs"]} == {"get", "list", "watch"}
 
 
 # -- what a start on a Kubernetes host would create (``containers/plan.py``) -------------------

@@ -6,6 +6,7 @@ import { toAPIError } from '../../api/errors';
 import type { HostAction, HostsModel } from '../../models/hosts';
 import type { IEngineInfo, IHostInfo } from '../../types';
 import { notifyError } from '../common/ErrorDetails';
+import { ClusterSection } from './ClusterSection';
 import { GPUSection } from './GPUSection';
 
 function transportLabel(
@@ -19,6 +20,8 @@ function transportLabel(
       return trans.__('SSH');
     case 'tcp':
       return trans.__('TCP');
+    case 'k8s':
+      return trans.__('Kubernetes');
     default:
       return String(transport);
   }
@@ -104,7 +107,8 @@ export function HostCard({
     host.origin === 'local'
       ? transport
       : `${transport} · ${originLabel(host.origin, trans)}`;
-  const showGPUs = host.reachable || host.gpus.gpus.length > 0;
+  const showGPUs =
+    !host.cluster && (host.reachable || host.gpus.gpus.length > 0);
   const removing = pending === 'remove';
   return (
     <li
@@ -151,6 +155,13 @@ export function HostCard({
         <p className="jp-gpudev-reason">{host.reason}</p>
       )}
       {host.engine && <EngineFacts engine={host.engine} trans={trans} />}
+      {host.cluster && (
+        <ClusterSection
+          hostName={host.name}
+          cluster={host.cluster}
+          trans={trans}
+        />
+      )}
       {showGPUs && (
         <GPUSection inventory={host.gpus} leases={host.leases} trans={trans} />
       )}

@@ -1,0 +1,328 @@
+"""One Kubernetes cluster as a host (``k8s://CONTEXT/NAMESPACE``): its version, its nodes'
+GPUs and who they are allocated to, read through the official ``kubernetes`` client.
+
+The client is used for what it is good at, reaching the API server as the kubeconfig context
+(or the pod's service account) says, certificates, tokens and exec plugins included; answers
+are read as raw JSON by the pure ``parse_cluster`` (what an API server sends is checked, not
+trusted: a missing or odd field is skipped, never an exception). On a cluster the scheduler
+decides where GPUs go: gpudev reports what it allocated (``nvidia.com/gpu`` and MIG
+resources, by node) and to whom, from the pods that asked for them.
+
+Three requests per description: ``/version``, the nodes, the pods that are not finished (all
+namespaces: the ClusterRole of ``k8s.objects.make_rbac`` grants listing them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import urllib3
+
+from ..errors import ConfigError, EngineUnreachable
+from ..labels import A_NAME, A_OWNER, GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, K_MANAGED
+from .spec import HostSpec
+
+#: Extended resources that are GPUs: whole GPUs and MIG profiles of NVIDIA's device plugin.
+GPU_RESOURCE_RE = re.compile(r"^nvidia\.com/(gpu|mig-[0-9]+g\.[0-9]+gb(\.[a-z0-9]+)?)\Z")
+#: Pods that hold no resources any more.
+FINISHED = "status.phase!=Succeeded,status.phase!=Failed"
+#: The most nodes and pods one description reads (a bigger answer is cut, and says so).
+MAX_ITEMS = 20_000
+_TEXT_RE = re.compile(r"^[\x20-\x7e]{1,253}\Z")
+
+
+@dataclass(frozen=True)
+class NodeGPUs:
+    """One GPU resource of a node: what it has, what pods may get, what pods have now."""
+
+    resource: str
+    capacity: int
+    allocatable: int
+    allocated: int
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    name: str
+    ready: bool
+    #: False when cordoned (``spec.unschedulable``).
+    schedulable: bool
+    product: str | None = None
+    memory_mib: int | None = None
+    gpus: tuple[NodeGPUs, ...] = ()
+
+
+@dataclass(frozen=True)
+class GPUAllocation:
+    """GPUs a pod holds: gpudev's own (``container``, ``owner`` from its annotations) or
+    another workload's (only its namespace is said)."""
+
+    node: str
+    resource: str
+    count: int
+    namespace: str
+    container: str = ""
+    owner: str = ""
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    version: str
+    namespace: str
+    context: str
+    nodes: tuple[ClusterNode, ...] = ()
+    allocations: tuple[GPUAllocation, ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+    def seen_by(self, sees_owner: Callable[[str], bool], stand_in: str) -> ClusterInfo:
+        """As a viewer may see it: another user's dev container is held by ``stand_in``,
+        without its name."""
+        return replace(
+            self,
+            allocations=tuple(
+                a
+                if not a.container or sees_owner(a.owner)
+                else replace(a, container="", owner=stand_in)
+                for a in self.allocations
+            ),
+        )
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and _TEXT_RE.match(value) else None
+
+
+def _count(value: Any) -> int | None:
+    """A whole-number quantity (GPUs are counted, never fractional)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.isdigit() and len(value) < 10:
+        return int(value)
+    return None
+
+
+def _items(answer: Any, warnings: list[str], what: str) -> list[dict[str, Any]]:
+    items = answer.get("items") if isinstance(answer, dict) else None
+    if not isinstance(items, list):
+        warnings.append(f"the API server's {what} answer has no item list")
+        return []
+    if len(items) > MAX_ITEMS:
+        warnings.append(f"only the first {MAX_ITEMS} {what} were read")
+    return [i for i in items[:MAX_ITEMS] if isinstance(i, dict)]
+
+
+def _gpu_resources(resources: Any) -> dict[str, int]:
+    if not isinstance(resources, dict):
+        return {}
+    found: dict[str, int] = {}
+    for key, value in resources.items():
+        count = _count(value)
+        if isinstance(key, str) and GPU_RESOURCE_RE.match(key) and count is not None:
+            found[key] = count
+    return found
+
+
+def _pod_gpus(pod: dict[str, Any]) -> dict[str, int]:
+    """The GPUs a pod holds: the larger of its containers' sum and any init container's
+    (as the scheduler counts), from limits (extended resources have requests = limits)."""
+    spec = _dict(pod.get("spec"))
+
+    def limits(container: Any) -> dict[str, int]:
+        resources = _dict(_dict(container).get("resources"))
+        return _gpu_resources(resources.get("limits")) or _gpu_resources(resources.get("requests"))
+
+    total: dict[str, int] = {}
+    for container in _list(spec.get("containers")):
+        for key, count in limits(container).items():
+            total[key] = total.get(key, 0) + count
+    for container in _list(spec.get("initContainers")):
+        for key, count in limits(container).items():
+            total[key] = max(total.get(key, 0), count)
+    return total
+
+
+def parse_cluster(
+    version: Any, nodes: Any, pods: Any, *, namespace: str = "", context: str = ""
+) -> ClusterInfo:
+    """A cluster's description from the API server's answers to ``/version``, the node list
+    and the list of pods that are not finished."""
+    warnings: list[str] = []
+    git_version = _text(_dict(version).get("gitVersion")) or "?"
+    allocated: dict[tuple[str, str], int] = {}
+    allocations: list[GPUAllocation] = []
+    for pod in _items(pods, warnings, "pods"):
+        meta = _dict(pod.get("metadata"))
+        node_name = _text(_dict(pod.get("spec")).get("nodeName"))
+        held = _pod_gpus(pod)
+        if not node_name or not held:
+            continue  # not scheduled yet, or no GPU
+        notes = _dict(meta.get("annotations"))
+        pod_namespace = _text(meta.get("namespace")) or "?"
+        # gpudev's own: in the host's namespace and labelled so (anyone may write annotations
+        # in their own namespace).
+        ours = (
+            _text(notes.get(A_NAME))
+            if pod_namespace == namespace and _dict(meta.get("labels")).get(K_MANAGED) == "1"
+            else None
+        )
+        for resource, count in sorted(held.items()):
+            allocated[(node_name, resource)] = allocated.get((node_name, resource), 0) + count
+            allocations.append(
+                GPUAllocation(
+                    node=node_name,
+                    resource=resource,
+                    count=count,
+                    namespace=pod_namespace,
+                    container=ours or "",
+                    owner=(_text(notes.get(A_OWNER)) or "") if ours else "",
+                )
+            )
+    parsed: list[ClusterNode] = []
+    for item in _items(nodes, warnings, "nodes"):
+        meta = _dict(item.get("metadata"))
+        name = _text(meta.get("name"))
+        if name is None:
+            continue
+        status = _dict(item.get("status"))
+        labels = _dict(meta.get("labels"))
+        conditions = status.get("conditions")
+        ready = isinstance(conditions, list) and any(
+            _dict(c).get("type") == "Ready" and _dict(c).get("status") == "True" for c in conditions
+        )
+        spec = _dict(item.get("spec"))
+        capacity = _gpu_resources(status.get("capacity"))
+        allocatable = _gpu_resources(status.get("allocatable"))
+        gpus = tuple(
+            NodeGPUs(
+                resource=resource,
+                capacity=capacity.get(resource, 0),
+                allocatable=allocatable.get(resource, 0),
+                allocated=allocated.get((name, resource), 0),
+            )
+            for resource in sorted({*capacity, *allocatable})
+        )
+        parsed.append(
+            ClusterNode(
+                name=name,
+                ready=ready,
+                schedulable=spec.get("unschedulable") is not True,
+                product=_text(labels.get(GPU_PRODUCT_LABEL)),
+                memory_mib=_count(labels.get(GPU_MEMORY_LABEL)),
+                gpus=gpus,
+            )
+        )
+    return ClusterInfo(
+        version=git_version,
+        namespace=namespace,
+        context=context,
+        nodes=tuple(sorted(parsed, key=lambda n: n.name)),
+        allocations=tuple(allocations),
+        warnings=tuple(warnings),
+    )
+
+
+def _kubernetes() -> Any:
+    try:
+        import kubernetes  # noqa: PLC0415 - only Kubernetes hosts need it
+    except ImportError:
+        raise ConfigError(
+            "Kubernetes hosts need the kubernetes package: pip install 'jupyter-gpudev[k8s]'"
+        ) from None
+    return kubernetes
+
+
+class Cluster:
+    """The API server of one ``k8s://`` host, reached as its kubeconfig context says (an
+    empty context: the service account of the pod gpudev runs in, else the current context)."""
+
+    def __init__(self, spec: HostSpec, *, timeout: float, log: Any) -> None:
+        self.spec = spec
+        self.timeout = timeout
+        self.log = log
+        self._api: Any = None
+        self._lock = threading.Lock()
+
+    def _unreachable(self, why: str) -> EngineUnreachable:
+        return EngineUnreachable(
+            f"Kubernetes cluster {self.spec.name} ({self.spec.url}): {why}",
+            details={"host": self.spec.name},
+        )
+
+    def api(self) -> Any:
+        """The API client, made on first use."""
+        with self._lock:
+            if self._api is not None:
+                return self._api
+            kubernetes = _kubernetes()
+            try:
+                if not self.spec.context and os.environ.get("KUBERNETES_SERVICE_HOST"):
+                    configuration = kubernetes.client.Configuration()
+                    kubernetes.config.load_incluster_config(client_configuration=configuration)
+                    self._api = kubernetes.client.ApiClient(configuration)
+                else:
+                    # KUBECONFIG as it is now (the client reads it once, when imported).
+                    self._api = kubernetes.config.new_client_from_config(
+                        config_file=os.environ.get("KUBECONFIG") or None,
+                        context=self.spec.context or None,
+                        persist_config=False,
+                    )
+            except (kubernetes.config.ConfigException, OSError, ValueError, TypeError) as exc:
+                # The kubeconfig's words, never its credentials: the exception names the
+                # context or the file, not a token.
+                self.log.info("gpudev: cluster %s: %s", self.spec.name, exc)
+                raise self._unreachable(
+                    "no usable kubeconfig context "
+                    + (repr(self.spec.context) if self.spec.context else "(the current one)")
+                ) from None
+            return self._api
+
+    def _get(self, call: Any, **query: Any) -> Any:
+        kubernetes = _kubernetes()
+        try:
+            answer = call(_preload_content=False, _request_timeout=self.timeout, **query)
+            return json.loads(answer.data)
+        except kubernetes.client.ApiException as exc:
+            status = getattr(exc, "status", None)
+            self.log.info("gpudev: cluster %s answered %s: %s", self.spec.name, status, exc.reason)
+            if status in (401, 403):
+                raise self._unreachable(
+                    f"the API server refused gpudev's credentials ({status}): see the RBAC in "
+                    "docs/kubernetes.md"
+                ) from None
+            raise self._unreachable(f"the API server answered {status}") from None
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            self.log.info("gpudev: cluster %s: %r", self.spec.name, exc)
+            raise self._unreachable("the API server did not answer") from None
+
+    def describe(self) -> ClusterInfo:
+        """The cluster's version, nodes and GPU allocations; ``EngineUnreachable`` saying why
+        when it cannot be read."""
+        kubernetes = _kubernetes()
+        api = self.api()
+        version = self._get(kubernetes.client.VersionApi(api).get_code)
+        core = kubernetes.client.CoreV1Api(api)
+        nodes = self._get(core.list_node)
+        pods = self._get(core.list_pod_for_all_namespaces, field_selector=FINISHED)
+        return parse_cluster(
+            version, nodes, pods, namespace=self.spec.namespace, context=self.spec.context
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            if self._api is not None:
+                self._api.close()
+                self._api = None

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# End-to-end check of gpudev's Kubernetes objects against a real cluster (issue #20).
+#
+# What it needs: `kubectl` on PATH and a cluster that KUBECONFIG (or ~/.kube/config) points at
+# (kind, k3s, a cloud cluster) where this user may create namespaces; an image the cluster can
+# pull that has python3 (E2E_IMAGE, default python:3.12-slim); for GPUs, E2E_GPUS=N and the
+# NVIDIA device plugin. Without kubectl or a reachable cluster it says so and exits 0.
+#
+# What it does today (gpudev has no client layer yet, so kubectl creates what gpudev prints):
+#   1. a namespace enforcing the "restricted" Pod Security Standard;
+#   2. gpudev's RBAC for it, applied;
+#   3. `jupyter gpudev start e2e --host=cluster --dry-run` for an environment of E2E_IMAGE,
+#      validated by the API server (`kubectl apply --dry-run=server`), then applied;
+#   4. waits for the pod to be Ready (the scheduler's events printed when it is not), then
+#      checks in it: the user is 1000, no service account token is mounted, the workspace claim
+#      is writable, python3 runs; with E2E_GPUS, nvidia-smi lists that many GPUs;
+#   5. deletes the pod and checks that the workspace claim stays; deletes the namespace.
+# Still to come with the client layer: gpudev's own start, a kernel, a terminal, a proxied
+# port, a commit with push to a registry the cluster reaches.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+skip() {
+    echo "k8s-e2e: skipped: $*"
+    exit 0
+}
+
+command -v kubectl >/dev/null 2>&1 || skip "no kubectl on PATH (install it and point KUBECONFIG at a cluster)"
+kubectl version --request-timeout=10s >/dev/null 2>&1 ||
+    skip "no cluster answers (KUBECONFIG=${KUBECONFIG:-~/.kube/config})"
+JUPYTER=${JUPYTER:-.venv/bin/jupyter}
+[ -x "$JUPYTER" ] || skip "no $JUPYTER: run scripts/setup.sh first"
+
+IMAGE=${E2E_IMAGE:-python:3.12-slim}
+GPUS=${E2E_GPUS:-0}
+NS="gpudev-e2e-$(date +%s)"
+WORK=$(mktemp -d)
+cleanup() {
+    kubectl delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+step() { echo "==> $*"; }
+fail() {
+    echo "k8s-e2e: FAILED: $*" >&2
+    kubectl -n "$NS" get events --sort-by=.lastTimestamp >&2 || true
+    exit 1
+}
+
+step "namespace $NS (Pod Security: restricted)"
+kubectl create namespace "$NS"
+kubectl label namespace "$NS" pod-security.kubernetes.io/enforce=restricted
+
+step "gpudev's RBAC"
+.venv/bin/python -c '
+import json, sys
+from jupyter_gpudev.k8s.objects import make_rbac
+print(json.dumps({"apiVersion": "v1", "kind": "List", "items": make_rbac(sys.argv[1])}))
+' "$NS" | kubectl apply -f -
+
+step "the dev container's objects"
+mkdir -p "$WORK/.devcontainer/e2e"
+printf '{"name": "e2e", "image": "%s", "forwardPorts": [8888]}\n' "$IMAGE" \
+    >"$WORK/.devcontainer/e2e/devcontainer.json"
+"$JUPYTER" gpudev start e2e --host=cluster --name=e2e --gpus="$GPUS" --dry-run \
+    --root-dir="$WORK" "--HostPool.hosts={\"cluster\": \"k8s:///$NS\"}" >"$WORK/objects.json"
+kubectl apply --dry-run=server -f "$WORK/objects.json" || fail "the API server refused the objects"
+kubectl apply -f "$WORK/objects.json"
+
+step "waiting for the pod"
+POD=gpudev-e2e
+kubectl -n "$NS" wait "pod/$POD" --for=condition=Ready --timeout=300s ||
+    fail "the pod did not become Ready"
+
+step "inside the pod"
+[ "$(kubectl -n "$NS" exec "$POD" -- id -u)" = 1000 ] || fail "not running as user 1000"
+if kubectl -n "$NS" exec "$POD" -- test -e /var/run/secrets/kubernetes.io/serviceaccount/token; then
+    fail "a service account token is mounted"
+fi
+kubectl -n "$NS" exec "$POD" -- sh -c 'echo kept > /workspace/e2e.txt' || fail "the workspace is not writable"
+kubectl -n "$NS" exec "$POD" -- python3 -c 'print("python ok")'
+if [ "$GPUS" -gt 0 ]; then
+    seen=$(kubectl -n "$NS" exec "$POD" -- nvidia-smi -L | grep -c '^GPU ')
+    [ "$seen" = "$GPUS" ] || fail "nvidia-smi lists $seen GPUs, $GPUS asked"
+fi
+
+step "the pod goes, the workspace claim stays"
+kubectl -n "$NS" delete pod "$POD" --wait=true
+kubectl -n "$NS" get pvc gpudev-ws-e2e >/dev/null || fail "the workspace claim went with the pod"
+
+echo "k8s-e2e: passed"
