@@ -64,6 +64,21 @@ def target(**changes: Any) -> k8s.PodTarget:
     return dataclasses.replace(base, **changes)
 
 
+def build_target(**changes: Any) -> k8s.BuildTarget:
+    base = k8s.BuildTarget(
+        name="alice-gpu",
+        owner="alice@example.org",
+        namespace="team-ml",
+        workspace_claim="gpudev-ws-alice-gpu",
+        dockerfile=".devcontainer/gpu/Dockerfile",
+        context=".devcontainer/gpu",
+        destination="registry.example.org/team/gpu:v2",
+        registry_config="gpudev-push-alice-gpu",
+        created="2026-11-25T08:00:00Z",
+    )
+    return dataclasses.replace(base, **changes)
+
+
 def valid(manifest: dict[str, Any], version: str) -> None:
     kubernetes_validate.validate(manifest, version, strict=True)
 
@@ -104,19 +119,7 @@ def test_every_object_of_a_dev_container_validates(version: str, gpus: k8s.GPUAs
 
 @pytest.mark.parametrize("version", sorted(VERSIONS))
 def test_the_builder_job_and_the_rbac_validate(version: str) -> None:
-    job = k8s.make_builder_job(
-        k8s.BuildTarget(
-            name="alice-gpu",
-            owner="alice@example.org",
-            namespace="team-ml",
-            workspace_claim="gpudev-ws-alice-gpu",
-            dockerfile=".devcontainer/gpu/Dockerfile",
-            context=".devcontainer/gpu",
-            destination="registry.example.org/team/gpu:v2",
-            registry_config="gpudev-push-alice-gpu",
-            created="2026-11-25T08:00:00Z",
-        )
-    )
+    job = k8s.make_builder_job(build_target())
     for manifest in [job, *k8s.make_rbac("team-ml")]:
         valid(manifest, version)
 
@@ -300,40 +303,17 @@ def test_a_plain_name_is_kept_as_it_is() -> None:
 
 @pytest.mark.parametrize("path", ["../etc", "/etc/passwd", "a/../../b", "a//b", "$(id)", "a b"])
 def test_a_build_path_outside_the_workspace_is_refused(path: str) -> None:
-    build = k8s.BuildTarget(
-        name="x",
-        owner="alice",
-        namespace="team-ml",
-        workspace_claim="gpudev-ws-x",
-        dockerfile="Dockerfile",
-        context=path,
-        destination="registry.example.org/team/x:v1",
-        registry_config="push",
-        created="2026-11-25T08:00:00Z",
-    )
     with pytest.raises(BadRequest, match="plain path inside the workspace"):
-        k8s.make_builder_job(build)
+        k8s.make_builder_job(build_target(context=path))
 
 
 def test_the_build_reads_the_workspace_read_only_and_never_retries() -> None:
-    job = k8s.make_builder_job(
-        k8s.BuildTarget(
-            name="x",
-            owner="alice",
-            namespace="team-ml",
-            workspace_claim="gpudev-ws-x",
-            dockerfile=".devcontainer/x/Dockerfile",
-            context=".",
-            destination="registry.example.org/team/x:v1",
-            registry_config="push",
-            created="2026-11-25T08:00:00Z",
-        )
-    )
+    job = k8s.make_builder_job(build_target(context="."))
     spec = job["spec"]["template"]["spec"]
     assert job["spec"]["backoffLimit"] == 0
     assert spec["automountServiceAccountToken"] is False
     assert all(m["readOnly"] for m in spec["containers"][0]["volumeMounts"])
-    assert "--destination=registry.example.org/team/x:v1" in spec["containers"][0]["args"]
+    assert "--destination=registry.example.org/team/gpu:v2" in spec["containers"][0]["args"]
 
 
 def test_the_role_grants_no_wildcard_and_only_reading_outside_the_namespace() -> None:
