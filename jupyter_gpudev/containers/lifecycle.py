@@ -58,6 +58,7 @@ from ..errors import (
     ConfigError,
     Conflict,
     EngineError,
+    EngineUnreachable,
     GPUDevError,
     engine_error,
     engine_errors,
@@ -771,7 +772,16 @@ class DevContainers(ContainerLookup):
                 server_id=self.server_id,
                 created=_now(),
             )
-            return planning.pod_plan(env, pod, self._confinement(), spec, pod_notes)
+            cluster, error = None, None
+            host = self._host(request.host)
+            if pod.gpus.count and host.cluster is not None:
+                try:
+                    cluster = host.cluster.describe()
+                except (EngineUnreachable, ConfigError) as exc:
+                    error = exc.message
+            note = planning.cluster_note(pod.gpus, cluster, error)
+            said = [*pod_notes, note] if note else pod_notes
+            return planning.pod_plan(env, pod, self._confinement(), spec, said)
         placement = self._place(env, request, who, lambda _event: None)
         host, inventory, wanted = placement.host, placement.inventory, placement.gpu_request
         client = host.client()

@@ -12,9 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..engine import HostSpec
+from ..engine.cluster import ClusterInfo
 from ..environments import Environment
 from ..errors import BadRequest
 from ..k8s import objects as k8s
+from ..k8s.placement import fit
 from .create import Confinement
 from .model import StartRequest
 from .placement import gpu_request
@@ -67,6 +69,17 @@ def pod_target(
         kernel_id=request.kernel_id,
     )
     return target, notes
+
+
+def cluster_note(ask: k8s.GPUAsk, cluster: ClusterInfo | None, error: str | None) -> str | None:
+    """What the cluster says now of the GPUs asked: the nodes that could take them, or why
+    none can (the scheduler still decides), or that it could not be read."""
+    if ask.count < 1:
+        return None
+    if cluster is None:
+        return f"the cluster could not be read ({error}): its nodes were not checked"
+    found = fit(cluster, ask)
+    return found.summary(ask) if found is not None else None
 
 
 def pod_plan(

@@ -17,9 +17,12 @@ from typing import Any, ClassVar
 import pytest
 
 from jupyter_gpudev.cli.hosts import format_hosts
+from jupyter_gpudev.containers.plan import cluster_note
 from jupyter_gpudev.engine import Host, HostSpec
 from jupyter_gpudev.engine.cluster import Cluster, parse_cluster
 from jupyter_gpudev.errors import EngineUnreachable
+from jupyter_gpudev.k8s.objects import GPUAsk
+from jupyter_gpudev.k8s.placement import fit
 from tests.conftest import FIXTURES
 
 ANSWERS = FIXTURES / "k8s"
@@ -244,3 +247,52 @@ def test_an_unreachable_cluster_is_reported_not_raised(
     assert (info.reachable, info.cluster) == (False, None)
     assert "refused gpudev's credentials" in str(info.reason)
     assert "UNREACHABLE" in format_hosts([info])
+
+
+# -- could the cluster take the GPUs now (``k8s/placement.py``) ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ask", "nodes", "reasons"),
+    [
+        (GPUAsk(count=2), ("gpu-a100-1",), {"gpu-mig-1": "cordoned"}),
+        (
+            GPUAsk(count=3),
+            (),
+            {"gpu-a100-1": "2 free nvidia.com/gpu of 8", "gpu-mig-1": "cordoned"},
+        ),
+        (
+            GPUAsk(count=1, product="NVIDIA-H100-80GB-HBM3"),
+            (),
+            {"gpu-a100-1": "its GPUs are NVIDIA-A100-SXM4-80GB", "gpu-mig-1": "cordoned"},
+        ),
+        (
+            GPUAsk(count=1, min_memory_mib=90000),
+            (),
+            {"gpu-a100-1": "81920 MiB per GPU, 90000 asked", "gpu-mig-1": "cordoned"},
+        ),
+    ],
+)
+def test_which_nodes_could_take_the_gpus_now(
+    ask: GPUAsk, nodes: tuple[str, ...], reasons: dict[str, str]
+) -> None:
+    found = fit(described(), ask)
+    assert found is not None
+    assert (found.nodes, found.reasons) == (nodes, reasons)
+
+
+def test_what_a_dry_run_says_of_the_cluster() -> None:
+    info = described()
+    assert cluster_note(GPUAsk(count=2), info, None) == (
+        "2 nvidia.com/gpu: would fit on gpu-a100-1"
+    )
+    assert cluster_note(GPUAsk(count=3), info, None) == (
+        "3 nvidia.com/gpu: no node can take them now (gpu-a100-1: 2 free nvidia.com/gpu of 8; "
+        "gpu-mig-1: cordoned)"
+    )
+    assert cluster_note(GPUAsk(count=1), None, "it refused") == (
+        "the cluster could not be read (it refused): its nodes were not checked"
+    )
+    # Nothing to check without GPUs, or with a DRA claim (the scheduler matches devices)
+    assert cluster_note(GPUAsk(), info, None) is None
+    assert fit(info, GPUAsk(count=1, claim=True)) is None
