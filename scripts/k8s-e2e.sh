@@ -53,11 +53,7 @@ kubectl create namespace "$NS"
 kubectl label namespace "$NS" pod-security.kubernetes.io/enforce=restricted
 
 step "gpudev's RBAC"
-.venv/bin/python -c '
-import json, sys
-from jupyter_gpudev.k8s.objects import make_rbac
-print(json.dumps({"apiVersion": "v1", "kind": "List", "items": make_rbac(sys.argv[1])}))
-' "$NS" | kubectl apply -f -
+"$JUPYTER" gpudev hosts rbac "$NS" | kubectl apply -f -
 
 step "the dev container's objects"
 mkdir -p "$WORK/.devcontainer/e2e"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ from .._version import __version__
 from ..engine import HostInfo, ImageBootstrapper, Inventory, unreachable_summary
 from ..engine.cluster import ClusterInfo
 from ..errors import BadRequest
+from ..k8s.objects import make_rbac
 from ..services import CLASSES
 
 if TYPE_CHECKING:
@@ -206,9 +208,30 @@ class HostsRemoveApp(GPUDevSubcommand):
         self.emit({"removed": name}, f"removed {name}")
 
 
+class HostsRbacApp(GPUDevSubcommand):
+    """Print the RBAC a Kubernetes host needs."""
+
+    name = "jupyter-gpudev-hosts-rbac"
+    description = """Print what gpudev needs in a Kubernetes namespace, as one List for
+    `kubectl apply -f -`: a ServiceAccount, a Role with only what gpudev does there (no
+    wildcard), its RoleBinding, and a ClusterRole (with binding) that only reads nodes and pods.
+    Usage: jupyter gpudev hosts rbac NAMESPACE [--account=gpudev]"""
+
+    account = Unicode("gpudev", help="The ServiceAccount gpudev runs as.").tag(config=True)
+    aliases: dict[str, Any] = {**GPUDevSubcommand.aliases, "account": "HostsRbacApp.account"}
+
+    def run(self) -> None:
+        if len(self.extra_args) != 1:
+            raise BadRequest("usage: jupyter gpudev hosts rbac NAMESPACE [--account=gpudev]")
+        objects = make_rbac(str(self.extra_args[0]), self.account)
+        listed = {"apiVersion": "v1", "kind": "List", "items": objects}
+        self.emit(listed, json.dumps(listed, indent=2))
+
+
 HostsApp.subcommands = {
     "add": (HostsAddApp, "Add a host (ssh:// or tcp://) at run time."),
     "remove": (HostsRemoveApp, "Remove a host added at run time."),
+    "rbac": (HostsRbacApp, "Print the RBAC of a Kubernetes host's namespace."),
 }
 
 

@@ -206,6 +206,14 @@ def test_a_dry_run_on_a_kubernetes_host_prints_manifests_that_validate(
     assert refused.returncode != 0
     assert "Kubernetes cluster" in refused.stderr
     assert "--dry-run" in refused.stderr
+    # And the RBAC it needs is printed for kubectl, valid for the schemas
+    rbac = gpudev("hosts", "rbac", "team-ml", "--account=gpudev-svc")
+    assert rbac.returncode == 0, rbac.stderr
+    items = json.loads(rbac.stdout)["items"]
+    assert [i["kind"] for i in items][:3] == ["ServiceAccount", "Role", "RoleBinding"]
+    for manifest in items:
+        kubernetes_validate.validate(manifest, "1.34.0", strict=True)
+    assert items[0]["metadata"]["name"] == "gpudev-svc"
     # And a cluster cannot be added at run time (it would use the server's kubeconfig)
     added = gpudev(
         "hosts",
