@@ -78,6 +78,7 @@ A_OWNER = f"{K8S_PREFIX}/owner"
 A_NAME = f"{K8S_PREFIX}/name"
 A_CREATED = f"{K8S_PREFIX}/created"
 A_IMAGE = f"{K8S_PREFIX}/image"
+A_ENV = f"{K8S_PREFIX}/environment"
 A_PORTS = f"{K8S_PREFIX}/ports"
 #: The node labels NVIDIA's GPU feature discovery sets: the GPU's product name, its memory.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"

@@ -106,6 +106,7 @@ from .placement import (
     gpu_request,
     gpus_optional,
 )
+from .pods import pod_info
 from .reconcile import orphan_kernel_containers, reconcile_host
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
@@ -350,6 +351,8 @@ class DevContainers(ContainerLookup):
         if request.image:
             env = replace(env, image=request.image, build=None)
         self.environments.check_image_allowed(env, self.root_dir)
+        if self._on_cluster(request.host):
+            return self._start_pod(env, request, who, say)
         placement = self._place(env, request, who, say)
         host, inventory = placement.host, placement.inventory
         client = host.client()
@@ -397,6 +400,32 @@ class DevContainers(ContainerLookup):
             warnings += self._record_baseline(container, say)
         say({"stage": "ready", "message": f"{name} is running"})
         return self.describe(host, container, warnings=warnings)
+
+    def _start_pod(
+        self, env: Environment, request: StartRequest, who: Caller, say: Progress
+    ) -> DevContainerInfo:
+        """``start`` on a Kubernetes host: the plan's objects created, the pod waited for."""
+        host = self._host(request.host)
+        if request.kernel_id:
+            raise BadRequest(
+                f"Kernels do not run in pods on host {host.name!r} yet: start the dev container "
+                "there and use a terminal (kubectl exec), or pick a Docker host for the kernel"
+            )
+        target, notes = planning.pod_target(
+            env,
+            request,
+            host.spec,
+            name=self._new_name(env, request, who.name),
+            owner=who.name,
+            command=tuple(self.keep_alive_command.split()),
+            server_id=self.server_id,
+            created=_now(),
+        )
+        made = planning.pod_objects(env, target, self._confinement())
+        pod, kept = self.pods(host).start(made, target, say)
+        say({"stage": "ready", "message": f"{target.name} is running"})
+        info = pod_info(pod, host.name)
+        return replace(info, warnings=(*notes, *made.notes, *kept))
 
     def _record_baseline(self, container: Container, say: Progress) -> tuple[str, ...]:
         """What the lifecycle commands installed is part of the environment, not a change:
@@ -913,6 +942,12 @@ class DevContainers(ContainerLookup):
         self, name: str, host: str | None = None, *, caller: Caller | None = None
     ) -> DevContainerInfo:
         """Stop a container; its lease is released only once it has really stopped."""
+        if self.find_pod(name, host, caller=caller) is not None:
+            raise Conflict(
+                f"{user_name(name)!r} is a pod: a pod is not stopped and kept. Removing it "
+                "(rm --force) deletes it and what changed outside its workspace claim, and "
+                "frees its GPUs; the workspace claim is kept"
+            )
         found_host, container = self.find(name, host, caller=caller)
         self._stop(found_host, container)
         return self.describe(found_host, container)
@@ -947,6 +982,10 @@ class DevContainers(ContainerLookup):
         A running container is stopped first (its lease freed) and only then checked for
         changes, so nothing written while it stops is lost without ``force``.
         """
+        on_cluster = self.find_pod(name, host, caller=caller)
+        if on_cluster is not None:
+            self._remove_pod(name, *on_cluster, force=force)
+            return
         found_host, container = self.find(name, host, caller=caller)
         if container.status not in STOPPED:
             self._stop(found_host, container)
@@ -968,6 +1007,19 @@ class DevContainers(ContainerLookup):
         self.ledger.set_pinned(
             found_host.name, container.labels.get(L_NAME, user_name(name)), False
         )
+
+    def _remove_pod(self, name: str, host: Host, pod: dict[str, Any], *, force: bool) -> None:
+        """Delete a dev container's pod (its Service and GPU claim too; the workspace claim
+        is kept). Its changes outside the workspace cannot be read yet, so ``force`` is
+        asked for even when there are none."""
+        if not force:
+            raise Conflict(
+                f"{user_name(name)!r} runs in a pod on host {host.name!r}: gpudev cannot read a "
+                "pod's changes yet, and what changed outside its workspace claim is lost when "
+                "it is removed. Remove it with force (the workspace claim is kept)"
+            )
+        for note in self.pods(host).delete(pod):
+            self.log.info("gpudev: %s", note)
 
     def _uncommitted_changes(self, host: Host, container: Container) -> builtins.list[str]:
         """What removing ``container`` would lose (see ``self.changes``)."""

@@ -23,7 +23,7 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 from jupyter_core.paths import jupyter_data_dir
-from traitlets import Bool, Instance, Int, Unicode, default
+from traitlets import Bool, Float, Instance, Int, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from ..access import ANOTHER_USER, Access, Caller
@@ -42,6 +42,7 @@ from ..errors import (
     engine_errors,
 )
 from ..labels import (
+    A_OWNER,
     L_CREATED,
     L_ENV,
     L_HOST,
@@ -67,6 +68,7 @@ from .model import (
     engine_time,
     user_name,
 )
+from .pods import Pods, annotation, pod_info
 from .ports import AddedPorts, declared_ports, web_ports
 from .reconcile import on_host
 from .terminals import terminal_argv
@@ -114,6 +116,19 @@ class ContainerLookup(LoggingConfigurable):
         "docker",
         help="""The docker command line (a name on PATH or a path), used for terminals inside
         dev containers: a terminal runs `docker exec -it` in a pseudo-terminal.""",
+    ).tag(config=True)
+
+    pod_start_timeout = Float(
+        600.0,
+        help="""Seconds a start on a Kubernetes host waits for its pod to run (the scheduler
+        placing it, the node pulling the image). Meanwhile the start reports why the pod is
+        not running yet; past it, what the start created is deleted (a workspace claim from
+        before is kept) and the scheduler's last reason is the error.""",
+    ).tag(config=True)
+
+    pod_poll_interval = Float(
+        1.0,
+        help="""Seconds between two reads of a starting pod on a Kubernetes host.""",
     ).tag(config=True)
 
     host_pool = Instance(HostPool)
@@ -177,6 +192,36 @@ class ContainerLookup(LoggingConfigurable):
             return [self._host(host)]
         return [self.host_pool.get(n) for n in self.host_pool.names()]
 
+    def pods(self, host: Host) -> Pods:
+        """The dev container pods of a Kubernetes host."""
+        if host.cluster is None:
+            raise BadRequest(f"Host {host.name!r} is not a Kubernetes cluster")
+        return Pods(
+            host.cluster, timeout=self.pod_start_timeout, poll=self.pod_poll_interval, log=self.log
+        )
+
+    def find_pod(
+        self, name: str, host: str | None = None, *, caller: Caller | None = None
+    ) -> tuple[Host, dict[str, Any]] | None:
+        """The dev container pod called ``name`` on ``host`` (or on any Kubernetes host), if
+        ``caller`` may see it (another user's is ``None``, like one that does not exist)."""
+        who = self.access.resolve(caller)
+        for candidate in self._hosts(host):
+            if not candidate.spec.is_kubernetes:
+                continue
+            try:
+                pod = self.pods(candidate).find(user_name(name))
+            except EngineUnreachable:
+                if host:
+                    raise
+                continue
+            if pod is not None and who.sees_owner(annotation(pod, A_OWNER)):
+                return candidate, pod
+        return None
+
+    def _on_cluster(self, host: str | None) -> bool:
+        return bool(host) and self._host(host).spec.is_kubernetes
+
     def find(
         self, name: str, host: str | None = None, *, caller: Caller | None = None
     ) -> tuple[Host, Container]:
@@ -186,6 +231,19 @@ class ContainerLookup(LoggingConfigurable):
         who = self.access.resolve(caller)
         unreachable: list[GPUDevError] = []
         for candidate in self._hosts(host):
+            if candidate.spec.is_kubernetes:
+                try:
+                    on_cluster = self.find_pod(name, candidate.name, caller=who)
+                except EngineUnreachable as err:
+                    unreachable.append(err)
+                    continue
+                if on_cluster is not None:
+                    raise BadRequest(
+                        f"{user_name(name)!r} runs in a pod on host {candidate.name!r}: gpudev "
+                        "starts, lists and removes pods; their kernels, terminals, logs, web "
+                        "ports and commits are not done yet (kubectl exec reaches it)"
+                    )
+                continue
             try:
                 with engine_errors(f"Looking up {user_name(name)!r}", self.log):
                     try:
@@ -234,6 +292,11 @@ class ContainerLookup(LoggingConfigurable):
         caller: Caller | None = None,
     ) -> DevContainerInfo:
         """One container; ``count_changes``: count its uncommitted changes (see ``describe``)."""
+        if self._on_cluster(host):
+            pod = self.find_pod(name, host, caller=caller)
+            if pod is None:
+                raise NotFound(f"No dev container named {user_name(name)!r}")
+            return pod_info(pod[1], pod[0].name)
         found_host, container = self.find(name, host, caller=caller)
         return self.describe(found_host, container, count_changes=count_changes)
 
@@ -306,7 +369,20 @@ class ContainerLookup(LoggingConfigurable):
         hosts = self._hosts(host)
         unreachable: list[GPUDevError] = []
         added = self.added_ports.read()
+        pods: list[DevContainerInfo] = []
         for candidate in hosts:
+            if candidate.spec.is_kubernetes:
+                try:
+                    listed_pods = self.pods(candidate).managed()
+                except EngineUnreachable as err:
+                    unreachable.append(err)
+                    continue
+                pods.extend(
+                    pod_info(p, candidate.name)
+                    for p in listed_pods
+                    if who.sees_owner(annotation(p, A_OWNER))
+                )
+                continue
             try:
                 client = candidate.client()
             except EngineUnreachable as err:
@@ -337,6 +413,8 @@ class ContainerLookup(LoggingConfigurable):
             self.describe(h, c, count_changes=count_changes, known=k, wait=False)
             for h, c, k in found
         ]
+        if not all_states:
+            pods = [p for p in pods if p.state not in STOPPED]
         waiting = [i for i, info in enumerate(result) if count_changes and info.uncommitted is None]
 
         def counted(index: int) -> DevContainerInfo:
@@ -349,7 +427,7 @@ class ContainerLookup(LoggingConfigurable):
                     result[index] = info
         elif waiting:
             result[waiting[0]] = counted(waiting[0])
-        return sorted(result, key=lambda info: (info.host, info.name))
+        return sorted([*result, *pods], key=lambda info: (info.host, info.name))
 
     def terminal_command(
         self, name: str, host: str | None = None, *, caller: Caller | None = None

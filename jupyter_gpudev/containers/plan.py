@@ -82,6 +82,15 @@ def cluster_note(ask: k8s.GPUAsk, cluster: ClusterInfo | None, error: str | None
     return found.summary(ask) if found is not None else None
 
 
+def pod_objects(env: Environment, target: k8s.PodTarget, confinement: Confinement) -> k8s.Plan:
+    """The objects of a dev container on a cluster under the administrator's limits."""
+    return k8s.dev_container_objects(
+        env,
+        target,
+        k8s.PodConfinement(memory_bytes=confinement.memory_bytes, nano_cpus=confinement.nano_cpus),
+    )
+
+
 def pod_plan(
     env: Environment,
     target: k8s.PodTarget,
@@ -91,11 +100,7 @@ def pod_plan(
 ) -> dict[str, Any]:
     """The answer of a dry run on a Kubernetes host: the objects in creation order (also as a
     ``List`` that ``kubectl apply -f -`` reads) and the notes."""
-    made = k8s.dev_container_objects(
-        env,
-        target,
-        k8s.PodConfinement(memory_bytes=confinement.memory_bytes, nano_cpus=confinement.nano_cpus),
-    )
+    made = pod_objects(env, target, confinement)
     return {
         "kind": "kubernetes",
         "host": spec.name,

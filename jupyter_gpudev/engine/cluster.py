@@ -24,7 +24,7 @@ from typing import Any
 
 import urllib3
 
-from ..errors import ConfigError, EngineUnreachable
+from ..errors import BadRequest, ConfigError, Conflict, EngineError, EngineUnreachable, NotFound
 from ..labels import A_NAME, A_OWNER, GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, K_MANAGED
 from .spec import HostSpec
 
@@ -35,6 +35,19 @@ FINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 #: The most nodes and pods one description reads (a bigger answer is cut, and says so).
 MAX_ITEMS = 20_000
 _TEXT_RE = re.compile(r"^[\x20-\x7e]{1,253}\Z")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+#: The plural of each kind gpudev writes, as its REST path says it.
+PLURALS = {
+    "Pod": "pods",
+    "PersistentVolumeClaim": "persistentvolumeclaims",
+    "Service": "services",
+    "ResourceClaim": "resourceclaims",
+    "Job": "jobs",
+    "Secret": "secrets",
+    "Event": "events",
+}
+#: How much of an API server's own message an error shows.
+MAX_SAID = 400
 
 
 @dataclass(frozen=True)
@@ -235,6 +248,28 @@ def parse_cluster(
     )
 
 
+def object_path(api_version: str, kind: str, namespace: str, name: str = "") -> str:
+    """The REST path of the namespaced objects of ``kind`` (with ``name``: of that one)."""
+    plural = PLURALS.get(kind)
+    if plural is None or not re.match(r"^([a-z0-9.-]+/)?v[0-9a-z]+\Z", api_version):
+        raise BadRequest(f"gpudev does not write {kind!r} objects ({api_version!r})")
+    root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    for part in (namespace, name):
+        if part and not re.match(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z", part):
+            raise BadRequest(f"Not a Kubernetes object name: {part[:80]!r}")
+    path = f"{root}/namespaces/{namespace}/{plural}"
+    return f"{path}/{name}" if name else path
+
+
+def said(answer: Any) -> str:
+    """An API server's ``Status`` message, safe to show: text only, cut at ``MAX_SAID``."""
+    message = _dict(answer).get("message")
+    if not isinstance(message, str):
+        return ""
+    flat = _CONTROL_RE.sub(" ", message).strip()
+    return flat if len(flat) <= MAX_SAID else flat[: MAX_SAID - 3] + "..."
+
+
 def _kubernetes() -> Any:
     try:
         import kubernetes  # noqa: PLC0415 - only Kubernetes hosts need it
@@ -307,6 +342,115 @@ class Cluster:
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
             self.log.info("gpudev: cluster %s: %r", self.spec.name, exc)
             raise self._unreachable("the API server did not answer") from None
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: tuple[tuple[str, str], ...] = (),
+        body: Any = None,
+        missing_ok: bool = False,
+    ) -> Any:
+        """One call to the API server, its answer as JSON (``None`` for a missing object with
+        ``missing_ok``). Refusals keep the server's reason (an admission webhook's or a quota's
+        words, cleaned), never gpudev's credentials."""
+        api = self.api()
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            serialized = api.param_serialize(
+                method=method,
+                resource_path=path,
+                query_params=list(query),
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = api.call_api(*serialized, _request_timeout=self.timeout)
+            data = response.read()
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            self.log.info("gpudev: cluster %s: %s %s: %r", self.spec.name, method, path, exc)
+            raise self._unreachable("the API server did not answer") from None
+        status = int(response.status)
+        try:
+            answer = json.loads(data) if data else {}
+        except ValueError:
+            answer = {}
+        if 200 <= status < 300:
+            return answer
+        words = said(answer)
+        self.log.info("gpudev: cluster %s: %s %s answered %s", self.spec.name, method, path, status)
+        where = f"Kubernetes cluster {self.spec.name}"
+        if status == 404:
+            if missing_ok:
+                return None
+            raise NotFound(f"{where}: not found ({words or path})")
+        if status == 401:
+            raise self._unreachable(
+                "the API server refused gpudev's credentials (401): see docs/kubernetes.md"
+            )
+        if status == 403:
+            raise EngineError(
+                f"{where} refused ({words or 'forbidden'}): see the RBAC in docs/kubernetes.md"
+            )
+        if status == 409:
+            raise Conflict(f"{where}: {words or 'the object already exists'}")
+        if status in (400, 422):
+            raise BadRequest(f"{where} rejected the object: {words or status}")
+        raise EngineError(f"{where} answered {status}{': ' + words if words else ''}")
+
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Create the namespaced object ``manifest`` in its namespace; its answer."""
+        meta = _dict(manifest.get("metadata"))
+        path = object_path(
+            str(manifest.get("apiVersion")), str(manifest.get("kind")), str(meta.get("namespace"))
+        )
+        return _dict(self.request("POST", path, body=manifest))
+
+    def read(self, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
+        """The object of ``kind`` called ``name`` in the host's namespace, ``None`` if none."""
+        found = self.request(
+            "GET", object_path(api_version, kind, self.spec.namespace, name), missing_ok=True
+        )
+        return None if found is None else _dict(found)
+
+    def delete(self, api_version: str, kind: str, name: str, *, grace: int | None = None) -> bool:
+        """Delete an object of the host's namespace (its dependents in the background);
+        whether it was there."""
+        query = [("propagationPolicy", "Background")]
+        if grace is not None:
+            query.append(("gracePeriodSeconds", str(grace)))
+        found = self.request(
+            "DELETE",
+            object_path(api_version, kind, self.spec.namespace, name),
+            query=tuple(query),
+            missing_ok=True,
+        )
+        return found is not None
+
+    def items(
+        self, api_version: str, kind: str, *, labels: str = "", fields: str = ""
+    ) -> list[Any]:
+        """The items of ``kind`` in the host's namespace, selected by labels and fields."""
+        query = tuple(
+            (key, value)
+            for key, value in (("labelSelector", labels), ("fieldSelector", fields))
+            if value
+        )
+        answer = self.request(
+            "GET", object_path(api_version, kind, self.spec.namespace), query=query
+        )
+        items = _dict(answer).get("items")
+        return (
+            [i for i in items[:MAX_ITEMS] if isinstance(i, dict)] if isinstance(items, list) else []
+        )
+
+    def events_of(self, kind: str, name: str) -> dict[str, Any]:
+        """The events of one object of the host's namespace (``{"items": [...]}``)."""
+        fields = f"involvedObject.kind={kind},involvedObject.name={name}"
+        return {"items": self.items("v1", "Event", fields=fields)}
 
     def describe(self) -> ClusterInfo:
         """The cluster's version, nodes and GPU allocations; ``EngineUnreachable`` saying why

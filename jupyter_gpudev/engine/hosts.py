@@ -160,9 +160,8 @@ class Host:
     def _connect(self, timeout: float) -> docker.DockerClient:
         if self.spec.is_kubernetes:
             raise EngineUnreachable(
-                f"Host {self.name!r} is a Kubernetes cluster ({self.spec.url}): gpudev does not "
-                "start dev containers on a cluster yet; `jupyter gpudev start ENV --host "
-                f"{self.name} --dry-run` prints the objects it would create",
+                f"Host {self.name!r} is a Kubernetes cluster ({self.spec.url}), not a Docker "
+                "engine: gpudev starts, lists and removes dev containers there as pods",
                 details={"host": self.name},
             )
         if urlsplit(self.spec.url).scheme == "unix":

@@ -33,6 +33,7 @@ from ..environments import Environment
 from ..errors import BadRequest
 from ..labels import (
     A_CREATED,
+    A_ENV,
     A_IMAGE,
     A_NAME,
     A_OWNER,
@@ -192,6 +193,7 @@ def _metadata(target: PodTarget, env: Environment, role: str, name: str) -> dict
             A_OWNER: target.owner,
             A_CREATED: target.created,
             A_IMAGE: target.image,
+            A_ENV: env.name,
             A_PORTS: ",".join(str(p) for p in env.forward_ports),
         },
     }

@@ -16,6 +16,7 @@ from jupyter_gpudev.containers import DevContainers
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.labels import L_MANAGED, L_WORKSPACE
 from tests.integration.test_cli import gpudev
+from tests.k8s_api import TOKEN, APIServer, FakeCluster
 
 pytestmark = pytest.mark.integration
 
@@ -26,15 +27,15 @@ Run = Callable[..., CompletedProcess[str]]
 def cli(tmp_path: Path, docker_client: docker.DockerClient) -> Iterator[Run]:
     root = tmp_path / "work"
     root.mkdir()
-    env = {"JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_CONFIG_PATH": ""}
+    base_env = {"JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_CONFIG_PATH": ""}
 
-    def run(*args: str) -> CompletedProcess[str]:
+    def run(*args: str, env: dict[str, str] | None = None) -> CompletedProcess[str]:
         return gpudev(
             *args,
             f"--root-dir={root}",
             f"--DevContainers.state_dir={tmp_path / 'state'}",
             "--DevContainers.stop_timeout=2",
-            env=env,
+            env={**base_env, **(env or {})},
         )
 
     yield run
@@ -201,11 +202,10 @@ def test_a_dry_run_on_a_kubernetes_host_prints_manifests_that_validate(
     listed = json.loads(text.stdout)
     assert (listed["kind"], len(listed["items"])) == ("List", 3)
     assert "note: " in text.stderr
-    # When it is started for real, it is refused, saying what works
+    # When it is started for real without a kubeconfig for that context, it says so
     refused = cli("start", "default", "--host=cluster", cluster)
     assert refused.returncode != 0
-    assert "Kubernetes cluster" in refused.stderr
-    assert "--dry-run" in refused.stderr
+    assert "no usable kubeconfig context 'kind-dev'" in refused.stderr
     # And the RBAC it needs is printed for kubectl, valid for the schemas
     rbac = gpudev("hosts", "rbac", "team-ml", "--account=gpudev-svc")
     assert rbac.returncode == 0, rbac.stderr
@@ -225,3 +225,47 @@ def test_a_dry_run_on_a_kubernetes_host_prints_manifests_that_validate(
     )
     assert added.returncode != 0
     assert "kubeconfig" in added.stderr
+
+
+def test_a_pod_is_started_listed_and_removed_from_the_command_line(
+    cli: Run, tmp_path: Path
+) -> None:
+    # A cluster's API server (tests/k8s_api.py: no control plane can run here)
+    state = FakeCluster(scheduler="slow")
+    server = APIServer(state)
+    kubeconfig = server.kubeconfig(tmp_path / "kubeconfig")
+    cluster = '--HostPool.hosts={"cluster": "k8s://lab-ml/team-ml"}'
+    env_file = {"KUBECONFIG": str(kubeconfig)}
+    try:
+        # When a user starts a dev container there, the start says why it waits, then runs
+        started = cli(
+            "start", "default", "--host=cluster", "--name=on-k8s", "--json", cluster, env=env_file
+        )
+        assert started.returncode == 0, started.stderr
+        assert "[pod] gpudev-on-k8s: Pending" in started.stderr
+        info = json.loads(started.stdout)
+        assert (info["host"], info["state"], info["status"]) == (
+            "cluster",
+            "running",
+            "Running on node gpu-a100-1",
+        )
+        assert TOKEN not in started.stdout + started.stderr
+        # ls shows the pod next to the Docker host's containers
+        assert "on-k8s" in names(cli("ls", "--json", cluster, env=env_file))
+        table = cli("ls", "--host=cluster", cluster, env=env_file)
+        assert "on-k8s  cluster  default      Running on node gpu-a100-1" in table.stdout
+        # Commands that need the pod's inside say they are not done yet
+        logs = cli("logs", "on-k8s", cluster, env=env_file)
+        assert logs.returncode != 0
+        assert "runs in a pod on host 'cluster'" in logs.stderr
+        # rm asks for --force (the pod's changes cannot be read yet), then deletes the pod
+        # and keeps the workspace claim
+        kept = cli("rm", "on-k8s", cluster, env=env_file)
+        assert kept.returncode != 0
+        assert "cannot read a pod's changes" in kept.stderr
+        removed = cli("rm", "on-k8s", "--force", cluster, env=env_file)
+        assert removed.returncode == 0, removed.stderr
+        assert state.names("pods") == []
+        assert state.names("persistentvolumeclaims") == ["gpudev-ws-on-k8s"]
+    finally:
+        server.close()

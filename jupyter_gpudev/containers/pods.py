@@ -1,0 +1,271 @@
+"""Dev containers as pods on a Kubernetes host (issue #20): the objects of a plan created in
+order, the start waited for while saying why the pod is not running yet (the scheduler's and
+the kubelet's words), a start that cannot finish cleaned up, and pods listed and deleted.
+
+On a cluster the scheduler is the authority on GPUs: no lease is written, the pod holds them
+while it exists. A start that gives up deletes what it created (a workspace claim it did not
+create is kept: it may hold the user's work). A pod is never stopped and kept: deleting it
+frees its GPUs and loses what changed outside the workspace claim, so ``DevContainers``
+asks for ``force`` first.
+
+What the API server answers is read as data (``k8s/status.py``, ``pod_info``): every field
+checked, messages cleaned.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine import Progress
+from ..engine.cluster import Cluster
+from ..errors import Conflict, EngineError, GPUDevError, ImageError
+from ..k8s import objects as k8s
+from ..k8s.status import PodState, clean, pod_state
+from ..labels import A_CREATED, A_ENV, A_IMAGE, A_NAME, A_OWNER, A_PORTS, K_MANAGED
+from .model import DevContainerInfo, engine_time
+
+#: The states of a pod as the container listing says them (Docker's words where they exist).
+STATES = {
+    "running": "running",
+    "starting": "created",
+    "unschedulable": "pending",
+    "failed": "exited",
+    "gone": "removing",
+}
+#: Reasons a pod fails with that are the image's (``ImageError``, not the cluster's).
+IMAGE_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def annotation(manifest: Any, key: str) -> str:
+    """One annotation of an object the API server sent, as text (``""`` when odd)."""
+    value = _dict(_dict(_dict(manifest).get("metadata")).get("annotations")).get(key)
+    return clean(value) if isinstance(value, str) else ""
+
+
+def is_managed(manifest: Any) -> bool:
+    """Labelled as gpudev's (anyone allowed to write in the namespace can label; gpudev's
+    Role is the namespace's, so the namespace is the boundary, as for the allocations)."""
+    return _dict(_dict(_dict(manifest).get("metadata")).get("labels")).get(K_MANAGED) == "1"
+
+
+def _ports(text: str) -> tuple[int, ...]:
+    found = []
+    for part in text.split(","):
+        if part.isdigit() and 0 < int(part) < 65536:
+            found.append(int(part))
+    return tuple(found)
+
+
+def pod_info(pod: dict[str, Any], host: str, events: Any = None) -> DevContainerInfo:
+    """A dev container's pod as the listing reports it. The GPUs are the device plugin's
+    (not named by UUID to gpudev); no lease exists on a cluster."""
+    state = pod_state(pod, events)
+    status = _dict(pod.get("status"))
+    node = clean(_dict(pod.get("spec")).get("nodeName"))
+    if state.state == "running":
+        text = f"Running on node {node}" if node else "Running"
+    else:
+        text = ": ".join(p for p in (state.reason, state.message) if p) or state.state
+    started = engine_time(status.get("startTime")) if state.state == "running" else None
+    return DevContainerInfo(
+        name=annotation(pod, A_NAME),
+        container_id=clean(_dict(pod.get("metadata")).get("uid")),
+        host=host,
+        environment=annotation(pod, A_ENV),
+        owner=annotation(pod, A_OWNER),
+        image=annotation(pod, A_IMAGE),
+        state=STATES[state.state],
+        status=text,
+        created=annotation(pod, A_CREATED),
+        gpu_uuids=(),
+        lease_id=None,
+        ports={},
+        web_ports=_ports(annotation(pod, A_PORTS)),
+        forward_ports=_ports(annotation(pod, A_PORTS)),
+        started_at=started,
+    )
+
+
+@dataclass(frozen=True)
+class Created:
+    """An object a start made (deleted again if the start gives up)."""
+
+    api_version: str
+    kind: str
+    name: str
+
+
+def _ref(manifest: dict[str, Any]) -> Created:
+    return Created(
+        str(manifest["apiVersion"]), str(manifest["kind"]), str(manifest["metadata"]["name"])
+    )
+
+
+class Pods:
+    """The dev containers of one cluster host. ``timeout``: how long a start waits for its pod
+    to run (the scheduler, the image pull); ``poll``: seconds between two reads of the pod."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        timeout: float,
+        poll: float,
+        log: Any,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.cluster = cluster
+        self.timeout = timeout
+        self.poll = poll
+        self.log = log
+        self._clock = clock
+        self._sleep = sleep
+
+    @property
+    def host(self) -> str:
+        return self.cluster.spec.name
+
+    def managed(self) -> list[dict[str, Any]]:
+        """Every dev container pod of the host's namespace."""
+        return [
+            p
+            for p in self.cluster.items("v1", "Pod", labels=f"{K_MANAGED}=1")
+            if annotation(p, A_NAME)
+        ]
+
+    def find(self, name: str) -> dict[str, Any] | None:
+        """The dev container pod gpudev calls ``name``, or ``None``."""
+        pod = self.cluster.read("v1", "Pod", k8s.k8s_name(name))
+        if pod is None or not is_managed(pod) or annotation(pod, A_NAME) != name:
+            return None
+        return pod
+
+    def start(
+        self, plan: k8s.Plan, target: k8s.PodTarget, say: Progress
+    ) -> tuple[dict[str, Any], list[str]]:
+        """Create ``plan``'s objects and wait until its pod runs: the pod and notes. A start
+        that cannot finish deletes what it created and says why."""
+        made: list[Created] = []
+        notes: list[str] = []
+        pod_name = k8s.k8s_name(target.name)
+        try:
+            for manifest in plan.objects:
+                kind, name = str(manifest["kind"]), str(manifest["metadata"]["name"])
+                say({"stage": "create", "message": f"creating {kind} {name}"})
+                if kind == "Pod":
+                    try:
+                        self.cluster.create(manifest)
+                    except Conflict:
+                        raise Conflict(
+                            f"A dev container named {target.name!r} already exists on host "
+                            f"{self.host!r}"
+                        ) from None
+                elif self._kept(manifest, target):
+                    if kind == "PersistentVolumeClaim":
+                        notes.append(f"the workspace claim {name} was kept from before")
+                    continue
+                made.append(_ref(manifest))
+            return self._wait(pod_name, target, say), notes
+        except BaseException as exc:
+            left = self._undo(made)
+            if left and isinstance(exc, GPUDevError):
+                exc.message += f" (left in the cluster, delete them by hand: {', '.join(left)})"
+                exc.args = (exc.message,)
+            raise
+
+    def _kept(self, manifest: dict[str, Any], target: k8s.PodTarget) -> bool:
+        """Create ``manifest``, or find the user's own object of that name from before
+        (``True``: a workspace claim with their files, a Service a deleted pod left). Another
+        user's object of that name is a conflict: never mounted, never replaced."""
+        kind, name = str(manifest["kind"]), str(manifest["metadata"]["name"])
+        try:
+            self.cluster.create(manifest)
+        except Conflict:
+            found = self.cluster.read(str(manifest["apiVersion"]), kind, name)
+            if is_managed(found) and annotation(found, A_OWNER) == target.owner:
+                return True
+            raise Conflict(
+                f"A {kind} named {name!r} exists in namespace {target.namespace!r} and is not "
+                f"{target.owner!r}'s: choose another container name"
+            ) from None
+        return False
+
+    def _wait(self, pod_name: str, target: k8s.PodTarget, say: Progress) -> dict[str, Any]:
+        deadline = self._clock() + self.timeout
+        said: PodState | None = None
+        while True:
+            pod = self.cluster.read("v1", "Pod", pod_name)
+            state = pod_state(pod)
+            if state.state == "unschedulable" and not state.message:
+                state = pod_state(pod, self.cluster.events_of("Pod", pod_name))
+            if state.state == "running" and pod is not None:
+                return pod
+            if state.state in ("failed", "gone"):
+                raise self._failed(target, state)
+            if state != said:
+                said = state
+                words = ": ".join(p for p in (state.reason, state.message) if p)
+                stage = "schedule" if state.state == "unschedulable" else "pod"
+                say({"stage": stage, "message": f"{pod_name}: {words or state.state}"})
+            if self._clock() >= deadline:
+                if state.state == "unschedulable":
+                    raise Conflict(
+                        f"The cluster could not place {target.name!r} in {self.timeout:.0f} s "
+                        f"({state.message or state.reason}); nothing was kept running"
+                    )
+                raise EngineError(
+                    f"{target.name!r} was not running after {self.timeout:.0f} s "
+                    f"({state.reason or state.state}); nothing was kept running"
+                )
+            self._sleep(self.poll)
+
+    def _failed(self, target: k8s.PodTarget, state: PodState) -> GPUDevError:
+        words = ": ".join(p for p in (state.reason, state.message) if p) or state.state
+        if state.state == "gone":
+            return EngineError(f"The pod of {target.name!r} was deleted while it started")
+        if state.reason in IMAGE_REASONS:
+            return ImageError(f"The cluster cannot pull {target.image} ({words})")
+        return EngineError(f"The pod of {target.name!r} did not start ({words})")
+
+    def _undo(self, made: list[Created]) -> list[str]:
+        """Delete what a start made, newest first; what could not be deleted."""
+        left = []
+        for ref in reversed(made):
+            try:
+                self.cluster.delete(ref.api_version, ref.kind, ref.name, grace=0)
+            except GPUDevError as err:
+                self.log.warning("gpudev: could not delete %s %s: %s", ref.kind, ref.name, err)
+                left.append(f"{ref.kind} {ref.name}")
+        return left
+
+    def delete(self, pod: dict[str, Any]) -> list[str]:
+        """Delete a dev container's pod, its Service and GPU claim (the GPUs are free once
+        the pod is gone); its workspace claim is kept. Notes for the user."""
+        name = annotation(pod, A_NAME)
+        self.cluster.delete("v1", "Pod", k8s.k8s_name(name), grace=10)
+        self.cluster.delete("v1", "Service", k8s.k8s_name(name))
+        for claim in _dict(pod.get("spec")).get("resourceClaims") or []:
+            claim_name = _dict(claim).get("resourceClaimName")
+            if isinstance(claim_name, str) and claim_name == k8s.k8s_name(name, "gpudev-gpus-"):
+                self._delete_resource_claim(claim_name)
+        workspace = k8s.k8s_name(name, "gpudev-ws-")
+        return [
+            f"the workspace claim {workspace} is kept (kubectl delete pvc {workspace} "
+            f"-n {self.cluster.spec.namespace} deletes it and its files)"
+        ]
+
+    def _delete_resource_claim(self, name: str) -> None:
+        for version in k8s.DRA_API_VERSIONS:
+            try:
+                self.cluster.delete(version, "ResourceClaim", name)
+            except GPUDevError:
+                continue  # a version the cluster does not serve
+            return

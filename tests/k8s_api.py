@@ -1,0 +1,286 @@
+"""A Kubernetes API server for the client layer's HTTP seam (issue #20).
+
+This machine has no Kubernetes control plane and none can be installed, so the pod lifecycle
+is tested against this stand-in, reached through the real ``kubernetes`` client, a real
+kubeconfig and real HTTP. It keeps objects in memory, answers as the API reference says
+(``Status`` bodies, 201 on create, 409 AlreadyExists, 404, 401 without the token, 403 with an
+admission message where a test forbids a call) and checks every object it is sent against the
+official OpenAPI schema of Kubernetes 1.34 (``kubernetes-validate``, strict: an unknown field is
+a 422). Pods are "scheduled" as ``scheduler`` says: what never ran is a real scheduler, kubelet
+or admission chain. Answers are written from the API reference, not recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import kubernetes_validate
+
+SCHEMA_VERSION = "1.34.0"
+TOKEN = "k8s-token-5f2c8e0b"  # noqa: S105 - a test credential, checked never to be shown
+_PATH_RE = re.compile(
+    r"^/(?P<root>api/v1|apis/[a-z0-9.-]+/v[0-9a-z]+)/namespaces/(?P<ns>[a-z0-9-]+)"
+    r"/(?P<plural>[a-z]+)(?:/(?P<name>[a-z0-9.-]+))?\Z"
+)
+#: Why the scheduler cannot place a pod, in its own words.
+UNSCHEDULABLE = (
+    "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient nvidia.com/gpu. "
+    "preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
+)
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+@dataclass
+class FakeCluster:
+    """The API server's state. ``scheduler``: what happens to a new pod: ``run`` (scheduled
+    on ``node`` and running), ``unschedulable`` (Pending with the scheduler's reason and a
+    FailedScheduling event), ``bad-image`` (its image cannot be pulled), ``slow`` (Pending,
+    pulling, running once it has been read ``reads_to_run`` times)."""
+
+    namespace: str = "team-ml"
+    scheduler: str = "run"
+    node: str = "gpu-a100-1"
+    reads_to_run: int = 3
+    #: (method, plural) -> the admission message a 403 answers with.
+    forbid: dict[tuple[str, str], str] = field(default_factory=dict)
+    objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    requests: list[tuple[str, str]] = field(default_factory=list)
+    reads: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def names(self, plural: str) -> list[str]:
+        return sorted(n for p, _ns, n in self.objects if p == plural)
+
+    def writes(self) -> list[tuple[str, str]]:
+        """The requests that changed something, as (method, path without the query)."""
+        return [(m, p.split("?", 1)[0]) for m, p in self.requests if m in ("POST", "DELETE")]
+
+    # -- what the server does --------------------------------------------------------------
+
+    def handle(self, method: str, url: str, body: Any) -> tuple[int, Any]:  # noqa: PLR0911 - one answer per route
+        parts = urlsplit(url)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        if parts.path == "/version":
+            return 200, {"major": "1", "minor": "34", "gitVersion": "v1.34.2"}
+        if parts.path == "/api/v1/nodes":
+            return 200, {"kind": "NodeList", "items": []}
+        if parts.path == "/api/v1/pods":
+            with self.lock:
+                pods = [o for (p, _ns, _n), o in self.objects.items() if p == "pods"]
+            return 200, {"kind": "PodList", "items": pods}
+        match = _PATH_RE.match(parts.path)
+        if match is None:
+            return 404, _status(404, "NotFound", f"the server could not find {parts.path}")
+        plural, name, namespace = match["plural"], match["name"], match["ns"]
+        refused = self.forbid.get((method, plural))
+        if refused is not None:
+            return 403, _status(403, "Forbidden", refused)
+        with self.lock:
+            if method == "POST" and name is None:
+                return self._create(plural, namespace, body)
+            if method == "GET" and name is None:
+                return 200, {"kind": "List", "items": self._select(plural, namespace, query)}
+            key = (plural, namespace, name or "")
+            found = self.objects.get(key)
+            if found is None:
+                return 404, _status(404, "NotFound", f'{plural} "{name}" not found')
+            if method == "GET":
+                if plural == "pods":
+                    self._advance(found)
+                return 200, found
+            if method == "DELETE":
+                del self.objects[key]
+                return 200, found
+        return 405, _status(405, "MethodNotAllowed", "the server does not allow this method")
+
+    def _create(self, plural: str, namespace: str, body: Any) -> tuple[int, Any]:
+        if not isinstance(body, dict):
+            return 400, _status(400, "BadRequest", "the body is not an object")
+        try:
+            kubernetes_validate.validate(body, SCHEMA_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            return 422, _status(422, "Invalid", f"invalid object: {exc.message}")
+        meta = body.get("metadata") or {}
+        name = meta.get("name", "")
+        if meta.get("namespace", namespace) != namespace:
+            return 400, _status(400, "BadRequest", "the namespace of the object does not match")
+        key = (plural, namespace, name)
+        if key in self.objects:
+            return 409, _status(409, "AlreadyExists", f'{plural} "{name}" already exists')
+        made = json.loads(json.dumps(body))
+        made["metadata"].update(
+            {"uid": str(uuid.uuid4()), "creationTimestamp": "2026-11-25T10:00:00Z"}
+        )
+        if plural == "pods":
+            made["status"] = {"phase": "Pending"}
+            self.reads[name] = 0
+            self._schedule(made)
+        self.objects[key] = made
+        return 201, made
+
+    def _select(self, plural: str, namespace: str, query: dict[str, str]) -> list[Any]:
+        wanted = dict(
+            term.split("=", 1) for term in query.get("labelSelector", "").split(",") if "=" in term
+        )
+        fields = dict(
+            term.split("=", 1) for term in query.get("fieldSelector", "").split(",") if "=" in term
+        )
+        found = []
+        for (p, ns, _name), item in sorted(self.objects.items()):
+            if p != plural or ns != namespace:
+                continue
+            labels = item.get("metadata", {}).get("labels") or {}
+            if any(labels.get(k) != v for k, v in wanted.items()):
+                continue
+            involved = item.get("involvedObject") or {}
+            if any(involved.get(k.split(".", 1)[1]) != v for k, v in fields.items()):
+                continue
+            found.append(item)
+        return found
+
+    def _schedule(self, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        if self.scheduler == "run":
+            self._run(pod)
+        elif self.scheduler == "unschedulable":
+            pod["status"]["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": UNSCHEDULABLE,
+                }
+            ]
+            event = {
+                "metadata": {"name": f"{name}.1", "namespace": self.namespace},
+                "involvedObject": {"kind": "Pod", "name": name},
+                "reason": "FailedScheduling",
+                "message": UNSCHEDULABLE,
+                "lastTimestamp": "2026-11-25T10:00:01Z",
+            }
+            self.objects[("events", self.namespace, f"{name}.1")] = event
+        elif self.scheduler == "bad-image":
+            pod["spec"]["nodeName"] = self.node
+            pod["status"]["containerStatuses"] = [
+                {
+                    "name": "dev",
+                    "ready": False,
+                    "state": {
+                        "waiting": {
+                            "reason": "ErrImagePull",
+                            "message": 'failed to pull "nowhere.invalid/x:1": not found',
+                        }
+                    },
+                }
+            ]
+        elif self.scheduler == "slow":
+            pod["spec"]["nodeName"] = self.node
+            pod["status"]["containerStatuses"] = [
+                {"name": "dev", "ready": False, "state": {"waiting": {"reason": "Pulling"}}}
+            ]
+
+    def _run(self, pod: dict[str, Any]) -> None:
+        pod["spec"]["nodeName"] = self.node
+        pod["status"] = {
+            "phase": "Running",
+            "podIP": "10.244.1.17",
+            "startTime": "2026-11-25T10:00:02Z",
+            "conditions": [{"type": "PodScheduled", "status": "True"}],
+            "containerStatuses": [
+                {
+                    "name": "dev",
+                    "ready": True,
+                    "state": {"running": {"startedAt": "2026-11-25T10:00:03Z"}},
+                }
+            ],
+        }
+
+    def _advance(self, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        self.reads[name] = self.reads.get(name, 0) + 1
+        if self.scheduler == "slow" and self.reads[name] >= self.reads_to_run:
+            self._run(pod)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    cluster: FakeCluster
+
+    def _answer(self) -> None:
+        cluster = self.server.cluster  # type: ignore[attr-defined]
+        cluster.requests.append((self.command, self.path))
+        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            code, body = 401, _status(401, "Unauthorized", "Unauthorized")
+        else:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                sent = json.loads(raw) if raw else None
+            except ValueError:
+                sent = None
+            code, body = cluster.handle(self.command, self.path, sent)
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_DELETE = _answer
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+class APIServer:
+    """``FakeCluster`` served on a loopback port in a thread."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server.cluster = cluster  # type: ignore[attr-defined]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_port}"
+
+    def kubeconfig(self, path: Path, context: str = "lab-ml") -> Path:
+        """A kubeconfig whose ``context`` reaches this server with ``TOKEN``."""
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "lab", "cluster": {"server": self.url}}],
+                    "users": [{"name": "gpudev", "user": {"token": TOKEN}}],
+                    "contexts": [
+                        {"name": context, "context": {"cluster": "lab", "user": "gpudev"}}
+                    ],
+                    "current-context": context,
+                }
+            )
+        )
+        return path
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

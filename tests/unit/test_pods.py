@@ -1,0 +1,245 @@
+"""Dev containers as pods on a Kubernetes host (issue #20), through the real ``kubernetes``
+client and a real kubeconfig against the API server of ``tests/k8s_api.py`` (no control plane
+can run here: what it stands in for is said there)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from traitlets.config import Config
+
+from jupyter_gpudev.access import Caller
+from jupyter_gpudev.containers import DevContainers, StartRequest
+from jupyter_gpudev.engine import HostPool
+from jupyter_gpudev.errors import Conflict, EngineError, GPUDevError, ImageError, NotFound
+from tests.k8s_api import TOKEN, UNSCHEDULABLE, APIServer, FakeCluster
+
+LOG = logging.getLogger("test")
+NS = "/api/v1/namespaces/team-ml"
+ALICE = Caller("alice")
+BOB = Caller("bob")
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    return FakeCluster()
+
+
+@pytest.fixture
+def manager(
+    cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[DevContainers]:
+    server = APIServer(cluster)
+    monkeypatch.setenv("KUBECONFIG", str(server.kubeconfig(tmp_path / "kubeconfig")))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    config = Config()
+    config.HostPool.include_local = False
+    config.HostPool.hosts = {"cluster": "k8s://lab-ml/team-ml"}
+    config.HostPool.hosts_file = str(tmp_path / "hosts.json")
+    config.GPUInventory.backend = "none"
+    config.DevContainers.state_dir = str(tmp_path / "state")
+    config.DevContainers.pod_start_timeout = 0.5
+    config.DevContainers.pod_poll_interval = 0.02
+    config.Access.admin_users = {"admin"}
+    root = tmp_path / "work"
+    root.mkdir()
+    pool = HostPool(config=config, log=LOG)
+    made = DevContainers(root_dir=root, host_pool=pool, config=config)
+    yield made
+    pool.close()
+    server.close()
+
+
+def start(
+    manager: DevContainers, name: str, caller: Caller = ALICE, **asked: Any
+) -> tuple[Any, list[dict[str, Any]]]:
+    said: list[dict[str, Any]] = []
+    info = manager.start(
+        StartRequest("default", host="cluster", name=name, **asked),
+        said.append,
+        caller=caller,
+    )
+    return info, said
+
+
+def test_a_start_creates_the_objects_and_waits_for_the_pod(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    # When alice starts a dev container with a GPU on the cluster
+    info, said = start(manager, "train", gpus=1)
+    # Then the claim, the pod and its Service were created in that order, each valid for the
+    # schemas (the server answers 422 otherwise)
+    assert cluster.writes() == [
+        ("POST", f"{NS}/persistentvolumeclaims"),
+        ("POST", f"{NS}/pods"),
+        ("POST", f"{NS}/services"),
+    ]
+    pod = cluster.objects[("pods", "team-ml", "gpudev-train")]
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    # And it is reported running, as alice's, where the scheduler put it
+    assert (info.name, info.host, info.state, info.owner) == (
+        "train",
+        "cluster",
+        "running",
+        "alice",
+    )
+    assert info.status == "Running on node gpu-a100-1"
+    assert info.environment == "default"
+    assert info.started_at == "2026-11-25T10:00:02Z"
+    assert any("package-manager command log" in w for w in info.warnings)
+    assert [e["stage"] for e in said][-1] == "ready"
+
+
+def test_pods_are_listed_for_their_owner_only(manager: DevContainers) -> None:
+    start(manager, "alices")
+    start(manager, "bobs", caller=BOB)
+    assert [i.name for i in manager.list(host="cluster", caller=ALICE)] == ["alices"]
+    assert [i.name for i in manager.list(host="cluster", caller=BOB)] == ["bobs"]
+    everyone = manager.list(host="cluster", caller=Caller("admin", admin=True))
+    assert [(i.name, i.owner) for i in everyone] == [("alices", "alice"), ("bobs", "bob")]
+    # Another user's pod is not found, exactly like one that does not exist
+    assert manager.get("alices", "cluster", caller=ALICE).state == "running"
+    with pytest.raises(NotFound):
+        manager.get("alices", "cluster", caller=BOB)
+    with pytest.raises(NotFound):
+        manager.remove("alices", "cluster", force=True, caller=BOB)
+
+
+def test_a_pod_is_removed_with_force_and_its_workspace_claim_kept(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    start(manager, "work")
+    # A pod cannot be stopped and kept, and removing it without force is refused: its changes
+    # outside the workspace cannot be read yet
+    with pytest.raises(Conflict, match="not stopped and kept"):
+        manager.stop("work", "cluster", caller=ALICE)
+    with pytest.raises(Conflict, match="cannot read a pod's changes"):
+        manager.remove("work", "cluster", caller=ALICE)
+    assert cluster.names("pods") == ["gpudev-work"]
+    # With force the pod and its Service go; the workspace claim stays
+    manager.remove("work", "cluster", force=True, caller=ALICE)
+    assert cluster.names("pods") == []
+    assert cluster.names("services") == []
+    assert cluster.names("persistentvolumeclaims") == ["gpudev-ws-work"]
+    # And a new start of that name finds the claim and says so
+    again, _ = start(manager, "work")
+    assert any("gpudev-ws-work was kept from before" in w for w in again.warnings)
+    assert cluster.names("persistentvolumeclaims") == ["gpudev-ws-work"]
+
+
+def test_an_unschedulable_pod_says_why_and_leaves_nothing(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    cluster.scheduler = "unschedulable"
+    said: list[dict[str, Any]] = []
+    with pytest.raises(Conflict) as caught:
+        manager.start(
+            StartRequest("default", host="cluster", name="big", gpus=4), said.append, caller=ALICE
+        )
+    # The scheduler's own words, while waiting and in the error
+    assert UNSCHEDULABLE in caught.value.message
+    assert "The cluster could not place 'big'" in caught.value.message
+    assert any(e["stage"] == "schedule" and UNSCHEDULABLE in e["message"] for e in said)
+    # And what the start created is gone, the claim it made too (nothing was in it)
+    assert cluster.names("pods") == []
+    assert cluster.names("services") == []
+    assert cluster.names("persistentvolumeclaims") == []
+
+
+def test_a_failed_start_keeps_a_workspace_claim_from_before(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    start(manager, "keep")
+    manager.remove("keep", "cluster", force=True, caller=ALICE)
+    cluster.scheduler = "unschedulable"
+    with pytest.raises(Conflict):
+        start(manager, "keep", gpus=8)
+    assert cluster.names("pods") == []
+    assert cluster.names("persistentvolumeclaims") == ["gpudev-ws-keep"]
+
+
+def test_another_users_claim_of_that_name_is_never_mounted(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    start(manager, "shared-name", caller=BOB)
+    manager.remove("shared-name", "cluster", force=True, caller=BOB)
+    with pytest.raises(Conflict, match="is not 'alice''s"):
+        start(manager, "shared-name")
+    # No pod was made; bob's claim is untouched
+    assert cluster.names("pods") == []
+    claim = cluster.objects[("persistentvolumeclaims", "team-ml", "gpudev-ws-shared-name")]
+    assert claim["metadata"]["annotations"]["gpudev.jupyter.org/owner"] == "bob"
+
+
+def test_an_image_that_cannot_be_pulled_fails_at_once_and_cleans_up(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    cluster.scheduler = "bad-image"
+    with pytest.raises(ImageError, match="ErrImagePull") as caught:
+        start(manager, "pull")
+    assert "not found" in caught.value.message
+    assert cluster.names("pods") == []
+    assert cluster.names("persistentvolumeclaims") == []
+
+
+def test_a_slow_pod_is_waited_for_with_progress(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    cluster.scheduler = "slow"
+    info, said = start(manager, "slow")
+    assert info.state == "running"
+    assert any(e["stage"] == "pod" and "Pending" in e["message"] for e in said)
+
+
+def test_a_refused_create_says_the_clusters_reason_never_the_token(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    quota = (
+        'pods "gpudev-quota" is forbidden: exceeded quota: gpus, requested: '
+        "requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=8, limited: "
+        "requests.nvidia.com/gpu=8"
+    )
+    cluster.forbid[("POST", "pods")] = quota
+    with pytest.raises(EngineError) as caught:
+        start(manager, "quota", gpus=1)
+    assert "exceeded quota" in caught.value.message
+    assert TOKEN not in str(caught.value.to_json())
+    # The claim made before the pod was refused is deleted again
+    assert cluster.names("persistentvolumeclaims") == []
+
+
+def test_a_pod_that_exists_is_a_conflict_and_is_not_touched(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    start(manager, "twice")
+    before = dict(cluster.objects[("pods", "team-ml", "gpudev-twice")])
+    with pytest.raises(Conflict, match="already exists"):
+        start(manager, "twice")
+    assert cluster.objects[("pods", "team-ml", "gpudev-twice")] == before
+    assert cluster.names("services") == ["gpudev-twice"]
+
+
+def test_kernels_are_not_started_in_pods_yet(manager: DevContainers, cluster: FakeCluster) -> None:
+    with pytest.raises(GPUDevError, match="Kernels do not run in pods"):
+        manager.start(StartRequest("default", host="cluster", kernel_id="k1"), None, caller=ALICE)
+    assert cluster.writes() == []
+
+
+def test_a_cluster_without_credentials_is_unreachable_not_a_crash(
+    manager: DevContainers, cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(config.read_text().replace(TOKEN, "wrong"))
+    fresh = DevContainers(
+        root_dir=manager.root_dir,
+        host_pool=HostPool(config=manager.config, log=LOG),
+        config=manager.config,
+    )
+    with pytest.raises(GPUDevError, match="refused gpudev's credentials") as caught:
+        fresh.list(host="cluster", caller=ALICE)
+    assert "wrong" not in caught.value.message
+    fresh.host_pool.close()
