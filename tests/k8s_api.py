@@ -12,15 +12,18 @@ or admission chain. Answers are written from the API reference, not recorded.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlsplit
 
 import kubernetes_validate
 
@@ -64,6 +67,10 @@ class FakeCluster:
     objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     requests: list[tuple[str, str]] = field(default_factory=list)
     reads: dict[str, int] = field(default_factory=dict)
+    #: What an exec in a pod runs: (pod, argv) -> (exit code, stdout, stderr); raise
+    #: FileNotFoundError for a program the container does not have.
+    exec_handler: Callable[[dict[str, Any], list[str]], tuple[int, bytes, bytes]] | None = None
+    execs: list[tuple[str, list[str]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def names(self, plural: str) -> list[str]:
@@ -220,12 +227,83 @@ class FakeCluster:
             self._run(pod)
 
 
+_WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+_EXEC_RE = re.compile(r"^/api/v1/namespaces/(?P<ns>[a-z0-9-]+)/pods/(?P<name>[a-z0-9.-]+)/exec\Z")
+
+
+def ws_frame(payload: bytes, opcode: int = 0x2) -> bytes:
+    """One unmasked websocket frame from the server (RFC 6455)."""
+    size = len(payload)
+    if size < 126:
+        head = bytes([0x80 | opcode, size])
+    elif size < 1 << 16:
+        head = bytes([0x80 | opcode, 126]) + size.to_bytes(2, "big")
+    else:
+        head = bytes([0x80 | opcode, 127]) + size.to_bytes(8, "big")
+    return head + payload
+
+
+def exec_status(code: int | None, argv: list[str]) -> dict[str, Any]:
+    """The ``Status`` an API server sends on the exec's error channel."""
+    if code == 0:
+        return {"metadata": {}, "status": "Success"}
+    if code is None:
+        return {
+            "metadata": {},
+            "status": "Failure",
+            "message": f'exec: "{argv[0]}": executable file not found in $PATH',
+            "reason": "InternalError",
+        }
+    return {
+        "metadata": {},
+        "status": "Failure",
+        "message": f"command terminated with non-zero exit code: exit status {code}",
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+    }
+
+
 class _Handler(BaseHTTPRequestHandler):
     cluster: FakeCluster
+
+    def _exec(self, cluster: FakeCluster) -> bool:
+        """An exec over a websocket (v4.channel.k8s.io), when this request is one."""
+        parts = urlsplit(self.path)
+        match = _EXEC_RE.match(parts.path)
+        if match is None or self.headers.get("Upgrade", "").lower() != "websocket":
+            return False
+        pod = cluster.objects.get(("pods", match["ns"], match["name"]))
+        if pod is None or cluster.exec_handler is None:
+            return False  # answered as a plain request: 404
+        argv = [v for k, v in parse_qsl(parts.query) if k == "command"]
+        cluster.execs.append((match["name"], argv))
+        key = self.headers.get("Sec-WebSocket-Key", "")
+        accept = base64.b64encode(hashlib.sha1((key + _WS_GUID).encode()).digest()).decode()  # noqa: S324 - the protocol's
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept)
+        self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
+        self.end_headers()
+        try:
+            code, out, err = cluster.exec_handler(pod, argv)
+        except FileNotFoundError:
+            code, out, err = None, b"", b""
+        for channel, data in ((1, out), (2, err)):
+            for start in range(0, len(data), 32 << 10):
+                self.wfile.write(ws_frame(bytes([channel]) + data[start : start + (32 << 10)]))
+        status = json.dumps(exec_status(code, argv)).encode()
+        self.wfile.write(ws_frame(bytes([3]) + status))
+        self.wfile.write(ws_frame(b"\x03\xe8", opcode=0x8))
+        self.wfile.flush()
+        self.close_connection = True
+        return True
 
     def _answer(self) -> None:
         cluster = self.server.cluster  # type: ignore[attr-defined]
         cluster.requests.append((self.command, self.path))
+        if self.headers.get("Authorization") == f"Bearer {TOKEN}" and self._exec(cluster):
+            return
         if self.headers.get("Authorization") != f"Bearer {TOKEN}":
             code, body = 401, _status(401, "Unauthorized", "Unauthorized")
         else:

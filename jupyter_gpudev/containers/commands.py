@@ -29,7 +29,7 @@ def run_lifecycle_commands(
         ("postCreateCommand", env.post_create_command),
         ("postStartCommand", env.post_start_command),
     ):
-        for label, argv in _commands(command):
+        for label, argv in lifecycle_argvs(command):
             say({"stage": stage, "message": " ".join(argv)})
             try:
                 code, lines = _run_bounded(
@@ -125,7 +125,7 @@ def _run_bounded(
     return (code if isinstance(code, int) else -1), list(last)
 
 
-def _commands(command: Any) -> Iterator[tuple[str, list[str]]]:
+def lifecycle_argvs(command: Any) -> Iterator[tuple[str, list[str]]]:
     """Lifecycle commands as argv lists: a string runs under ``sh -c`` inside the container."""
     if command is None:
         return
@@ -135,5 +135,5 @@ def _commands(command: Any) -> Iterator[tuple[str, list[str]]]:
         yield "", [str(part) for part in command]
     elif isinstance(command, dict):
         for key in sorted(command):
-            for _, argv in _commands(command[key]):
+            for _, argv in lifecycle_argvs(command[key]):
                 yield f" ({key})", argv

@@ -106,7 +106,7 @@ from .placement import (
     gpu_request,
     gpus_optional,
 )
-from .pods import pod_info
+from .pods import pod_changes, pod_info
 from .reconcile import orphan_kernel_containers, reconcile_host
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
@@ -422,10 +422,25 @@ class DevContainers(ContainerLookup):
             created=_now(),
         )
         made = planning.pod_objects(env, target, self._confinement())
-        pod, kept = self.pods(host).start(made, target, say)
+        pods = self.pods(host)
+        pod, kept = pods.start(made, target, say)
+        pod_name = str(pod["metadata"]["name"])
+        warnings = [*notes, *made.notes, *kept]
+        warnings += pods.run_lifecycle(pod_name, env, say, timeout=self.lifecycle_timeout)
+        say({"stage": "baseline", "message": f"listing the files of {pod_name}"})
+        uid = str(pod["metadata"].get("uid") or "")
+        try:
+            recorded = self.pod_listings.save(host.name, uid, pods.listing(pod_name))
+        except GPUDevError as err:
+            self.log.warning("gpudev: no file listing of %s: %s", pod_name, err.message)
+            recorded = False
+        if not recorded:
+            warnings.append(
+                "its files could not be listed now, so its changes cannot be counted: removing "
+                "it will need force"
+            )
         say({"stage": "ready", "message": f"{target.name} is running"})
-        info = pod_info(pod, host.name)
-        return replace(info, warnings=(*notes, *made.notes, *kept))
+        return replace(pod_info(pod, host.name), warnings=tuple(warnings))
 
     def _record_baseline(self, container: Container, say: Progress) -> tuple[str, ...]:
         """What the lifecycle commands installed is part of the environment, not a change:
@@ -1010,16 +1025,31 @@ class DevContainers(ContainerLookup):
 
     def _remove_pod(self, name: str, host: Host, pod: dict[str, Any], *, force: bool) -> None:
         """Delete a dev container's pod (its Service and GPU claim too; the workspace claim
-        is kept). Its changes outside the workspace cannot be read yet, so ``force`` is
-        asked for even when there are none."""
+        is kept). Without ``force`` only when its files are as they were when it started:
+        what changed outside the workspace claim is lost with the pod."""
+        pods = self.pods(host)
+        uid = str(pod.get("metadata", {}).get("uid") or "")
         if not force:
-            raise Conflict(
-                f"{user_name(name)!r} runs in a pod on host {host.name!r}: gpudev cannot read a "
-                "pod's changes yet, and what changed outside its workspace claim is lost when "
-                "it is removed. Remove it with force (the workspace claim is kept)"
-            )
-        for note in self.pods(host).delete(pod):
+            before = self.pod_listings.load(host.name, uid)
+            if before is None:
+                raise Conflict(
+                    f"{user_name(name)!r} runs in a pod on host {host.name!r} whose files were "
+                    "not listed when it started, so gpudev cannot tell what would be lost: "
+                    "remove it with force (the workspace claim is kept)"
+                )
+            changed, problems = pod_changes(before, pods.listing(str(pod["metadata"]["name"])), pod)
+            for problem in problems[:5]:
+                self.log.info("gpudev: listing of %s: %s", user_name(name), problem)
+            if changed:
+                raise Conflict(
+                    f"{user_name(name)!r} has {len(changed)} change(s) outside its workspace "
+                    f"claim (e.g. {', '.join(changed[:3])}) that are lost with its pod: remove "
+                    "it with force (the workspace claim is kept)",
+                    details={"changes": changed[:50]},
+                )
+        for note in pods.delete(pod):
             self.log.info("gpudev: %s", note)
+        self.pod_listings.forget(host.name, uid)
 
     def _uncommitted_changes(self, host: Host, container: Container) -> builtins.list[str]:
         """What removing ``container`` would lose (see ``self.changes``)."""

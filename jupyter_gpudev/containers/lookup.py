@@ -68,7 +68,7 @@ from .model import (
     engine_time,
     user_name,
 )
-from .pods import Pods, annotation, pod_info
+from .pods import PodListings, Pods, annotation, pod_info
 from .ports import AddedPorts, declared_ports, web_ports
 from .reconcile import on_host
 from .terminals import terminal_argv
@@ -199,6 +199,11 @@ class ContainerLookup(LoggingConfigurable):
         return Pods(
             host.cluster, timeout=self.pod_start_timeout, poll=self.pod_poll_interval, log=self.log
         )
+
+    @property
+    def pod_listings(self) -> PodListings:
+        """The file listings of pods taken at their start (in ``state_dir``)."""
+        return PodListings(os.path.join(self.state_dir, "pod-listings"))
 
     def find_pod(
         self, name: str, host: str | None = None, *, caller: Caller | None = None

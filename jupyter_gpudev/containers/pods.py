@@ -14,17 +14,23 @@ checked, messages cleaned.
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..engine import Progress
 from ..engine.cluster import Cluster
+from ..environments import Environment
 from ..errors import Conflict, EngineError, GPUDevError, ImageError
 from ..k8s import objects as k8s
+from ..k8s.listing import LISTING_ARGV, compare_listings, parse_listing
 from ..k8s.status import PodState, clean, pod_state
 from ..labels import A_CREATED, A_ENV, A_IMAGE, A_NAME, A_OWNER, A_PORTS, K_MANAGED
+from .commands import lifecycle_argvs
 from .model import DevContainerInfo, engine_time
 
 #: The states of a pod as the container listing says them (Docker's words where they exist).
@@ -37,6 +43,13 @@ STATES = {
 }
 #: Reasons a pod fails with that are the image's (``ImageError``, not the cluster's).
 IMAGE_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+#: The most bytes of a pod's file listing read (a bigger one is not recorded).
+MAX_LISTING = 64 << 20
+#: Seconds a file listing of a pod may take.
+LISTING_TIMEOUT = 300.0
+#: The last lines of a lifecycle command's output reported, and their length.
+LAST_LINES, LINE_CHARS = 20, 2000
+_UID_RE = re.compile(r"^[0-9a-f-]{8,64}\Z")
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -91,6 +104,61 @@ def pod_info(pod: dict[str, Any], host: str, events: Any = None) -> DevContainer
         forward_ports=_ports(annotation(pod, A_PORTS)),
         started_at=started,
     )
+
+
+def mount_paths(pod: dict[str, Any]) -> tuple[str, ...]:
+    """Where volumes are mounted in the dev container (their files are not the pod's own
+    changes: the workspace claim, ``/dev/shm``)."""
+    found = []
+    for container in _dict(pod.get("spec")).get("containers") or []:
+        for mount in _dict(container).get("volumeMounts") or []:
+            path = _dict(mount).get("mountPath")
+            if isinstance(path, str) and path.startswith("/"):
+                found.append(path.rstrip("/") or "/")
+    return tuple(found)
+
+
+def pod_changes(before: bytes, now: bytes, pod: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """What changed in a pod between two file listings (paths, ``docker diff``'s order) and
+    what of the listings could not be read."""
+    first, second = parse_listing(before), parse_listing(now)
+    changes = compare_listings(first.entries, second.entries, skip=mount_paths(pod))
+    return [str(c["Path"]) for c in changes], [*first.problems, *second.problems]
+
+
+class PodListings:
+    """The file listing of each pod taken when it started (what its changes are counted
+    against: a cluster has no ``docker diff``), in gpudev's state folder, by pod uid."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+
+    def _path(self, host: str, uid: str) -> Path | None:
+        if not _UID_RE.match(uid) or not re.match(r"^[A-Za-z0-9_.-]{1,64}\Z", host):
+            return None
+        return self.folder / host / uid
+
+    def save(self, host: str, uid: str, data: bytes) -> bool:
+        path = self._path(host, uid)
+        if path is None:
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        part = path.with_name(f".{path.name}.part")
+        with open(part, "wb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW, 0o600)) as out:
+            out.write(data)
+        os.replace(part, path)
+        return True
+
+    def load(self, host: str, uid: str) -> bytes | None:
+        path = self._path(host, uid)
+        if path is None or not path.is_file():
+            return None
+        return path.read_bytes()
+
+    def forget(self, host: str, uid: str) -> None:
+        path = self._path(host, uid)
+        if path is not None:
+            path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -245,6 +313,45 @@ class Pods:
                 self.log.warning("gpudev: could not delete %s %s: %s", ref.kind, ref.name, err)
                 left.append(f"{ref.kind} {ref.name}")
         return left
+
+    def listing(self, pod_name: str) -> bytes:
+        """The pod's files listed by exec (``LISTING_ARGV``, as the pod's user): find's exit
+        1 (a folder it may not read) still lists the rest, the same way each time."""
+        result = self.cluster.exec(
+            pod_name, LISTING_ARGV, timeout=LISTING_TIMEOUT, limit=MAX_LISTING
+        )
+        if result.cut:
+            raise EngineError(f"The file listing of {pod_name} is over {MAX_LISTING} bytes")
+        if result.exit_code not in (0, 1):
+            raise EngineError(f"Listing the files of {pod_name} failed (exit {result.exit_code})")
+        return result.stdout
+
+    def run_lifecycle(
+        self, pod_name: str, env: Environment, say: Progress, *, timeout: float
+    ) -> list[str]:
+        """The environment's postCreateCommand and postStartCommand run by exec in the pod
+        (its working folder and variables are the pod's: the workspace and containerEnv), each
+        bounded by ``timeout``; their last lines said; the warnings."""
+        warnings: list[str] = []
+        for stage, command in (
+            ("postCreateCommand", env.post_create_command),
+            ("postStartCommand", env.post_start_command),
+        ):
+            for label, argv in lifecycle_argvs(command):
+                say({"stage": stage, "message": " ".join(argv)})
+                try:
+                    result = self.cluster.exec(pod_name, argv, timeout=timeout, limit=1 << 20)
+                except GPUDevError as err:
+                    warnings.append(f"{stage}{label} did not finish: {err.message}")
+                    continue
+                text = (result.stdout + result.stderr).decode(errors="replace")
+                for line in text.splitlines()[-LAST_LINES:]:
+                    say({"stage": stage, "message": clean(line[:LINE_CHARS])})
+                if result.cut:
+                    warnings.append(f"{stage}{label} printed over 1 MiB; it was left running")
+                elif result.exit_code:
+                    warnings.append(f"{stage}{label} exited with {result.exit_code}")
+        return warnings
 
     def delete(self, pod: dict[str, Any]) -> list[str]:
         """Delete a dev container's pod, its Service and GPU claim (the GPUs are free once

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -248,6 +249,41 @@ def parse_cluster(
     )
 
 
+@dataclass(frozen=True)
+class ExecResult:
+    """A command run in a pod: its exit code (``None``: cut at the output limit, the
+    command's end was not waited for), its output as bytes (each bounded)."""
+
+    exit_code: int | None
+    stdout: bytes
+    stderr: bytes
+    cut: bool = False
+
+
+#: The exec channels of the API server's websocket protocol (v4/v5.channel.k8s.io).
+STDOUT, STDERR, ERROR, CLOSE = 1, 2, 3, 255
+#: The most bytes of standard error an exec keeps.
+MAX_STDERR = 64 << 10
+
+
+def exec_status(data: bytes) -> tuple[int | None, str]:
+    """The exit code from an exec's error channel (a ``Status``: ``Success``, or a failure
+    with ``NonZeroExitCode`` and the code as its cause) and, when the command did not run
+    (no such program, no such container), the server's words."""
+    try:
+        status = json.loads(data.decode("utf-8", "replace")) if data else {}
+    except ValueError:
+        return None, "the API server's exec status could not be read"
+    if _dict(status).get("status") == "Success":
+        return 0, ""
+    if _dict(status).get("reason") == "NonZeroExitCode":
+        for cause in _list(_dict(_dict(status).get("details")).get("causes")):
+            code = _count(_dict(cause).get("message"))
+            if _dict(cause).get("reason") == "ExitCode" and code is not None:
+                return code, ""
+    return None, said(status) or "the command did not run"
+
+
 def object_path(api_version: str, kind: str, namespace: str, name: str = "") -> str:
     """The REST path of the namespaced objects of ``kind`` (with ``name``: of that one)."""
     plural = PLURALS.get(kind)
@@ -451,6 +487,98 @@ class Cluster:
         """The events of one object of the host's namespace (``{"items": [...]}``)."""
         fields = f"involvedObject.kind={kind},involvedObject.name={name}"
         return {"items": self.items("v1", "Event", fields=fields)}
+
+    def exec(
+        self,
+        pod: str,
+        argv: tuple[str, ...] | list[str],
+        *,
+        timeout: float,
+        limit: int,
+        container: str = "dev",
+    ) -> ExecResult:
+        """Run ``argv`` in a pod's container (as the pod's user; no shell, no terminal, no
+        input) and read its output, at most ``limit`` bytes of it: past that the command is
+        left and the result says it was cut. Its output is the pod's, hostile input: the
+        caller parses it."""
+        sock = self._exec_socket(pod, argv, container)
+        try:
+            result = self._read_exec(sock, timeout=timeout, limit=limit, what=f"{argv[0]} in {pod}")
+        finally:
+            sock.shutdown()  # the server has closed its side, or the rest is not read
+        return result
+
+    def _exec_socket(self, pod: str, argv: tuple[str, ...] | list[str], container: str) -> Any:
+        """The exec's websocket, connected as the kubeconfig says (token or certificate)."""
+        from kubernetes.stream import ws_client  # noqa: PLC0415 - only Kubernetes hosts
+        from websocket import WebSocketException  # noqa: PLC0415
+
+        ws: Any = ws_client
+        api = self.api()
+        query = [("command", str(a)) for a in argv]
+        query += [("container", container), ("stdout", "true"), ("stderr", "true")]
+        query += [("stdin", "false"), ("tty", "false")]
+        _method, url, headers, _body, _post = api.param_serialize(
+            method="GET",
+            resource_path=object_path("v1", "Pod", self.spec.namespace, pod) + "/exec",
+            query_params=query,
+            header_params={},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            return ws.create_websocket(api.configuration, ws.get_websocket_url(url), headers)
+        except WebSocketException as exc:
+            code = getattr(exc, "status_code", None)
+            self.log.info("gpudev: cluster %s: exec in %s: %s", self.spec.name, pod, code)
+            if code == 401:
+                raise self._unreachable(
+                    "the API server refused gpudev's credentials (401)"
+                ) from None
+            where = f"Kubernetes cluster {self.spec.name}"
+            if code == 403:
+                raise EngineError(f"{where} refused an exec in {pod} (see the RBAC)") from None
+            raise EngineError(f"{where}: exec in {pod} failed ({code or 'no answer'})") from None
+        except (OSError, ValueError) as exc:
+            self.log.info("gpudev: cluster %s: exec in %s: %r", self.spec.name, pod, exc)
+            raise self._unreachable("the API server did not answer") from None
+
+    def _read_exec(self, sock: Any, *, timeout: float, limit: int, what: str) -> ExecResult:
+        """An exec's frames read one by one until the server closes (the client's own reader
+        buffers without a bound)."""
+        from websocket import ABNF, WebSocketException  # noqa: PLC0415 - only Kubernetes hosts
+
+        where = f"Kubernetes cluster {self.spec.name}"
+        deadline = time.monotonic() + timeout
+        out, err, status = bytearray(), bytearray(), bytearray()
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise EngineError(f"{where}: {what} took over {timeout:.0f} s")
+            sock.settimeout(left)
+            try:
+                opcode, frame = sock.recv_data_frame(True)
+            except (WebSocketException, OSError) as exc:
+                if isinstance(exc, TimeoutError) or "timed out" in str(exc):
+                    continue  # the deadline check says so
+                break  # the server closed the connection
+            data = bytes(frame.data or b"")
+            if opcode == ABNF.OPCODE_CLOSE:
+                break
+            if not data:
+                continue
+            channel, payload = data[0], data[1:]
+            if channel == STDOUT:
+                out += payload
+                if len(out) > limit:
+                    return ExecResult(None, bytes(out[:limit]), bytes(err), cut=True)
+            elif channel == STDERR:
+                err += payload[: max(0, MAX_STDERR - len(err))]
+            elif channel == ERROR:
+                status += payload[: max(0, MAX_STDERR - len(status))]
+        code, words = exec_status(bytes(status))
+        if code is None:
+            raise EngineError(f"{where}: {what} did not run ({words})")
+        return ExecResult(code, bytes(out), bytes(err))
 
     def describe(self) -> ClusterInfo:
         """The cluster's version, nodes and GPU allocations; ``EngineUnreachable`` saying why

@@ -4,6 +4,7 @@ can run here: what it stands in for is said there)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from jupyter_gpudev.access import Caller
 from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.errors import Conflict, EngineError, GPUDevError, ImageError, NotFound
+from jupyter_gpudev.k8s.listing import LISTING_ARGV
 from tests.k8s_api import TOKEN, UNSCHEDULABLE, APIServer, FakeCluster
 
 LOG = logging.getLogger("test")
@@ -117,7 +119,7 @@ def test_a_pod_is_removed_with_force_and_its_workspace_claim_kept(
     # outside the workspace cannot be read yet
     with pytest.raises(Conflict, match="not stopped and kept"):
         manager.stop("work", "cluster", caller=ALICE)
-    with pytest.raises(Conflict, match="cannot read a pod's changes"):
+    with pytest.raises(Conflict, match="were not listed when it started"):
         manager.remove("work", "cluster", caller=ALICE)
     assert cluster.names("pods") == ["gpudev-work"]
     # With force the pod and its Service go; the workspace claim stays
@@ -243,3 +245,131 @@ def test_a_cluster_without_credentials_is_unreachable_not_a_crash(
         fresh.list(host="cluster", caller=ALICE)
     assert "wrong" not in caught.value.message
     fresh.host_pool.close()
+
+
+# -- inside a pod: exec, lifecycle commands, its changes ---------------------------------------
+
+#: (kind, size, mtime, mode, link target) of each path of an image, as find lists it.
+IMAGE_TREE = {
+    "/": ("d", 4096, 1.0, "755", ""),
+    "/etc": ("d", 4096, 1.0, "755", ""),
+    "/etc/os-release": ("f", 267, 1.0, "644", ""),
+    "/usr": ("d", 4096, 1.0, "755", ""),
+    "/usr/bin": ("d", 4096, 1.0, "755", ""),
+    "/usr/bin/python3": ("l", 10, 1.0, "777", "python3.11"),
+    "/workspace": ("d", 4096, 1.0, "755", ""),
+    "/proc": ("d", 0, 5.0, "555", ""),
+}
+
+
+class PodFiles:
+    """What runs in the pods of ``FakeCluster``: ``find`` as LISTING_ARGV lists a tree per pod;
+    ``touch PATH`` adds a file to it (the workspace mount's files never show: -xdev);
+    ``say WORDS`` prints them; ``fail N`` exits with N; anything else does not exist."""
+
+    def __init__(self) -> None:
+        self.trees: dict[str, dict[str, tuple[str, int, float, str, str]]] = {}
+
+    def __call__(self, pod: dict[str, Any], argv: list[str]) -> tuple[int, bytes, bytes]:
+        tree = self.trees.setdefault(pod["metadata"]["name"], dict(IMAGE_TREE))
+        if tuple(argv) == LISTING_ARGV:
+            out = b"".join(
+                b"\0".join(str(v).encode() for v in (k, s, m, mode, path, t)) + b"\0"
+                for path, (k, s, m, mode, t) in sorted(tree.items())
+            )
+            return 1, out, b"find: '/root': Permission denied\n"
+        if argv[0] == "touch":
+            tree[argv[1]] = ("f", 0, 9.0, "644", "")
+            return 0, b"", b""
+        if argv[0] == "say":
+            return 0, " ".join(argv[1:]).encode() + b"\n", b""
+        if argv[0] == "fail":
+            return int(argv[1]), b"", b"it failed\n"
+        raise FileNotFoundError(argv[0])
+
+
+def environment(manager: DevContainers, name: str, **fields: Any) -> None:
+    folder = manager.root_dir / ".devcontainer" / name
+    folder.mkdir(parents=True)
+    image = manager.environments.get("default", manager.root_dir).image
+    (folder / "devcontainer.json").write_text(json.dumps({"image": image, **fields}))
+
+
+def test_exec_reads_output_exit_code_and_refusals(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    cluster.exec_handler = PodFiles()
+    start(manager, "ex")
+    pods = manager.pods(manager.host_pool.get("cluster"))
+    ran = pods.cluster.exec("gpudev-ex", ["say", "hello", "pod"], timeout=5, limit=1000)
+    assert (ran.exit_code, ran.stdout, ran.cut) == (0, b"hello pod\n", False)
+    assert cluster.execs[-1] == ("gpudev-ex", ["say", "hello", "pod"])
+    failed = pods.cluster.exec("gpudev-ex", ["fail", "3"], timeout=5, limit=1000)
+    assert (failed.exit_code, failed.stderr) == (3, b"it failed\n")
+    # Output past the limit is cut, never all held
+    cut = pods.cluster.exec("gpudev-ex", ["say", "x" * 5000], timeout=5, limit=100)
+    assert (cut.exit_code, len(cut.stdout), cut.cut) == (None, 100, True)
+    # A program the pod does not have, in the server's words
+    with pytest.raises(EngineError, match="executable file not found"):
+        pods.cluster.exec("gpudev-ex", ["nothing-here"], timeout=5, limit=100)
+    # A pod that is not there
+    with pytest.raises(EngineError, match="exec in gpudev-gone failed"):
+        pods.cluster.exec("gpudev-gone", ["say"], timeout=5, limit=100)
+
+
+def test_lifecycle_commands_run_by_exec_in_the_pod(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    files = PodFiles()
+    cluster.exec_handler = files
+    environment(
+        manager,
+        "setup",
+        postCreateCommand={"a": ["say", "installing"], "b": ["fail", "2"]},
+        postStartCommand=["touch", "/opt/ready"],
+    )
+    said: list[dict[str, Any]] = []
+    info = manager.start(
+        StartRequest("setup", host="cluster", name="lc"), said.append, caller=ALICE
+    )
+    assert ("postCreateCommand", "installing") in [(e["stage"], e["message"]) for e in said]
+    assert "postCreateCommand (b) exited with 2" in info.warnings
+    assert "/opt/ready" in files.trees["gpudev-lc"]
+    # The listing is taken after them: what they made is not a change of the user's
+    manager.remove("lc", "cluster", caller=ALICE)
+    assert cluster.names("pods") == []
+
+
+def test_a_pod_with_changes_is_removed_only_with_force(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    files = PodFiles()
+    cluster.exec_handler = files
+    start(manager, "chg")
+    # The user writes in the workspace (a mount: not listed) and installs a file in /opt
+    files.trees["gpudev-chg"]["/opt"] = ("d", 4096, 9.0, "755", "")
+    files.trees["gpudev-chg"]["/opt/tool"] = ("f", 10, 9.0, "755", "")
+    pod = cluster.objects[("pods", "team-ml", "gpudev-chg")]
+    workspace = pod["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
+    files.trees["gpudev-chg"][workspace] = ("d", 4096, 9.0, "755", "")
+    del files.trees["gpudev-chg"]["/etc/os-release"]
+    with pytest.raises(Conflict, match="3 change") as caught:
+        manager.remove("chg", "cluster", caller=ALICE)
+    assert caught.value.details["changes"] == ["/etc/os-release", "/opt", "/opt/tool"]
+    assert cluster.names("pods") == ["gpudev-chg"]
+    manager.remove("chg", "cluster", force=True, caller=ALICE)
+    assert cluster.names("pods") == []
+    # Its listing is forgotten with it
+    assert not list((Path(manager.state_dir) / "pod-listings").rglob("*-*"))
+
+
+def test_a_pod_that_could_not_be_listed_asks_for_force(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    # No find in the image (nothing answers an exec)
+    cluster.exec_handler = lambda _pod, argv: (_ for _ in ()).throw(FileNotFoundError(argv[0]))
+    info, _ = start(manager, "nofind")
+    assert any("removing it will need force" in w for w in info.warnings)
+    with pytest.raises(Conflict, match="were not listed when it started"):
+        manager.remove("nofind", "cluster", caller=ALICE)
+    manager.remove("nofind", "cluster", force=True, caller=ALICE)
