@@ -71,6 +71,8 @@ class FakeCluster:
     #: FileNotFoundError for a program the container does not have.
     exec_handler: Callable[[dict[str, Any], list[str]], tuple[int, bytes, bytes]] | None = None
     execs: list[tuple[str, list[str]]] = field(default_factory=list)
+    #: Runs the pods for real (``DockerKubelet``): created, exec'd into, deleted.
+    kubelet: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def names(self, plural: str) -> list[str]:
@@ -115,6 +117,8 @@ class FakeCluster:
                 return 200, found
             if method == "DELETE":
                 del self.objects[key]
+                if plural == "pods" and self.kubelet is not None:
+                    self.kubelet.delete(found)
                 return 200, found
         return 405, _status(405, "MethodNotAllowed", "the server does not allow this method")
 
@@ -139,6 +143,8 @@ class FakeCluster:
         if plural == "pods":
             made["status"] = {"phase": "Pending"}
             self.reads[name] = 0
+            if self.kubelet is not None:
+                self.kubelet.create(made)
             self._schedule(made)
         self.objects[key] = made
         return 201, made
@@ -273,7 +279,8 @@ class _Handler(BaseHTTPRequestHandler):
         if match is None or self.headers.get("Upgrade", "").lower() != "websocket":
             return False
         pod = cluster.objects.get(("pods", match["ns"], match["name"]))
-        if pod is None or cluster.exec_handler is None:
+        handler = cluster.kubelet.exec if cluster.kubelet is not None else cluster.exec_handler
+        if pod is None or handler is None:
             return False  # answered as a plain request: 404
         argv = [v for k, v in parse_qsl(parts.query) if k == "command"]
         cluster.execs.append((match["name"], argv))
@@ -286,7 +293,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
         self.end_headers()
         try:
-            code, out, err = cluster.exec_handler(pod, argv)
+            code, out, err = handler(pod, argv)
         except FileNotFoundError:
             code, out, err = None, b"", b""
         for channel, data in ((1, out), (2, err)):
@@ -362,3 +369,61 @@ class APIServer:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class DockerKubelet:
+    """The pods of a ``FakeCluster`` run as real containers of the Docker engine: the pod's
+    image, command, user and group, working folder and variables, each volume mount a folder
+    of the test (the workspace claim's files), no network. An exec is a ``docker exec`` as the
+    pod's user. So what gpudev runs in a pod (lifecycle commands, find's listing) runs for real
+    in the real image; what a kubelet does beyond that (cgroups, the device plugin, claims bound
+    to volumes, fsGroup) does not."""
+
+    def __init__(self, client: Any, folder: Path, label: str) -> None:
+        self.client = client
+        self.folder = folder
+        self.label = label
+        self.containers: dict[str, Any] = {}
+
+    def create(self, pod: dict[str, Any]) -> None:
+        spec = pod["spec"]
+        container = spec["containers"][0]
+        security = spec.get("securityContext") or {}
+        volumes = {}
+        for mount in container.get("volumeMounts") or []:
+            host = self.folder / f"{pod['metadata']['name']}-{mount['name']}"
+            host.mkdir(parents=True, exist_ok=True)
+            host.chmod(0o777)
+            volumes[str(host)] = {"bind": mount["mountPath"], "mode": "rw"}
+        self.containers[pod["metadata"]["name"]] = self.client.containers.run(
+            container["image"],
+            container["command"],
+            user=f"{security.get('runAsUser', 0)}:{security.get('runAsGroup', 0)}",
+            working_dir=container.get("workingDir"),
+            environment={e["name"]: e["value"] for e in container.get("env") or []},
+            volumes=volumes,
+            network_mode="none",
+            labels={self.label: "1"},
+            detach=True,
+        )
+
+    def exec(self, pod: dict[str, Any], argv: list[str]) -> tuple[int, bytes, bytes]:
+        container = self.containers[pod["metadata"]["name"]]
+        security = pod["spec"].get("securityContext") or {}
+        code, (out, err) = container.exec_run(
+            argv,
+            user=f"{security.get('runAsUser', 0)}:{security.get('runAsGroup', 0)}",
+            demux=True,
+        )
+        return int(code), out or b"", err or b""
+
+    def delete(self, pod: dict[str, Any]) -> None:
+        container = self.containers.pop(pod["metadata"]["name"], None)
+        if container is not None:
+            container.remove(force=True)
+
+    def close(self) -> None:
+        for container in self.client.containers.list(
+            all=True, filters={"label": f"{self.label}=1"}
+        ):
+            container.remove(force=True)
