@@ -73,6 +73,8 @@ class FakeCluster:
     execs: list[tuple[str, list[str]]] = field(default_factory=list)
     #: Runs the pods for real (``DockerKubelet``): created, exec'd into, deleted.
     kubelet: Any = None
+    #: Each pod's output (without a kubelet).
+    outputs: dict[str, bytes] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def names(self, plural: str) -> list[str]:
@@ -84,7 +86,7 @@ class FakeCluster:
 
     # -- what the server does --------------------------------------------------------------
 
-    def handle(self, method: str, url: str, body: Any) -> tuple[int, Any]:  # noqa: PLR0911 - one answer per route
+    def handle(self, method: str, url: str, body: Any) -> tuple[int, Any]:  # noqa: PLR0911, PLR0912 - one answer per route
         parts = urlsplit(url)
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         if parts.path == "/version":
@@ -95,6 +97,8 @@ class FakeCluster:
             with self.lock:
                 pods = [o for (p, _ns, _n), o in self.objects.items() if p == "pods"]
             return 200, {"kind": "PodList", "items": pods}
+        if method == "GET" and parts.path.endswith("/log"):
+            return self._output(parts.path.removesuffix("/log"), query)
         match = _PATH_RE.match(parts.path)
         if match is None:
             return 404, _status(404, "NotFound", f"the server could not find {parts.path}")
@@ -121,6 +125,20 @@ class FakeCluster:
                     self.kubelet.delete(found)
                 return 200, found
         return 405, _status(405, "MethodNotAllowed", "the server does not allow this method")
+
+    def _output(self, path: str, query: dict[str, str]) -> tuple[int, Any]:
+        match = _PATH_RE.match(path)
+        pod = self.objects.get(("pods", match["ns"], match["name"] or "")) if match else None
+        if match is None or pod is None:
+            return 404, _status(404, "NotFound", "pods not found")
+        if self.kubelet is not None:
+            data = self.kubelet.output(pod)
+        else:
+            data = self.outputs.get(match["name"] or "", b"")
+        if "tailLines" in query:
+            lines = data.splitlines(keepends=True)
+            data = b"".join(lines[len(lines) - int(query["tailLines"]) :])
+        return 200, data[: int(query.get("limitBytes", len(data)))]
 
     def _create(self, plural: str, namespace: str, body: Any) -> tuple[int, Any]:
         if not isinstance(body, dict):
@@ -311,6 +329,7 @@ class _Handler(BaseHTTPRequestHandler):
         cluster.requests.append((self.command, self.path))
         if self.headers.get("Authorization") == f"Bearer {TOKEN}" and self._exec(cluster):
             return
+        body: Any
         if self.headers.get("Authorization") != f"Bearer {TOKEN}":
             code, body = 401, _status(401, "Unauthorized", "Unauthorized")
         else:
@@ -321,9 +340,10 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError:
                 sent = None
             code, body = cluster.handle(self.command, self.path, sent)
-        data = json.dumps(body).encode()
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        kind = "text/plain" if isinstance(body, bytes) else "application/json"
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -416,6 +436,9 @@ class DockerKubelet:
             demux=True,
         )
         return int(code), out or b"", err or b""
+
+    def output(self, pod: dict[str, Any]) -> bytes:
+        return bytes(self.containers[pod["metadata"]["name"]].logs())
 
     def delete(self, pod: dict[str, Any]) -> None:
         container = self.containers.pop(pod["metadata"]["name"], None)

@@ -283,6 +283,10 @@ class DevContainers(ContainerLookup):
             def reports() -> Iterator[HostReport]:
                 for name in names:
                     candidate = self._host(name)
+                    if candidate.spec.is_kubernetes:
+                        cluster = f"a Kubernetes cluster: start there with --host {name}"
+                        yield HostReport(name, reachable=False, reason=cluster)
+                        continue
                     try:
                         candidate.engine_info()
                     except GPUDevError as err:

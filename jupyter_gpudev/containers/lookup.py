@@ -522,6 +522,20 @@ class ContainerLookup(LoggingConfigurable):
         """The container's output; ``tail``: only its last lines. Without ``follow`` at most
         ``max_log_bytes`` are read (streamed, never the whole log at once), then a line says
         where the output was cut."""
+        on_cluster = self.find_pod(name, host, caller=caller)
+        if on_cluster is not None:
+            if follow:
+                raise BadRequest("logs --follow of a pod is not done yet: kubectl logs -f is")
+            data = self.pods(on_cluster[0]).cluster.output(
+                str(on_cluster[1]["metadata"]["name"]), tail=tail, limit=self.max_log_bytes
+            )
+            yield data[: self.max_log_bytes].decode(errors="replace")
+            if len(data) > self.max_log_bytes:
+                yield (
+                    f"\n[gpudev: the output is cut here, after {self.max_log_bytes} bytes; ask "
+                    "for its last lines (tail) to see its end]\n"
+                )
+            return
         _, container = self.find(name, host, caller=caller)
         if not follow:
             stream = container.logs(

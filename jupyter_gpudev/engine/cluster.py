@@ -483,6 +483,37 @@ class Cluster:
             [i for i in items[:MAX_ITEMS] if isinstance(i, dict)] if isinstance(items, list) else []
         )
 
+    def output(self, pod: str, *, tail: int | None, limit: int, container: str = "dev") -> bytes:
+        """A pod's container's output, at most ``limit`` bytes (the API server cuts it) and
+        with ``tail``: its last lines only."""
+        query = [("container", container), ("limitBytes", str(limit + 1))]
+        if tail is not None:
+            query.append(("tailLines", str(max(0, tail))))
+        api = self.api()
+        try:
+            serialized = api.param_serialize(
+                method="GET",
+                resource_path=object_path("v1", "Pod", self.spec.namespace, pod) + "/log",
+                query_params=query,
+                header_params={"Accept": "text/plain"},
+                auth_settings=["BearerToken"],
+            )
+            response = api.call_api(*serialized, _request_timeout=self.timeout)
+            data = bytes(response.read() or b"")
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            self.log.info("gpudev: cluster %s: log of %s: %r", self.spec.name, pod, exc)
+            raise self._unreachable("the API server did not answer") from None
+        if int(response.status) != 200:
+            try:
+                words = said(json.loads(data))
+            except ValueError:
+                words = ""
+            raise EngineError(
+                f"Kubernetes cluster {self.spec.name}: the output of {pod} could not be read "
+                f"({response.status}{': ' + words if words else ''})"
+            )
+        return data
+
     def events_of(self, kind: str, name: str) -> dict[str, Any]:
         """The events of one object of the host's namespace (``{"items": [...]}``)."""
         fields = f"involvedObject.kind={kind},involvedObject.name={name}"

@@ -4,6 +4,7 @@ can run here: what it stands in for is said there)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Iterator
@@ -373,3 +374,33 @@ def test_a_pod_that_could_not_be_listed_asks_for_force(
     with pytest.raises(Conflict, match="were not listed when it started"):
         manager.remove("nofind", "cluster", caller=ALICE)
     manager.remove("nofind", "cluster", force=True, caller=ALICE)
+
+
+def test_a_pods_output_is_read_bounded(manager: DevContainers, cluster: FakeCluster) -> None:
+    start(manager, "talk")
+    cluster.outputs["gpudev-talk"] = b"".join(b"line %d\n" % n for n in range(1, 101))
+    assert "".join(manager.logs("talk", "cluster", tail=2, caller=ALICE)) == "line 99\nline 100\n"
+    manager.max_log_bytes = 20
+    cut = "".join(manager.logs("talk", "cluster", caller=ALICE))
+    assert cut.startswith("line 1\nline 2\nline 3\n")
+    assert "the output is cut here, after 20 bytes" in cut
+    with pytest.raises(GPUDevError, match="follow of a pod"):
+        list(manager.logs("talk", "cluster", follow=True, caller=ALICE))
+    with pytest.raises(NotFound):
+        list(manager.logs("talk", "cluster", caller=BOB))
+
+
+def test_a_start_without_a_host_says_how_to_start_on_the_cluster(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    # Two hosts, neither asked for: the cluster is not chosen behind the user's back
+    config = copy.deepcopy(manager.config)
+    config.HostPool.hosts = {"cluster": "k8s://lab-ml/team-ml", "engine": "tcp://127.9.9.9:1"}
+    pool = HostPool(config=config, log=LOG)
+    two = DevContainers(root_dir=manager.root_dir, host_pool=pool, config=config)
+    try:
+        with pytest.raises(GPUDevError, match="a Kubernetes cluster: start there with --host"):
+            two.start(StartRequest("default"), None, caller=ALICE)
+    finally:
+        pool.close()
+    assert cluster.writes() == []
