@@ -6,7 +6,7 @@
 # pull that has python3 (E2E_IMAGE, default python:3.12-slim); for GPUs, E2E_GPUS=N and the
 # NVIDIA device plugin. Without kubectl or a reachable cluster it says so and exits 0.
 #
-# What it does today (gpudev has no client layer yet, so kubectl creates what gpudev prints):
+# What it does:
 #   1. a namespace enforcing the "restricted" Pod Security Standard;
 #   2. gpudev's RBAC for it, applied;
 #   3. `jupyter gpudev start e2e --host=cluster --dry-run` for an environment of E2E_IMAGE,
@@ -14,9 +14,13 @@
 #   4. waits for the pod to be Ready (the scheduler's events printed when it is not), then
 #      checks in it: the user is 1000, no service account token is mounted, the workspace claim
 #      is writable, python3 runs; with E2E_GPUS, nvidia-smi lists that many GPUs;
-#   5. deletes the pod and checks that the workspace claim stays; deletes the namespace.
-# Still to come with the client layer: gpudev's own start, a kernel, a terminal, a proxied
-# port, a commit with push to a registry the cluster reaches.
+#   5. deletes the pod and checks that the workspace claim stays;
+#   6. gpudev's own start of the same environment (the objects created, the pod waited for,
+#      the postCreateCommand run by exec), `ls`, `logs`; `rm` of the unchanged pod without
+#      --force; a second start, a file written outside the workspace by kubectl exec, `rm`
+#      refused without --force and done with it, the workspace claim kept; deletes the namespace.
+# Still to come: a kernel, a terminal, a proxied port, a commit with push to a registry the
+# cluster reaches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,7 +61,7 @@ step "gpudev's RBAC"
 
 step "the dev container's objects"
 mkdir -p "$WORK/.devcontainer/e2e"
-printf '{"name": "e2e", "image": "%s", "forwardPorts": [8888]}\n' "$IMAGE" \
+printf '{"name": "e2e", "image": "%s", "workspaceFolder": "/workspace", "forwardPorts": [8888], "postCreateCommand": "echo created > /tmp/e2e-created"}\n' "$IMAGE" \
     >"$WORK/.devcontainer/e2e/devcontainer.json"
 "$JUPYTER" gpudev start e2e --host=cluster --name=e2e --gpus="$GPUS" --dry-run \
     --root-dir="$WORK" "--HostPool.hosts={\"cluster\": \"k8s:///$NS\"}" >"$WORK/objects.json"
@@ -84,5 +88,29 @@ fi
 step "the pod goes, the workspace claim stays"
 kubectl -n "$NS" delete pod "$POD" --wait=true
 kubectl -n "$NS" get pvc gpudev-ws-e2e >/dev/null || fail "the workspace claim went with the pod"
+
+gpudev() {
+    "$JUPYTER" gpudev "$@" --root-dir="$WORK" "--HostPool.hosts={\"cluster\": \"k8s:///$NS\"}" \
+        "--DevContainers.state_dir=$WORK/state"
+}
+
+step "gpudev's own start, ls, logs, rm"
+gpudev start e2e --host=cluster --name=own --gpus="$GPUS" --json >"$WORK/own.json" ||
+    fail "gpudev could not start the pod"
+grep -q '"state": "running"' "$WORK/own.json" || fail "the started pod is not running"
+[ "$(kubectl -n "$NS" exec gpudev-own -- cat /tmp/e2e-created)" = created ] ||
+    fail "the postCreateCommand did not run"
+gpudev ls --host=cluster | grep -q '^own ' || fail "ls does not list the pod"
+gpudev logs own --host=cluster >/dev/null || fail "logs failed"
+gpudev rm own --host=cluster || fail "an unchanged pod was not removed without --force"
+kubectl -n "$NS" get pod gpudev-own >/dev/null 2>&1 && fail "the pod is still there"
+
+step "a changed pod is removed only with --force"
+gpudev start e2e --host=cluster --name=own --gpus="$GPUS" --json >/dev/null || fail "second start"
+kubectl -n "$NS" exec gpudev-own -- sh -c 'echo changed > /tmp/user-change'
+if gpudev rm own --host=cluster 2>"$WORK/rm.err"; then fail "a changed pod was removed without --force"; fi
+grep -q /tmp/user-change "$WORK/rm.err" || fail "rm did not name the change"
+gpudev rm own --host=cluster --force || fail "rm --force failed"
+kubectl -n "$NS" get pvc gpudev-ws-own >/dev/null || fail "the workspace claim went with the pod"
 
 echo "k8s-e2e: passed"
