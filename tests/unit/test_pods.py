@@ -19,6 +19,8 @@ from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.errors import Conflict, EngineError, GPUDevError, ImageError, NotFound
 from jupyter_gpudev.k8s.listing import LISTING_ARGV
+from jupyter_gpudev.kernels.kernelspecs import GPUDevKernelSpecManager
+from jupyter_gpudev.kernels.provisioner import set_manager
 from tests.k8s_api import TOKEN, UNSCHEDULABLE, APIServer, FakeCluster
 
 LOG = logging.getLogger("test")
@@ -404,3 +406,16 @@ def test_a_start_without_a_host_says_how_to_start_on_the_cluster(
     finally:
         pool.close()
     assert cluster.writes() == []
+
+
+def test_the_kernel_picker_does_not_offer_pods_yet(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    # A running pod of the server's user, whom the picker lists for
+    manager.start(StartRequest("default", host="cluster", name="no-kernels"), None)
+    assert [i.name for i in manager.list(all_states=False)] == ["no-kernels"]
+    set_manager(manager)
+    try:
+        assert GPUDevKernelSpecManager()._shared_containers() == []
+    finally:
+        set_manager(None)
