@@ -16,6 +16,7 @@ import base64
 import hashlib
 import json
 import re
+import socket
 import threading
 import uuid
 from collections.abc import Callable
@@ -26,6 +27,9 @@ from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlsplit
 
 import kubernetes_validate
+from docker.utils.socket import consume_socket_output, frames_iter
+
+from jupyter_gpudev.containers import close_stream
 
 SCHEMA_VERSION = "1.34.0"
 TOKEN = "k8s-token-5f2c8e0b"  # noqa: S105 - a test credential, checked never to be shown
@@ -69,7 +73,7 @@ class FakeCluster:
     reads: dict[str, int] = field(default_factory=dict)
     #: What an exec in a pod runs: (pod, argv) -> (exit code, stdout, stderr); raise
     #: FileNotFoundError for a program the container does not have.
-    exec_handler: Callable[[dict[str, Any], list[str]], tuple[int, bytes, bytes]] | None = None
+    exec_handler: Callable[..., tuple[int, bytes, bytes]] | None = None
     execs: list[tuple[str, list[str]]] = field(default_factory=list)
     #: Runs the pods for real (``DockerKubelet``): created, exec'd into, deleted.
     kubelet: Any = None
@@ -230,9 +234,10 @@ class FakeCluster:
 
     def _run(self, pod: dict[str, Any]) -> None:
         pod["spec"]["nodeName"] = self.node
+        address = self.kubelet.address(pod) if self.kubelet is not None else "10.244.1.17"
         pod["status"] = {
             "phase": "Running",
-            "podIP": "10.244.1.17",
+            "podIP": address,
             "startTime": "2026-11-25T10:00:02Z",
             "conditions": [{"type": "PodScheduled", "status": "True"}],
             "containerStatuses": [
@@ -310,8 +315,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Sec-WebSocket-Accept", accept)
         self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
         self.end_headers()
+        self.wfile.flush()
+        given = self._read_frame() if ("stdin", "true") in parse_qsl(parts.query) else None
         try:
-            code, out, err = handler(pod, argv)
+            code, out, err = handler(pod, argv) if given is None else handler(pod, argv, given)
         except FileNotFoundError:
             code, out, err = None, b"", b""
         for channel, data in ((1, out), (2, err)):
@@ -323,6 +330,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
         self.close_connection = True
         return True
+
+    def _read_frame(self) -> bytes:
+        """One masked frame from the client: the exec's standard input (channel 0)."""
+        first, second = self.rfile.read(2)
+        size = second & 0x7F
+        if size == 126:
+            size = int.from_bytes(self.rfile.read(2), "big")
+        elif size == 127:
+            size = int.from_bytes(self.rfile.read(8), "big")
+        mask = self.rfile.read(4) if second & 0x80 else b"\0\0\0\0"
+        data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(size)))
+        assert first & 0x0F == 0x2, "stdin comes as a binary frame"
+        assert data[:1] == b"\0", "on channel 0"
+        return data[1:]
 
     def _answer(self) -> None:
         cluster = self.server.cluster  # type: ignore[attr-defined]
@@ -422,20 +443,36 @@ class DockerKubelet:
             working_dir=container.get("workingDir"),
             environment={e["name"]: e["value"] for e in container.get("env") or []},
             volumes=volumes,
-            network_mode="none",
+            init=True,  # a pod shares its process namespace: the pause container reaps
             labels={self.label: "1"},
             detach=True,
         )
 
-    def exec(self, pod: dict[str, Any], argv: list[str]) -> tuple[int, bytes, bytes]:
+    def address(self, pod: dict[str, Any]) -> str:
+        """The pod's IP: its container's on the engine's bridge (this machine reaches it)."""
+        container = self.containers[pod["metadata"]["name"]]
+        container.reload()
+        return str(container.attrs["NetworkSettings"]["IPAddress"])
+
+    def exec(
+        self, pod: dict[str, Any], argv: list[str], stdin: bytes | None = None
+    ) -> tuple[int, bytes, bytes]:
         container = self.containers[pod["metadata"]["name"]]
         security = pod["spec"].get("securityContext") or {}
-        code, (out, err) = container.exec_run(
-            argv,
-            user=f"{security.get('runAsUser', 0)}:{security.get('runAsGroup', 0)}",
-            demux=True,
-        )
-        return int(code), out or b"", err or b""
+        user = f"{security.get('runAsUser', 0)}:{security.get('runAsGroup', 0)}"
+        if stdin is None:
+            code, (out, err) = container.exec_run(argv, user=user, demux=True)
+            return int(code), out or b"", err or b""
+        api = self.client.api
+        exec_id = api.exec_create(container.id, argv, stdin=True, user=user)["Id"]
+        stream = api.exec_start(exec_id, socket=True)
+        raw = getattr(stream, "_sock", stream)
+        raw.sendall(stdin)
+        raw.shutdown(socket.SHUT_WR)
+        frames = frames_iter(stream, tty=False)  # type: ignore[no-untyped-call]
+        out, err = consume_socket_output(frames, demux=True)
+        close_stream(stream)
+        return int(api.exec_inspect(exec_id)["ExitCode"] or 0), out or b"", err or b""
 
     def output(self, pod: dict[str, Any]) -> bytes:
         return bytes(self.containers[pod["metadata"]["name"]].logs())

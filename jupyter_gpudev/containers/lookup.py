@@ -244,9 +244,9 @@ class ContainerLookup(LoggingConfigurable):
                     continue
                 if on_cluster is not None:
                     raise BadRequest(
-                        f"{user_name(name)!r} runs in a pod on host {candidate.name!r}: gpudev "
-                        "starts, lists and removes pods; their kernels, terminals, logs, web "
-                        "ports and commits are not done yet (kubectl exec reaches it)"
+                        f"{user_name(name)!r} runs in a pod on host {candidate.name!r}: "
+                        "terminals, web ports and commits of pods are not done yet (kubectl "
+                        "exec reaches it; kernels run there from the kernel picker)"
                     )
                 continue
             try:
@@ -297,11 +297,12 @@ class ContainerLookup(LoggingConfigurable):
         caller: Caller | None = None,
     ) -> DevContainerInfo:
         """One container; ``count_changes``: count its uncommitted changes (see ``describe``)."""
-        if self._on_cluster(host):
+        if host is None or self._on_cluster(host):
             pod = self.find_pod(name, host, caller=caller)
-            if pod is None:
+            if pod is not None:
+                return pod_info(pod[1], pod[0].name)
+            if host is not None:
                 raise NotFound(f"No dev container named {user_name(name)!r}")
-            return pod_info(pod[1], pod[0].name)
         found_host, container = self.find(name, host, caller=caller)
         return self.describe(found_host, container, count_changes=count_changes)
 

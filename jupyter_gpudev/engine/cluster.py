@@ -261,7 +261,7 @@ class ExecResult:
 
 
 #: The exec channels of the API server's websocket protocol (v4/v5.channel.k8s.io).
-STDOUT, STDERR, ERROR, CLOSE = 1, 2, 3, 255
+STDIN, STDOUT, STDERR, ERROR, CLOSE = 0, 1, 2, 3, 255
 #: The most bytes of standard error an exec keeps.
 MAX_STDERR = 64 << 10
 
@@ -527,19 +527,25 @@ class Cluster:
         timeout: float,
         limit: int,
         container: str = "dev",
+        stdin: bytes | None = None,
     ) -> ExecResult:
-        """Run ``argv`` in a pod's container (as the pod's user; no shell, no terminal, no
-        input) and read its output, at most ``limit`` bytes of it: past that the command is
-        left and the result says it was cut. Its output is the pod's, hostile input: the
-        caller parses it."""
-        sock = self._exec_socket(pod, argv, container)
+        """Run ``argv`` in a pod's container (as the pod's user; no shell, no terminal) and
+        read its output, at most ``limit`` bytes of it: past that the command is left and the
+        result says it was cut. ``stdin``: sent as its input, without an end (the protocol's
+        v4 has none): the command reads exactly that many bytes (``head -c N``). Its output
+        is the pod's, hostile input: the caller parses it."""
+        sock = self._exec_socket(pod, argv, container, stdin=stdin is not None)
         try:
+            if stdin is not None:
+                sock.send_binary(bytes([STDIN]) + stdin)
             result = self._read_exec(sock, timeout=timeout, limit=limit, what=f"{argv[0]} in {pod}")
         finally:
             sock.shutdown()  # the server has closed its side, or the rest is not read
         return result
 
-    def _exec_socket(self, pod: str, argv: tuple[str, ...] | list[str], container: str) -> Any:
+    def _exec_socket(
+        self, pod: str, argv: tuple[str, ...] | list[str], container: str, *, stdin: bool
+    ) -> Any:
         """The exec's websocket, connected as the kubeconfig says (token or certificate)."""
         from kubernetes.stream import ws_client  # noqa: PLC0415 - only Kubernetes hosts
         from websocket import WebSocketException  # noqa: PLC0415
@@ -548,7 +554,7 @@ class Cluster:
         api = self.api()
         query = [("command", str(a)) for a in argv]
         query += [("container", container), ("stdout", "true"), ("stderr", "true")]
-        query += [("stdin", "false"), ("tty", "false")]
+        query += [("stdin", "true" if stdin else "false"), ("tty", "false")]
         _method, url, headers, _body, _post = api.param_serialize(
             method="GET",
             resource_path=object_path("v1", "Pod", self.spec.namespace, pod) + "/exec",

@@ -291,6 +291,9 @@ def make_pod(
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        # The pause container is PID 1: it reaps what kernels and commands leave behind (the
+        # keep-alive command does not), so a kernel that ended is seen as ended.
+        "shareProcessNamespace": True,
         "hostname": name,
         "subdomain": name,
         "terminationGracePeriodSeconds": 10,

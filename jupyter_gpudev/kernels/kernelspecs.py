@@ -199,14 +199,7 @@ class GPUDevKernelSpecManager(KernelSpecManager):
         except GPUDevError as err:
             self.log.warning("gpudev: dev containers could not be listed: %s", err.message)
             return []
-        # Pods run no kernels yet: not offered.
-        return [
-            SharedEntry.of(i)
-            for i in infos
-            if i.kernel_id is None
-            and i.state == "running"
-            and not manager.host_pool.get(i.host).spec.is_kubernetes
-        ]
+        return [SharedEntry.of(i) for i in infos if i.kernel_id is None and i.state == "running"]
 
     def find_kernel_specs(self) -> dict[str, str]:
         specs: dict[str, str] = super().find_kernel_specs()

@@ -33,7 +33,10 @@ from traitlets.config import Config
 
 from ..containers import DevContainers, StartRequest
 from ..engine import Host
+from ..engine.cluster import Cluster
 from ..errors import ENGINE_FAILURES, Conflict, EngineUnreachable, GPUDevError, engine_error
+from ..k8s.objects import k8s_name
+from . import pods as in_pod
 from . import process
 from .placements import PLACEMENTS
 from .process import PORT_NAMES, runtime_files
@@ -44,6 +47,9 @@ T = TypeVar("T")
 #: What ends a best-effort step (a signal, removing runtime files, closing forwards) quietly:
 #: the engine's errors and its connection's (a container stopping, a host closed), gpudev's.
 _BEST_EFFORT: tuple[type[Exception], ...] = (*ENGINE_FAILURES, GPUDevError)
+#: How a kernel's handle (``_exec_id``) names a kernel in a pod: ``pod:`` and the pod's name
+#: (a Docker exec id is hexadecimal).
+POD_HANDLE = "pod:"
 
 
 class KernelLaunchError(web.HTTPError):
@@ -183,6 +189,19 @@ class GPUDevProvisioner(KernelProvisionerBase):
         self.host = host.name
         return container
 
+    def _in_pod(self) -> tuple[Cluster, str] | None:
+        """The cluster and pod when this kernel's dev container is a pod (``kernels.pods``)."""
+        if self._exec_id.startswith(POD_HANDLE):
+            pod = self._exec_id.removeprefix(POD_HANDLE)
+        elif self._container_name:
+            pod = k8s_name(self._container_name)
+        else:
+            return None
+        host = self._host()
+        if host.cluster is None:
+            return None
+        return host.cluster, pod
+
     # ------------------------------------------------------------------------------------------
     # Launch
     # ------------------------------------------------------------------------------------------
@@ -257,6 +276,8 @@ class GPUDevProvisioner(KernelProvisionerBase):
                 "container that kernels share, or in a new one"
             )
         self._join_shared()
+        if info.state != "running" and self._in_pod() is not None:
+            raise Conflict(f"The pod of {self._container_name!r} is not running ({info.status})")
         if info.state != "running":
             self._manager.resume(self._container_name, self.host or None, self._log_progress)
 
@@ -291,6 +312,10 @@ class GPUDevProvisioner(KernelProvisionerBase):
     def _kernel_argv(self) -> list[str]:
         """The image's own python3 kernelspec argv if it has one, else the ipykernel default
         (looked up once per image: an exec costs tens of milliseconds)."""
+        pod = self._in_pod()
+        if pod is not None:
+            self._image_argv = tuple(in_pod.image_argv(*pod))
+            return list(self._image_argv)
         container = self._container()
         self._launching = container  # launch_kernel uses it: one lookup per start
         image_id = str(container.attrs.get("Image", ""))
@@ -311,6 +336,9 @@ class GPUDevProvisioner(KernelProvisionerBase):
         return await self._guarded(not self._launched, self._run(self._launch, cmd, kwargs))
 
     def _launch(self, cmd: list[str], kwargs: dict[str, Any]) -> KernelConnectionInfo:
+        pod = self._in_pod()
+        if pod is not None:
+            return self._launch_in_pod(*pod, cmd, kwargs)
         km: Any = self.parent
         container, self._launching = self._launching or self._container(), None
         self._api = container.client.api
@@ -371,6 +399,62 @@ class GPUDevProvisioner(KernelProvisionerBase):
         self._keep_warm()
         return cast(KernelConnectionInfo, connection)
 
+    def _launch_in_pod(
+        self, cluster: Cluster, pod: str, cmd: list[str], kwargs: dict[str, Any]
+    ) -> KernelConnectionInfo:
+        """``_launch`` in a pod: the kernel started by exec (its key sent as input), reached at
+        the pod's IP on its own ports."""
+        km: Any = self.parent
+        found = cluster.read("v1", "Pod", pod)
+        address = in_pod.pod_address(found or {})
+        if not self._ports:
+            self._ports = self._choose_ports()
+        self._runtime_id = f"kernel-{self.kernel_id}"
+        info: dict[str, Any] = {
+            "transport": "tcp",
+            "signature_scheme": km.session.signature_scheme,
+            "kernel_name": getattr(km, "kernel_name", ""),
+        }
+        key = km.session.key
+        inside = {
+            **info,
+            **dict(zip(PORT_NAMES, self._ports, strict=True)),
+            "ip": "0.0.0.0",  # noqa: S104 - the pod's own network namespace
+            "key": key.decode(),
+        }
+        local_file = getattr(km, "connection_file", "")
+        argv = ["{connection_file}" if arg == local_file else arg for arg in cmd]
+        log_file = in_pod.start(
+            cluster,
+            pod,
+            argv=argv,
+            runtime_id=self._runtime_id,
+            connection=inside,
+            environment=self._kernel_env(kwargs.get("env") or {}),
+        )
+        self._exec_id = POD_HANDLE + pod
+        self._exit_code = None
+        time.sleep(self.startup_check_seconds)
+        if self._poll_sync() is not None:
+            tail = in_pod.log_tail(cluster, pod, log_file)
+            raise KernelStartFailed(
+                f"The kernel exited at once in {self._container_name!r}: "
+                f"{tail[-1] if tail else 'no output'}. Does the image have ipykernel?",
+                details={"log": tail},
+            )
+        self._launched = True
+        self._register()
+        self.log.info(
+            "gpudev kernel %s started in pod %s at %s:%s", self.kernel_id, pod, address, self._ports
+        )
+        connection: dict[str, Any] = {
+            **info,
+            **dict(zip(PORT_NAMES, self._ports, strict=True)),
+            "ip": address,
+            "key": key,
+        }
+        return cast(KernelConnectionInfo, connection)
+
     def _launch_warm(self, container: Any, kwargs: dict[str, Any]) -> KernelConnectionInfo | None:
         """The first start of a kernel in a shared container takes a warm kernel of it
         (``kernels.warm``) when one is ready: it is moved to the notebook's folder and becomes
@@ -379,6 +463,8 @@ class GPUDevProvisioner(KernelProvisionerBase):
         km: Any = self.parent
         if (
             pool is None
+            or self._exec_id.startswith(POD_HANDLE)
+            or self._host().spec.is_kubernetes
             or self._launched
             or self._dedicated
             or not self._image_argv
@@ -410,7 +496,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
 
     def _keep_warm(self) -> None:
         """A kernel started in a shared container: keep warm ones ready there for the next."""
-        if PLACEMENTS.warm is not None and not self._dedicated:
+        if PLACEMENTS.warm is not None and not self._dedicated and not self._host().cluster:
             PLACEMENTS.warm.fill(self._manager, self._shared_key())
 
     def _check_started(self, container: Any, argv: list[str], log_file: str) -> None:
@@ -464,9 +550,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         if not self._exec_id:
             return 0
         try:
-            if self._api is None:
-                self._api = self._container().client.api
-            state = self._api.exec_inspect(self._exec_id)
+            code = self._exit_of_process()
         except EngineUnreachable as err:
             # A remote host that dropped: still running as far as we know, for a while (the
             # next call reconnects); past the grace, dead, with the reason in the log.
@@ -486,10 +570,19 @@ class GPUDevProvisioner(KernelProvisionerBase):
             self._exit_code = -1
             return self._exit_code
         self._unreachable_since = 0.0
-        if state.get("Running"):
-            return None
-        self._exit_code = int(state.get("ExitCode") or 0)
-        return self._exit_code
+        self._exit_code = code
+        return code
+
+    def _exit_of_process(self) -> int | None:
+        """The kernel process's exit code, ``None`` while it runs: its exec's state, or in a
+        pod whether its pid is still there (its code is not known there: 1)."""
+        pod = self._in_pod() if self._exec_id.startswith(POD_HANDLE) else None
+        if pod is not None:
+            return None if in_pod.alive(*pod, self.runtime_id) else 1
+        if self._api is None:
+            self._api = self._container().client.api
+        state = self._api.exec_inspect(self._exec_id)
+        return None if state.get("Running") else int(state.get("ExitCode") or 0)
 
     async def poll(self) -> int | None:
         if self._exit_code is not None:
@@ -505,6 +598,10 @@ class GPUDevProvisioner(KernelProvisionerBase):
 
     def _signal_sync(self, signum: int) -> None:
         try:
+            pod = self._in_pod() if self._exec_id.startswith(POD_HANDLE) else None
+            if pod is not None:
+                in_pod.send_signal(*pod, self.runtime_id, signum)
+                return
             container = self._container()
             process.send_signal(container.client.api, container.id, self.runtime_id, signum)
         except _BEST_EFFORT as exc:
@@ -627,6 +724,10 @@ class GPUDevProvisioner(KernelProvisionerBase):
 
     def _remove_runtime_files(self, container_name: str, host: str | None, runtime_id: str) -> None:
         with contextlib.suppress(*_BEST_EFFORT):
+            cluster = self._manager.host_pool.get(host or "").cluster if host else None
+            if cluster is not None:
+                in_pod.remove_files(cluster, k8s_name(container_name), runtime_id)
+                return
             _, container = self._manager.find(container_name, host)
             container.exec_run(["rm", "-f", *runtime_files(runtime_id)])
 
@@ -657,6 +758,9 @@ def _stop_if_unused(manager: DevContainers, key: tuple[str, str], log: Any) -> N
     user pinned it. Runs off the event loop (it waits for the container to stop)."""
     host, name = key
     if not PLACEMENTS.unused(key):
+        return
+    if manager.host_pool.get(host).spec.is_kubernetes:
+        log.info("gpudev: the pod %s keeps running after its last kernel (rm deletes it)", name)
         return
     try:
         if name in manager.ledger.pinned(host):

@@ -7,6 +7,7 @@ pod's user and the comparison of two listings all run for real."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
@@ -21,6 +22,9 @@ from jupyter_gpudev.access import Caller
 from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.errors import Conflict
+from jupyter_gpudev.kernels import provisioner
+from jupyter_gpudev.kernels.kernelspecs import SHARED_PREFIX, GPUDevKernelSpecManager
+from tests.integration.test_kernels import kernel_manager, run
 from tests.k8s_api import APIServer, DockerKubelet, FakeCluster
 
 pytestmark = pytest.mark.integration
@@ -128,3 +132,58 @@ def test_an_unchanged_pod_is_removed_without_force(
     manager.start(StartRequest("default", host="cluster", name="plain"), None, caller=ALICE)
     manager.remove("plain", "cluster", caller=ALICE)
     assert cluster.names("pods") == []
+
+
+async def test_a_kernel_runs_in_a_pod_from_the_picker(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    # Given a running pod, offered in the picker as a dev container kernels share
+    manager.start(StartRequest("default", host="cluster", name="kpod"), None)
+    provisioner.set_manager(manager)
+    try:
+        specs = GPUDevKernelSpecManager(root_dir=str(manager.root_dir)).find_kernel_specs()
+        assert SHARED_PREFIX + "kpod" in specs
+        # When a kernel starts in it
+        km = kernel_manager(manager, SHARED_PREFIX + "kpod")
+        await km.start_kernel()
+        client = km.client()
+        client.start_channels()
+        try:
+            await client.wait_for_ready(timeout=60)
+            # Then it runs in the pod as the pod's user, reached at the pod's IP
+            out, reply = await run(
+                client, "import os, socket; print(os.getuid(), socket.gethostname())"
+            )
+            assert reply["status"] == "ok", reply
+            pod = cluster.objects[("pods", "team-ml", "gpudev-kpod")]
+            container = cluster.kubelet.containers["gpudev-kpod"]
+            assert out.split() == ["1000", container.attrs["Config"]["Hostname"]]
+            assert pod["status"]["podIP"] in Path(km.connection_file).read_text()
+            # Its key went in as the exec's input: no exec URL holds it
+            key = km.session.key.decode()
+            assert not [p for _m, p in cluster.requests if key in p]
+            # An interrupt reaches it (by exec), and it keeps running
+            await km.interrupt_kernel()
+            assert await km.is_alive()
+            # A restart replaces the process, in the same pod
+            await km.restart_kernel()
+            await client.wait_for_ready(timeout=60)
+            out, reply = await run(client, "print(40 + 2)")
+            assert out.strip() == "42"
+        finally:
+            client.stop_channels()
+            await km.shutdown_kernel()
+        # At shutdown the kernel's process is gone, its runtime files too; the pod runs on
+        assert not await km.is_alive()
+        listed = container.exec_run(["ls", "/tmp/.gpudev"], user="1000:1000").output
+        for _ in range(50):
+            if not listed.strip():
+                break
+            await asyncio.sleep(0.1)
+            listed = container.exec_run(["ls", "/tmp/.gpudev"], user="1000:1000").output
+        assert listed.strip() == b""
+        procs = container.exec_run(["sh", "-c", "ps -eo args || ls /proc"]).output.decode()
+        assert "ipykernel" not in procs
+        assert manager.get("kpod", "cluster", caller=Caller("root", admin=True)).state == "running"
+    finally:
+        provisioner.set_manager(None)

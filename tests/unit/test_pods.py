@@ -273,7 +273,9 @@ class PodFiles:
     def __init__(self) -> None:
         self.trees: dict[str, dict[str, tuple[str, int, float, str, str]]] = {}
 
-    def __call__(self, pod: dict[str, Any], argv: list[str]) -> tuple[int, bytes, bytes]:
+    def __call__(
+        self, pod: dict[str, Any], argv: list[str], stdin: bytes | None = None
+    ) -> tuple[int, bytes, bytes]:
         tree = self.trees.setdefault(pod["metadata"]["name"], dict(IMAGE_TREE))
         if tuple(argv) == LISTING_ARGV:
             out = b"".join(
@@ -284,6 +286,8 @@ class PodFiles:
         if argv[0] == "touch":
             tree[argv[1]] = ("f", 0, 9.0, "644", "")
             return 0, b"", b""
+        if argv[0] == "echo-input":
+            return 0, stdin or b"", b""
         if argv[0] == "say":
             return 0, " ".join(argv[1:]).encode() + b"\n", b""
         if argv[0] == "fail":
@@ -307,6 +311,12 @@ def test_exec_reads_output_exit_code_and_refusals(
     ran = pods.cluster.exec("gpudev-ex", ["say", "hello", "pod"], timeout=5, limit=1000)
     assert (ran.exit_code, ran.stdout, ran.cut) == (0, b"hello pod\n", False)
     assert cluster.execs[-1] == ("gpudev-ex", ["say", "hello", "pod"])
+    # Input is sent as one frame on channel 0
+    given = pods.cluster.exec(
+        "gpudev-ex", ["echo-input"], timeout=5, limit=1000, stdin=b'{"key": "s3cret"}'
+    )
+    assert given.stdout == b'{"key": "s3cret"}'
+    assert "s3cret" not in cluster.requests[-1][1]  # not in the URL (the audit log)
     failed = pods.cluster.exec("gpudev-ex", ["fail", "3"], timeout=5, limit=1000)
     assert (failed.exit_code, failed.stderr) == (3, b"it failed\n")
     # Output past the limit is cut, never all held
@@ -408,14 +418,14 @@ def test_a_start_without_a_host_says_how_to_start_on_the_cluster(
     assert cluster.writes() == []
 
 
-def test_the_kernel_picker_does_not_offer_pods_yet(
+def test_the_kernel_picker_offers_running_pods(
     manager: DevContainers, cluster: FakeCluster
 ) -> None:
     # A running pod of the server's user, whom the picker lists for
-    manager.start(StartRequest("default", host="cluster", name="no-kernels"), None)
-    assert [i.name for i in manager.list(all_states=False)] == ["no-kernels"]
+    manager.start(StartRequest("default", host="cluster", name="with-kernels"), None)
     set_manager(manager)
     try:
-        assert GPUDevKernelSpecManager()._shared_containers() == []
+        entries = GPUDevKernelSpecManager()._shared_containers()
     finally:
         set_manager(None)
+    assert [(e.name, e.host) for e in entries] == [("with-kernels", "cluster")]
