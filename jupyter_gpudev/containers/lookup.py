@@ -68,7 +68,7 @@ from .model import (
     engine_time,
     user_name,
 )
-from .pods import PodListings, Pods, annotation, pod_info
+from .pods import PodListings, Pods, annotation, pod_address, pod_info, pod_uid
 from .ports import AddedPorts, declared_ports, web_ports
 from .reconcile import on_host
 from .terminals import terminal_argv
@@ -224,6 +224,9 @@ class ContainerLookup(LoggingConfigurable):
                 return candidate, pod
         return None
 
+    def _pod_info(self, host: Host, pod: dict[str, Any]) -> DevContainerInfo:
+        return pod_info(pod, host.name, added_ports=self.added_ports.read().get(pod_uid(pod), ()))
+
     def _on_cluster(self, host: str | None) -> bool:
         return bool(host) and self._host(host).spec.is_kubernetes
 
@@ -245,7 +248,7 @@ class ContainerLookup(LoggingConfigurable):
                 if on_cluster is not None:
                     raise BadRequest(
                         f"{user_name(name)!r} runs in a pod on host {candidate.name!r}: "
-                        "terminals, web ports and commits of pods are not done yet (kubectl "
+                        "terminals and commits of pods are not done yet (kubectl "
                         "exec reaches it; kernels run there from the kernel picker)"
                     )
                 continue
@@ -300,7 +303,7 @@ class ContainerLookup(LoggingConfigurable):
         if host is None or self._on_cluster(host):
             pod = self.find_pod(name, host, caller=caller)
             if pod is not None:
-                return pod_info(pod[1], pod[0].name)
+                return self._pod_info(*pod)
             if host is not None:
                 raise NotFound(f"No dev container named {user_name(name)!r}")
         found_host, container = self.find(name, host, caller=caller)
@@ -384,7 +387,7 @@ class ContainerLookup(LoggingConfigurable):
                     unreachable.append(err)
                     continue
                 pods.extend(
-                    pod_info(p, candidate.name)
+                    pod_info(p, candidate.name, added_ports=added.get(pod_uid(p), ()))
                     for p in listed_pods
                     if who.sees_owner(annotation(p, A_OWNER))
                 )
@@ -485,6 +488,17 @@ class ContainerLookup(LoggingConfigurable):
         added at run time; the environment's forwardPorts stay)."""
         if not 1 <= port <= 65535:
             raise BadRequest(f"Not a TCP port: {port}")
+        on_cluster = self.find_pod(name, host, caller=caller)
+        if on_cluster is not None:
+            info = self._pod_info(*on_cluster)
+            if not add and port in info.forward_ports:
+                raise BadRequest(
+                    f"Port {port} is one of the forwardPorts of {user_name(name)!r}'s "
+                    "environment: it is always served (only ports added at run time can be "
+                    "removed)"
+                )
+            self.added_ports.set(pod_uid(on_cluster[1]), port, add=add)
+            return self._pod_info(*on_cluster)
         found_host, container = self.find(name, host, caller=caller)
         if not add and port in declared_ports(container):
             raise BadRequest(
@@ -499,7 +513,19 @@ class ContainerLookup(LoggingConfigurable):
     ) -> tuple[str, int]:
         """Where the server connects to reach a web port of a running dev container: its
         address on the host's bridge network (a local host), or a local end of an SSH forward
-        (a remote host). Only the container's web ports are served."""
+        (a remote host), or a pod's IP. Only the container's web ports are served."""
+        on_cluster = self.find_pod(name, host, caller=caller)
+        if on_cluster is not None:
+            info = self._pod_info(*on_cluster)
+            if port not in info.web_ports:
+                raise NotFound(
+                    f"Port {port} of {user_name(name)!r} is not forwarded: add it to "
+                    f"forwardPorts, or with `jupyter gpudev ports add {user_name(name)} {port}`",
+                    details={"name": user_name(name), "port": port},
+                )
+            if info.state != "running":
+                raise Conflict(f"{user_name(name)!r} is not running")
+            return pod_address(on_cluster[1]), port
         found_host, container = self.find(name, host, caller=caller)
         if port not in self.added_ports.web_ports(container):
             raise NotFound(

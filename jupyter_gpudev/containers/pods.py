@@ -14,10 +14,11 @@ checked, messages cleaned.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,9 +77,12 @@ def _ports(text: str) -> tuple[int, ...]:
     return tuple(found)
 
 
-def pod_info(pod: dict[str, Any], host: str, events: Any = None) -> DevContainerInfo:
-    """A dev container's pod as the listing reports it. The GPUs are the device plugin's
-    (not named by UUID to gpudev); no lease exists on a cluster."""
+def pod_info(
+    pod: dict[str, Any], host: str, events: Any = None, added_ports: Iterable[int] = ()
+) -> DevContainerInfo:
+    """A dev container's pod as the listing reports it (``added_ports``: web ports added at
+    run time). The GPUs are the device plugin's (not named by UUID to gpudev); no lease
+    exists on a cluster."""
     state = pod_state(pod, events)
     status = _dict(pod.get("status"))
     node = clean(_dict(pod.get("spec")).get("nodeName"))
@@ -100,10 +104,24 @@ def pod_info(pod: dict[str, Any], host: str, events: Any = None) -> DevContainer
         gpu_uuids=(),
         lease_id=None,
         ports={},
-        web_ports=_ports(annotation(pod, A_PORTS)),
+        web_ports=tuple(sorted({*_ports(annotation(pod, A_PORTS)), *added_ports})),
         forward_ports=_ports(annotation(pod, A_PORTS)),
         started_at=started,
     )
+
+
+def pod_uid(pod: dict[str, Any]) -> str:
+    """The pod's uid (what ports added at run time and its file listing are kept by)."""
+    return clean(_dict(pod.get("metadata")).get("uid"))
+
+
+def pod_address(pod: dict[str, Any]) -> str:
+    """The pod's IP as its status says (checked: the API server's answer is data)."""
+    text = _dict(pod.get("status")).get("podIP")
+    try:
+        return str(ipaddress.ip_address(str(text)))
+    except ValueError:
+        raise EngineError("The pod has no IP address yet (is it running?)") from None
 
 
 def mount_paths(pod: dict[str, Any]) -> tuple[str, ...]:

@@ -11,7 +11,6 @@ reaps it when it ends. Its ports are the pod's own: the server reaches them at t
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import shlex
 from typing import Any
@@ -22,16 +21,6 @@ from .process import DEFAULT_ARGV, IMAGE_KERNELSPECS, RUNTIME_DIR, runtime_files
 
 #: Seconds one exec of the kernel's (start, check, signal) may take.
 EXEC_TIMEOUT = 30.0
-
-
-def pod_address(pod: dict[str, Any]) -> str:
-    """The pod's IP as its status says (checked: the API server's answer is data)."""
-    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
-    text = status.get("podIP") if isinstance(status, dict) else None
-    try:
-        return str(ipaddress.ip_address(str(text)))
-    except ValueError:
-        raise EngineError("The pod has no IP address yet (is it running?)") from None
 
 
 def image_argv(cluster: Cluster, pod: str) -> list[str]:

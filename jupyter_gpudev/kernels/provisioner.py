@@ -32,6 +32,7 @@ from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import Config
 
 from ..containers import DevContainers, StartRequest
+from ..containers.pods import pod_address
 from ..engine import Host
 from ..engine.cluster import Cluster
 from ..errors import ENGINE_FAILURES, Conflict, EngineUnreachable, GPUDevError, engine_error
@@ -406,7 +407,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         the pod's IP on its own ports."""
         km: Any = self.parent
         found = cluster.read("v1", "Pod", pod)
-        address = in_pod.pod_address(found or {})
+        address = pod_address(found or {})
         if not self._ports:
             self._ports = self._choose_ports()
         self._runtime_id = f"kernel-{self.kernel_id}"

@@ -11,6 +11,8 @@ import asyncio
 import json
 import logging
 import secrets
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -187,3 +189,25 @@ async def test_a_kernel_runs_in_a_pod_from_the_picker(
         assert manager.get("kpod", "cluster", caller=Caller("root", admin=True)).state == "running"
     finally:
         provisioner.set_manager(None)
+
+
+def test_a_web_port_of_a_pod_is_reached_at_its_ip(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    manager.start(StartRequest("default", host="cluster", name="web"), None, caller=ALICE)
+    pods = manager.pods(manager.host_pool.get("cluster"))
+    serve = "nohup python3 -m http.server 8000 >/dev/null 2>&1 </dev/null & echo $!"
+    assert (
+        pods.cluster.exec("gpudev-web", ["sh", "-c", serve], timeout=30, limit=100).exit_code == 0
+    )
+    manager.set_web_port("web", 8000, "cluster", caller=ALICE)
+    address, port = manager.proxy_target("web", 8000, "cluster", caller=ALICE)
+    for _ in range(100):
+        try:
+            with urllib.request.urlopen(f"http://{address}:{port}/", timeout=5) as answer:
+                assert answer.status == 200
+                break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        pytest.fail("the pod's web server did not answer at its IP")

@@ -429,3 +429,32 @@ def test_the_kernel_picker_offers_running_pods(
     finally:
         set_manager(None)
     assert [(e.name, e.host) for e in entries] == [("with-kernels", "cluster")]
+
+
+def test_web_ports_of_a_pod_are_served_at_its_ip(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    environment(manager, "web", forwardPorts=[8888])
+    manager.start(StartRequest("web", host="cluster", name="site"), None, caller=ALICE)
+    assert manager.get("site", "cluster", caller=ALICE).web_ports == (8888,)
+    # The environment's port is served at the pod's IP; another port only once added
+    assert manager.proxy_target("site", 8888, "cluster", caller=ALICE) == ("10.244.1.17", 8888)
+    with pytest.raises(NotFound, match="not forwarded"):
+        manager.proxy_target("site", 9000, "cluster", caller=ALICE)
+    added = manager.set_web_port("site", 9000, "cluster", caller=ALICE)
+    assert added.web_ports == (8888, 9000)
+    assert [i.web_ports for i in manager.list(host="cluster", caller=ALICE)] == [(8888, 9000)]
+    assert manager.proxy_target("site", 9000, "cluster", caller=ALICE) == ("10.244.1.17", 9000)
+    # The environment's port cannot be removed; an added one can
+    with pytest.raises(GPUDevError, match="always served"):
+        manager.set_web_port("site", 8888, "cluster", add=False, caller=ALICE)
+    manager.set_web_port("site", 9000, "cluster", add=False, caller=ALICE)
+    with pytest.raises(NotFound):
+        manager.proxy_target("site", 9000, "cluster", caller=ALICE)
+    # Another user reaches nothing
+    with pytest.raises(NotFound):
+        manager.proxy_target("site", 8888, "cluster", caller=BOB)
+    # A pod whose IP is odd is not connected to
+    cluster.objects[("pods", "team-ml", "gpudev-site")]["status"]["podIP"] = "example.org"
+    with pytest.raises(GPUDevError, match="no IP address"):
+        manager.proxy_target("site", 8888, "cluster", caller=ALICE)
