@@ -13,6 +13,7 @@ or admission chain. Answers are written from the API reference, not recorded.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import re
@@ -316,6 +317,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
         self.end_headers()
         self.wfile.flush()
+        self.close_connection = True
+        if ("tty", "true") in parse_qsl(parts.query) and cluster.kubelet is not None:
+            cluster.kubelet.terminal(pod, argv, self)
+            return True
         given = self._read_frame() if ("stdin", "true") in parse_qsl(parts.query) else None
         try:
             code, out, err = handler(pod, argv) if given is None else handler(pod, argv, given)
@@ -333,7 +338,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _read_frame(self) -> bytes:
         """One masked frame from the client: the exec's standard input (channel 0)."""
-        first, second = self.rfile.read(2)
+        opcode, data = self.read_any_frame()
+        assert opcode == 0x2, "stdin comes as a binary frame"
+        assert data[:1] == b"\0", "on channel 0"
+        return data[1:]
+
+    def read_any_frame(self) -> tuple[int, bytes]:
+        """One frame from the client: its opcode and its unmasked payload."""
+        head = self.rfile.read(2)
+        if len(head) < 2:
+            return 0x8, b""
+        first, second = head
         size = second & 0x7F
         if size == 126:
             size = int.from_bytes(self.rfile.read(2), "big")
@@ -341,9 +356,7 @@ class _Handler(BaseHTTPRequestHandler):
             size = int.from_bytes(self.rfile.read(8), "big")
         mask = self.rfile.read(4) if second & 0x80 else b"\0\0\0\0"
         data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(size)))
-        assert first & 0x0F == 0x2, "stdin comes as a binary frame"
-        assert data[:1] == b"\0", "on channel 0"
-        return data[1:]
+        return first & 0x0F, data
 
     def _answer(self) -> None:
         cluster = self.server.cluster  # type: ignore[attr-defined]
@@ -473,6 +486,51 @@ class DockerKubelet:
         out, err = consume_socket_output(frames, demux=True)
         close_stream(stream)
         return int(api.exec_inspect(exec_id)["ExitCode"] or 0), out or b"", err or b""
+
+    def terminal(self, pod: dict[str, Any], argv: list[str], handler: Any) -> None:
+        """An exec with a tty, as kubectl exec -it makes: the client's input (channel 0) and
+        window sizes (channel 4) to a ``docker exec -it``, its output back on channel 1, its
+        exit code in the status channel."""
+        container = self.containers[pod["metadata"]["name"]]
+        security = pod["spec"].get("securityContext") or {}
+        user = f"{security.get('runAsUser', 0)}:{security.get('runAsGroup', 0)}"
+        api = self.client.api
+        exec_id = api.exec_create(container.id, argv, stdin=True, tty=True, user=user)["Id"]
+        stream = api.exec_start(exec_id, socket=True, tty=True)
+        raw = getattr(stream, "_sock", stream)
+        lock = threading.Lock()
+
+        def send(data: bytes, opcode: int = 0x2) -> None:
+            with lock, contextlib.suppress(OSError, ValueError):
+                handler.wfile.write(ws_frame(data, opcode))
+                handler.wfile.flush()
+
+        def output() -> None:
+            while True:
+                try:
+                    chunk = raw.recv(1 << 16)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                send(b"\1" + chunk)
+            code = api.exec_inspect(exec_id).get("ExitCode")
+            send(b"\3" + json.dumps(exec_status(int(code or 0), argv)).encode())
+            send(b"\x03\xe8", opcode=0x8)
+
+        reader = threading.Thread(target=output, daemon=True)
+        reader.start()
+        while reader.is_alive():
+            opcode, data = handler.read_any_frame()
+            if opcode == 0x8:
+                break
+            if data[:1] == b"\0":
+                raw.sendall(data[1:])
+            elif data[:1] == b"\4":
+                size = json.loads(data[1:])
+                api.exec_resize(exec_id, height=size["Height"], width=size["Width"])
+        reader.join(5)
+        close_stream(stream)
 
     def output(self, pod: dict[str, Any]) -> bytes:
         return bytes(self.containers[pod["metadata"]["name"]].logs())

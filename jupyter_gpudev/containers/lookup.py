@@ -71,7 +71,7 @@ from .model import (
 from .pods import PodListings, Pods, annotation, pod_address, pod_info, pod_uid
 from .ports import AddedPorts, declared_ports, web_ports
 from .reconcile import on_host
-from .terminals import terminal_argv
+from .terminals import pod_terminal_argv, terminal_argv
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
 
@@ -248,8 +248,8 @@ class ContainerLookup(LoggingConfigurable):
                 if on_cluster is not None:
                     raise BadRequest(
                         f"{user_name(name)!r} runs in a pod on host {candidate.name!r}: "
-                        "terminals and commits of pods are not done yet (kubectl "
-                        "exec reaches it; kernels run there from the kernel picker)"
+                        "commits of pods are not done yet (kernels, terminals and web ports "
+                        "work there)"
                     )
                 continue
             try:
@@ -446,6 +446,12 @@ class ContainerLookup(LoggingConfigurable):
         Every element comes from the engine or from configuration, never from the request: the
         container is found by its validated name, and addressed by its id.
         """
+        on_cluster = self.find_pod(name, host, caller=caller)
+        if on_cluster is not None:
+            found, pod = on_cluster
+            if self._pod_info(found, pod).state != "running":
+                raise Conflict(f"{user_name(name)!r} is not running")
+            return pod_terminal_argv(found, str(pod["metadata"]["name"]))
         found_host, container = self.find(name, host, caller=caller)
         if container.status != "running":
             raise Conflict(f"{user_name(name)!r} is not running: start it first")

@@ -1,10 +1,12 @@
 """The command line of a terminal inside a dev container (``docker exec`` locally or on a
-``tcp://`` engine, ``ssh`` to the host running ``docker exec`` there for ``ssh://``)."""
+``tcp://`` engine, ``ssh`` to the host running ``docker exec`` there for ``ssh://``, gpudev's
+exec bridge for a pod)."""
 
 from __future__ import annotations
 
 import shlex
 import shutil
+import sys
 
 from docker.models.containers import Container
 
@@ -63,3 +65,10 @@ def ssh_terminal(host: Host, inside: list[str]) -> list[str]:
         argv += ["-i", target.identity_file, "-o", "IdentitiesOnly=yes"]
     remote = " ".join(shlex.quote(word) for word in ["docker", *inside])
     return [*argv, "-l", target.username, "--", target.hostname, remote]
+
+
+def pod_terminal_argv(host: Host, pod: str) -> list[str]:
+    """The argv of a shell in a pod of a Kubernetes host: gpudev's own bridge
+    (``containers/pod_terminal.py``) over the exec websocket, with this Python."""
+    module = "jupyter_gpudev.containers.pod_terminal"
+    return [sys.executable, "-m", module, "--host", host.name, "--url", host.spec.url, "--pod", pod]

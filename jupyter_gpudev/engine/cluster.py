@@ -261,7 +261,7 @@ class ExecResult:
 
 
 #: The exec channels of the API server's websocket protocol (v4/v5.channel.k8s.io).
-STDIN, STDOUT, STDERR, ERROR, CLOSE = 0, 1, 2, 3, 255
+STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 #: The most bytes of standard error an exec keeps.
 MAX_STDERR = 64 << 10
 
@@ -543,8 +543,19 @@ class Cluster:
             sock.shutdown()  # the server has closed its side, or the rest is not read
         return result
 
+    def open_terminal(self, pod: str, argv: list[str], container: str = "dev") -> Any:
+        """A websocket to ``argv`` run in a pod with a terminal (input, a tty, output on
+        channel 1, window sizes on channel 4): the caller moves the bytes."""
+        return self._exec_socket(pod, argv, container, stdin=True, tty=True)
+
     def _exec_socket(
-        self, pod: str, argv: tuple[str, ...] | list[str], container: str, *, stdin: bool
+        self,
+        pod: str,
+        argv: tuple[str, ...] | list[str],
+        container: str,
+        *,
+        stdin: bool,
+        tty: bool = False,
     ) -> Any:
         """The exec's websocket, connected as the kubeconfig says (token or certificate)."""
         from kubernetes.stream import ws_client  # noqa: PLC0415 - only Kubernetes hosts
@@ -553,8 +564,9 @@ class Cluster:
         ws: Any = ws_client
         api = self.api()
         query = [("command", str(a)) for a in argv]
-        query += [("container", container), ("stdout", "true"), ("stderr", "true")]
-        query += [("stdin", "true" if stdin else "false"), ("tty", "false")]
+        query += [("container", container), ("stdout", "true")]
+        query += [("stderr", "false" if tty else "true"), ("stdin", "true" if stdin else "false")]
+        query += [("tty", "true" if tty else "false")]
         _method, url, headers, _body, _post = api.param_serialize(
             method="GET",
             resource_path=object_path("v1", "Pod", self.spec.namespace, pod) + "/exec",

@@ -21,7 +21,7 @@ from typing import Any
 
 from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
-from ptyprocess import PtyProcess  # type: ignore[import-untyped]
+from ptyprocess import PtyProcess
 from tornado import web
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 

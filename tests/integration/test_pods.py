@@ -8,9 +8,12 @@ pod's user and the comparison of two listings all run for real."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import secrets
+import select
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -18,6 +21,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from ptyprocess import PtyProcess
 from traitlets.config import Config
 
 from jupyter_gpudev.access import Caller
@@ -211,3 +215,52 @@ def test_a_web_port_of_a_pod_is_reached_at_its_ip(
             time.sleep(0.1)
     else:
         pytest.fail("the pod's web server did not answer at its IP")
+
+
+def test_a_terminal_in_a_pod_is_a_shell_there(
+    manager: DevContainers, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    manager.start(StartRequest("default", host="cluster", name="term"), None, caller=ALICE)
+    argv = manager.terminal_command("term", "cluster", caller=ALICE)
+    # gpudev's own bridge, addressed by configuration and the pod's name only
+    assert argv[1:3] == ["-m", "jupyter_gpudev.containers.pod_terminal"]
+    assert argv[3:] == [
+        "--host",
+        "cluster",
+        "--url",
+        "k8s://lab-ml/team-ml",
+        "--pod",
+        "gpudev-term",
+    ]
+    # When a terminal runs it (as Jupyter's terminals do: in a pseudo-terminal)
+    shell = PtyProcess.spawn(argv, env=dict(os.environ), dimensions=(30, 100))
+    try:
+        seen = b""
+
+        def until(text: bytes) -> None:
+            nonlocal seen
+            deadline = time.monotonic() + 30
+            while text not in seen:
+                assert time.monotonic() < deadline, seen[-500:]
+                if select.select([shell.fd], [], [], 0.5)[0]:
+                    seen += shell.read(4096)
+
+        # Then typed lines run in the pod, as its user, in a terminal of the browser's size
+        until(b"$ ")  # the shell's prompt (what is typed before it may be dropped)
+        shell.write(b"echo hello-$((6*7)) $(id -u) $(stty size) $TERM\r")
+        until(b"hello-42 1000 30 100 xterm-256color")
+        shell.setwinsize(40, 120)
+        time.sleep(0.5)
+        shell.write(b"echo size $(stty size)\r")
+        until(b"size 40 120")
+        # And the shell's exit ends the terminal with its code
+        shell.write(b"exit 3\r")
+        deadline = time.monotonic() + 30
+        while shell.isalive():
+            assert time.monotonic() < deadline
+            with contextlib.suppress(EOFError):
+                shell.read(4096)
+        assert shell.exitstatus == 3
+    finally:
+        if shell.isalive():
+            shell.terminate(force=True)
