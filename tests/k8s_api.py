@@ -125,6 +125,14 @@ class FakeCluster:
                     self._advance(found)
                 return 200, found
             if method == "DELETE":
+                wanted = ((body or {}).get("preconditions") or {}).get("uid")
+                if wanted is not None and wanted != found["metadata"].get("uid"):
+                    return 409, _status(
+                        409,
+                        "Conflict",
+                        f"Precondition failed: UID in precondition: {wanted}, UID in object "
+                        f"meta: {found['metadata'].get('uid')}",
+                    )
                 del self.objects[key]
                 if plural == "pods" and self.kubelet is not None:
                     self.kubelet.delete(found)

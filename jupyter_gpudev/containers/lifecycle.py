@@ -63,6 +63,7 @@ from ..errors import (
     engine_error,
     engine_errors,
 )
+from ..k8s.status import clean
 from ..labels import (
     L_ENV,
     L_KERNEL,
@@ -106,7 +107,7 @@ from .placement import (
     gpu_request,
     gpus_optional,
 )
-from .pods import pod_changes, pod_info
+from .pods import pod_changes, pod_info, pod_uid
 from .reconcile import orphan_kernel_containers, reconcile_host
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
@@ -961,13 +962,13 @@ class DevContainers(ContainerLookup):
         self, name: str, host: str | None = None, *, caller: Caller | None = None
     ) -> DevContainerInfo:
         """Stop a container; its lease is released only once it has really stopped."""
-        if self.find_pod(name, host, caller=caller) is not None:
+        found_host, container = self.locate(name, host, caller=caller)
+        if isinstance(container, dict):
             raise Conflict(
                 f"{user_name(name)!r} is a pod: a pod is not stopped and kept. Removing it "
                 "(rm --force) deletes it and what changed outside its workspace claim, and "
                 "frees its GPUs; the workspace claim is kept"
             )
-        found_host, container = self.find(name, host, caller=caller)
         self._stop(found_host, container)
         return self.describe(found_host, container)
 
@@ -1001,11 +1002,10 @@ class DevContainers(ContainerLookup):
         A running container is stopped first (its lease freed) and only then checked for
         changes, so nothing written while it stops is lost without ``force``.
         """
-        on_cluster = self.find_pod(name, host, caller=caller)
-        if on_cluster is not None:
-            self._remove_pod(name, *on_cluster, force=force)
+        found_host, container = self.locate(name, host, caller=caller)
+        if isinstance(container, dict):
+            self._remove_pod(name, found_host, container, force=force)
             return
-        found_host, container = self.find(name, host, caller=caller)
         if container.status not in STOPPED:
             self._stop(found_host, container)
         # Changes a commit left out (``held``) are uncommitted too, files or not.
@@ -1032,7 +1032,7 @@ class DevContainers(ContainerLookup):
         is kept). Without ``force`` only when its files are as they were when it started:
         what changed outside the workspace claim is lost with the pod."""
         pods = self.pods(host)
-        uid = str(pod.get("metadata", {}).get("uid") or "")
+        uid = pod_uid(pod)
         if not force:
             before = self.pod_listings.load(host.name, uid)
             if before is None:
@@ -1041,14 +1041,19 @@ class DevContainers(ContainerLookup):
                     "not listed when it started, so gpudev cannot tell what would be lost: "
                     "remove it with force (the workspace claim is kept)"
                 )
-            changed, problems = pod_changes(before, pods.listing(str(pod["metadata"]["name"])), pod)
+            now = pods.listing(str(pod["metadata"]["name"]))
+            again = pods.find(user_name(name))
+            if again is None or pod_uid(again) != uid:
+                raise Conflict(f"The pod of {user_name(name)!r} changed meanwhile: try again")
+            changed, problems = pod_changes(before, now, pod)
             for problem in problems[:5]:
-                self.log.info("gpudev: listing of %s: %s", user_name(name), problem)
+                self.log.info("gpudev: listing of %s: %s", user_name(name), clean(problem))
             if changed:
+                shown = ", ".join(clean(path) for path in changed[:3])
                 raise Conflict(
                     f"{user_name(name)!r} has {len(changed)} change(s) outside its workspace "
-                    f"claim (e.g. {', '.join(changed[:3])}) that are lost with its pod: remove "
-                    "it with force (the workspace claim is kept)",
+                    f"claim (e.g. {shown}) that are lost with its pod: remove it with force "
+                    "(the workspace claim is kept)",
                     details={"changes": changed[:50]},
                 )
         for note in pods.delete(pod):

@@ -205,52 +205,26 @@ class ContainerLookup(LoggingConfigurable):
         """The file listings of pods taken at their start (in ``state_dir``)."""
         return PodListings(os.path.join(self.state_dir, "pod-listings"))
 
-    def find_pod(
+    def locate(
         self, name: str, host: str | None = None, *, caller: Caller | None = None
-    ) -> tuple[Host, dict[str, Any]] | None:
-        """The dev container pod called ``name`` on ``host`` (or on any Kubernetes host), if
-        ``caller`` may see it (another user's is ``None``, like one that does not exist)."""
-        who = self.access.resolve(caller)
-        for candidate in self._hosts(host):
-            if not candidate.spec.is_kubernetes:
-                continue
-            try:
-                pod = self.pods(candidate).find(user_name(name))
-            except EngineUnreachable:
-                if host:
-                    raise
-                continue
-            if pod is not None and who.sees_owner(annotation(pod, A_OWNER)):
-                return candidate, pod
-        return None
-
-    def _pod_info(self, host: Host, pod: dict[str, Any]) -> DevContainerInfo:
-        return pod_info(pod, host.name, added_ports=self.added_ports.read().get(pod_uid(pod), ()))
-
-    def _on_cluster(self, host: str | None) -> bool:
-        return bool(host) and self._host(host).spec.is_kubernetes
-
-    def find(
-        self, name: str, host: str | None = None, *, caller: Caller | None = None
-    ) -> tuple[Host, Container]:
-        """The managed container called ``name`` on ``host`` (or on any reachable host), if
-        ``caller`` (default: the single-user mode's user) may see it: another user's
-        container is ``NotFound``, exactly like one that does not exist."""
+    ) -> tuple[Host, Container | dict[str, Any]]:
+        """The dev container called ``name`` on ``host`` (or on the first host, in the pool's
+        order, that has one): a Docker container, or a pod on a Kubernetes host (its JSON), if
+        ``caller`` (default: the single-user mode's user) may see it: another user's is
+        ``NotFound``, exactly like one that does not exist. A host that cannot be asked is
+        skipped (it is the error only when no host could be)."""
         who = self.access.resolve(caller)
         unreachable: list[GPUDevError] = []
-        for candidate in self._hosts(host):
+        hosts = self._hosts(host)
+        for candidate in hosts:
             if candidate.spec.is_kubernetes:
                 try:
-                    on_cluster = self.find_pod(name, candidate.name, caller=who)
-                except EngineUnreachable as err:
+                    pod = self.pods(candidate).find(user_name(name))
+                except GPUDevError as err:  # a cluster's refusal is not another host's
                     unreachable.append(err)
                     continue
-                if on_cluster is not None:
-                    raise BadRequest(
-                        f"{user_name(name)!r} runs in a pod on host {candidate.name!r}: "
-                        "commits of pods are not done yet (kernels, terminals and web ports "
-                        "work there)"
-                    )
+                if pod is not None and who.sees_owner(annotation(pod, A_OWNER)):
+                    return candidate, pod
                 continue
             try:
                 with engine_errors(f"Looking up {user_name(name)!r}", self.log):
@@ -267,9 +241,28 @@ class ContainerLookup(LoggingConfigurable):
                 and self.access.may_see(who, container.labels, self.ledger_id)
             ):
                 return candidate, container
-        if unreachable and len(unreachable) == len(self._hosts(host)):
+        if unreachable and len(unreachable) == len(hosts):
             raise unreachable[0]
         raise NotFound(f"No dev container named {user_name(name)!r}", details={"name": name})
+
+    def _on_cluster(self, host: str | None) -> bool:
+        return bool(host) and self._host(host).spec.is_kubernetes
+
+    def _pod_info(self, host: Host, pod: dict[str, Any]) -> DevContainerInfo:
+        return pod_info(pod, host.name, added_ports=self.added_ports.read().get(pod_uid(pod), ()))
+
+    def find(
+        self, name: str, host: str | None = None, *, caller: Caller | None = None
+    ) -> tuple[Host, Container]:
+        """``locate`` for what only Docker containers can do: a pod is a ``BadRequest`` saying
+        so."""
+        found_host, found = self.locate(name, host, caller=caller)
+        if isinstance(found, dict):
+            raise BadRequest(
+                f"{user_name(name)!r} runs in a pod on host {found_host.name!r}: this is not done "
+                "for pods yet (start, ls, logs, rm, kernels, terminals and web ports are)"
+            )
+        return found_host, found
 
     def container_address(
         self, name: str, host: str | None = None, *, caller: Caller | None = None
@@ -300,13 +293,9 @@ class ContainerLookup(LoggingConfigurable):
         caller: Caller | None = None,
     ) -> DevContainerInfo:
         """One container; ``count_changes``: count its uncommitted changes (see ``describe``)."""
-        if host is None or self._on_cluster(host):
-            pod = self.find_pod(name, host, caller=caller)
-            if pod is not None:
-                return self._pod_info(*pod)
-            if host is not None:
-                raise NotFound(f"No dev container named {user_name(name)!r}")
-        found_host, container = self.find(name, host, caller=caller)
+        found_host, container = self.locate(name, host, caller=caller)
+        if isinstance(container, dict):
+            return self._pod_info(found_host, container)
         return self.describe(found_host, container, count_changes=count_changes)
 
     def kernel(self, kernel_id: str) -> KernelInfo:
@@ -383,7 +372,8 @@ class ContainerLookup(LoggingConfigurable):
             if candidate.spec.is_kubernetes:
                 try:
                     listed_pods = self.pods(candidate).managed()
-                except EngineUnreachable as err:
+                except GPUDevError as err:  # a cluster's refusal is not another host's
+                    self.log.warning("gpudev: pods of %s: %s", candidate.name, err.message)
                     unreachable.append(err)
                     continue
                 pods.extend(
@@ -446,13 +436,11 @@ class ContainerLookup(LoggingConfigurable):
         Every element comes from the engine or from configuration, never from the request: the
         container is found by its validated name, and addressed by its id.
         """
-        on_cluster = self.find_pod(name, host, caller=caller)
-        if on_cluster is not None:
-            found, pod = on_cluster
-            if self._pod_info(found, pod).state != "running":
+        found_host, container = self.locate(name, host, caller=caller)
+        if isinstance(container, dict):
+            if self._pod_info(found_host, container).state != "running":
                 raise Conflict(f"{user_name(name)!r} is not running")
-            return pod_terminal_argv(found, str(pod["metadata"]["name"]))
-        found_host, container = self.find(name, host, caller=caller)
+            return pod_terminal_argv(found_host, str(container["metadata"]["name"]))
         if container.status != "running":
             raise Conflict(f"{user_name(name)!r} is not running: start it first")
         return terminal_argv(found_host, container, self.docker_cli)
@@ -494,18 +482,19 @@ class ContainerLookup(LoggingConfigurable):
         added at run time; the environment's forwardPorts stay)."""
         if not 1 <= port <= 65535:
             raise BadRequest(f"Not a TCP port: {port}")
-        on_cluster = self.find_pod(name, host, caller=caller)
-        if on_cluster is not None:
-            info = self._pod_info(*on_cluster)
+        found_host, container = self.locate(name, host, caller=caller)
+        if isinstance(container, dict):
+            info = self._pod_info(found_host, container)
             if not add and port in info.forward_ports:
                 raise BadRequest(
                     f"Port {port} is one of the forwardPorts of {user_name(name)!r}'s "
                     "environment: it is always served (only ports added at run time can be "
                     "removed)"
                 )
-            self.added_ports.set(pod_uid(on_cluster[1]), port, add=add)
-            return self._pod_info(*on_cluster)
-        found_host, container = self.find(name, host, caller=caller)
+            if not pod_uid(container):
+                raise EngineError(f"The pod of {user_name(name)!r} has no uid: not served")
+            self.added_ports.set(pod_uid(container), port, add=add)
+            return self._pod_info(found_host, container)
         if not add and port in declared_ports(container):
             raise BadRequest(
                 f"Port {port} is one of the forwardPorts of {user_name(name)!r}'s environment: "
@@ -520,9 +509,9 @@ class ContainerLookup(LoggingConfigurable):
         """Where the server connects to reach a web port of a running dev container: its
         address on the host's bridge network (a local host), or a local end of an SSH forward
         (a remote host), or a pod's IP. Only the container's web ports are served."""
-        on_cluster = self.find_pod(name, host, caller=caller)
-        if on_cluster is not None:
-            info = self._pod_info(*on_cluster)
+        found_host, container = self.locate(name, host, caller=caller)
+        if isinstance(container, dict):
+            info = self._pod_info(found_host, container)
             if port not in info.web_ports:
                 raise NotFound(
                     f"Port {port} of {user_name(name)!r} is not forwarded: add it to "
@@ -531,8 +520,7 @@ class ContainerLookup(LoggingConfigurable):
                 )
             if info.state != "running":
                 raise Conflict(f"{user_name(name)!r} is not running")
-            return pod_address(on_cluster[1]), port
-        found_host, container = self.find(name, host, caller=caller)
+            return pod_address(container), port
         if port not in self.added_ports.web_ports(container):
             raise NotFound(
                 f"Port {port} of {user_name(name)!r} is not forwarded: add it to forwardPorts, "
@@ -555,12 +543,12 @@ class ContainerLookup(LoggingConfigurable):
         """The container's output; ``tail``: only its last lines. Without ``follow`` at most
         ``max_log_bytes`` are read (streamed, never the whole log at once), then a line says
         where the output was cut."""
-        on_cluster = self.find_pod(name, host, caller=caller)
-        if on_cluster is not None:
+        found_host, container = self.locate(name, host, caller=caller)
+        if isinstance(container, dict):
             if follow:
                 raise BadRequest("logs --follow of a pod is not done yet: kubectl logs -f is")
-            data = self.pods(on_cluster[0]).cluster.output(
-                str(on_cluster[1]["metadata"]["name"]), tail=tail, limit=self.max_log_bytes
+            data = self.pods(found_host).cluster.output(
+                str(container["metadata"]["name"]), tail=tail, limit=self.max_log_bytes
             )
             yield data[: self.max_log_bytes].decode(errors="replace")
             if len(data) > self.max_log_bytes:
@@ -569,7 +557,6 @@ class ContainerLookup(LoggingConfigurable):
                     "for its last lines (tail) to see its end]\n"
                 )
             return
-        _, container = self.find(name, host, caller=caller)
         if not follow:
             stream = container.logs(
                 stream=True, follow=False, timestamps=False, tail="all" if tail is None else tail

@@ -42,46 +42,70 @@ def window_size(fd: int) -> tuple[int, int]:
 
 def bridge(sock: Any, fd_in: int, fd_out: int) -> int:
     """Move bytes between this terminal and the pod's until either ends; the shell's exit
-    code (1 when the pod did not say)."""
-    status = bytearray()
+    code (1 when the pod did not say). Window sizes are sent from this loop (a signal handler
+    only wakes it: the websocket's sends are not reentrant)."""
+    from websocket import WebSocketException  # noqa: PLC0415 - only Kubernetes hosts
 
-    def send_size(*_args: object) -> None:
+    status = bytearray()
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+
+    def send_size() -> None:
         columns, rows = window_size(fd_in)
-        size = json.dumps({"Width": columns, "Height": rows}).encode()
-        with contextlib.suppress(OSError, ValueError):
-            sock.send_binary(bytes([RESIZE]) + size)
+        sock.send_binary(bytes([RESIZE]) + json.dumps({"Width": columns, "Height": rows}).encode())
+
+    def resized(*_args: object) -> None:
+        with contextlib.suppress(OSError):
+            os.write(wake_write, b"w")
 
     saved = termios.tcgetattr(fd_in) if os.isatty(fd_in) else None
     if saved is not None:
         tty.setraw(fd_in)
-    previous = signal.signal(signal.SIGWINCH, send_size)
-    send_size()
+    previous = signal.signal(signal.SIGWINCH, resized)
+    sock.settimeout(60.0)  # a frame begun and not finished within a minute: the end
     try:
+        send_size()
         while True:
-            ready, _, _ = select.select([fd_in, sock.sock], [], [], 5.0)
+            ready, _, _ = select.select([fd_in, sock.sock, wake_read], [], [], 5.0)
+            if wake_read in ready:
+                os.read(wake_read, 64)
+                send_size()
             if fd_in in ready:
                 typed = os.read(fd_in, 1 << 16)
                 if not typed:
                     break
                 sock.send_binary(bytes([STDIN]) + typed)
-            if sock.sock in ready or _pending(sock):
-                opcode, frame = sock.recv_data_frame(True)
-                if opcode == 0x8:  # close
-                    break
-                data = bytes(frame.data or b"")
-                if data[:1] == bytes([STDOUT]):
-                    os.write(fd_out, data[1:])
-                elif data[:1] == bytes([ERROR]):
-                    status += data[1:4096]
-    except (OSError, ValueError):
+            if (sock.sock in ready or _pending(sock)) and not _relay(sock, fd_out, status):
+                break
+    except (OSError, ValueError, WebSocketException):
         pass  # the connection or this terminal went away
     finally:
         signal.signal(signal.SIGWINCH, previous)
         if saved is not None:
             termios.tcsetattr(fd_in, termios.TCSADRAIN, saved)
+        for fd in (wake_read, wake_write):
+            os.close(fd)
         sock.shutdown()
     code, _ = exec_status(bytes(status))
     return 1 if code is None else code
+
+
+def _relay(sock: Any, fd_out: int, status: bytearray) -> bool:
+    """One frame from the pod: output written to this terminal, the exit status kept (at most
+    4 KiB); ``False`` when the pod closed the connection."""
+    from websocket import ABNF  # noqa: PLC0415 - only Kubernetes hosts
+
+    opcode, frame = sock.recv_data_frame(True)
+    if opcode == ABNF.OPCODE_CLOSE:
+        return False
+    if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT):
+        return True  # a ping, answered by the client
+    data = bytes(frame.data or b"")
+    if data[:1] == bytes([STDOUT]):
+        os.write(fd_out, data[1:])
+    elif data[:1] == bytes([ERROR]):
+        status += data[1 : 1 + max(0, 4096 - len(status))]
+    return True
 
 
 def _pending(sock: Any) -> bool:

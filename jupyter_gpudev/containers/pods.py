@@ -116,12 +116,22 @@ def pod_uid(pod: dict[str, Any]) -> str:
 
 
 def pod_address(pod: dict[str, Any]) -> str:
-    """The pod's IP as its status says (checked: the API server's answer is data)."""
+    """The pod's IP as its status says, checked: the API server's answer is data, and an
+    address of this machine itself (loopback, link-local, unspecified, multicast) is never
+    one the proxy or a kernel connection is sent to."""
     text = _dict(pod.get("status")).get("podIP")
     try:
-        return str(ipaddress.ip_address(str(text)))
+        address = ipaddress.ip_address(str(text))
     except ValueError:
         raise EngineError("The pod has no IP address yet (is it running?)") from None
+    if (
+        address.is_loopback
+        or address.is_link_local
+        or address.is_unspecified
+        or address.is_multicast
+    ):
+        raise EngineError(f"The pod's address {address} is not one gpudev connects to")
+    return str(address)
 
 
 def mount_paths(pod: dict[str, Any]) -> tuple[str, ...]:
@@ -277,6 +287,11 @@ class Pods:
         except Conflict:
             found = self.cluster.read(str(manifest["apiVersion"]), kind, name)
             if is_managed(found) and annotation(found, A_OWNER) == target.owner:
+                if _dict(_dict(found).get("metadata")).get("deletionTimestamp"):
+                    raise Conflict(
+                        f"The {kind} {name} of {target.name!r} is being deleted: start it "
+                        "again in a moment"
+                    ) from None
                 return True
             raise Conflict(
                 f"A {kind} named {name!r} exists in namespace {target.namespace!r} and is not "
@@ -375,7 +390,7 @@ class Pods:
         """Delete a dev container's pod, its Service and GPU claim (the GPUs are free once
         the pod is gone); its workspace claim is kept. Notes for the user."""
         name = annotation(pod, A_NAME)
-        self.cluster.delete("v1", "Pod", k8s.k8s_name(name), grace=10)
+        self.cluster.delete("v1", "Pod", k8s.k8s_name(name), grace=10, uid=pod_uid(pod) or None)
         self.cluster.delete("v1", "Service", k8s.k8s_name(name))
         for claim in _dict(pod.get("spec")).get("resourceClaims") or []:
             claim_name = _dict(claim).get("resourceClaimName")

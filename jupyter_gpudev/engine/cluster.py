@@ -379,6 +379,17 @@ class Cluster:
             self.log.info("gpudev: cluster %s: %r", self.spec.name, exc)
             raise self._unreachable("the API server did not answer") from None
 
+    def _serialize(self, api: Any, **call: Any) -> Any:
+        """The client's request, credentials included (an exec plugin or an OIDC token may be
+        refreshed here: its failure is the cluster being unreachable, in words without the
+        credentials)."""
+        kubernetes = _kubernetes()
+        try:
+            return api.param_serialize(**call)
+        except (kubernetes.config.ConfigException, OSError, ValueError) as exc:
+            self.log.info("gpudev: cluster %s: credentials: %s", self.spec.name, type(exc).__name__)
+            raise self._unreachable("the kubeconfig's credentials could not be used") from None
+
     def request(
         self,
         method: str,
@@ -396,7 +407,8 @@ class Cluster:
         if body is not None:
             headers["Content-Type"] = "application/json"
         try:
-            serialized = api.param_serialize(
+            serialized = self._serialize(
+                api,
                 method=method,
                 resource_path=path,
                 query_params=list(query),
@@ -452,16 +464,29 @@ class Cluster:
         )
         return None if found is None else _dict(found)
 
-    def delete(self, api_version: str, kind: str, name: str, *, grace: int | None = None) -> bool:
+    def delete(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        *,
+        grace: int | None = None,
+        uid: str | None = None,
+    ) -> bool:
         """Delete an object of the host's namespace (its dependents in the background);
-        whether it was there."""
+        whether it was there. ``uid``: only that very object (another made since under the
+        same name is a ``Conflict``, untouched)."""
         query = [("propagationPolicy", "Background")]
         if grace is not None:
             query.append(("gracePeriodSeconds", str(grace)))
+        body = None
+        if uid is not None:
+            body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         found = self.request(
             "DELETE",
             object_path(api_version, kind, self.spec.namespace, name),
             query=tuple(query),
+            body=body,
             missing_ok=True,
         )
         return found is not None
@@ -491,7 +516,8 @@ class Cluster:
             query.append(("tailLines", str(max(0, tail))))
         api = self.api()
         try:
-            serialized = api.param_serialize(
+            serialized = self._serialize(
+                api,
                 method="GET",
                 resource_path=object_path("v1", "Pod", self.spec.namespace, pod) + "/log",
                 query_params=query,
@@ -567,13 +593,17 @@ class Cluster:
         query += [("container", container), ("stdout", "true")]
         query += [("stderr", "false" if tty else "true"), ("stdin", "true" if stdin else "false")]
         query += [("tty", "true" if tty else "false")]
-        _method, url, headers, _body, _post = api.param_serialize(
+        _method, url, headers, _body, _post = self._serialize(
+            api,
             method="GET",
             resource_path=object_path("v1", "Pod", self.spec.namespace, pod) + "/exec",
             query_params=query,
             header_params={},
             auth_settings=["BearerToken"],
         )
+        # The protocol the tests speak (v5 only adds closing one's input, which gpudev does
+        # not need: input is read to a known length).
+        headers = {**headers, "sec-websocket-protocol": "v4.channel.k8s.io"}
         try:
             return ws.create_websocket(api.configuration, ws.get_websocket_url(url), headers)
         except WebSocketException as exc:
@@ -586,6 +616,8 @@ class Cluster:
             where = f"Kubernetes cluster {self.spec.name}"
             if code == 403:
                 raise EngineError(f"{where} refused an exec in {pod} (see the RBAC)") from None
+            if code == 404:
+                raise NotFound(f"{where}: no pod {pod}") from None
             raise EngineError(f"{where}: exec in {pod} failed ({code or 'no answer'})") from None
         except (OSError, ValueError) as exc:
             self.log.info("gpudev: cluster %s: exec in %s: %r", self.spec.name, pod, exc)
@@ -613,8 +645,8 @@ class Cluster:
             data = bytes(frame.data or b"")
             if opcode == ABNF.OPCODE_CLOSE:
                 break
-            if not data:
-                continue
+            if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not data:
+                continue  # a ping (answered by the client) or an empty frame
             channel, payload = data[0], data[1:]
             if channel == STDOUT:
                 out += payload

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..engine.cluster import Cluster
 from ..errors import EngineError
+from ..k8s.status import clean
 from .process import DEFAULT_ARGV, IMAGE_KERNELSPECS, RUNTIME_DIR, runtime_files, signal_argv
 
 #: Seconds one exec of the kernel's (start, check, signal) may take.
@@ -63,7 +64,7 @@ def start(
     command = ["/bin/sh", "-c", script, "kernel", "env", *variables, *argv]
     ran = cluster.exec(pod, command, timeout=EXEC_TIMEOUT, limit=64 << 10, stdin=data)
     if ran.exit_code != 0:
-        said = ran.stderr.decode(errors="replace").strip()[-500:]
+        said = clean(ran.stderr.decode(errors="replace")[-500:])
         raise EngineError(f"The kernel could not be started in {pod} ({said or ran.exit_code})")
     return log_file
 

@@ -35,8 +35,16 @@ from ..containers import DevContainers, StartRequest
 from ..containers.pods import pod_address
 from ..engine import Host
 from ..engine.cluster import Cluster
-from ..errors import ENGINE_FAILURES, Conflict, EngineUnreachable, GPUDevError, engine_error
+from ..errors import (
+    ENGINE_FAILURES,
+    Conflict,
+    EngineUnreachable,
+    GPUDevError,
+    NotFound,
+    engine_error,
+)
 from ..k8s.objects import k8s_name
+from ..k8s.status import clean
 from . import pods as in_pod
 from . import process
 from .placements import PLACEMENTS
@@ -437,7 +445,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         self._exit_code = None
         time.sleep(self.startup_check_seconds)
         if self._poll_sync() is not None:
-            tail = in_pod.log_tail(cluster, pod, log_file)
+            tail = [clean(line) for line in in_pod.log_tail(cluster, pod, log_file)]
             raise KernelStartFailed(
                 f"The kernel exited at once in {self._container_name!r}: "
                 f"{tail[-1] if tail else 'no output'}. Does the image have ipykernel?",
@@ -579,7 +587,12 @@ class GPUDevProvisioner(KernelProvisionerBase):
         pod whether its pid is still there (its code is not known there: 1)."""
         pod = self._in_pod() if self._exec_id.startswith(POD_HANDLE) else None
         if pod is not None:
-            return None if in_pod.alive(*pod, self.runtime_id) else 1
+            try:
+                return None if in_pod.alive(*pod, self.runtime_id) else 1
+            except NotFound:
+                return 1  # the pod is gone, and the kernel with it
+            except GPUDevError as err:  # a failed exec says nothing of the kernel: the grace
+                raise EngineUnreachable(err.message) from None
         if self._api is None:
             self._api = self._container().client.api
         state = self._api.exec_inspect(self._exec_id)

@@ -57,6 +57,16 @@ class ContainerTTYHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
 
     def open(self, name: str) -> None:
         env = {"TERM": "xterm-256color", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        # A pod's terminal reaches its cluster as the service does (its kubeconfig, or the
+        # service account inside a cluster); nothing else of the service's environment.
+        for variable in (
+            "KUBECONFIG",
+            "HOME",
+            "KUBERNETES_SERVICE_HOST",
+            "KUBERNETES_SERVICE_PORT",
+        ):
+            if variable in os.environ:
+                env[variable] = os.environ[variable]
         self._process = PtyProcess.spawn(self._argv, env=env, dimensions=(24, 80))
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         fd = self._process.fd

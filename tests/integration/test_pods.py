@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import logging
 import os
@@ -27,7 +28,7 @@ from traitlets.config import Config
 from jupyter_gpudev.access import Caller
 from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.engine import HostPool
-from jupyter_gpudev.errors import Conflict
+from jupyter_gpudev.errors import Conflict, NotFound
 from jupyter_gpudev.kernels import provisioner
 from jupyter_gpudev.kernels.kernelspecs import SHARED_PREFIX, GPUDevKernelSpecManager
 from tests.integration.test_kernels import kernel_manager, run
@@ -264,3 +265,25 @@ def test_a_terminal_in_a_pod_is_a_shell_there(
     finally:
         if shell.isalive():
             shell.terminate(force=True)
+
+
+def test_a_refusing_cluster_does_not_hide_the_docker_hosts(
+    manager: DevContainers, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    # Given the local engine and a cluster whose API server refuses gpudev (no RBAC)
+    cluster.forbid[("GET", "pods")] = 'pods is forbidden: User "gpudev" cannot list pods'
+    config = copy.deepcopy(manager.config)
+    config.HostPool.include_local = True
+    pool = HostPool(config=config, log=LOG)
+    both = DevContainers(root_dir=manager.root_dir, host_pool=pool, config=config)
+    try:
+        # When a Docker container is started, listed and found by name (no --host)
+        both.start(StartRequest("default", name="beside-k8s"), None, caller=ALICE)
+        # Then the cluster's refusal is only skipped
+        assert "beside-k8s" in [i.name for i in both.list(caller=ALICE)]
+        assert both.get("beside-k8s", caller=ALICE).host == pool.local_name
+        with pytest.raises(NotFound):
+            both.get("nowhere", caller=ALICE)
+        both.remove("beside-k8s", force=True, caller=ALICE)
+    finally:
+        pool.close()

@@ -326,7 +326,7 @@ def test_exec_reads_output_exit_code_and_refusals(
     with pytest.raises(EngineError, match="executable file not found"):
         pods.cluster.exec("gpudev-ex", ["nothing-here"], timeout=5, limit=100)
     # A pod that is not there
-    with pytest.raises(EngineError, match="exec in gpudev-gone failed"):
+    with pytest.raises(NotFound, match="no pod gpudev-gone"):
         pods.cluster.exec("gpudev-gone", ["say"], timeout=5, limit=100)
 
 
@@ -458,3 +458,39 @@ def test_web_ports_of_a_pod_are_served_at_its_ip(
     cluster.objects[("pods", "team-ml", "gpudev-site")]["status"]["podIP"] = "example.org"
     with pytest.raises(GPUDevError, match="no IP address"):
         manager.proxy_target("site", 8888, "cluster", caller=ALICE)
+
+
+def test_a_pod_replaced_under_the_same_name_is_not_deleted(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    start(manager, "same")
+    pods = manager.pods(manager.host_pool.get("cluster"))
+    old = pods.find("same")
+    assert old is not None
+    # Another pod of that name now (the first was deleted and made again meanwhile)
+    cluster.objects[("pods", "team-ml", "gpudev-same")]["metadata"]["uid"] = "0000-new-0000"
+    with pytest.raises(Conflict, match="Precondition failed"):
+        pods.delete(old)
+    assert cluster.names("pods") == ["gpudev-same"]
+
+
+def test_a_pod_address_of_this_machine_is_never_connected_to(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    environment(manager, "web", forwardPorts=[8888])
+    manager.start(StartRequest("web", host="cluster", name="loop"), None, caller=ALICE)
+    for address in ("127.0.0.1", "::1", "169.254.169.254", "0.0.0.0"):
+        cluster.objects[("pods", "team-ml", "gpudev-loop")]["status"]["podIP"] = address
+        with pytest.raises(GPUDevError, match="not one gpudev connects to"):
+            manager.proxy_target("loop", 8888, "cluster", caller=ALICE)
+
+
+def test_a_cluster_that_refuses_is_reported_not_raised_past_other_hosts(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    cluster.forbid[("GET", "pods")] = 'pods is forbidden: User "gpudev" cannot list pods'
+    # Alone, its refusal is the answer (not "no dev containers")
+    with pytest.raises(GPUDevError, match="cannot list pods"):
+        manager.list(host="cluster", caller=ALICE)
+    with pytest.raises(GPUDevError, match="cannot"):
+        manager.get("x", caller=ALICE)
