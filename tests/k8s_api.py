@@ -80,6 +80,9 @@ class FakeCluster:
     kubelet: Any = None
     #: Each pod's output (without a kubelet).
     outputs: dict[str, bytes] = field(default_factory=dict)
+    #: Where a port-forward connects without a kubelet (a test's own server).
+    forward_address: str = "127.0.0.1"
+    forwards: list[tuple[str, int]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def names(self, plural: str) -> list[str]:
@@ -267,6 +270,9 @@ class FakeCluster:
 
 _WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _EXEC_RE = re.compile(r"^/api/v1/namespaces/(?P<ns>[a-z0-9-]+)/pods/(?P<name>[a-z0-9.-]+)/exec\Z")
+_FORWARD_RE = re.compile(
+    r"^/api/v1/namespaces/(?P<ns>[a-z0-9-]+)/pods/(?P<name>[a-z0-9.-]+)/portforward\Z"
+)
 
 
 def ws_frame(payload: bytes, opcode: int = 0x2) -> bytes:
@@ -303,6 +309,76 @@ def exec_status(code: int | None, argv: list[str]) -> dict[str, Any]:
 
 class _Handler(BaseHTTPRequestHandler):
     cluster: FakeCluster
+
+    def _upgrade(self) -> None:
+        key = self.headers.get("Sec-WebSocket-Key", "")
+        accept = base64.b64encode(hashlib.sha1((key + _WS_GUID).encode()).digest()).decode()  # noqa: S324 - the protocol's
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept)
+        self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+
+    def _forward(self, cluster: FakeCluster) -> bool:
+        """A port-forward over a websocket: channel 0 carries one TCP connection to the pod's
+        port, each channel first sending the port number (two bytes, little endian)."""
+        parts = urlsplit(self.path)
+        match = _FORWARD_RE.match(parts.path)
+        if match is None or self.headers.get("Upgrade", "").lower() != "websocket":
+            return False
+        pod = cluster.objects.get(("pods", match["ns"], match["name"]))
+        if pod is None:
+            return False
+        port = int(dict(parse_qsl(parts.query))["ports"])
+        cluster.forwards.append((match["name"], port))
+        address = (
+            cluster.kubelet.address(pod) if cluster.kubelet is not None else cluster.forward_address
+        )
+        self._upgrade()
+        lock = threading.Lock()
+
+        def send(data: bytes, opcode: int = 0x2) -> None:
+            with lock, contextlib.suppress(OSError, ValueError):
+                self.wfile.write(ws_frame(data, opcode))
+                self.wfile.flush()
+
+        announce = port.to_bytes(2, "little")
+        send(b"\0" + announce)
+        send(b"\1" + announce)
+        try:
+            target = socket.create_connection((address, port), timeout=5)
+        except OSError as exc:
+            send(b"\1" + str(exc).encode())
+            send(b"\x03\xe8", opcode=0x8)
+            return True
+
+        def back() -> None:
+            while True:
+                try:
+                    chunk = target.recv(1 << 16)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                send(b"\0" + chunk)
+            send(b"\x03\xe8", opcode=0x8)
+
+        reader = threading.Thread(target=back, daemon=True)
+        reader.start()
+        while True:
+            opcode, data = self.read_any_frame()
+            if opcode == 0x8:
+                break
+            if data[:1] == b"\0" and len(data) > 1:
+                target.sendall(data[1:])
+        with contextlib.suppress(OSError):
+            target.shutdown(socket.SHUT_RDWR)
+        target.close()
+        reader.join(5)
+        return True
 
     def _exec(self, cluster: FakeCluster) -> bool:
         """An exec over a websocket (v4.channel.k8s.io), when this request is one."""
@@ -369,7 +445,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         cluster = self.server.cluster  # type: ignore[attr-defined]
         cluster.requests.append((self.command, self.path))
-        if self.headers.get("Authorization") == f"Bearer {TOKEN}" and self._exec(cluster):
+        if self.headers.get("Authorization") == f"Bearer {TOKEN}" and (
+            self._exec(cluster) or self._forward(cluster)
+        ):
             return
         body: Any
         if self.headers.get("Authorization") != f"Bearer {TOKEN}":

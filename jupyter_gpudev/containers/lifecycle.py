@@ -1058,6 +1058,7 @@ class DevContainers(ContainerLookup):
                 )
         for note in pods.delete(pod):
             self.log.info("gpudev: %s", note)
+        self.close_pod_forwards(host.name, str(pod["metadata"]["name"]))
         self.pod_listings.forget(host.name, uid)
 
     def _uncommitted_changes(self, host: Host, container: Container) -> builtins.list[str]:

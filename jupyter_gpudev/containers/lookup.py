@@ -23,7 +23,7 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 from jupyter_core.paths import jupyter_data_dir
-from traitlets import Bool, Float, Instance, Int, Unicode, default
+from traitlets import Bool, Enum, Float, Instance, Int, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from ..access import ANOTHER_USER, Access, Caller
@@ -32,6 +32,7 @@ from ..engine import (
     HostInfo,
     HostPool,
 )
+from ..engine.podforward import PodForwards
 from ..errors import (
     BadRequest,
     Conflict,
@@ -126,6 +127,16 @@ class ContainerLookup(LoggingConfigurable):
         before is kept) and the scheduler's last reason is the error.""",
     ).tag(config=True)
 
+    pod_port_forward = Enum(
+        ("auto", "always", "never"),
+        "auto",
+        help="""How this server reaches kernels and web ports in pods of a Kubernetes host:
+        through the API server's port-forward ("always"), at the pod's IP ("never": the
+        server must be in the cluster, or on a network that routes pod IPs), or "auto": at the
+        pod's IP when the host uses the service account of the pod this server runs in (an
+        empty context inside a cluster), else forwarded.""",
+    ).tag(config=True)
+
     pod_poll_interval = Float(
         1.0,
         help="""Seconds between two reads of a starting pod on a Kubernetes host.""",
@@ -165,6 +176,8 @@ class ContainerLookup(LoggingConfigurable):
         #: service's view of them; ``None`` (single-user mode): whoever runs the server.
         self.workspace_owner: tuple[int, int] | None = None
         self._lock = threading.Lock()
+        #: Port forwards to pods, by host (``pod_reach``).
+        self._pod_forwards: dict[str, PodForwards] = {}
 
     @property
     def ledger_id(self) -> str:
@@ -244,6 +257,31 @@ class ContainerLookup(LoggingConfigurable):
         if unreachable and len(unreachable) == len(hosts):
             raise unreachable[0]
         raise NotFound(f"No dev container named {user_name(name)!r}", details={"name": name})
+
+    def forwards_pods(self, host: Host) -> bool:
+        """Whether this server reaches the pods of ``host`` through port-forwards."""
+        if self.pod_port_forward != "auto":
+            return bool(self.pod_port_forward == "always")
+        in_cluster = not host.spec.context and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        return not in_cluster
+
+    def pod_reach(self, host: Host, pod: dict[str, Any], port: int) -> tuple[str, int]:
+        """Where this server connects to reach ``port`` of a pod: a local forward, or the
+        pod's IP (``pod_port_forward``)."""
+        if not self.forwards_pods(host) or host.cluster is None:
+            return pod_address(pod), port
+        with self._lock:
+            forwards = self._pod_forwards.get(host.name)
+            if forwards is None:
+                forwards = self._pod_forwards[host.name] = PodForwards(host.cluster, self.log)
+        return "127.0.0.1", forwards.forward(str(pod["metadata"]["name"]), port)
+
+    def close_pod_forwards(self, host: str, pod: str, ports: tuple[int, ...] | None = None) -> None:
+        """Close this server's forwards to a pod (to ``ports`` of it when given)."""
+        with self._lock:
+            forwards = self._pod_forwards.get(host)
+        if forwards is not None:
+            forwards.close_to(pod, ports)
 
     def _on_cluster(self, host: str | None) -> bool:
         return bool(host) and self._host(host).spec.is_kubernetes
@@ -520,7 +558,7 @@ class ContainerLookup(LoggingConfigurable):
                 )
             if info.state != "running":
                 raise Conflict(f"{user_name(name)!r} is not running")
-            return pod_address(container), port
+            return self.pod_reach(found_host, container, port)
         if port not in self.added_ports.web_ports(container):
             raise NotFound(
                 f"Port {port} of {user_name(name)!r} is not forwarded: add it to forwardPorts, "

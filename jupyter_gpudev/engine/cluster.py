@@ -569,6 +569,15 @@ class Cluster:
             sock.shutdown()  # the server has closed its side, or the rest is not read
         return result
 
+    def open_port_forward(self, pod: str, port: int) -> Any:
+        """A websocket carrying one connection to ``port`` of a pod (``pods/portforward``;
+        ``engine/podforward.py`` moves the bytes)."""
+        return self._websocket(
+            object_path("v1", "Pod", self.spec.namespace, pod) + "/portforward",
+            [("ports", str(int(port)))],
+            what=f"a port forward to {pod}",
+        )
+
     def open_terminal(self, pod: str, argv: list[str], container: str = "dev") -> Any:
         """A websocket to ``argv`` run in a pod with a terminal (input, a tty, output on
         channel 1, window sizes on channel 4): the caller moves the bytes."""
@@ -583,44 +592,52 @@ class Cluster:
         stdin: bool,
         tty: bool = False,
     ) -> Any:
-        """The exec's websocket, connected as the kubeconfig says (token or certificate)."""
+        """The exec's websocket."""
+        query = [("command", str(a)) for a in argv]
+        query += [("container", container), ("stdout", "true")]
+        query += [("stderr", "false" if tty else "true"), ("stdin", "true" if stdin else "false")]
+        query += [("tty", "true" if tty else "false")]
+        return self._websocket(
+            object_path("v1", "Pod", self.spec.namespace, pod) + "/exec",
+            query,
+            what=f"an exec in {pod}",
+        )
+
+    def _websocket(self, path: str, query: list[tuple[str, str]], *, what: str) -> Any:
+        """A websocket to ``path``, connected as the kubeconfig says (token or certificate),
+        speaking ``v4.channel.k8s.io`` (v5 only adds closing one's input, which gpudev does
+        not need: input is read to a known length)."""
         from kubernetes.stream import ws_client  # noqa: PLC0415 - only Kubernetes hosts
         from websocket import WebSocketException  # noqa: PLC0415
 
         ws: Any = ws_client
         api = self.api()
-        query = [("command", str(a)) for a in argv]
-        query += [("container", container), ("stdout", "true")]
-        query += [("stderr", "false" if tty else "true"), ("stdin", "true" if stdin else "false")]
-        query += [("tty", "true" if tty else "false")]
         _method, url, headers, _body, _post = self._serialize(
             api,
             method="GET",
-            resource_path=object_path("v1", "Pod", self.spec.namespace, pod) + "/exec",
+            resource_path=path,
             query_params=query,
             header_params={},
             auth_settings=["BearerToken"],
         )
-        # The protocol the tests speak (v5 only adds closing one's input, which gpudev does
-        # not need: input is read to a known length).
         headers = {**headers, "sec-websocket-protocol": "v4.channel.k8s.io"}
+        where = f"Kubernetes cluster {self.spec.name}"
         try:
             return ws.create_websocket(api.configuration, ws.get_websocket_url(url), headers)
         except WebSocketException as exc:
             code = getattr(exc, "status_code", None)
-            self.log.info("gpudev: cluster %s: exec in %s: %s", self.spec.name, pod, code)
+            self.log.info("gpudev: cluster %s: %s: %s", self.spec.name, what, code)
             if code == 401:
                 raise self._unreachable(
                     "the API server refused gpudev's credentials (401)"
                 ) from None
-            where = f"Kubernetes cluster {self.spec.name}"
             if code == 403:
-                raise EngineError(f"{where} refused an exec in {pod} (see the RBAC)") from None
+                raise EngineError(f"{where} refused {what} (see the RBAC)") from None
             if code == 404:
-                raise NotFound(f"{where}: no pod {pod}") from None
-            raise EngineError(f"{where}: exec in {pod} failed ({code or 'no answer'})") from None
+                raise NotFound(f"{where}: no pod for {what}") from None
+            raise EngineError(f"{where}: {what} failed ({code or 'no answer'})") from None
         except (OSError, ValueError) as exc:
-            self.log.info("gpudev: cluster %s: exec in %s: %r", self.spec.name, pod, exc)
+            self.log.info("gpudev: cluster %s: %s: %r", self.spec.name, what, exc)
             raise self._unreachable("the API server did not answer") from None
 
     def _read_exec(self, sock: Any, *, timeout: float, limit: int, what: str) -> ExecResult:

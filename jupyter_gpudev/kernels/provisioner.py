@@ -32,7 +32,6 @@ from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import Config
 
 from ..containers import DevContainers, StartRequest
-from ..containers.pods import pod_address
 from ..engine import Host
 from ..engine.cluster import Cluster
 from ..errors import (
@@ -414,10 +413,12 @@ class GPUDevProvisioner(KernelProvisionerBase):
         """``_launch`` in a pod: the kernel started by exec (its key sent as input), reached at
         the pod's IP on its own ports."""
         km: Any = self.parent
-        found = cluster.read("v1", "Pod", pod)
-        address = pod_address(found or {})
+        found = cluster.read("v1", "Pod", pod) or {}
         if not self._ports:
             self._ports = self._choose_ports()
+        # Where this server reaches each port: the pod's IP, or a local port-forward.
+        host = self._host()
+        reached = [self._manager.pod_reach(host, found, port) for port in self._ports]
         self._runtime_id = f"kernel-{self.kernel_id}"
         info: dict[str, Any] = {
             "transport": "tcp",
@@ -454,12 +455,12 @@ class GPUDevProvisioner(KernelProvisionerBase):
         self._launched = True
         self._register()
         self.log.info(
-            "gpudev kernel %s started in pod %s at %s:%s", self.kernel_id, pod, address, self._ports
+            "gpudev kernel %s started in pod %s, reached at %s", self.kernel_id, pod, reached
         )
         connection: dict[str, Any] = {
             **info,
-            **dict(zip(PORT_NAMES, self._ports, strict=True)),
-            "ip": address,
+            **dict(zip(PORT_NAMES, (port for _, port in reached), strict=True)),
+            "ip": reached[0][0],
             "key": key,
         }
         return cast(KernelConnectionInfo, connection)
@@ -727,8 +728,13 @@ class GPUDevProvisioner(KernelProvisionerBase):
             )
 
     def _close_forwards(self) -> None:
-        """Tear down this kernel's SSH forwards (a remote host); a no-op on a local one."""
+        """Tear down this kernel's SSH forwards (a remote host) or port-forwards (a pod); a
+        no-op on a local host."""
         if not self._ports:
+            return
+        pod = self._in_pod()
+        if pod is not None:
+            self._manager.close_pod_forwards(self._host().name, pod[1], self._ports)
             return
         with contextlib.suppress(*_BEST_EFFORT):
             manager = self._manager

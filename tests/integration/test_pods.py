@@ -61,6 +61,7 @@ def manager(
     config.HostPool.hosts_file = str(tmp_path / "hosts.json")
     config.GPUInventory.backend = "none"
     config.DevContainers.state_dir = str(tmp_path / "state")
+    config.DevContainers.pod_port_forward = "never"  # at the pod's IP (forwards: their test)
     config.DevContainers.pod_poll_interval = 0.05
     root = tmp_path / "work"
     root.mkdir()
@@ -141,10 +142,13 @@ def test_an_unchanged_pod_is_removed_without_force(
     assert cluster.names("pods") == []
 
 
+@pytest.mark.parametrize("forward", ["never", "always"])
 async def test_a_kernel_runs_in_a_pod_from_the_picker(
-    manager: DevContainers, cluster: FakeCluster
+    manager: DevContainers, cluster: FakeCluster, forward: str
 ) -> None:
-    # Given a running pod, offered in the picker as a dev container kernels share
+    # Given a running pod, offered in the picker as a dev container kernels share, reached at
+    # its IP (a server in the cluster) or through port-forwards (a server outside)
+    manager.pod_port_forward = forward
     manager.start(StartRequest("default", host="cluster", name="kpod"), None)
     provisioner.set_manager(manager)
     try:
@@ -165,7 +169,9 @@ async def test_a_kernel_runs_in_a_pod_from_the_picker(
             pod = cluster.objects[("pods", "team-ml", "gpudev-kpod")]
             container = cluster.kubelet.containers["gpudev-kpod"]
             assert out.split() == ["1000", container.attrs["Config"]["Hostname"]]
-            assert pod["status"]["podIP"] in Path(km.connection_file).read_text()
+            reached = json.loads(Path(km.connection_file).read_text())["ip"]
+            assert reached == (pod["status"]["podIP"] if forward == "never" else "127.0.0.1")
+            assert bool(cluster.forwards) == (forward == "always")
             # Its key went in as the exec's input: no exec URL holds it
             key = km.session.key.decode()
             assert not [p for _m, p in cluster.requests if key in p]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from traitlets.config import Config
 
 from jupyter_gpudev.access import Caller
 from jupyter_gpudev.containers import DevContainers, StartRequest
-from jupyter_gpudev.engine import HostPool
+from jupyter_gpudev.engine import Host, HostPool, HostSpec
 from jupyter_gpudev.errors import Conflict, EngineError, GPUDevError, ImageError, NotFound
 from jupyter_gpudev.k8s.listing import LISTING_ARGV
 from jupyter_gpudev.kernels.kernelspecs import GPUDevKernelSpecManager
@@ -48,6 +50,7 @@ def manager(
     config.GPUInventory.backend = "none"
     config.DevContainers.state_dir = str(tmp_path / "state")
     config.DevContainers.pod_start_timeout = 0.5
+    config.DevContainers.pod_port_forward = "never"  # at the pod's IP (forwards: their test)
     config.DevContainers.pod_poll_interval = 0.02
     config.Access.admin_users = {"admin"}
     root = tmp_path / "work"
@@ -326,7 +329,7 @@ def test_exec_reads_output_exit_code_and_refusals(
     with pytest.raises(EngineError, match="executable file not found"):
         pods.cluster.exec("gpudev-ex", ["nothing-here"], timeout=5, limit=100)
     # A pod that is not there
-    with pytest.raises(NotFound, match="no pod gpudev-gone"):
+    with pytest.raises(NotFound, match="no pod for an exec in gpudev-gone"):
         pods.cluster.exec("gpudev-gone", ["say"], timeout=5, limit=100)
 
 
@@ -494,3 +497,53 @@ def test_a_cluster_that_refuses_is_reported_not_raised_past_other_hosts(
         manager.list(host="cluster", caller=ALICE)
     with pytest.raises(GPUDevError, match="cannot"):
         manager.get("x", caller=ALICE)
+
+
+def test_a_server_outside_the_cluster_reaches_pods_through_port_forwards(
+    manager: DevContainers, cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A TCP echo server stands for the pod's web server (the API server stand-in forwards to it)
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def echo() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                while data := conn.recv(4096):
+                    conn.sendall(data.upper())
+
+    threading.Thread(target=echo, daemon=True).start()
+    try:
+        environment(manager, "fwd", forwardPorts=[port])
+        manager.start(StartRequest("fwd", host="cluster", name="far"), None, caller=ALICE)
+        # Outside a cluster (a kubeconfig context), "auto" forwards; inside, with the pod's own
+        # service account, it connects to pod IPs
+        host = manager.host_pool.get("cluster")
+        manager.pod_port_forward = "auto"
+        assert manager.forwards_pods(host)
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+        assert manager.forwards_pods(host)  # its context is not the service account
+        inside = Host(
+            HostSpec.parse("in", "k8s:///team-ml"), timeout=5, gpu_inventory=None, log=LOG
+        )
+        assert not manager.forwards_pods(inside)
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
+        # When the web port is reached through the proxy's target
+        address, local = manager.proxy_target("far", port, "cluster", caller=ALICE)
+        assert (address, local != port) == ("127.0.0.1", True)
+        for _ in range(2):  # each connection is a websocket of its own
+            with socket.create_connection((address, local), timeout=5) as conn:
+                conn.sendall(b"hello pod")
+                assert conn.recv(4096) == b"HELLO POD"
+        assert cluster.forwards == [("gpudev-far", port), ("gpudev-far", port)]
+        # The same local port is used again; removing the pod closes it
+        assert manager.proxy_target("far", port, "cluster", caller=ALICE)[1] == local
+        manager.remove("far", "cluster", force=True, caller=ALICE)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((address, local), timeout=2).close()
+    finally:
+        server.close()
