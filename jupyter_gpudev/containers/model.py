@@ -64,6 +64,8 @@ class DevContainerInfo:
     #: How many uncommitted changes it has, counted as the commit dialog lists them (one per
     #: package, file, deletion or variable); ``None``: not computed.
     uncommitted: int | None = None
+    #: A pod on a Kubernetes host: never stopped and kept (removing it deletes it), no commits.
+    pod: bool = False
 
     def to_json(self) -> dict[str, Any]:
         # Flat values only: a shallow copy (``asdict`` deep-copies; the panel polls this

@@ -107,6 +107,7 @@ def pod_info(
         web_ports=tuple(sorted({*_ports(annotation(pod, A_PORTS)), *added_ports})),
         forward_ports=_ports(annotation(pod, A_PORTS)),
         started_at=started,
+        pod=True,
     )
 
 

@@ -286,6 +286,11 @@ export interface IDevContainer {
    * changed packages); `null` when it could not be read.
    */
   uncommitted: number | null;
+  /**
+   * A pod on a Kubernetes host: it is never stopped and kept (removing it
+   * deletes it, its workspace claim stays) and cannot be committed yet.
+   */
+  pod: boolean;
 }
 
 /** Body of `GET /gpudev/api/containers`. */

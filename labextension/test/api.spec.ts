@@ -239,15 +239,18 @@ describe('containers', () => {
             web_ports: [8080, 80, 8080, 0, 'x'],
             ports: { '8888': 49153, bad: 'x' }
           },
+          { name: 'p1', state: 'running', pod: true },
           { name: 42 }
         ]
       })
     );
     const { containers } = await fetchContainers(settings);
     expect(url(requests[0])).toBe(`${BASE}gpudev/api/containers?all=1`);
-    expect(containers).toHaveLength(1);
+    expect(containers).toHaveLength(2);
+    expect(containers[1]).toMatchObject({ name: 'p1', pod: true });
     expect(containers[0]).toMatchObject({
       name: 'c1',
+      pod: false,
       pinned: false,
       kernel_id: null,
       web_ports: [80, 8080],

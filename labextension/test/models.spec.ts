@@ -6,6 +6,7 @@ import type { ISessionContext } from '@jupyterlab/apputils';
 import { Signal } from '@lumino/signaling';
 
 import { GPUDevAPIError } from '../src/api';
+import { allowedActions } from '../src/components/containers/ContainerActions';
 import {
   CommitModel,
   ContainersModel,
@@ -86,6 +87,7 @@ function container(
     kernels: null,
     last_activity: null,
     uncommitted: null,
+    pod: false,
     ...extra
   };
 }
@@ -586,5 +588,37 @@ describe('KernelBadgeModel', () => {
     await model.refresh();
     expect(model.state.info?.container).toBe('c1');
     model.dispose();
+  });
+});
+
+describe('allowedActions', () => {
+  it('offers stop, pin and commit for a running Docker container, remove once stopped', () => {
+    expect(allowedActions(container('box'), true, true)).toEqual({
+      commit: true,
+      terminal: true,
+      stop: true,
+      pin: true,
+      start: false,
+      remove: false
+    });
+    const stopped = container('box', { state: 'exited' });
+    expect(allowedActions(stopped, false, true)).toMatchObject({
+      stop: false,
+      start: true,
+      remove: true
+    });
+  });
+
+  it('removes a running pod, which is never stopped, pinned or committed', () => {
+    expect(allowedActions(container('pod', { pod: true }), true, true)).toEqual(
+      {
+        commit: false,
+        terminal: true,
+        stop: false,
+        pin: false,
+        start: false,
+        remove: true
+      }
+    );
   });
 });

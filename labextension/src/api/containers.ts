@@ -99,6 +99,7 @@ export function parseContainer(value: unknown): IDevContainer | null {
   const kernelId: unknown = container.kernel_id;
   const webPorts: unknown = container.web_ports;
   const forwardPorts: unknown = container.forward_ports;
+  const pod: unknown = container.pod;
   return {
     ...container,
     host: text(container.host),
@@ -125,7 +126,8 @@ export function parseContainer(value: unknown): IDevContainer | null {
     finished_at: textOrNull(container.finished_at),
     kernels: finiteOrNull(container.kernels),
     last_activity: textOrNull(container.last_activity),
-    uncommitted: finiteOrNull(container.uncommitted)
+    uncommitted: finiteOrNull(container.uncommitted),
+    pod: pod === true
   };
 }
 

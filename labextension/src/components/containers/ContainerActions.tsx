@@ -7,6 +7,40 @@ import type { OpenContainerView, OpenKind } from './types';
 
 const STARTABLE_STATES = new Set(['exited', 'created']);
 
+/** Which of a container's buttons its kind and state allow. */
+export interface IAllowedActions {
+  commit: boolean;
+  terminal: boolean;
+  stop: boolean;
+  pin: boolean;
+  start: boolean;
+  remove: boolean;
+}
+
+/**
+ * The actions a container allows. A pod (on a Kubernetes host) is never
+ * stopped and kept: it is removed while it runs, and it is not committed yet.
+ */
+export function allowedActions(
+  container: IDevContainer,
+  running: boolean,
+  canOpenTerminal: boolean
+): IAllowedActions {
+  const exists = container.state !== 'removing' && container.state !== 'dead';
+  const pod = container.pod;
+  return {
+    commit: exists && !pod,
+    // The server opens terminals in running containers only (not paused ones).
+    terminal: canOpenTerminal && container.state === 'running',
+    stop: running && !pod,
+    // Only a container that kernels share stops when its last kernel ends, so
+    // only one can be pinned; one made for a kernel ends with that kernel.
+    pin: !pod && container.kernel_id === null && container.state !== 'removing',
+    start: !pod && STARTABLE_STATES.has(container.state),
+    remove: (pod || !running) && container.state !== 'removing'
+  };
+}
+
 /**
  * The buttons of a container its state allows: Commit, Push, Logs (given
  * `openView`), Terminal, Stop, Pin/Unpin, Start, Remove (or Discard, with
@@ -30,16 +64,9 @@ export function ContainerActions({
   trans: TranslationBundle;
 }): React.JSX.Element {
   const name = container.name;
-  const canStart = STARTABLE_STATES.has(container.state);
-  const canRemove = !running && container.state !== 'removing';
-  // The server opens terminals in running containers only (not paused ones).
-  const canTerminal = canOpenTerminal && container.state === 'running';
+  const allowed = allowedActions(container, running, canOpenTerminal);
   const busy = pending !== undefined;
-  // Only a container that kernels share stops when its last kernel ends, so
-  // only one can be pinned; one made for a kernel ends with that kernel.
-  const canPin = container.kernel_id === null && container.state !== 'removing';
   const uncommitted = container.uncommitted ?? 0;
-  const exists = container.state !== 'removing' && container.state !== 'dead';
 
   const viewButton = (
     kind: OpenKind,
@@ -94,7 +121,7 @@ export function ContainerActions({
       aria-label={trans.__('Actions on %1', name)}
     >
       {openView &&
-        exists &&
+        allowed.commit &&
         viewButton(
           'commit',
           trans.__('Commit'),
@@ -103,34 +130,35 @@ export function ContainerActions({
           )
         )}
       {openView &&
-        exists &&
+        allowed.commit &&
         viewButton(
           'push',
           trans.__('Push'),
           trans.__('Commit the container as an image and push it to a registry')
         )}
       {openView &&
-        exists &&
+        container.state !== 'removing' &&
+        container.state !== 'dead' &&
         viewButton(
           'logs',
           trans.__('Logs'),
           trans.__('Show the output of the container, following it')
         )}
-      {canTerminal &&
+      {allowed.terminal &&
         actionButton(
           'terminal',
           trans.__('Terminal'),
           trans.__('Opening…'),
           trans.__('Open a terminal with a shell inside the container')
         )}
-      {running &&
+      {allowed.stop &&
         actionButton(
           'stop',
           trans.__('Stop'),
           trans.__('Stopping…'),
           trans.__('Stop the container and free its GPUs; its files are kept')
         )}
-      {canPin && (
+      {allowed.pin && (
         <PinButton
           container={container}
           pending={pending}
@@ -138,14 +166,14 @@ export function ContainerActions({
           trans={trans}
         />
       )}
-      {canStart &&
+      {allowed.start &&
         actionButton(
           'start',
           trans.__('Start'),
           trans.__('Starting…'),
           trans.__('Start the container again, with the same GPUs')
         )}
-      {canRemove &&
+      {allowed.remove &&
         (uncommitted > 0
           ? actionButton(
               'remove',
@@ -160,7 +188,11 @@ export function ContainerActions({
               'remove',
               trans.__('Remove'),
               trans.__('Removing…'),
-              trans.__('Remove the container'),
+              container.pod
+                ? trans.__(
+                    'Delete the pod and free its GPUs; its workspace claim is kept (asks first if files outside it changed)'
+                  )
+                : trans.__('Remove the container'),
               ' jp-gpudev-mod-warn'
             ))}
     </div>
