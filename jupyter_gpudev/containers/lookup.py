@@ -8,6 +8,7 @@ Configured as ``c.DevContainers.*``."""
 from __future__ import annotations
 
 import builtins
+import codecs
 import hashlib
 import os
 import re
@@ -584,7 +585,16 @@ class ContainerLookup(LoggingConfigurable):
         found_host, container = self.locate(name, host, caller=caller)
         if isinstance(container, dict):
             if follow:
-                raise BadRequest("logs --follow of a pod is not done yet: kubectl logs -f is")
+                decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+                chunks = self.pods(found_host).cluster.follow_output(
+                    str(container["metadata"]["name"]), tail=tail
+                )
+                try:
+                    for chunk in chunks:
+                        yield decoder.decode(chunk)
+                finally:
+                    chunks.close()
+                return
             data = self.pods(found_host).cluster.output(
                 str(container["metadata"]["name"]), tail=tail, limit=self.max_log_bytes
             )

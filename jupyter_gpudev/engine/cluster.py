@@ -19,7 +19,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -539,6 +539,44 @@ class Cluster:
                 f"({response.status}{': ' + words if words else ''})"
             )
         return data
+
+    def follow_output(
+        self, pod: str, *, tail: int | None, container: str = "dev"
+    ) -> Generator[bytes, None, None]:
+        """A pod's container's output as it comes (``kubectl logs -f``), until the pod ends or
+        the caller stops reading (the connection is closed then)."""
+        query = [("container", container), ("follow", "true")]
+        if tail is not None:
+            query.append(("tailLines", str(max(0, tail))))
+        api = self.api()
+        serialized = self._serialize(
+            api,
+            method="GET",
+            resource_path=object_path("v1", "Pod", self.spec.namespace, pod) + "/log",
+            query_params=query,
+            header_params={"Accept": "text/plain"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            # No read timeout: a quiet pod is not a failure.
+            response = api.call_api(*serialized, _request_timeout=(self.timeout, None))
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            self.log.info("gpudev: cluster %s: log of %s: %r", self.spec.name, pod, exc)
+            raise self._unreachable("the API server did not answer") from None
+        raw = response.response
+        try:
+            if int(response.status) != 200:
+                raise EngineError(
+                    f"Kubernetes cluster {self.spec.name}: the output of {pod} could not be read "
+                    f"({response.status})"
+                )
+            try:
+                yield from raw.stream(1 << 14)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                self.log.info("gpudev: cluster %s: log of %s ended: %r", self.spec.name, pod, exc)
+        finally:
+            raw.release_conn()
+            raw.close()
 
     def events_of(self, kind: str, name: str) -> dict[str, Any]:
         """The events of one object of the host's namespace (``{"items": [...]}``)."""

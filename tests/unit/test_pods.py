@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import pytest
 from traitlets.config import Config
@@ -399,8 +400,10 @@ def test_a_pods_output_is_read_bounded(manager: DevContainers, cluster: FakeClus
     cut = "".join(manager.logs("talk", "cluster", caller=ALICE))
     assert cut.startswith("line 1\nline 2\nline 3\n")
     assert "the output is cut here, after 20 bytes" in cut
-    with pytest.raises(GPUDevError, match="follow of a pod"):
-        list(manager.logs("talk", "cluster", follow=True, caller=ALICE))
+    # Followed, it comes as the server sends it (here: all of it, then the pod's end)
+    followed = "".join(manager.logs("talk", "cluster", follow=True, tail=1, caller=ALICE))
+    assert followed == "line 100\n"
+    assert ("follow", "true") in parse_qsl(cluster.requests[-1][1].split("?", 1)[1])
     with pytest.raises(NotFound):
         list(manager.logs("talk", "cluster", caller=BOB))
 
