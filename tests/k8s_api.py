@@ -16,11 +16,12 @@ import base64
 import contextlib
 import hashlib
 import json
+import logging
 import re
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -310,6 +311,17 @@ def exec_status(code: int | None, argv: list[str]) -> dict[str, Any]:
 class _Handler(BaseHTTPRequestHandler):
     cluster: FakeCluster
 
+    def frame_writer(self) -> Callable[..., None]:
+        """Sends one frame to the client; safe from several threads, quiet once it is gone."""
+        lock = threading.Lock()
+
+        def send(data: bytes, opcode: int = 0x2) -> None:
+            with lock, contextlib.suppress(OSError, ValueError):
+                self.wfile.write(ws_frame(data, opcode))
+                self.wfile.flush()
+
+        return send
+
     def _upgrade(self) -> None:
         key = self.headers.get("Sec-WebSocket-Key", "")
         accept = base64.b64encode(hashlib.sha1((key + _WS_GUID).encode()).digest()).decode()  # noqa: S324 - the protocol's
@@ -338,13 +350,7 @@ class _Handler(BaseHTTPRequestHandler):
             cluster.kubelet.address(pod) if cluster.kubelet is not None else cluster.forward_address
         )
         self._upgrade()
-        lock = threading.Lock()
-
-        def send(data: bytes, opcode: int = 0x2) -> None:
-            with lock, contextlib.suppress(OSError, ValueError):
-                self.wfile.write(ws_frame(data, opcode))
-                self.wfile.flush()
-
+        send = self.frame_writer()
         announce = port.to_bytes(2, "little")
         send(b"\0" + announce)
         send(b"\1" + announce)
@@ -392,16 +398,7 @@ class _Handler(BaseHTTPRequestHandler):
             return False  # answered as a plain request: 404
         argv = [v for k, v in parse_qsl(parts.query) if k == "command"]
         cluster.execs.append((match["name"], argv))
-        key = self.headers.get("Sec-WebSocket-Key", "")
-        accept = base64.b64encode(hashlib.sha1((key + _WS_GUID).encode()).digest()).decode()  # noqa: S324 - the protocol's
-        self.send_response(101)
-        self.send_header("Upgrade", "websocket")
-        self.send_header("Connection", "Upgrade")
-        self.send_header("Sec-WebSocket-Accept", accept)
-        self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
-        self.end_headers()
-        self.wfile.flush()
-        self.close_connection = True
+        self._upgrade()
         if ("tty", "true") in parse_qsl(parts.query) and cluster.kubelet is not None:
             cluster.kubelet.terminal(pod, argv, self)
             return True
@@ -584,12 +581,7 @@ class DockerKubelet:
         exec_id = api.exec_create(container.id, argv, stdin=True, tty=True, user=user)["Id"]
         stream = api.exec_start(exec_id, socket=True, tty=True)
         raw = getattr(stream, "_sock", stream)
-        lock = threading.Lock()
-
-        def send(data: bytes, opcode: int = 0x2) -> None:
-            with lock, contextlib.suppress(OSError, ValueError):
-                handler.wfile.write(ws_frame(data, opcode))
-                handler.wfile.flush()
+        send = handler.frame_writer()
 
         def output() -> None:
             while True:
@@ -631,3 +623,39 @@ class DockerKubelet:
             all=True, filters={"label": f"{self.label}=1"}
         ):
             container.remove(force=True)
+
+
+@contextlib.contextmanager
+def cluster_manager(
+    cluster: FakeCluster, folder: Path, monkeypatch: Any, **traits: Any
+) -> Iterator[Any]:
+    """A ``DevContainers`` whose one host, ``cluster`` (``k8s://lab-ml/team-ml``), is
+    ``cluster`` served by ``APIServer`` and reached through a kubeconfig in ``folder``; kernels
+    and web ports at pod IPs; ``traits``: more ``c.DevContainers`` settings."""
+    from traitlets.config import Config  # noqa: PLC0415 - a helper of the tests only
+
+    from jupyter_gpudev.containers import DevContainers  # noqa: PLC0415
+    from jupyter_gpudev.engine import HostPool  # noqa: PLC0415
+
+    server = APIServer(cluster)
+    monkeypatch.setenv("KUBECONFIG", str(server.kubeconfig(folder / "kubeconfig")))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    config = Config()
+    config.HostPool.include_local = False
+    config.HostPool.hosts = {"cluster": "k8s://lab-ml/team-ml"}
+    config.HostPool.hosts_file = str(folder / "hosts.json")
+    config.GPUInventory.backend = "none"
+    config.DevContainers.state_dir = str(folder / "state")
+    config.DevContainers.pod_port_forward = "never"  # at the pod's IP (forwards: their test)
+    config.DevContainers.pod_poll_interval = 0.02
+    for name, value in traits.items():
+        setattr(config.DevContainers, name, value)
+    config.Access.admin_users = {"admin"}
+    root = folder / "work"
+    root.mkdir()
+    pool = HostPool(config=config, log=logging.getLogger("test"))
+    try:
+        yield DevContainers(root_dir=root, host_pool=pool, config=config)
+    finally:
+        pool.close()
+        server.close()

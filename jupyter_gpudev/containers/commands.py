@@ -25,32 +25,28 @@ def run_lifecycle_commands(
     """Run the environment's postCreateCommand and postStartCommand in ``container`` (each
     bounded by ``timeout`` seconds, its last lines reported); returns the warnings."""
     warnings: list[str] = []
-    for stage, command in (
-        ("postCreateCommand", env.post_create_command),
-        ("postStartCommand", env.post_start_command),
-    ):
-        for label, argv in lifecycle_argvs(command):
-            say({"stage": stage, "message": " ".join(argv)})
-            try:
-                code, lines = _run_bounded(
-                    container,
-                    argv,
-                    workdir=env.workspace_folder,
-                    environment=dict(env.container_env),
-                    timeout=timeout,
-                )
-            except (docker.errors.DockerException, GPUDevError) as exc:
-                log.warning("%s of %s failed: %r", stage, container.name, exc)
-                code, lines = -1, []
-            for line in lines:
-                say({"stage": stage, "message": line})
-            if code is None:
-                warnings.append(
-                    f"{stage}{label} was still running after {timeout:g} s; "
-                    "it goes on in the container, unwatched"
-                )
-            elif code != 0:
-                warnings.append(f"{stage}{label} exited with {code}")
+    for stage, label, argv in lifecycle_steps(env):
+        say({"stage": stage, "message": " ".join(argv)})
+        try:
+            code, lines = _run_bounded(
+                container,
+                argv,
+                workdir=env.workspace_folder,
+                environment=dict(env.container_env),
+                timeout=timeout,
+            )
+        except (docker.errors.DockerException, GPUDevError) as exc:
+            log.warning("%s of %s failed: %r", stage, container.name, exc)
+            code, lines = -1, []
+        for line in lines:
+            say({"stage": stage, "message": line})
+        if code is None:
+            warnings.append(
+                f"{stage}{label} was still running after {timeout:g} s; "
+                "it goes on in the container, unwatched"
+            )
+        elif code != 0:
+            warnings.append(f"{stage}{label} exited with {code}")
     return tuple(warnings)
 
 
@@ -123,6 +119,16 @@ def _run_bounded(
         last.append(partial[0])
     code = state.get("ExitCode")
     return (code if isinstance(code, int) else -1), list(last)
+
+
+def lifecycle_steps(env: Environment) -> Iterator[tuple[str, str, list[str]]]:
+    """The environment's lifecycle commands in order: (stage, label, argv)."""
+    for stage, command in (
+        ("postCreateCommand", env.post_create_command),
+        ("postStartCommand", env.post_start_command),
+    ):
+        for label, argv in lifecycle_argvs(command):
+            yield stage, label, argv
 
 
 def lifecycle_argvs(command: Any) -> Iterator[tuple[str, list[str]]]:

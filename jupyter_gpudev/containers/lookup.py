@@ -551,23 +551,20 @@ class ContainerLookup(LoggingConfigurable):
         found_host, container = self.locate(name, host, caller=caller)
         if isinstance(container, dict):
             info = self._pod_info(found_host, container)
-            if port not in info.web_ports:
-                raise NotFound(
-                    f"Port {port} of {user_name(name)!r} is not forwarded: add it to "
-                    f"forwardPorts, or with `jupyter gpudev ports add {user_name(name)} {port}`",
-                    details={"name": user_name(name), "port": port},
-                )
-            if info.state != "running":
-                raise Conflict(f"{user_name(name)!r} is not running")
-            return self.pod_reach(found_host, container, port)
-        if port not in self.added_ports.web_ports(container):
+            served, running = info.web_ports, info.state == "running"
+        else:
+            served = self.added_ports.web_ports(container)
+            running = container.status == "running"
+        if port not in served:
             raise NotFound(
                 f"Port {port} of {user_name(name)!r} is not forwarded: add it to forwardPorts, "
                 f"or with `jupyter gpudev ports add {user_name(name)} {port}`",
                 details={"name": user_name(name), "port": port},
             )
-        if container.status != "running":
+        if not running:
             raise Conflict(f"{user_name(name)!r} is not running: start it first")
+        if isinstance(container, dict):
+            return self.pod_reach(found_host, container, port)
         return found_host.reach(self.address_of(container), port)
 
     def logs(

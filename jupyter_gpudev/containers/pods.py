@@ -31,7 +31,7 @@ from ..k8s import objects as k8s
 from ..k8s.listing import LISTING_ARGV, compare_listings, parse_listing
 from ..k8s.status import PodState, clean, pod_state
 from ..labels import A_CREATED, A_ENV, A_IMAGE, A_NAME, A_OWNER, A_PORTS, K_MANAGED
-from .commands import lifecycle_argvs
+from .commands import lifecycle_steps
 from .model import DevContainerInfo, engine_time
 
 #: The states of a pod as the container listing says them (Docker's words where they exist).
@@ -367,24 +367,20 @@ class Pods:
         (its working folder and variables are the pod's: the workspace and containerEnv), each
         bounded by ``timeout``; their last lines said; the warnings."""
         warnings: list[str] = []
-        for stage, command in (
-            ("postCreateCommand", env.post_create_command),
-            ("postStartCommand", env.post_start_command),
-        ):
-            for label, argv in lifecycle_argvs(command):
-                say({"stage": stage, "message": " ".join(argv)})
-                try:
-                    result = self.cluster.exec(pod_name, argv, timeout=timeout, limit=1 << 20)
-                except GPUDevError as err:
-                    warnings.append(f"{stage}{label} did not finish: {err.message}")
-                    continue
-                text = (result.stdout + result.stderr).decode(errors="replace")
-                for line in text.splitlines()[-LAST_LINES:]:
-                    say({"stage": stage, "message": clean(line[:LINE_CHARS])})
-                if result.cut:
-                    warnings.append(f"{stage}{label} printed over 1 MiB; it was left running")
-                elif result.exit_code:
-                    warnings.append(f"{stage}{label} exited with {result.exit_code}")
+        for stage, label, argv in lifecycle_steps(env):
+            say({"stage": stage, "message": " ".join(argv)})
+            try:
+                result = self.cluster.exec(pod_name, argv, timeout=timeout, limit=1 << 20)
+            except GPUDevError as err:
+                warnings.append(f"{stage}{label} did not finish: {err.message}")
+                continue
+            text = (result.stdout + result.stderr).decode(errors="replace")
+            for line in text.splitlines()[-LAST_LINES:]:
+                say({"stage": stage, "message": clean(line[:LINE_CHARS])})
+            if result.cut:
+                warnings.append(f"{stage}{label} printed over 1 MiB; it was left running")
+            elif result.exit_code:
+                warnings.append(f"{stage}{label} exited with {result.exit_code}")
         return warnings
 
     def delete(self, pod: dict[str, Any]) -> list[str]:

@@ -508,72 +508,63 @@ class Cluster:
             [i for i in items[:MAX_ITEMS] if isinstance(i, dict)] if isinstance(items, list) else []
         )
 
-    def output(self, pod: str, *, tail: int | None, limit: int, container: str = "dev") -> bytes:
-        """A pod's container's output, at most ``limit`` bytes (the API server cuts it) and
-        with ``tail``: its last lines only."""
-        query = [("container", container), ("limitBytes", str(limit + 1))]
-        if tail is not None:
-            query.append(("tailLines", str(max(0, tail))))
+    def _log_response(
+        self, pod: str, query: list[tuple[str, str]], timeout: Any, container: str
+    ) -> Any:
+        """The answer to a request for a pod's container's output, its body not read yet."""
         api = self.api()
+        serialized = self._serialize(
+            api,
+            method="GET",
+            resource_path=object_path("v1", "Pod", self.spec.namespace, pod) + "/log",
+            query_params=[("container", container), *query],
+            header_params={"Accept": "text/plain"},
+            auth_settings=["BearerToken"],
+        )
         try:
-            serialized = self._serialize(
-                api,
-                method="GET",
-                resource_path=object_path("v1", "Pod", self.spec.namespace, pod) + "/log",
-                query_params=query,
-                header_params={"Accept": "text/plain"},
-                auth_settings=["BearerToken"],
-            )
-            response = api.call_api(*serialized, _request_timeout=self.timeout)
-            data = bytes(response.read() or b"")
+            response = api.call_api(*serialized, _request_timeout=timeout)
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
             self.log.info("gpudev: cluster %s: log of %s: %r", self.spec.name, pod, exc)
             raise self._unreachable("the API server did not answer") from None
         if int(response.status) != 200:
             try:
-                words = said(json.loads(data))
-            except ValueError:
+                words = said(json.loads(response.read() or b"{}"))
+            except (ValueError, urllib3.exceptions.HTTPError, OSError):
                 words = ""
+            response.response.release_conn()
             raise EngineError(
                 f"Kubernetes cluster {self.spec.name}: the output of {pod} could not be read "
                 f"({response.status}{': ' + words if words else ''})"
             )
-        return data
+        return response
+
+    def output(self, pod: str, *, tail: int | None, limit: int, container: str = "dev") -> bytes:
+        """A pod's container's output, at most ``limit`` bytes (the API server cuts it) and
+        with ``tail``: its last lines only."""
+        query = [("limitBytes", str(limit + 1))]
+        if tail is not None:
+            query.append(("tailLines", str(max(0, tail))))
+        response = self._log_response(pod, query, self.timeout, container)
+        try:
+            return bytes(response.read() or b"")
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self.log.info("gpudev: cluster %s: log of %s: %r", self.spec.name, pod, exc)
+            raise self._unreachable("the API server did not answer") from None
 
     def follow_output(
         self, pod: str, *, tail: int | None, container: str = "dev"
     ) -> Generator[bytes, None, None]:
         """A pod's container's output as it comes (``kubectl logs -f``), until the pod ends or
         the caller stops reading (the connection is closed then)."""
-        query = [("container", container), ("follow", "true")]
+        query = [("follow", "true")]
         if tail is not None:
             query.append(("tailLines", str(max(0, tail))))
-        api = self.api()
-        serialized = self._serialize(
-            api,
-            method="GET",
-            resource_path=object_path("v1", "Pod", self.spec.namespace, pod) + "/log",
-            query_params=query,
-            header_params={"Accept": "text/plain"},
-            auth_settings=["BearerToken"],
-        )
+        # No read timeout: a quiet pod is not a failure.
+        raw = self._log_response(pod, query, (self.timeout, None), container).response
         try:
-            # No read timeout: a quiet pod is not a failure.
-            response = api.call_api(*serialized, _request_timeout=(self.timeout, None))
-        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-            self.log.info("gpudev: cluster %s: log of %s: %r", self.spec.name, pod, exc)
-            raise self._unreachable("the API server did not answer") from None
-        raw = response.response
-        try:
-            if int(response.status) != 200:
-                raise EngineError(
-                    f"Kubernetes cluster {self.spec.name}: the output of {pod} could not be read "
-                    f"({response.status})"
-                )
-            try:
-                yield from raw.stream(1 << 14)
-            except (urllib3.exceptions.HTTPError, OSError) as exc:
-                self.log.info("gpudev: cluster %s: log of %s ended: %r", self.spec.name, pod, exc)
+            yield from raw.stream(1 << 14)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self.log.info("gpudev: cluster %s: log of %s ended: %r", self.spec.name, pod, exc)
         finally:
             raw.release_conn()
             raw.close()

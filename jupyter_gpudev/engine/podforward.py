@@ -18,6 +18,7 @@ import threading
 from typing import Any
 
 from ..errors import GPUDevError
+from .tunnels import ForwardSet
 
 _CHUNK = 65536
 #: The most bytes of the error channel kept (it says why a connection failed).
@@ -123,39 +124,12 @@ def _pending(sock: Any) -> bool:
     return bool(pending()) if callable(pending) else False
 
 
-class PodForwards:
-    """The local ends of one cluster's port forwards, made on first use, kept until closed."""
+class PodForwards(ForwardSet):
+    """The local ends of one cluster's port forwards, by ``(pod, port)``."""
 
     def __init__(self, cluster: Any, log: Any) -> None:
+        super().__init__(log)
         self.cluster = cluster
-        self.log = log
-        self._forwards: dict[tuple[str, int], _Forward] = {}
-        self._lock = threading.Lock()
 
-    def forward(self, pod: str, port: int) -> int:
-        """The local port that reaches ``port`` of ``pod``."""
-        with self._lock:
-            found = self._forwards.get((pod, port))
-            if found is None:
-                found = _Forward(self.cluster, pod, port, self.log)
-                self._forwards[(pod, port)] = found
-            return found.local_port
-
-    def close_to(self, pod: str, ports: tuple[int, ...] | None = None) -> None:
-        """Close the forwards to ``pod`` (only to ``ports`` when given)."""
-        with self._lock:
-            keys = [k for k in self._forwards if k[0] == pod and (ports is None or k[1] in ports)]
-            closing = [self._forwards.pop(k) for k in keys]
-        for forward in closing:
-            forward.close()
-
-    def active(self) -> list[tuple[str, int, int]]:
-        with self._lock:
-            return [(p, port, f.local_port) for (p, port), f in self._forwards.items()]
-
-    def close(self) -> None:
-        with self._lock:
-            closing = list(self._forwards.values())
-            self._forwards.clear()
-        for forward in closing:
-            forward.close()
+    def _open(self, target: str, port: int) -> _Forward:
+        return _Forward(self.cluster, target, port, self.log)

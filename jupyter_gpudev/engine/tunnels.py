@@ -148,47 +148,43 @@ def _copy_up(client: socket.socket, channel: paramiko.Channel) -> None:
             channel.shutdown_write()
 
 
-class Tunnels:
-    """The forwards of one host, by ``(address, port)`` on its side."""
+class ForwardSet:
+    """Local ends of forwards, by ``(target, port)`` of the far side: opened on first use,
+    reused, kept until closed. Subclasses say how one is opened (``_open``)."""
 
-    def __init__(self, ssh: SSHConnection, log: Any) -> None:
-        self.ssh = ssh
+    def __init__(self, log: Any) -> None:
         self.log = log
-        self._forwards: dict[tuple[str, int], _Forward] = {}
+        self._forwards: dict[tuple[str, int], Any] = {}
         self._lock = threading.Lock()
 
-    def forward(self, address: str, port: int) -> int:
-        """The local port that reaches ``address:port`` on the host (opened once, reused)."""
-        with self._lock:
-            existing = self._forwards.get((address, port))
-            if existing is None:
-                existing = _Forward(self.ssh, address, port, self.log)
-                self._forwards[(address, port)] = existing
-                self.log.debug(
-                    "gpudev: forwarding 127.0.0.1:%s to %s:%s on %s",
-                    existing.local_port,
-                    address,
-                    port,
-                    self.ssh.target.where,
-                )
-            return existing.local_port
+    def _open(self, target: str, port: int) -> Any:
+        """A listening forward to ``port`` of ``target`` (``local_port``, ``close()``)."""
+        raise NotImplementedError
 
-    def close_to(self, address: str, ports: tuple[int, ...] | None = None) -> None:
-        """Close the forwards to ``address`` (to ``ports`` of it, when given)."""
+    def forward(self, target: str, port: int) -> int:
+        """The local port that reaches ``port`` of ``target`` (opened once, reused)."""
+        with self._lock:
+            existing = self._forwards.get((target, port))
+            if existing is None:
+                existing = self._forwards[(target, port)] = self._open(target, port)
+            return int(existing.local_port)
+
+    def close_to(self, target: str, ports: tuple[int, ...] | None = None) -> None:
+        """Close the forwards to ``target`` (to ``ports`` of it, when given)."""
         with self._lock:
             keys = [
                 key
                 for key in self._forwards
-                if key[0] == address and (ports is None or key[1] in ports)
+                if key[0] == target and (ports is None or key[1] in ports)
             ]
             closing = [self._forwards.pop(key) for key in keys]
         for forward in closing:
             forward.close()
 
     def active(self) -> list[tuple[str, int, int]]:
-        """``(address, port, local port)`` of each open forward."""
+        """``(target, port, local port)`` of each open forward."""
         with self._lock:
-            return [(a, p, f.local_port) for (a, p), f in self._forwards.items()]
+            return [(t, p, f.local_port) for (t, p), f in self._forwards.items()]
 
     def close(self) -> None:
         with self._lock:
@@ -196,3 +192,22 @@ class Tunnels:
             self._forwards.clear()
         for forward in closing:
             forward.close()
+
+
+class Tunnels(ForwardSet):
+    """The forwards of one host, by ``(address, port)`` on its side."""
+
+    def __init__(self, ssh: SSHConnection, log: Any) -> None:
+        super().__init__(log)
+        self.ssh = ssh
+
+    def _open(self, target: str, port: int) -> _Forward:
+        opened = _Forward(self.ssh, target, port, self.log)
+        self.log.debug(
+            "gpudev: forwarding 127.0.0.1:%s to %s:%s on %s",
+            opened.local_port,
+            target,
+            port,
+            self.ssh.target.where,
+        )
+        return opened

@@ -6,7 +6,7 @@ The connection file (with the kernel's key) is sent as the exec's input, never a
 an exec's command is in its URL, which the API server's audit log may keep. The kernel runs as
 the pod's user, detached from the exec; the pod's pause container (``shareProcessNamespace``)
 reaps it when it ends. Its ports are the pod's own: the server reaches them at the pod's IP
-(from inside the cluster, or a network that routes pod IPs; port-forward is not done).
+from inside the cluster, else through port-forwards (``DevContainers.pod_reach``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,14 @@ from typing import Any
 from ..engine.cluster import Cluster
 from ..errors import EngineError
 from ..k8s.status import clean
-from .process import DEFAULT_ARGV, IMAGE_KERNELSPECS, RUNTIME_DIR, runtime_files, signal_argv
+from .process import (
+    DEFAULT_ARGV,
+    IMAGE_KERNELSPECS,
+    RUNTIME_DIR,
+    kernelspec_argv,
+    runtime_files,
+    signal_argv,
+)
 
 #: Seconds one exec of the kernel's (start, check, signal) may take.
 EXEC_TIMEOUT = 30.0
@@ -28,14 +35,9 @@ def image_argv(cluster: Cluster, pod: str) -> list[str]:
     """The image's own python3 kernelspec argv if it has one, else the ipykernel default."""
     for path in IMAGE_KERNELSPECS:
         found = cluster.exec(pod, ["cat", path], timeout=EXEC_TIMEOUT, limit=64 << 10)
-        if found.exit_code != 0:
-            continue
-        try:
-            argv = json.loads(found.stdout)["argv"]
-        except (ValueError, KeyError, TypeError):
-            continue
-        if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
-            return list(argv)
+        argv = kernelspec_argv(found.stdout) if found.exit_code == 0 else None
+        if argv is not None:
+            return argv
     return list(DEFAULT_ARGV)
 
 

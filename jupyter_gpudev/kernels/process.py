@@ -30,17 +30,26 @@ def runtime_files(runtime_id: str) -> tuple[str, str, str]:
     return kernel_file, pid_file, log_file
 
 
+def kernelspec_argv(data: Any) -> list[str] | None:
+    """The argv of a kernel.json read from an image (hostile input: only a list of strings)."""
+    if not isinstance(data, bytes):
+        return None
+    try:
+        argv = json.loads(data)["argv"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
+        return list(argv)
+    return None
+
+
 def image_argv(container: Any) -> list[str]:
     """The image's own python3 kernelspec argv if it has one, else the ipykernel default."""
     for path in IMAGE_KERNELSPECS:
         code, output = container.exec_run(["cat", path])
-        if code == 0 and isinstance(output, bytes):
-            try:
-                argv = json.loads(output)["argv"]
-            except (ValueError, KeyError, TypeError):
-                continue
-            if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
-                return list(argv)
+        argv = kernelspec_argv(output) if code == 0 else None
+        if argv is not None:
+            return argv
     return list(DEFAULT_ARGV)
 
 

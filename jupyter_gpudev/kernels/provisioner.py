@@ -347,7 +347,6 @@ class GPUDevProvisioner(KernelProvisionerBase):
         pod = self._in_pod()
         if pod is not None:
             return self._launch_in_pod(*pod, cmd, kwargs)
-        km: Any = self.parent
         container, self._launching = self._launching or self._container(), None
         self._api = container.client.api
         address = self._manager.address_of(container)
@@ -361,20 +360,8 @@ class GPUDevProvisioner(KernelProvisionerBase):
         reached = [host.reach(address, port) for port in self._ports]
         self._runtime_id = f"kernel-{self.kernel_id}"
         kernel_file, _, log_file = runtime_files(self._runtime_id)
-        info: dict[str, Any] = {
-            "transport": "tcp",
-            "signature_scheme": km.session.signature_scheme,
-            "kernel_name": getattr(km, "kernel_name", ""),
-        }
-        key = km.session.key
-        inside = {
-            **info,
-            **dict(zip(PORT_NAMES, self._ports, strict=True)),
-            "ip": "0.0.0.0",  # noqa: S104 - container-local
-            "key": key.decode(),
-        }
-        local_file = getattr(km, "connection_file", "")
-        argv = ["{connection_file}" if arg == local_file else arg for arg in cmd]
+        inside, connection = self._connections(reached)
+        argv = self._inside_argv(cmd)
         exec_id = process.start(
             self._api,
             container.id,
@@ -398,28 +385,15 @@ class GPUDevProvisioner(KernelProvisionerBase):
             address,
             self._ports,
         )
-        connection: dict[str, Any] = {
-            **info,
-            **dict(zip(PORT_NAMES, (port for _, port in reached), strict=True)),
-            "ip": reached[0][0],
-            "key": key,
-        }
         self._keep_warm()
-        return cast(KernelConnectionInfo, connection)
+        return connection
 
-    def _launch_in_pod(
-        self, cluster: Cluster, pod: str, cmd: list[str], kwargs: dict[str, Any]
-    ) -> KernelConnectionInfo:
-        """``_launch`` in a pod: the kernel started by exec (its key sent as input), reached at
-        the pod's IP on its own ports."""
+    def _connections(
+        self, reached: list[tuple[str, int]]
+    ) -> tuple[dict[str, Any], KernelConnectionInfo]:
+        """The kernel's connection file inside (its own ports on every address) and the
+        server's connection (where it reaches each port), with the session's key."""
         km: Any = self.parent
-        found = cluster.read("v1", "Pod", pod) or {}
-        if not self._ports:
-            self._ports = self._choose_ports()
-        # Where this server reaches each port: the pod's IP, or a local port-forward.
-        host = self._host()
-        reached = [self._manager.pod_reach(host, found, port) for port in self._ports]
-        self._runtime_id = f"kernel-{self.kernel_id}"
         info: dict[str, Any] = {
             "transport": "tcp",
             "signature_scheme": km.session.signature_scheme,
@@ -429,11 +403,37 @@ class GPUDevProvisioner(KernelProvisionerBase):
         inside = {
             **info,
             **dict(zip(PORT_NAMES, self._ports, strict=True)),
-            "ip": "0.0.0.0",  # noqa: S104 - the pod's own network namespace
+            "ip": "0.0.0.0",  # noqa: S104 - the container's or pod's own network namespace
             "key": key.decode(),
         }
-        local_file = getattr(km, "connection_file", "")
-        argv = ["{connection_file}" if arg == local_file else arg for arg in cmd]
+        connection: dict[str, Any] = {
+            **info,
+            **dict(zip(PORT_NAMES, (port for _, port in reached), strict=True)),
+            "ip": reached[0][0],
+            "key": key,
+        }
+        return inside, cast(KernelConnectionInfo, connection)
+
+    def _inside_argv(self, cmd: list[str]) -> list[str]:
+        """The kernel's command with jupyter_client's local connection file as a placeholder
+        for the one inside."""
+        local_file = getattr(self.parent, "connection_file", "")
+        return ["{connection_file}" if arg == local_file else arg for arg in cmd]
+
+    def _launch_in_pod(
+        self, cluster: Cluster, pod: str, cmd: list[str], kwargs: dict[str, Any]
+    ) -> KernelConnectionInfo:
+        """``_launch`` in a pod: the kernel started by exec (its key sent as input), reached at
+        the pod's IP or through port-forwards."""
+        found = cluster.read("v1", "Pod", pod) or {}
+        if not self._ports:
+            self._ports = self._choose_ports()
+        # Where this server reaches each port: the pod's IP, or a local port-forward.
+        host = self._host()
+        reached = [self._manager.pod_reach(host, found, port) for port in self._ports]
+        self._runtime_id = f"kernel-{self.kernel_id}"
+        inside, connection = self._connections(reached)
+        argv = self._inside_argv(cmd)
         log_file = in_pod.start(
             cluster,
             pod,
@@ -457,13 +457,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         self.log.info(
             "gpudev kernel %s started in pod %s, reached at %s", self.kernel_id, pod, reached
         )
-        connection: dict[str, Any] = {
-            **info,
-            **dict(zip(PORT_NAMES, (port for _, port in reached), strict=True)),
-            "ip": reached[0][0],
-            "key": key,
-        }
-        return cast(KernelConnectionInfo, connection)
+        return connection
 
     def _launch_warm(self, container: Any, kwargs: dict[str, Any]) -> KernelConnectionInfo | None:
         """The first start of a kernel in a shared container takes a warm kernel of it

@@ -23,7 +23,6 @@ from pathlib import Path
 import docker
 import pytest
 from ptyprocess import PtyProcess
-from traitlets.config import Config
 
 from jupyter_gpudev.access import Caller
 from jupyter_gpudev.containers import DevContainers, StartRequest
@@ -32,7 +31,7 @@ from jupyter_gpudev.errors import Conflict, NotFound
 from jupyter_gpudev.kernels import provisioner
 from jupyter_gpudev.kernels.kernelspecs import SHARED_PREFIX, GPUDevKernelSpecManager
 from tests.integration.test_kernels import kernel_manager, run
-from tests.k8s_api import APIServer, DockerKubelet, FakeCluster
+from tests.k8s_api import DockerKubelet, FakeCluster, cluster_manager
 
 pytestmark = pytest.mark.integration
 LOG = logging.getLogger("test")
@@ -52,23 +51,8 @@ def cluster(docker_client: docker.DockerClient, tmp_path: Path) -> Iterator[Fake
 def manager(
     cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[DevContainers]:
-    server = APIServer(cluster)
-    monkeypatch.setenv("KUBECONFIG", str(server.kubeconfig(tmp_path / "kubeconfig")))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    config = Config()
-    config.HostPool.include_local = False
-    config.HostPool.hosts = {"cluster": "k8s://lab-ml/team-ml"}
-    config.HostPool.hosts_file = str(tmp_path / "hosts.json")
-    config.GPUInventory.backend = "none"
-    config.DevContainers.state_dir = str(tmp_path / "state")
-    config.DevContainers.pod_port_forward = "never"  # at the pod's IP (forwards: their test)
-    config.DevContainers.pod_poll_interval = 0.05
-    root = tmp_path / "work"
-    root.mkdir()
-    pool = HostPool(config=config, log=LOG)
-    yield DevContainers(root_dir=root, host_pool=pool, config=config)
-    pool.close()
-    server.close()
+    with cluster_manager(cluster, tmp_path, monkeypatch, pod_poll_interval=0.05) as made:
+        yield made
 
 
 def test_a_pods_lifecycle_commands_and_changes_run_in_its_image(

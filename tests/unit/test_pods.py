@@ -15,7 +15,6 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import pytest
-from traitlets.config import Config
 
 from jupyter_gpudev.access import Caller
 from jupyter_gpudev.containers import DevContainers, StartRequest
@@ -24,7 +23,7 @@ from jupyter_gpudev.errors import Conflict, EngineError, GPUDevError, ImageError
 from jupyter_gpudev.k8s.listing import LISTING_ARGV
 from jupyter_gpudev.kernels.kernelspecs import GPUDevKernelSpecManager
 from jupyter_gpudev.kernels.provisioner import set_manager
-from tests.k8s_api import TOKEN, UNSCHEDULABLE, APIServer, FakeCluster
+from tests.k8s_api import TOKEN, UNSCHEDULABLE, FakeCluster, cluster_manager
 
 LOG = logging.getLogger("test")
 NS = "/api/v1/namespaces/team-ml"
@@ -41,26 +40,8 @@ def cluster() -> FakeCluster:
 def manager(
     cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[DevContainers]:
-    server = APIServer(cluster)
-    monkeypatch.setenv("KUBECONFIG", str(server.kubeconfig(tmp_path / "kubeconfig")))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    config = Config()
-    config.HostPool.include_local = False
-    config.HostPool.hosts = {"cluster": "k8s://lab-ml/team-ml"}
-    config.HostPool.hosts_file = str(tmp_path / "hosts.json")
-    config.GPUInventory.backend = "none"
-    config.DevContainers.state_dir = str(tmp_path / "state")
-    config.DevContainers.pod_start_timeout = 0.5
-    config.DevContainers.pod_port_forward = "never"  # at the pod's IP (forwards: their test)
-    config.DevContainers.pod_poll_interval = 0.02
-    config.Access.admin_users = {"admin"}
-    root = tmp_path / "work"
-    root.mkdir()
-    pool = HostPool(config=config, log=LOG)
-    made = DevContainers(root_dir=root, host_pool=pool, config=config)
-    yield made
-    pool.close()
-    server.close()
+    with cluster_manager(cluster, tmp_path, monkeypatch, pod_start_timeout=0.5) as made:
+        yield made
 
 
 def start(
