@@ -99,6 +99,9 @@ class Baselines:
         with self._lock:
             self._read_containers.pop(path, None)
 
+    def forget_image(self, image_id: str) -> None:
+        (self.folder / f"image-{_check_id(image_id)}.json").unlink(missing_ok=True)
+
 
 #: The most kept files whose content a baseline records (reading them is part of every diff
 #: and change count): past it, the first ones in path order.

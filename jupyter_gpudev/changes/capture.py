@@ -5,7 +5,13 @@ folder), the package probe and ``docker diff`` (``jupyter_gpudev.changes``) and 
 (``jupyter_gpudev.dockerfile``). Nothing runs in a dev container to read its packages, running
 or stopped (kept because it has changes): they are its image's (probed once in a throwaway
 container of the image) plus what its ``docker diff`` and the package files it names, read as
-data, say (``jupyter_gpudev.packages``); looking at changes never needs a GPU lease."""
+data, say (``jupyter_gpudev.packages``); looking at changes never needs a GPU lease.
+
+A pod on a Kubernetes host has no engine to ask: its ``docker diff`` is two file listings
+compared (the one taken when it started and one now), its files are read by ``tar`` run in it
+as its user, and its packages at the start were probed in it then (``changes/podfiles.py``).
+Its commit writes the Dockerfile diff; a snapshot or push of a pod is refused (no image is
+built from a pod yet)."""
 
 from __future__ import annotations
 
@@ -23,22 +29,27 @@ import docker.errors
 
 from .. import safefs
 from ..containers import commandlog
+from ..containers.pods import annotation, mount_paths, pod_info, pod_uid
 from ..environments import MAX_FILE_BYTES, Environment, load_jsonc
-from ..errors import EngineError, GPUDevError, engine_errors
-from ..labels import L_PROBE
+from ..errors import BadRequest, Conflict, EngineError, GPUDevError, engine_errors
+from ..k8s.listing import compare_listings, parse_listing
+from ..k8s.status import clean
+from ..labels import A_NAME, L_PROBE
 from . import classify as cl
 from . import compare as cp
 from . import model as ch
 from . import packages
 from . import probe as pr
 from .dockerfile import RenderedDiff, change_items, render
+from .podfiles import PodArchives, PodReader, pod_key, probe_pod
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
 
     from ..containers import DevContainerInfo, DevContainers
+    from ..engine.hosts import Host
 from .baselines import DIGESTED_FILES, Baseline, Baselines, _check_id
-from .export import FILE_SIZE_LIMIT, Exported, _Exporter, read_digests
+from .export import FILE_SIZE_LIMIT, ArchiveSource, Exported, _Exporter, read_digests
 
 
 class DiffChanged(GPUDevError):
@@ -51,6 +62,17 @@ class DiffChanged(GPUDevError):
 
 
 @dataclass
+class PodSource:
+    """A pod whose changes were captured: its host, uid, files (``PodArchives``) and
+    variables."""
+
+    host: str
+    uid: str
+    archives: PodArchives
+    env: list[str]
+
+
+@dataclass
 class Captured:
     """A container's change set, with what it was captured from: the container, its packages
     now and its whole ``docker diff`` (what a baseline moved forward to this point holds), the
@@ -60,11 +82,12 @@ class Captured:
     environment: Environment
     #: What a commit carries: every change less the ``excluded`` ones.
     changes: ch.ChangeSet
-    container: Container
+    #: The Docker container (``None`` for a pod: see ``pod``).
+    container: Container | None
     packages: ch.PackageState
     diff: list[dict[str, Any]]
-    #: The client of the engine the container is on.
-    client: docker.DockerClient
+    #: The client of the engine the container is on (``None`` for a pod).
+    client: docker.DockerClient | None
     base: Baseline
     #: The environment variables the container's were compared with (the baseline's).
     before_env: dict[str, str] = field(default_factory=dict)
@@ -74,6 +97,31 @@ class Captured:
     excluded: tuple[str, ...] = ()
     #: How many lines the command log had (what the next baseline starts after).
     log_lines: int = 0
+    #: A pod's capture: where its files are read and what it was compared with.
+    pod: PodSource | None = None
+
+    @property
+    def key(self) -> str:
+        """What the container's baseline is kept under (a pod's: ``pod_key``)."""
+        if self.pod is not None:
+            return pod_key(self.pod.uid)
+        return str(self.engine()[1].id)
+
+    @property
+    def source(self) -> Container | ArchiveSource:
+        """Where the container's files are read from."""
+        return self.pod.archives if self.pod is not None else self.engine()[1]
+
+    def engine(self) -> tuple[docker.DockerClient, Container]:
+        """The engine and the Docker container; a pod has none: what needs them (a
+        snapshot, a push, a verify build) is refused with a clear message."""
+        if self.client is None or self.container is None:
+            raise BadRequest(
+                f"{self.info.name} is a pod on a Kubernetes host: its commit writes the "
+                "Dockerfile diff (--write); a snapshot, push or verify build of a pod needs an "
+                "image builder in the cluster, which gpudev does not run yet"
+            )
+        return self.client, self.container
 
     @property
     def held(self) -> list[str]:
@@ -105,7 +153,11 @@ class Captured:
         by the next diff and kept from a removal without force."""
         held = self.held
         left_out = set(held)
-        env = ch.env_dict(self.container.attrs.get("Config", {}).get("Env") or [])
+        if self.pod is not None:
+            env = ch.env_dict(self.pod.env)
+        else:
+            attrs = self.container.attrs if self.container is not None else {}
+            env = ch.env_dict(attrs.get("Config", {}).get("Env") or [])
         secrets = set(self.changes.files.secrets)
         # Not copied (credentials, and what could not be: a FIFO, over the size limit): still
         # changes after the commit.
@@ -192,7 +244,7 @@ class ChangeCapture:
         return commandlog.commands(data.decode("utf-8", "replace")) if data else []
 
     def edited(
-        self, container: Container, base: Baseline, diff: list[dict[str, Any]]
+        self, container: Container | ArchiveSource, base: Baseline, diff: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
         """The entries of ``diff`` that the baseline already had (same path and kind) but whose
         content changed since (``Baseline.digests``): an edit of a committed file, or of one a
@@ -206,6 +258,98 @@ class ChangeCapture:
             return []
         now = read_digests(container, sorted(same), diff, self.file_size_limit).digests
         return [d for path, d in sorted(same.items()) if now.get(path) != base.digests[path]]
+
+    # -- pods -------------------------------------------------------------------------------
+
+    def record_pod_baseline(self, host: Host, pod: dict[str, Any]) -> None:
+        """The packages of a pod that just ran its lifecycle commands, probed in it (see
+        ``podfiles.probe_pod``): what its changes are counted against, kept as the pod's
+        "image" (its start) and as its own baseline (moved forward by commits)."""
+        cluster = self.containers.pods(host).cluster
+        name = str(pod["metadata"]["name"])
+        probed = probe_pod(cluster, name, annotation(pod, A_NAME) or name)
+        for problem in probed.problems[:20]:
+            self.containers.log.info("gpudev: baseline of %s: %s", name, clean(problem))
+        key = pod_key(pod_uid(pod))
+        self.baselines.save_image(key, probed.state)
+        self.baselines.save_container(key, Baseline(probed.state, _pod_env(pod), {}))
+
+    def forget_pod(self, uid: str) -> None:
+        """Drop a deleted pod's baselines."""
+        key = pod_key(uid)
+        self.baselines.forget(key)
+        self.baselines.forget_image(key)
+
+    def pod_diff(self, host: Host, pod: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+        """A pod's changes since it started, in ``docker diff``'s shape (its listing then
+        compared with one now), and what of the listings could not be read. A ``Conflict``
+        when it was not listed when it started."""
+        name = annotation(pod, A_NAME) or str(pod["metadata"]["name"])
+        before = self.containers.pod_listings.load(host.name, pod_uid(pod))
+        if before is None:
+            raise Conflict(
+                f"{name!r} runs in a pod on host {host.name!r} whose files were not listed when "
+                "it started, so its changes cannot be told from its image's files"
+            )
+        now = self.containers.pods(host).listing(str(pod["metadata"]["name"]))
+        first, second = parse_listing(before), parse_listing(now)
+        diff = compare_listings(first.entries, second.entries, skip=mount_paths(pod))
+        return diff, [*first.problems, *second.problems]
+
+    def pod_archives(self, host: Host, pod: dict[str, Any]) -> PodArchives:
+        name = annotation(pod, A_NAME) or str(pod["metadata"]["name"])
+        cluster = self.containers.pods(host).cluster
+        return PodArchives(cluster, str(pod["metadata"]["name"]), name)
+
+    def _capture_pod(self, host: Host, pod: dict[str, Any], excluded: tuple[str, ...]) -> Captured:
+        """``capture`` of a pod: its listings compared instead of ``docker diff``, its files
+        read by ``tar`` in it, its packages derived from its start's probe as a container's
+        are from its image's. A pod's variables are its spec's: they do not change."""
+        manager = self.containers
+        info = pod_info(pod, host.name)
+        key = pod_key(pod_uid(pod))
+        start = self.baselines.image(key)
+        base = self.baselines.container(key)
+        if start is None or base is None:
+            raise Conflict(
+                f"The packages of {info.name!r} were not probed when its pod started, so its "
+                "changes cannot be read: start a new pod of the environment to commit from"
+            )
+        environment = manager.environments.get(info.environment, manager.root_dir)
+        whole_diff, problems = self.pod_diff(host, pod)
+        archives = self.pod_archives(host, pod)
+        diff = [d for d in whole_diff if base.files.get(str(d["Path"])) != int(d["Kind"])]
+        diff += self.edited(archives, base, whole_diff)
+        derived = packages.current_state(start, whole_diff, PodReader(archives))
+        current = derived.result
+        result = cp.package_changes(base.packages, current.state)
+        result.notes.extend(derived.problems)
+        result.notes.extend(clean(p) for p in problems[:20])
+        new_envs = [p.env.prefix for p in result.python if p.new_env]
+        result.files = cl.file_changes(diff, mount_paths(pod), current.owned_files, new_envs)
+        known = set(base.secrets)
+        result.files.secrets = sorted(
+            {*result.files.secrets, *known.intersection(result.files.kept)}
+        )
+        result.files.kept = [p for p in result.files.kept if p not in known]
+        result.files.owners = cl.home_owners(result.files.kept, current.state.accounts)
+        env = _pod_env(pod)
+        captured = Captured(
+            info,
+            environment,
+            result,
+            None,
+            current.state,
+            whole_diff,
+            None,
+            base=base,
+            before_env=dict(base.env) if base.env is not None else env,
+            items=change_items(result),
+            excluded=excluded,
+            pod=PodSource(host.name, pod_uid(pod), archives, [f"{k}={v}" for k, v in env.items()]),
+        )
+        captured.changes = result.without(set(captured.held))
+        return captured
 
     def _image_baseline(self, client: docker.DockerClient, image_id: str) -> ch.PackageState:
         cached = self.baselines.image(image_id)
@@ -260,7 +404,10 @@ class ChangeCapture:
         are in ``exclude`` (``Captured.items`` lists them all)."""
         excluded = ch.check_change_ids(exclude)
         manager = self.containers
-        found_host, container = manager.find(name, host)
+        found_host, found = manager.locate(name, host)
+        if isinstance(found, dict):
+            return self._capture_pod(found_host, found, excluded)
+        container = found
         client = found_host.client()
         info = manager.describe(found_host, container)
         environment = manager.environments.get(info.environment, manager.root_dir)
@@ -404,10 +551,10 @@ class ChangeCapture:
         staging = Path(tempfile.mkdtemp(prefix="gpudev-stage-")) if files.kept and stage else None
         try:
             if staging is not None:
-                exported = self._export(captured.container, files.kept, staging, captured.diff)
+                exported = self._export(captured.source, files.kept, staging, captured.diff)
             elif scan and files.kept:
                 exported = Exported(
-                    secrets=self.scan_credentials(captured.container, files.kept, captured.diff)
+                    secrets=self.scan_credentials(captured.source, files.kept, captured.diff)
                 )
             else:
                 exported = Exported()
@@ -462,7 +609,7 @@ class ChangeCapture:
             prepared.discard()
         # What was just captured is the new starting point: a diff right after is empty.
         baseline = captured.as_baseline(prepared.digests)
-        self.baselines.save_container(str(captured.container.id), baseline)
+        self.baselines.save_container(captured.key, baseline)
         return WriteResult(
             captured, rendered, dockerfile, backup, folder if rendered.files else None, devcontainer
         )
@@ -472,7 +619,7 @@ class ChangeCapture:
         return self.apply(self.prepare(name, host, message))
 
     def scan_credentials(
-        self, container: Container, paths: list[str], diff: list[dict[str, Any]]
+        self, container: Container | ArchiveSource, paths: list[str], diff: list[dict[str, Any]]
     ) -> set[str]:
         """The kept files whose content looks like a credential, read through the engine's
         archive API (nothing runs in the container; running or stopped) and checked here.
@@ -485,7 +632,11 @@ class ChangeCapture:
         return exporter.result.secrets
 
     def _export(
-        self, container: Container, paths: list[str], folder: Path, diff: list[dict[str, Any]]
+        self,
+        container: Container | ArchiveSource,
+        paths: list[str],
+        folder: Path,
+        diff: list[dict[str, Any]],
     ) -> Exported:
         """Copy kept files out of the container into ``folder/sources`` and ``folder/files``
         through the engine's archive API (the engine reads them; no program of the container
@@ -584,6 +735,20 @@ class WriteResult:
             "context_folder": str(self.context_folder) if self.context_folder else None,
             "devcontainer": str(self.devcontainer) if self.devcontainer else None,
         }
+
+
+def _pod_env(pod: dict[str, Any]) -> dict[str, str]:
+    """The variables the dev container of a pod's spec sets (values only: a reference to a
+    Secret or a field is not a value gpudev knows)."""
+    env: dict[str, str] = {}
+    containers = (pod.get("spec") or {}).get("containers") or []
+    for container in containers[:1]:
+        for item in (container or {}).get("env") or []:
+            if isinstance(item, dict) and isinstance(item.get("name"), str):
+                value = item.get("value")
+                if isinstance(value, str):
+                    env[item["name"]] = value
+    return env
 
 
 def _relative(path: Path, root: Path) -> str:

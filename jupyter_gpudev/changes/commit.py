@@ -221,11 +221,13 @@ class Committer:
                 early.discard()
             raise
         result = CommitResult(prepared)
-        client = prepared.captured.client
+        captured = prepared.captured
         keep_verified = False
         try:
+            if options.verify or options.snapshot:
+                captured.engine()  # a pod has no engine: refused before anything is written
             if options.verify:
-                result.verify = self._verify(client, prepared, say)
+                result.verify = self._verify(captured.engine()[0], prepared, say)
                 if result.verify.differences:
                     raise VerifyFailed(
                         f"The image rebuilt from the patched Dockerfile differs from {name} in "
@@ -236,18 +238,22 @@ class Committer:
                         details={"differences": result.verify.differences},
                     )
             if options.snapshot:
-                result.snapshot = self._snapshot(client, prepared, options, say, early)
+                result.snapshot = self._snapshot(
+                    captured.engine()[0], prepared, options, say, early
+                )
             if options.write:
                 say({"stage": "write", "message": f"writing {prepared.dockerfile}"})
                 result.written = self.capture.apply(prepared)
                 if result.verify is not None:
-                    keep_verified = self._adopt(client, prepared, result.verify.image_id, say)
+                    keep_verified = self._adopt(
+                        captured.engine()[0], prepared, result.verify.image_id, say
+                    )
         finally:
             prepared.discard()
             if early is not None:
                 early.discard()
             if result.verify is not None and not keep_verified:
-                _remove_image(client, result.verify.image_id)
+                _remove_image(captured.engine()[0], result.verify.image_id)
         say({"stage": "done", "message": f"commit of {name} done"})
         return result
 
@@ -374,7 +380,7 @@ class Committer:
                 "(or move them to a mount) and commit again.",
                 details={"secrets": secrets},
             )
-        container = captured.container
+        container = captured.engine()[1]
         say({"stage": "snapshot", "message": f"committing {captured.info.name}"})
         drivers = sorted(
             str(d["Path"])
@@ -431,7 +437,7 @@ class Committer:
         found = set(files.secrets)
         if files.transient:
             found |= self.capture.scan_credentials(
-                prepared.captured.container, files.transient, prepared.captured.diff
+                prepared.captured.source, files.transient, prepared.captured.diff
             )
         return sorted(found)
 
@@ -461,8 +467,9 @@ class Committer:
         self, client: docker.DockerClient, prepared: Prepared, message: str | None
     ) -> dict[str, str]:
         captured = prepared.captured
-        image_ref = str(captured.container.attrs.get("Config", {}).get("Image") or "")
-        base = client.images.get(str(captured.container.attrs["Image"]))
+        attrs = captured.engine()[1].attrs
+        image_ref = str(attrs.get("Config", {}).get("Image") or "")
+        base = client.images.get(str(attrs["Image"]))
         digests = [str(d) for d in base.attrs.get("RepoDigests") or []]
         labels = {
             L_SNAPSHOT_ENV: captured.environment.name,
@@ -484,7 +491,7 @@ class Committer:
         """The snapshot's configuration: the environment image's, plus the ENV lines the diff
         has (no GPU, runtime or CA-bundle variable, no credential) and the labels."""
         captured = prepared.captured
-        base = client.images.get(str(captured.container.attrs["Image"])).attrs
+        base = client.images.get(str(captured.engine()[1].attrs["Image"])).attrs
         base_config = base.get("Config") or {}
         config = {k: base_config[k] for k in _IMAGE_CONFIG_KEYS if base_config.get(k)}
         env = ch.env_dict(base_config.get("Env") or [])

@@ -12,7 +12,7 @@ import posixpath
 import tarfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import docker.errors
 
@@ -24,6 +24,45 @@ from .dockerfile import is_source_path
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
+
+
+@runtime_checkable
+class ArchiveSource(Protocol):
+    """Where a container's files are read from, as tar archives (a Docker container: the
+    engine's archive API; a pod: ``changes/podfiles.py``)."""
+
+    #: The container's name, for messages.
+    name: str
+
+    def get(self, path: str) -> tuple[Iterator[bytes], dict[str, Any]] | None:
+        """An archive of ``path`` (its top entry named as the path's last part) and what is
+        known of the path (``size``, may be empty); ``None`` when it does not exist."""
+        ...
+
+
+class EngineArchives:
+    """A Docker container's files through the engine's archive API (running or stopped):
+    the engine reads them, no program of the container runs."""
+
+    def __init__(self, container: Container) -> None:
+        if container.client is None:
+            raise EngineError(f"No engine client for {container.name}")
+        self.container = container
+        self.name = str(container.name)
+        self.api = container.client.api
+
+    def get(self, path: str) -> tuple[Iterator[bytes], dict[str, Any]] | None:
+        with engine_errors(f"Copying {path} out of {self.name}"):
+            try:
+                chunks, stat = self.api.get_archive(str(self.container.id), path, chunk_size=_CHUNK)
+            except docker.errors.NotFound:
+                return None
+        return chunks, stat if isinstance(stat, dict) else {}
+
+
+def archives_of(source: Container | ArchiveSource) -> ArchiveSource:
+    """``source`` as an ``ArchiveSource`` (a Docker container through its engine)."""
+    return source if isinstance(source, ArchiveSource) else EngineArchives(source)
 
 
 @dataclass
@@ -42,7 +81,7 @@ class Exported:
 
 
 class _Exporter:
-    """Reads kept files of a container through the engine's archive API and puts them into
+    """Reads kept files of a container as archives (``ArchiveSource``) and puts them into
     a staging ``safefs.Folder`` (``None``: only checks their content for credentials).
 
     The archives come from the engine, but their content is the container's, so none of it
@@ -56,17 +95,14 @@ class _Exporter:
 
     def __init__(
         self,
-        container: Container,
+        container: Container | ArchiveSource,
         stage: safefs.Folder | None,
         limit: int,
         *,
         digests: bool = False,
     ) -> None:
-        if container.client is None:
-            raise EngineError(f"No engine client for {container.name}")
         self.digests = digests
-        self.container = container
-        self.api = container.client.api
+        self.source = archives_of(container)
         self.stage = stage
         self.limit = limit
         self.done: set[str] = set()
@@ -87,12 +123,7 @@ class _Exporter:
                 self._single(path)
 
     def _get(self, path: str) -> tuple[Iterator[bytes], dict[str, Any]] | None:
-        with engine_errors(f"Copying {path} out of {self.container.name}"):
-            try:
-                chunks, stat = self.api.get_archive(str(self.container.id), path, chunk_size=_CHUNK)
-            except docker.errors.NotFound:
-                return None
-        return chunks, stat if isinstance(stat, dict) else {}
+        return self.source.get(path)
 
     def _batch(self, top: str, members: set[str]) -> list[str]:
         """The kept paths under the added folder ``top`` from its one archive; returns the
@@ -266,7 +297,7 @@ _KINDS = {
 
 
 def read_digests(
-    container: Container, paths: list[str], diff: list[dict[str, Any]], limit: int
+    container: Container | ArchiveSource, paths: list[str], diff: list[dict[str, Any]], limit: int
 ) -> Exported:
     """What ``paths`` are in ``container`` (``Exported.digests``), read through the engine's
     archive API, nothing written; ``diff`` guides the batching (see ``_batches``)."""

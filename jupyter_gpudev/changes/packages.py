@@ -626,14 +626,16 @@ class ContainerReader:
                 raise Unreadable("not a regular file")
             if size > limit:
                 raise Unreadable(f"{size} bytes, over the limit of {limit}")
-            return _single_file(
+            return read_single_file(
                 ChunkStream(response.iter_content(64 << 10)), os.path.basename(path), limit
             )
         finally:
             response.close()  # what is left unread is not read
 
 
-def _single_file(stream: io.IOBase, name: str, limit: int) -> bytes:
+def read_single_file(stream: io.IOBase, name: str, limit: int) -> bytes:
+    """The content of the one regular file an archive of ``name`` holds (``Unreadable``:
+    anything else, or over ``limit`` bytes)."""
     with tarfile.open(fileobj=stream, mode="r|") as archive:
         member = archive.next()
         if member is None or not member.isfile() or member.name.removeprefix("./") != name:

@@ -15,16 +15,20 @@ import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import Any
 
 from docker.models.containers import Container
 
 from ..containers import STOPPED, DevContainers, user_name
+from ..containers.pods import mount_paths, pod_uid
 from ..engine import Host
 from ..errors import ENGINE_FAILURES, GPUDevError
+from ..k8s.status import clean
 from ..labels import L_NAME
 from .baselines import Baseline, Baselines
 from .capture import ChangeCapture
 from .classify import engine_made, mount_targets, uncommitted
+from .podfiles import pod_key
 
 
 @dataclass
@@ -198,6 +202,12 @@ class ChangeTracker:
     def record_baseline(self, container: Container) -> None:
         self.capture.record_baseline(container)
 
+    def record_pod_baseline(self, host: Host, pod: dict[str, Any]) -> None:
+        self.capture.record_pod_baseline(host, pod)
+
+    def forget_pod(self, uid: str) -> None:
+        self.capture.forget_pod(uid)
+
     def close(self) -> None:
         self.counts.close()
 
@@ -213,6 +223,29 @@ class ChangeTracker:
         if baseline is not None and baseline.held:
             baseline = self._prune_held(name, host.name, str(container.id), baseline)
         return _uncommitted_changes(self.capture, container, baseline)
+
+    def uncommitted_pod(self, host: Host, pod: dict[str, Any]) -> list[str]:
+        """What deleting a pod would lose (the rule ``uncommitted`` applies to a container):
+        its changes since it started less what its last commit wrote, files a commit wrote
+        and edited since, and the changes a commit left out. A ``Conflict`` when its files
+        were not listed when it started."""
+        capture = self.capture
+        diff, problems = capture.pod_diff(host, pod)
+        for problem in problems[:5]:
+            self.containers.log.info("gpudev: listing of a pod: %s", clean(problem))
+        baseline = capture.baselines.container(pod_key(pod_uid(pod)))
+        edited = (
+            capture.edited(capture.pod_archives(host, pod), baseline, diff)
+            if baseline is not None
+            else []
+        )
+        return uncommitted(
+            diff,
+            mount_paths(pod),
+            baseline.files if baseline else {},
+            held=baseline.held if baseline else (),
+            edited=[str(d["Path"]) for d in edited],
+        )
 
     def _prune_held(self, name: str, host: str, container_id: str, baseline: Baseline) -> Baseline:
         """The baseline with only the left-out changes that still exist (one undone in the

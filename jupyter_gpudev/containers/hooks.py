@@ -8,7 +8,7 @@ that fit these protocols (``changes.tracker.ChangeTracker``, ``kernels.registry.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from docker.models.containers import Container
 
@@ -34,6 +34,17 @@ class ChangeTracking(Protocol):
 
     def forget(self, container_id: str) -> None:
         """Drop what is kept for a removed container."""
+
+    def record_pod_baseline(self, host: Host, pod: dict[str, Any]) -> None:
+        """Probe a pod's packages after its lifecycle commands (what its changes are
+        counted against)."""
+
+    def uncommitted_pod(self, host: Host, pod: dict[str, Any]) -> list[str]:
+        """What deleting the pod would lose; empty: nothing."""
+        ...
+
+    def forget_pod(self, uid: str) -> None:
+        """Drop what is kept for a deleted pod."""
 
 
 class KernelPlacementView(Protocol):

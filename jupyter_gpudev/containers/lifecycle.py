@@ -107,7 +107,7 @@ from .placement import (
     gpu_request,
     gpus_optional,
 )
-from .pods import pod_changes, pod_info, pod_uid
+from .pods import Pods, pod_changes, pod_info, pod_uid
 from .reconcile import orphan_kernel_containers, reconcile_host
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
@@ -432,20 +432,36 @@ class DevContainers(ContainerLookup):
         pod_name = str(pod["metadata"]["name"])
         warnings = [*notes, *made.notes, *kept]
         warnings += pods.run_lifecycle(pod_name, env, say, timeout=self.lifecycle_timeout)
+        warnings += self._record_pod_baseline(host, pod, pods, say)
+        say({"stage": "ready", "message": f"{target.name} is running"})
+        return replace(pod_info(pod, host.name), warnings=tuple(warnings))
+
+    def _record_pod_baseline(
+        self, host: Host, pod: dict[str, Any], pods: Pods, say: Progress
+    ) -> list[str]:
+        """A pod's files listed and its packages probed after its lifecycle commands: what
+        its changes are counted against (a cluster has no ``docker diff``). Warnings."""
+        pod_name = str(pod["metadata"]["name"])
         say({"stage": "baseline", "message": f"listing the files of {pod_name}"})
-        uid = str(pod["metadata"].get("uid") or "")
         try:
-            recorded = self.pod_listings.save(host.name, uid, pods.listing(pod_name))
+            recorded = self.pod_listings.save(host.name, pod_uid(pod), pods.listing(pod_name))
         except GPUDevError as err:
             self.log.warning("gpudev: no file listing of %s: %s", pod_name, err.message)
             recorded = False
         if not recorded:
-            warnings.append(
+            return [
                 "its files could not be listed now, so its changes cannot be counted: removing "
-                "it will need force"
-            )
-        say({"stage": "ready", "message": f"{target.name} is running"})
-        return replace(pod_info(pod, host.name), warnings=tuple(warnings))
+                "it will need force, and it cannot be committed"
+            ]
+        if self.changes is None:
+            return []
+        say({"stage": "baseline", "message": f"probing the packages of {pod_name}"})
+        try:
+            self.changes.record_pod_baseline(host, pod)
+        except GPUDevError as err:
+            self.log.warning("gpudev: no package baseline of %s: %s", pod_name, err.message)
+            return [f"its packages could not be probed ({err.message}): it cannot be committed"]
+        return []
 
     def _record_baseline(self, container: Container, say: Progress) -> tuple[str, ...]:
         """What the lifecycle commands installed is part of the environment, not a change:
@@ -1029,37 +1045,52 @@ class DevContainers(ContainerLookup):
 
     def _remove_pod(self, name: str, host: Host, pod: dict[str, Any], *, force: bool) -> None:
         """Delete a dev container's pod (its Service and GPU claim too; the workspace claim
-        is kept). Without ``force`` only when its files are as they were when it started:
-        what changed outside the workspace claim is lost with the pod."""
+        is kept). Without ``force`` only when nothing outside its workspace claim changed
+        since it started or was last committed: that is lost with the pod."""
         pods = self.pods(host)
         uid = pod_uid(pod)
         if not force:
-            before = self.pod_listings.load(host.name, uid)
-            if before is None:
-                raise Conflict(
-                    f"{user_name(name)!r} runs in a pod on host {host.name!r} whose files were "
-                    "not listed when it started, so gpudev cannot tell what would be lost: "
-                    "remove it with force (the workspace claim is kept)"
-                )
-            now = pods.listing(str(pod["metadata"]["name"]))
+            changed = self._pod_uncommitted(name, host, pod, pods)
             again = pods.find(user_name(name))
             if again is None or pod_uid(again) != uid:
                 raise Conflict(f"The pod of {user_name(name)!r} changed meanwhile: try again")
-            changed, problems = pod_changes(before, now, pod)
-            for problem in problems[:5]:
-                self.log.info("gpudev: listing of %s: %s", user_name(name), clean(problem))
             if changed:
                 shown = ", ".join(clean(path) for path in changed[:3])
                 raise Conflict(
-                    f"{user_name(name)!r} has {len(changed)} change(s) outside its workspace "
-                    f"claim (e.g. {shown}) that are lost with its pod: remove it with force "
-                    "(the workspace claim is kept)",
+                    f"{user_name(name)!r} has {len(changed)} uncommitted change(s) outside its "
+                    f"workspace claim (e.g. {shown}) that are lost with its pod: commit them "
+                    "first, or remove it with force (the workspace claim is kept)",
                     details={"changes": changed[:50]},
                 )
         for note in pods.delete(pod):
             self.log.info("gpudev: %s", note)
         self.close_pod_forwards(host.name, str(pod["metadata"]["name"]))
         self.pod_listings.forget(host.name, uid)
+        if self.changes is not None:
+            with contextlib.suppress(GPUDevError):  # an odd uid has no baseline
+                self.changes.forget_pod(uid)
+
+    def _pod_uncommitted(
+        self, name: str, host: Host, pod: dict[str, Any], pods: Pods
+    ) -> builtins.list[str]:
+        """What deleting a pod would lose (see ``self.changes``; without change tracking:
+        every change since it started)."""
+        if self.changes is not None:
+            try:
+                return self.changes.uncommitted_pod(host, pod)
+            except Conflict:
+                pass  # not listed when it started: said below
+        before = self.pod_listings.load(host.name, pod_uid(pod))
+        if before is None:
+            raise Conflict(
+                f"{user_name(name)!r} runs in a pod on host {host.name!r} whose files were "
+                "not listed when it started, so gpudev cannot tell what would be lost: "
+                "remove it with force (the workspace claim is kept)"
+            )
+        changed, problems = pod_changes(before, pods.listing(str(pod["metadata"]["name"])), pod)
+        for problem in problems[:5]:
+            self.log.info("gpudev: listing of %s: %s", user_name(name), clean(problem))
+        return changed
 
     def _uncommitted_changes(self, host: Host, container: Container) -> builtins.list[str]:
         """What removing ``container`` would lose (see ``self.changes``)."""

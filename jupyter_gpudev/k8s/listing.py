@@ -19,6 +19,7 @@ import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 #: ``find`` from the root without crossing file systems (mounts are not the pod's changes):
 #: type, size, modification time, mode, path and link target, each ended by a NUL.
@@ -131,13 +132,13 @@ def _differs(before: Entry, now: Entry) -> bool:
 
 def compare_listings(
     image: Mapping[str, Entry], pod: Mapping[str, Entry], skip: Iterable[str] = ()
-) -> list[dict[str, object]]:
+) -> list[dict[str, Any]]:
     """The pod's changes against its image, as ``docker diff`` reports them: each added or
     changed path, and each deleted path whose folder was not deleted too (``docker diff``
     reports a deleted folder, not what was in it). ``skip``: mount points and other paths
     that are not the pod's (``RUNTIME_PATHS`` always are)."""
     skipped = (*RUNTIME_PATHS, *skip)
-    changes: list[dict[str, object]] = []
+    changes: list[dict[str, Any]] = []
     for path in sorted(pod):
         if path == "/" or _under(path, skipped):
             continue

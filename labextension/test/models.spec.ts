@@ -595,6 +595,7 @@ describe('allowedActions', () => {
   it('offers stop, pin and commit for a running Docker container, remove once stopped', () => {
     expect(allowedActions(container('box'), true, true)).toEqual({
       commit: true,
+      push: true,
       terminal: true,
       stop: true,
       pin: true,
@@ -609,10 +610,11 @@ describe('allowedActions', () => {
     });
   });
 
-  it('removes a running pod, which is never stopped, pinned or committed', () => {
+  it('removes a running pod and commits it, never stops, pins or pushes it', () => {
     expect(allowedActions(container('pod', { pod: true }), true, true)).toEqual(
       {
-        commit: false,
+        commit: true,
+        push: false,
         terminal: true,
         stop: false,
         pin: false,

@@ -25,9 +25,12 @@ import pytest
 from ptyprocess import PtyProcess
 
 from jupyter_gpudev.access import Caller
+from jupyter_gpudev.changes.commit import CommitOptions, Committer
+from jupyter_gpudev.changes.tracker import track_changes
 from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.engine import HostPool
-from jupyter_gpudev.errors import Conflict, NotFound
+from jupyter_gpudev.engine.registry import Registries
+from jupyter_gpudev.errors import BadRequest, Conflict, NotFound
 from jupyter_gpudev.kernels import provisioner
 from jupyter_gpudev.kernels.kernelspecs import SHARED_PREFIX, GPUDevKernelSpecManager
 from tests.integration.test_kernels import kernel_manager, run
@@ -124,6 +127,89 @@ def test_an_unchanged_pod_is_removed_without_force(
     manager.start(StartRequest("default", host="cluster", name="plain"), None, caller=ALICE)
     manager.remove("plain", "cluster", caller=ALICE)
     assert cluster.names("pods") == []
+
+
+@pytest.fixture
+def tools_image(docker_client: docker.DockerClient) -> Iterator[str]:
+    """The test image with a folder its non-root user may write (a pod's user cannot write
+    the image's own folders)."""
+    tag = f"gpudev-test-tools:{secrets.token_hex(4)}"
+    base = "gpudev-python:bookworm"
+    docker_client.images.build(
+        fileobj=__import__("io").BytesIO(f"FROM {base}\nRUN mkdir -m 0777 /opt/tools\n".encode()),
+        tag=tag,
+        rm=True,
+    )
+    yield tag
+    with contextlib.suppress(docker.errors.DockerException):
+        docker_client.images.remove(tag, force=True)
+
+
+def test_a_pods_changes_are_committed_as_a_dockerfile_diff(
+    manager: DevContainers, cluster: FakeCluster, tools_image: str
+) -> None:
+    # Given change tracking, and a pod of an environment with a folder its user may write
+    capture = track_changes(manager)
+    folder = manager.root_dir / ".devcontainer" / "tools"
+    folder.mkdir(parents=True)
+    (folder / "devcontainer.json").write_text(json.dumps({"image": tools_image}))
+    said: list[dict[str, object]] = []
+    info = manager.start(StartRequest("tools", host="cluster", name="cpod"), said.append)
+    assert not [w for w in info.warnings if "commit" in w], info.warnings
+    assert "probing the packages of gpudev-cpod" in [e["message"] for e in said]
+    pods = manager.pods(manager.host_pool.get("cluster"))
+
+    def run_in_pod(script: str) -> None:
+        result = pods.cluster.exec("gpudev-cpod", ["sh", "-c", script], timeout=60, limit=4096)
+        assert result.exit_code == 0, result.stderr
+
+    # When the user makes a Python environment with a package, and a settings file
+    site = "/opt/tools/env/lib/python3.11/site-packages"
+    run_in_pod(
+        "python3 -m venv --without-pip /opt/tools/env"
+        f" && mkdir -p {site}/demo_pkg-1.0.dist-info"
+        f" && printf 'Metadata-Version: 2.1\\nName: demo-pkg\\nVersion: 1.0\\n'"
+        f" > {site}/demo_pkg-1.0.dist-info/METADATA"
+        f" && printf 'pip\\n' > {site}/demo_pkg-1.0.dist-info/INSTALLER"
+        " && echo 'threads = 4' > /opt/tools/settings.toml"
+        " && ln -s settings.toml /opt/tools/current.toml"
+    )
+    # Then its diff, read through exec, has both, the file copied from the build context
+    captured, rendered = capture.diff("cpod", "cluster")
+    assert captured.pod is not None
+    assert "demo-pkg==1.0" in rendered.diff, rendered.diff
+    assert "/opt/tools/settings.toml" in rendered.files
+    # And a push (no image builder runs in the cluster) is refused, nothing written
+    committer = Committer(capture, Registries())
+    with pytest.raises(BadRequest, match="pod on a Kubernetes host"):
+        committer.commit("cpod", CommitOptions(snapshot="127.0.0.1:1/x:1", push=True), "cluster")
+    assert not (folder / "Dockerfile").exists()
+    # When it is written
+    result = committer.commit("cpod", CommitOptions(write=True), "cluster")
+    assert result.written is not None
+    # Then the Dockerfile and the file it copies are in the workspace
+    dockerfile = (folder / "Dockerfile").read_text()
+    assert f"FROM {tools_image}" in dockerfile
+    assert "demo-pkg==1.0" in dockerfile
+    copied = folder / "gpudev-context" / "cpod" / "files" / "opt" / "tools"
+    assert (copied / "settings.toml").read_text() == "threads = 4\n"
+    assert os.readlink(copied / "current.toml") == "settings.toml"
+    # And a diff right after is empty: the commit is the new starting point
+    _, again = capture.diff("cpod", "cluster")
+    assert again.diff == "", again.diff
+    # When the committed file is edited again, removing the pod is refused (it would be lost)
+    run_in_pod("echo 'threads = 8' > /opt/tools/settings.toml")
+    with pytest.raises(Conflict) as caught:
+        manager.remove("cpod", "cluster")
+    assert caught.value.details["changes"] == ["/opt/tools/settings.toml"]
+    # And once committed again it is removed without force, its baselines forgotten
+    committer.commit("cpod", CommitOptions(write=True), "cluster")
+    assert (
+        folder / "gpudev-context" / "cpod" / "files" / "opt" / "tools" / "settings.toml"
+    ).read_text() == "threads = 8\n"
+    manager.remove("cpod", "cluster")
+    assert cluster.names("pods") == []
+    assert not list(capture.baselines.folder.glob("*" + captured.key + "*"))
 
 
 @pytest.mark.parametrize("forward", ["never", "always"])

@@ -290,15 +290,15 @@ def tar_of(*members: tuple[str, bytes | None]) -> io.BytesIO:
 
 
 def test_one_regular_file_is_taken_from_an_archive_and_nothing_else() -> None:
-    assert pk._single_file(tar_of(("status", b"abc")), "status", 10) == b"abc"
+    assert pk.read_single_file(tar_of(("status", b"abc")), "status", 10) == b"abc"
     with pytest.raises(pk.Unreadable):
-        pk._single_file(tar_of(("status", b"abc")), "status", 2)
+        pk.read_single_file(tar_of(("status", b"abc")), "status", 2)
     with pytest.raises(pk.Unreadable):
-        pk._single_file(tar_of(("status", None)), "status", 10)
+        pk.read_single_file(tar_of(("status", None)), "status", 10)
     with pytest.raises(pk.Unreadable):
-        pk._single_file(tar_of(("other", b"abc")), "status", 10)
+        pk.read_single_file(tar_of(("other", b"abc")), "status", 10)
     with pytest.raises(pk.Unreadable):
-        pk._single_file(tar_of(("status", b"abc"), ("status", b"more")), "status", 10)
+        pk.read_single_file(tar_of(("status", b"abc"), ("status", b"more")), "status", 10)
 
 
 RECOMMENDS_STATUS = """Package: dpkg

@@ -351,7 +351,7 @@ def test_a_pod_with_changes_is_removed_only_with_force(
     workspace = pod["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
     files.trees["gpudev-chg"][workspace] = ("d", 4096, 9.0, "755", "")
     del files.trees["gpudev-chg"]["/etc/os-release"]
-    with pytest.raises(Conflict, match="3 change") as caught:
+    with pytest.raises(Conflict, match="3 uncommitted change") as caught:
         manager.remove("chg", "cluster", caller=ALICE)
     assert caught.value.details["changes"] == ["/etc/os-release", "/opt", "/opt/tool"]
     assert cluster.names("pods") == ["gpudev-chg"]

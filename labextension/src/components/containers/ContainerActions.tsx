@@ -10,6 +10,7 @@ const STARTABLE_STATES = new Set(['exited', 'created']);
 /** Which of a container's buttons its kind and state allow. */
 export interface IAllowedActions {
   commit: boolean;
+  push: boolean;
   terminal: boolean;
   stop: boolean;
   pin: boolean;
@@ -19,7 +20,8 @@ export interface IAllowedActions {
 
 /**
  * The actions a container allows. A pod (on a Kubernetes host) is never
- * stopped and kept: it is removed while it runs, and it is not committed yet.
+ * stopped and kept: it is removed while it runs. Its commit writes the
+ * Dockerfile diff; it is not pushed (no image is built from a pod yet).
  */
 export function allowedActions(
   container: IDevContainer,
@@ -29,7 +31,8 @@ export function allowedActions(
   const exists = container.state !== 'removing' && container.state !== 'dead';
   const pod = container.pod;
   return {
-    commit: exists && !pod,
+    commit: exists,
+    push: exists && !pod,
     // The server opens terminals in running containers only (not paused ones).
     terminal: canOpenTerminal && container.state === 'running',
     stop: running && !pod,
@@ -130,7 +133,7 @@ export function ContainerActions({
           )
         )}
       {openView &&
-        allowed.commit &&
+        allowed.push &&
         viewButton(
           'push',
           trans.__('Push'),
