@@ -80,6 +80,9 @@ A_CREATED = f"{K8S_PREFIX}/created"
 A_IMAGE = f"{K8S_PREFIX}/image"
 A_ENV = f"{K8S_PREFIX}/environment"
 A_PORTS = f"{K8S_PREFIX}/ports"
+#: ``"<machine>:<pid>"`` of the server process that made a kernel's own pod (orphans after a
+#: crash are found by it, as containers are by ``L_PROCESS``).
+A_PROCESS = f"{K8S_PREFIX}/process"
 #: The node labels NVIDIA's GPU feature discovery sets: the GPU's product name, its memory.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"

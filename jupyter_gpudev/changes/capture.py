@@ -307,6 +307,7 @@ class ChangeCapture:
         are from its image's. A pod's variables are its spec's: they do not change."""
         manager = self.containers
         info = pod_info(pod, host.name)
+        whole_diff, problems = self.pod_diff(host, pod)  # first: says when it was not listed
         key = pod_key(pod_uid(pod))
         start = self.baselines.image(key)
         base = self.baselines.container(key)
@@ -316,7 +317,6 @@ class ChangeCapture:
                 "changes cannot be read: start a new pod of the environment to commit from"
             )
         environment = manager.environments.get(info.environment, manager.root_dir)
-        whole_diff, problems = self.pod_diff(host, pod)
         archives = self.pod_archives(host, pod)
         diff = [d for d in whole_diff if base.files.get(str(d["Path"])) != int(d["Kind"])]
         diff += self.edited(archives, base, whole_diff)

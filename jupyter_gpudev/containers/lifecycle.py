@@ -65,6 +65,9 @@ from ..errors import (
 )
 from ..k8s.status import clean
 from ..labels import (
+    A_NAME,
+    A_OWNER,
+    A_PROCESS,
     L_ENV,
     L_KERNEL,
     L_MANAGED,
@@ -107,8 +110,8 @@ from .placement import (
     gpu_request,
     gpus_optional,
 )
-from .pods import Pods, pod_changes, pod_info, pod_uid
-from .reconcile import orphan_kernel_containers, reconcile_host
+from .pods import Pods, annotation, pod_changes, pod_info, pod_kernel, pod_uid
+from .reconcile import orphan_kernel_containers, process_alive, reconcile_host
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
 
@@ -356,6 +359,8 @@ class DevContainers(ContainerLookup):
         if request.image:
             env = replace(env, image=request.image, build=None)
         self.environments.check_image_allowed(env, self.root_dir)
+        if request.host is None and env.host:  # the environment's own host
+            request = replace(request, host=env.host)
         if self._on_cluster(request.host):
             return self._start_pod(env, request, who, say)
         placement = self._place(env, request, who, say)
@@ -411,11 +416,6 @@ class DevContainers(ContainerLookup):
     ) -> DevContainerInfo:
         """``start`` on a Kubernetes host: the plan's objects created, the pod waited for."""
         host = self._host(request.host)
-        if request.kernel_id:
-            raise BadRequest(
-                f"Kernels do not run in pods on host {host.name!r} yet: start the dev container "
-                "there and use a terminal (kubectl exec), or pick a Docker host for the kernel"
-            )
         target, notes = planning.pod_target(
             env,
             request,
@@ -425,6 +425,7 @@ class DevContainers(ContainerLookup):
             command=tuple(self.keep_alive_command.split()),
             server_id=self.server_id,
             created=_now(),
+            process=f"{socket.gethostname()}:{os.getpid()}",
         )
         made = planning.pod_objects(env, target, self._confinement())
         pods = self.pods(host)
@@ -824,6 +825,8 @@ class DevContainers(ContainerLookup):
         if request.image:
             env = replace(env, image=request.image, build=None)
         self.environments.check_image_allowed(env, self.root_dir)
+        if request.host is None and env.host:
+            request = replace(request, host=env.host)
         name = self._new_name(env, request, who.name)
         if request.host and self._host(request.host).spec.is_kubernetes:
             spec = self._host(request.host).spec
@@ -1148,6 +1151,9 @@ class DevContainers(ContainerLookup):
         machine = socket.gethostname()
         stopped: builtins.list[str] = []
         for host in self._hosts(None):
+            if host.spec.is_kubernetes:
+                stopped += self._delete_orphan_kernel_pods(host, machine)
+                continue
             try:
                 orphans = orphan_kernel_containers(host, self.ledger_id, machine)
             except (GPUDevError, docker.errors.DockerException) as exc:
@@ -1165,6 +1171,36 @@ class DevContainers(ContainerLookup):
                 self.log.info("gpudev: stopped %s, left by a server that is gone", name)
                 stopped.append(name)
         return stopped
+
+    def _delete_orphan_kernel_pods(self, host: Host, machine: str) -> builtins.list[str]:
+        """Delete the kernels' own pods a dead server process of this machine left on a
+        cluster (their GPUs are the scheduler's until then); ones whose files outside the
+        workspace changed keep running until committed or removed (a pod is never stopped
+        and kept)."""
+        try:
+            pods = self.pods(host).managed()
+        except GPUDevError as err:
+            self.log.warning("gpudev: orphan kernels on %s not checked: %s", host.name, err)
+            return []
+        deleted: builtins.list[str] = []
+        for pod in pods:
+            where, _, pid = annotation(pod, A_PROCESS).partition(":")
+            if not pod_kernel(pod) or where != machine or not pid.isdigit():
+                continue
+            if process_alive(int(pid)):
+                continue
+            name = annotation(pod, A_NAME)
+            try:
+                self.remove(name, host.name, caller=Caller(annotation(pod, A_OWNER)))
+            except Conflict as err:
+                self.log.warning("gpudev: orphan kernel pod %s kept: %s", name, err.message)
+                continue
+            except GPUDevError as err:
+                self.log.warning("gpudev: orphan kernel pod %s: %s", name, err.message)
+                continue
+            self.log.info("gpudev: deleted %s, left by a server that is gone", name)
+            deleted.append(name)
+        return deleted
 
     def reconcile(self) -> dict[str, Any]:
         """Make the ledger agree with the containers that exist (after a crash, at start-up)."""

@@ -32,6 +32,7 @@ def pod_target(
     command: tuple[str, ...],
     server_id: str,
     created: str,
+    process: str = "",
 ) -> tuple[k8s.PodTarget, list[str]]:
     """The pod a start on the Kubernetes host ``spec`` would make, and notes on what of the
     environment a cluster does differently. The scheduler picks the GPUs: a count, with the
@@ -67,6 +68,7 @@ def pod_target(
         created=created,
         gpus=ask,
         kernel_id=request.kernel_id,
+        process=process,
     )
     return target, notes
 

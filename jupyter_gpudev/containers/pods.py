@@ -30,7 +30,7 @@ from ..errors import Conflict, EngineError, GPUDevError, ImageError
 from ..k8s import objects as k8s
 from ..k8s.listing import LISTING_ARGV, compare_listings, parse_listing
 from ..k8s.status import PodState, clean, pod_state
-from ..labels import A_CREATED, A_ENV, A_IMAGE, A_NAME, A_OWNER, A_PORTS, K_MANAGED
+from ..labels import A_CREATED, A_ENV, A_IMAGE, A_NAME, A_OWNER, A_PORTS, K_KERNEL, K_MANAGED
 from .commands import lifecycle_steps
 from .model import DevContainerInfo, engine_time
 
@@ -108,7 +108,14 @@ def pod_info(
         forward_ports=_ports(annotation(pod, A_PORTS)),
         started_at=started,
         pod=True,
+        kernel_id=pod_kernel(pod),
     )
+
+
+def pod_kernel(pod: dict[str, Any]) -> str | None:
+    """The kernel a pod was made for (its ``K_KERNEL`` label), or ``None``: kernels share it."""
+    value = _dict(_dict(pod.get("metadata")).get("labels")).get(K_KERNEL)
+    return clean(value) if isinstance(value, str) and value else None
 
 
 def pod_uid(pod: dict[str, Any]) -> str:

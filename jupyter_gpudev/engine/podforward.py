@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 from ..errors import GPUDevError
-from .tunnels import ForwardSet
+from .tunnels import ForwardSet, local_listener
 
 _CHUNK = 65536
 #: The most bytes of the error channel kept (it says why a connection failed).
@@ -33,10 +33,7 @@ class _Forward:
         self.pod = pod
         self.port = port
         self.log = log
-        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(16)
-        self.local_port: int = self.listener.getsockname()[1]
+        self.listener, self.local_port = local_listener()
         self._closed = threading.Event()
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()

@@ -27,6 +27,15 @@ from .ssh import SSHConnection
 _CHUNK = 65536
 
 
+def local_listener() -> tuple[socket.socket, int]:
+    """A listening socket on a free port of 127.0.0.1 (a forward's local end) and its port."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    return listener, int(listener.getsockname()[1])
+
+
 class _Forward:
     """One listening port, forwarding to ``address:port`` on the host."""
 
@@ -35,11 +44,7 @@ class _Forward:
         self.address = address
         self.port = port
         self.log = log
-        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(16)
-        self.local_port: int = self.listener.getsockname()[1]
+        self.listener, self.local_port = local_listener()
         self._closed = threading.Event()
         self._pairs: set[tuple[socket.socket, paramiko.Channel]] = set()
         self._lock = threading.Lock()

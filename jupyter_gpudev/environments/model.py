@@ -210,6 +210,9 @@ class Environment:
     remote_user: str | None = None
     workspace_folder: str = "/workspace"
     idle_timeout: float | None = None
+    #: The host its dev containers and kernels start on when none is named
+    #: (``customizations.gpudev.host``; ``None``: placed automatically).
+    host: str | None = None
 
     def image_ref(self) -> str:
         """The image to run: ``image``, or for a build ``gpudev-env-<name>:<12 hex>``."""
@@ -238,6 +241,7 @@ class Environment:
             "remote_user": self.remote_user,
             "workspace_folder": self.workspace_folder,
             "idle_timeout": self.idle_timeout,
+            "host": self.host,
         }
 
 

@@ -31,7 +31,18 @@ from .model import (
 )
 from .runargs import _gpu_count_from_flag, parse_run_args
 
-GPUDEV_OPTIONS = ("gpus", "gpuModel", "gpuMemory", "idleTimeout", "shmSize", "memory", "cpus")
+GPUDEV_OPTIONS = (
+    "gpus",
+    "gpuModel",
+    "gpuMemory",
+    "idleTimeout",
+    "shmSize",
+    "memory",
+    "cpus",
+    "host",
+)
+#: A host's name (``engine/spec.py`` checks the configured ones the same way).
+_HOST_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
 
 
 #: Docker's smallest memory limit.
@@ -159,6 +170,7 @@ class _SpecReader:
             remote_user=self._optional_str("remoteUser"),
             workspace_folder=workspace,
             idle_timeout=self._idle_timeout(custom),
+            host=self._host(custom),
         )
 
     # -- helpers
@@ -529,6 +541,17 @@ class _SpecReader:
         if not _number_within(value, 0, math.inf):
             raise self.fail("'customizations.gpudev.idleTimeout' must be a number of seconds >= 0")
         return float(value)
+
+    def _host(self, custom: Mapping[str, Any]) -> str | None:
+        value = custom.get("host")
+        if value is None:
+            return None
+        if not isinstance(value, str) or not _HOST_NAME_RE.match(value):
+            raise self.fail(
+                "'customizations.gpudev.host' must be a host's name (lowercase letters, digits, "
+                "'.', '_' and '-')"
+            )
+        return value
 
 
 def _number_within(value: Any, low: float, high: float) -> bool:

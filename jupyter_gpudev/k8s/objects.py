@@ -38,6 +38,7 @@ from ..labels import (
     A_NAME,
     A_OWNER,
     A_PORTS,
+    A_PROCESS,
     GPU_MEMORY_LABEL,
     GPU_PRODUCT_LABEL,
     K_ENV,
@@ -115,6 +116,8 @@ class PodTarget:
     created: str
     gpus: GPUAsk = field(default_factory=GPUAsk)
     kernel_id: str | None = None
+    #: ``"<machine>:<pid>"`` of the server process (a kernel's own pod only).
+    process: str = ""
     #: The user and group the dev container runs as (never root on a cluster).
     run_as_user: int = 1000
     run_as_group: int = 1000
@@ -195,6 +198,7 @@ def _metadata(target: PodTarget, env: Environment, role: str, name: str) -> dict
             A_IMAGE: target.image,
             A_ENV: env.name,
             A_PORTS: ",".join(str(p) for p in env.forward_ports),
+            **({A_PROCESS: target.process} if target.kernel_id and target.process else {}),
         },
     }
 

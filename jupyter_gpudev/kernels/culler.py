@@ -37,7 +37,10 @@ class Reclaim:
     kernel_id: str
     container: str
     environment: str
+    #: The GPUs by UUID (none for a pod: the cluster's device plugin names them).
     gpu_uuids: tuple[str, ...]
+    #: How many GPUs the reclaim frees.
+    gpus: int
     idle_seconds: float
     reclaim_at: float
 
@@ -86,7 +89,7 @@ class GPUCuller(LoggingConfigurable):
             except KeyError:
                 continue
             provisioner = getattr(kernel, "provisioner", None)
-            if isinstance(provisioner, GPUKernel) and provisioner.gpu_uuids():
+            if isinstance(provisioner, GPUKernel) and provisioner.gpu_count():
                 found.append((kernel_id, kernel, provisioner))
         return found
 
@@ -120,6 +123,7 @@ class GPUCuller(LoggingConfigurable):
                         container=provisioner.container_name,
                         environment=provisioner.environment,
                         gpu_uuids=provisioner.gpu_uuids(),
+                        gpus=provisioner.gpu_count(),
                         idle_seconds=max(0.0, now - last),
                         reclaim_at=reclaim_at,
                     )

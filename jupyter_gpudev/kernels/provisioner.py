@@ -32,6 +32,7 @@ from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import Config
 
 from ..containers import DevContainers, StartRequest
+from ..containers.placement import gpu_request
 from ..engine import Host
 from ..engine.cluster import Cluster
 from ..errors import (
@@ -126,7 +127,9 @@ class GPUDevProvisioner(KernelProvisionerBase):
         True,
         config=True,
         help="""Remove a dedicated container at shutdown when nothing changed in it; one with
-        changes is only stopped (kept until committed or discarded).""",
+        changes is only stopped (kept until committed or discarded). A kernel's own pod on
+        a Kubernetes host is always deleted when unchanged (a pod is not stopped and kept);
+        one with changes keeps running until committed or removed.""",
     )
 
     # State, persisted through get/load_provisioner_info for reconnection after a restart.
@@ -151,6 +154,8 @@ class GPUDevProvisioner(KernelProvisionerBase):
     _shutdown_waited: float = 0.0
     #: Set by the GPU culler: at shutdown, stop the container but keep it (a reclaim).
     keep_container: bool = False
+    #: The GPUs a dedicated pod asked the scheduler for (a cluster names no UUIDs to gpudev).
+    _pod_gpus: int = 0
 
     @property
     def container_name(self) -> str:
@@ -166,6 +171,13 @@ class GPUDevProvisioner(KernelProvisionerBase):
             self.host or manager.host_pool.local_name, self._container_name
         )
         return lease.gpu_uuids if lease else ()
+
+    def gpu_count(self) -> int:
+        """How many GPUs this kernel holds: its dedicated container's leased ones, or those
+        its dedicated pod was given by the scheduler."""
+        if not self._dedicated:
+            return 0
+        return len(self.gpu_uuids()) or self._pod_gpus
 
     def idle_timeout(self) -> float | None:
         """The environment's own idle timeout (customizations.gpudev.idleTimeout), if any."""
@@ -266,6 +278,9 @@ class GPUDevProvisioner(KernelProvisionerBase):
                 self._manager.environments.get, self.environment, self._manager.root_dir
             )
             self._idle_timeout = env.idle_timeout
+            if info.pod:
+                wanted = gpu_request(env, request)
+                self._pod_gpus = wanted.count if wanted is not None else 0
         # The kernel's own launch command is built in launch_kernel (it runs in the container).
         kwargs["cmd"] = await self._run(self._kernel_argv)
         return kwargs
@@ -698,6 +713,9 @@ class GPUDevProvisioner(KernelProvisionerBase):
             return
         manager = self._manager
         host = self.host or None
+        if self._in_pod() is not None:
+            self._end_pod(manager, host)
+            return
         try:
             # Either way the lease is released as soon as the container has stopped (well
             # under 1 s); remove() stops it first.
@@ -716,6 +734,27 @@ class GPUDevProvisioner(KernelProvisionerBase):
         except GPUDevError as err:
             self.log.warning(
                 "gpudev kernel %s: cleaning up %s: %s",
+                self.kernel_id,
+                self._container_name,
+                err.message,
+            )
+
+    def _end_pod(self, manager: DevContainers, host: str | None) -> None:
+        """A kernel's own pod is deleted at its end (its GPUs freed, its workspace claim kept),
+        unless files outside the workspace changed: a pod cannot be stopped and kept, so it
+        keeps running, with its GPUs, until its changes are committed or it is removed."""
+        try:
+            manager.remove(self._container_name, host)
+        except Conflict as err:
+            self.log.warning(
+                "gpudev kernel %s: the pod of %s is kept running with its GPUs: %s",
+                self.kernel_id,
+                self._container_name,
+                err.message,
+            )
+        except GPUDevError as err:
+            self.log.warning(
+                "gpudev kernel %s: deleting the pod of %s: %s",
                 self.kernel_id,
                 self._container_name,
                 err.message,
@@ -751,6 +790,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
             host=self.host,
             container=self._container_name,
             dedicated=self._dedicated,
+            pod_gpus=self._pod_gpus,
             exec_id=self._exec_id,
             runtime_id=self.runtime_id,
             ports=list(self._ports),
@@ -762,6 +802,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         self._container_name = str(provisioner_info.get("container", ""))
         self.host = str(provisioner_info.get("host") or self.host)
         self._dedicated = bool(provisioner_info.get("dedicated", False))
+        self._pod_gpus = int(provisioner_info.get("pod_gpus", 0) or 0)
         self._exec_id = str(provisioner_info.get("exec_id", ""))
         self._runtime_id = str(provisioner_info.get("runtime_id", ""))
         self._ports = tuple(int(p) for p in provisioner_info.get("ports", []))

@@ -68,6 +68,9 @@ class ServiceKernelProvisioner(KernelProvisionerBase):
     def gpu_uuids(self) -> tuple[str, ...]:
         return self._gpu_uuids if self._dedicated else ()
 
+    def gpu_count(self) -> int:
+        return len(self.gpu_uuids())
+
     def idle_timeout(self) -> float | None:
         return self._idle_timeout
 

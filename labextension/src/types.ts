@@ -349,8 +349,10 @@ export interface IReclaim {
   /** The kernel's dev container, stopped (and kept) by the reclaim. */
   container: string;
   environment: string;
-  /** The GPUs the reclaim frees. */
+  /** The GPUs the reclaim frees, by UUID (none for a pod's: the cluster names them). */
   gpu_uuids: string[];
+  /** How many GPUs the reclaim frees. */
+  gpus: number;
   /** Seconds since the kernel's last activity. */
   idle_seconds: number;
   /** When the kernel will be shut down, in seconds since the Unix epoch. */

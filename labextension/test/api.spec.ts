@@ -13,6 +13,7 @@ import {
   GPUDevAPIError,
   INVALID_RESPONSE,
   NETWORK_ERROR,
+  parseReclaims,
   removeContainer,
   SSEParser,
   startContainer,
@@ -438,5 +439,19 @@ describe('SSEParser', () => {
       { event: 'a', data: '1\n2' }
     ]);
     expect(parser.end()).toEqual([{ event: 'b', data: '3' }]);
+  });
+});
+
+describe('parseReclaims', () => {
+  it('counts the GPUs a reclaim frees, by UUID or as the server says (a pod)', () => {
+    const base = { kernel_id: 'k1', container: 'c1', reclaim_at: 1700000000 };
+    const parsed = parseReclaims({
+      reclaims: [
+        { ...base, gpu_uuids: ['GPU-1', 'GPU-2'] },
+        { ...base, kernel_id: 'k2', gpu_uuids: [], gpus: 4 },
+        { ...base, kernel_id: 'k3', gpu_uuids: [], gpus: 'many' }
+      ]
+    });
+    expect(parsed?.reclaims.map(r => r.gpus)).toEqual([2, 4, 0]);
   });
 });

@@ -354,6 +354,7 @@ describe('ReclaimsModel', () => {
     container: 'c1',
     environment: 'gpu',
     gpu_uuids: ['GPU-1'],
+    gpus: 1,
     idle_seconds: 600,
     reclaim_at: 1700000000
   };

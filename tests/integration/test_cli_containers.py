@@ -254,14 +254,15 @@ def test_a_pod_is_started_listed_and_removed_from_the_command_line(
         assert "on-k8s" in names(cli("ls", "--json", cluster, env=env_file))
         table = cli("ls", "--host=cluster", cluster, env=env_file)
         assert "on-k8s  cluster  default      Running on node gpu-a100-1" in table.stdout
-        # Its output is read; commands that need more of the pod say they are not done yet
+        # Its output is read; its changes cannot be, as its files were not listed at its start
+        # (this API server runs no pods)
         state.outputs["gpudev-on-k8s"] = b"pod says hi\n"
         logs = cli("logs", "on-k8s", cluster, env=env_file)
         assert (logs.returncode, logs.stdout) == (0, "pod says hi\n")
         diff = cli("diff", "on-k8s", cluster, env=env_file)
         assert diff.returncode != 0
-        assert "runs in a pod on host 'cluster'" in diff.stderr
-        # rm asks for --force (the pod's changes cannot be read yet), then deletes the pod
+        assert "runs in a pod on host 'cluster' whose files were not listed" in diff.stderr
+        # rm asks for --force (the pod's changes cannot be read), then deletes the pod
         # and keeps the workspace claim
         kept = cli("rm", "on-k8s", cluster, env=env_file)
         assert kept.returncode != 0

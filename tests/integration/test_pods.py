@@ -33,6 +33,7 @@ from jupyter_gpudev.engine.registry import Registries
 from jupyter_gpudev.errors import BadRequest, Conflict, NotFound
 from jupyter_gpudev.kernels import provisioner
 from jupyter_gpudev.kernels.kernelspecs import SHARED_PREFIX, GPUDevKernelSpecManager
+from jupyter_gpudev.labels import A_NAME, K_KERNEL
 from tests.integration.test_kernels import kernel_manager, run
 from tests.k8s_api import DockerKubelet, FakeCluster, cluster_manager
 
@@ -268,6 +269,54 @@ async def test_a_kernel_runs_in_a_pod_from_the_picker(
         procs = container.exec_run(["sh", "-c", "ps -eo args || ls /proc"]).output.decode()
         assert "ipykernel" not in procs
         assert manager.get("kpod", "cluster", caller=Caller("root", admin=True)).state == "running"
+    finally:
+        provisioner.set_manager(None)
+
+
+async def test_a_kernel_of_an_environment_on_the_cluster_has_a_pod_of_its_own(
+    manager: DevContainers, cluster: FakeCluster, tools_image: str
+) -> None:
+    # Given change tracking and an environment whose host is the cluster
+    track_changes(manager)
+    folder = manager.root_dir / ".devcontainer" / "onk8s"
+    folder.mkdir(parents=True)
+    (folder / "devcontainer.json").write_text(
+        json.dumps({"image": tools_image, "customizations": {"gpudev": {"host": "cluster"}}})
+    )
+    provisioner.set_manager(manager)
+    try:
+        for change in (False, True):
+            # When a kernel of it starts from the picker
+            km = kernel_manager(manager, "gpudev-onk8s")
+            await km.start_kernel()
+            client = km.client()
+            client.start_channels()
+            try:
+                await client.wait_for_ready(timeout=60)
+                # Then it runs in a pod of its own on the cluster, as the pod's user
+                (pod_name,) = cluster.names("pods")
+                pod = cluster.objects[("pods", "team-ml", pod_name)]
+                assert pod["metadata"]["labels"][K_KERNEL] == km.kernel_id
+                code = "import os; print(os.getuid())"
+                if change:  # a file written outside the workspace: lost with the pod
+                    code += "; open('/opt/tools/model.cfg', 'w').write('lr = 0.1')"
+                out, reply = await run(client, code)
+                assert (reply["status"], out.strip()) == ("ok", "1000"), reply
+            finally:
+                client.stop_channels()
+                await km.shutdown_kernel()
+            if not change:
+                # And at its end the pod is deleted (its GPUs freed), its workspace claim kept
+                assert cluster.names("pods") == []
+                assert cluster.names("persistentvolumeclaims")
+            else:
+                # Unless files outside its workspace changed: then it keeps running, with
+                # the change, until it is committed or removed
+                assert cluster.names("pods") == [pod_name]
+                name = pod["metadata"]["annotations"][A_NAME]
+                with pytest.raises(Conflict, match=r"model\.cfg"):
+                    manager.remove(name, "cluster")
+                manager.remove(name, "cluster", force=True)
     finally:
         provisioner.set_manager(None)
 

@@ -18,10 +18,14 @@ T0 = 1_800_000_000.0
 class Provisioner(GPUDevProvisioner):
     """A gpudev provisioner whose GPUs and timeout are given, not read from a ledger."""
 
-    def __init__(self, gpus: tuple[str, ...], timeout: float | None = None) -> None:
+    def __init__(
+        self, gpus: tuple[str, ...], timeout: float | None = None, pod_gpus: int = 0
+    ) -> None:
         super().__init__(kernel_id="k", kernel_spec=None)
         self._gpus = gpus
         self._timeout = timeout
+        self._dedicated = True  # a kernel in a container (or pod) of its own
+        self._pod_gpus = pod_gpus
 
     def gpu_uuids(self) -> tuple[str, ...]:
         return self._gpus
@@ -82,6 +86,19 @@ async def test_an_idle_gpu_kernel_is_warned_then_reclaimed(clock: list[float]) -
     clock[0] = T0 + 600
     assert await gpus.check() == ["gpu"]
     assert km.shut_down == ["gpu"]
+
+
+async def test_a_kernel_in_a_pod_of_its_own_is_reclaimed_by_its_gpu_count(
+    clock: list[float],
+) -> None:
+    # Given a kernel whose own pod the scheduler gave 2 GPUs (a cluster names no UUIDs)
+    km = KernelManager({"pod": Kernel(Provisioner((), pod_gpus=2), at(0))})
+    gpus = culler(km, clock)
+    clock[0] = T0 + 560
+    (reclaim,) = gpus.pending()
+    assert (reclaim.gpus, reclaim.gpu_uuids) == (2, ())
+    clock[0] = T0 + 600
+    assert await gpus.check() == ["pod"]
 
 
 async def test_busy_kernels_cpu_kernels_and_other_kernels_are_left_alone(

@@ -349,7 +349,7 @@ def test_customizations_gpudev(root: Path) -> None:
             "runArgs": ["--shm-size=64m"],
             "customizations": {
                 "vscode": {"extensions": ["ms-python.python"]},
-                "gpudev": {"idleTimeout": 900, "shmSize": "2g", "gpu": 2},
+                "gpudev": {"idleTimeout": 900, "shmSize": "2g", "gpu": 2, "host": "cluster"},
             },
         },
     )
@@ -358,6 +358,7 @@ def test_customizations_gpudev(root: Path) -> None:
     env = listing.environments[0]
     # Then they are applied (shmSize wins over runArgs) and the misspelt one is a warning
     assert env.idle_timeout == 900.0
+    assert env.host == "cluster"
     assert env.run_options.shm_size_bytes == 2 << 30
     (warning,) = listing.problems
     assert warning["level"] == "warning"
@@ -375,6 +376,8 @@ def test_customizations_gpudev(root: Path) -> None:
         ({"customizations": {"gpudev": {"gpuMemory": "lots"}}}, "gpuMemory"),
         ({"customizations": {"gpudev": {"gpuModel": 100}}}, "gpuModel"),
         ({"customizations": {"gpudev": {"idleTimeout": -1}}}, "idleTimeout"),
+        ({"customizations": {"gpudev": {"host": "../etc"}}}, "'customizations.gpudev.host'"),
+        ({"customizations": {"gpudev": {"host": 3}}}, "'customizations.gpudev.host'"),
         ({"customizations": {"gpudev": {"shmSize": "big"}}}, "shmSize"),
         ({"customizations": {"gpudev": []}}, "'customizations.gpudev' must be an object"),
         ({"customizations": {"gpudev": {"gpus": 0, "gpuModel": "A100"}}}, "gpus is 0"),

@@ -7,7 +7,9 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +25,7 @@ from jupyter_gpudev.errors import Conflict, EngineError, GPUDevError, ImageError
 from jupyter_gpudev.k8s.listing import LISTING_ARGV
 from jupyter_gpudev.kernels.kernelspecs import GPUDevKernelSpecManager
 from jupyter_gpudev.kernels.provisioner import set_manager
+from jupyter_gpudev.labels import A_PROCESS, K_KERNEL
 from tests.k8s_api import TOKEN, UNSCHEDULABLE, FakeCluster, cluster_manager
 
 LOG = logging.getLogger("test")
@@ -213,10 +216,25 @@ def test_a_pod_that_exists_is_a_conflict_and_is_not_touched(
     assert cluster.names("services") == ["gpudev-twice"]
 
 
-def test_kernels_are_not_started_in_pods_yet(manager: DevContainers, cluster: FakeCluster) -> None:
-    with pytest.raises(GPUDevError, match="Kernels do not run in pods"):
-        manager.start(StartRequest("default", host="cluster", kernel_id="k1"), None, caller=ALICE)
-    assert cluster.writes() == []
+def test_an_environment_on_the_cluster_starts_a_kernels_own_pod_there(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    # Given an environment whose host is the cluster (customizations.gpudev.host)
+    environment(manager, "onk8s", customizations={"gpudev": {"host": "cluster"}})
+    # When a kernel's own dev container starts without a host named (as the picker does)
+    info = manager.start(StartRequest("onk8s", name="kernel-k1", kernel_id="k1"), None)
+    # Then it is a pod on the cluster, labelled as that kernel's: not offered to others
+    assert (info.host, info.pod, info.kernel_id) == ("cluster", True, "k1")
+    pod = cluster.objects[("pods", "team-ml", "gpudev-kernel-k1")]
+    assert pod["metadata"]["labels"][K_KERNEL] == "k1"
+    set_manager(manager)
+    try:
+        assert GPUDevKernelSpecManager()._shared_containers() == []
+    finally:
+        set_manager(None)
+    # And the dry run names the cluster too
+    plan = manager.plan(StartRequest("onk8s", name="other"))
+    assert plan["host"] == "cluster", plan
 
 
 def test_a_cluster_without_credentials_is_unreachable_not_a_crash(
@@ -359,6 +377,35 @@ def test_a_pod_with_changes_is_removed_only_with_force(
     assert cluster.names("pods") == []
     # Its listing is forgotten with it
     assert not list((Path(manager.state_dir) / "pod-listings").rglob("*-*"))
+
+
+def test_kernel_pods_a_dead_server_left_are_deleted_unless_changed(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    # Given two kernels' own pods and a pod kernels share, made by this server process
+    files = PodFiles()
+    cluster.exec_handler = files
+    environment(manager, "onk8s", customizations={"gpudev": {"host": "cluster"}})
+    for kernel in ("k1", "k2"):
+        manager.start(StartRequest("onk8s", name=f"kernel-{kernel}", kernel_id=kernel), None)
+    manager.start(StartRequest("onk8s", name="shared"), None)
+    process = f"{socket.gethostname()}:{os.getpid()}"
+    pods = {name: cluster.objects[("pods", "team-ml", name)] for name in cluster.names("pods")}
+    assert pods["gpudev-kernel-k1"]["metadata"]["annotations"][A_PROCESS] == process
+    assert A_PROCESS not in pods["gpudev-shared"]["metadata"]["annotations"]
+    # While the server that made them runs, none is an orphan
+    assert manager.stop_orphan_kernels() == []
+    # When that process is gone (a crash), and one of the pods has a change outside its
+    # workspace
+    ended = subprocess.Popen(["true"])  # noqa: S607 - a pid that no longer runs
+    ended.wait()
+    for pod in pods.values():
+        pod["metadata"]["annotations"][A_PROCESS] = f"{socket.gethostname()}:{ended.pid}"
+    files.trees["gpudev-kernel-k2"]["/opt/model.cfg"] = ("f", 10, 9.0, "644", "")
+    # Then the unchanged kernel pod is deleted (its GPUs freed), the changed one kept running,
+    # and the shared pod left alone
+    assert manager.stop_orphan_kernels() == ["kernel-k1"]
+    assert cluster.names("pods") == ["gpudev-kernel-k2", "gpudev-shared"]
 
 
 def test_a_pod_that_could_not_be_listed_asks_for_force(

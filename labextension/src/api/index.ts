@@ -41,6 +41,7 @@ export type { ICommitOptions } from './commit';
 export {
   fetchKernelInfo,
   fetchReclaims,
+  parseReclaims,
   isKernelInfo,
   isReclaim,
   keepKernel,

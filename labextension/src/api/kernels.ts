@@ -73,6 +73,12 @@ function normaliseReclaim(reclaim: IReclaim): IReclaim {
     container: reclaim.container,
     environment: text(reclaim.environment),
     gpu_uuids: stringArray(reclaim.gpu_uuids),
+    gpus: Math.max(
+      0,
+      Math.floor(
+        finiteOrNull(reclaim.gpus) ?? stringArray(reclaim.gpu_uuids).length
+      )
+    ),
     idle_seconds: Math.max(0, finiteOrNull(reclaim.idle_seconds) ?? 0),
     reclaim_at: reclaim.reclaim_at
   };

@@ -29,7 +29,7 @@ export function reclaimMessage(
   return trans.__(
     'GPU kernel in %1 (%2) has been idle for %3 and will be released at %4',
     reclaim.container,
-    trans._n('%1 GPU', '%1 GPUs', reclaim.gpu_uuids.length),
+    trans._n('%1 GPU', '%1 GPUs', reclaim.gpus),
     idleText(reclaim, trans),
     reclaimTime(reclaim)
   );
