@@ -84,6 +84,10 @@ class FakeCluster:
     #: Where a port-forward connects without a kubelet (a test's own server).
     forward_address: str = "127.0.0.1"
     forwards: list[tuple[str, int]] = field(default_factory=list)
+    #: What the Job controller and the builder do with a Job (``None``: it never ends):
+    #: job -> (succeeded, the builder's termination message, its output). Run in a thread;
+    #: the Job's pod is then made, ended, with that message and output.
+    job_runner: Callable[[dict[str, Any]], tuple[bool, str, bytes]] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def names(self, plural: str) -> list[str]:
@@ -140,6 +144,11 @@ class FakeCluster:
                 del self.objects[key]
                 if plural == "pods" and self.kubelet is not None:
                     self.kubelet.delete(found)
+                if plural == "jobs":  # the garbage collector: the Job's pods go with it
+                    for gone in self._select(
+                        "pods", namespace, {"labelSelector": f"job-name={name}"}
+                    ):
+                        del self.objects[("pods", namespace, gone["metadata"]["name"])]
                 return 200, found
         return 405, _status(405, "MethodNotAllowed", "the server does not allow this method")
 
@@ -148,10 +157,10 @@ class FakeCluster:
         pod = self.objects.get(("pods", match["ns"], match["name"] or "")) if match else None
         if match is None or pod is None:
             return 404, _status(404, "NotFound", "pods not found")
-        if self.kubelet is not None:
-            data = self.kubelet.output(pod)
-        else:
+        if match["name"] in self.outputs or self.kubelet is None:
             data = self.outputs.get(match["name"] or "", b"")
+        else:
+            data = self.kubelet.output(pod)
         if "tailLines" in query:
             lines = data.splitlines(keepends=True)
             data = b"".join(lines[len(lines) - int(query["tailLines"]) :])
@@ -182,7 +191,53 @@ class FakeCluster:
                 self.kubelet.create(made)
             self._schedule(made)
         self.objects[key] = made
+        if plural == "jobs" and self.job_runner is not None:
+            threading.Thread(target=self._run_job, args=(made,), daemon=True).start()
         return 201, made
+
+    def _run_job(self, job: dict[str, Any]) -> None:
+        """The Job controller and its one pod: run, ended, the Job's status set."""
+        assert self.job_runner is not None
+        succeeded, message, output = self.job_runner(job)
+        name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+        pod_name = f"{name}-{uuid.uuid4().hex[:5]}"
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": pod_name,
+                "namespace": namespace,
+                "uid": str(uuid.uuid4()),
+                "labels": {"job-name": name},
+            },
+            "spec": job["spec"]["template"]["spec"],
+            "status": {
+                "phase": "Succeeded" if succeeded else "Failed",
+                "containerStatuses": [
+                    {
+                        "name": "build",
+                        "state": {
+                            "terminated": {"exitCode": 0 if succeeded else 1, "message": message}
+                        },
+                    }
+                ],
+            },
+        }
+        with self.lock:
+            if ("jobs", namespace, name) not in self.objects:
+                return
+            self.objects[("pods", namespace, pod_name)] = pod
+            self.outputs[pod_name] = output
+            job["status"] = (
+                {"succeeded": 1}
+                if succeeded
+                else {
+                    "failed": 1,
+                    "conditions": [
+                        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}
+                    ],
+                }
+            )
 
     def _select(self, plural: str, namespace: str, query: dict[str, str]) -> list[Any]:
         wanted = dict(

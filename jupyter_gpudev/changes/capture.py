@@ -117,9 +117,8 @@ class Captured:
         snapshot, a push, a verify build) is refused with a clear message."""
         if self.client is None or self.container is None:
             raise BadRequest(
-                f"{self.info.name} is a pod on a Kubernetes host: its commit writes the "
-                "Dockerfile diff (--write); a snapshot, push or verify build of a pod needs an "
-                "image builder in the cluster, which gpudev does not run yet"
+                f"{self.info.name} is a pod on a Kubernetes host: it has no Docker engine "
+                "(its snapshot is built and pushed by the cluster)"
             )
         return self.client, self.container
 

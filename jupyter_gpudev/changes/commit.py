@@ -59,6 +59,7 @@ from . import classify as cl
 from . import compare as cp
 from . import model as ch
 from .export import digest_differences, read_digests
+from .podbuild import PodBuild
 
 if TYPE_CHECKING:
     from .capture import ChangeCapture, Prepared, WriteResult
@@ -204,8 +205,9 @@ class Committer:
         say = say or (lambda _event: None)
         options.check()
         say({"stage": "capture", "message": f"reading the changes of {name}"})
-        staged = options.write or options.verify
-        early = self._commit_early(name, host) if options.snapshot else None
+        early, on_pod = self._commit_early(name, host) if options.snapshot else (None, False)
+        # A pod's snapshot is built from the Dockerfile and the kept files: they are staged.
+        staged = options.write or options.verify or on_pod
         try:
             prepared = self.capture.prepare(
                 name,
@@ -224,8 +226,8 @@ class Committer:
         captured = prepared.captured
         keep_verified = False
         try:
-            if options.verify or options.snapshot:
-                captured.engine()  # a pod has no engine: refused before anything is written
+            if captured.pod is not None:  # before anything is built or written
+                self._check_pod_options(captured.info.name, options, prepared)
             if options.verify:
                 result.verify = self._verify(captured.engine()[0], prepared, say)
                 if result.verify.differences:
@@ -238,8 +240,10 @@ class Committer:
                         details={"differences": result.verify.differences},
                     )
             if options.snapshot:
-                result.snapshot = self._snapshot(
-                    captured.engine()[0], prepared, options, say, early
+                result.snapshot = (
+                    self._pod_snapshot(prepared, options, say)
+                    if captured.pod is not None
+                    else self._snapshot(captured.engine()[0], prepared, options, say, early)
                 )
             if options.write:
                 say({"stage": "write", "message": f"writing {prepared.dockerfile}"})
@@ -343,20 +347,59 @@ class Committer:
 
     # -- snapshot and push --------------------------------------------------------------------
 
-    def _commit_early(self, name: str, host: str | None) -> _EarlyCommit | None:
+    def _commit_early(self, name: str, host: str | None) -> tuple[_EarlyCommit | None, bool]:
         """Start the snapshot's ``docker commit`` (and the layer leaving gpudev's own files
         out) now, in a worker thread, while the changes are read: the engine's diff alone
         takes most of a second. ``None`` (the commit is made later) when the container cannot
-        be found now: the capture says why."""
+        be found now: the capture says why. And whether it is a pod (built in its cluster)."""
         try:
-            found, container = self.capture.containers.find(name, host)
+            found, container = self.capture.containers.locate(name, host)
+            if isinstance(container, dict):
+                return None, True
             client = found.client()
         except FAILURES:
-            return None
+            return None, False
         env = container.attrs.get("Config", {}).get("Env") or []
         # The command-log wrappers are first on PATH when they were put into the container.
         with_log = any(e.startswith(f"PATH={commandlog.SHIMS}:") for e in env)
-        return _EarlyCommit(client, container, list(commandlog.OWN_PATHS) if with_log else [])
+        own = list(commandlog.OWN_PATHS) if with_log else []
+        return _EarlyCommit(client, container, own), False
+
+    # -- a pod's snapshot, built in its cluster ------------------------------------------------
+
+    @staticmethod
+    def _check_pod_options(name: str, options: CommitOptions, prepared: Prepared) -> None:
+        if options.verify:
+            raise BadRequest(
+                f"{name} is a pod on a Kubernetes host: a verify build needs a Docker engine; "
+                "commit it without verify (--snapshot TAG --push builds it in the cluster)"
+            )
+        if options.snapshot and not options.push:
+            raise BadRequest(
+                f"{name} is a pod on a Kubernetes host: its snapshot is built and pushed by "
+                "the cluster, so --snapshot needs --push"
+            )
+        if options.snapshot and prepared.staging is None and prepared.rendered.files:
+            raise EngineError(f"The files of {name} were not copied out for its build: try again")
+
+    def _pod_snapshot(self, prepared: Prepared, options: CommitOptions, say: Progress) -> Snapshot:
+        captured = prepared.captured
+        tag = str(options.snapshot)
+        labels = {
+            L_SNAPSHOT_ENV: captured.environment.name,
+            L_SNAPSHOT_CONTAINER: captured.info.name,
+            L_SNAPSHOT_DIFF: "sha256:" + _sha256(prepared.rendered.diff),
+            L_SNAPSHOT_DOCKERFILE: "sha256:" + prepared.rendered.dockerfile_digest,
+            OCI_BASE_NAME: captured.info.image,
+            OCI_CREATED: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        if options.message:
+            labels[OCI_DESCRIPTION] = options.message.strip()
+        with _verify_context(prepared) as context:
+            digest = PodBuild(self.capture, self.registries).run(
+                prepared, tag, labels, say, context=context, dockerfile=VERIFY_DOCKERFILE
+            )
+        return Snapshot(tag, "", labels, [], pushed_digest=digest)
 
     def _snapshot(
         self,

@@ -165,7 +165,7 @@ def print_result(name: str, result: dict[str, Any]) -> None:
         )
     snapshot = result.get("snapshot")
     if isinstance(snapshot, dict):
-        line = f"snapshot: {snapshot.get('reference')} ({str(snapshot.get('image_id'))[:19]})"
+        line = f"snapshot: {snapshot.get('reference')} ({_image_id(snapshot.get('image_id'))})"
         if snapshot.get("digest"):
             line += f", pushed {snapshot['digest']}"
         print(line, file=sys.stderr)
@@ -199,7 +199,7 @@ def print_outcome(name: str, outcome: CommitResult, result: dict[str, Any]) -> N
         )
     if outcome.snapshot is not None:
         snap = outcome.snapshot
-        line = f"snapshot: {snap.reference} ({snap.image_id[:19]})"
+        line = f"snapshot: {snap.reference} ({_image_id(snap.image_id)})"
         if snap.pushed_digest is not None:
             line += f", pushed {snap.pushed_digest}".rstrip()
         print(line, file=sys.stderr)
@@ -254,3 +254,8 @@ class DiffApp(CommitApp):
     def options(self) -> CommitOptions:
         # Nothing but the diff, whatever else c.CommitApp says; --exclude leaves changes out.
         return CommitOptions(exclude=tuple(self.exclude))
+
+
+def _image_id(image_id: object) -> str:
+    """A snapshot's image id as shown (a pod's has none here: its cluster built it)."""
+    return str(image_id)[:19] if image_id else "built in the cluster"

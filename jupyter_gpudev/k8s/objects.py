@@ -22,6 +22,7 @@ manifest is checked against the Kubernetes OpenAPI schemas (``tests/unit/test_k8
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 from collections.abc import Mapping
@@ -470,6 +471,11 @@ class BuildTarget:
     created: str
     deadline_seconds: int = 3600
     image: str = KANIKO_IMAGE
+    #: The node the dev container's pod runs on: a ``ReadWriteOnce`` workspace claim is
+    #: mounted on one node only, so the build runs there too (``None``: any node).
+    node: str | None = None
+    #: Labels the pushed image carries (``--label``).
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 def _relative_path(where: str, path: str) -> str:
@@ -513,6 +519,9 @@ def make_builder_job(target: BuildTarget) -> dict[str, Any]:
                     f"--destination={target.destination}",
                     "--snapshot-mode=redo",
                     "--single-snapshot",
+                    # the pushed digest, read back from the pod's status
+                    "--digest-file=/dev/termination-log",
+                    *(f"--label={key}={value}" for key, value in sorted(target.labels.items())),
                 ],
                 "securityContext": {"allowPrivilegeEscalation": False, "privileged": False},
                 "volumeMounts": [
@@ -535,6 +544,8 @@ def make_builder_job(target: BuildTarget) -> dict[str, Any]:
             },
         ],
     }
+    if target.node:
+        pod_spec["nodeSelector"] = {"kubernetes.io/hostname": target.node}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -550,6 +561,27 @@ def make_builder_job(target: BuildTarget) -> dict[str, Any]:
             "ttlSecondsAfterFinished": 3600,
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
+    }
+
+
+def make_registry_secret(
+    name: str, namespace: str, owner: str, config_json: bytes, created: str
+) -> dict[str, Any]:
+    """The Secret a build Job reads the registry credentials from: ``config.json`` as
+    ``docker login`` writes it (created for one build, deleted after it)."""
+    if not _NAMESPACE_RE.match(namespace):
+        raise BadRequest(f"{namespace[:80]!r} is not a Kubernetes namespace name")
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": k8s_name(name, "gpudev-registry-"),
+            "namespace": namespace,
+            "labels": {K_MANAGED: "1", K_NAME: label_value(name), K_ROLE: "build"},
+            "annotations": {A_NAME: name, A_OWNER: owner, A_CREATED: created},
+        },
+        "type": "Opaque",
+        "data": {"config.json": base64.b64encode(config_json).decode()},
     }
 
 

@@ -596,7 +596,6 @@ describe('allowedActions', () => {
   it('offers stop, pin and commit for a running Docker container, remove once stopped', () => {
     expect(allowedActions(container('box'), true, true)).toEqual({
       commit: true,
-      push: true,
       terminal: true,
       stop: true,
       pin: true,
@@ -611,11 +610,10 @@ describe('allowedActions', () => {
     });
   });
 
-  it('removes a running pod and commits it, never stops, pins or pushes it', () => {
+  it('removes a running pod and commits it, never stops or pins it', () => {
     expect(allowedActions(container('pod', { pod: true }), true, true)).toEqual(
       {
         commit: true,
-        push: false,
         terminal: true,
         stop: false,
         pin: false,

@@ -8,6 +8,7 @@ pod's user and the comparison of two listings all run for real."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import copy
 import json
@@ -17,8 +18,9 @@ import secrets
 import select
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -30,12 +32,13 @@ from jupyter_gpudev.changes.tracker import track_changes
 from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.engine.registry import Registries
-from jupyter_gpudev.errors import BadRequest, Conflict, NotFound
+from jupyter_gpudev.errors import BadRequest, Conflict, GPUDevError, NotFound
 from jupyter_gpudev.kernels import provisioner
 from jupyter_gpudev.kernels.kernelspecs import SHARED_PREFIX, GPUDevKernelSpecManager
 from jupyter_gpudev.labels import A_NAME, K_KERNEL
 from tests.integration.test_kernels import kernel_manager, run
 from tests.k8s_api import DockerKubelet, FakeCluster, cluster_manager
+from tests.registry import Registry
 
 pytestmark = pytest.mark.integration
 LOG = logging.getLogger("test")
@@ -180,10 +183,10 @@ def test_a_pods_changes_are_committed_as_a_dockerfile_diff(
     assert captured.pod is not None
     assert "demo-pkg==1.0" in rendered.diff, rendered.diff
     assert "/opt/tools/settings.toml" in rendered.files
-    # And a push (no image builder runs in the cluster) is refused, nothing written
+    # And a verify build (it needs a Docker engine) is refused, nothing written
     committer = Committer(capture, Registries())
     with pytest.raises(BadRequest, match="pod on a Kubernetes host"):
-        committer.commit("cpod", CommitOptions(snapshot="127.0.0.1:1/x:1", push=True), "cluster")
+        committer.commit("cpod", CommitOptions(verify=True, write=True), "cluster")
     assert not (folder / "Dockerfile").exists()
     # When it is written
     result = committer.commit("cpod", CommitOptions(write=True), "cluster")
@@ -211,6 +214,147 @@ def test_a_pods_changes_are_committed_as_a_dockerfile_diff(
     manager.remove("cpod", "cluster")
     assert cluster.names("pods") == []
     assert not list(capture.baselines.folder.glob("*" + captured.key + "*"))
+
+
+def builder_stand_in(
+    cluster: FakeCluster, docker_client: docker.DockerClient, volumes: Path
+) -> Callable[[dict[str, Any]], tuple[bool, str, bytes]]:
+    """What kaniko does in a build Job (no kaniko image here): the Job's arguments read, the
+    context built by the real engine from the workspace claim's files, the image pushed with
+    the credentials of the Job's Secret to the real registry; the digest as kaniko says it."""
+
+    def run(job: dict[str, Any]) -> tuple[bool, str, bytes]:
+        spec = job["spec"]["template"]["spec"]
+        args = spec["containers"][0]["args"]
+
+        def arg(name: str) -> str:
+            return str(next(a.split("=", 1)[1] for a in args if a.startswith(f"--{name}=")))
+
+        claim = next(
+            v["persistentVolumeClaim"]["claimName"]
+            for v in spec["volumes"]
+            if v["name"] == "workspace"
+        )
+        (dev_pod,) = [
+            pod
+            for (plural, _ns, _n), pod in cluster.objects.items()
+            if plural == "pods"
+            and any(
+                (v.get("persistentVolumeClaim") or {}).get("claimName") == claim
+                for v in pod["spec"].get("volumes") or []
+            )
+            and "job-name" not in pod["metadata"].get("labels", {})
+        ]
+        workspace = volumes / f"{dev_pod['metadata']['name']}-workspace"
+        context = workspace / arg("context").removeprefix("dir:///workspace/")
+        dockerfile = arg("dockerfile").removeprefix("/workspace/")
+        secret_name = spec["volumes"][1]["secret"]["secretName"]
+        secret = cluster.objects[("secrets", "team-ml", secret_name)]
+        config = json.loads(base64.b64decode(secret["data"]["config.json"]))
+        destination = arg("destination")
+        registry_host = destination.split("/", 1)[0]
+        user, password = (
+            base64.b64decode(config["auths"][registry_host]["auth"]).decode().split(":", 1)
+        )
+        labels = dict(a.split("=", 1)[1].split("=", 1) for a in args if a.startswith("--label="))
+        try:
+            docker_client.images.build(
+                path=str(context),
+                dockerfile=str(workspace / dockerfile),
+                tag=destination,
+                labels=labels,
+                rm=True,
+            )
+            repository, tag = destination.rsplit(":", 1)
+            digest = ""
+            for event in docker_client.api.push(
+                repository,
+                tag=tag,
+                stream=True,
+                decode=True,
+                auth_config={"username": user, "password": password},
+            ):
+                if "error" in event:
+                    return False, "", f"error pushing: {event['error']}\n".encode()
+                digest = (event.get("aux") or {}).get("Digest", digest)
+        except docker.errors.DockerException as exc:
+            return False, "", f"error building: {exc}\n".encode()
+        return True, digest, b"pushed\n"
+
+    return run
+
+
+def test_a_pods_snapshot_is_built_in_the_cluster_and_pushed(  # noqa: PLR0917
+    manager: DevContainers,
+    cluster: FakeCluster,
+    tools_image: str,
+    registry: Registry,
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a pod with a settings file, the user's credentials for a real registry, and a
+    # cluster whose build Jobs run (the engine stands in for kaniko)
+    capture = track_changes(manager)
+    monkeypatch.setenv("DOCKER_CONFIG", str(registry.docker_config(tmp_path / "docker")))
+    cluster.job_runner = builder_stand_in(cluster, docker_client, tmp_path / "volumes")
+    folder = manager.root_dir / ".devcontainer" / "tools"
+    folder.mkdir(parents=True)
+    (folder / "devcontainer.json").write_text(json.dumps({"image": tools_image}))
+    manager.start(StartRequest("tools", host="cluster", name="spod"), None)
+    pods = manager.pods(manager.host_pool.get("cluster"))
+    made = pods.cluster.exec(
+        "gpudev-spod",
+        ["sh", "-c", "echo 'threads = 4' > /opt/tools/settings.toml"],
+        timeout=60,
+        limit=4096,
+    )
+    assert made.exit_code == 0, made.stderr
+    committer = Committer(capture, Registries())
+    tag = f"{registry.address}/team/spod:v1"
+    # A snapshot without a push (no image stays anywhere) and a verify build are refused
+    for options, words in (
+        (CommitOptions(snapshot=tag), "needs --push"),
+        (CommitOptions(verify=True, write=True), "verify build needs a Docker engine"),
+    ):
+        with pytest.raises(BadRequest, match=words):
+            committer.commit("spod", options, "cluster")
+    assert cluster.names("jobs") == []
+    assert not (folder / "Dockerfile").exists()
+    # When it is committed with a push
+    said: list[dict[str, Any]] = []
+    result = committer.commit(
+        "spod", CommitOptions(snapshot=tag, push=True, message="tuned"), "cluster", said.append
+    )
+    # Then the cluster built and pushed the patched Dockerfile, the registry has that digest
+    assert result.snapshot is not None
+    digest = result.snapshot.pushed_digest or ""
+    assert digest.startswith("sha256:")
+    auth = {"username": registry.username, "password": registry.password}
+    remote = docker_client.api.inspect_distribution(tag, auth_config=auth)  # type: ignore[no-untyped-call]
+    assert remote["Descriptor"]["digest"] == digest
+    # And the image has the file, gpudev's labels, and nothing of the pod's that was not kept
+    built = docker_client.images.get(tag)
+    assert built.labels["org.opencontainers.image.description"] == "tuned"
+    out = docker_client.containers.run(tag, ["cat", "/opt/tools/settings.toml"], remove=True)
+    assert out == b"threads = 4\n"
+    # And the Job, its pod, the Secret and the unpacked context are gone; nothing was written
+    assert cluster.names("jobs") == []
+    assert cluster.names("secrets") == []
+    assert cluster.names("pods") == ["gpudev-spod"]
+    assert not list((tmp_path / "volumes").glob("*/.gpudev-build"))
+    assert not (folder / "Dockerfile").exists()
+    assert any("building" in str(e["message"]) for e in said)
+    # When the registry refuses the credentials, the build's failure says so, nothing is left
+    monkeypatch.setenv(
+        "DOCKER_CONFIG",
+        str(registry.docker_config(tmp_path / "bad", password="wrong-" + registry.password)),
+    )
+    with pytest.raises(GPUDevError, match="refused the push") as refused:
+        committer.commit("spod", CommitOptions(snapshot=tag + "x", push=True), "cluster")
+    assert registry.password not in refused.value.message
+    assert cluster.names("jobs") == []
+    assert cluster.names("secrets") == []
 
 
 @pytest.mark.parametrize("forward", ["never", "always"])

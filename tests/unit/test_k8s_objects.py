@@ -5,6 +5,7 @@ schema does not know fails)."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import re
 from pathlib import Path
@@ -119,8 +120,11 @@ def test_every_object_of_a_dev_container_validates(version: str, gpus: k8s.GPUAs
 
 @pytest.mark.parametrize("version", sorted(VERSIONS))
 def test_the_builder_job_and_the_rbac_validate(version: str) -> None:
-    job = k8s.make_builder_job(build_target())
-    for manifest in [job, *k8s.make_rbac("team-ml")]:
+    job = k8s.make_builder_job(build_target(node="gpu-a100-1", labels={"a.b/c": "d e"}))
+    secret = k8s.make_registry_secret(
+        "alice-gpu", "team-ml", "alice", b'{"auths": {}}', "2026-11-25T08:00:00Z"
+    )
+    for manifest in [job, secret, *k8s.make_rbac("team-ml")]:
         valid(manifest, version)
 
 
@@ -314,6 +318,28 @@ def test_the_build_reads_the_workspace_read_only_and_never_retries() -> None:
     assert spec["automountServiceAccountToken"] is False
     assert all(m["readOnly"] for m in spec["containers"][0]["volumeMounts"])
     assert "--destination=registry.example.org/team/gpu:v2" in spec["containers"][0]["args"]
+    # the pushed digest comes back in the pod's status; any node unless one is named
+    assert "--digest-file=/dev/termination-log" in spec["containers"][0]["args"]
+    assert "nodeSelector" not in spec
+
+
+def test_a_build_runs_on_the_node_of_the_workspace_with_the_snapshots_labels() -> None:
+    job = k8s.make_builder_job(
+        build_target(node="gpu-a100-1", labels={"org.opencontainers.image.description": "a b"})
+    )
+    spec = job["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "gpu-a100-1"}
+    # a label is one argument (no shell reads it)
+    assert "--label=org.opencontainers.image.description=a b" in spec["containers"][0]["args"]
+
+
+def test_the_registry_secret_holds_config_json_only() -> None:
+    secret = k8s.make_registry_secret(
+        "alice-gpu", "team-ml", "alice", b'{"auths": {"r": {"auth": "eA=="}}}', "now"
+    )
+    assert secret["metadata"]["name"] == "gpudev-registry-alice-gpu"
+    assert base64.b64decode(secret["data"]["config.json"]) == b'{"auths": {"r": {"auth": "eA=="}}}'
+    assert list(secret["data"]) == ["config.json"]
 
 
 def test_the_role_grants_no_wildcard_and_only_reading_outside_the_namespace() -> None:

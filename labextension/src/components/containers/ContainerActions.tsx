@@ -10,7 +10,6 @@ const STARTABLE_STATES = new Set(['exited', 'created']);
 /** Which of a container's buttons its kind and state allow. */
 export interface IAllowedActions {
   commit: boolean;
-  push: boolean;
   terminal: boolean;
   stop: boolean;
   pin: boolean;
@@ -20,8 +19,8 @@ export interface IAllowedActions {
 
 /**
  * The actions a container allows. A pod (on a Kubernetes host) is never
- * stopped and kept: it is removed while it runs. Its commit writes the
- * Dockerfile diff; it is not pushed (no image is built from a pod yet).
+ * stopped and kept: it is removed while it runs. It is committed and pushed
+ * like a container (its snapshot is built by its cluster).
  */
 export function allowedActions(
   container: IDevContainer,
@@ -32,7 +31,6 @@ export function allowedActions(
   const pod = container.pod;
   return {
     commit: exists,
-    push: exists && !pod,
     // The server opens terminals in running containers only (not paused ones).
     terminal: canOpenTerminal && container.state === 'running',
     stop: running && !pod,
@@ -133,7 +131,7 @@ export function ContainerActions({
           )
         )}
       {openView &&
-        allowed.push &&
+        allowed.commit &&
         viewButton(
           'push',
           trans.__('Push'),

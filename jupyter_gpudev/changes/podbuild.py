@@ -1,0 +1,270 @@
+"""A snapshot of a pod, built from its patched Dockerfile and pushed by its cluster (issue #20).
+
+A cluster has no ``docker commit``: ``commit --snapshot TAG --push`` of a pod builds the image
+the commit's Dockerfile describes, in the cluster, and pushes it. In order:
+
+1. the build context (the environment's, the patched Dockerfile and the staged kept files:
+   what a verify build reads) is unpacked into ``.gpudev-build/ID`` of the pod's workspace
+   claim, by ``tar`` run in the pod as its user (the archive is gpudev's own);
+2. a Secret holds the registry credentials as ``config.json`` (never logged, never in an
+   argument);
+3. a Job (``k8s.make_builder_job``: kaniko, the claim read-only, on the pod's node for a
+   ``ReadWriteOnce`` claim, no token, no retry) builds and pushes; its pod's termination
+   message is the pushed digest;
+4. whatever happens, the Job (with its pod), the Secret and the unpacked context are deleted.
+
+The image holds what the Dockerfile installs and the kept files, not the pod's whole file
+system: a file the commit leaves out (a credential, one over the size limit) is not in it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from typing import IO, TYPE_CHECKING, Any
+
+from ..engine import Progress, Reference, Registries
+from ..engine.cluster import Cluster
+from ..errors import BadRequest, Conflict, EngineError, GPUDevError
+from ..k8s import objects as k8s
+from ..k8s.status import clean
+
+if TYPE_CHECKING:
+    from .capture import ChangeCapture, Prepared
+
+#: Where build contexts are unpacked in the workspace claim (removed after each build).
+BUILD_FOLDER = ".gpudev-build"
+#: The largest build context sent to a cluster (it travels as one exec's input).
+MAX_CONTEXT = 256 << 20
+#: The last lines of a failed build's output shown.
+LOG_LINES = 20
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+
+
+def registry_config(registry: str, auth: Mapping[str, str]) -> bytes:
+    """``config.json`` for the builder (what ``docker login`` writes) from an auth config of
+    ``Registries.auth_for``: a user and password, or an identity token; none: anonymous."""
+    key = "https://index.docker.io/v1/" if registry == "docker.io" else registry
+    entry: dict[str, str] = {}
+    if auth.get("identitytoken"):
+        entry = {"identitytoken": auth["identitytoken"]}
+    elif auth.get("username") and auth.get("password"):
+        pair = f"{auth['username']}:{auth['password']}".encode()
+        entry = {"auth": base64.b64encode(pair).decode()}
+    return json.dumps({"auths": {key: entry} if entry else {}}).encode()
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def workspace_of(pod: dict[str, Any]) -> tuple[str, str]:
+    """Where the dev container mounts its workspace claim, and the claim's name."""
+    spec = _dict(pod.get("spec"))
+    claims = {
+        _dict(v).get("name"): _dict(_dict(v).get("persistentVolumeClaim")).get("claimName")
+        for v in spec.get("volumes") or []
+    }
+    for container in (spec.get("containers") or [])[:1]:
+        for mount in _dict(container).get("volumeMounts") or []:
+            name, path = _dict(mount).get("name"), _dict(mount).get("mountPath")
+            claim = claims.get(name)
+            if isinstance(claim, str) and isinstance(path, str) and path.startswith("/"):
+                return path.rstrip("/") or "/", claim
+    raise Conflict("The pod has no workspace claim to build from")
+
+
+class PodBuild:
+    """Builds and pushes the snapshot of a pod in its cluster (see the module)."""
+
+    def __init__(
+        self,
+        capture: ChangeCapture,
+        registries: Registries,
+        *,
+        poll: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.capture = capture
+        self.registries = registries
+        self.log = capture.containers.log
+        self.poll = poll
+        self._clock = clock
+        self._sleep = sleep
+
+    def run(
+        self,
+        prepared: Prepared,
+        tag: str,
+        labels: Mapping[str, str],
+        say: Progress,
+        *,
+        context: IO[bytes],
+        dockerfile: str,
+        deadline: int = 3600,
+    ) -> str:
+        """Build ``prepared``'s patched Dockerfile in the pod's cluster and push it as
+        ``tag``; the pushed digest. ``context``: the build context as a tar file, with the
+        patched Dockerfile at ``dockerfile``."""
+        captured = prepared.captured
+        if captured.pod is None:
+            raise BadRequest(f"{captured.info.name} is not a pod")
+        manager = self.capture.containers
+        host = manager.host_pool.get(captured.pod.host)
+        pods = manager.pods(host)
+        pod = pods.find(captured.info.name)
+        if pod is None or str(_dict(pod.get("metadata")).get("uid")) != captured.pod.uid:
+            raise Conflict(f"The pod of {captured.info.name!r} changed meanwhile: try again")
+        mount, claim = workspace_of(pod)
+        node = _dict(pod.get("spec")).get("nodeName")
+        reference = Reference.parse(tag)
+        archive = context.read(MAX_CONTEXT + 1)
+        if len(archive) > MAX_CONTEXT:
+            raise BadRequest(
+                f"The build context of {captured.info.name} is over {MAX_CONTEXT >> 20} MiB: "
+                "too large to send to the cluster"
+            )
+        build_id = secrets.token_hex(4)
+        folder = f"{BUILD_FOLDER}/{build_id}"
+        build_name = f"{captured.info.name}-{build_id}"
+        created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        cluster = pods.cluster
+        pod_name = str(pod["metadata"]["name"])
+        made: list[tuple[str, str, str]] = []
+        try:
+            say({"stage": "snapshot", "message": f"sending the build context ({len(archive)} B)"})
+            self._unpack(cluster, pod_name, f"{mount}/{folder}", archive)
+            auth, source = self.registries.auth_for(reference.registry)
+            secret = k8s.make_registry_secret(
+                build_name,
+                cluster.spec.namespace,
+                captured.info.owner,
+                registry_config(reference.registry, auth),
+                created,
+            )
+            cluster.create(secret)
+            made.append(("v1", "Secret", str(secret["metadata"]["name"])))
+            job = k8s.make_builder_job(
+                k8s.BuildTarget(
+                    name=build_name,
+                    owner=captured.info.owner,
+                    namespace=cluster.spec.namespace,
+                    workspace_claim=claim,
+                    dockerfile=f"{folder}/{dockerfile}",
+                    context=folder,
+                    destination=tag,
+                    registry_config=str(secret["metadata"]["name"]),
+                    created=created,
+                    deadline_seconds=deadline,
+                    node=node if isinstance(node, str) and node else None,
+                    labels=labels,
+                )
+            )
+            job_name = str(job["metadata"]["name"])
+            say({"stage": "snapshot", "message": f"building {tag} in the cluster ({job_name})"})
+            cluster.create(job)
+            made.append(("batch/v1", "Job", job_name))
+            digest = self._wait(cluster, job_name, tag, source=source, deadline=deadline)
+        finally:
+            self._clean(cluster, pod_name, f"{mount}/{BUILD_FOLDER}", build_id, made)
+        say({"stage": "push", "message": f"pushed {tag} {digest}"})
+        return digest
+
+    @staticmethod
+    def _unpack(cluster: Cluster, pod: str, folder: str, context: bytes) -> None:
+        """Unpack gpudev's own archive of the build context into ``folder`` of the pod's
+        workspace, as the pod's user (no owner or mode of the archive kept as root would)."""
+        script = 'mkdir -p -- "$1" && head -c "$2" | tar -x -f - -C "$1" --no-same-owner'
+        result = cluster.exec(
+            pod,
+            ["sh", "-c", script, "sh", folder, str(len(context))],
+            timeout=600,
+            limit=1 << 16,
+            stdin=context,
+        )
+        if result.exit_code != 0:
+            words = clean(result.stderr.decode("utf-8", "replace").strip()[-300:])
+            raise EngineError(f"Unpacking the build context in {pod} failed ({words})")
+
+    def _wait(self, cluster: Cluster, job: str, tag: str, *, source: str, deadline: int) -> str:
+        """Wait for the Job; the digest its pod pushed, or the build's failure in its words."""
+        end = self._clock() + deadline + 60
+        while True:
+            found = cluster.read("batch/v1", "Job", job)
+            if found is None:
+                raise EngineError(f"The build Job {job} was deleted while it ran")
+            status = _dict(found.get("status"))
+            failed = any(
+                _dict(c).get("type") == "Failed" and _dict(c).get("status") == "True"
+                for c in status.get("conditions") or []
+            )
+            if status.get("succeeded") or failed or status.get("failed"):
+                break
+            if self._clock() >= end:
+                raise EngineError(f"The build of {tag} did not end in {deadline} s ({job})")
+            self._sleep(self.poll)
+        builders = cluster.items("v1", "Pod", labels=f"job-name={job}")
+        builder = _dict(builders[-1]) if builders else {}
+        if status.get("succeeded"):
+            digest = _termination_message(builder)
+            if not _DIGEST_RE.match(digest):
+                raise EngineError(f"The build of {tag} ended without saying the pushed digest")
+            return digest
+        lines = self._last_lines(cluster, builder)
+        refused = "UNAUTHORIZED" in lines or "authentication required" in lines
+        why = (
+            f"The registry {Reference.parse(tag).registry} refused the push of {tag} "
+            f"(credentials from {source})"
+            if refused
+            else f"The build of {tag} in the cluster failed"
+        )
+        raise GPUDevError(f"{why}: {lines or 'it said nothing'}")
+
+    def _last_lines(self, cluster: Cluster, builder: dict[str, Any]) -> str:
+        name = _dict(builder.get("metadata")).get("name")
+        if not isinstance(name, str):
+            return ""
+        try:
+            data = cluster.output(name, tail=LOG_LINES, limit=64 << 10, container="build")
+        except GPUDevError as err:
+            return f"(its output could not be read: {err.message})"
+        return clean(data.decode("utf-8", "replace").strip())
+
+    def _clean(
+        self,
+        cluster: Cluster,
+        pod: str,
+        builds: str,
+        build_id: str,
+        made: list[tuple[str, str, str]],
+    ) -> None:
+        for api_version, kind, name in reversed(made):
+            try:
+                cluster.delete(api_version, kind, name)
+            except GPUDevError as err:
+                self.log.warning("gpudev: could not delete %s %s: %s", kind, name, err.message)
+        try:
+            cluster.exec(
+                pod,
+                ["rm", "-rf", "--", f"{builds}/{build_id}"],
+                timeout=120,
+                limit=1 << 16,
+            )
+            cluster.exec(pod, ["rmdir", "--", builds], timeout=60, limit=1 << 16)
+        except GPUDevError as err:
+            self.log.info("gpudev: the build context in %s was not removed: %s", pod, err)
+
+
+def _termination_message(pod: dict[str, Any]) -> str:
+    for status in _dict(pod.get("status")).get("containerStatuses") or []:
+        terminated = _dict(_dict(_dict(status).get("state")).get("terminated"))
+        message = terminated.get("message")
+        if isinstance(message, str):
+            return message.strip()
+    return ""
