@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -156,6 +157,9 @@ class GPUDevProvisioner(KernelProvisionerBase):
     keep_container: bool = False
     #: The GPUs a dedicated pod asked the scheduler for (a cluster names no UUIDs to gpudev).
     _pod_gpus: int = 0
+    #: A kernel in a pod reached at the pod's IP: its heartbeat port there. While it accepts
+    #: a connection the kernel runs, and a poll costs no exec (no request to the API server).
+    _pod_heartbeat: tuple[str, int] | None = None
 
     @property
     def container_name(self) -> str:
@@ -459,6 +463,10 @@ class GPUDevProvisioner(KernelProvisionerBase):
         )
         self._exec_id = POD_HANDLE + pod
         self._exit_code = None
+        heartbeat = reached[PORT_NAMES.index("hb_port")]
+        # At the pod's IP (not a local forward's end, which always accepts)
+        pod_ip = str((found.get("status") or {}).get("podIP") or "")
+        self._pod_heartbeat = heartbeat if pod_ip and heartbeat[0] == pod_ip else None
         time.sleep(self.startup_check_seconds)
         if self._poll_sync() is not None:
             tail = [clean(line) for line in in_pod.log_tail(cluster, pod, log_file)]
@@ -597,6 +605,8 @@ class GPUDevProvisioner(KernelProvisionerBase):
         pod whether its pid is still there (its code is not known there: 1)."""
         pod = self._in_pod() if self._exec_id.startswith(POD_HANDLE) else None
         if pod is not None:
+            if self._pod_heartbeat is not None and _accepts(self._pod_heartbeat):
+                return None
             try:
                 return None if in_pod.alive(*pod, self.runtime_id) else 1
             except NotFound:
@@ -806,6 +816,15 @@ class GPUDevProvisioner(KernelProvisionerBase):
         self._exec_id = str(provisioner_info.get("exec_id", ""))
         self._runtime_id = str(provisioner_info.get("runtime_id", ""))
         self._ports = tuple(int(p) for p in provisioner_info.get("ports", []))
+
+
+def _accepts(address: tuple[str, int]) -> bool:
+    """Whether something listens at ``address`` (a kernel's port at its pod's IP)."""
+    try:
+        with socket.create_connection(address, timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def _stop_if_unused(manager: DevContainers, key: tuple[str, str], log: Any) -> None:

@@ -387,6 +387,12 @@ async def test_a_kernel_runs_in_a_pod_from_the_picker(
             reached = json.loads(Path(km.connection_file).read_text())["ip"]
             assert reached == (pod["status"]["podIP"] if forward == "never" else "127.0.0.1")
             assert bool(cluster.forwards) == (forward == "always")
+            # While it runs, a poll at the pod's IP is a connection to its heartbeat port, not
+            # an exec (a request to the API server); through port-forwards it is an exec
+            before = len(cluster.execs)
+            for _ in range(3):
+                assert await km.is_alive()
+            assert (len(cluster.execs) - before == 0) == (forward == "never")
             # Its key went in as the exec's input: no exec URL holds it
             key = km.session.key.decode()
             assert not [p for _m, p in cluster.requests if key in p]
