@@ -3,8 +3,12 @@
 #
 # What it needs: `kubectl` on PATH and a cluster that KUBECONFIG (or ~/.kube/config) points at
 # (kind, k3s, a cloud cluster) where this user may create namespaces; an image the cluster can
-# pull that has python3 (E2E_IMAGE, default python:3.12-slim); for GPUs, E2E_GPUS=N and the
-# NVIDIA device plugin. Without kubectl or a reachable cluster it says so and exits 0.
+# pull that has python3, tar and find, with a folder its user 1000 may write (E2E_IMAGE, default
+# quay.io/jupyter/minimal-notebook, whose /opt/conda is user 1000's; E2E_WRITABLE names the
+# folder, default /opt/conda); for GPUs, E2E_GPUS=N and the NVIDIA device plugin; for a push,
+# E2E_REGISTRY=HOST[:PORT]/REPO that the cluster reaches and this server's Docker credentials
+# (or c.Registries.credentials) log in to. Without kubectl or a reachable cluster it says so and
+# exits 0.
 #
 # What it does:
 #   1. a namespace enforcing the "restricted" Pod Security Standard;
@@ -18,9 +22,10 @@
 #   6. gpudev's own start of the same environment (the objects created, the pod waited for,
 #      the postCreateCommand run by exec), `ls`, `logs`; `rm` of the unchanged pod without
 #      --force; a second start, a file written outside the workspace by kubectl exec, `rm`
-#      refused without --force and done with it, the workspace claim kept; deletes the namespace.
-# Still to come: a kernel, a terminal, a proxied port, a commit with push to a registry the
-# cluster reaches.
+#      refused without --force; `diff` names the change, `commit --write` writes the Dockerfile,
+#      after which `rm` needs no --force; with E2E_REGISTRY, `commit --snapshot --push` (a kaniko
+#      Job in the cluster) and the pushed image's digest; deletes the namespace.
+# Still to come: a kernel, a terminal, a proxied port (they need a running Jupyter server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +40,8 @@ kubectl version --request-timeout=10s >/dev/null 2>&1 ||
 JUPYTER=${JUPYTER:-.venv/bin/jupyter}
 [ -x "$JUPYTER" ] || skip "no $JUPYTER: run scripts/setup.sh first"
 
-IMAGE=${E2E_IMAGE:-python:3.12-slim}
+IMAGE=${E2E_IMAGE:-quay.io/jupyter/minimal-notebook}
+WRITABLE=${E2E_WRITABLE:-/opt/conda}
 GPUS=${E2E_GPUS:-0}
 NS="gpudev-e2e-$(date +%s)"
 WORK=$(mktemp -d)
@@ -105,12 +111,24 @@ gpudev logs own --host=cluster >/dev/null || fail "logs failed"
 gpudev rm own --host=cluster || fail "an unchanged pod was not removed without --force"
 kubectl -n "$NS" get pod gpudev-own >/dev/null 2>&1 && fail "the pod is still there"
 
-step "a changed pod is removed only with --force"
+step "a changed pod: rm refused, diff, commit, then rm"
 gpudev start e2e --host=cluster --name=own --gpus="$GPUS" --json >/dev/null || fail "second start"
-kubectl -n "$NS" exec gpudev-own -- sh -c 'echo changed > /tmp/user-change'
+CHANGE="$WRITABLE/e2e-change.txt"
+kubectl -n "$NS" exec gpudev-own -- sh -c "echo changed > '$CHANGE'"
 if gpudev rm own --host=cluster 2>"$WORK/rm.err"; then fail "a changed pod was removed without --force"; fi
-grep -q /tmp/user-change "$WORK/rm.err" || fail "rm did not name the change"
-gpudev rm own --host=cluster --force || fail "rm --force failed"
+grep -q "$CHANGE" "$WORK/rm.err" || fail "rm did not name the change"
+gpudev diff own --host=cluster >"$WORK/diff.txt" || fail "diff failed"
+grep -q "e2e-change.txt" "$WORK/diff.txt" || fail "the diff does not have the change"
+if [ -n "${E2E_REGISTRY:-}" ]; then
+    gpudev commit own --host=cluster --snapshot "$E2E_REGISTRY:e2e-$NS" --push \
+        2>"$WORK/push.err" || { cat "$WORK/push.err" >&2; fail "the snapshot was not pushed"; }
+    grep -q "pushed sha256:" "$WORK/push.err" || fail "the push said no digest"
+    kubectl -n "$NS" get jobs,secrets -l gpudev.jupyter.org/role=build -o name | grep -q . &&
+        fail "the build Job or Secret was left behind"
+fi
+gpudev commit own --host=cluster --write || fail "commit --write failed"
+[ -f "$WORK/.devcontainer/e2e/Dockerfile" ] || fail "no Dockerfile was written"
+gpudev rm own --host=cluster || fail "a committed pod was not removed without --force"
 kubectl -n "$NS" get pvc gpudev-ws-own >/dev/null || fail "the workspace claim went with the pod"
 
 echo "k8s-e2e: passed"
