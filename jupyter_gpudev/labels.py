@@ -83,6 +83,8 @@ A_PORTS = f"{K8S_PREFIX}/ports"
 #: ``"<machine>:<pid>"`` of the server process that made a kernel's own pod (orphans after a
 #: crash are found by it, as containers are by ``L_PROCESS``).
 A_PROCESS = f"{K8S_PREFIX}/process"
+#: The lease ledger of the server that made a kernel's own pod (the orphan sweep's own only).
+A_LEDGER = f"{K8S_PREFIX}/ledger"
 #: The node labels NVIDIA's GPU feature discovery sets: the GPU's product name, its memory.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"

@@ -20,6 +20,7 @@ import logging
 import re
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -77,6 +78,8 @@ class FakeCluster:
     #: FileNotFoundError for a program the container does not have.
     exec_handler: Callable[..., tuple[int, bytes, bytes]] | None = None
     execs: list[tuple[str, list[str]]] = field(default_factory=list)
+    #: The size of each frame of exec input received.
+    stdin_frames: list[int] = field(default_factory=list)
     #: Runs the pods for real (``DockerKubelet``): created, exec'd into, deleted.
     kubelet: Any = None
     #: Each pod's output (without a kubelet).
@@ -85,8 +88,9 @@ class FakeCluster:
     forward_address: str = "127.0.0.1"
     forwards: list[tuple[str, int]] = field(default_factory=list)
     #: What the Job controller and the builder do with a Job (``None``: it never ends):
-    #: job -> (succeeded, the builder's termination message, its output). Run in a thread;
-    #: the Job's pod is then made, ended, with that message and output.
+    #: job -> (succeeded, the push step's termination message or, failed, the step that
+    #: failed, its output). Run in a thread; the Job's pod is then made, ended, with that
+    #: message and output.
     job_runner: Callable[[dict[str, Any]], tuple[bool, str, bytes]] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -198,8 +202,20 @@ class FakeCluster:
     def _run_job(self, job: dict[str, Any]) -> None:
         """The Job controller and its one pod: run, ended, the Job's status set."""
         assert self.job_runner is not None
-        succeeded, message, output = self.job_runner(job)
         name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+        # As a kubelet does: the pod starts once the Secrets its volumes name exist.
+        wanted = [
+            ("secrets", namespace, v["secret"]["secretName"])
+            for v in job["spec"]["template"]["spec"].get("volumes") or []
+            if "secret" in v
+        ]
+        deadline = time.monotonic() + 60
+        while any(key not in self.objects for key in wanted) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        try:
+            succeeded, message, output = self.job_runner(job)
+        except Exception as exc:
+            succeeded, message, output = False, "build", f"{exc!r}\n".encode()
         pod_name = f"{name}-{uuid.uuid4().hex[:5]}"
         pod = {
             "apiVersion": "v1",
@@ -213,11 +229,20 @@ class FakeCluster:
             "spec": job["spec"]["template"]["spec"],
             "status": {
                 "phase": "Succeeded" if succeeded else "Failed",
-                "containerStatuses": [
+                "initContainerStatuses": [
                     {
                         "name": "build",
+                        "state": {"terminated": {"exitCode": 1 if message == "build" else 0}},
+                    }
+                ],
+                "containerStatuses": [
+                    {
+                        "name": "push",
                         "state": {
-                            "terminated": {"exitCode": 0 if succeeded else 1, "message": message}
+                            "terminated": {
+                                "exitCode": 0 if succeeded else 1,
+                                "message": message if succeeded else "",
+                            }
                         },
                     }
                 ],
@@ -329,6 +354,10 @@ _EXEC_RE = re.compile(r"^/api/v1/namespaces/(?P<ns>[a-z0-9-]+)/pods/(?P<name>[a-
 _FORWARD_RE = re.compile(
     r"^/api/v1/namespaces/(?P<ns>[a-z0-9-]+)/pods/(?P<name>[a-z0-9.-]+)/portforward\Z"
 )
+
+
+#: The largest frame the API server's websocket library (x/net/websocket) reads.
+STDIN_FRAME_LIMIT = 32 << 20
 
 
 def ws_frame(payload: bytes, opcode: int = 0x2) -> bytes:
@@ -457,7 +486,7 @@ class _Handler(BaseHTTPRequestHandler):
         if ("tty", "true") in parse_qsl(parts.query) and cluster.kubelet is not None:
             cluster.kubelet.terminal(pod, argv, self)
             return True
-        given = self._read_frame() if ("stdin", "true") in parse_qsl(parts.query) else None
+        given = self._read_stdin(cluster) if ("stdin", "true") in parse_qsl(parts.query) else None
         try:
             code, out, err = handler(pod, argv) if given is None else handler(pod, argv, given)
         except FileNotFoundError:
@@ -471,6 +500,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
         self.close_connection = True
         return True
+
+    def _read_stdin(self, cluster: FakeCluster) -> bytes:
+        """The exec's standard input: its frames until the client sends no more for a moment
+        (the protocol has no end of input), each at most 32 MiB, as the API server's websocket
+        library takes."""
+        data = self._read_frame()
+        cluster.stdin_frames.append(len(data))
+        self.connection.settimeout(0.5)
+        try:
+            while True:
+                frame = self._read_frame()
+                cluster.stdin_frames.append(len(frame))
+                data += frame
+        except (TimeoutError, OSError):
+            pass
+        finally:
+            self.connection.settimeout(None)
+        return data
 
     def _read_frame(self) -> bytes:
         """One masked frame from the client: the exec's standard input (channel 0)."""
@@ -490,6 +537,7 @@ class _Handler(BaseHTTPRequestHandler):
             size = int.from_bytes(self.rfile.read(2), "big")
         elif size == 127:
             size = int.from_bytes(self.rfile.read(8), "big")
+        assert size <= STDIN_FRAME_LIMIT, "over the API server's websocket frame limit"
         mask = self.rfile.read(4) if second & 0x80 else b"\0\0\0\0"
         data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(size)))
         return first & 0x0F, data

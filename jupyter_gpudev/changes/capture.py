@@ -10,8 +10,8 @@ data, say (``jupyter_gpudev.packages``); looking at changes never needs a GPU le
 A pod on a Kubernetes host has no engine to ask: its ``docker diff`` is two file listings
 compared (the one taken when it started and one now), its files are read by ``tar`` run in it
 as its user, and its packages at the start were probed in it then (``changes/podfiles.py``).
-Its commit writes the Dockerfile diff; a snapshot or push of a pod is refused (no image is
-built from a pod yet)."""
+Its commit writes the Dockerfile diff; its snapshot is built and pushed by its cluster
+(``changes/podbuild.py``)."""
 
 from __future__ import annotations
 

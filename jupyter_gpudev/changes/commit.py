@@ -205,7 +205,13 @@ class Committer:
         say = say or (lambda _event: None)
         options.check()
         say({"stage": "capture", "message": f"reading the changes of {name}"})
-        early, on_pod = self._commit_early(name, host) if options.snapshot else (None, False)
+        early, on_pod = (
+            self._commit_early(name, host, start=bool(options.snapshot))
+            if options.snapshot or options.verify
+            else (None, False)
+        )
+        if on_pod:  # refused before anything is read
+            self._check_pod_options(name, options)
         # A pod's snapshot is built from the Dockerfile and the kept files: they are staged.
         staged = options.write or options.verify or on_pod
         try:
@@ -226,8 +232,7 @@ class Committer:
         captured = prepared.captured
         keep_verified = False
         try:
-            if captured.pod is not None:  # before anything is built or written
-                self._check_pod_options(captured.info.name, options, prepared)
+            self._check_pod_commit(prepared, options)  # before anything is built or written
             if options.verify:
                 result.verify = self._verify(captured.engine()[0], prepared, say)
                 if result.verify.differences:
@@ -347,15 +352,20 @@ class Committer:
 
     # -- snapshot and push --------------------------------------------------------------------
 
-    def _commit_early(self, name: str, host: str | None) -> tuple[_EarlyCommit | None, bool]:
-        """Start the snapshot's ``docker commit`` (and the layer leaving gpudev's own files
-        out) now, in a worker thread, while the changes are read: the engine's diff alone
-        takes most of a second. ``None`` (the commit is made later) when the container cannot
-        be found now: the capture says why. And whether it is a pod (built in its cluster)."""
+    def _commit_early(
+        self, name: str, host: str | None, *, start: bool
+    ) -> tuple[_EarlyCommit | None, bool]:
+        """With ``start``, start the snapshot's ``docker commit`` (and the layer leaving
+        gpudev's own files out) now, in a worker thread, while the changes are read: the
+        engine's diff alone takes most of a second. ``None`` (the commit is made later) when
+        the container cannot be found now: the capture says why. And whether it is a pod
+        (built in its cluster)."""
         try:
             found, container = self.capture.containers.locate(name, host)
             if isinstance(container, dict):
                 return None, True
+            if not start:
+                return None, False
             client = found.client()
         except FAILURES:
             return None, False
@@ -367,8 +377,17 @@ class Committer:
 
     # -- a pod's snapshot, built in its cluster ------------------------------------------------
 
+    def _check_pod_commit(self, prepared: Prepared, options: CommitOptions) -> None:
+        """A pod's commit: the options it allows, and its kept files staged for a build."""
+        name = prepared.captured.info.name
+        if prepared.captured.pod is None:
+            return
+        self._check_pod_options(name, options)
+        if options.snapshot and prepared.staging is None and prepared.rendered.files:
+            raise EngineError(f"The files of {name} were not copied out for its build: try again")
+
     @staticmethod
-    def _check_pod_options(name: str, options: CommitOptions, prepared: Prepared) -> None:
+    def _check_pod_options(name: str, options: CommitOptions) -> None:
         if options.verify:
             raise BadRequest(
                 f"{name} is a pod on a Kubernetes host: a verify build needs a Docker engine; "
@@ -379,8 +398,6 @@ class Committer:
                 f"{name} is a pod on a Kubernetes host: its snapshot is built and pushed by "
                 "the cluster, so --snapshot needs --push"
             )
-        if options.snapshot and prepared.staging is None and prepared.rendered.files:
-            raise EngineError(f"The files of {name} were not copied out for its build: try again")
 
     def _pod_snapshot(self, prepared: Prepared, options: CommitOptions, say: Progress) -> Snapshot:
         captured = prepared.captured

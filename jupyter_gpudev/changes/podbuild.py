@@ -28,11 +28,12 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import IO, TYPE_CHECKING, Any
 
+from ..containers.pods import IMAGE_REASONS
 from ..engine import Progress, Reference, Registries
 from ..engine.cluster import Cluster
 from ..errors import BadRequest, Conflict, EngineError, GPUDevError
 from ..k8s import objects as k8s
-from ..k8s.status import clean
+from ..k8s.status import clean, pod_state
 
 if TYPE_CHECKING:
     from .capture import ChangeCapture, Prepared
@@ -43,6 +44,8 @@ BUILD_FOLDER = ".gpudev-build"
 MAX_CONTEXT = 256 << 20
 #: The last lines of a failed build's output shown.
 LOG_LINES = 20
+#: Seconds a build's pod may wait to be made and placed before the build fails.
+PLACE_TIMEOUT = 300
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 
 
@@ -141,15 +144,7 @@ class PodBuild:
             say({"stage": "snapshot", "message": f"sending the build context ({len(archive)} B)"})
             self._unpack(cluster, pod_name, f"{mount}/{folder}", archive)
             auth, source = self.registries.auth_for(reference.registry)
-            secret = k8s.make_registry_secret(
-                build_name,
-                cluster.spec.namespace,
-                captured.info.owner,
-                registry_config(reference.registry, auth),
-                created,
-            )
-            cluster.create(secret)
-            made.append(("v1", "Secret", str(secret["metadata"]["name"])))
+            secret_name = k8s.k8s_name(build_name, "gpudev-registry-")
             job = k8s.make_builder_job(
                 k8s.BuildTarget(
                     name=build_name,
@@ -159,7 +154,7 @@ class PodBuild:
                     dockerfile=f"{folder}/{dockerfile}",
                     context=folder,
                     destination=tag,
-                    registry_config=str(secret["metadata"]["name"]),
+                    registry_config=secret_name,
                     created=created,
                     deadline_seconds=deadline,
                     node=node if isinstance(node, str) and node else None,
@@ -168,8 +163,22 @@ class PodBuild:
             )
             job_name = str(job["metadata"]["name"])
             say({"stage": "snapshot", "message": f"building {tag} in the cluster ({job_name})"})
-            cluster.create(job)
+            # Listed before it is made: a create that times out may still have made it.
             made.append(("batch/v1", "Job", job_name))
+            job_uid = str(_dict(cluster.create(job).get("metadata")).get("uid") or "")
+            # The Secret after the Job, owned by it: the cluster deletes it with the Job
+            # (whose TTL ends it) if gpudev cannot. The push step waits for it.
+            made.append(("v1", "Secret", secret_name))
+            cluster.create(
+                k8s.make_registry_secret(
+                    build_name,
+                    cluster.spec.namespace,
+                    captured.info.owner,
+                    registry_config(reference.registry, auth),
+                    created,
+                    job=(job_name, job_uid) if job_uid else None,
+                )
+            )
             digest = self._wait(cluster, job_name, tag, source=source, deadline=deadline)
         finally:
             self._clean(cluster, pod_name, f"{mount}/{BUILD_FOLDER}", build_id, made)
@@ -194,7 +203,8 @@ class PodBuild:
 
     def _wait(self, cluster: Cluster, job: str, tag: str, *, source: str, deadline: int) -> str:
         """Wait for the Job; the digest its pod pushed, or the build's failure in its words."""
-        end = self._clock() + deadline + 60
+        start = self._clock()
+        end = start + deadline + 60
         while True:
             found = cluster.read("batch/v1", "Job", job)
             if found is None:
@@ -208,6 +218,7 @@ class PodBuild:
                 break
             if self._clock() >= end:
                 raise EngineError(f"The build of {tag} did not end in {deadline} s ({job})")
+            self._stuck(cluster, job, tag, self._clock() - start)
             self._sleep(self.poll)
         builders = cluster.items("v1", "Pod", labels=f"job-name={job}")
         builder = _dict(builders[-1]) if builders else {}
@@ -216,7 +227,7 @@ class PodBuild:
             if not _DIGEST_RE.match(digest):
                 raise EngineError(f"The build of {tag} ended without saying the pushed digest")
             return digest
-        lines = self._last_lines(cluster, builder)
+        lines = self._last_lines(cluster, builder, _failed_step(builder))
         refused = "UNAUTHORIZED" in lines or "authentication required" in lines
         why = (
             f"The registry {Reference.parse(tag).registry} refused the push of {tag} "
@@ -226,12 +237,39 @@ class PodBuild:
         )
         raise GPUDevError(f"{why}: {lines or 'it said nothing'}")
 
-    def _last_lines(self, cluster: Cluster, builder: dict[str, Any]) -> str:
+    def _stuck(self, cluster: Cluster, job: str, tag: str, waited: float) -> None:
+        """Fail at once when the build cannot start: its image cannot be pulled, its pod
+        failed or was not placed for ``PLACE_TIMEOUT`` s, or after as long the Job has no
+        pod at all (e.g. refused by the namespace's Pod Security level), in the cluster's
+        words."""
+        builders = cluster.items("v1", "Pod", labels=f"job-name={job}")
+        if not builders:
+            if waited < PLACE_TIMEOUT:
+                return
+            said = [
+                clean(str(_dict(e).get("message") or ""))
+                for e in cluster.events_of("Job", job).get("items") or []
+                if _dict(e).get("type") == "Warning"
+            ]
+            raise EngineError(
+                f"The build of {tag} did not start: the cluster made no pod for {job}"
+                + (f" ({said[-1]})" if said else "")
+            )
+        state = pod_state(_dict(builders[-1]))
+        words = ": ".join(p for p in (state.reason, state.message) if p) or state.state
+        if state.reason in IMAGE_REASONS:
+            raise EngineError(
+                f"The build of {tag} did not start: its image cannot be pulled ({words})"
+            )
+        if state.state == "unschedulable" and waited >= PLACE_TIMEOUT:
+            raise EngineError(f"The build of {tag} was not placed in {PLACE_TIMEOUT} s ({words})")
+
+    def _last_lines(self, cluster: Cluster, builder: dict[str, Any], step: str) -> str:
         name = _dict(builder.get("metadata")).get("name")
         if not isinstance(name, str):
             return ""
         try:
-            data = cluster.output(name, tail=LOG_LINES, limit=64 << 10, container="build")
+            data = cluster.output(name, tail=LOG_LINES, limit=64 << 10, container=step)
         except GPUDevError as err:
             return f"(its output could not be read: {err.message})"
         return clean(data.decode("utf-8", "replace").strip())
@@ -244,11 +282,11 @@ class PodBuild:
         build_id: str,
         made: list[tuple[str, str, str]],
     ) -> None:
-        for api_version, kind, name in reversed(made):
+        for api_version, kind, name in reversed(made):  # the Secret first
             try:
                 cluster.delete(api_version, kind, name)
-            except GPUDevError as err:
-                self.log.warning("gpudev: could not delete %s %s: %s", kind, name, err.message)
+            except Exception as exc:
+                self.log.warning("gpudev: could not delete %s %s: %s", kind, name, exc)
         try:
             cluster.exec(
                 pod,
@@ -257,14 +295,24 @@ class PodBuild:
                 limit=1 << 16,
             )
             cluster.exec(pod, ["rmdir", "--", builds], timeout=60, limit=1 << 16)
-        except GPUDevError as err:
-            self.log.info("gpudev: the build context in %s was not removed: %s", pod, err)
+        except Exception as exc:
+            self.log.info("gpudev: the build context in %s was not removed: %s", pod, exc)
+
+
+def _failed_step(pod: dict[str, Any]) -> str:
+    """Which step of a failed build pod failed: ``build`` unless the build step ended well."""
+    for status in _dict(pod.get("status")).get("initContainerStatuses") or []:
+        terminated = _dict(_dict(_dict(status).get("state")).get("terminated"))
+        if terminated.get("exitCode") == 0:
+            return "push"
+    return "build"
 
 
 def _termination_message(pod: dict[str, Any]) -> str:
+    """The digest the push step wrote (crane says ``REFERENCE@sha256:...``), else ``""``."""
     for status in _dict(pod.get("status")).get("containerStatuses") or []:
         terminated = _dict(_dict(_dict(status).get("state")).get("terminated"))
         message = terminated.get("message")
-        if isinstance(message, str):
-            return message.strip()
+        if isinstance(message, str) and message.strip():
+            return message.strip().rsplit("@", 1)[-1]
     return ""

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..engine.cluster import Cluster
-from ..errors import EngineError
+from ..errors import EngineError, GPUDevError
 from ..k8s.status import clean
 from . import packages
 from . import probe as pr
@@ -64,19 +64,25 @@ class PodArchives:
         if not path.startswith("/") or not base or base in (".", ".."):
             return None
         argv = ("tar", "-C", parent or "/", "-cf", "-", "--", base)
-        result = self.cluster.exec(
-            self.pod, argv, timeout=EXEC_TIMEOUT, limit=self.limit + _TAR_SLACK
-        )
-        # Cut: the archive ends early and its reader says so (the file is reported).
-        if result.cut or result.exit_code in (0, 1):  # 1: a file changed while read
+        try:
+            result = self.cluster.exec(
+                self.pod, argv, timeout=EXEC_TIMEOUT, limit=self.limit + _TAR_SLACK
+            )
+        except GPUDevError as err:  # the API server's words when the program is missing
+            if "not found" in err.message or "no such file" in err.message.lower():
+                raise EngineError(
+                    f"Reading the files of {self.name} needs tar in its image, and it has none"
+                ) from None
+            raise
+        # Cut: the archive ends early and its reader says so (the file is reported). Exit 1:
+        # a file changed while read; 2 with members: some could not be read (e.g. one
+        # unreadable file of a folder), the rest is there and is taken path by path.
+        has_member = bool(result.stdout[:512].strip(b"\0"))
+        if result.cut or result.exit_code in (0, 1) or has_member:
             return iter([result.stdout]), {}
         words = result.stderr.decode("utf-8", "replace")
         if "No such file" in words:
             return None
-        if result.exit_code == 127:
-            raise EngineError(
-                f"Reading the files of {self.name} needs tar in its image, and it has none"
-            )
         last = clean(words.strip().splitlines()[-1][:300]) if words.strip() else ""
         raise EngineError(
             f"Reading {clean(path)} in {self.name} failed (tar exited with "

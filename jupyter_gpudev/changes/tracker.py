@@ -20,11 +20,11 @@ from typing import Any
 from docker.models.containers import Container
 
 from ..containers import STOPPED, DevContainers, user_name
-from ..containers.pods import mount_paths, pod_uid
+from ..containers.pods import annotation, mount_paths, pod_uid
 from ..engine import Host
 from ..errors import ENGINE_FAILURES, GPUDevError
 from ..k8s.status import clean
-from ..labels import L_NAME
+from ..labels import A_NAME, L_NAME
 from .baselines import Baseline, Baselines
 from .capture import ChangeCapture
 from .classify import engine_made, mount_targets, uncommitted
@@ -233,7 +233,10 @@ class ChangeTracker:
         diff, problems = capture.pod_diff(host, pod)
         for problem in problems[:5]:
             self.containers.log.info("gpudev: listing of a pod: %s", clean(problem))
-        baseline = capture.baselines.container(pod_key(pod_uid(pod)))
+        key = pod_key(pod_uid(pod))
+        baseline = capture.baselines.container(key)
+        if baseline is not None and baseline.held:  # a change left out and undone since
+            baseline = self._prune_held(annotation(pod, A_NAME), host.name, key, baseline)
         edited = (
             capture.edited(capture.pod_archives(host, pod), baseline, diff)
             if baseline is not None

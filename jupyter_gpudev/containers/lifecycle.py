@@ -65,8 +65,8 @@ from ..errors import (
 )
 from ..k8s.status import clean
 from ..labels import (
+    A_LEDGER,
     A_NAME,
-    A_OWNER,
     A_PROCESS,
     L_ENV,
     L_KERNEL,
@@ -426,6 +426,7 @@ class DevContainers(ContainerLookup):
             server_id=self.server_id,
             created=_now(),
             process=f"{socket.gethostname()}:{os.getpid()}",
+            ledger=self.ledger_id,
         )
         made = planning.pod_objects(env, target, self._confinement())
         pods = self.pods(host)
@@ -434,6 +435,14 @@ class DevContainers(ContainerLookup):
         warnings = [*notes, *made.notes, *kept]
         warnings += pods.run_lifecycle(pod_name, env, say, timeout=self.lifecycle_timeout)
         warnings += self._record_pod_baseline(host, pod, pods, say)
+        if request.kernel_id and self.pod_listings.load(host.name, pod_uid(pod)) is None:
+            # Its changes could never be told, so it could never be deleted at the kernel's
+            # end without force: it would hold its GPUs until someone removes it.
+            pods.delete(pod)
+            raise EngineError(
+                f"The files of the kernel's pod {pod_name} could not be listed (gpudev needs "
+                "GNU find in the image), so what it changes could not be kept: it was deleted"
+            )
         say({"stage": "ready", "message": f"{target.name} is running"})
         return replace(pod_info(pod, host.name), warnings=tuple(warnings))
 
@@ -1187,11 +1196,13 @@ class DevContainers(ContainerLookup):
             where, _, pid = annotation(pod, A_PROCESS).partition(":")
             if not pod_kernel(pod) or where != machine or not pid.isdigit():
                 continue
+            if annotation(pod, A_LEDGER) != self.ledger_id:
+                continue  # another server's (another user's) kernel pod
             if process_alive(int(pid)):
                 continue
             name = annotation(pod, A_NAME)
             try:
-                self.remove(name, host.name, caller=Caller(annotation(pod, A_OWNER)))
+                self.remove(name, host.name)
             except Conflict as err:
                 self.log.warning("gpudev: orphan kernel pod %s kept: %s", name, err.message)
                 continue

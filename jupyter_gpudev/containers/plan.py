@@ -33,6 +33,7 @@ def pod_target(
     server_id: str,
     created: str,
     process: str = "",
+    ledger: str = "",
 ) -> tuple[k8s.PodTarget, list[str]]:
     """The pod a start on the Kubernetes host ``spec`` would make, and notes on what of the
     environment a cluster does differently. The scheduler picks the GPUs: a count, with the
@@ -69,6 +70,7 @@ def pod_target(
         gpus=ask,
         kernel_id=request.kernel_id,
         process=process,
+        ledger=ledger,
     )
     return target, notes
 

@@ -262,6 +262,8 @@ class ExecResult:
 
 #: The exec channels of the API server's websocket protocol (v4/v5.channel.k8s.io).
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
+#: The most bytes of an exec's input sent in one websocket frame.
+STDIN_FRAME = 1 << 20
 #: The most bytes of standard error an exec keeps.
 MAX_STDERR = 64 << 10
 
@@ -586,13 +588,15 @@ class Cluster:
     ) -> ExecResult:
         """Run ``argv`` in a pod's container (as the pod's user; no shell, no terminal) and
         read its output, at most ``limit`` bytes of it: past that the command is left and the
-        result says it was cut. ``stdin``: sent as its input, without an end (the protocol's
-        v4 has none): the command reads exactly that many bytes (``head -c N``). Its output
+        result says it was cut. ``stdin``: sent as its input (in frames of ``STDIN_FRAME``),
+        without an end (the protocol's v4 has none): the command reads exactly that many bytes
+        (``head -c N``). Its output
         is the pod's, hostile input: the caller parses it."""
         sock = self._exec_socket(pod, argv, container, stdin=stdin is not None)
         try:
-            if stdin is not None:
-                sock.send_binary(bytes([STDIN]) + stdin)
+            if stdin is not None:  # in frames the API server takes (it refuses past 32 MiB)
+                for start in range(0, len(stdin), STDIN_FRAME):
+                    sock.send_binary(bytes([STDIN]) + stdin[start : start + STDIN_FRAME])
             result = self._read_exec(sock, timeout=timeout, limit=limit, what=f"{argv[0]} in {pod}")
         finally:
             sock.shutdown()  # the server has closed its side, or the rest is not read

@@ -36,6 +36,7 @@ from ..labels import (
     A_CREATED,
     A_ENV,
     A_IMAGE,
+    A_LEDGER,
     A_NAME,
     A_OWNER,
     A_PORTS,
@@ -60,6 +61,10 @@ DRA_DEVICE_CLASS = "gpu.nvidia.com"
 #: The ResourceClaim API versions gpudev can write (the newest the cluster serves is used).
 DRA_API_VERSIONS = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1")
 KANIKO_IMAGE = "gcr.io/kaniko-project/executor:v1.23.2"
+#: What pushes the built image (a shell in ``/busybox``, and ``crane``; runs nothing of the image).
+CRANE_IMAGE = "gcr.io/go-containerregistry/crane:debug"
+#: Where the build step writes the image for the push step (a scratch volume of the pod).
+BUILD_TARBALL = "/image/image.tar"
 
 _LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
 _NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
@@ -117,8 +122,10 @@ class PodTarget:
     created: str
     gpus: GPUAsk = field(default_factory=GPUAsk)
     kernel_id: str | None = None
-    #: ``"<machine>:<pid>"`` of the server process (a kernel's own pod only).
+    #: ``"<machine>:<pid>"`` of the server process and its lease ledger's id (a kernel's own
+    #: pod only).
     process: str = ""
+    ledger: str = ""
     #: The user and group the dev container runs as (never root on a cluster).
     run_as_user: int = 1000
     run_as_group: int = 1000
@@ -200,6 +207,7 @@ def _metadata(target: PodTarget, env: Environment, role: str, name: str) -> dict
             A_ENV: env.name,
             A_PORTS: ",".join(str(p) for p in env.forward_ports),
             **({A_PROCESS: target.process} if target.kernel_id and target.process else {}),
+            **({A_LEDGER: target.ledger} if target.kernel_id and target.ledger else {}),
         },
     }
 
@@ -471,6 +479,7 @@ class BuildTarget:
     created: str
     deadline_seconds: int = 3600
     image: str = KANIKO_IMAGE
+    push_image: str = CRANE_IMAGE
     #: The node the dev container's pod runs on: a ``ReadWriteOnce`` workspace claim is
     #: mounted on one node only, so the build runs there too (``None``: any node).
     node: str | None = None
@@ -494,10 +503,14 @@ def _relative_path(where: str, path: str) -> str:
 
 
 def make_builder_job(target: BuildTarget) -> dict[str, Any]:
-    """A Job building the patched Dockerfile with kaniko and pushing the image: the workspace
-    claim read-only, the registry credentials from a Secret, no API token, no retry, removed
-    an hour after it ends. Kaniko unpacks the base image into its own container, so it runs as
-    root there (in its pod, with no host path, no privilege, no service account token)."""
+    """A Job building the patched Dockerfile and pushing the image, in two steps so that no
+    code of the Dockerfile ever sees the registry credentials: kaniko builds (an init
+    container: the workspace claim read-only, the image written as a tarball to a scratch
+    volume, nothing pushed, no credentials mounted); then crane, which runs nothing of the
+    image, pushes that tarball with the credentials of the Secret and writes the pushed
+    reference to the termination log. No API token, no retry, removed an hour after it ends.
+    Kaniko unpacks the base image into its own container, so it runs as root there (in its
+    pod, with no host path, no privilege, no service account token)."""
     if not _NAMESPACE_RE.match(target.namespace):
         raise BadRequest(f"{target.namespace[:80]!r} is not a Kubernetes namespace name")
     context = _relative_path("The build context", target.context)
@@ -505,11 +518,12 @@ def make_builder_job(target: BuildTarget) -> dict[str, Any]:
     name = k8s_name(target.name, "gpudev-build-")
     labels = {K_MANAGED: "1", K_NAME: label_value(target.name), K_ROLE: "build"}
     labels[K_OWNER] = label_value(target.owner)
+    no_privilege = {"allowPrivilegeEscalation": False, "privileged": False}
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "containers": [
+        "initContainers": [
             {
                 "name": "build",
                 "image": target.image,
@@ -517,16 +531,37 @@ def make_builder_job(target: BuildTarget) -> dict[str, Any]:
                     f"--context=dir:///workspace/{context}",
                     f"--dockerfile=/workspace/{dockerfile}",
                     f"--destination={target.destination}",
+                    "--no-push",
+                    f"--tar-path={BUILD_TARBALL}",
                     "--snapshot-mode=redo",
                     "--single-snapshot",
-                    # the pushed digest, read back from the pod's status
-                    "--digest-file=/dev/termination-log",
                     *(f"--label={key}={value}" for key, value in sorted(target.labels.items())),
                 ],
-                "securityContext": {"allowPrivilegeEscalation": False, "privileged": False},
+                "securityContext": no_privilege,
                 "volumeMounts": [
                     {"name": "workspace", "mountPath": "/workspace", "readOnly": True},
-                    {"name": "registry", "mountPath": "/kaniko/.docker", "readOnly": True},
+                    {"name": "image", "mountPath": "/image"},
+                ],
+            }
+        ],
+        "containers": [
+            {
+                "name": "push",
+                "image": target.push_image,
+                # the pushed reference (with its digest) as the pod's termination message
+                "command": ["/busybox/sh", "-c", 'crane push "$1" "$2" > /dev/termination-log'],
+                "args": ["push", BUILD_TARBALL, target.destination],
+                "env": [{"name": "DOCKER_CONFIG", "value": "/registry"}],
+                "securityContext": {
+                    **no_privilege,
+                    "runAsNonRoot": True,
+                    "runAsUser": 65532,
+                    "capabilities": {"drop": ["ALL"]},
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "volumeMounts": [
+                    {"name": "image", "mountPath": "/image", "readOnly": True},
+                    {"name": "registry", "mountPath": "/registry", "readOnly": True},
                 ],
             }
         ],
@@ -535,6 +570,7 @@ def make_builder_job(target: BuildTarget) -> dict[str, Any]:
                 "name": "workspace",
                 "persistentVolumeClaim": {"claimName": target.workspace_claim, "readOnly": True},
             },
+            {"name": "image", "emptyDir": {}},
             {
                 "name": "registry",
                 "secret": {
@@ -544,8 +580,20 @@ def make_builder_job(target: BuildTarget) -> dict[str, Any]:
             },
         ],
     }
-    if target.node:
-        pod_spec["nodeSelector"] = {"kubernetes.io/hostname": target.node}
+    if target.node:  # a ReadWriteOnce claim is mounted on one node: the dev container's
+        pod_spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [target.node]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -565,21 +613,34 @@ def make_builder_job(target: BuildTarget) -> dict[str, Any]:
 
 
 def make_registry_secret(
-    name: str, namespace: str, owner: str, config_json: bytes, created: str
+    name: str,
+    namespace: str,
+    owner: str,
+    config_json: bytes,
+    created: str,
+    *,
+    job: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The Secret a build Job reads the registry credentials from: ``config.json`` as
-    ``docker login`` writes it (created for one build, deleted after it)."""
+    """The Secret a build Job's push step reads the registry credentials from: ``config.json``
+    as ``docker login`` writes it, made for one build and deleted after it. ``job``: the
+    build Job's name and uid, its owner: the cluster deletes the Secret with the Job (whose
+    own TTL ends it) even if gpudev cannot."""
     if not _NAMESPACE_RE.match(namespace):
         raise BadRequest(f"{namespace[:80]!r} is not a Kubernetes namespace name")
+    metadata: dict[str, Any] = {
+        "name": k8s_name(name, "gpudev-registry-"),
+        "namespace": namespace,
+        "labels": {K_MANAGED: "1", K_NAME: label_value(name), K_ROLE: "build"},
+        "annotations": {A_NAME: name, A_OWNER: owner, A_CREATED: created},
+    }
+    if job is not None:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": job[0], "uid": job[1]}
+        ]
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {
-            "name": k8s_name(name, "gpudev-registry-"),
-            "namespace": namespace,
-            "labels": {K_MANAGED: "1", K_NAME: label_value(name), K_ROLE: "build"},
-            "annotations": {A_NAME: name, A_OWNER: owner, A_CREATED: created},
-        },
+        "metadata": metadata,
         "type": "Opaque",
         "data": {"config.json": base64.b64encode(config_json).decode()},
     }

@@ -67,7 +67,12 @@ def _latest_event(events: Any, reason: str) -> str:
 
 
 def _container_failure(status: dict[str, Any]) -> PodState | None:
-    """A container that will not start by itself, or that ended."""
+    """A container that will not start by itself (an init container too: its image cannot be
+    pulled, ...), or one that ended."""
+    for container in _list(status.get("initContainerStatuses")):
+        waiting = _dict(_dict(_dict(container).get("state")).get("waiting"))
+        if waiting.get("reason") in STUCK_REASONS:
+            return PodState("failed", clean(waiting.get("reason")), clean(waiting.get("message")))
     for container in _list(status.get("containerStatuses")):
         state = _dict(_dict(container).get("state"))
         waiting = _dict(state.get("waiting"))

@@ -219,13 +219,20 @@ def test_a_pods_changes_are_committed_as_a_dockerfile_diff(
 def builder_stand_in(
     cluster: FakeCluster, docker_client: docker.DockerClient, volumes: Path
 ) -> Callable[[dict[str, Any]], tuple[bool, str, bytes]]:
-    """What kaniko does in a build Job (no kaniko image here): the Job's arguments read, the
-    context built by the real engine from the workspace claim's files, the image pushed with
-    the credentials of the Job's Secret to the real registry; the digest as kaniko says it."""
+    """What kaniko and crane do in a build Job (no image of them here): the build step's
+    arguments read, the context built by the real engine from the workspace claim's files
+    (with no credentials), the image pushed with those of the Job's Secret, which only the push
+    step mounts, to the real registry; the pushed reference as crane says it."""
 
     def run(job: dict[str, Any]) -> tuple[bool, str, bytes]:
         spec = job["spec"]["template"]["spec"]
-        args = spec["containers"][0]["args"]
+        (build,) = spec["initContainers"]
+        (push,) = spec["containers"]
+        args = build["args"]
+        # only the push step, which runs nothing of the image, has the credentials
+        assert "registry" not in {m["name"] for m in build["volumeMounts"]}
+        assert "registry" in {m["name"] for m in push["volumeMounts"]}
+        assert "--no-push" in args
 
         def arg(name: str) -> str:
             return str(next(a.split("=", 1)[1] for a in args if a.startswith(f"--{name}=")))
@@ -248,7 +255,9 @@ def builder_stand_in(
         workspace = volumes / f"{dev_pod['metadata']['name']}-workspace"
         context = workspace / arg("context").removeprefix("dir:///workspace/")
         dockerfile = arg("dockerfile").removeprefix("/workspace/")
-        secret_name = spec["volumes"][1]["secret"]["secretName"]
+        secret_name = next(v for v in spec["volumes"] if v["name"] == "registry")["secret"][
+            "secretName"
+        ]
         secret = cluster.objects[("secrets", "team-ml", secret_name)]
         config = json.loads(base64.b64decode(secret["data"]["config.json"]))
         destination = arg("destination")
@@ -265,6 +274,9 @@ def builder_stand_in(
                 labels=labels,
                 rm=True,
             )
+        except docker.errors.DockerException as exc:
+            return False, "build", f"error building: {exc}\n".encode()
+        try:
             repository, tag = destination.rsplit(":", 1)
             digest = ""
             for event in docker_client.api.push(
@@ -275,11 +287,11 @@ def builder_stand_in(
                 auth_config={"username": user, "password": password},
             ):
                 if "error" in event:
-                    return False, "", f"error pushing: {event['error']}\n".encode()
+                    return False, "push", f"error pushing: {event['error']}\n".encode()
                 digest = (event.get("aux") or {}).get("Digest", digest)
         except docker.errors.DockerException as exc:
-            return False, "", f"error building: {exc}\n".encode()
-        return True, digest, b"pushed\n"
+            return False, "push", f"error pushing: {exc}\n".encode()
+        return True, f"{repository}@{digest}", b"pushed\n"
 
     return run
 

@@ -122,7 +122,7 @@ def test_every_object_of_a_dev_container_validates(version: str, gpus: k8s.GPUAs
 def test_the_builder_job_and_the_rbac_validate(version: str) -> None:
     job = k8s.make_builder_job(build_target(node="gpu-a100-1", labels={"a.b/c": "d e"}))
     secret = k8s.make_registry_secret(
-        "alice-gpu", "team-ml", "alice", b'{"auths": {}}', "2026-11-25T08:00:00Z"
+        "alice-gpu", "team-ml", "alice", b'{"auths": {}}', "2026-11-25T08:00:00Z", job=("j", "u")
     )
     for manifest in [job, secret, *k8s.make_rbac("team-ml")]:
         valid(manifest, version)
@@ -316,11 +316,23 @@ def test_the_build_reads_the_workspace_read_only_and_never_retries() -> None:
     spec = job["spec"]["template"]["spec"]
     assert job["spec"]["backoffLimit"] == 0
     assert spec["automountServiceAccountToken"] is False
-    assert all(m["readOnly"] for m in spec["containers"][0]["volumeMounts"])
-    assert "--destination=registry.example.org/team/gpu:v2" in spec["containers"][0]["args"]
-    # the pushed digest comes back in the pod's status; any node unless one is named
-    assert "--digest-file=/dev/termination-log" in spec["containers"][0]["args"]
-    assert "nodeSelector" not in spec
+    (build,) = spec["initContainers"]
+    (push,) = spec["containers"]
+    mounts = {m["name"]: m for m in build["volumeMounts"]}
+    assert mounts["workspace"]["readOnly"] is True
+    assert "--destination=registry.example.org/team/gpu:v2" in build["args"]
+    # The build step (which runs the Dockerfile's commands) never sees the credentials and
+    # pushes nothing; the push step, which runs nothing of the image, has them
+    assert "--no-push" in build["args"]
+    assert "registry" not in mounts
+    assert {m["name"]: m["readOnly"] for m in push["volumeMounts"]} == {
+        "image": True,
+        "registry": True,
+    }
+    assert push["args"] == ["push", k8s.BUILD_TARBALL, "registry.example.org/team/gpu:v2"]
+    assert push["securityContext"]["runAsNonRoot"] is True
+    # any node unless one is named
+    assert "affinity" not in spec
 
 
 def test_a_build_runs_on_the_node_of_the_workspace_with_the_snapshots_labels() -> None:
@@ -328,16 +340,33 @@ def test_a_build_runs_on_the_node_of_the_workspace_with_the_snapshots_labels() -
         build_target(node="gpu-a100-1", labels={"org.opencontainers.image.description": "a b"})
     )
     spec = job["spec"]["template"]["spec"]
-    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "gpu-a100-1"}
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchFields"] == [
+        {"key": "metadata.name", "operator": "In", "values": ["gpu-a100-1"]}
+    ]
     # a label is one argument (no shell reads it)
-    assert "--label=org.opencontainers.image.description=a b" in spec["containers"][0]["args"]
+    args = spec["initContainers"][0]["args"]
+    assert "--label=org.opencontainers.image.description=a b" in args
 
 
-def test_the_registry_secret_holds_config_json_only() -> None:
+def test_the_registry_secret_holds_config_json_only_and_goes_with_its_job() -> None:
     secret = k8s.make_registry_secret(
-        "alice-gpu", "team-ml", "alice", b'{"auths": {"r": {"auth": "eA=="}}}', "now"
+        "alice-gpu",
+        "team-ml",
+        "alice",
+        b'{"auths": {"r": {"auth": "eA=="}}}',
+        "now",
+        job=("gpudev-build-alice-gpu", "0b5e4f1d"),
     )
     assert secret["metadata"]["name"] == "gpudev-registry-alice-gpu"
+    assert secret["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "gpudev-build-alice-gpu",
+            "uid": "0b5e4f1d",
+        }
+    ]
     assert base64.b64decode(secret["data"]["config.json"]) == b'{"auths": {"r": {"auth": "eA=="}}}'
     assert list(secret["data"]) == ["config.json"]
 

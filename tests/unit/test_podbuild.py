@@ -58,6 +58,9 @@ class JobCluster:
     job: dict[str, Any] | None
     pods: list[dict[str, Any]] = field(default_factory=list)
     said: bytes = b""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    #: The step whose output was read.
+    read_from: list[str] = field(default_factory=list)
 
     def read(self, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
         assert (api_version, kind, name) == ("batch/v1", "Job", "gpudev-build-x")
@@ -67,21 +70,30 @@ class JobCluster:
         assert (api_version, kind, labels) == ("v1", "Pod", "job-name=gpudev-build-x")
         return self.pods
 
+    def events_of(self, kind: str, name: str) -> dict[str, Any]:
+        assert (kind, name) == ("Job", "gpudev-build-x")
+        return {"items": self.events}
+
     def output(self, pod: str, *, tail: int, limit: int, container: str) -> bytes:
-        assert (pod, container) == ("gpudev-build-x-1", "build")
+        assert pod == "gpudev-build-x-1"
+        self.read_from.append(container)
         assert tail > 0
         assert limit > 0
         return self.said
 
 
-def builder(message: str) -> dict[str, Any]:
+def builder(message: str, built: bool = True) -> dict[str, Any]:
+    ended = {"terminated": {"exitCode": 0 if built else 1}}
     return {
         "metadata": {"name": "gpudev-build-x-1"},
-        "status": {"containerStatuses": [{"state": {"terminated": {"message": message}}}]},
+        "status": {
+            "initContainerStatuses": [{"name": "build", "state": ended}],
+            "containerStatuses": [{"name": "push", "state": {"terminated": {"message": message}}}],
+        },
     }
 
 
-def wait(cluster: JobCluster, clock: list[float] | None = None) -> str:
+def wait(cluster: JobCluster, clock: list[float] | None = None, deadline: int = 100) -> str:
     ticks = clock if clock is not None else [0.0]
 
     def sleep(seconds: float) -> None:
@@ -90,12 +102,13 @@ def wait(cluster: JobCluster, clock: list[float] | None = None) -> str:
     capture = cast(Any, SimpleNamespace(containers=SimpleNamespace(log=logging.getLogger("t"))))
     build = PodBuild(capture, cast(Any, None), poll=10, clock=lambda: ticks[0], sleep=sleep)
     return build._wait(
-        cast(Any, cluster), "gpudev-build-x", "r.example:5000/x:1", source="s", deadline=100
+        cast(Any, cluster), "gpudev-build-x", "r.example:5000/x:1", source="s", deadline=deadline
     )
 
 
 def test_a_finished_build_gives_the_digest_its_pod_ended_with() -> None:
-    done = JobCluster({"status": {"succeeded": 1}}, [builder(DIGEST + "\n")])
+    # crane says the pushed reference
+    done = JobCluster({"status": {"succeeded": 1}}, [builder(f"r.example:5000/x@{DIGEST}\n")])
     assert wait(done) == DIGEST
     # a message that is not a digest (the pod's own words) is not taken for one
     odd = JobCluster({"status": {"succeeded": 1}}, [builder("sha256:$(id)")])
@@ -110,16 +123,45 @@ def test_a_failed_build_says_why_in_the_builders_words() -> None:
         GPUDevError, match=r"The registry r\.example:5000 refused the push of r\.example:5000/x:1"
     ):
         wait(refused)
-    broken = JobCluster(failed, [builder("")], b"step 3: \x1b[31mno such file\x1b[0m\n")
+    assert refused.read_from == ["push"]  # the build step ended well: the push failed
+    broken = JobCluster(
+        failed, [builder("", built=False)], b"step 3: \x1b[31mno such file\x1b[0m\n"
+    )
     with pytest.raises(GPUDevError, match="failed: step 3") as caught:
         wait(broken)
     assert "\x1b" not in caught.value.message
+    assert broken.read_from == ["build"]
 
 
 def test_a_build_that_never_ends_or_is_deleted_is_an_error() -> None:
     clock = [0.0]
+    running = {"metadata": {"name": "gpudev-build-x-1"}, "status": {"phase": "Running"}}
     with pytest.raises(EngineError, match="did not end in 100 s"):
-        wait(JobCluster({"status": {}}), clock)
+        wait(JobCluster({"status": {}}, [running]), clock)
     assert 160 <= clock[0] < 200  # the deadline and a minute for the controller
     with pytest.raises(EngineError, match="was deleted"):
         wait(JobCluster(None))
+
+
+def test_a_build_that_cannot_start_fails_at_once_in_the_clusters_words() -> None:
+    # its image cannot be pulled: at the first look
+    pulling = {
+        "metadata": {"name": "gpudev-build-x-1"},
+        "status": {
+            "phase": "Pending",
+            "initContainerStatuses": [
+                {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}}}
+            ],
+        },
+    }
+    clock = [0.0]
+    with pytest.raises(EngineError, match="its image cannot be pulled"):
+        wait(JobCluster({"status": {}}, [pulling]), clock)
+    assert clock[0] == 0.0
+    # no pod at all (the namespace's Pod Security refused it): after the placement timeout,
+    # with the controller's warning
+    refused = {"type": "Warning", "message": 'pods "b" is forbidden: violates PodSecurity'}
+    clock = [0.0]
+    with pytest.raises(EngineError, match=r"made no pod .*violates PodSecurity"):
+        wait(JobCluster({"status": {}}, [], events=[refused]), clock, deadline=3600)
+    assert 300 <= clock[0] < 320

@@ -29,13 +29,16 @@ from jupyter_gpudev.errors import EngineError
 class ExecCluster:
     """Answers each exec with the next scripted result, recording what was run."""
 
-    answers: list[ExecResult]
+    answers: list[ExecResult | Exception]
     runs: list[tuple[str, tuple[str, ...], int]] = field(default_factory=list)
 
     def exec(self, pod: str, argv: Any, *, timeout: float, limit: int, **_: Any) -> ExecResult:
         assert 0 < timeout <= 300
         self.runs.append((pod, tuple(argv), limit))
-        return self.answers.pop(0)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
 
 def tar_of(*members: tuple[str, bytes | str | None]) -> bytes:
@@ -56,7 +59,7 @@ def tar_of(*members: tuple[str, bytes | str | None]) -> bytes:
     return out.getvalue()
 
 
-def archives(*answers: ExecResult) -> tuple[PodArchives, ExecCluster]:
+def archives(*answers: ExecResult | Exception) -> tuple[PodArchives, ExecCluster]:
     cluster = ExecCluster(list(answers))
     return PodArchives(cluster, "gpudev-box", "box"), cluster  # type: ignore[arg-type]
 
@@ -84,9 +87,20 @@ def test_a_missing_path_is_none_and_a_failing_tar_says_why() -> None:
     missing = ExecResult(2, b"\0" * 1024, b"tar: gone: Cannot stat: No such file or directory\n")
     source, _ = archives(missing)
     assert source.get("/opt/gone") is None
-    source, _ = archives(ExecResult(127, b"", b"sh: tar: not found"))
+    # (the API server says a program is missing as the exec's failure to run)
+    missing_tar = EngineError(
+        'Kubernetes cluster c: tar in gpudev-box did not run (exec: "tar": executable file '
+        "not found in $PATH)"
+    )
+    source, _ = archives(missing_tar)
     with pytest.raises(EngineError, match="needs tar in its image"):
         source.get("/opt/x")
+    # a folder with one unreadable file: the rest of its archive is taken
+    partial = tar_of(("tools", None), ("tools/a", b"a"))
+    source, _ = archives(ExecResult(2, partial, b"tar: tools/b: Cannot open: Permission denied"))
+    got = source.get("/opt/tools")
+    assert got is not None
+    assert b"".join(got[0]) == partial
     source, _ = archives(ExecResult(2, b"", b"tar: x: Cannot open: Permission denied\x1b[2J\n"))
     with pytest.raises(EngineError) as caught:
         source.get("/opt/x")

@@ -25,7 +25,7 @@ from jupyter_gpudev.errors import Conflict, EngineError, GPUDevError, ImageError
 from jupyter_gpudev.k8s.listing import LISTING_ARGV
 from jupyter_gpudev.kernels.kernelspecs import GPUDevKernelSpecManager
 from jupyter_gpudev.kernels.provisioner import set_manager
-from jupyter_gpudev.labels import A_PROCESS, K_KERNEL
+from jupyter_gpudev.labels import A_LEDGER, A_PROCESS, K_KERNEL
 from tests.k8s_api import TOKEN, UNSCHEDULABLE, FakeCluster, cluster_manager
 
 LOG = logging.getLogger("test")
@@ -221,6 +221,12 @@ def test_an_environment_on_the_cluster_starts_a_kernels_own_pod_there(
 ) -> None:
     # Given an environment whose host is the cluster (customizations.gpudev.host)
     environment(manager, "onk8s", customizations={"gpudev": {"host": "cluster"}})
+    # A kernel's pod whose files cannot be listed (no GNU find) could never be told unchanged,
+    # so never deleted at the kernel's end: its start fails and deletes it
+    with pytest.raises(EngineError, match="could not be listed"):
+        manager.start(StartRequest("onk8s", name="kernel-k0", kernel_id="k0"), None)
+    assert cluster.names("pods") == []
+    cluster.exec_handler = PodFiles()
     # When a kernel's own dev container starts without a host named (as the picker does)
     info = manager.start(StartRequest("onk8s", name="kernel-k1", kernel_id="k1"), None)
     # Then it is a pod on the cluster, labelled as that kernel's: not offered to others
@@ -314,12 +320,17 @@ def test_exec_reads_output_exit_code_and_refusals(
     ran = pods.cluster.exec("gpudev-ex", ["say", "hello", "pod"], timeout=5, limit=1000)
     assert (ran.exit_code, ran.stdout, ran.cut) == (0, b"hello pod\n", False)
     assert cluster.execs[-1] == ("gpudev-ex", ["say", "hello", "pod"])
-    # Input is sent as one frame on channel 0
+    # Input is sent on channel 0
     given = pods.cluster.exec(
         "gpudev-ex", ["echo-input"], timeout=5, limit=1000, stdin=b'{"key": "s3cret"}'
     )
     assert given.stdout == b'{"key": "s3cret"}'
     assert "s3cret" not in cluster.requests[-1][1]  # not in the URL (the audit log)
+    # A large input goes in frames the API server takes (this one checks their size)
+    large = bytes(range(256)) * (9 << 10) + b"end"  # 2.25 MiB
+    echoed = pods.cluster.exec("gpudev-ex", ["echo-input"], timeout=30, limit=4 << 20, stdin=large)
+    assert echoed.stdout == large
+    assert cluster.stdin_frames[-3:] == [1 << 20, 1 << 20, len(large) - (2 << 20)]
     failed = pods.cluster.exec("gpudev-ex", ["fail", "3"], timeout=5, limit=1000)
     assert (failed.exit_code, failed.stderr) == (3, b"it failed\n")
     # Output past the limit is cut, never all held
@@ -386,7 +397,7 @@ def test_kernel_pods_a_dead_server_left_are_deleted_unless_changed(
     files = PodFiles()
     cluster.exec_handler = files
     environment(manager, "onk8s", customizations={"gpudev": {"host": "cluster"}})
-    for kernel in ("k1", "k2"):
+    for kernel in ("k1", "k2", "k3"):
         manager.start(StartRequest("onk8s", name=f"kernel-{kernel}", kernel_id=kernel), None)
     manager.start(StartRequest("onk8s", name="shared"), None)
     process = f"{socket.gethostname()}:{os.getpid()}"
@@ -402,10 +413,12 @@ def test_kernel_pods_a_dead_server_left_are_deleted_unless_changed(
     for pod in pods.values():
         pod["metadata"]["annotations"][A_PROCESS] = f"{socket.gethostname()}:{ended.pid}"
     files.trees["gpudev-kernel-k2"]["/opt/model.cfg"] = ("f", 10, 9.0, "644", "")
+    # (and one is another server's on this machine: another lease ledger, another user's)
+    pods["gpudev-kernel-k3"]["metadata"]["annotations"][A_LEDGER] = "another-ledger"
     # Then the unchanged kernel pod is deleted (its GPUs freed), the changed one kept running,
     # and the shared pod left alone
     assert manager.stop_orphan_kernels() == ["kernel-k1"]
-    assert cluster.names("pods") == ["gpudev-kernel-k2", "gpudev-shared"]
+    assert cluster.names("pods") == ["gpudev-kernel-k2", "gpudev-kernel-k3", "gpudev-shared"]
 
 
 def test_a_pod_that_could_not_be_listed_asks_for_force(

@@ -92,7 +92,7 @@ export function notifyOnReclaims(
           {
             label: trans.__('Release now'),
             caption: trans.__(
-              'Shut the kernel down now: its container is stopped and kept, its GPUs freed'
+              'Shut the kernel down now: its GPUs are freed (its container is stopped and kept; a pod of its own is deleted unless it has changes)'
             ),
             displayType: 'warn',
             callback: () => {

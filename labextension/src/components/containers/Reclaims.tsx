@@ -134,7 +134,7 @@ export function ReclaimWarning({
           disabled={busy}
           aria-busy={pending === 'release'}
           title={trans.__(
-            'Shut the kernel down now: its container is stopped and kept, its GPUs freed'
+            'Shut the kernel down now: its GPUs are freed (its container is stopped and kept; a pod of its own is deleted unless it has changes)'
           )}
           onClick={() => {
             onAction(reclaim, 'release');
