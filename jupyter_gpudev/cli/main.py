@@ -6,6 +6,9 @@ configured for the server is the same host here."""
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 from typing import Any
 
 from jupyter_core.application import JupyterApp
@@ -67,4 +70,14 @@ class GPUDevCLI(JupyterApp):
         super().start()
 
 
-main = GPUDevCLI.launch_instance
+def main(argv: list[str] | None = None) -> None:
+    """``jupyter gpudev``. A reader that stops early (``| head``) ends it quietly, with the
+    status a shell reports for a program ended by SIGPIPE, as other Unix tools do."""
+    try:
+        GPUDevCLI.launch_instance(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes standard output again at exit: /dev/null takes what is left.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)

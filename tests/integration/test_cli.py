@@ -123,3 +123,21 @@ def test_no_subcommand_lists_them(isolated_config: dict[str, str]) -> None:
     assert result.returncode == 2
     assert "hosts" in result.stdout
     assert "image" in result.stdout
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(
+    isolated_config: dict[str, str],
+) -> None:
+    # Given a command whose reader goes away before it writes (``| head`` stopping early)
+    process = subprocess.Popen(
+        [str(BIN / "jupyter"), "gpudev", "hosts", "rbac", "team-ml"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **isolated_config},
+    )
+    assert process.stdout is not None
+    process.stdout.close()
+    _, err = process.communicate(timeout=120)
+    # Then it ends as Unix tools do on SIGPIPE, saying nothing (no traceback)
+    assert process.returncode == 141, err
+    assert err.decode() == ""
