@@ -79,8 +79,14 @@ class LegacyGPUInjection(LoggingConfigurable):
 
     library_dirs = List(
         Unicode(),
-        default_value=["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu"],
-        help="Folders searched for the driver's user-space libraries.",
+        default_value=[
+            "/usr/lib/x86_64-linux-gnu",
+            "/usr/lib64",
+            "/usr/lib/aarch64-linux-gnu",
+            "/usr/local/nvidia/lib64",
+        ],
+        help="""Folders searched for the driver's user-space libraries, in this order (the
+        first file of a name wins).""",
     ).tag(config=True)
 
     library_patterns = List(
@@ -97,7 +103,9 @@ class LegacyGPUInjection(LoggingConfigurable):
     ).tag(config=True)
 
     binary_dirs = List(
-        Unicode(), default_value=["/usr/bin"], help="Folders searched for nvidia-smi."
+        Unicode(),
+        default_value=["/usr/bin", "/usr/local/nvidia/bin"],
+        help="Folders searched for nvidia-smi, in this order.",
     ).tag(config=True)
 
     def _minor(self, gpu: GPU) -> int:

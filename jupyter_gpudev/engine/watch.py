@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -72,8 +73,8 @@ class ContainerStates:
         self._epoch = 0
         self._stream: Any = None
         self._watching = False
-        #: Requests made to the engine (tests and benchmarks read it).
-        self.inspects = 0
+        #: Inspect requests made to the engine, by container id (tests read it).
+        self.inspected: Counter[str] = Counter()
 
     # -- the stream -----------------------------------------------------------------------
 
@@ -108,6 +109,9 @@ class ContainerStates:
     def _follow(self, stream: Any) -> None:
         try:
             for event in _events(stream):
+                with self._lock:
+                    if self._stream is not stream:  # closed or replaced: its word is stale
+                        break
                 container_id = str(event.get("id") or event.get("Actor", {}).get("ID") or "")
                 action = str(event.get("Action") or event.get("status") or "")
                 if container_id and changes_state(action):
@@ -179,7 +183,7 @@ class ContainerStates:
             except docker.errors.NotFound:
                 return None  # removed between the list and the inspect
             with self._lock:
-                self.inspects += 1
+                self.inspected[container_id] += 1
                 if (
                     trusted
                     and self._watching

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import docker
@@ -36,11 +36,12 @@ def test_listings_reuse_inspects_until_an_engine_event_says_a_container_changed(
         manager.start(StartRequest(environment="default", name=name, gpus=0))
     states = manager.host_pool.get(manager.host_pool.local_name).containers
     before = listed(manager, "list-a")
+    ids = {name: engine_id(docker_client, name) for name in ("list-a", "list-b")}
     # When they are listed again, nothing having changed
-    inspects = states.inspects
+    inspects = dict(states.inspected)
     again = manager.list(all_states=True)
     # Then nothing is inspected again, and the answer is the same
-    assert states.inspects == inspects
+    assert inspected(states.inspected, ids.values()) == inspected(inspects, ids.values())
     assert [i.started_at for i in again if i.name == "list-a"] == [before.started_at]
     # When one is restarted behind gpudev's back (running before and after: the list request
     # alone cannot tell)
@@ -49,7 +50,8 @@ def test_listings_reuse_inspects_until_an_engine_event_says_a_container_changed(
     # Then a listing soon shows its new start, from a new inspect of that container only
     eventually(lambda: listed(manager, "list-a").started_at != before.started_at)
     assert listed(manager, "list-a").started_at == docker_started_at(docker_client, "list-a")
-    assert states.inspects - inspects == 1
+    assert states.inspected[ids["list-a"]] == inspects[ids["list-a"]] + 1
+    assert states.inspected[ids["list-b"]] == inspects[ids["list-b"]]
     # When one is stopped and the other removed behind gpudev's back
     docker_client.containers.get(docker_name("list-b")).stop(timeout=0)
     docker_client.containers.get(docker_name("list-a")).remove(force=True)
@@ -62,21 +64,33 @@ def test_listings_reuse_inspects_until_an_engine_event_says_a_container_changed(
 
 def test_without_the_event_stream_every_container_is_inspected_again(
     dev_containers: Callable[..., DevContainers],
+    docker_client: docker.DockerClient,
     tmp_path: Path,
 ) -> None:
-    # Given a dev container listed once, its inspect data kept
+    # Given a dev container listed once, its inspect data kept (other tests' containers on the
+    # engine are listed too: only this one's inspects are counted)
     manager = dev_containers(tmp_path / "work")
     manager.start(StartRequest(environment="default", name="list-c", gpus=0))
+    container_id = engine_id(docker_client, "list-c")
     states = manager.host_pool.get(manager.host_pool.local_name).containers
     manager.list()
-    inspects = states.inspects
+    inspects = states.inspected[container_id]
     # When the event stream ends (the engine restarted, the connection dropped)
     states.close()
     # Then nothing kept is trusted: the next listing inspects it again, and opens a new stream
     assert "list-c" in [i.name for i in manager.list()]
-    assert states.inspects == inspects + 1
+    assert states.inspected[container_id] == inspects + 1
     manager.list()
-    assert states.inspects == inspects + 1
+    assert states.inspected[container_id] == inspects + 1
+
+
+def engine_id(client: docker.DockerClient, name: str) -> str:
+    return str(client.containers.get(docker_name(name)).id)
+
+
+def inspected(counts: Mapping[str, int], ids: Iterable[str]) -> int:
+    """How many inspects ``counts`` holds for the containers ``ids``."""
+    return sum(counts.get(i, 0) for i in ids)
 
 
 def docker_started_at(client: docker.DockerClient, name: str) -> str | None:
@@ -97,7 +111,8 @@ def test_a_listing_does_not_wait_for_a_container_being_diffed(
         manager.start(StartRequest(environment="default", name=name, gpus=0))
     manager.list()
     states = manager.host_pool.get(manager.host_pool.local_name).containers
-    inspects = states.inspects
+    ids = [engine_id(docker_client, name) for name in names]
+    inspects = inspected(states.inspected, ids)
     # When every container's changes are being read while the listing runs
     stop = threading.Event()
 
@@ -115,4 +130,4 @@ def test_a_listing_does_not_wait_for_a_container_being_diffed(
         stop.set()
         worker.join()
     # Then no listing inspected a container (none waited on a lock)
-    assert states.inspects == inspects
+    assert inspected(states.inspected, ids) == inspects

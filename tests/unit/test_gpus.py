@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jupyter_gpudev.engine import (
+    GPU,
     SMI_FIELDS,
     GPUInventory,
     NvmlProbe,
@@ -200,10 +201,18 @@ def fake_nvml(devices: list[dict[str, Any]], *, init_error: Exception | None = N
             raise NVMLErrorNotSupported("Not Found")
         return dict(migs[slot])
 
-    def memory(h: dict[str, Any]) -> SimpleNamespace:
+    def memory(h: dict[str, Any], version: int | None = None) -> SimpleNamespace:
+        """Like NVML: version 1's ``used`` counts the driver's reserved memory (total - free);
+        version 2 says ``reserved`` apart, as nvidia-smi does (seen on a real H200)."""
         if "memory" not in h:
             not_supported()
-        return SimpleNamespace(total=h["memory"][0] << 20, used=h["memory"][1] << 20)
+        total, used = h["memory"][0] << 20, h["memory"][1] << 20
+        reserved = h.get("reserved", 0) << 20
+        if version is None:
+            return SimpleNamespace(total=total, used=used + reserved)
+        if version != module.nvmlMemory_v2 or h.get("v1_only"):
+            raise NVMLErrorNotSupported("Function Not Found")
+        return SimpleNamespace(total=total, reserved=reserved, used=used)
 
     def util(h: dict[str, Any]) -> SimpleNamespace:
         if h.get("util") is None:
@@ -214,6 +223,7 @@ def fake_nvml(devices: list[dict[str, Any]], *, init_error: Exception | None = N
         NVMLError=NVMLError,
         NVMLError_LibraryNotFound=NVMLErrorLibraryNotFound,
         NVML_DEVICE_MIG_ENABLE=1,
+        nvmlMemory_v2=0x02000028,
         calls=calls,
         nvmlInit=init,
         nvmlShutdown=lambda: calls.append("shutdown"),
@@ -288,6 +298,79 @@ def test_nvml_reads_gpus_and_mig_devices_and_shuts_down() -> None:
     inventory_source.probe()
     inventory_source.close()
     assert nvml.calls == ["init", "init", "shutdown"]
+
+
+H200_UUID = "GPU-285afd17-379b-5020-0fd1-f9a5b08a4445"
+
+
+def test_a_real_h200_reads_the_same_through_nvidia_smi_and_nvml(fake_smi: FakeSmi) -> None:
+    """tests/fixtures/smi/h200 is what nvidia-smi printed on a real, idle H200 (driver
+    580.159.04), where NVML said: 143771 MiB total, 616 MiB reserved by the driver, and a
+    version-1 ``used`` of 615 MiB that counts the reserved memory; nvidia-smi said 0 MiB used."""
+    # Given the recorded nvidia-smi and an NVML that answers as that GPU did
+    fake_smi("h200")
+    nvml = fake_nvml(
+        [
+            {
+                "uuid": H200_UUID,
+                "name": "NVIDIA H200",
+                "memory": (143771, 0),
+                "reserved": 616,
+                "util": 0,
+                "minor": 0,
+                "pci": "00000000:00:06.0",
+            }
+        ]
+    )
+    # When both probes read it
+    smi = smi_only().probe()
+    through_nvml = GPUInventory(backend="nvml", nvml_loader=lambda: nvml).probe()
+    # Then they agree on every field of the GPU, used memory included (the driver's reserve
+    # is not the user's)
+    assert (smi.driver_version, smi.cuda_version) == ("580.159.04", "13.0")
+    assert smi.warnings == ()
+
+    def seen(gpu: GPU) -> tuple[object, ...]:
+        return (
+            gpu.uuid,
+            gpu.index,
+            gpu.name,
+            gpu.memory_total_mib,
+            gpu.memory_used_mib,
+            gpu.utilization_percent,
+            gpu.pci_bus_id,
+            gpu.mig_enabled,
+        )
+
+    assert [seen(g) for g in through_nvml.gpus] == [seen(g) for g in smi.gpus]
+    assert seen(smi.gpus[0]) == (
+        H200_UUID,
+        0,
+        "NVIDIA H200",
+        143771,
+        0,
+        0,
+        "00000000:00:06.0",
+        False,
+    )
+
+
+def test_nvml_without_the_second_memory_version_counts_what_version_one_says() -> None:
+    # Given a driver that only answers the first version of the memory query
+    nvml = fake_nvml(
+        [
+            {
+                "uuid": "GPU-aaaa",
+                "name": "NVIDIA T4",
+                "memory": (15360, 10),
+                "reserved": 250,
+                "v1_only": True,
+            }
+        ]
+    )
+    # When it is read, then the used memory is version one's (reserve included): no error
+    (gpu,) = GPUInventory(backend="nvml", nvml_loader=lambda: nvml).probe().gpus
+    assert (gpu.memory_total_mib, gpu.memory_used_mib) == (15360, 260)
 
 
 def test_nvml_failure_while_reading_restarts_nvml_next_time(fake_smi: FakeSmi) -> None:
