@@ -1081,6 +1081,7 @@ class DevContainers(ContainerLookup):
         if self.changes is not None:
             with contextlib.suppress(GPUDevError):  # an odd uid has no baseline
                 self.changes.forget_pod(uid)
+        self.ledger.set_pinned(host.name, annotation(pod, A_NAME) or user_name(name), False)
 
     def _pod_uncommitted(
         self, name: str, host: Host, pod: dict[str, Any], pods: Pods
@@ -1120,17 +1121,18 @@ class DevContainers(ContainerLookup):
         caller: Caller | None = None,
     ) -> DevContainerInfo:
         """Pin a shared dev container: it keeps running (and holding its GPUs) after its last
-        kernel ends, until stopped by hand. ``pinned=False`` unpins it."""
-        found_host, container = self.find(name, host, caller=caller)
-        if container.labels.get(L_KERNEL):
+        kernel ends, until stopped (a pod: removed) by hand. ``pinned=False`` unpins it."""
+        found_host, found = self.locate(name, host, caller=caller)
+        if pod_kernel(found) if isinstance(found, dict) else found.labels.get(L_KERNEL):
             raise BadRequest(
                 f"{user_name(name)!r} belongs to one kernel and ends with it; pin a dev "
                 "container that kernels share instead"
             )
-        self.ledger.set_pinned(
-            found_host.name, container.labels.get(L_NAME, user_name(name)), pinned
-        )
-        return self.describe(found_host, container)
+        if isinstance(found, dict):
+            self.ledger.set_pinned(found_host.name, annotation(found, A_NAME), pinned)
+            return self._pod_info(found_host, found)
+        self.ledger.set_pinned(found_host.name, found.labels.get(L_NAME, user_name(name)), pinned)
+        return self.describe(found_host, found)
 
     # ------------------------------------------------------------------------------------------
     # Web ports (TensorBoard and the like) served through the authenticated proxy

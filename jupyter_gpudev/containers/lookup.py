@@ -44,6 +44,7 @@ from ..errors import (
     engine_errors,
 )
 from ..labels import (
+    A_NAME,
     A_OWNER,
     L_CREATED,
     L_ENV,
@@ -288,7 +289,12 @@ class ContainerLookup(LoggingConfigurable):
         return bool(host) and self._host(host).spec.is_kubernetes
 
     def _pod_info(self, host: Host, pod: dict[str, Any]) -> DevContainerInfo:
-        return pod_info(pod, host.name, added_ports=self.added_ports.read().get(pod_uid(pod), ()))
+        return pod_info(
+            pod,
+            host.name,
+            added_ports=self.added_ports.read().get(pod_uid(pod), ()),
+            pinned=annotation(pod, A_NAME) in self.ledger.pinned(host.name),
+        )
 
     def find(
         self, name: str, host: str | None = None, *, caller: Caller | None = None
@@ -299,7 +305,8 @@ class ContainerLookup(LoggingConfigurable):
         if isinstance(found, dict):
             raise BadRequest(
                 f"{user_name(name)!r} runs in a pod on host {found_host.name!r}: this is not done "
-                "for pods yet (start, ls, logs, rm, kernels, terminals and web ports are)"
+                "for pods yet (start, ls, logs, rm, pin, diff, commit, push, kernels, terminals "
+                "and web ports are)"
             )
         return found_host, found
 
@@ -415,8 +422,14 @@ class ContainerLookup(LoggingConfigurable):
                     self.log.warning("gpudev: pods of %s: %s", candidate.name, err.message)
                     unreachable.append(err)
                     continue
+                pinned = frozenset(self.ledger.pinned(candidate.name))
                 pods.extend(
-                    pod_info(p, candidate.name, added_ports=added.get(pod_uid(p), ()))
+                    pod_info(
+                        p,
+                        candidate.name,
+                        added_ports=added.get(pod_uid(p), ()),
+                        pinned=annotation(p, A_NAME) in pinned,
+                    )
                     for p in listed_pods
                     if who.sees_owner(annotation(p, A_OWNER))
                 )

@@ -78,11 +78,16 @@ def _ports(text: str) -> tuple[int, ...]:
 
 
 def pod_info(
-    pod: dict[str, Any], host: str, events: Any = None, added_ports: Iterable[int] = ()
+    pod: dict[str, Any],
+    host: str,
+    events: Any = None,
+    added_ports: Iterable[int] = (),
+    *,
+    pinned: bool = False,
 ) -> DevContainerInfo:
     """A dev container's pod as the listing reports it (``added_ports``: web ports added at
-    run time). The GPUs are the device plugin's (not named by UUID to gpudev); no lease
-    exists on a cluster."""
+    run time; ``pinned``: kept after its last kernel). The GPUs are the device plugin's (not
+    named by UUID to gpudev); no lease exists on a cluster."""
     state = pod_state(pod, events)
     status = _dict(pod.get("status"))
     node = clean(_dict(pod.get("spec")).get("nodeName"))
@@ -109,6 +114,7 @@ def pod_info(
         started_at=started,
         pod=True,
         kernel_id=pod_kernel(pod),
+        pinned=pinned,
     )
 
 

@@ -829,19 +829,40 @@ def _accepts(address: tuple[str, int]) -> bool:
 
 def _stop_if_unused(manager: DevContainers, key: tuple[str, str], log: Any) -> None:
     """Stop a shared container whose last kernel ended, unless a kernel joined it since or the
-    user pinned it. Runs off the event loop (it waits for the container to stop)."""
+    user pinned it; a pod is deleted instead (a pod is not stopped and kept; its workspace
+    claim is), unless files outside its workspace changed. Runs off the event loop (it waits
+    for the container to stop)."""
     host, name = key
     if not PLACEMENTS.unused(key):
-        return
-    if manager.host_pool.get(host).spec.is_kubernetes:
-        log.info("gpudev: the pod %s keeps running after its last kernel (rm deletes it)", name)
         return
     try:
         if name in manager.ledger.pinned(host):
             log.info("gpudev: %s is pinned: kept running after its last kernel", name)
+            return
+        if manager.host_pool.get(host).spec.is_kubernetes:
+            _delete_unused_pod(manager, host, name, log)
             return
         manager.stop(name, host)
     except GPUDevError as err:
         log.warning("gpudev: stopping %s after its last kernel: %s", name, err.message)
         return
     log.info("gpudev: stopped %s (its last kernel ended); its GPUs are free", name)
+
+
+def _delete_unused_pod(manager: DevContainers, host: str, name: str, log: Any) -> None:
+    """Delete a shared pod whose last kernel ended, its GPUs freed, when nothing outside its
+    workspace changed; else it keeps running, with its GPUs, until committed or removed."""
+    try:
+        manager.remove(name, host)
+    except Conflict as err:
+        log.warning(
+            "gpudev: the pod %s keeps running, with its GPUs, after its last kernel: %s",
+            name,
+            err.message,
+        )
+        return
+    log.info(
+        "gpudev: deleted the pod %s (its last kernel ended); its GPUs are free, its workspace "
+        "claim kept",
+        name,
+    )

@@ -610,16 +610,21 @@ describe('allowedActions', () => {
     });
   });
 
-  it('removes a running pod and commits it, never stops or pins it', () => {
+  it('removes, commits and pins a running pod kernels share, never stops it', () => {
     expect(allowedActions(container('pod', { pod: true }), true, true)).toEqual(
       {
         commit: true,
         terminal: true,
         stop: false,
-        pin: false,
+        pin: true,
         start: false,
         remove: true
       }
     );
+  });
+
+  it('never pins a pod made for one kernel: it ends with that kernel', () => {
+    const own = container('kpod', { pod: true, kernel_id: 'k1' });
+    expect(allowedActions(own, true, true)).toMatchObject({ pin: false });
   });
 });

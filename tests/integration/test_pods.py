@@ -374,9 +374,11 @@ async def test_a_kernel_runs_in_a_pod_from_the_picker(
     manager: DevContainers, cluster: FakeCluster, forward: str
 ) -> None:
     # Given a running pod, offered in the picker as a dev container kernels share, reached at
-    # its IP (a server in the cluster) or through port-forwards (a server outside)
+    # its IP (a server in the cluster) or through port-forwards (a server outside), pinned
+    # (else it is deleted after its last kernel: see the next test)
     manager.pod_port_forward = forward
     manager.start(StartRequest("default", host="cluster", name="kpod"), None)
+    assert manager.pin("kpod", "cluster").pinned is True
     provisioner.set_manager(manager)
     try:
         specs = GPUDevKernelSpecManager(root_dir=str(manager.root_dir)).find_kernel_specs()
@@ -433,6 +435,70 @@ async def test_a_kernel_runs_in_a_pod_from_the_picker(
         assert manager.get("kpod", "cluster", caller=Caller("root", admin=True)).state == "running"
     finally:
         provisioner.set_manager(None)
+
+
+async def one_kernel(manager: DevContainers, container: str, code: str) -> None:
+    """Start a kernel in the shared ``container``, run ``code`` there, shut it down."""
+    km = kernel_manager(manager, SHARED_PREFIX + container)
+    await km.start_kernel()
+    client = km.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        _, reply = await run(client, code)
+        assert reply["status"] == "ok", reply
+    finally:
+        client.stop_channels()
+        await km.shutdown_kernel()
+
+
+async def test_a_shared_pod_is_deleted_after_its_last_kernel_unless_pinned_or_changed(
+    manager: DevContainers, cluster: FakeCluster, tools_image: str
+) -> None:
+    # Given change tracking and a running pod that kernels share
+    track_changes(manager)
+    folder = manager.root_dir / ".devcontainer" / "tools"
+    folder.mkdir(parents=True)
+    (folder / "devcontainer.json").write_text(json.dumps({"image": tools_image}))
+    manager.start(StartRequest("tools", host="cluster", name="spod"), None)
+    provisioner.set_manager(manager)
+    try:
+        # When it is pinned, then the end of its last kernel leaves it running
+        assert manager.pin("spod", "cluster").pinned is True
+        assert [i.pinned for i in manager.list() if i.name == "spod"] == [True]
+        await one_kernel(manager, "spod", "print(1)")
+        assert cluster.names("pods") == ["gpudev-spod"]
+        # When it is unpinned and its last kernel changed a file outside its workspace, then
+        # it keeps running, with the change (a pod is not stopped and kept); removed, its pin
+        # is gone
+        assert manager.pin("spod", "cluster", pinned=False).pinned is False
+        await one_kernel(manager, "spod", "open('/opt/tools/model.cfg', 'w').write('lr = 0.1')")
+        assert cluster.names("pods") == ["gpudev-spod"]
+        assert manager.get("spod", "cluster").state == "running"
+        manager.pin("spod", "cluster")
+        manager.remove("spod", "cluster", force=True)
+        assert "spod" not in manager.ledger.pinned("cluster")
+        # When the last kernel of an unchanged, unpinned pod ends, then the pod is deleted
+        # (its GPUs freed) and its workspace claim kept
+        manager.start(StartRequest("tools", host="cluster", name="spod2"), None)
+        await one_kernel(manager, "spod2", "print(2)")
+        assert cluster.names("pods") == []
+        assert cluster.names("persistentvolumeclaims")
+        with pytest.raises(NotFound):
+            manager.get("spod2", "cluster")
+    finally:
+        provisioner.set_manager(None)
+
+
+def test_a_pod_made_for_one_kernel_is_not_pinned(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    # Given a pod labelled as one kernel's (as the picker makes them)
+    manager.start(StartRequest("default", host="cluster", name="own"), None)
+    cluster.objects[("pods", "team-ml", "gpudev-own")]["metadata"]["labels"][K_KERNEL] = "k1"
+    # When it is pinned, then that is refused: it ends with its kernel
+    with pytest.raises(BadRequest, match="belongs to one kernel"):
+        manager.pin("own", "cluster")
 
 
 async def test_a_kernel_of_an_environment_on_the_cluster_has_a_pod_of_its_own(

@@ -34,9 +34,10 @@ export function allowedActions(
     // The server opens terminals in running containers only (not paused ones).
     terminal: canOpenTerminal && container.state === 'running',
     stop: running && !pod,
-    // Only a container that kernels share stops when its last kernel ends, so
-    // only one can be pinned; one made for a kernel ends with that kernel.
-    pin: !pod && container.kernel_id === null && container.state !== 'removing',
+    // Only a container that kernels share stops (a pod: is deleted) when its
+    // last kernel ends, so only one can be pinned; one made for a kernel ends
+    // with that kernel.
+    pin: container.kernel_id === null && container.state !== 'removing',
     start: !pod && STARTABLE_STATES.has(container.state),
     remove: (pod || !running) && container.state !== 'removing'
   };
@@ -228,7 +229,11 @@ function PinButton({
       aria-label={trans.__('Pin %1', name)}
       title={
         container.pinned
-          ? trans.__('Let it stop when its last kernel ends')
+          ? container.pod
+            ? trans.__(
+                'Let its pod be deleted when its last kernel ends, unless files outside its workspace changed'
+              )
+            : trans.__('Let it stop when its last kernel ends')
           : trans.__(
               'Keep it running, with its GPUs, after its last kernel ends'
             )
