@@ -1129,7 +1129,9 @@ class DevContainers(ContainerLookup):
                 "container that kernels share instead"
             )
         if isinstance(found, dict):
-            self.ledger.set_pinned(found_host.name, annotation(found, A_NAME), pinned)
+            self.ledger.set_pinned(
+                found_host.name, annotation(found, A_NAME) or user_name(name), pinned
+            )
             return self._pod_info(found_host, found)
         self.ledger.set_pinned(found_host.name, found.labels.get(L_NAME, user_name(name)), pinned)
         return self.describe(found_host, found)
