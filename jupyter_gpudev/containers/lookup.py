@@ -368,6 +368,7 @@ class ContainerLookup(LoggingConfigurable):
             gpu_uuids=info.gpu_uuids,
             shared=not placement.dedicated,
             state=info.state,
+            pod=info.pod,
         )
 
     def describe_hosts(

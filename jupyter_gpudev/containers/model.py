@@ -92,6 +92,8 @@ class KernelInfo:
     shared: bool
     #: Its container's state (``running``, ``exited``, ...).
     state: str
+    #: Its dev container is a pod on a Kubernetes host (deleted, not stopped, at the end).
+    pod: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

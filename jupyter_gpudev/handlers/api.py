@@ -475,8 +475,9 @@ class ContainerPortHandler(GPUDevHandler):
 
 class KernelHandler(GPUDevHandler):
     """``GET /gpudev/api/kernels/ID``: where a gpudev kernel of this server runs:
-    ``kernel_id``, ``container``, ``host``, ``environment``, ``gpu_uuids``, ``shared`` and the
-    container's ``state``. 404 for an unknown kernel and for one not in a dev container."""
+    ``kernel_id``, ``container``, ``host``, ``environment``, ``gpu_uuids``, ``shared``, the
+    container's ``state`` and ``pod`` (it is a pod on a Kubernetes host). 404 for an unknown
+    kernel and for one not in a dev container."""
 
     @web.authenticated
     @authorized

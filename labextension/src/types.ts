@@ -485,4 +485,9 @@ export interface IKernelInfo {
   shared: boolean;
   /** The engine's state of the container, e.g. `running`. */
   state: string;
+  /**
+   * Whether the container is a pod on a Kubernetes host: deleted, not
+   * stopped, at its end (unless files outside its workspace changed).
+   */
+  pod: boolean;
 }

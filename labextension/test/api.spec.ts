@@ -394,8 +394,17 @@ describe('fetchKernelInfo', () => {
       environment: '',
       gpu_uuids: ['GPU-1'],
       shared: true,
-      state: ''
+      state: '',
+      pod: false
     });
+  });
+
+  it('reads a kernel in a pod', async () => {
+    const settings = serverAnswering(() =>
+      json({ kernel_id: 'k2', container: 'p1', gpu_uuids: [], pod: true })
+    );
+    const info = await fetchKernelInfo('k2', settings);
+    expect(info.pod).toBe(true);
   });
 
   it('rejects a kernel without its container', async () => {

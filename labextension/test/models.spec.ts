@@ -513,7 +513,8 @@ describe('KernelBadgeModel', () => {
     environment: 'gpu',
     gpu_uuids: ['GPU-1'],
     shared: false,
-    state: 'running'
+    state: 'running',
+    pod: false
   };
 
   it('shows a gpudev kernel, with the GPU indexes of the panel hosts', async () => {

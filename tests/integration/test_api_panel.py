@@ -201,6 +201,7 @@ async def test_a_kernel_says_which_container_and_gpus_it_holds(jp_fetch: Fetch) 
             "gpu_uuids": [],
             "shared": True,
             "state": "running",
+            "pod": False,
         }
         mine = await get_json(jp_fetch, "kernels", own["id"])
         assert mine["container"] == f"kernel-{own['id']}"

@@ -31,7 +31,8 @@ export function parseKernelInfo(value: unknown): IKernelInfo | null {
     environment: text(value.environment),
     gpu_uuids: stringArray(value.gpu_uuids),
     shared: (value.shared as unknown) === true,
-    state: text(value.state)
+    state: text(value.state),
+    pod: (value.pod as unknown) === true
   };
 }
 

@@ -30,7 +30,19 @@ function ReleaseDialogBody({
           "The notebook's kernel is shut down: what it holds in memory is lost."
         )}
       </p>
-      {info.shared ? (
+      {info.pod ? (
+        <p>
+          {info.shared
+            ? trans.__(
+                'Its dev container %1 is a shared pod: it keeps running while other kernels use it or while it is pinned; otherwise it is deleted, its GPUs freed and its workspace kept, unless files outside its workspace changed (then it keeps running until they are committed or it is removed).',
+                info.container
+              )
+            : trans.__(
+                'Its pod %1 is deleted, its GPUs freed and its workspace kept, unless files outside its workspace changed: then it keeps running, with its GPUs, until they are committed or it is removed.',
+                info.container
+              )}
+        </p>
+      ) : info.shared ? (
         <p>
           {hasGPUs
             ? trans.__(
