@@ -177,7 +177,8 @@ class PinApp(ContainerCommand):
     name = "jupyter-gpudev-pin"
     description = (
         "Pin a shared dev container: it keeps running, with its GPUs, after its last kernel "
-        "ends (unpinned ones stop then, after c.DevContainers.linger seconds)."
+        "ends (unpinned ones stop then, after c.DevContainers.linger seconds; a pod is "
+        "deleted then, unless files outside its workspace changed)."
     )
     pinned = True
 
@@ -190,7 +191,10 @@ class UnpinApp(PinApp):
     """Unpin a dev container."""
 
     name = "jupyter-gpudev-unpin"
-    description = "Unpin a dev container: it stops when its last kernel ends."
+    description = (
+        "Unpin a dev container: it stops (a pod: is deleted, unless changed) when its last "
+        "kernel ends."
+    )
     pinned = False
 
 

@@ -49,7 +49,10 @@ class GPUDevCLI(JupyterApp):
         "resume": (ResumeApp, "Start a stopped dev container again."),
         "rm": (RmApp, "Remove a dev container."),
         "pin": (PinApp, "Keep a shared dev container running after its last kernel."),
-        "unpin": (UnpinApp, "Let a shared dev container stop after its last kernel."),
+        "unpin": (
+            UnpinApp,
+            "Let a shared dev container end (stop; a pod: deleted) after its last kernel.",
+        ),
         "logs": (LogsApp, "Print a dev container's output."),
         "ports": (PortsApp, "Serve a dev container's web port through the server's proxy."),
         "diff": (DiffApp, "Print a dev container's changes as a Dockerfile diff."),

@@ -21,7 +21,7 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -159,8 +159,9 @@ class DevContainers(ContainerLookup):
         0.0,
         help="""Seconds a shared dev container (one that kernels were started in, not one
         dedicated to a kernel) keeps running after its last kernel ends before it is stopped
-        and its GPUs released; 0 stops it at once. A pinned container is never stopped this
-        way (`jupyter gpudev pin NAME`, the panel's Pin button).""",
+        (a pod: deleted, unless files outside its workspace changed) and its GPUs released; 0
+        ends it at once. A pinned container is never ended this way (`jupyter gpudev pin
+        NAME`, the panel's Pin button).""",
     ).tag(config=True)
 
     command_log = Bool(
@@ -390,6 +391,8 @@ class DevContainers(ContainerLookup):
             notes=notes,
             say=say,
         )
+        # A pin left by a container of that name removed behind gpudev's back is not this one's.
+        self.ledger.set_pinned(host.name, name, False)
         try:
             say({"stage": "start", "message": f"starting {docker_name(name)}"})
             self._start_and_check(name, container)
@@ -432,6 +435,9 @@ class DevContainers(ContainerLookup):
         pods = self.pods(host)
         pod, kept = pods.start(made, target, say)
         pod_name = str(pod["metadata"]["name"])
+        # A pin left by a pod of that name deleted behind gpudev's back (kubectl, an eviction)
+        # is not this one's.
+        self.ledger.set_pinned(host.name, target.name, False)
         warnings = [*notes, *made.notes, *kept]
         warnings += pods.run_lifecycle(pod_name, env, say, timeout=self.lifecycle_timeout)
         warnings += self._record_pod_baseline(host, pod, pods, say)
@@ -1024,15 +1030,18 @@ class DevContainers(ContainerLookup):
         force: bool = False,
         *,
         caller: Caller | None = None,
+        keep: Callable[[], str | None] | None = None,
     ) -> None:
         """Remove a container; one with uncommitted changes needs ``force``.
 
         A running container is stopped first (its lease freed) and only then checked for
-        changes, so nothing written while it stops is lost without ``force``.
+        changes, so nothing written while it stops is lost without ``force``. A pod is
+        checked by listing its files, which takes a while: ``keep``, asked right before it is
+        deleted, may then give a reason to keep it after all (a ``Conflict``).
         """
         found_host, container = self.locate(name, host, caller=caller)
         if isinstance(container, dict):
-            self._remove_pod(name, found_host, container, force=force)
+            self._remove_pod(name, found_host, container, force=force, keep=keep)
             return
         if container.status not in STOPPED:
             self._stop(found_host, container)
@@ -1055,7 +1064,15 @@ class DevContainers(ContainerLookup):
             found_host.name, container.labels.get(L_NAME, user_name(name)), False
         )
 
-    def _remove_pod(self, name: str, host: Host, pod: dict[str, Any], *, force: bool) -> None:
+    def _remove_pod(
+        self,
+        name: str,
+        host: Host,
+        pod: dict[str, Any],
+        *,
+        force: bool,
+        keep: Callable[[], str | None] | None = None,
+    ) -> None:
         """Delete a dev container's pod (its Service and GPU claim too; the workspace claim
         is kept). Without ``force`` only when nothing outside its workspace claim changed
         since it started or was last committed: that is lost with the pod."""
@@ -1074,6 +1091,9 @@ class DevContainers(ContainerLookup):
                     "first, or remove it with force (the workspace claim is kept)",
                     details={"changes": changed[:50]},
                 )
+        reason = keep() if keep is not None else None
+        if reason:
+            raise Conflict(reason)
         for note in pods.delete(pod):
             self.log.info("gpudev: %s", note)
         self.close_pod_forwards(host.name, str(pod["metadata"]["name"]))

@@ -85,8 +85,8 @@ class LegacyGPUInjection(LoggingConfigurable):
             "/usr/lib/aarch64-linux-gnu",
             "/usr/local/nvidia/lib64",
         ],
-        help="""Folders searched for the driver's user-space libraries, in this order (the
-        first file of a name wins).""",
+        help="""Folders searched for the driver's user-space libraries, in this order: they
+        are all taken from the first folder that holds a libcuda.so.""",
     ).tag(config=True)
 
     library_patterns = List(
@@ -125,18 +125,21 @@ class LegacyGPUInjection(LoggingConfigurable):
         )
 
     def _libraries(self) -> list[Path]:
-        found: dict[str, Path] = {}
+        """The driver's libraries, all from the first folder that holds a ``libcuda.so``:
+        two drivers' libraries mixed (one left behind by an upgrade, say) do not load."""
         for folder in self.library_dirs:
             try:
                 names = sorted(os.listdir(folder))
             except OSError:
                 continue
-            for name in names:
-                if name not in found and any(
-                    fnmatch.fnmatch(name, pattern) for pattern in self.library_patterns
-                ):
-                    found[name] = Path(folder) / name
-        return list(found.values())
+            if not any(name.startswith("libcuda.so") for name in names):
+                continue
+            return [
+                Path(folder) / name
+                for name in names
+                if any(fnmatch.fnmatch(name, pattern) for pattern in self.library_patterns)
+            ]
+        return []
 
     def plan(self, gpus: Sequence[GPU], leased: Sequence[str]) -> Injection:
         """The devices, mounts and environment that give exactly ``leased`` to a container."""

@@ -109,13 +109,12 @@ class ContainerStates:
     def _follow(self, stream: Any) -> None:
         try:
             for event in _events(stream):
-                with self._lock:
-                    if self._stream is not stream:  # closed or replaced: its word is stale
-                        break
                 container_id = str(event.get("id") or event.get("Actor", {}).get("ID") or "")
                 action = str(event.get("Action") or event.get("status") or "")
-                if container_id and changes_state(action):
-                    self.changed(container_id, gone=action == "destroy")
+                if not container_id or not changes_state(action):
+                    continue
+                if not self._changed(container_id, gone=action == "destroy", stream=stream):
+                    break  # closed or replaced: its word is stale
         except Exception as exc:  # any end of the stream: trust nothing kept
             self.log.debug("gpudev: container event stream ended: %r", exc)
         finally:
@@ -133,12 +132,21 @@ class ContainerStates:
     def changed(self, container_id: str, *, gone: bool = False) -> None:
         """Forget what is kept of one container (an event said it changed, or that it is
         ``gone``: its id never comes back)."""
+        self._changed(container_id, gone=gone)
+
+    def _changed(self, container_id: str, *, gone: bool, stream: Any = None) -> bool:
+        """``changed``, when said by ``stream`` only while it is the open one (checked under
+        the same lock); whether it was applied."""
         with self._lock:
+            if stream is not None and self._stream is not stream:
+                return False
             self._kept.pop(container_id, None)
             if gone:
                 self._generation.pop(container_id, None)
+                self.inspected.pop(container_id, None)
             else:
                 self._generation[container_id] = self._generation.get(container_id, 0) + 1
+            return True
 
     def close(self) -> None:
         """Stop following the engine (the host is closed); nothing kept is trusted after."""

@@ -9,12 +9,14 @@ kernel command each image declares. ``PLACEMENTS`` holds that; nothing here talk
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from ..containers import DevContainers
+from ..errors import Conflict
 
 #: ``(host, container name)`` of a shared container.
 Key = tuple[str, str]
@@ -57,6 +59,9 @@ class KernelPlacements:
         self.warm: Any = None
         self._kernels_in: dict[Key, set[str]] = {}
         self._lingering: dict[Key, asyncio.TimerHandle] = {}
+        #: Shared containers being ended after their last kernel (a pod being deleted): no
+        #: kernel may join them meanwhile.
+        self._closing: set[Key] = set()
         self._ports_in_use: dict[str, set[int]] = {}
         self._argv_by_image: dict[str, list[str]] = {}
 
@@ -86,8 +91,14 @@ class KernelPlacements:
     # -- shared containers ----------------------------------------------------------------------
 
     def join(self, key: Key, kernel_id: str) -> None:
-        """A kernel runs in the shared container ``key`` (a pending stop is called off)."""
+        """A kernel runs in the shared container ``key`` (a pending stop is called off);
+        ``Conflict`` while it is being ended (see ``closing``)."""
         with self._lock:
+            if key in self._closing:
+                raise Conflict(
+                    f"{key[1]!r} is being deleted now that its last kernel ended (unless it "
+                    "has changes): start the kernel again in a moment, or from its environment"
+                )
             self._kernels_in.setdefault(key, set()).add(kernel_id)
             waiting = self._lingering.pop(key, None)
         if waiting is not None:
@@ -117,6 +128,22 @@ class KernelPlacements:
         with self._lock:
             self._lingering.pop(key, None)
             return not self._kernels_in.get(key)
+
+    @contextlib.contextmanager
+    def closing(self, key: Key) -> Iterator[bool]:
+        """While the shared container ``key`` is ended after its last kernel: yields ``True``
+        when no kernel is in it (and no other end is under way), and then refuses every
+        ``join`` until the block is left; else yields ``False`` and changes nothing."""
+        with self._lock:
+            free = not self._kernels_in.get(key) and key not in self._closing
+            if free:
+                self._closing.add(key)
+        try:
+            yield free
+        finally:
+            if free:
+                with self._lock:
+                    self._closing.discard(key)
 
     # -- ports and kernel commands --------------------------------------------------------------
 

@@ -310,8 +310,8 @@ class GPUDevProvisioner(KernelProvisionerBase):
 
     def _join_shared(self) -> None:
         key = self._shared_key()
-        self._joined = True
         PLACEMENTS.join(key, self.kernel_id)
+        self._joined = True
 
     async def _leave_shared(self) -> None:
         """The last kernel of a shared container ended: stop it (freeing its GPUs) after the
@@ -840,11 +840,13 @@ def _stop_if_unused(manager: DevContainers, key: tuple[str, str], log: Any) -> N
             log.info("gpudev: %s is pinned: kept running after its last kernel", name)
             return
         if manager.host_pool.get(host).spec.is_kubernetes:
-            _delete_unused_pod(manager, host, name, log)
+            with PLACEMENTS.closing(key) as free:  # no kernel joins a pod being deleted
+                if free:
+                    _delete_unused_pod(manager, host, name, log)
             return
         manager.stop(name, host)
     except GPUDevError as err:
-        log.warning("gpudev: stopping %s after its last kernel: %s", name, err.message)
+        log.warning("gpudev: ending %s after its last kernel: %s", name, err.message)
         return
     log.info("gpudev: stopped %s (its last kernel ended); its GPUs are free", name)
 
@@ -852,8 +854,12 @@ def _stop_if_unused(manager: DevContainers, key: tuple[str, str], log: Any) -> N
 def _delete_unused_pod(manager: DevContainers, host: str, name: str, log: Any) -> None:
     """Delete a shared pod whose last kernel ended, its GPUs freed, when nothing outside its
     workspace changed; else it keeps running, with its GPUs, until committed or removed."""
+
+    def pinned_meanwhile() -> str | None:  # while its files were being compared
+        return f"{name!r} was pinned meanwhile" if name in manager.ledger.pinned(host) else None
+
     try:
-        manager.remove(name, host)
+        manager.remove(name, host, keep=pinned_meanwhile)
     except Conflict as err:
         log.warning(
             "gpudev: the pod %s keeps running, with its GPUs, after its last kernel: %s",

@@ -209,7 +209,13 @@ class WarmKernels(LoggingConfigurable):
 
     def fill(self, manager: DevContainers, key: Key) -> None:
         """Start warm kernels in the background until ``count`` are ready or starting in the
-        shared container ``key`` (nothing if it is not running)."""
+        shared container ``key`` (nothing if it is not running, nor in a pod: warm kernels are
+        started through the Docker engine)."""
+        try:
+            if manager.host_pool.get(key[0]).spec.is_kubernetes:
+                return
+        except GPUDevError:
+            return  # a host gone meanwhile
         if self._record is None:
             self._record = _Record(manager.state_dir)
         self._manager = manager

@@ -203,3 +203,15 @@ async def test_an_engine_error_while_launching_leaves_no_container_lease_or_memb
         await shared.start_kernel()
     assert PLACEMENTS.kernels_in(("local", "shared-fail")) == frozenset()
     assert state(docker_client, "shared-fail") == "exited"
+
+
+def test_a_pin_is_not_inherited_by_a_new_container_of_the_same_name(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given a pinned shared container removed behind gpudev's back
+    manager.start(StartRequest(environment="default", name="pinbox", gpus=0))
+    assert manager.pin("pinbox").pinned is True
+    docker_client.containers.get(docker_name("pinbox")).remove(force=True)
+    # When a new one of that name starts, then it is not pinned (it would never stop)
+    assert manager.start(StartRequest(environment="default", name="pinbox", gpus=0)).pinned is False
+    assert "pinbox" not in manager.ledger.pinned("local")

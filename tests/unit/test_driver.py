@@ -56,3 +56,31 @@ def test_missing_libcuda_is_refused(tmp_path: Path) -> None:
 def test_a_gpu_outside_the_inventory_is_refused() -> None:
     with pytest.raises(DriverInjectionError, match="not in the inventory"):
         LegacyGPUInjection().plan([], ["GPU-unknown"])
+
+
+def test_the_libraries_all_come_from_the_first_folder_with_libcuda(tmp_path: Path) -> None:
+    # Given a stale driver's libraries left in a folder without libcuda, the driver in use in
+    # a second folder, and an older one in a third (as on a host whose driver was moved)
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidia0").write_text("")
+    stale, current, older = tmp_path / "stale", tmp_path / "current", tmp_path / "older"
+    for folder, version in ((stale, "535.1"), (current, "580.159.04"), (older, "550.2")):
+        folder.mkdir()
+        (folder / f"libnvidia-ml.so.{version}").write_text("")
+    for folder, version in ((current, "580.159.04"), (older, "550.2")):
+        (folder / f"libcuda.so.{version}").write_text("")
+        (folder / f"libnvidia-ptxjitcompiler.so.{version}").write_text("")
+    gpu = GPU(uuid="GPU-a", index=0, name="NVIDIA H200", minor_number=0)
+    injection = LegacyGPUInjection(
+        device_dir=str(tmp_path / "dev"),
+        proc_dir=str(tmp_path / "none"),
+        library_dirs=[str(stale), str(current), str(older)],
+        binary_dirs=[],
+    ).plan([gpu], ["GPU-a"])
+    # Then every library mounted is the driver in use's: versions of two drivers never mix
+    sources = sorted(Path(m["Source"]).name for m in injection.mounts)
+    assert sources == [
+        "libcuda.so.580.159.04",
+        "libnvidia-ml.so.580.159.04",
+        "libnvidia-ptxjitcompiler.so.580.159.04",
+    ]
