@@ -149,14 +149,21 @@ def tools_image(docker_client: docker.DockerClient) -> Iterator[str]:
         docker_client.images.remove(tag, force=True)
 
 
+def environment(manager: DevContainers, name: str, config: dict[str, Any]) -> Path:
+    """Write the environment ``name`` (its devcontainer.json) into the manager's workspace;
+    its folder."""
+    folder = manager.root_dir / ".devcontainer" / name
+    folder.mkdir(parents=True)
+    (folder / "devcontainer.json").write_text(json.dumps(config))
+    return folder
+
+
 def test_a_pods_changes_are_committed_as_a_dockerfile_diff(
     manager: DevContainers, cluster: FakeCluster, tools_image: str
 ) -> None:
     # Given change tracking, and a pod of an environment with a folder its user may write
     capture = track_changes(manager)
-    folder = manager.root_dir / ".devcontainer" / "tools"
-    folder.mkdir(parents=True)
-    (folder / "devcontainer.json").write_text(json.dumps({"image": tools_image}))
+    folder = environment(manager, "tools", {"image": tools_image})
     said: list[dict[str, object]] = []
     info = manager.start(StartRequest("tools", host="cluster", name="cpod"), said.append)
     assert not [w for w in info.warnings if "commit" in w], info.warnings
@@ -310,9 +317,7 @@ def test_a_pods_snapshot_is_built_in_the_cluster_and_pushed(  # noqa: PLR0917
     capture = track_changes(manager)
     monkeypatch.setenv("DOCKER_CONFIG", str(registry.docker_config(tmp_path / "docker")))
     cluster.job_runner = builder_stand_in(cluster, docker_client, tmp_path / "volumes")
-    folder = manager.root_dir / ".devcontainer" / "tools"
-    folder.mkdir(parents=True)
-    (folder / "devcontainer.json").write_text(json.dumps({"image": tools_image}))
+    folder = environment(manager, "tools", {"image": tools_image})
     manager.start(StartRequest("tools", host="cluster", name="spod"), None)
     pods = manager.pods(manager.host_pool.get("cluster"))
     made = pods.cluster.exec(
@@ -457,9 +462,7 @@ async def test_a_shared_pod_is_deleted_after_its_last_kernel_unless_pinned_or_ch
 ) -> None:
     # Given change tracking and a running pod that kernels share
     track_changes(manager)
-    folder = manager.root_dir / ".devcontainer" / "tools"
-    folder.mkdir(parents=True)
-    (folder / "devcontainer.json").write_text(json.dumps({"image": tools_image}))
+    environment(manager, "tools", {"image": tools_image})
     manager.start(StartRequest("tools", host="cluster", name="spod"), None)
     provisioner.set_manager(manager)
     try:
@@ -508,10 +511,8 @@ async def test_a_kernel_of_an_environment_on_the_cluster_has_a_pod_of_its_own(
 ) -> None:
     # Given change tracking and an environment whose host is the cluster
     track_changes(manager)
-    folder = manager.root_dir / ".devcontainer" / "onk8s"
-    folder.mkdir(parents=True)
-    (folder / "devcontainer.json").write_text(
-        json.dumps({"image": tools_image, "customizations": {"gpudev": {"host": "cluster"}}})
+    environment(
+        manager, "onk8s", {"image": tools_image, "customizations": {"gpudev": {"host": "cluster"}}}
     )
     provisioner.set_manager(manager)
     try:
