@@ -211,9 +211,11 @@ def _text(value: Any) -> str:
 class NvmlProbe:
     """Reads the inventory through NVML (``nvidia-ml-py``). ``loader`` is the test seam.
 
-    NVML is initialised on the first probe (never at import) and kept until ``close()``: an
-    ``nvmlInit`` costs tens to hundreds of milliseconds on multi-GPU hosts. A failure while
-    reading (driver reloaded, GPU lost) shuts it down so that the next probe starts afresh.
+    NVML is initialised on the first probe (never at import) and kept until ``close()``: a
+    read costs 0.44 ms then, against 14 ms with a start and a shutdown around it (one H200,
+    persistence mode on; ``benchmarks/results/gpu-inventory.md``), and more on hosts with more
+    GPUs or without persistence mode. A failure while reading (driver reloaded, GPU lost) shuts
+    it down so that the next probe starts afresh.
     """
 
     def __init__(self, loader: Callable[[], ModuleType] = _import_pynvml) -> None:
