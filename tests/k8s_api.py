@@ -58,6 +58,30 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Watch:
+    """A watch request: what it selects (its events are streamed by the HTTP handler)."""
+
+    plural: str
+    namespace: str
+    query: dict[str, str]
+
+
+def selected(item: dict[str, Any], query: dict[str, str]) -> bool:
+    """Whether ``item`` matches the label and field selectors of ``query``."""
+    wanted = dict(
+        term.split("=", 1) for term in query.get("labelSelector", "").split(",") if "=" in term
+    )
+    fields = dict(
+        term.split("=", 1) for term in query.get("fieldSelector", "").split(",") if "=" in term
+    )
+    labels = item.get("metadata", {}).get("labels") or {}
+    if any(labels.get(k) != v for k, v in wanted.items()):
+        return False
+    involved = item.get("involvedObject") or {}
+    return not any(involved.get(k.split(".", 1)[1]) != v for k, v in fields.items())
+
+
 @dataclass
 class FakeCluster:
     """The API server's state. ``scheduler``: what happens to a new pod: ``run`` (scheduled
@@ -93,6 +117,27 @@ class FakeCluster:
     #: message and output.
     job_runner: Callable[[dict[str, Any]], tuple[bool, str, bytes]] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Watches of pods: every change ``observe`` sees is an event at a new resource version
+    #: (the server's etcd revision). Nothing is compacted: no watch is told 410 Gone here.
+    version: int = 0
+    history: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+    seen: dict[tuple[str, str, str], str] = field(default_factory=dict)
+
+    def observe(self) -> int:
+        """Turn what changed in the pods since the last look (whoever changed them, in place
+        or not) into watch events; the resource version now. Called under ``lock``."""
+        now = {k: json.dumps(o, sort_keys=True) for k, o in self.objects.items() if k[0] == "pods"}
+        changed = [(k, t, "MODIFIED" if k in self.seen else "ADDED") for k, t in now.items()]
+        changed += [(k, self.seen[k], "DELETED") for k in self.seen if k not in now]
+        for key, text, kind in sorted(changed):
+            if kind != "DELETED" and self.seen.get(key) == text:
+                continue
+            self.version += 1
+            item = json.loads(text)
+            item["metadata"]["resourceVersion"] = str(self.version)
+            self.history.append((self.version, kind, item))
+        self.seen = now
+        return self.version
 
     def names(self, plural: str) -> list[str]:
         return sorted(n for p, _ns, n in self.objects if p == plural)
@@ -126,8 +171,16 @@ class FakeCluster:
         with self.lock:
             if method == "POST" and name is None:
                 return self._create(plural, namespace, body)
+            if method == "GET" and name is None and query.get("watch") in ("true", "1"):
+                return 200, Watch(plural, namespace, query)
             if method == "GET" and name is None:
-                return 200, {"kind": "List", "items": self._select(plural, namespace, query)}
+                items = self._select(plural, namespace, query)
+                version = str(self.observe()) if plural == "pods" else "1"
+                return 200, {
+                    "kind": "List",
+                    "metadata": {"resourceVersion": version},
+                    "items": items,
+                }
             key = (plural, namespace, name or "")
             found = self.objects.get(key)
             if found is None:
@@ -265,24 +318,24 @@ class FakeCluster:
             )
 
     def _select(self, plural: str, namespace: str, query: dict[str, str]) -> list[Any]:
-        wanted = dict(
-            term.split("=", 1) for term in query.get("labelSelector", "").split(",") if "=" in term
-        )
-        fields = dict(
-            term.split("=", 1) for term in query.get("fieldSelector", "").split(",") if "=" in term
-        )
-        found = []
-        for (p, ns, _name), item in sorted(self.objects.items()):
-            if p != plural or ns != namespace:
-                continue
-            labels = item.get("metadata", {}).get("labels") or {}
-            if any(labels.get(k) != v for k, v in wanted.items()):
-                continue
-            involved = item.get("involvedObject") or {}
-            if any(involved.get(k.split(".", 1)[1]) != v for k, v in fields.items()):
-                continue
-            found.append(item)
-        return found
+        return [
+            item
+            for (p, ns, _name), item in sorted(self.objects.items())
+            if p == plural and ns == namespace and selected(item, query)
+        ]
+
+    def watch_events(self, watch: Watch, since: int) -> list[tuple[int, dict[str, Any]]]:
+        """The events of ``watch`` after resource version ``since``, each with its version."""
+        with self.lock:
+            self.observe()
+            return [
+                (version, {"type": kind, "object": item})
+                for version, kind, item in self.history
+                if version > since
+                and watch.plural == "pods"
+                and item["metadata"].get("namespace", self.namespace) == watch.namespace
+                and selected(item, watch.query)
+            ]
 
     def _schedule(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
@@ -560,6 +613,9 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError:
                 sent = None
             code, body = cluster.handle(self.command, self.path, sent)
+            if isinstance(body, Watch):
+                self._stream_watch(cluster, body)
+                return
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(code)
         kind = "text/plain" if isinstance(body, bytes) else "application/json"
@@ -567,6 +623,33 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _stream_watch(self, cluster: FakeCluster, watch: Watch) -> None:
+        """One JSON event a line (a chunk each), from the asked resource version on, until
+        the asked timeout, the client going or this server stopping."""
+        self.protocol_version = "HTTP/1.1"  # chunked, as the API server streams a watch
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            self._watch_chunks(cluster, watch)
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            return
+
+    def _watch_chunks(self, cluster: FakeCluster, watch: Watch) -> None:
+        since = int(watch.query.get("resourceVersion") or 0)
+        deadline = time.monotonic() + float(watch.query.get("timeoutSeconds") or 1800)
+        stopping = self.server.stopping  # type: ignore[attr-defined]
+        while not stopping.is_set() and time.monotonic() < deadline:
+            for version, event in cluster.watch_events(watch, since):
+                line = json.dumps(event).encode() + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+                since = version
+            time.sleep(0.02)
 
     do_GET = do_POST = do_DELETE = _answer
 
@@ -581,6 +664,8 @@ class APIServer:
         self.cluster = cluster
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.cluster = cluster  # type: ignore[attr-defined]
+        #: Set when this server stops: its open watches end.
+        self._server.stopping = threading.Event()  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
@@ -607,6 +692,7 @@ class APIServer:
         return path
 
     def close(self) -> None:
+        self._server.stopping.set()  # type: ignore[attr-defined]
         self._server.shutdown()
         self._server.server_close()
 

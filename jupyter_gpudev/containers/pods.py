@@ -231,11 +231,14 @@ class Pods:
         log: Any,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        watch: bool = False,
     ) -> None:
         self.cluster = cluster
         self.timeout = timeout
         self.poll = poll
         self.log = log
+        #: Listings from the cluster's watched pods (``Cluster.watched``), not a LIST each.
+        self.watch = watch
         self._clock = clock
         self._sleep = sleep
 
@@ -244,12 +247,15 @@ class Pods:
         return self.cluster.spec.name
 
     def managed(self) -> list[dict[str, Any]]:
-        """Every dev container pod of the host's namespace."""
-        return [
-            p
-            for p in self.cluster.items("v1", "Pod", labels=f"{K_MANAGED}=1")
-            if annotation(p, A_NAME)
-        ]
+        """Every dev container pod of the host's namespace (from the watched listing with
+        ``watch``)."""
+        labels = f"{K_MANAGED}=1"
+        pods = (
+            self.cluster.watched("v1", "Pod", labels).items()
+            if self.watch
+            else self.cluster.items("v1", "Pod", labels=labels)
+        )
+        return [p for p in pods if annotation(p, A_NAME)]
 
     def find(self, name: str) -> dict[str, Any] | None:
         """The dev container pod gpudev calls ``name``, or ``None``."""

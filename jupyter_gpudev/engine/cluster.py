@@ -27,6 +27,7 @@ import urllib3
 
 from ..errors import BadRequest, ConfigError, Conflict, EngineError, EngineUnreachable, NotFound
 from ..labels import A_NAME, A_OWNER, GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, K_MANAGED
+from .clusterwatch import WatchedPods
 from .spec import HostSpec
 
 #: Extended resources that are GPUs: whole GPUs and MIG profiles of NVIDIA's device plugin.
@@ -328,6 +329,8 @@ class Cluster:
         self.log = log
         self._api: Any = None
         self._lock = threading.Lock()
+        #: Listings kept by a watch (``watched``), by (path, labels).
+        self._watched: dict[tuple[str, str], WatchedPods] = {}
 
     def _unreachable(self, why: str) -> EngineUnreachable:
         return EngineUnreachable(
@@ -454,10 +457,31 @@ class Cluster:
     def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Create the namespaced object ``manifest`` in its namespace; its answer."""
         meta = _dict(manifest.get("metadata"))
-        path = object_path(
-            str(manifest.get("apiVersion")), str(manifest.get("kind")), str(meta.get("namespace"))
-        )
-        return _dict(self.request("POST", path, body=manifest))
+        kind = str(manifest.get("kind"))
+        path = object_path(str(manifest.get("apiVersion")), kind, str(meta.get("namespace")))
+        try:
+            return _dict(self.request("POST", path, body=manifest))
+        finally:
+            self._written(kind)
+
+    def watched(self, api_version: str, kind: str, labels: str) -> WatchedPods:
+        """The objects of ``kind`` in the host's namespace selected by ``labels``, kept by one
+        LIST and a WATCH (``clusterwatch``); made on first use, kept until ``close``."""
+        path = object_path(api_version, kind, self.spec.namespace)
+        with self._lock:
+            found = self._watched.get((path, labels))
+            if found is None:
+                found = WatchedPods(self, path, labels, self.log)
+                self._watched[(path, labels)] = found
+            return found
+
+    def _written(self, kind: str) -> None:
+        """gpudev wrote an object of ``kind``: the next listing of that kind asks again."""
+        with self._lock:
+            plural = PLURALS.get(kind, "")
+            watched = [w for (path, _), w in self._watched.items() if path.endswith("/" + plural)]
+        for listing in watched:
+            listing.stale()
 
     def read(self, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
         """The object of ``kind`` called ``name`` in the host's namespace, ``None`` if none."""
@@ -484,13 +508,16 @@ class Cluster:
         body = None
         if uid is not None:
             body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
-        found = self.request(
-            "DELETE",
-            object_path(api_version, kind, self.spec.namespace, name),
-            query=tuple(query),
-            body=body,
-            missing_ok=True,
-        )
+        try:
+            found = self.request(
+                "DELETE",
+                object_path(api_version, kind, self.spec.namespace, name),
+                query=tuple(query),
+                body=body,
+                missing_ok=True,
+            )
+        finally:
+            self._written(kind)
         return found is not None
 
     def items(
@@ -539,6 +566,40 @@ class Cluster:
                 f"({response.status}{': ' + words if words else ''})"
             )
         return response
+
+    def open_watch(self, path: str, labels: str, version: str, *, timeout_seconds: int) -> Any:
+        """A WATCH of the objects at ``path`` (a namespaced list) selected by ``labels``,
+        from resource ``version`` on, ended by the API server after ``timeout_seconds``: the
+        urllib3 response, its body (one JSON event a line) not read yet."""
+        api = self.api()
+        serialized = self._serialize(
+            api,
+            method="GET",
+            resource_path=path,
+            query_params=[
+                ("watch", "true"),
+                ("labelSelector", labels),
+                ("resourceVersion", version),
+                ("timeoutSeconds", str(timeout_seconds)),
+            ],
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            # A read may wait as long as the watch lasts, not longer: a connection that went
+            # quiet is noticed.
+            response = api.call_api(
+                *serialized, _request_timeout=(self.timeout, timeout_seconds + 30)
+            )
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            self.log.info("gpudev: cluster %s: watch of %s: %r", self.spec.name, path, exc)
+            raise self._unreachable("the API server did not answer") from None
+        if int(response.status) != 200:
+            response.response.release_conn()
+            raise EngineError(
+                f"Kubernetes cluster {self.spec.name}: no watch of {path} ({response.status})"
+            )
+        return response.response  # urllib3's, read as it comes
 
     def output(self, pod: str, *, tail: int | None, limit: int, container: str = "dev") -> bytes:
         """A pod's container's output, at most ``limit`` bytes (the API server cuts it) and
@@ -725,6 +786,10 @@ class Cluster:
         )
 
     def close(self) -> None:
+        with self._lock:
+            watched, self._watched = list(self._watched.values()), {}
+        for listing in watched:
+            listing.close()
         with self._lock:
             if self._api is not None:
                 self._api.close()
