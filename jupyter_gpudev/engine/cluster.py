@@ -331,6 +331,7 @@ class Cluster:
         self._lock = threading.Lock()
         #: Listings kept by a watch (``watched``), by (path, labels).
         self._watched: dict[tuple[str, str], WatchedPods] = {}
+        self._closed = False
 
     def _unreachable(self, why: str) -> EngineUnreachable:
         return EngineUnreachable(
@@ -472,8 +473,11 @@ class Cluster:
             found = self._watched.get((path, labels))
             if found is None:
                 found = WatchedPods(self, path, labels, self.log)
-                self._watched[(path, labels)] = found
-            return found
+                if not self._closed:
+                    self._watched[(path, labels)] = found
+        if self._closed:  # a host replaced meanwhile: a LIST, and no watch left behind
+            found.close()
+        return found
 
     def _written(self, kind: str) -> None:
         """gpudev wrote an object of ``kind``: the next listing of that kind asks again."""
@@ -585,17 +589,23 @@ class Cluster:
             header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"],
         )
+        kubernetes = _kubernetes()
         try:
             # A read may wait as long as the watch lasts, not longer: a connection that went
             # quiet is noticed.
             response = api.call_api(
-                *serialized, _request_timeout=(self.timeout, timeout_seconds + 30)
+                *serialized, _request_timeout=(self.timeout, timeout_seconds + 15)
             )
-        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+        except (
+            urllib3.exceptions.HTTPError,
+            OSError,
+            ValueError,
+            kubernetes.client.ApiException,  # what the client makes of a TLS failure
+        ) as exc:
             self.log.info("gpudev: cluster %s: watch of %s: %r", self.spec.name, path, exc)
             raise self._unreachable("the API server did not answer") from None
         if int(response.status) != 200:
-            response.response.release_conn()
+            response.response.close()  # its body unread: the connection is not reused
             raise EngineError(
                 f"Kubernetes cluster {self.spec.name}: no watch of {path} ({response.status})"
             )
@@ -787,6 +797,7 @@ class Cluster:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             watched, self._watched = list(self._watched.values()), {}
         for listing in watched:
             listing.close()

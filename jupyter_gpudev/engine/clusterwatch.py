@@ -21,13 +21,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import GPUDevError
-
 #: How long one watch request lasts before the API server ends it and it is made again (from
-#: the last version seen): a connection that went quiet without closing is noticed then.
-WATCH_SECONDS = 300
-#: At most this many objects are kept (as for a LIST: ``cluster.MAX_ITEMS``).
-MAX_KEPT = 10_000
+#: the last version seen): a connection dropped without a word is noticed within this (and
+#: the read timeout's margin).
+WATCH_SECONDS = 60
+#: After a watch failed, listings LIST without trying another for this many seconds (a
+#: cluster or proxy that refuses watches costs a LIST a listing, as without the option).
+WATCH_RETRY = 30.0
+#: At most this many objects are kept (as a LIST keeps: ``cluster.MAX_ITEMS``).
+MAX_KEPT = 20_000
 #: The longest watch event read (a pod is a few kilobytes; the API server's own limit on an
 #: object is about 1.5 MiB).
 MAX_EVENT = 4 << 20
@@ -36,7 +38,8 @@ MAX_EVENT = 4 << 20
 class WatchedPods:
     """The objects a LIST of ``path`` with ``labels`` returns, kept by a WATCH (see the
     module's text). ``cluster`` is the host's ``Cluster``. Thread-safe; the watch is read by
-    one daemon thread."""
+    one daemon thread. What ``items`` returns is shared with the cache: read it, never
+    change it."""
 
     def __init__(self, cluster: Any, path: str, labels: str, log: Any) -> None:
         self.cluster = cluster
@@ -44,40 +47,64 @@ class WatchedPods:
         self.labels = labels
         self.log = log
         self._lock = threading.Lock()
+        #: One LIST at a time: polls that come meanwhile wait for it and use its answer.
+        self._listing = threading.Lock()
         self._items: dict[str, dict[str, Any]] = {}
-        #: Bumped by every LIST and ``stale``: a thread of an older one stops.
+        #: Bumped by every LIST and ``stale``: a thread of an older one stops, and a LIST
+        #: that a ``stale`` overtook is not kept.
         self._generation = 0
         self._live = False
+        self._closed = False
+        #: After a watch failed, none is tried again before this (``time.monotonic()``).
+        self._retry_at = 0.0
         self._response: Any = None
         #: LIST requests made (tests and benchmarks read it).
         self.lists = 0
 
     def items(self) -> list[dict[str, Any]]:
         """The objects, from what the watch keeps while it is open, else by a LIST (which
-        opens a watch from its version)."""
-        with self._lock:
-            if self._live:
-                return list(self._items.values())
-        answer = self.cluster.request("GET", self.path, query=(("labelSelector", self.labels),))
-        answer = answer if isinstance(answer, dict) else {}
-        found = [i for i in _list(answer.get("items"))[:MAX_KEPT] if isinstance(i, dict)]
-        version = str(_dict(answer.get("metadata")).get("resourceVersion") or "")
-        with self._lock:
-            self.lists += 1
-            self._generation += 1
-            generation = self._generation
-            self._items = {_uid(i): i for i in found if _uid(i)}
-            self._live = bool(version)
-            old, self._response = self._response, None
+        opens a watch from its version, unless one failed in the last ``WATCH_RETRY``
+        seconds)."""
+        kept = self._kept()
+        if kept is not None:
+            return kept
+        with self._listing:
+            with self._lock:
+                if self._live:  # listed by the poll this one waited for
+                    return list(self._items.values())
+                before = self._generation
+            answer = self.cluster.request("GET", self.path, query=(("labelSelector", self.labels),))
+            answer = answer if isinstance(answer, dict) else {}
+            found = [i for i in _list(answer.get("items"))[:MAX_KEPT] if isinstance(i, dict)]
+            version = str(_dict(answer.get("metadata")).get("resourceVersion") or "")
+            with self._lock:
+                self.lists += 1
+                watch = (
+                    bool(version)
+                    and not self._closed
+                    and before == self._generation  # no write of ours since it was sent
+                    and time.monotonic() >= self._retry_at
+                )
+                if not watch:
+                    return found
+                self._generation += 1
+                generation = self._generation
+                self._items = {_uid(i): i for i in found if _uid(i)}
+                self._live = True
+                old, self._response = self._response, None
         _close(old)
-        if version:
-            threading.Thread(
-                target=self._follow,
-                args=(generation, version),
-                name="gpudev-pod-watch",
-                daemon=True,
-            ).start()
+        threading.Thread(
+            target=self._follow,
+            args=(generation, version),
+            name="gpudev-pod-watch",
+            daemon=True,
+        ).start()
         return found
+
+    def _kept(self) -> list[dict[str, Any]] | None:
+        """What the open watch keeps; ``None`` while none is open."""
+        with self._lock:
+            return list(self._items.values()) if self._live else None
 
     def stale(self) -> None:
         """Ask the cluster again at the next listing (after gpudev's own write)."""
@@ -87,7 +114,11 @@ class WatchedPods:
             old, self._response = self._response, None
         _close(old)
 
-    close = stale
+    def close(self) -> None:
+        """Stop watching for good: listings are a LIST each from now on."""
+        with self._lock:
+            self._closed = True
+        self.stale()
 
     # -- the watch ------------------------------------------------------------------------
 
@@ -100,15 +131,14 @@ class WatchedPods:
                 response = self.cluster.open_watch(
                     self.path, self.labels, version, timeout_seconds=WATCH_SECONDS
                 )
-            except GPUDevError as err:
-                self.log.info("gpudev: pod watch of %s: %s", self.path, err.message)
-                self._end(generation)
+            except Exception as exc:  # refused, unreachable, TLS...: trust nothing kept
+                message = getattr(exc, "message", None) or repr(exc)
+                self.log.info("gpudev: pod watch of %s: %s", self.path, message)
+                self._end(generation, failed=True)
                 return
             with self._lock:
-                if generation != self._generation:
-                    current = False
-                else:
-                    current = True
+                current = generation == self._generation
+                if current:
                     self._response = response
             if not current:
                 _close(response)
@@ -116,13 +146,13 @@ class WatchedPods:
             try:
                 for event in _events(response):
                     applied = self._apply(generation, event)
-                    if applied is None:
-                        self._end(generation)  # 410 Gone, a bad event: the next listing LISTs
+                    if applied is None:  # 410 Gone, a bad event: the next listing LISTs
+                        self._end(generation, failed=True)
                         return
                     version = applied or version
             except Exception as exc:  # any end of the stream: trust nothing kept
                 self.log.info("gpudev: pod watch of %s ended: %r", self.path, exc)
-                self._end(generation)
+                self._end(generation, failed=True)
                 return
             finally:
                 _close(response)
@@ -130,7 +160,7 @@ class WatchedPods:
                 # Ended long before its time (an API server going away): not made again at
                 # once, in a loop; the next listing LISTs.
                 self.log.info("gpudev: pod watch of %s ended early", self.path)
-                self._end(generation)
+                self._end(generation, failed=True)
                 return
             with self._lock:
                 if generation != self._generation:
@@ -156,27 +186,33 @@ class WatchedPods:
                 self._items.pop(uid, None)
         return version
 
-    def _end(self, generation: int) -> None:
+    def _end(self, generation: int, *, failed: bool) -> None:
         with self._lock:
             if generation == self._generation:
                 self._live = False
                 self._response = None
+                if failed:
+                    self._retry_at = time.monotonic() + WATCH_RETRY
 
 
 def _events(response: Any) -> Iterator[dict[str, Any]]:
     """The JSON events of a watch response, one a line."""
-    pending = b""
+    pending = bytearray()
     for chunk in response.stream(1 << 14):
+        scanned = len(pending)  # no newline before: only the new bytes are searched
         pending += chunk
-        if len(pending) > MAX_EVENT:
-            raise ValueError("a watch event is too large")
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
+        end = pending.find(b"\n", scanned)
+        while end >= 0:
+            line = bytes(pending[:end])
+            del pending[: end + 1]
             if line.strip():
                 event = json.loads(line)
                 if not isinstance(event, dict):
                     raise ValueError("a watch event is not an object")
                 yield event
+            end = pending.find(b"\n")
+        if len(pending) > MAX_EVENT:
+            raise ValueError("a watch event is too large")
 
 
 def _close(response: Any) -> None:

@@ -117,6 +117,48 @@ def test_listings_follow_the_watch_from_the_lists_version_without_asking_again()
     listing.close()
 
 
+def test_a_list_overtaken_by_a_write_of_ours_is_not_kept() -> None:
+    # Given a LIST during which this server writes a pod (its answer may predate the write)
+    cluster = Cluster([pod("a", 9)], [])
+    listing = WatchedPods(cluster, "/api/v1/namespaces/ns/pods", "managed=1", LOG)
+    asked = cluster.request
+
+    def written_meanwhile(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        answer = asked(*args, **kwargs)
+        listing.stale()
+        return answer
+
+    cluster.request = written_meanwhile  # type: ignore[method-assign]
+    listing.items()
+    # Then its answer is not kept, no watch starts from it, and the next listing asks again
+    cluster.request = asked  # type: ignore[method-assign]
+    listing.items()
+    assert listing.lists == 2
+    assert cluster.asked == ["10"]  # only the second LIST's watch
+    listing.close()
+
+
+def test_polls_during_a_list_wait_for_it_and_share_its_answer() -> None:
+    # Given a LIST that takes a while
+    cluster = Cluster([pod("a", 9)], [])
+    listing = WatchedPods(cluster, "/api/v1/namespaces/ns/pods", "managed=1", LOG)
+    asked = cluster.request
+
+    def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        time.sleep(0.2)
+        return asked(*args, **kwargs)
+
+    cluster.request = slow  # type: ignore[method-assign]
+    # When eight panels poll at once, then the cluster is listed once
+    polls = [threading.Thread(target=listing.items) for _ in range(8)]
+    for poll in polls:
+        poll.start()
+    for poll in polls:
+        poll.join()
+    assert listing.lists == 1
+    listing.close()
+
+
 @pytest.mark.parametrize(
     "answer",
     [
@@ -128,19 +170,27 @@ def test_listings_follow_the_watch_from_the_lists_version_without_asking_again()
         EngineUnreachable("the API server did not answer"),
     ],
 )
-def test_without_a_watch_every_listing_asks_the_cluster(answer: Response | Exception) -> None:
+def test_without_a_watch_every_listing_asks_the_cluster(
+    answer: Response | Exception, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given a watch that the server ends with 410 Gone, that says something that is not an
-    # event, that ends at once, or that cannot be opened
+    # event, that ends at once, or that cannot be opened (another is tried after 0.5 s here)
+    monkeypatch.setattr(clusterwatch, "WATCH_RETRY", 0.5)
     cluster = Cluster([pod("a", 9)], [answer])
     listing = WatchedPods(cluster, "/api/v1/namespaces/ns/pods", "managed=1", LOG)
     listing.items()
-    # Then nothing kept is trusted: listings LIST until a watch stays open
+    # Then nothing kept is trusted: listings LIST, and no other watch is tried at once
     eventually(lambda: (listing.items(), listing.lists)[1] >= 2)
+    listing.items()
+    assert cluster.asked == ["10"]
+    # And after the pause, a LIST opens a watch again, which holds: no more LISTs
+    eventually(lambda: (listing.items(), cluster.asked)[1] == ["10", "10"])
     lists = listing.lists
-    eventually(lambda: cluster.asked == ["10", "10"])  # the second LIST's watch holds
     listing.items()
     assert listing.lists == lists
     listing.close()
+    listing.items()  # closed: a LIST, and no watch
+    assert (listing.lists, cluster.asked) == (lists + 1, ["10", "10"])
 
 
 def test_a_watch_ended_in_time_is_made_again_from_the_last_version(
