@@ -16,25 +16,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import subprocess
-import time
 from collections.abc import Callable
 from typing import Any
+
+import timing
 
 from jupyter_gpudev.engine import GPUInventory, NvmlProbe
 
 RUNS = int(os.environ.get("BENCH_RUNS", "30"))
 
 
-def timed(func: Callable[[], object], runs: int = RUNS) -> list[float]:
-    func()  # warm up (imports, the driver's first answer)
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        func()
-        samples.append(time.perf_counter() - started)
-    return samples
+def timed(func: Callable[[], object]) -> list[float]:
+    return timing.timed(func, RUNS)
 
 
 def main() -> None:
@@ -79,14 +73,7 @@ def main() -> None:
     inventory = GPUInventory(backend="nvml").probe()
     gpus = ", ".join(g.name for g in inventory.gpus)
     print(f"GPUs: {gpus}; driver {inventory.driver_version}, CUDA {inventory.cuda_version}")
-    base = statistics.median(rows[0][1])
-    print(f"{RUNS} runs each, median and p90 in ms, ratio = median / floor median\n")
-    print("| path | median ms | p90 ms | ratio |")
-    print("| --- | --- | --- | --- |")
-    for name, samples in rows:
-        median = statistics.median(samples)
-        p90 = statistics.quantiles(samples, n=10)[-1]
-        print(f"| {name} | {median * 1000:.3f} | {p90 * 1000:.3f} | {median / base:.1f} |")
+    timing.print_table(rows, runs=RUNS, digits=3, ratio_digits=1)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ import copy
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import docker
+import timing
 from traitlets.config import Config
 
 from jupyter_gpudev.engine import HostPool
@@ -37,13 +37,7 @@ RUNS = int(os.environ.get("BENCH_RUNS", "30"))
 
 
 def timed(func: Callable[[], object], runs: int = RUNS) -> list[float]:
-    func()  # warm up (connections, imports)
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        func()
-        samples.append(time.perf_counter() - started)
-    return samples
+    return timing.timed(func, runs)
 
 
 def free_port() -> int:
@@ -123,14 +117,7 @@ def main() -> None:
     )
     rows.append(("HostPool.describe_all(), default 1 s cache", timed(pool.describe_all)))
     rows.append(("GET /gpudev/api/hosts (real server)", serve_and_time()))
-    floor = statistics.median(rows[0][1])
-    print(f"{RUNS} runs each, median and p90 in ms, ratio = median / floor median\n")
-    print("| path | median ms | p90 ms | ratio |")
-    print("| --- | --- | --- | --- |")
-    for name, samples in rows:
-        median = statistics.median(samples)
-        p90 = statistics.quantiles(samples, n=10)[-1]
-        print(f"| {name} | {median * 1000:.1f} | {p90 * 1000:.1f} | {median / floor:.2f} |")
+    timing.print_table(rows, runs=RUNS)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,13 @@ it into benchmarks/results/pod-listing.md with the date and machine.
 from __future__ import annotations
 
 import os
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import timing
 
 from jupyter_gpudev.access import Caller
 from jupyter_gpudev.containers import StartRequest
@@ -32,14 +32,8 @@ PODS = int(os.environ.get("BENCH_PODS", "100"))
 ADMIN = Caller("admin", admin=True)
 
 
-def timed(func: Callable[[], object], runs: int = RUNS) -> list[float]:
-    func()
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        func()
-        samples.append(time.perf_counter() - started)
-    return samples
+def timed(func: Callable[[], object]) -> list[float]:
+    return timing.timed(func, RUNS)
 
 
 def lists(cluster: FakeCluster) -> int:
@@ -90,15 +84,13 @@ def main() -> None:
             rows.append(
                 ("DevContainers.list(), pod_watch", samples, (lists(cluster) - before) / (RUNS + 1))
             )
-    floor = statistics.median(rows[0][1])
-    print(f"{PODS} pods, {RUNS} runs each, median and p90 in ms, ratio = median / floor median\n")
-    print("| path | median ms | p90 ms | ratio | LISTs per listing |")
-    print("| --- | --- | --- | --- | --- |")
-    for name, samples, per in rows:
-        median = statistics.median(samples)
-        p90 = statistics.quantiles(samples, n=10)[-1]
-        cells = (name, f"{median * 1000:.2f}", f"{p90 * 1000:.2f}", f"{median / floor:.2f}")
-        print(f"| {' | '.join(cells)} | {per:.2f} |")
+    print(f"{PODS} pods")
+    timing.print_table(
+        [(name, samples) for name, samples, _ in rows],
+        runs=RUNS,
+        digits=2,
+        extra=("LISTs per listing", [f"{per:.2f}" for _, _, per in rows]),
+    )
 
 
 if __name__ == "__main__":
