@@ -53,6 +53,21 @@ def missing() -> str | None:
     return None
 
 
+#: Where the service keeps users' folders (``c.GPUDevService.user_root``'s default).
+USERS_ROOT = Path("/srv/gpudev/users")
+
+
+def user_folder(user: str) -> Path:
+    """``user``'s gpudev folder, made as the service makes it (only root writes the folders
+    above it; it is the user's, mode 0700) for a test to put files in before the Hub starts."""
+    USERS_ROOT.mkdir(mode=0o755, parents=True, exist_ok=True)
+    account = pwd.getpwnam(user)
+    path = USERS_ROOT / user
+    path.mkdir(mode=0o700, exist_ok=True)
+    os.chown(path, account.pw_uid, account.pw_gid)
+    return path
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -159,7 +174,8 @@ c.Spawner.cmd = [{singleuser!r}]
 c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 90
 c.Spawner.http_timeout = 90
-c.JupyterHub.services.append({{"name": "gpudev-tests", "api_token": {token!r}}})
+# (admin: it demotes and promotes the Hub's administrator; only admins change admins)
+c.JupyterHub.services.append({{"name": "gpudev-tests", "api_token": {token!r}, "admin": True}})
 c.JupyterHub.load_roles.append(
     {{
         "name": "gpudev-tests",
@@ -215,7 +231,7 @@ def run_hub(folder: Path, service_config: str, service_env: dict[str, str]) -> I
             env={**os.environ, "PATH": path},
             start_new_session=True,
         )
-    for user in USERS:  # each user's project folder (c.GPUDevService.user_root's default)
+    for user in USERS:  # a project folder in each home, as users keep them (not gpudev's)
         account = pwd.getpwnam(user)
         projects = Path(account.pw_dir) / "projects"
         projects.mkdir(exist_ok=True)

@@ -22,6 +22,7 @@ from traitlets.config import Configurable, LoggingConfigurable
 from ..access import Access
 from ..errors import Forbidden
 from ..services import Services, SharedParts
+from .folders import UserFolders
 from .identity import USER_NAME
 
 #: The folders of a user's home that no dev container gets (besides c.MountPolicy's).
@@ -35,32 +36,31 @@ class GPUDevService(LoggingConfigurable):
     """The shared service (``jupyter gpudev serve``): ``c.GPUDevService.*``."""
 
     user_root = Unicode(
-        "{home}/projects",
+        "/srv/gpudev/users/{user}",
         help="""Each user's project folder: where the service finds that user's environments
         (.devcontainer) and which it mounts, read-write, as their dev containers' workspace.
-        {home} is the user's home folder on this machine (their account must exist here),
-        {user} their name: e.g. "/srv/projects/{user}". The user creates it; a folder that
-        contains their ~/.ssh, ~/.docker, ~/.jupyter and the like (a whole home) is never
-        mounted (c.MountPolicy).""",
+        {user} is the user's name; the last folder must contain it, and every folder above
+        it must be writable by root (or the service's account) only, so that no user can
+        replace their folder with a link: the service checks this when it starts (making the
+        folders above when missing) and refuses to start otherwise. It makes a user's folder
+        (mode 0700, owned by their account on this machine) on their first request, and
+        checks it, without following links, at every request. "{home}" alone (each user's
+        home folder) is allowed, but a home holds ~/.ssh and the like, which are never
+        mounted (c.MountPolicy): a folder inside the home ("{home}/projects") is refused,
+        as the user could rename it.""",
     ).tag(config=True)
 
-    def root_of(self, name: str) -> Path:
-        """``user_root`` for user ``name``; ``Forbidden`` when it cannot be made."""
+    def folders(self) -> UserFolders:
+        """Users' folders under ``user_root``; ``ConfigError`` for a layout users could
+        redirect."""
+        return UserFolders(self.user_root)
+
+    def root_of(self, name: str, folders: UserFolders | None = None) -> Path:
+        """User ``name``'s folder, checked now (and made if missing); ``Forbidden`` when it
+        cannot be used."""
         if not USER_NAME.fullmatch(name):
             raise Forbidden("This user name cannot be given a folder on the GPU hosts")
-        home = ""
-        if "{home}" in self.user_root:
-            account = _account_of(name)
-            if account is None:
-                raise Forbidden(
-                    f"User {name!r} has no account on the gpudev service's machine, so no "
-                    "folder (ask an administrator to set c.GPUDevService.user_root)"
-                )
-            home = account.pw_dir
-        root = self.user_root.replace("{home}", home).replace("{user}", name)
-        if not os.path.isabs(root):
-            raise Forbidden("c.GPUDevService.user_root must give an absolute folder")
-        return Path(root)
+        return (folders or self.folders()).folder_of(name, _account_of(name))
 
 
 class Authority:
@@ -70,6 +70,9 @@ class Authority:
         self._parent = parent
         self._log = log
         self.settings = GPUDevService(parent=parent, log=log)
+        #: Users' folders, their layout checked (and the folders above them made) now.
+        self.folders = self.settings.folders()
+        self.folders.check()
         #: ``c.Access.admin_users``: administrators besides the Hub's.
         self.admin_users = set(Access(parent=parent, log=log).admin_users)
         #: The view reconciling and sweeping runs as: an administrator, owning nothing.
@@ -88,14 +91,24 @@ class Authority:
         )
 
     def for_user(self, name: str, *, hub_admin: bool = False) -> Services:
-        """User ``name``'s view (``hub_admin``: the Hub says they are an administrator)."""
+        """User ``name``'s view (``hub_admin``: the Hub says they are an administrator). Their
+        folder is checked again at each call: a view is kept only while it is the same."""
         admin = hub_admin or name in self.admin_users
         key = (name, admin)
+        root = self.settings.root_of(name, self.folders)
         with self._lock:
             view = self._views.get(key)
-        if view is not None:
+        if view is not None and view.containers.root_dir == root:
             return view
-        root = self.settings.root_of(name)
+        view = self._view(name, admin, root)
+        with self._lock:
+            kept = self._views.get(key)
+            if kept is not None and kept.containers.root_dir == root:
+                return kept
+            self._views[key] = view
+            return view
+
+    def _view(self, name: str, admin: bool, root: Path) -> Services:
         host_pool, ledger, server_id = self._parts
         parts = SharedParts(host_pool, ledger, server_id, self._access(name, admin=admin))
         view = Services(root, parent=self._parent, log=self._log, shared=parts)
@@ -111,8 +124,7 @@ class Authority:
         if home:
             own = [os.path.join(home, sub) for sub in PRIVATE_IN_HOME]
             policy.protected_paths = [*policy.protected_paths, *own]
-        with self._lock:
-            return self._views.setdefault(key, view)
+        return view
 
     def close(self) -> None:
         self.service.close()

@@ -19,6 +19,7 @@ from jupyter_server.services.contents.largefilemanager import AsyncLargeFileMana
 from traitlets import default
 from traitlets.config import Configurable
 
+from ..errors import GPUDevError
 from ..services import CLASSES
 from .authority import GPUDevService
 from .identity import HubIdentityProvider
@@ -104,4 +105,8 @@ class GPUDevServer(ServerApp):
                 "jupyter gpudev serve: c.ServerApp.contents_manager_class cannot be changed "
                 "(the service serves no files)"
             )
+        try:  # users' folders: a layout a user could redirect is refused now, not later
+            GPUDevService(parent=self, log=self.log).folders().check()
+        except GPUDevError as err:
+            raise SystemExit(f"jupyter gpudev serve: {err}") from None
         super().init_webapp(*args, **kwargs)

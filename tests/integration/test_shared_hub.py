@@ -28,7 +28,16 @@ from tornado.websocket import websocket_connect
 from jupyter_gpudev.containers.model import docker_name
 from jupyter_gpudev.labels import L_OWNER
 from tests.conftest import FAKE_SMI, FIXTURES
-from tests.hub import ADMIN, Hub, HubMissing, free_port, request, run_hub
+from tests.hub import (
+    ADMIN,
+    USERS_ROOT,
+    Hub,
+    HubMissing,
+    free_port,
+    request,
+    run_hub,
+    user_folder,
+)
 from tests.sshd import SSHServer
 
 ALICE, BOB = "gpudev-alice", "gpudev-bob"
@@ -82,8 +91,8 @@ def prepare_bob() -> None:
     home = Path(account.pw_dir)
     made = [
         home / ".jupyter",
-        home / "projects" / ".devcontainer",
-        home / "projects" / ".devcontainer" / "gpu",
+        user_folder(BOB) / ".devcontainer",
+        user_folder(BOB) / ".devcontainer" / "gpu",
     ]
     for folder in made:
         folder.mkdir(exist_ok=True)
@@ -133,7 +142,7 @@ def test_another_users_container_does_not_exist_for_them(
     assert container.labels[L_OWNER] == ALICE  # set by the service, from the Hub's answer
     # The workspace is alice's own folder
     sources = [m["Source"] for m in container.attrs["Mounts"]]
-    assert str(Path("/home") / ALICE / "projects") in sources
+    assert str(USERS_ROOT / ALICE) in sources
 
     actions: list[tuple[str, str, Any]] = [
         ("GET", f"/containers/{name}", None),
@@ -430,9 +439,10 @@ def test_a_web_port_is_served_by_the_users_server_in_a_sandbox(
         assert status in (200, 201), body
         proxied = f"{hub.url}/user/{ALICE}/gpudev/proxy/{name}/8000/"
         token = {"Authorization": f"token {hub.token_for(ALICE)}"}
+        script = {**token, "Sec-Fetch-Mode": "cors"}  # a script's fetch, not a page
         deadline = time.monotonic() + 20
         while True:
-            status, _, text = raw_get(proxied, token)
+            status, _, text = raw_get(proxied, script)
             if status == 200 or time.monotonic() > deadline:
                 break
             time.sleep(0.3)
@@ -497,7 +507,7 @@ def test_the_command_line_works_through_the_service_as_the_user(
         committed = gpudev_as(hub, ALICE, "commit", name, "--write", "--json")
         assert committed.returncode == 0, committed.stderr
         written = Path(json.loads(committed.stdout)["written"])
-        assert written.is_relative_to(Path("/home") / ALICE / "projects"), written
+        assert written.is_relative_to(USERS_ROOT / ALICE), written
         assert written.stat().st_uid == pwd.getpwnam(ALICE).pw_uid
         container.exec_run(["sh", "-c", "echo again > /etc/gpudev-cli-test-2"])
         stopped = gpudev_as(hub, ALICE, "stop", name, "--json")

@@ -20,7 +20,7 @@ from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_gpudev.access import Access, Caller
 from jupyter_gpudev.cli.remote import error_from, info_from
-from jupyter_gpudev.errors import BadRequest, Forbidden, NotFound
+from jupyter_gpudev.errors import BadRequest, ConfigError, Forbidden, NotFound
 from jupyter_gpudev.kernels.kernelspecs import EnvironmentEntry, SharedEntry, display_name
 from jupyter_gpudev.labels import L_LEDGER, L_OWNER
 from jupyter_gpudev.shared.authority import Authority, GPUDevService
@@ -86,11 +86,11 @@ def test_the_service_accepts_no_token_of_its_own() -> None:
     assert not provider.login_available
 
 
-def test_a_users_folder_comes_from_the_template() -> None:
-    home = pwd.getpwnam(ME).pw_dir
-    assert GPUDevService().root_of(ME) == Path(home) / "projects"
-    service = GPUDevService(user_root="/srv/work/{user}")
-    assert service.root_of("alice") == Path("/srv/work/alice")  # no account needed
+def test_a_users_folder_comes_from_the_template(tmp_path: Path) -> None:
+    assert GPUDevService().user_root == "/srv/gpudev/users/{user}"
+    service = GPUDevService(user_root=str(tmp_path / "work" / "{user}"))
+    service.folders().check()
+    assert service.root_of("alice") == tmp_path / "work" / "alice"  # no account needed
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "", ".hidden"])
@@ -101,11 +101,11 @@ def test_a_name_that_cannot_name_a_folder_is_refused(name: str) -> None:
 
 def test_a_user_without_an_account_has_no_home_folder() -> None:
     with pytest.raises(Forbidden, match="no account"):
-        GPUDevService().root_of("no-such-user-gpudev-test")
+        GPUDevService(user_root="{home}").root_of("no-such-user-gpudev-test")
 
 
 def test_a_relative_template_is_refused() -> None:
-    with pytest.raises(Forbidden, match="absolute"):
+    with pytest.raises(ConfigError, match="absolute"):
         GPUDevService(user_root="projects/{user}").root_of("alice")
 
 
