@@ -1,10 +1,12 @@
 """What every ``jupyter gpudev`` subcommand shares: the base app with ``--json`` and one error
-mapping, the container commands' manager and root folder, the progress bar, formatting."""
+mapping, the container commands' manager and root folder, the progress bar, formatting, and
+``printable``: what a container wrote, made safe to write to a terminal."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,27 @@ from .remote import RemoteContainers, ServiceAPI
 
 if TYPE_CHECKING:
     pass
+
+
+#: What a terminal acts on instead of showing: C0 controls but tab and newline (ESC starts CSI
+#: and OSC sequences), DEL, C1 controls (0x9b is a CSI, 0x9d an OSC), a carriage return that
+#: does not end a line (it rewrites the line), lone surrogates (bytes that were not UTF-8).
+_UNPRINTABLE = re.compile(r"\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code == 0x0D:
+        return "\\r"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` (a container's output, or anything else it wrote) as a terminal shows it and
+    never runs it: each control character written out as an escape (ESC as ``\\x1b``, so
+    ``ESC ]52;...`` cannot set the clipboard), newlines, tabs and the carriage return of a
+    CRLF kept, and the rest, any script's text, as it is."""
+    return _UNPRINTABLE.sub(_escaped, text)
 
 
 _json_flag = {
@@ -195,9 +218,9 @@ class ProgressBar:
             return
         if event.get("transient"):
             if self.tty:
-                self._redraw(f"[{stage}] {message}")
+                self._redraw(f"[{stage}] {printable(message)}")
             return
-        self._line(f"[{stage}] {message}")
+        self._line(f"[{stage}] {printable(message)}")
 
     def _redraw(self, text: str) -> None:
         width = 120

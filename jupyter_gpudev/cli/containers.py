@@ -11,7 +11,7 @@ from traitlets import Bool, Int, List, Unicode
 from ..containers import DevContainerInfo, DevContainers, StartRequest
 from ..containers.plan import as_kubectl_list
 from ..errors import BadRequest
-from .base import ContainerCommand, GPUDevSubcommand
+from .base import ContainerCommand, GPUDevSubcommand, printable
 
 
 def format_containers(infos: list[DevContainerInfo]) -> str:
@@ -219,21 +219,32 @@ class LogsApp(ContainerCommand):
     """Print a dev container's output."""
 
     name = "jupyter-gpudev-logs"
-    description = "Print a dev container's output (-f: follow it)."
+    description = """Print a dev container's output (-f: follow it). Control characters in it
+    are shown escaped (ESC as \\x1b), so that its terminal sequences are not run by yours;
+    --raw writes it as it came (for a file, or a program that expects them)."""
     follow = Bool(False, help="Keep printing new output.").tag(config=True)
+    raw = Bool(
+        False,
+        help="""Write the output as it came, terminal control sequences included (which a
+        terminal runs: only for a file or a program that expects them).""",
+    ).tag(config=True)
     flags: dict[str, Any] = {
         **GPUDevSubcommand.flags,
         "f": ({"LogsApp": {"follow": True}}, "Keep printing new output."),
         "follow": ({"LogsApp": {"follow": True}}, "Keep printing new output."),
+        "raw": (
+            {"LogsApp": {"raw": True}},
+            "Write the output's control sequences as they came (not for a terminal).",
+        ),
     }
 
     def run(self) -> None:
         chunks = self.manager().logs(self.name_arg(), host=self.host or None, follow=self.follow)
         if self.json_output and not self.follow:
-            print(json.dumps({"logs": "".join(chunks)}))
+            print(json.dumps({"logs": "".join(chunks)}))  # (JSON escapes control characters)
             return
         for chunk in chunks:
-            sys.stdout.write(chunk)
+            sys.stdout.write(chunk if self.raw else printable(chunk))
             sys.stdout.flush()
 
 

@@ -6,9 +6,15 @@ the container's web ports are served: its environment's ``forwardPorts`` and the
 ``POST /gpudev/api/containers/NAME/ports``; never any other address or port of the server.
 
 Every request is authenticated and authorised (``execute`` on ``gpudev``) like the REST API. The
-proxied app never sees the user's Jupyter credentials: the token (header or ``?token=``) and the
-Jupyter cookies are taken out. Proxied apps know nothing of Jupyter's ``_xsrf`` token, so it is
-not asked for; cross-origin requests are refused instead (the Origin check, for websockets too).
+proxied app never sees the user's Jupyter credentials: the token (header or ``?token=``: every
+``token`` parameter, whatever it carries) and the Jupyter cookies are taken out. Proxied apps
+know nothing of Jupyter's ``_xsrf`` token, so it is not asked for; cross-origin requests are
+refused instead (the Origin check, for websockets too).
+
+With ``c.ContainerLookup.isolate_web_apps`` (the default), whatever a browser may show as a page
+(a navigation, a request that accepts HTML, or one without ``Sec-Fetch-Mode``: an older browser,
+or a proxy that strips it) is sent on to the sandbox (``AppProxyHandler``); what is answered here
+(a script's ``fetch``, a form an older browser posts) carries the sandbox's policy all the same.
 """
 
 from __future__ import annotations
@@ -69,6 +75,11 @@ _XSRF_COOKIE = "_xsrf"
 #: Characters left as they are when a decoded path is written back into a URL (RFC 3986).
 _PATH_SAFE = "/:@!$&'()*+,;=-._~"
 _AUTHORIZATION = re.compile(r"(token|bearer)\s+(.+)", re.IGNORECASE)
+#: ``Sec-Fetch-Dest`` of requests whose answer a browser shows as a page (in a tab, a frame, an
+#: ``<object>``), whatever their ``Sec-Fetch-Mode``.
+_PAGE_DESTINATIONS = frozenset({"document", "iframe", "frame", "object", "embed", "fencedframe"})
+#: Media types a browser shows as a page, its scripts run, when it asked for them.
+_PAGE_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 #: What tornado turns into spaces in an argument before stripping it (its own rule).
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f]")
 #: Seconds to wait for a target to accept a connection.
@@ -112,19 +123,21 @@ def _as_tornado_reads(value: str) -> str:
     return _CONTROL.sub(" ", value).strip()
 
 
-def without_token(query: str, token: str | None) -> str:
-    """A query string without ``token=`` parameters carrying ``token`` (Jupyter's), however
-    padded: whatever would log in to Jupyter is taken out."""
-    if not token:
-        return query
+def without_token(query: str) -> str:
+    """A query string without its ``token`` parameters, whatever they carry (this server's
+    token, JupyterHub's, another server's: each may log in somewhere) and however their name is
+    written (``%74oken``, padded, in any case); the other parameters byte for byte."""
 
     def is_token(part: str) -> bool:
-        key, _, value = part.partition("=")
-        return _as_tornado_reads(unquote_plus(key)) == "token" and _same(
-            _as_tornado_reads(unquote_plus(value)), token
-        )
+        key = part.partition("=")[0]
+        return _as_tornado_reads(unquote_plus(key)).casefold() == "token"
 
     return "&".join(part for part in query.split("&") if part and not is_token(part))
+
+
+def accepts_page(accept: str) -> bool:
+    """Whether an ``Accept`` header asks for a type that a browser shows as a page."""
+    return any(kind.split(";", 1)[0].strip().lower() in _PAGE_TYPES for kind in accept.split(","))
 
 
 def _connection_scoped(headers: httputil.HTTPHeaders) -> set[str]:
@@ -171,7 +184,7 @@ def response_headers(
     upstream: httputil.HTTPHeaders, drop_cookie: Callable[[str], bool]
 ) -> Iterable[tuple[str, str]]:
     """The target's response headers the browser gets: no hop-by-hop ones, and no
-    ``Set-Cookie`` that would replace a Jupyter cookie."""
+    ``Set-Cookie`` of a cookie ``drop_cookie`` names."""
     scoped = _connection_scoped(upstream)
     for name, value in upstream.get_all():
         lower = name.lower()
@@ -282,14 +295,23 @@ class PortProxyHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
         """A websocket (an Upgrade request), or a plain GET."""
         if self._upgrading():
             await self._websocket(name, port, path)
-        elif self._navigating() and self._isolating():
+        elif self._isolating() and self._may_show_as_page():
             await self._to_app(name, port, path)
         else:
             await self._http(name, port, path)
 
-    def _navigating(self) -> bool:
-        """A browser opening a page (a tab, a frame), as it says in ``Sec-Fetch-Mode``."""
-        return self.request.headers.get("Sec-Fetch-Mode", "") == "navigate"
+    def _may_show_as_page(self) -> bool:
+        """Whether a browser may show the answer as a page: a navigation (a tab, a frame), as
+        ``Sec-Fetch-Mode`` or ``Sec-Fetch-Dest`` says; a request that accepts HTML; or one
+        that does not say (no ``Sec-Fetch-Mode``: an older browser, or a proxy that strips
+        it). Only what says it is not a page (a script's ``fetch``: ``cors``) is not."""
+        headers = self.request.headers
+        mode = headers.get("Sec-Fetch-Mode", "").strip().lower()
+        return (
+            mode in ("", "navigate")
+            or headers.get("Sec-Fetch-Dest", "").strip().lower() in _PAGE_DESTINATIONS
+            or accepts_page(",".join(headers.get_list("Accept")))
+        )
 
     def _isolating(self) -> bool:
         """Whether pages are served in the sandbox (``c.ContainerLookup.isolate_web_apps``)."""
@@ -310,9 +332,11 @@ class PortProxyHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
         self.redirect(f"{app}{self._target_path(name, port, path)}", permanent=False)
 
     def added_response_headers(self, sent: set[str]) -> list[tuple[str, str]]:
-        """Headers added to every proxied response (``sent``: the app's own, lowercase)."""
+        """Headers added to every proxied response (``sent``: the app's own, lowercase): when
+        pages are sandboxed, the sandbox, should a browser show one answered here as a page
+        (a form an older browser posts; a script's ``fetch`` ignores it)."""
         del sent
-        return []
+        return [("Content-Security-Policy", SANDBOX)] if self._isolating() else []
 
     @web.authenticated
     @authorized_to_execute
@@ -335,15 +359,20 @@ class PortProxyHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
 
     def _target_path(self, name: str, port: str, path: str | None) -> str:
         """The path and query the target gets: the rest of the request's own (still
-        %-encoded) path after PORT, ``/`` when empty, and its query less Jupyter's token."""
+        %-encoded) path after PORT, ``/`` when empty, and its query less any token."""
         prefix = self._prefix(name, port)
         raw = self.request.path
         rest = raw[len(prefix) :] if raw.startswith(prefix) else quote(path or "", safe=_PATH_SAFE)
-        query = without_token(self.request.query, self.token)
+        query = without_token(self.request.query)
         return (rest or "/") + (f"?{query}" if query else "")
 
     def _drop_cookie(self, name: str) -> bool:
         return is_jupyter_cookie(name, self.identity_provider.get_cookie_name(self))
+
+    def _drop_set_cookie(self, name: str) -> bool:
+        """Whether a cookie the app sets is kept from the browser: one that would replace a
+        Jupyter cookie."""
+        return self._drop_cookie(name)
 
     def _is_jupyter_authorization(self) -> bool:
         """The Authorization header carries the credential that logged this request in."""
@@ -399,7 +428,7 @@ class PortProxyHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
             return
         netloc = _netloc(host, target_port)
         relay = _ResponseRelay(
-            self, self._prefix(name, port), (netloc, self.request.host), self._drop_cookie
+            self, self._prefix(name, port), (netloc, self.request.host), self._drop_set_cookie
         )
         method = self.request.method or "GET"
         body = (
@@ -575,7 +604,8 @@ class AppProxyHandler(PortProxyHandler):
     serves it, authorised by the capability in the path (``capabilities.py``) instead of the
     Jupyter login, and served in a sandbox: an opaque origin that shares no cookie and no
     storage with Jupyter. Its own requests (relative links, ``fetch``, websockets) come from
-    that opaque origin (``Origin: null``): they are allowed here, the capability decides."""
+    that opaque origin (``Origin: null``): they are allowed here, the capability decides. It
+    sets no cookie: its path is on Jupyter's origin, where any cookie reaches Jupyter too."""
 
     _grant: AppCapability | None = None
 
@@ -616,6 +646,12 @@ class AppProxyHandler(PortProxyHandler):
         )
         host, target_port = await self.blocking(target)
         return str(host), int(target_port)
+
+    def _drop_set_cookie(self, name: str) -> bool:
+        """Every cookie the app sets: the browser would keep it for Jupyter's origin (and send
+        it to Jupyter and to every other app); in the sandbox no page can use it anyway."""
+        del name
+        return True
 
     def _headers_for(self, name: str, port: str, *, websocket: bool) -> httputil.HTTPHeaders:
         """As for any proxied request; the sandbox's opaque origin (``null``) reaches the app

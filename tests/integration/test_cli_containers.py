@@ -273,3 +273,30 @@ def test_a_pod_is_started_listed_and_removed_from_the_command_line(
         assert state.names("persistentvolumeclaims") == ["gpudev-ws-on-k8s"]
     finally:
         server.close()
+
+
+def test_logs_shows_a_containers_control_sequences_instead_of_running_them(
+    cli: Run, docker_client: docker.DockerClient
+) -> None:
+    # Given a dev container whose output carries terminal control sequences: one that writes
+    # to the clipboard (OSC 52), one that clears the screen (CSI), an 8-bit CSI (C1 0x9b) and a
+    # carriage return that would hide what came before it on the line
+    started = cli("start", "default", "--name=cli-hostile")
+    assert started.returncode == 0, started.stderr
+    hostile = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\u009b31mred\rhidden\nplain text, été\tok\n"
+    container = docker_client.containers.get("gpudev-cli-hostile")
+    wrote = container.exec_run(
+        ["sh", "-c", 'printf "%s" "$OUT" > /proc/1/fd/1'], environment={"OUT": hostile}
+    )
+    assert wrote.exit_code == 0, wrote.output
+    # When its output is printed
+    logs = cli("logs", "cli-hostile")
+    # Then every control sequence is shown escaped, and the text around them as it was
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout == (
+        "\\x1b]52;c;cm0gLXJmIH4=\\x07\\x1b[2J\\x9b31mred\\rhidden\nplain text, été\tok\n"
+    )
+    # And --raw writes it as it came, for a file or a pipe
+    raw = cli("logs", "cli-hostile", "--raw")
+    assert raw.returncode == 0, raw.stderr
+    assert "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\u009b31mred" in raw.stdout

@@ -28,7 +28,12 @@ from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from jupyter_gpudev.access import Access
 from jupyter_gpudev.handlers.capabilities import AppCapability
-from jupyter_gpudev.handlers.proxy import rewrite_location, without_cookies, without_token
+from jupyter_gpudev.handlers.proxy import (
+    accepts_page,
+    rewrite_location,
+    without_cookies,
+    without_token,
+)
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 WsFetch = Callable[..., Awaitable[WebSocketClientConnection]]
@@ -138,6 +143,12 @@ class Status(Base):
         stream.close()
 
 
+class Page(Base):
+    def get(self):
+        self.set_header("Content-Type", "text/html")
+        self.write("<script>steal(document.cookie)</script>")
+
+
 class Cookies(Base):
     def get(self):
         self.set_cookie("app", "1")
@@ -177,7 +188,7 @@ def application(port):
     return tornado.web.Application([
         (r"/", Root), (r"/echo.*", Echo), (r"/big", Big), (r"/stream", Stream),
         (r"/release", Release), (r"/redirect", Redirect), (r"/status", Status),
-        (r"/cookies", Cookies), (r"/truncated", Truncated), (r"/ws", Echoes),
+        (r"/cookies", Cookies), (r"/truncated", Truncated), (r"/ws", Echoes), (r"/page", Page),
     ], port=port)
 
 
@@ -203,6 +214,21 @@ class HeaderDeniedAuthorizer(AllowAllAuthorizer):
         resource: str,
     ) -> bool:
         return handler.request.headers.get("X-Deny") != f"{action}/{resource}"
+
+
+#: What a page's script (``fetch``, ``XMLHttpRequest``) says it is: no browser shows its answer
+#: as a page, so the proxy answers it itself (a page is sent on to the sandbox).
+SCRIPT = {"Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty", "Accept": "*/*"}
+
+
+@pytest.fixture
+def script_fetch(jp_fetch: Fetch) -> Fetch:
+    """``jp_fetch`` as a page's script sends it (``SCRIPT``, under the caller's headers)."""
+
+    async def fetch(*parts: str, headers: dict[str, str] | None = None, **kwargs: Any) -> Any:
+        return await jp_fetch(*parts, headers={**SCRIPT, **(headers or {})}, **kwargs)
+
+    return fetch
 
 
 @pytest.fixture
@@ -302,8 +328,9 @@ async def login_cookie(jp_fetch: Fetch, host: str) -> str:
     pytest.fail(f"no login cookie in {response.headers.get_list('Set-Cookie')}")
 
 
-async def test_http_requests_go_through_without_the_jupyter_credentials(
+async def test_http_requests_go_through_without_the_jupyter_credentials(  # noqa: PLR0917
     jp_fetch: Fetch,
+    script_fetch: Fetch,
     docker_client: docker.DockerClient,
     jp_serverapp: Any,
     jp_base_url: str,
@@ -314,19 +341,19 @@ async def test_http_requests_go_through_without_the_jupyter_credentials(
     prefix = f"{jp_base_url}gpudev/proxy/{app.name}/8000"
     token = jp_serverapp.identity_provider.token
     # When its root is asked for through the proxy
-    root = await jp_fetch(*proxy(app, 8000, "/"))
+    root = await script_fetch(*proxy(app, 8000, "/"))
     # Then the app answers it
     assert root.body == b"hello from port 8000"
     assert root.headers["Content-Type"] == "text/plain"
     # And the port's path without a slash redirects to it (a page's relative links need it)
-    bare = await refused(jp_fetch(*proxy(app, 8000), follow_redirects=False))
+    bare = await refused(script_fetch(*proxy(app, 8000), follow_redirects=False))
     assert bare.code == 301
     assert bare.response is not None
     assert bare.response.headers["Location"] == f"{prefix}/"
     # When a GET carries the query string, Jupyter's token (in the URL and in the header) and
     # cookies, Jupyter's among them
     cookies = f"_xsrf=x1; theme=dark; username-127-0-0-1-{jp_http_port}=abc; username-h-1=zz"
-    echoed = await jp_fetch(
+    echoed = await script_fetch(
         *proxy(app, 8000, "echo", "a b"),
         params={"q": "1", "token": token, "r": "two words"},
         headers={"Cookie": cookies},
@@ -341,7 +368,7 @@ async def test_http_requests_go_through_without_the_jupyter_credentials(
     assert headers["cookie"] == ["theme=dark"]
     assert token not in json.dumps(seen)
     # Nor when the token is padded the way Jupyter still accepts it (?token=+TOKEN)
-    padded = await jp_fetch(*proxy(app, 8000, "echo"), params={"q": "2", "token": f" {token}"})
+    padded = await script_fetch(*proxy(app, 8000, "echo"), params={"q": "2", "token": f" {token}"})
     assert json.loads(padded.body)["uri"] == "/echo?q=2"
     assert token not in padded.body.decode()
     # And forwarding headers that tell it where it is
@@ -366,7 +393,7 @@ async def test_http_requests_go_through_without_the_jupyter_credentials(
         body = b"payload" if method in ("PUT", "PATCH") else None
         answer = json.loads(
             (
-                await jp_fetch(
+                await script_fetch(
                     *proxy(app, 8000, "echo"),
                     method=method,
                     body=body,
@@ -376,20 +403,20 @@ async def test_http_requests_go_through_without_the_jupyter_credentials(
         )
         assert answer["method"] == method
         assert answer["body"] == (body or b"").decode()
-    head = await jp_fetch(*proxy(app, 8000, "echo"), method="HEAD")
+    head = await script_fetch(*proxy(app, 8000, "echo"), method="HEAD")
     assert head.headers["X-Echo-Method"] == "HEAD"
     assert head.body == b""
 
 
 async def test_large_bodies_are_streamed_whole_and_cut_bodies_stay_cut(
-    jp_fetch: Fetch, docker_client: docker.DockerClient
+    jp_fetch: Fetch, script_fetch: Fetch, docker_client: docker.DockerClient
 ) -> None:
     # Given the app running in a dev container
     app = await start_app(jp_fetch, docker_client)
     expected = hashlib.sha256((bytes(range(256)) * 256) * (BIG // 65536)).hexdigest()
     # When a multi-megabyte body is downloaded, chunked and with a Content-Length
     for params in ({}, {"sized": "1"}):
-        big = await jp_fetch(*proxy(app, 8000, "big"), params=params, request_timeout=60)
+        big = await script_fetch(*proxy(app, 8000, "big"), params=params, request_timeout=60)
         # Then it arrives whole and unchanged
         assert len(big.body) == BIG
         assert hashlib.sha256(big.body).hexdigest() == expected
@@ -402,23 +429,27 @@ async def test_large_bodies_are_streamed_whole_and_cut_bodies_stay_cut(
         if not releases:  # the first part is here: let the app send the second
             releases.append(
                 asyncio.ensure_future(
-                    jp_fetch(*proxy(app, 8000, "release"), method="POST", body=b"")
+                    script_fetch(*proxy(app, 8000, "release"), method="POST", body=b"")
                 )
             )
 
-    await jp_fetch(*proxy(app, 8000, "stream"), streaming_callback=received, request_timeout=30)
+    await script_fetch(*proxy(app, 8000, "stream"), streaming_callback=received, request_timeout=30)
     # Then the first part was passed on before the response ended (streamed, not held whole)
     assert b"".join(chunks) == b"first\nsecond\n"
     assert (await releases[0]).body == b"released"
     # When the app breaks off a response, short of its Content-Length or of its last chunk
     for params in ({}, {"chunked": "1"}):
-        cut = await refused(jp_fetch(*proxy(app, 8000, "truncated"), params=params))
+        cut = await refused(script_fetch(*proxy(app, 8000, "truncated"), params=params))
         # Then the client sees a broken response, not a complete one
         assert cut.code == 599
 
 
 async def test_statuses_and_redirects_are_passed_on_and_jupyter_cookies_not_set(
-    jp_fetch: Fetch, docker_client: docker.DockerClient, jp_base_url: str, jp_http_port: int
+    jp_fetch: Fetch,
+    script_fetch: Fetch,
+    docker_client: docker.DockerClient,
+    jp_base_url: str,
+    jp_http_port: int,
 ) -> None:
     # Given the app running in a dev container
     app = await start_app(jp_fetch, docker_client)
@@ -437,7 +468,9 @@ async def test_statuses_and_redirects_are_passed_on_and_jupyter_cookies_not_set(
     for target, location in cases:
         # When the app answers a redirect
         redirect = await refused(
-            jp_fetch(*proxy(app, 8000, "redirect"), params={"to": target}, follow_redirects=False)
+            script_fetch(
+                *proxy(app, 8000, "redirect"), params={"to": target}, follow_redirects=False
+            )
         )
         # Then the browser gets it, with its Location under the proxy path when at the root
         assert redirect.code == 302
@@ -447,14 +480,14 @@ async def test_statuses_and_redirects_are_passed_on_and_jupyter_cookies_not_set(
     assert {e["uri"].split("?")[0] for e in app.seen()} == {"/redirect"}
     # When the app answers other statuses, with or without a reason phrase
     teapot = await refused(
-        jp_fetch(*proxy(app, 8000, "status"), params={"code": "418", "reason": "Short"})
+        script_fetch(*proxy(app, 8000, "status"), params={"code": "418", "reason": "Short"})
     )
-    unusual = await jp_fetch(*proxy(app, 8000, "status"), params={"code": "299", "reason": ""})
+    unusual = await script_fetch(*proxy(app, 8000, "status"), params={"code": "299", "reason": ""})
     # Then they are passed on as they are
     assert (teapot.code, teapot.message) == (418, "Short")
     assert (unusual.code, unusual.body) == (299, b"status")
     # When the app sets cookies, one of them named like Jupyter's
-    answer = await jp_fetch(*proxy(app, 8000, "cookies"))
+    answer = await script_fetch(*proxy(app, 8000, "cookies"))
     names = [c.split("=", 1)[0] for c in answer.headers.get_list("Set-Cookie")]
     # Then its own is set, and none that would replace Jupyter's
     assert "app" in names
@@ -542,7 +575,10 @@ async def test_requests_without_credentials_never_reach_the_app(
 
 
 async def test_the_proxy_needs_the_execute_permission_on_gpudev(
-    jp_fetch: Fetch, jp_ws_fetch: WsFetch, docker_client: docker.DockerClient
+    jp_fetch: Fetch,
+    script_fetch: Fetch,
+    jp_ws_fetch: WsFetch,
+    docker_client: docker.DockerClient,
 ) -> None:
     # Given the app running in a dev container
     app = await start_app(jp_fetch, docker_client)
@@ -569,7 +605,7 @@ async def test_the_proxy_needs_the_execute_permission_on_gpudev(
     assert [page.code, post.code, socket.code, added.code] == [403, 403, 403, 403]
     assert app.seen() == []
     # And one who may not read (but may execute) still may
-    allowed = await jp_fetch(*proxy(app, 8000, "echo"), headers={"X-Deny": "read/gpudev"})
+    allowed = await script_fetch(*proxy(app, 8000, "echo"), headers={"X-Deny": "read/gpudev"})
     assert json.loads(allowed.body)["method"] == "GET"
 
 
@@ -632,14 +668,14 @@ async def test_cookie_logins_need_no_xsrf_token_but_must_come_from_this_origin(
 
 
 async def test_only_web_ports_are_served_and_ports_can_be_added_and_removed(
-    jp_fetch: Fetch, docker_client: docker.DockerClient
+    jp_fetch: Fetch, script_fetch: Fetch, docker_client: docker.DockerClient
 ) -> None:
     # Given the app listening on 8000 and 8001, and only 8000 forwarded
     app = await start_app(jp_fetch, docker_client)
     info = json.loads((await jp_fetch("gpudev", "api", "containers", app.name)).body)
     assert info["web_ports"] == [8000, 8002]
     # When 8001 is asked for through the proxy
-    missing = await refused(jp_fetch(*proxy(app, 8001, "echo")))
+    missing = await refused(script_fetch(*proxy(app, 8001, "echo")))
     # Then it is a 404 that says how to forward it, and the app saw nothing
     assert missing.code == 404
     assert "8001" in error_body(missing)["message"]
@@ -650,7 +686,7 @@ async def test_only_web_ports_are_served_and_ports_can_be_added_and_removed(
     )
     # Then the container lists it, and it is proxied
     assert json.loads(added.body)["web_ports"] == [8000, 8001, 8002]
-    echoed = json.loads((await jp_fetch(*proxy(app, 8001, "echo"))).body)
+    echoed = json.loads((await script_fetch(*proxy(app, 8001, "echo"))).body)
     assert echoed["port"] == 8001
     # When it is removed again
     removed = await jp_fetch(
@@ -658,7 +694,7 @@ async def test_only_web_ports_are_served_and_ports_can_be_added_and_removed(
     )
     # Then it is not proxied any more
     assert json.loads(removed.body)["web_ports"] == [8000, 8002]
-    again = await refused(jp_fetch(*proxy(app, 8001, "echo")))
+    again = await refused(script_fetch(*proxy(app, 8001, "echo")))
     assert again.code == 404
     assert len(app.seen()) == 1
     # And bad port requests are 400s that say why
@@ -678,17 +714,17 @@ async def test_only_web_ports_are_served_and_ports_can_be_added_and_removed(
 
 
 async def test_unknown_stopped_and_silent_targets_are_json_errors(
-    jp_fetch: Fetch, jp_ws_fetch: WsFetch, docker_client: docker.DockerClient
+    jp_fetch: Fetch, script_fetch: Fetch, jp_ws_fetch: WsFetch, docker_client: docker.DockerClient
 ) -> None:
     # When a container that does not exist is asked for
-    unknown = await refused(jp_fetch(*proxy("nobody-here", 8000, "/")))
+    unknown = await refused(script_fetch(*proxy("nobody-here", 8000, "/")))
     # Then it is a 404 naming it
     assert unknown.code == 404
     assert "nobody-here" in error_body(unknown)["message"]
     # Given the app running in a dev container; nothing listens on its forwarded port 8002
     app = await start_app(jp_fetch, docker_client)
     # When that port is asked for, over HTTP and as a websocket
-    silent = await refused(jp_fetch(*proxy(app, 8002, "/")))
+    silent = await refused(script_fetch(*proxy(app, 8002, "/")))
     silent_ws = await refused(jp_ws_fetch(*proxy(app, 8002, "ws")))
     # Then both are 502s with a message naming the container and the port, and no traceback
     assert silent.code == 502
@@ -700,7 +736,7 @@ async def test_unknown_stopped_and_silent_targets_are_json_errors(
     assert silent_ws.code == 502
     # When the container is stopped
     await jp_fetch("gpudev", "api", "containers", app.name, "stop", method="POST", body=b"")
-    stopped = await refused(jp_fetch(*proxy(app, 8000, "/")))
+    stopped = await refused(script_fetch(*proxy(app, 8000, "/")))
     # Then its ports are a 409 that says to start it
     assert stopped.code == 409
     assert "not running" in error_body(stopped)["message"]
@@ -722,13 +758,19 @@ async def test_port_routes_refuse_requests_without_a_token(
 
 
 def test_the_query_cookie_and_location_rewriting_helpers() -> None:
-    assert without_token("a=1&token=t0k&b=2", "t0k") == "a=1&b=2"
-    assert without_token("token=other", "t0k") == "token=other"
-    assert without_token("token=t0k", None) == "token=t0k"
+    assert without_token("a=1&token=t0k&b=2") == "a=1&b=2"
+    # Any token, not only this server's (JupyterHub's logs in too), however its name is written
+    for other in ("token=other", "token=", "token", "%74oken=t0k", "TOKEN=t0k", "Token=t0k"):
+        assert without_token(f"a=1&{other}&b=%20x") == "a=1&b=%20x", other
     # Padded as tornado strips it (Jupyter logs in with ?token=+TOKEN): taken out too
     for padded in ("token=+t0k", "token=t0k+", "token=%20t0k%0A", "token=%01t0k", "+token=t0k"):
-        assert without_token(f"a=1&{padded}", "t0k") == "a=1", padded
-    assert without_token("token=t+0k", "t0k") == "token=t+0k"
+        assert without_token(f"a=1&{padded}") == "a=1", padded
+    # Parameters that only look like it are the app's
+    assert without_token("tokens=1&my_token=2&token_type=3") == "tokens=1&my_token=2&token_type=3"
+    assert accepts_page("text/html,application/xhtml+xml;q=0.9,*/*;q=0.8")
+    assert accepts_page("Application/XHTML+XML")
+    assert not accepts_page("*/*")
+    assert not accepts_page("application/json, text/plain")
     assert without_cookies("a=1; _xsrf=2;b=3", lambda name: name == "_xsrf") == "a=1; b=3"
     assert rewrite_location("/x?y#z", "/p", ["h:1"]) == "/p/x?y#z"
     assert rewrite_location("http://h:1/x", "/p", ["h:1"]) == "/p/x"
@@ -839,3 +881,89 @@ async def test_a_forged_expired_or_foreign_capability_reaches_nothing(
         answer = await plain(f"{server}/{capability}/echo")
         assert answer.code == 404, capability
     assert not any("mallory" in json.dumps(seen) for seen in app.seen())
+
+
+async def test_a_page_asked_for_without_sec_fetch_headers_is_sent_to_the_sandbox(
+    jp_fetch: Fetch,
+    script_fetch: Fetch,
+    docker_client: docker.DockerClient,
+    jp_base_url: str,
+    jp_http_port: int,
+) -> None:
+    # Given the app running in a dev container, with an HTML page
+    app = await start_app(jp_fetch, docker_client)
+    # When the page is asked for by what may show it as a page: an older browser (or a proxy
+    # that strips them) with no Sec-Fetch-* headers, a browser's navigation, a request
+    # accepting HTML, an <object> of another page
+    html = "text/html,application/xhtml+xml,*/*;q=0.8"
+    for headers in (
+        {},
+        {"Accept": html},
+        {"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document", "Accept": html},
+        {**SCRIPT, "Accept": html},
+        {"Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "object", "Accept": "*/*"},
+    ):
+        sent = await jp_fetch(
+            *proxy(app, 8000, "page"), headers=headers, follow_redirects=False, raise_error=False
+        )
+        # Then it is sent on to the sandbox, never served on Jupyter's origin
+        assert sent.code == 302, headers
+        assert sent.headers["Location"].startswith(f"{jp_base_url}gpudev/app/"), headers
+        assert sent.body == b"", headers
+    assert app.seen() == []
+    # When a script of a Jupyter page fetches from the app
+    fetched = await script_fetch(*proxy(app, 8000, "echo"))
+    # Then the proxy answers it itself, with the sandbox as a backstop should a browser show it
+    assert json.loads(fetched.body)["uri"] == "/echo"
+    assert any(
+        p.startswith("sandbox ") for p in fetched.headers.get_list("Content-Security-Policy")
+    )
+    # And a form posted by an older browser (no Sec-Fetch-*) is answered in the sandbox too
+    posted = await jp_fetch(*proxy(app, 8000, "echo"), method="POST", body=b"x=1")
+    assert json.loads(posted.body)["body"] == "x=1"
+    assert any(p.startswith("sandbox ") for p in posted.headers.get_list("Content-Security-Policy"))
+    # When the sandboxed app's own scripts fetch from it, HTML included
+    location = sent.headers["Location"]
+    server = f"http://127.0.0.1:{jp_http_port}"
+    for headers in (SCRIPT, {**SCRIPT, "Accept": html}, {"Origin": "null"}):
+        own = await plain(server + location, headers=headers)
+        # Then the sandbox answers them (no redirect: they are already there)
+        assert own.code == 200, headers
+        assert own.body == b"<script>steal(document.cookie)</script>", headers
+
+
+async def test_no_token_parameter_reaches_the_app_whatever_token_it_carries(
+    jp_fetch: Fetch, docker_client: docker.DockerClient, jp_base_url: str, jp_http_port: int
+) -> None:
+    # Given the app running in a dev container, and a browser logged in with a cookie
+    app = await start_app(jp_fetch, docker_client)
+    here = f"127.0.0.1:{jp_http_port}"
+    browser = {"Cookie": await login_cookie(jp_fetch, here)}
+    # When its script asks for a URL whose query carries tokens that are not this server's
+    # (JupyterHub's, another server's), however their name is written
+    query = "q=1&token=hub-secret&%74oken=encoded-secret&Token=cased-secret&r=2"
+    url = f"http://{here}{jp_base_url}gpudev/proxy/{app.name}/8000/echo?{query}"
+    echoed = await plain(url, headers={**SCRIPT, **browser})
+    # Then the app gets the query without any of them
+    assert echoed.code == 200, echoed.body
+    assert json.loads(echoed.body)["uri"] == "/echo?q=1&r=2"
+    assert "secret" not in echoed.body.decode()
+    # And a browser opening that URL is sent to the sandbox without them
+    sent = await plain(url, headers={"Sec-Fetch-Mode": "navigate", **browser})
+    assert sent.code == 302
+    assert sent.headers["Location"].endswith("/echo?q=1&r=2")
+
+
+async def test_a_sandboxed_app_sets_no_cookie_at_all(
+    jp_fetch: Fetch, docker_client: docker.DockerClient, jp_base_url: str, jp_http_port: int
+) -> None:
+    # Given the app running in a dev container, opened in the sandbox: a path of Jupyter's
+    # origin, where a cookie it sets would be sent to Jupyter too
+    app = await start_app(jp_fetch, docker_client)
+    grant = AppCapability.grant(app.name, "local", 8000, Access().local().name, admin=False)
+    page = f"http://127.0.0.1:{jp_http_port}{jp_base_url}gpudev/app/{grant.mint()}/cookies"
+    # When the app answers with cookies, its own and ones named like Jupyter's
+    answer = await plain(page)
+    # Then the page arrives, and none of its cookies
+    assert (answer.code, answer.body) == (200, b"cookies")
+    assert answer.headers.get_list("Set-Cookie") == []
