@@ -18,10 +18,20 @@ c.JupyterHub.services = [
     }
 ]
 
-# The service asks the Hub whose token a request carries and whether that user is an admin.
 c.JupyterHub.load_roles = [
-    {"name": "gpudev-service", "scopes": ["read:users"], "services": ["gpudev"]},
+    # The service asks the Hub whose token a request carries, whether that user is an admin
+    # and when the token expires.
+    {"name": "gpudev-service", "scopes": ["read:users", "read:tokens"], "services": ["gpudev"]},
+    # Users may use the service: it accepts only tokens with this scope (their own API tokens
+    # inherit it; one they scope to something else, or another server's token, is refused).
+    {"name": "user", "scopes": ["self", "access:services!service=gpudev"]},
 ]
 
-# Users' servers use the service (client mode). Users need no docker group membership.
+# Users' servers use the service (client mode), with their own token, which gets the scope
+# above besides the server role's. Users need no docker group membership.
 c.Spawner.environment = {"GPUDEV_SERVICE_URL": "http://127.0.0.1:10101/services/gpudev/"}
+c.Spawner.server_token_scopes = [
+    "users:activity!user",
+    "access:servers!server",
+    "access:services!service=gpudev",
+]

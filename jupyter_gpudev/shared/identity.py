@@ -2,8 +2,14 @@
 
 Users' Jupyter servers in client mode (and the CLI there) send their JupyterHub API token
 (``Authorization: token ...``). The service asks the Hub whose token it is (``GET
-{api_url}/user`` with that token, as JupyterHub's own services do) and acts for that user;
-answers are cached for ``cache_seconds`` under a hash of the token, never the token itself.
+{api_url}/user`` with that token, as JupyterHub's own services do) and acts for that user only
+if the Hub scoped the token to this service (``access:services!service=NAME``, or
+``access:services``): a token scoped to anything else (a read-only API token, the OAuth token of
+another user's shared server) is refused with 403. Whether the user is an administrator and
+when the token expires are read with the service's own token (``GET /users/NAME``, ``GET
+/users/NAME/tokens/ID``), never taken from what the caller's token may see. Answers are cached
+under a hash of the token, never the token itself, for ``cache_seconds`` (5 s) and never past
+the token's expiry, so a revocation or an administrator's demotion takes effect within that.
 No cookies, no login page: the service has an API only.
 """
 
@@ -15,7 +21,9 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from jupyter_server.auth.identity import IdentityProvider, User
 from tornado import web
@@ -49,10 +57,25 @@ class HubIdentityProvider(IdentityProvider):
         which JupyterHub sets for the services it starts.""",
     ).tag(config=True)
 
+    api_token = Unicode(
+        help="""The service's own JupyterHub API token: it reads whether a caller is an
+        administrator and when their token expires (the Hub must grant it the scopes
+        read:users and read:tokens, see examples/jupyterhub_config.py). Default:
+        JUPYTERHUB_API_TOKEN, which JupyterHub sets for the services it starts. Never logged
+        or answered.""",
+    ).tag(config=True)
+
+    service_name = Unicode(
+        help="""This service's name in JupyterHub: a caller's token must carry the scope
+        access:services!service=NAME (or access:services). Default: JUPYTERHUB_SERVICE_NAME,
+        which JupyterHub sets for the services it starts, else "gpudev".""",
+    ).tag(config=True)
+
     cache_seconds = Float(
-        60.0,
-        help="""How long the Hub's answer for one token is reused (a revoked token keeps
-        working at most this long; 0: ask the Hub on every request).""",
+        5.0,
+        help="""How long the Hub's answer for one token is reused, never past the token's
+        expiry (a revoked token, or an administrator the Hub demoted, keeps the old rights at
+        most this long; 0: ask the Hub on every request).""",
     ).tag(config=True)
 
     timeout = Float(10.0, help="Seconds to wait for the Hub's answer.").tag(config=True)
@@ -65,9 +88,18 @@ class HubIdentityProvider(IdentityProvider):
     def _default_api_url(self) -> str:
         return os.environ.get("JUPYTERHUB_API_URL", "")
 
+    @default("api_token")
+    def _default_api_token(self) -> str:
+        return os.environ.get("JUPYTERHUB_API_TOKEN", "")
+
+    @default("service_name")
+    def _default_service_name(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVICE_NAME", "") or "gpudev"
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._cache: dict[str, tuple[float, HubUser | None]] = {}
+        #: By token hash: (wall-clock time the answer stops being used, the answer).
+        self._cache: dict[str, tuple[float, HubUser | str | None]] = {}
 
     @property
     def auth_enabled(self) -> bool:
@@ -85,6 +117,8 @@ class HubIdentityProvider(IdentityProvider):
         if token is None:
             return None
         user = await self.user_for_token(token)
+        if isinstance(user, str):
+            raise web.HTTPError(403, user)
         if user is not None:
             handler._token_authenticated = True  # type: ignore[attr-defined]
         return user
@@ -93,36 +127,98 @@ class HubIdentityProvider(IdentityProvider):
         handler.current_user  # noqa: B018 (runs get_user once)
         return bool(getattr(handler, "_token_authenticated", False))
 
-    async def user_for_token(self, token: str) -> HubUser | None:
-        """The Hub user who owns ``token`` (``None``: not a user's valid token)."""
+    @property
+    def scopes(self) -> frozenset[str]:
+        """The scopes of which a caller's token needs one."""
+        return frozenset({"access:services", f"access:services!service={self.service_name}"})
+
+    async def user_for_token(self, token: str) -> HubUser | str | None:
+        """The Hub user who owns ``token``; a message if the token may not act for them here
+        (not scoped to this service); ``None``: not a user's valid token."""
         key = hashlib.sha256(token.encode()).hexdigest()
-        now = time.monotonic()
         cached = self._cache.get(key)
-        if cached is not None and now - cached[0] < self.cache_seconds:
+        if cached is not None and time.time() < cached[0]:
             return cached[1]
-        user = await self._ask_hub(token)
-        if self.cache_seconds > 0:
+        answer, expires = await self._ask_hub(token)
+        until = min(time.time() + self.cache_seconds, expires)
+        if until > time.time():
             if len(self._cache) > 10_000:  # a bound, not a policy: drop the oldest half
                 for old in sorted(self._cache, key=lambda k: self._cache[k][0])[:5_000]:
                     del self._cache[old]
-            self._cache[key] = (now, user)
-        return user
+            self._cache[key] = (until, answer)
+        else:
+            self._cache.pop(key, None)
+        return answer
 
-    async def _ask_hub(self, token: str) -> HubUser | None:
+    async def _ask_hub(self, token: str) -> tuple[HubUser | str | None, float]:
+        """The answer for ``token`` and the wall-clock time past which it must not be used."""
+        never = float("inf")
         if not self.api_url:
             self.log.error(
                 "gpudev service: no JupyterHub API to identify users "
                 "(c.HubIdentityProvider.api_url or JUPYTERHUB_API_URL); every request is refused"
             )
-            return None
+            return None, never
+        model = await self._hub_get("/user", token)
+        if model is None:
+            return None, never
+        user = self._user_from(model)
+        if user is None:
+            return None, never
+        scopes = model.get("scopes")
+        if not isinstance(scopes, list) or not self.scopes.intersection(scopes):
+            return (
+                f"This JupyterHub token does not grant access to the gpudev service: it needs "
+                f"the scope access:services!service={self.service_name} (the token of your "
+                "Jupyter server or one you made with all your permissions has it)"
+            ), never
+        return await self._checked(user, model.get("token_id"))
+
+    async def _checked(self, user: HubUser, token_id: Any) -> tuple[HubUser | None, float]:
+        """``user`` with the administrator flag the Hub gives the service, and the expiry of
+        their token (``token_id``), both read with the service's own token."""
+        if not self.api_token:
+            self.log.error(
+                "gpudev service: no JupyterHub token of its own (c.HubIdentityProvider."
+                "api_token or JUPYTERHUB_API_TOKEN) to read users; every request is refused"
+            )
+            raise web.HTTPError(503, "The gpudev service cannot read users from the Hub")
+        name = quote(user.name, safe="")
+        account = await self._hub_get(f"/users/{name}", self.api_token, service=True)
+        if account is None:
+            return None, float("inf")
+        user.admin = account.get("admin") is True
+        if not isinstance(token_id, str) or not token_id:
+            return user, 0.0  # a Hub older than 5.0 says no token id: asked every time
+        path = f"/users/{name}/tokens/{quote(token_id, safe='')}"
+        info = await self._hub_get(path, self.api_token, service=True)
+        if info is None:
+            return None, float("inf")  # revoked meanwhile
+        return user, _expiry(info.get("expires_at"))
+
+    async def _hub_get(
+        self, path: str, token: str, *, service: bool = False
+    ) -> dict[str, Any] | None:
+        """``GET`` of the Hub API's ``path`` with ``token``: its JSON object, or ``None`` when
+        the Hub says the token or the thing is not there (401, 403, 404; with the service's
+        own token, a 403 means it lacks a scope, which is logged and refused with 503)."""
         request = HTTPRequest(
-            self.api_url.rstrip("/") + "/user",
+            self.api_url.rstrip("/") + path,
             headers={"Authorization": f"token {token}"},
             request_timeout=self.timeout,
         )
         try:
             response = await AsyncHTTPClient().fetch(request)
         except HTTPClientError as err:
+            if service and err.code in (401, 403):
+                self.log.error(  # noqa: TRY400 (the Hub's answer says it all: no traceback)
+                    "gpudev service: the Hub refused the service's own token (%s) reading "
+                    "users or tokens: grant it the scopes read:users and read:tokens",
+                    err.code,
+                )
+                raise web.HTTPError(
+                    503, "The gpudev service cannot read users from the Hub"
+                ) from None
             if err.code in (401, 403, 404):
                 return None
             self.log.warning("gpudev service: the Hub answered %s identifying a token", err.code)
@@ -134,13 +230,24 @@ class HubIdentityProvider(IdentityProvider):
             model = json.loads(response.body)
         except ValueError:
             return None
-        return self._user_from(model)
+        return model if isinstance(model, dict) else None
 
-    def _user_from(self, model: Any) -> HubUser | None:
-        if not isinstance(model, dict) or model.get("kind", "user") != "user":
+    def _user_from(self, model: dict[str, Any]) -> HubUser | None:
+        if model.get("kind", "user") != "user":
             return None  # a service's or another server's token: not a person
         name = model.get("name")
         if not isinstance(name, str) or not USER_NAME.fullmatch(name):
             self.log.warning("gpudev service: refusing a Hub user with an unusable name")
             return None
-        return HubUser(username=name, name=name, admin=model.get("admin") is True)
+        return HubUser(username=name, name=name)
+
+
+def _expiry(value: Any) -> float:
+    """A token's ``expires_at`` (ISO 8601, or ``None``: never) as wall-clock seconds; an
+    expiry that cannot be read counts as now (the answer is not kept)."""
+    if value is None:
+        return float("inf")
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()
+    except ValueError:
+        return 0.0

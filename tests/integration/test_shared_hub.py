@@ -534,6 +534,8 @@ def test_the_service_runs_standalone_against_the_hub(hub: Hub, tmp_path: Path) -
             "PATH": os.environ.get("PATH", ""),
             "HOME": str(tmp_path),
             "JUPYTER_CONFIG_DIR": str(config),
+            # its own Hub token (the tests' service's: it may read users and tokens)
+            "JUPYTERHUB_API_TOKEN": hub.token,
         },
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

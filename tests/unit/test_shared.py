@@ -11,11 +11,14 @@ import pwd
 import subprocess
 import sys
 import threading
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
+from tornado.web import HTTPError
 from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_gpudev.access import Access, Caller
@@ -25,7 +28,7 @@ from jupyter_gpudev.kernels.kernelspecs import EnvironmentEntry, SharedEntry, di
 from jupyter_gpudev.labels import L_LEDGER, L_OWNER
 from jupyter_gpudev.shared.authority import Authority, GPUDevService
 from jupyter_gpudev.shared.client import KeptConnections
-from jupyter_gpudev.shared.identity import HubIdentityProvider, request_token
+from jupyter_gpudev.shared.identity import HubIdentityProvider, HubUser, request_token
 from jupyter_gpudev.shared.kernels import KernelProcesses
 from tests.hub import free_port
 
@@ -60,23 +63,127 @@ def test_the_token_comes_from_the_authorization_header_only(
 @pytest.mark.parametrize(
     ("model", "expected"),
     [
-        ({"kind": "user", "name": "alice", "admin": False}, ("alice", False)),
-        ({"kind": "user", "name": "root-admin", "admin": True}, ("root-admin", True)),
-        ({"name": "alice"}, ("alice", False)),  # older Hubs send no kind
-        ({"kind": "user", "name": "alice", "admin": "yes"}, ("alice", False)),
+        ({"kind": "user", "name": "alice", "admin": False}, "alice"),
+        ({"name": "alice"}, "alice"),  # older Hubs send no kind
         ({"kind": "service", "name": "gpudev", "admin": True}, None),
         ({"kind": "user", "name": "../etc"}, None),
         ({"kind": "user", "name": "a/b"}, None),
         ({"kind": "user", "name": ""}, None),
         ({"kind": "user", "name": 7}, None),
-        (["alice"], None),
     ],
 )
-def test_only_a_user_with_a_usable_name_is_a_caller(
-    model: Any, expected: tuple[str, bool] | None
-) -> None:
+def test_only_a_user_with_a_usable_name_is_a_caller(model: Any, expected: str | None) -> None:
     user = HubIdentityProvider()._user_from(model)
-    assert (None if user is None else (user.username, user.admin)) == expected
+    assert (None if user is None else user.username) == expected
+    # (what the caller's token says of admin rights is never taken)
+    assert user is None or not user.admin
+
+
+USERS_TOKEN, SERVICE_TOKEN = "users-token", "service-token"
+
+
+class _Hub(http.server.BaseHTTPRequestHandler):
+    """A stand-in Hub API: ``/user`` for the caller's token, ``/users/NAME`` and its token
+    for the service's (``service-token``); the answers from ``state``."""
+
+    state: ClassVar[dict[str, Any]] = {}
+
+    def do_GET(self) -> None:
+        token = self.headers.get("Authorization", "").removeprefix("token ")
+        caller, service = token == USERS_TOKEN, token == SERVICE_TOKEN
+        state = self.state
+        state["asked"] = state.get("asked", 0) + 1
+        if self.path == "/hub/api/user" and caller:
+            body: Any = {
+                "kind": "user",
+                "name": "alice",
+                "admin": True,
+                "scopes": state["scopes"],
+                "token_id": "a7",
+            }
+        elif self.path == "/hub/api/users/alice" and service:
+            body = {"kind": "user", "name": "alice", "admin": state["admin"]}
+        elif self.path == "/hub/api/users/alice/tokens/a7" and service:
+            body = {"id": "a7", "expires_at": state["expires_at"]}
+        else:
+            self.send_response(403)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def hub_provider(**state: Any) -> HubIdentityProvider:
+    _Hub.state = {"scopes": ["access:services!service=gpudev"], "admin": False, **state}
+    _Hub.state.setdefault("expires_at", None)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/hub/api"
+    return HubIdentityProvider(api_url=url, api_token=SERVICE_TOKEN, service_name="gpudev")
+
+
+@pytest.mark.parametrize(
+    ("scopes", "accepted"),
+    [
+        (["access:services!service=gpudev"], True),
+        (["access:services"], True),
+        (["access:services!service=other"], False),
+        (["read:users:name!user=alice", "access:servers!server=bob/"], False),
+        ([], False),
+    ],
+)
+def test_only_a_token_scoped_to_the_service_acts_for_its_user(
+    scopes: list[str], accepted: bool
+) -> None:
+    provider = hub_provider(scopes=scopes)
+    answer = asyncio.run(provider.user_for_token(USERS_TOKEN))
+    if accepted:
+        assert isinstance(answer, HubUser)
+        assert answer.name == "alice"
+    else:
+        assert isinstance(answer, str)
+        assert "access:services!service=gpudev" in answer
+
+
+def test_the_admin_flag_is_what_the_hub_tells_the_service() -> None:
+    # (the caller's own /user answer says admin: true; the service's read says otherwise)
+    answer = asyncio.run(hub_provider(admin=False).user_for_token(USERS_TOKEN))
+    assert isinstance(answer, HubUser)
+    assert not answer.admin
+    answer = asyncio.run(hub_provider(admin=True).user_for_token(USERS_TOKEN))
+    assert isinstance(answer, HubUser)
+    assert answer.admin
+
+
+def test_an_answer_is_kept_no_longer_than_the_cache_or_the_tokens_expiry() -> None:
+    # Given a token that expires in 0.3 s and a cache of 5 s
+    soon = datetime.fromtimestamp(time.time() + 0.3, tz=timezone.utc).isoformat()
+    provider = hub_provider(expires_at=soon)
+    asyncio.run(provider.user_for_token(USERS_TOKEN))
+    asked = _Hub.state["asked"]
+    # When it is asked for again before and after its expiry
+    asyncio.run(provider.user_for_token(USERS_TOKEN))
+    before = _Hub.state["asked"]
+    time.sleep(0.4)
+    asyncio.run(provider.user_for_token(USERS_TOKEN))
+    # Then the Hub was asked again only once it had expired
+    assert before == asked
+    assert _Hub.state["asked"] > asked
+
+
+def test_without_a_token_of_its_own_the_service_refuses_everyone() -> None:
+    provider = hub_provider()
+    provider.api_token = ""
+    with pytest.raises(HTTPError) as caught:
+        asyncio.run(provider.user_for_token(USERS_TOKEN))
+    assert caught.value.status_code == 503
 
 
 def test_the_service_accepts_no_token_of_its_own() -> None:
