@@ -76,6 +76,9 @@ class Target:
     kernel_id: str | None = None
     #: ``"uid:gid"`` to run as (``None``: the image's user).
     user: str | None = None
+    #: Supplementary group ids of that user (the shared service runs a user's containers
+    #: with their groups, as a login would).
+    groups: tuple[int, ...] = ()
     #: The network to join unless the environment names a network mode (``None``: default).
     network: str | None = None
     #: Variables added to the environment's ``containerEnv`` (the CA bundle's).
@@ -149,6 +152,8 @@ def create_args(env: Environment, target: Target, confinement: Confinement) -> d
     }
     if target.user is not None:
         args["user"] = target.user
+        if target.groups:
+            args["group_add"] = [str(group) for group in target.groups]
     if uuids and target.injection is not None:
         args["devices"] = list(target.injection.devices)
         mounts.extend(target.injection.mounts)

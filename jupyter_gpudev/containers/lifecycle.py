@@ -59,6 +59,7 @@ from ..errors import (
     Conflict,
     EngineError,
     EngineUnreachable,
+    Forbidden,
     GPUDevError,
     engine_error,
     engine_errors,
@@ -137,7 +138,18 @@ class DevContainers(ContainerLookup):
     run_as_server_user = Bool(
         True,
         help="""Run containers as the server user's uid:gid so that files written in the
-        workspace keep their owner. Off: the image's user (often root).""",
+        workspace keep their owner; in the shared service, as the calling user's uid:gid
+        with their groups (on its own machine; on an ssh:// host as the SSH user). Off: the
+        image's user (often root).""",
+    ).tag(config=True)
+
+    allow_root = Bool(
+        False,
+        help="""The shared service: let an environment that asks for root ("remoteUser":
+        "root") run as the image's user, usually root, instead of as the calling user. Root
+        in a dev container can change everything in it (and what a commit pushes), and with
+        a mounted folder, write files there as root. Off: such an environment is refused.
+        Single-user servers run containers as their own user whatever this says.""",
     ).tag(config=True)
 
     publish_ports = Bool(
@@ -809,6 +821,7 @@ class DevContainers(ContainerLookup):
         network = None
         if self.network and not env.run_options.network_mode:
             network = self.network if dry_run else self._ensure_network(client)
+        user, groups = self._run_as(host, env)
         return Target(
             name=name,
             owner=owner,
@@ -824,7 +837,8 @@ class DevContainers(ContainerLookup):
             lease_id=lease_id,
             gpu_uuids=uuids,
             kernel_id=kernel_id,
-            user=host.user_ids() if self.run_as_server_user else None,
+            user=user,
+            groups=groups,
             network=network,
             extra_env=extra_env,
             injection=injection,
@@ -910,6 +924,28 @@ class DevContainers(ContainerLookup):
         return planning.docker_plan(
             host=host.name, name=name, image=image, gpu_uuids=uuids, create=create, notes=notes
         )
+
+    def _run_as(self, host: Host, env: Environment) -> tuple[str | None, tuple[int, ...]]:
+        """Who a new container runs as (``uid:gid``, ``None``: the image's user) and with
+        which supplementary groups. The shared service runs it as the calling user (their
+        account on its machine, ``workspace_owner``), never as itself; an environment that
+        asks for root gets it there only with ``allow_root``."""
+        if self.workspace_owner is None or self.access.single_user:
+            return (host.user_ids() if self.run_as_server_user else None), ()
+        if env.remote_user in ("root", "0"):
+            if not self.allow_root:
+                raise Forbidden(
+                    f"The environment {env.name!r} asks to run as root (remoteUser); the gpudev "
+                    "service runs your containers as you unless an administrator sets "
+                    "c.DevContainers.allow_root"
+                )
+            return None, ()
+        if not host.spec.is_local or not self.run_as_server_user:
+            return (host.user_ids() if self.run_as_server_user else None), ()
+        uid, gid = self.workspace_owner
+        name = self.access.user
+        groups = tuple(sorted(set(os.getgrouplist(name, gid)) - {gid})) if name else ()
+        return f"{uid}:{gid}", groups
 
     def _mounts(self, host: Host, env: Environment) -> tuple[builtins.list[ResolvedMount], str]:
         """The workspace and declared mounts, checked on the host they are paths of: this

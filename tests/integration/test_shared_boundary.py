@@ -20,7 +20,7 @@ import pytest
 
 from jupyter_gpudev.containers.model import docker_name
 from jupyter_gpudev.labels import L_OWNER
-from tests.hub import ADMIN, Hub, HubMissing, request, run_hub
+from tests.hub import ADMIN, USERS_ROOT, Hub, HubMissing, request, run_hub
 
 pytestmark = pytest.mark.integration
 
@@ -254,3 +254,61 @@ def test_an_administrator_demoted_in_the_hub_loses_the_rights_within_five_second
         assert status == 403, body
     finally:
         assert hub.call("PATCH", f"/users/{ADMIN}", {"admin": True})[0] == 200
+
+
+# -- 12. a user's containers run as their account ------------------------------------------------
+
+
+def test_a_users_container_runs_as_their_account(
+    hub: Hub, docker_client: docker.DockerClient
+) -> None:
+    # Given alice (a local account, not root) and the service (root)
+    account = pwd.getpwnam(ALICE)
+    alice = hub.token_for(ALICE)
+    name = f"alice-uid-{secrets.token_hex(3)}"
+    # When she starts a dev container
+    status, body = start(alice, name)
+    assert status == 201, body
+    try:
+        container = docker_client.containers.get(docker_name(name))
+        source, _ = workspace_of(docker_client, name)
+        target = next(m for m in container.attrs["Mounts"] if m["Source"] == source)
+        made = f"{target['Destination']}/made-in-{name}"
+        code, out = container.exec_run(["sh", "-c", 'id -u; id -G; touch "$1"', "-", made])
+        # Then its processes are hers, with her groups, and so is what they write in her folder
+        assert code == 0, out
+        assert isinstance(out, bytes)
+        uid, groups = out.decode().split("\n")[:2]
+        assert int(uid) == account.pw_uid
+        expected = set(os.getgrouplist(ALICE, account.pw_gid))
+        assert {int(g) for g in groups.split()} == expected
+        assert Path(source, f"made-in-{name}").stat().st_uid == account.pw_uid
+    finally:
+        remove(alice, name)
+
+
+def test_an_environment_asking_for_root_is_refused_unless_an_administrator_allows_it(
+    hub: Hub,
+) -> None:
+    # Given an environment of alice's that asks to run as root
+    account = pwd.getpwnam(ALICE)
+    alice = hub.token_for(ALICE)
+    first = f"alice-root-{secrets.token_hex(3)}"
+    assert start(alice, first)[0] == 201  # (her folder made by the service)
+    remove(alice, first)
+    folder = USERS_ROOT / ALICE / ".devcontainer" / "rooty"
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = folder / "devcontainer.json"
+    spec.write_text('{"image": "gpudev-python:bookworm", "remoteUser": "root"}')
+    for path in (folder.parent, folder, spec):
+        os.chown(path, account.pw_uid, account.pw_gid)
+    # When she starts it
+    name = f"alice-rooty-{secrets.token_hex(3)}"
+    body = {"environment": "rooty", "name": name}
+    status, answer = request("POST", CONTAINERS, body, token=alice)
+    if status == 201:
+        remove(alice, name)
+    # Then the service refuses, saying who may allow it
+    assert status == 403, answer
+    assert "root" in answer["message"]
+    assert "c.DevContainers.allow_root" in answer["message"]

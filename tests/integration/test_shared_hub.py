@@ -420,7 +420,7 @@ def test_a_web_port_is_served_by_the_users_server_in_a_sandbox(
         container = docker_client.containers.get(docker_name(name))
         page = f"hello from {name}"
         container.exec_run(
-            ["sh", "-c", f"mkdir -p /srv/web && echo '{page}' > /srv/web/index.html"]
+            ["sh", "-c", f"mkdir -p /tmp/web && echo '{page}' > /tmp/web/index.html"]
         )
         container.exec_run(
             [
@@ -431,7 +431,7 @@ def test_a_web_port_is_served_by_the_users_server_in_a_sandbox(
                 "--bind",
                 "0.0.0.0",
                 "--directory",
-                "/srv/web",
+                "/tmp/web",
             ],
             detach=True,
         )
@@ -499,7 +499,8 @@ def test_the_command_line_works_through_the_service_as_the_user(
         assert "No dev container" in refused.stderr
         # a change, seen by alice's diff through the service
         container = docker_client.containers.get(docker_name(name))
-        container.exec_run(["sh", "-c", "echo made-by-alice > /etc/gpudev-cli-test"])
+        # (as root in it: alice's own processes run as her account, which cannot write /etc)
+        container.exec_run(["sh", "-c", "echo made-by-alice > /etc/gpudev-cli-test"], user="0")
         diff = gpudev_as(hub, ALICE, "diff", name)
         assert diff.returncode == 0, diff.stderr
         assert "/etc/gpudev-cli-test" in diff.stdout + diff.stderr
@@ -509,7 +510,7 @@ def test_the_command_line_works_through_the_service_as_the_user(
         written = Path(json.loads(committed.stdout)["written"])
         assert written.is_relative_to(USERS_ROOT / ALICE), written
         assert written.stat().st_uid == pwd.getpwnam(ALICE).pw_uid
-        container.exec_run(["sh", "-c", "echo again > /etc/gpudev-cli-test-2"])
+        container.exec_run(["sh", "-c", "echo again > /etc/gpudev-cli-test-2"], user="0")
         stopped = gpudev_as(hub, ALICE, "stop", name, "--json")
         assert json.loads(stopped.stdout)["state"] == "exited"
         assert gpudev_as(hub, ALICE, "rm", name).returncode == 6  # changes: needs --force
