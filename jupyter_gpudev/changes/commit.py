@@ -13,9 +13,14 @@ half-done when a later step fails:
 3. **snapshot**: a ``docker commit`` image of the container, tagged, labelled with its
    environment, base image digest and the diff's hash, with the driver files an NVIDIA runtime
    injected removed, and an image configuration of its own (the environment image's command
-   and variables plus the committed ENV lines: no lease, runtime or credential variable);
+   and variables plus the committed ENV lines: no lease, runtime or credential variable). The
+   tag is the user's TAG, or in shared mode TAG under the user's own repository
+   (``snapshots.py``), and it never replaces an image that is not this user's snapshot
+   (``Conflict``); the image is recorded as theirs in gpudev's state;
 4. **push**: the snapshot to the registry its tag names, with the user's credentials; a
-   failure restores the tag as it was;
+   failure restores the tag as it was. In shared mode the registry's name is tagged for the
+   push only (and put back as it was after it), and never over an image that is not this
+   user's snapshot;
 5. **write**: only now is the workspace written (``ChangeCapture.apply``), and with ``verify``
    the verified image becomes the environment's image (the next start does not rebuild).
 """
@@ -29,7 +34,9 @@ import json
 import re
 import tarfile
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -41,7 +48,15 @@ from docker.utils import build as docker_build
 
 from ..containers import commandlog
 from ..engine import Progress, Reference, Registries, stream_build
-from ..errors import ENGINE_FAILURES, FAILURES, BadRequest, EngineError, GPUDevError, engine_errors
+from ..errors import (
+    ENGINE_FAILURES,
+    FAILURES,
+    BadRequest,
+    Conflict,
+    EngineError,
+    GPUDevError,
+    engine_errors,
+)
 from ..labels import (
     L_PROBE,
     L_SNAPSHOT_CONTAINER,
@@ -60,6 +75,7 @@ from . import compare as cp
 from . import model as ch
 from .export import digest_differences, read_digests
 from .podbuild import PodBuild
+from .snapshots import SnapshotRecords, SnapshotTags, snapshot_tags
 
 if TYPE_CHECKING:
     from .capture import ChangeCapture, Prepared, WriteResult
@@ -146,17 +162,23 @@ class VerifyReport:
 
 @dataclass
 class Snapshot:
-    """A snapshot image: its tag, id, labels, the driver files left out, the pushed digest."""
+    """A snapshot image: where it is (``reference``: its tag on the engine, or a pod's pushed
+    reference), its id, labels, the driver files left out, its tag on the engine (``local``,
+    ``None`` for a pod's), where it was pushed and the pushed digest."""
 
     reference: str
     image_id: str
     labels: dict[str, str]
     removed_driver_files: list[str]
     pushed_digest: str | None = None
+    local: str | None = None
+    pushed_to: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "reference": self.reference,
+            "local": self.local,
+            "pushed_to": self.pushed_to,
             "image_id": self.image_id,
             "labels": dict(self.labels),
             "removed_driver_files": list(self.removed_driver_files),
@@ -194,6 +216,8 @@ class Committer:
         self.capture = capture
         self.registries = registries
         self.log = capture.containers.log
+        #: Which images gpudev made as whose snapshot (in ``c.DevContainers.state_dir``).
+        self.snapshots = SnapshotRecords(capture.containers.state_dir)
 
     def commit(
         self,
@@ -204,6 +228,7 @@ class Committer:
     ) -> CommitResult:
         say = say or (lambda _event: None)
         options.check()
+        tags = self._tags(options)  # a tag that is not the user's is refused before any work
         say({"stage": "capture", "message": f"reading the changes of {name}"})
         early, on_pod = (
             self._commit_early(name, host, start=bool(options.snapshot))
@@ -244,11 +269,13 @@ class Committer:
                         + ". Nothing was written.",
                         details={"differences": result.verify.differences},
                     )
-            if options.snapshot:
+            if tags is not None:
                 result.snapshot = (
                     self._pod_snapshot(prepared, options, say)
                     if captured.pod is not None
-                    else self._snapshot(captured.engine()[0], prepared, options, say, early)
+                    else self._snapshot(
+                        captured.engine()[0], prepared, options, tags, say, early=early
+                    )
                 )
             if options.write:
                 say({"stage": "write", "message": f"writing {prepared.dockerfile}"})
@@ -336,12 +363,19 @@ class Committer:
         self, client: docker.DockerClient, prepared: Prepared, image_id: str, say: Progress
     ) -> bool:
         """Tag the verified image as the environment's image, when the written Dockerfile is
-        what the environment builds now (then the next start does not build it again)."""
+        what the environment builds now (then the next start does not build it again). In
+        shared mode only when the host has no image of that name yet: one it has (built from
+        the same Dockerfile, maybe by another user with other files) is never replaced."""
         manager = self.capture.containers
         try:
             env = manager.environments.get(prepared.captured.environment.name, manager.root_dir)
             if env.build is None or env.build.target:
                 return False
+            if not manager.access.single_user:
+                existing = _image_id(client, env.image_ref())
+                if existing is not None and existing != image_id:
+                    self.log.info("The verified image is not reused: %s exists", env.image_ref())
+                    return False
             repository, tag = env.image_ref().rsplit(":", 1)
             client.api.tag(image_id, repository, tag)
         except FAILURES as exc:
@@ -416,18 +450,53 @@ class Committer:
             digest = PodBuild(self.capture, self.registries).run(
                 prepared, tag, labels, say, context=context, dockerfile=VERIFY_DOCKERFILE
             )
-        return Snapshot(tag, "", labels, [], pushed_digest=digest)
+        return Snapshot(tag, "", labels, [], pushed_digest=digest, pushed_to=tag)
+
+    def _tags(self, options: CommitOptions) -> SnapshotTags | None:
+        """Where the snapshot goes: TAG, or in shared mode TAG under the user's repository
+        (``snapshots.snapshot_tags``); ``None`` without a snapshot."""
+        if not options.snapshot:
+            return None
+        access = self.capture.containers.access
+        user = None if access.single_user else access.local().name
+        return snapshot_tags(options.snapshot, user, push=options.push)
+
+    def _check_replaceable(self, image_id: str | None, name: str, pushed: bool) -> None:
+        """A ``Conflict`` unless ``image_id`` (the image the engine has as ``name`` now, if
+        any) is a snapshot gpudev made for this user: in single-user mode, one it made at all
+        (its state folder is the user's). Known from gpudev's state, never from labels."""
+        if image_id is None:
+            return
+        access = self.capture.containers.access
+        owner = self.snapshots.owner(image_id)
+        if owner is not None and (access.single_user or owner == access.local().name):
+            return
+        if pushed:
+            why = (
+                "a push would replace the host's copy of it (pulled, or another user's) while "
+                "it runs: push to another reference, or ask an administrator to remove that copy"
+            )
+        elif access.single_user:
+            why = f"choose another tag (or remove that image first: docker rmi {name})"
+        else:
+            why = "choose another tag"
+        raise Conflict(
+            f"The GPU host already has an image {name}, and it is not a snapshot you made with "
+            f"gpudev, so it is not replaced: {why}",
+            details={"reference": name},
+        )
 
     def _snapshot(
         self,
         client: docker.DockerClient,
         prepared: Prepared,
         options: CommitOptions,
+        tags: SnapshotTags,
         say: Progress,
+        *,
         early: _EarlyCommit | None = None,
     ) -> Snapshot:
-        assert options.snapshot  # noqa: S101 - checked by the caller
-        reference = Reference.parse(options.snapshot)
+        reference = Reference.parse(tags.local)
         captured = prepared.captured
         secrets = self._layer_credentials(prepared) if options.push else []
         if secrets:
@@ -448,7 +517,8 @@ class Committer:
             if int(d["Kind"]) != 2 and cl.is_driver_path(str(d["Path"]))
         )
         own = [p for p in commandlog.OWN_PATHS if any(str(d["Path"]) == p for d in captured.diff)]
-        previous = _image_id(client, options.snapshot)
+        previous = _image_id(client, reference.name)
+        self._check_replaceable(previous, tags.local, pushed=False)
         temporary: list[str] = []
         try:
             with engine_errors(f"Committing {captured.info.name}", self.log):
@@ -478,15 +548,39 @@ class Committer:
                 _remove_image(client, image)
             if early is not None:
                 early.discard()
-        snapshot = Snapshot(options.snapshot, image_id, labels, drivers)
-        say({"stage": "snapshot", "message": f"tagged {options.snapshot} ({image_id[:19]})"})
-        if options.push:
-            try:
-                snapshot.pushed_digest = self.registries.push(client, options.snapshot, say)
-            except BaseException:
-                _restore_tag(client, reference, previous)
-                raise
+        snapshot = Snapshot(tags.local, image_id, labels, drivers, local=tags.local)
+        say({"stage": "snapshot", "message": f"tagged {tags.local} ({image_id[:19]})"})
+        try:
+            self.snapshots.record(image_id, self.capture.containers.access.local().name, tags.local)
+            if tags.push is not None:
+                snapshot.pushed_digest = self._push(client, image_id, tags, say)
+                snapshot.pushed_to = tags.push
+        except BaseException:
+            _restore_tag(client, reference, previous)
+            raise
         return snapshot
+
+    def _push(
+        self, client: docker.DockerClient, image_id: str, tags: SnapshotTags, say: Progress
+    ) -> str:
+        """Push the snapshot ``image_id`` (tagged ``tags.local``) to ``tags.push``. When that is
+        another name (shared mode), the name is tagged for the push only, one push at a time
+        in this process, and put back as it was after it: never over an image that is not
+        this user's snapshot, and what is pushed is the image just made."""
+        assert tags.push is not None  # noqa: S101 - checked by the caller
+        if tags.push == tags.local:
+            return self.registries.push(client, tags.push, say)
+        target = Reference.parse(tags.push)
+        with _one_push_to(target.name):
+            before = _image_id(client, target.name)
+            if before != image_id:
+                self._check_replaceable(before, tags.push, pushed=True)
+            try:
+                with engine_errors(f"Tagging the snapshot as {tags.push}", self.log):
+                    client.api.tag(image_id, target.repository, target.tag)
+                return self.registries.push(client, tags.push, say)
+            finally:
+                _restore_tag(client, target, before)
 
     def _layer_credentials(self, prepared: Prepared) -> list[str]:
         """Files of the container's layer that look like credentials: the kept ones (by name,
@@ -607,6 +701,20 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+_PUSHES_LOCK = threading.Lock()
+_PUSHES: dict[str, threading.Lock] = {}
+
+
+@contextlib.contextmanager
+def _one_push_to(name: str) -> Iterator[None]:
+    """Held while a push tags ``name`` for itself: no other push of this process (the shared
+    service's users) tags it meanwhile, so each pushes its own image."""
+    with _PUSHES_LOCK:
+        lock = _PUSHES.setdefault(name, threading.Lock())
+    with lock:
+        yield
+
+
 def _image_id(client: docker.DockerClient, ref: str) -> str | None:
     with engine_errors(f"Looking up {ref}"):
         try:
@@ -621,7 +729,8 @@ def _remove_image(client: docker.DockerClient, image: str) -> None:
 
 
 def _restore_tag(client: docker.DockerClient, reference: Reference, previous: str | None) -> None:
-    """Put a tag back as it was before a failed snapshot push (removed when it was new)."""
+    """Put a tag back as it was (``previous``; removed when it had none): after a failed
+    snapshot push, after a push that tagged a registry's name for itself."""
     with contextlib.suppress(*ENGINE_FAILURES):
         if previous is None:
             client.images.remove(f"{reference.repository}:{reference.tag}", noprune=False)
