@@ -17,9 +17,11 @@ import builtins
 import contextlib
 import json
 import os
+import pwd
 import re
 import secrets
 import socket
+import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
@@ -39,6 +41,7 @@ from ..engine import (
     LegacyGPUInjection,
     Progress,
     Registries,
+    firewall,
 )
 from ..engine.driver import Injection
 from ..environments import (
@@ -61,6 +64,7 @@ from ..errors import (
     EngineUnreachable,
     Forbidden,
     GPUDevError,
+    LimitReached,
     engine_error,
     engine_errors,
 )
@@ -92,8 +96,19 @@ from ..leasing import (
 from . import commandlog, seccomp
 from . import plan as planning
 from .commands import run_lifecycle_commands
-from .create import Confinement, Target, create_args
+from .create import Confinement, Target, create_args, tightest
 from .images import ensure_image
+from .limits import (
+    Limits,
+    UserLimits,
+    Whose,
+    admit_gpus,
+    check_count,
+    check_gpus,
+    container_resources,
+    holdings,
+    owner_lock,
+)
 from .lookup import ContainerLookup
 from .model import (
     PREFIX,
@@ -115,6 +130,14 @@ from .pods import Pods, annotation, pod_changes, pod_info, pod_kernel, pod_uid
 from .reconcile import orphan_kernel_containers, process_alive, reconcile_host
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
+
+
+def _uid_of(owner: str) -> int | None:
+    """The uid of the local account ``owner`` (a container's owner label), if there is one."""
+    try:
+        return pwd.getpwnam(owner).pw_uid if owner else None
+    except KeyError:
+        return None
 
 
 def _now() -> str:
@@ -141,6 +164,17 @@ class DevContainers(ContainerLookup):
         workspace keep their owner; in the shared service, as the calling user's uid:gid
         with their groups (on its own machine; on an ssh:// host as the SSH user). Off: the
         image's user (often root).""",
+    ).tag(config=True)
+
+    port_guard = Bool(
+        True,
+        help="""Close the ports of dev containers on this machine's engine (kernels, web apps)
+        to every account but this server's (and root's; in the shared service, also each
+        container's owner's, whose server connects to their kernels): an iptables chain,
+        GPUDEV-PORTS, on the way to the containers' network (c.ContainerLookup.network),
+        rewritten at each start, resume, stop and removal. It needs root (or CAP_NET_ADMIN)
+        and iptables; without them the server says once that the ports are open to local
+        accounts. Off: gpudev leaves the firewall alone.""",
     ).tag(config=True)
 
     allow_root = Bool(
@@ -241,6 +275,7 @@ class DevContainers(ContainerLookup):
     ).tag(config=True)
 
     environments = Instance(EnvironmentManager)
+    limits = Instance(UserLimits, help="Each user's limits (``c.UserLimits``).")
     mount_policy = Instance(MountPolicy)
     legacy_gpus = Instance(LegacyGPUInjection)
     registries = Instance(Registries)
@@ -260,6 +295,10 @@ class DevContainers(ContainerLookup):
     @default("mount_policy")
     def _default_mount_policy(self) -> MountPolicy:
         return MountPolicy(parent=self)
+
+    @default("limits")
+    def _default_limits(self) -> UserLimits:
+        return UserLimits(parent=self)
 
     # ------------------------------------------------------------------------------------------
     # Plumbing
@@ -407,7 +446,9 @@ class DevContainers(ContainerLookup):
         self.ledger.set_pinned(host.name, name, False)
         try:
             say({"stage": "start", "message": f"starting {docker_name(name)}"})
+            self._guard_ports(host, unless_hooked=True)  # closed before it runs
             self._start_and_check(name, container)
+            self._guard_ports(host)
         except BaseException as exc:
             self._undo(container, lease, host)
             if isinstance(exc, GPUDevError):
@@ -682,7 +723,9 @@ class DevContainers(ContainerLookup):
                 self.ledger.release(lease.lease_id)
                 raise
         try:
+            self._guard_ports(found_host, unless_hooked=True)
             self._start_and_check(user, container)
+            self._guard_ports(found_host)
         except BaseException as exc:
             # The lease goes only with the container stopped: it may have started after all.
             try:
@@ -1053,8 +1096,38 @@ class DevContainers(ContainerLookup):
             raise EngineError(f"{user_name(name)!r} is still running after stop; lease kept")
         self._release_for(host, container)
 
+    def _guard_ports(self, host: Host, *, unless_hooked: bool = False) -> None:
+        """Write the firewall in front of the dev containers' ports (``c.DevContainers.
+        port_guard``, ``engine/firewall.py``): root and this server's account reach them, and
+        each running container's owner (their local account) reaches theirs: the shared
+        service's users' servers connect to their own kernels. Written from the engine's
+        containers, whichever process writes it (the service, a server, the command line).
+        ``unless_hooked``: only if this process has not hooked the chain yet (before a start:
+        once hooked, a new container is closed until the write after its start)."""
+        if not (self.port_guard and self.network and host.spec.is_local):
+            return
+        guard = firewall.port_guard(self.log)
+        if (unless_hooked and guard.hooked) or not guard.available():
+            return
+        try:
+            client = host.client()
+            config = client.networks.get(self.network).attrs.get("IPAM", {}).get("Config") or []
+            subnets = [str(c["Subnet"]) for c in config if c.get("Subnet")]
+            per_address: dict[str, set[int]] = {}
+            running = client.containers.list(filters={"label": L_MANAGED, "network": self.network})
+            for one in running:
+                networks = one.attrs.get("NetworkSettings", {}).get("Networks") or {}
+                address = (networks.get(self.network) or {}).get("IPAddress")
+                uid = _uid_of(one.labels.get(L_OWNER, ""))
+                if address and uid is not None:
+                    per_address.setdefault(str(address), set()).add(uid)
+            guard.write(subnets, {0, os.geteuid()}, per_address)
+        except (*ENGINE_FAILURES, RuntimeError, OSError, subprocess.SubprocessError):
+            self.log.exception("gpudev: the firewall of the dev containers' ports not written")
+
     def _release_for(self, host: Host, container: Container) -> None:
         # By container, not by the label's lease id: a resumed container holds a newer lease.
+        self._guard_ports(host)  # its address is no one's way in any more
         self.ledger.release_container(host.name, container.labels.get(L_NAME, ""))
         if labelled_gpus(container.labels):
             self._claims(host).release(str(container.id))

@@ -21,6 +21,7 @@ import pytest
 from jupyter_gpudev.containers.model import docker_name
 from jupyter_gpudev.labels import L_OWNER
 from tests.hub import ADMIN, USERS_ROOT, Hub, HubMissing, request, run_hub
+from tests.integration.test_port_guard import connect_as, listening
 
 pytestmark = pytest.mark.integration
 
@@ -312,3 +313,35 @@ def test_an_environment_asking_for_root_is_refused_unless_an_administrator_allow
     assert status == 403, answer
     assert "root" in answer["message"]
     assert "c.DevContainers.allow_root" in answer["message"]
+
+
+# -- 6. a container's ports are its owner's --------------------------------------------------------
+
+
+def test_only_the_owner_reaches_the_ports_of_their_container(
+    hub: Hub, docker_client: docker.DockerClient
+) -> None:
+    # Given alice's dev container with a port listening in it (as her kernels' do)
+    alice = hub.token_for(ALICE)
+    name = f"alice-ports-{secrets.token_hex(3)}"
+    assert start(alice, name)[0] == 201
+    try:
+        address = listening(docker_client, name, 8124)
+        # When bob, on the same machine, connects to it, and alice does
+        bobs, alices = connect_as(BOB, address, 8124), connect_as(ALICE, address, 8124)
+        # Then bob is refused and alice (her server) connects
+        assert bobs.startswith("refused"), bobs
+        assert alices == "connected"
+    finally:
+        remove(alice, name)
+    # ... and once it is gone, its address is not hers any more
+    assert f"{address}/32" not in firewall_rules()
+
+
+def firewall_rules() -> str:
+    return subprocess.run(
+        ["/usr/sbin/iptables", "-w", "-S", "GPUDEV-PORTS"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
