@@ -11,6 +11,23 @@ change what was mounted. (Someone who can write inside an allowed root can still
 for a link between the check and the container's creation; only trusted roots should be
 writable.)
 
+In the shared service (``caller`` set: one service mounts for every user, as root), a mount is
+also checked with the caller's rights on this machine, as the kernel would decide them (their
+uid, primary and supplementary groups against the mode bits, or the access ACL, of the source
+and of every folder on the way to it): they must be able to search every folder above it and
+read it (and write it, for a writable mount); a mount that does not say becomes read-only
+where they may not write. A source with a part the caller may rename (they may write its
+parent, and it is not a sticky folder that keeps it) is refused: the engine finds a bind
+mount's source by its path again at every start and resume, so they could swap that part for
+a link to any folder (as ``shared.folders`` lays out users' folders so that no user can).
+Each part is read without following links, and one that is a link by then is refused: the
+path checked is the resolved path the engine gets. The check covers the source and the way to
+it, not its contents: a dev container running as root (``c.DevContainers.allow_root``, a
+single-user server's) reads everything inside a mount whatever its files' modes, so an allowed
+root without ``{user}`` should hold only what every user may read, and a mount holding every
+user's folder of a ``{user}`` root is refused. A remote host's
+folders are not mounted for a shared service's user (their rights there cannot be checked).
+
 Mounts carry no ``nosuid``: Engine 20.10 takes none on a bind mount (nor through a ``local``
 volume's ``o=bind,nosuid``, measured: the container's mount had no ``nosuid``), and it would not
 help the host anyway, where a setuid bit is part of the file. Root in a container cannot set one
@@ -20,9 +37,12 @@ makes any that exist useless inside the container.
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
+import pwd
 import stat
+import struct
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -35,6 +55,7 @@ from traitlets import Bool, Dict, List, Unicode, default
 from traitlets import Union as UnionTrait
 from traitlets.config import LoggingConfigurable
 
+from ..access import Access
 from ..engine.buildkit import BUNDLE_LIMIT, BuildTrust
 from ..errors import BadRequest, ConfigError, GPUDevError
 from .model import DeclaredMount
@@ -65,6 +86,8 @@ CA_BUNDLE_ENV_VARS = (
     "CARGO_HTTP_CAINFO",
 )
 ROOTS_TRAIT = "c.MountPolicy.allowed_roots"
+#: What an allowed root names the caller's name with (shared mode), or the server's user.
+USER = "{user}"
 
 
 class MountNotAllowed(GPUDevError):
@@ -95,11 +118,106 @@ class ResolvedMount:
 
 @dataclass(frozen=True)
 class AllowedRoot:
-    """One entry of ``allowed_roots``: ``path`` as configured, ``real`` with links resolved."""
+    """One entry of ``allowed_roots``: ``path`` as configured (``{user}`` replaced), ``real``
+    with links resolved; ``users``: for a per-user root (``/data/{user}``), the folder holding
+    every user's (``/data``), resolved, else ``""``."""
 
     path: str
     real: str
     writable: bool
+    users: str = ""
+
+
+_READ, _WRITE, _SEARCH = 4, 2, 1
+_ACL_XATTR = "system.posix_acl_access"
+_ACL_USER_OBJ, _ACL_USER, _ACL_GROUP_OBJ, _ACL_GROUP, _ACL_MASK, _ACL_OTHER = (
+    0x01,
+    0x02,
+    0x04,
+    0x08,
+    0x10,
+    0x20,
+)
+
+
+def _access_acl(path: str) -> list[tuple[int, int, int]] | None:
+    """The access ACL of ``path`` (not followed) as (tag, permissions, id) entries, or ``None``
+    for none (its mode bits decide). ``OSError``/``ValueError`` when it cannot be read."""
+    try:
+        raw = os.getxattr(path, _ACL_XATTR, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+            return None
+        raise
+    if len(raw) < 4 or (len(raw) - 4) % 8 or struct.unpack_from("<I", raw)[0] != 2:
+        raise ValueError(f"{path} has an access ACL of an unknown form")
+    return [struct.unpack_from("<HHI", raw, offset) for offset in range(4, len(raw), 8)]
+
+
+@dataclass(frozen=True)
+class Rights:
+    """What user ``name`` may do with this machine's files: their account's uid and groups
+    (``uid`` ``None``: no account here, so only what everyone may)."""
+
+    name: str
+    uid: int | None
+    groups: frozenset[int]
+
+    @classmethod
+    def of(cls, name: str) -> Rights:
+        """``name``'s rights now (their account and groups looked up at each check)."""
+        try:
+            account = pwd.getpwnam(name)
+        except KeyError:
+            return cls(name, None, frozenset())
+        return cls(name, account.pw_uid, frozenset(os.getgrouplist(name, account.pw_gid)))
+
+    def may(self, path: str, info: os.stat_result, want: int) -> bool:
+        """Whether they may ``want`` (read 4, write 2, search 1, or'ed) on ``path`` (``info``
+        its ``lstat``), as the kernel decides: the ACL where it has one, else the mode bits."""
+        if self.uid == 0:
+            return True
+        entries = _access_acl(path)
+        if entries is None:
+            if self.uid == info.st_uid:
+                bits = info.st_mode >> 6
+            elif info.st_gid in self.groups:
+                bits = info.st_mode >> 3
+            else:
+                bits = info.st_mode
+            return bits & want == want
+        return self._acl_allows(entries, info, want)
+
+    def _acl_allows(
+        self, entries: list[tuple[int, int, int]], info: os.stat_result, want: int
+    ) -> bool:
+        """The kernel's ``posix_acl_permission``: owner, named user, groups (any matching
+        entry that grants it, else refused), other; the mask bounds all but owner and other."""
+        mask = next((perm for tag, perm, _ in entries if tag == _ACL_MASK), 7)
+        by_tag = {tag: perm for tag, perm, _ in entries if tag in (_ACL_USER_OBJ, _ACL_OTHER)}
+        if self.uid is not None and self.uid == info.st_uid:
+            return by_tag.get(_ACL_USER_OBJ, 0) & want == want
+        for tag, perm, ident in entries:
+            if tag == _ACL_USER and ident == self.uid:
+                return perm & mask & want == want
+        in_group = False
+        for tag, perm, ident in entries:
+            if (tag == _ACL_GROUP_OBJ and info.st_gid in self.groups) or (
+                tag == _ACL_GROUP and ident in self.groups
+            ):
+                if perm & mask & want == want:
+                    return True
+                in_group = True
+        return not in_group and by_tag.get(_ACL_OTHER, 0) & want == want
+
+    def could_replace(self, parent: str, above: os.stat_result, info: os.stat_result) -> bool:
+        """Whether they could rename (and so replace) an entry (``info``) of the folder
+        ``parent`` (``above``): they may write and search it, and it is not a sticky folder
+        that keeps the entries of others (``/tmp``) or it is theirs."""
+        if not self.may(parent, above, _WRITE | _SEARCH):
+            return False
+        sticky = bool(above.st_mode & stat.S_ISVTX)
+        return not sticky or self.uid in (above.st_uid, info.st_uid)
 
 
 class LocalPaths:
@@ -200,7 +318,18 @@ class MountPolicy(LoggingConfigurable):
         help="""Host folders whose contents environments may mount (devcontainer.json
         'mounts'), as absolute paths, or dicts {"path": "/data", "writable": true}. Mounts are
         read-only unless their root is writable; the most specific root containing a path
-        decides. Empty (the default): no host folder other than the workspace is mounted.""",
+        decides. Empty (the default): no host folder other than the workspace is mounted.
+        {user} in a path is a user's name: in the shared service (jupyter gpudev serve) the
+        caller's, so that "/data/{user}" gives each user their own folder; in a single-user
+        server c.Access.user, the user it acts for. A mount holding every user's folder
+        ("/data" there) is refused. In the shared service each mount is also checked with the
+        caller's rights on this machine (their account and groups against the modes and ACLs
+        of the folder and of every folder on the way): they must be able to search the way,
+        read it, and write it for a writable mount (one that does not say is read-only where
+        they cannot), and must not be able to rename any folder of its path (they could swap
+        it for a link); a remote host's folders are not mounted for them. A container running
+        as root reads everything inside a mount whatever its files' modes: a root without
+        {user} should hold only what every user may read.""",
     ).tag(config=True)
 
     mount_ca_bundle = Bool(
@@ -232,6 +361,14 @@ class MountPolicy(LoggingConfigurable):
         (protected_paths): every dev container then reads and writes those files (SSH keys,
         registry credentials, Jupyter's configuration). Prefer serving a project folder.""",
     ).tag(config=True)
+
+    caller = Unicode(
+        None,
+        allow_none=True,
+        help="""Not configurable: in the shared service, the user whose environments this
+        policy checks ({user} in allowed_roots; mounts checked with their rights on this
+        machine). None: a single-user server, whose user runs the engine.""",
+    )
 
     #: What the message refusing a workspace says to do (the shared service says its own).
     workspace_hint = Unicode(
@@ -269,6 +406,14 @@ class MountPolicy(LoggingConfigurable):
                     details={"source": source, "protected": real},
                 )
 
+    def user_name(self, where: str) -> str:
+        """What ``{user}`` in a root is: the caller (shared service), else ``c.Access.user``;
+        ``ConfigError`` for a name that is not one folder's."""
+        name = self.caller if self.caller is not None else Access(parent=self).user
+        if name in ("", ".", "..") or "/" in name or "\0" in name:
+            raise ConfigError(f"{where}: {USER} cannot be {name!r}, which is not a folder name")
+        return name
+
     def roots(
         self,
         entries: Sequence[Any] | None = None,
@@ -276,7 +421,8 @@ class MountPolicy(LoggingConfigurable):
         trait: str = ROOTS_TRAIT,
     ) -> list[AllowedRoot]:
         """The allowed roots (``allowed_roots``, or a remote host's ``entries`` resolved on
-        that host), validated; ``ConfigError`` names the bad entry."""
+        that host), validated, ``{user}`` replaced (``user_name``); ``ConfigError`` names the
+        bad entry."""
         roots: list[AllowedRoot] = []
         for index, entry in enumerate(self.allowed_roots if entries is None else entries):
             where = f"{trait}[{index}]"
@@ -296,7 +442,13 @@ class MountPolicy(LoggingConfigurable):
                 raise ConfigError(f"{where}: the root must be an absolute path")
             if _has_dotdot(path):
                 raise ConfigError(f"{where}: write the root without '..'")
-            roots.append(AllowedRoot(path=path, real=paths.realpath(path), writable=writable))
+            users = ""
+            if USER in path:
+                # The folder above the part naming the user holds every user's folder.
+                users = paths.realpath(path.split(USER, 1)[0].rsplit("/", 1)[0] or "/")
+                path = path.replace(USER, self.user_name(where))
+            real = paths.realpath(path)
+            roots.append(AllowedRoot(path=path, real=real, writable=writable, users=users))
         return roots
 
     @staticmethod
@@ -316,11 +468,13 @@ class MountPolicy(LoggingConfigurable):
     ) -> ResolvedMount:
         """Check one bind mount of host ``source`` at container ``target``.
 
-        ``read_only=None`` follows the root: read-write under a writable root, else read-only.
+        ``read_only=None`` follows the root: read-write under a writable root, else read-only
+        (and, for a ``caller``, read-only where they may not write it).
         ``site``: a remote host's (roots, paths, trait name); default this machine's
         ``allowed_roots``. Malformed paths are ``BadRequest``; refusals ``MountNotAllowed`` (403).
         """
         entries, paths, trait = site or (None, LOCAL_PATHS, ROOTS_TRAIT)
+        self._check_site(source, paths, trait)
         if not isinstance(source, str) or not source or "\0" in source:
             raise BadRequest("A mount source must be a host path")
         if _has_dotdot(source):
@@ -346,6 +500,7 @@ class MountPolicy(LoggingConfigurable):
             raise BadRequest(f"The mount source {source!r} does not exist on {paths.where}")
         if paths is LOCAL_PATHS:
             self.check_unprotected(real, "The mount source", state)
+        self._check_users(source, real, roots, trait)
         if read_only is False and not root.writable:
             raise MountNotAllowed(
                 f"The mount source {source!r} cannot be writable: its root {root.path!r} is "
@@ -365,7 +520,95 @@ class MountPolicy(LoggingConfigurable):
                     f"root {nested[0]!r} ({trait})"
                 )
             effective = bool(nested)
+        if self.caller is not None:
+            effective = self._for_caller(source, real, root, read_only, effective)
         return ResolvedMount(source=real, target=normal_target, read_only=effective)
+
+    def _check_site(self, source: str, paths: PathSystem, trait: str) -> None:
+        """Refuse a remote host's folder to a shared service's user: their rights there (an
+        account of another machine) cannot be checked."""
+        if self.caller is not None and paths is not LOCAL_PATHS:
+            raise MountNotAllowed(
+                f"The mount source {source!r} is refused: the gpudev service mounts no folder "
+                f"of {paths.where} for its users, whose rights there it cannot check ({trait}); "
+                "use a folder of the service's own machine"
+            )
+
+    @staticmethod
+    def _check_users(source: str, real: str, roots: list[AllowedRoot], trait: str) -> None:
+        """Refuse ``real`` when it holds every user's folder of a per-user root: root in a
+        container reads all that it mounts, whatever the files' modes."""
+        for other in roots:
+            if other.users and _is_within(other.users, real):
+                raise MountNotAllowed(
+                    f"The mount source {source!r} holds every user's folder of {other.users} "
+                    f"({trait}): a dev container running as root would read them all, whatever "
+                    f"their modes; mount your own, {other.path}"
+                )
+
+    def _for_caller(
+        self, source: str, real: str, root: AllowedRoot, read_only: bool | None, effective: bool
+    ) -> bool:
+        """Whether the mount is read-only (``effective``: as the roots decide) with the
+        caller's rights: refused where they may not have it as asked."""
+        may_write = self._check_caller(source, real, root)
+        if effective or may_write:
+            return effective
+        if read_only is False:
+            raise MountNotAllowed(
+                f"The mount source {source!r} cannot be writable: {self.caller} may not write "
+                f'{real}; mount it read-only ("readonly": true)'
+            )
+        return True
+
+    def _check_caller(self, source: str, real: str, root: AllowedRoot) -> bool:
+        """Refuse ``real`` (``source`` resolved, under ``root``) unless the caller may search
+        every folder on the way, read it, and not rename any part of it; whether they may
+        write it too. Each part is read without following links (one that is a link now is
+        not what was resolved)."""
+        rights = Rights.of(self.caller or "")
+        if rights.uid == 0:
+            return True
+        who = rights.name
+
+        def refuse(why: str) -> MountNotAllowed:
+            return MountNotAllowed(
+                f"The mount source {source!r} is refused: {why}",
+                details={"source": source, "user": who},
+            )
+
+        folder = "/"
+        try:
+            above = os.lstat(folder)
+            swappable: tuple[str, str] | None = None
+            info = above
+            for part in [part for part in real.split("/") if part]:
+                if not rights.may(folder, above, _SEARCH):
+                    raise refuse(f"{who} may not search {folder}, a folder on the way to it")
+                path = os.path.join(folder, part)
+                info = os.lstat(path)
+                if stat.S_ISLNK(info.st_mode):
+                    raise refuse(f"{path} is a link now, not the folder it was; try again")
+                if swappable is None and rights.could_replace(folder, above, info):
+                    swappable = (path, folder)
+                folder, above = path, info
+            search = _SEARCH if stat.S_ISDIR(info.st_mode) else 0
+            if not rights.may(real, info, _READ | search):
+                raise refuse(f"{who} may not read {real}")
+            if swappable is not None:
+                path, parent = swappable
+                instead = (
+                    f"mount {parent}, or a folder in it that only root may rename, instead"
+                    if _is_within(parent, root.real)
+                    else f"ask an administrator to make {parent} writable by root only"
+                )
+                raise refuse(
+                    f"{who} may rename or replace {path} (they may write {parent}), so it could "
+                    f"be a link to another folder by the time the engine mounts it; {instead}"
+                )
+            return rights.may(real, info, _READ | _WRITE | search)
+        except (OSError, ValueError) as exc:
+            raise refuse(f"its access for {who} could not be checked ({exc})") from None
 
     def workspace(
         self,

@@ -116,6 +116,7 @@ class Authority:
         if account is not None:  # what a commit writes in their folder is theirs
             view.containers.workspace_owner = (account.pw_uid, account.pw_gid)
         policy = view.containers.mount_policy
+        policy.caller = name  # {user} in allowed roots, and mounts checked with their rights
         policy.workspace_hint = (
             f"keep your projects in {root} (the folder the gpudev service mounts for you), or "
             "ask an administrator to change c.GPUDevService.user_root"
