@@ -398,9 +398,10 @@ class ContainerLookup(LoggingConfigurable):
             if not who.sees_owner(lease.owner):
                 lease = replace(lease, lease_id="", container="", owner=ANOTHER_USER)  # noqa: PLW2901
             held.setdefault(lease.host, []).append(lease)
+        hidden = not (self.access.single_user or who.admin)
         return [
             replace(
-                info,
+                info if not hidden else _seen_by_users(info),
                 leases=tuple(held.get(info.name, ())) if info.reachable else (),
                 cluster=info.cluster and info.cluster.seen_by(who.sees_owner, ANOTHER_USER),
             )
@@ -735,3 +736,14 @@ def _status_text(state: dict[str, Any]) -> str:
     if status == "exited":
         return f"exited ({state.get('ExitCode', '?')})"
     return status
+
+
+def _seen_by_users(info: HostInfo) -> HostInfo:
+    """A host as the shared service's users see it: its name, kind, engine and GPUs, not its
+    address, the account gpudev logs in as, its folders or the words of a failure (which
+    may name them): those are the administrators'."""
+    scheme = info.url.split("://", 1)[0] + "://" if "://" in info.url else ""
+    reason = None
+    if info.reason is not None:
+        reason = "This host cannot be reached now (the administrators' log says why)"
+    return replace(info, url=scheme, workspace=None, reason=reason)

@@ -392,6 +392,11 @@ class PortProxyHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
             drop_cookie=self._drop_cookie,
             websocket=websocket,
         )
+        referer = headers.get("Referer")
+        if referer:  # a Jupyter page opened with ?token=... sends its address as the Referer
+            address, mark, query = referer.partition("?")
+            kept = without_token(query.partition("#")[0]) if mark else ""
+            headers["Referer"] = f"{address}?{kept}" if kept else address
         chain = self.request.headers.get("X-Forwarded-For")
         remote = self.request.remote_ip or ""
         headers["X-Forwarded-For"] = f"{chain}, {remote}" if chain else remote

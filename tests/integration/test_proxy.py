@@ -967,3 +967,23 @@ async def test_a_sandboxed_app_sets_no_cookie_at_all(
     # Then the page arrives, and none of its cookies
     assert (answer.code, answer.body) == (200, b"cookies")
     assert answer.headers.get_list("Set-Cookie") == []
+
+
+async def test_no_token_reaches_the_app_in_the_referer(
+    jp_fetch: Fetch, docker_client: docker.DockerClient, jp_base_url: str, jp_http_port: int
+) -> None:
+    # Given the app running in a dev container, and a script of a Jupyter page opened with
+    # the token in its address (the browser sends that address as the Referer)
+    app = await start_app(jp_fetch, docker_client)
+    here = f"127.0.0.1:{jp_http_port}"
+    browser = {"Cookie": await login_cookie(jp_fetch, here)}
+    referer = f"http://{here}{jp_base_url}lab/tree?token=page-secret&x=1&Token=also-secret"
+    url = f"http://{here}{jp_base_url}gpudev/proxy/{app.name}/8000/echo"
+    # When it asks the app for something
+    echoed = await plain(url, headers={**SCRIPT, **browser, "Referer": referer})
+    # Then the app gets the Referer without the tokens
+    assert echoed.code == 200, echoed.body
+    assert "secret" not in echoed.body.decode()
+    assert json.loads(echoed.body)["headers"]["referer"] == [
+        f"http://{here}{jp_base_url}lab/tree?x=1"
+    ]

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,8 @@ def hub(
     finally:
         for container in docker_client.containers.list(all=True, filters={"label": L_OWNER}):
             if container.labels.get(L_OWNER) in (ALICE, BOB, ADMIN):
-                container.remove(force=True)
+                with suppress(docker.errors.NotFound):  # (gone meanwhile)
+                    container.remove(force=True)
 
 
 def as_user(user: str, *command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -81,7 +82,8 @@ def hub(
     finally:
         for container in docker_client.containers.list(all=True, filters={"label": L_OWNER}):
             if container.labels.get(L_OWNER) in (ALICE, BOB, ADMIN):
-                container.remove(force=True)
+                with suppress(docker.errors.NotFound):  # (gone meanwhile)
+                    container.remove(force=True)
 
 
 def prepare_bob() -> None:
@@ -587,3 +589,18 @@ def test_an_idle_gpu_kernel_of_a_client_is_announced_then_reclaimed(
         assert all(not h["leases"] for h in hosts)  # the GPU is free
     finally:
         hub.as_user(BOB, "DELETE", f"/api/kernels/{kernel_id}")
+
+
+def test_a_user_sees_hosts_without_their_addresses_or_accounts(hub: Hub) -> None:
+    # Given the service's hosts, one of them reached over SSH as an account of that machine
+    admins = {h["name"]: h for h in api(hub, ADMIN, "GET", "/hosts")[1]["hosts"]}
+    assert "@" in admins["far"]["url"]  # the administrator sees where and as whom
+    # When a user lists them
+    status, body = api(hub, BOB, "GET", "/hosts")
+    assert status == 200, body
+    users = {h["name"]: h for h in body["hosts"]}
+    # Then they see each host's name, kind and GPUs, not its address, account or folders
+    assert users.keys() == admins.keys()
+    assert users["far"]["url"] == "ssh://", users["far"]
+    assert users["far"]["gpus"] == admins["far"]["gpus"]
+    assert all(h["workspace"] is None for h in users.values())
