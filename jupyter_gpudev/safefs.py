@@ -1,7 +1,8 @@
-"""File writes that never follow a symbolic link.
+"""File writes (and reads) that never follow a symbolic link.
 
 A dev container can write into the workspace (it is mounted read-write) and decides what an
-archive of its files holds; neither may steer a write of gpudev's outside the folder it meant.
+archive of its files holds; neither may steer a write of gpudev's outside the folder it meant,
+nor a read of gpudev's (a build context it packs, a file it reads back) to a file outside it.
 So every write goes through a ``Folder``: an open directory handle, with each operation relative
 to it (``dir_fd``) and refusing links: a folder on the way is opened ``O_NOFOLLOW |
 O_DIRECTORY`` (a link there is a ``LinkRefused`` error naming it), a new file is created
@@ -10,7 +11,13 @@ uniquely named temporary file next to it and renaming it over the name (a link t
 replaced, never written through). Names are single path components: no ``/``, ``.`` or ``..``.
 
 Only the folder a ``Folder`` is first opened at (``Folder.open``) is trusted as given: the
-Jupyter root directory, the state folder, a staging folder gpudev made.
+Jupyter root directory, the state folder, a staging folder gpudev made. A path that was checked
+to hold no link (a real path, as the environment reader hands a build context over) is opened
+from ``/`` down without following one (``Folder.open_checked``): a link on it now is refused.
+
+A file is read (``Folder.open_file``) from a handle that opens nothing but the name itself
+(``O_PATH | O_NOFOLLOW``: no link followed, no FIFO waited on, no device opened), checked with
+``fstat`` to be a regular file, and only then opened for reading, through that very handle.
 
 A ``Folder`` opened with an ``owner`` (uid, gid) gives what it makes (files, folders, links)
 to that owner: the shared service writes into a user's folder as root, and the user must own
@@ -33,6 +40,10 @@ from .errors import GPUDevError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC
+#: Where an ``O_PATH`` handle is opened again for reading (``/proc/self/fd/N``).
+PROC_FDS = "/proc/self/fd"
 _CHUNK = 1 << 20
 
 
@@ -80,6 +91,17 @@ class Folder:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         return cls(fd, os.fspath(path), owner)
 
+    @classmethod
+    def open_checked(cls, path: str | os.PathLike[str]) -> Folder:
+        """The folder at the absolute ``path``, checked earlier to hold no link (a real path),
+        opened from ``/`` down without following one: a link on it now (the path changed
+        since) is ``LinkRefused``."""
+        shown = os.fspath(path)
+        if not os.path.isabs(shown):
+            raise ValueError(f"not an absolute path: {shown!r}")
+        with cls.open("/") as top:
+            return top.folder(shown)
+
     def _give(self, name: str) -> None:
         """Give ``name`` (just made here, not followed if a link) to ``owner``."""
         if self.owner is not None:
@@ -107,7 +129,7 @@ class Folder:
     def _refused(self, name: str) -> LinkRefused:
         return LinkRefused(
             f"{self._shown(name)} is a symbolic link or not what gpudev expects there: it does "
-            "not write through links (a dev container can plant them in the workspace). "
+            "not follow links there (a dev container can plant them in the workspace). "
             "Remove it and try again.",
             details={"path": self._shown(name)},
         )
@@ -147,6 +169,52 @@ class Folder:
             os.close(fd)
             raise
         return Folder(fd, shown, self.owner)
+
+    def lstat(self, name: str) -> os.stat_result | None:
+        """What is at ``name`` (a link itself, not followed), ``None`` when absent."""
+        try:
+            return os.stat(check_name(name), dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def readlink(self, name: str) -> str:
+        """The target of the link ``name``, as written (``OSError`` when it is no link)."""
+        return os.readlink(check_name(name), dir_fd=self.fd)
+
+    def open_file(self, name: str) -> BinaryIO:
+        """The regular file ``name`` open for reading. A link there, or anything but a regular
+        file, is ``LinkRefused``, and is never opened: the name is first opened as a bare
+        handle (``O_PATH | O_NOFOLLOW``: no link followed, no FIFO waited on, no device
+        opened), checked with ``fstat``, and only a regular file is opened for reading,
+        through that handle (the file checked, whatever is at the name by then).
+        ``FileNotFoundError`` when absent."""
+        handle = os.open(check_name(name), _PATH_FLAGS, dir_fd=self.fd)
+        try:
+            checked = os.fstat(handle)
+            if not stat.S_ISREG(checked.st_mode):
+                raise self._refused(name)
+            try:
+                fd = os.open(f"{PROC_FDS}/{handle}", _READ_FLAGS)
+            except FileNotFoundError:  # no /proc: by name, then checked to be the same file
+                fd = self._reopen(name, checked)
+        finally:
+            os.close(handle)
+        return os.fdopen(fd, "rb")
+
+    def _reopen(self, name: str, checked: os.stat_result) -> int:
+        """``name`` opened for reading, not following a link nor waiting on a FIFO, and the
+        file ``checked`` was (a FIFO, a device or another file there now is refused)."""
+        try:
+            fd = os.open(name, _READ_FLAGS | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=self.fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._refused(name) from None
+            raise
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (checked.st_dev, checked.st_ino):
+            os.close(fd)
+            raise self._refused(name)
+        return fd
 
     def kind(self, name: str) -> str | None:
         """``"file"``, ``"folder"``, ``"link"``, ``"other"``, or ``None`` when absent."""
@@ -210,18 +278,10 @@ class Folder:
         """The content of the regular file ``name`` (at most ``limit`` bytes, more is an
         error), ``None`` when absent; a link or anything else there is ``LinkRefused``."""
         try:
-            fd = os.open(
-                check_name(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd
-            )
+            handle = self.open_file(name)
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise self._refused(name) from None
-            raise
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise self._refused(name)
+        with handle:
             data = handle.read(limit + 1)
         if len(data) > limit:
             raise ValueError(f"{self._shown(name)} is larger than {limit} bytes")

@@ -37,7 +37,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
 
 import docker
 import docker.errors
@@ -45,9 +45,10 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
-from docker.utils import build as docker_build
 
+from .. import safefs
 from ..errors import EngineError, ImageError
+from .context import pack_context, read_checked
 
 #: Progress events: ``{"stage": str, "message": str}``; the CLI prints them, the API streams them.
 Progress = Callable[[dict[str, Any]], None]
@@ -134,21 +135,14 @@ def trusting_dockerfile(text: str, variables: tuple[str, ...]) -> str:
 # -- the build context ----------------------------------------------------------------------
 
 
-def _ignored(context: Path) -> list[str]:
-    ignore = context / ".dockerignore"
-    if not ignore.is_file():
-        return []
-    lines = (line.strip() for line in ignore.read_text(errors="replace").splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
-
-
 def trusted_folder_context(folder: Path, dockerfile: Path, trust: BuildTrust) -> IO[bytes]:
-    """The tar of a build context folder (its ``.dockerignore`` applied) with the trusting
-    copy of ``dockerfile`` (in the folder or not) added."""
-    if not dockerfile.is_file() or dockerfile.stat().st_size > BUNDLE_LIMIT:
-        raise ImageError(f"The Dockerfile {str(dockerfile)!r} is not a file of at most 8 MiB")
-    with cast("IO[bytes]", docker_build.tar(folder, exclude=_ignored(folder))) as archive:
-        return _repacked(archive, dockerfile.read_text(errors="replace"), trust)
+    """The tar of a build context folder (``context.pack_context``: its ``.dockerignore``
+    applied, no link followed out of it) with the trusting copy of ``dockerfile`` (in the
+    folder or not, read without following a link either) added."""
+    text = read_checked(dockerfile, BUNDLE_LIMIT).decode("utf-8", "replace")
+    inside = safefs.relative_inside(Path(os.path.normpath(dockerfile)), folder)
+    with pack_context(folder, inside or "Dockerfile") as archive:
+        return _repacked(archive, text, trust)
 
 
 def trusted_tar_context(archive: IO[bytes] | None, dockerfile: str, trust: BuildTrust) -> IO[bytes]:

@@ -35,6 +35,7 @@ from .buildkit import (
     trusted_folder_context,
     trusted_tar_context,
 )
+from .context import folder_context
 
 APT_SOURCE_FILES = (
     "/etc/apt/sources.list.d/debian.sources",
@@ -61,14 +62,28 @@ def stream_build(
 
     ``build_args`` are docker-py's: a context folder (``path``, ``dockerfile`` in it or an
     absolute path) or a file (``fileobj``: a context tar with ``custom_context``, or the
-    Dockerfile alone), and ``tag``, ``buildargs``, ``target``, ``labels``. With ``trust``
-    (``c.MountPolicy.mount_ca_bundle``) its ``RUN`` steps trust that CA bundle, through
-    BuildKit (``buildkit``). An error the engine reports inside the (successful) HTTP stream
-    is an ``ImageError`` naming ``what`` with the build's last lines; transport errors
+    Dockerfile alone), and ``tag``, ``buildargs``, ``target``, ``labels``. A context folder is
+    packed here (``context.folder_context``: no link followed out of it), never by docker-py.
+    With ``trust`` (``c.MountPolicy.mount_ca_bundle``) its ``RUN`` steps trust that CA bundle,
+    through BuildKit (``buildkit``). An error the engine reports inside the (successful) HTTP
+    stream is an ``ImageError`` naming ``what`` with the build's last lines; transport errors
     propagate to the caller.
     """
     if trust is not None:
         return _trusted_build(client, what, say, trust, build_args)
+    if "path" in build_args:
+        path = build_args.pop("path")
+        archive, name = folder_context(path, build_args.pop("dockerfile", None))
+        with archive:
+            return stream_build(
+                client,
+                what,
+                say,
+                fileobj=archive,
+                custom_context=True,
+                dockerfile=name,
+                **build_args,
+            )
     tail: list[str] = []
     image_id: str | None = None
     for event in client.api.build(rm=True, forcerm=True, decode=True, **build_args):

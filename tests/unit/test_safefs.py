@@ -70,6 +70,54 @@ def test_read_bytes_refuses_a_link(tmp_path: Path) -> None:
             folder.read_bytes("devcontainer.json", 100)
 
 
+@pytest.mark.parametrize(
+    "proc", [safefs.PROC_FDS, "/nonexistent/proc/self/fd"], ids=["proc", "no-proc"]
+)
+def test_open_file_reads_a_regular_file_and_never_opens_a_link_fifo_or_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, proc: str
+) -> None:
+    # Given a folder with a file, links to it and to a device, a FIFO and a folder (with and
+    # without /proc to open the checked handle again through)
+    monkeypatch.setattr(safefs, "PROC_FDS", proc)
+    (tmp_path / "file").write_text("content\n")
+    (tmp_path / "link").symlink_to(tmp_path / "file")
+    (tmp_path / "null").symlink_to("/dev/null")
+    os.mkfifo(tmp_path / "fifo")  # nothing writes to it: opening it to read would wait
+    (tmp_path / "folder").mkdir()
+    with safefs.Folder.open(tmp_path) as folder:
+        # When the file is opened, then it is read
+        with folder.open_file("file") as handle:
+            assert handle.read() == b"content\n"
+        # When anything else is, then it is refused (the FIFO without waiting on it)
+        for name in ("link", "null", "fifo", "folder"):
+            with pytest.raises(safefs.LinkRefused, match=f"{tmp_path}/{name} is a symbolic link"):
+                folder.open_file(name)
+        # And what is absent is absent
+        with pytest.raises(FileNotFoundError):
+            folder.open_file("absent")
+
+
+def test_open_checked_opens_a_real_path_and_refuses_one_that_holds_a_link_now(
+    tmp_path: Path,
+) -> None:
+    # Given a real path, checked
+    real = tmp_path.resolve() / "ws" / "ctx"
+    real.mkdir(parents=True)
+    (real / "Dockerfile").write_text("FROM scratch\n")
+    # When it is opened from / down, then it is that folder
+    with safefs.Folder.open_checked(real) as folder:
+        assert folder.read_bytes("Dockerfile", 100) == b"FROM scratch\n"
+    # When a folder on it became a link since
+    real.parent.rename(tmp_path / "moved")
+    real.parent.symlink_to(tmp_path / "moved")
+    # Then it is refused, naming the link
+    with pytest.raises(safefs.LinkRefused, match=f"{real.parent} is a symbolic link"):
+        safefs.Folder.open_checked(real)
+    # And a relative path is no checked path
+    with pytest.raises(ValueError, match="not an absolute path"):
+        safefs.Folder.open_checked("ws/ctx")
+
+
 def test_copy_tree_adds_files_and_links_but_not_through_a_planted_link(tmp_path: Path) -> None:
     # Given a staged tree with a file and a link inside it
     staged = tmp_path / "staged"
