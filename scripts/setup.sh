@@ -7,8 +7,9 @@
 #   - the kernel-capable base image, bootstrapped from the host's Debian mirror when missing
 #     (`jupyter gpudev image bootstrap`: no container registry needed).
 # With --test it also installs what the test suite needs: Chromium for the UI tests, the
-# container registry and htpasswd tool for the registry tests, an SSH server for the
-# remote-host tests, and three local users for the shared-mode (JupyterHub) tests.
+# container registry and htpasswd tool for the registry tests, busybox for the Kubernetes
+# build tests, an SSH server for the remote-host tests, and three local users for the
+# shared-mode (JupyterHub) tests.
 #
 # Safe to run again: every step checks first and does nothing when its result is there.
 set -euo pipefail
@@ -163,6 +164,14 @@ ensure_registry() {
   echo "$(docker-registry --version 2>/dev/null | head -n 1 || echo docker-registry) is installed."
 }
 
+ensure_busybox() {
+  step "Busybox, for the Kubernetes build tests"
+  # The build Job's context step runs in crane's debug image, whose shell and tools are
+  # busybox's: the tests run that step's script with Debian's static busybox.
+  apt_install busybox-static
+  echo "$(busybox 2>/dev/null | head -n 1 || echo busybox) is installed."
+}
+
 ensure_sshd() {
   step "An SSH server, for the remote-host tests"
   # The tests start their own sshd (loopback, a random port, generated keys, key-only): this
@@ -222,6 +231,7 @@ ensure_image
 if [ "$WITH_TEST" -eq 1 ]; then
   ensure_browser
   ensure_registry
+  ensure_busybox
   ensure_sshd
   ensure_hub_users
 fi

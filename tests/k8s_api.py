@@ -58,6 +58,20 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     }
 
 
+def merge_patch(target: Any, patch: Any) -> Any:
+    """``target`` with the JSON merge patch ``patch`` applied (RFC 7386): objects merged key by
+    key, ``null`` removing a key, anything else replacing the value."""
+    if not isinstance(patch, dict):
+        return json.loads(json.dumps(patch))
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
+
+
 @dataclass(frozen=True)
 class Watch:
     """A watch request: what it selects (its events are streamed by the HTTP handler)."""
@@ -80,6 +94,41 @@ def selected(item: dict[str, Any], query: dict[str, str]) -> bool:
         return False
     involved = item.get("involvedObject") or {}
     return not any(involved.get(k.split(".", 1)[1]) != v for k, v in fields.items())
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    """How the one pod of a Job ended: ``failed``, the step (container) that failed with
+    ``exit_code`` (``None``: every step ended well); ``message``, the push step's termination
+    message; ``output``, the failed step's (or the push step's) output."""
+
+    message: str = ""
+    output: bytes = b""
+    failed: str | None = None
+    exit_code: int = 1
+
+    def statuses(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The pod's ``initContainerStatuses`` and ``containerStatuses``, in the kubelet's
+        order: init containers one after another (those after a failed one never ran), then
+        the containers."""
+
+        def state(name: str, ran: bool) -> dict[str, Any]:
+            if not ran:
+                return {"name": name, "state": {"waiting": {"reason": "PodInitializing"}}}
+            failed = name == self.failed
+            ended: dict[str, Any] = {"exitCode": self.exit_code if failed else 0}
+            if not failed and self.message and name == "push":
+                ended["message"] = self.message
+            return {"name": name, "state": {"terminated": ended}}
+
+        steps = [c["name"] for c in spec.get("initContainers") or []]
+        ran = steps.index(self.failed) + 1 if self.failed in steps else len(steps)
+        return {
+            "initContainerStatuses": [state(n, i < ran) for i, n in enumerate(steps)],
+            "containerStatuses": [
+                state(c["name"], self.failed not in steps) for c in spec["containers"]
+            ],
+        }
 
 
 @dataclass
@@ -112,10 +161,9 @@ class FakeCluster:
     forward_address: str = "127.0.0.1"
     forwards: list[tuple[str, int]] = field(default_factory=list)
     #: What the Job controller and the builder do with a Job (``None``: it never ends):
-    #: job -> (succeeded, the push step's termination message or, failed, the step that
-    #: failed, its output). Run in a thread; the Job's pod is then made, ended, with that
-    #: message and output.
-    job_runner: Callable[[dict[str, Any]], tuple[bool, str, bytes]] | None = None
+    #: job -> how its pod ended (``JobEnd``). Run in a thread; the Job's pod is then made,
+    #: ended, each step's status as the kubelet says it, with that output.
+    job_runner: Callable[[dict[str, Any]], JobEnd] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: Watches of pods: every change ``observe`` sees is an event at a new resource version
     #: (the server's etcd revision). Nothing is compacted: no watch is told 410 Gone here.
@@ -144,7 +192,9 @@ class FakeCluster:
 
     def writes(self) -> list[tuple[str, str]]:
         """The requests that changed something, as (method, path without the query)."""
-        return [(m, p.split("?", 1)[0]) for m, p in self.requests if m in ("POST", "DELETE")]
+        return [
+            (m, p.split("?", 1)[0]) for m, p in self.requests if m in ("POST", "PATCH", "DELETE")
+        ]
 
     # -- what the server does --------------------------------------------------------------
 
@@ -189,6 +239,8 @@ class FakeCluster:
                 if plural == "pods":
                     self._advance(found)
                 return 200, found
+            if method == "PATCH":
+                return self._patch(key, found, body)
             if method == "DELETE":
                 wanted = ((body or {}).get("preconditions") or {}).get("uid")
                 if wanted is not None and wanted != found["metadata"].get("uid"):
@@ -198,16 +250,51 @@ class FakeCluster:
                         f"Precondition failed: UID in precondition: {wanted}, UID in object "
                         f"meta: {found['metadata'].get('uid')}",
                     )
-                del self.objects[key]
-                if plural == "pods" and self.kubelet is not None:
-                    self.kubelet.delete(found)
-                if plural == "jobs":  # the garbage collector: the Job's pods go with it
-                    for gone in self._select(
-                        "pods", namespace, {"labelSelector": f"job-name={name}"}
-                    ):
-                        del self.objects[("pods", namespace, gone["metadata"]["name"])]
+                self._collect(key, found)
                 return 200, found
         return 405, _status(405, "MethodNotAllowed", "the server does not allow this method")
+
+    def _collect(self, key: tuple[str, str, str], found: dict[str, Any]) -> None:
+        """Delete an object and, as the garbage collector does, what it owns (its
+        ``ownerReferences`` name its uid): a Job's pods, a Job's Secret and NetworkPolicy, a
+        pod's NetworkPolicy. Called under ``lock``."""
+        plural, namespace, name = key
+        del self.objects[key]
+        if plural == "pods" and self.kubelet is not None:
+            self.kubelet.delete(found)
+        owned = [
+            k
+            for k, o in self.objects.items()
+            if k[1] == namespace
+            and any(
+                r.get("uid") == found["metadata"]["uid"]
+                for r in o["metadata"].get("ownerReferences") or []
+            )
+        ]
+        if plural == "jobs":  # its pods are labelled with its name
+            owned += [
+                ("pods", namespace, p["metadata"]["name"])
+                for p in self._select("pods", namespace, {"labelSelector": f"job-name={name}"})
+            ]
+        for dependent in dict.fromkeys(owned):
+            if dependent in self.objects:
+                self._collect(dependent, self.objects[dependent])
+
+    def _patch(
+        self, key: tuple[str, str, str], found: dict[str, Any], body: Any
+    ) -> tuple[int, Any]:
+        """A JSON merge patch (RFC 7386) of an object, the result checked as a create is."""
+        if not isinstance(body, dict):
+            return 400, _status(400, "BadRequest", "the body is not an object")
+        patched = merge_patch(found, body)
+        try:
+            kubernetes_validate.validate(patched, SCHEMA_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            return 422, _status(422, "Invalid", f"invalid object: {exc.message}")
+        if patched["metadata"].get("uid") != found["metadata"].get("uid"):
+            return 422, _status(422, "Invalid", "metadata.uid: field is immutable")
+        self.objects[key] = patched
+        return 200, patched
 
     def _output(self, path: str, query: dict[str, str]) -> tuple[int, Any]:
         match = _PATH_RE.match(path)
@@ -266,9 +353,10 @@ class FakeCluster:
         while any(key not in self.objects for key in wanted) and time.monotonic() < deadline:
             time.sleep(0.05)
         try:
-            succeeded, message, output = self.job_runner(job)
+            end = self.job_runner(job)
         except Exception as exc:
-            succeeded, message, output = False, "build", f"{exc!r}\n".encode()
+            end = JobEnd(failed="build", output=f"{exc!r}\n".encode())
+        spec = job["spec"]["template"]["spec"]
         pod_name = f"{name}-{uuid.uuid4().hex[:5]}"
         pod = {
             "apiVersion": "v1",
@@ -279,28 +367,13 @@ class FakeCluster:
                 "uid": str(uuid.uuid4()),
                 "labels": {"job-name": name},
             },
-            "spec": job["spec"]["template"]["spec"],
+            "spec": spec,
             "status": {
-                "phase": "Succeeded" if succeeded else "Failed",
-                "initContainerStatuses": [
-                    {
-                        "name": "build",
-                        "state": {"terminated": {"exitCode": 1 if message == "build" else 0}},
-                    }
-                ],
-                "containerStatuses": [
-                    {
-                        "name": "push",
-                        "state": {
-                            "terminated": {
-                                "exitCode": 0 if succeeded else 1,
-                                "message": message if succeeded else "",
-                            }
-                        },
-                    }
-                ],
+                "phase": "Failed" if end.failed else "Succeeded",
+                **end.statuses(spec),
             },
         }
+        succeeded, output = end.failed is None, end.output
         with self.lock:
             if ("jobs", namespace, name) not in self.objects:
                 return
@@ -651,7 +724,7 @@ class _Handler(BaseHTTPRequestHandler):
                 since = version
             time.sleep(0.02)
 
-    do_GET = do_POST = do_DELETE = _answer
+    do_GET = do_POST = do_PATCH = do_DELETE = _answer
 
     def log_message(self, *_args: Any) -> None:
         pass
@@ -816,11 +889,17 @@ class DockerKubelet:
 
 @contextlib.contextmanager
 def cluster_manager(
-    cluster: FakeCluster, folder: Path, monkeypatch: Any, **traits: Any
+    cluster: FakeCluster,
+    folder: Path,
+    monkeypatch: Any,
+    *,
+    host: dict[str, Any] | None = None,
+    **traits: Any,
 ) -> Iterator[Any]:
     """A ``DevContainers`` whose one host, ``cluster`` (``k8s://lab-ml/team-ml``), is
     ``cluster`` served by ``APIServer`` and reached through a kubeconfig in ``folder``; kernels
-    and web ports at pod IPs; ``traits``: more ``c.DevContainers`` settings."""
+    and web ports at pod IPs; ``host``: more keys of its entry in ``c.HostPool.hosts``;
+    ``traits``: more ``c.DevContainers`` settings."""
     from traitlets.config import Config  # noqa: PLC0415 - a helper of the tests only
 
     from jupyter_gpudev.containers import DevContainers  # noqa: PLC0415
@@ -831,7 +910,7 @@ def cluster_manager(
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     config = Config()
     config.HostPool.include_local = False
-    config.HostPool.hosts = {"cluster": "k8s://lab-ml/team-ml"}
+    config.HostPool.hosts = {"cluster": {"url": "k8s://lab-ml/team-ml", **(host or {})}}
     config.HostPool.hosts_file = str(folder / "hosts.json")
     config.GPUInventory.backend = "none"
     config.DevContainers.state_dir = str(folder / "state")

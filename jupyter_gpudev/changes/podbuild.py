@@ -4,14 +4,21 @@ A cluster has no ``docker commit``: ``commit --snapshot TAG --push`` of a pod bu
 the commit's Dockerfile describes, in the cluster, and pushes it. In order:
 
 1. the build context (the environment's, the patched Dockerfile and the staged kept files:
-   what a verify build reads) is unpacked into ``.gpudev-build/ID`` of the pod's workspace
-   claim, by ``tar`` run in the pod as its user (the archive is gpudev's own);
-2. a Secret holds the registry credentials as ``config.json`` (never logged, never in an
-   argument);
-3. a Job (``k8s.make_builder_job``: kaniko, the claim read-only, on the pod's node for a
-   ``ReadWriteOnce`` claim, no token, no retry) builds and pushes; its pod's termination
-   message is the pushed digest;
-4. whatever happens, the Job (with its pod), the Secret and the unpacked context are deleted.
+   what a verify build reads), as gpudev's own tar archive, is written to
+   ``.gpudev-build/ID/context.tar`` of the pod's workspace claim by ``head`` run in the pod as
+   its user; gpudev keeps the archive's digest;
+2. a Job (``k8s.make_builder_job``: on the pod's node for a ``ReadWriteOnce`` claim, no token,
+   no retry) whose first step, in an image of gpudev's choosing, copies the archive out of the
+   claim into a volume of the build pod's own and compares the copy's digest with gpudev's:
+   the pod, which can write its claim at any time, cannot change what is built (a changed
+   archive ends the build, ``Conflict``); kaniko then builds from the checked copy and crane
+   pushes; its pod's termination message is the pushed digest;
+3. the build pod's NetworkPolicy (owned by the Job): the cluster's DNS and the host's
+   ``build_egress`` only;
+4. a Secret holds the registry credentials as ``config.json`` (never logged, never in an
+   argument); the build pod waits for it, so it never runs before its NetworkPolicy exists;
+5. whatever happens, the Secret, the Job (with its pod), its NetworkPolicy and the archive are
+   deleted.
 
 The image holds what the Dockerfile installs and the kept files, not the pod's whole file
 system: a file the commit leaves out (a credential, one over the size limit) is not in it.
@@ -20,6 +27,7 @@ system: a file the commit leaves out (a credential, one over the size limit) is 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 import secrets
@@ -38,8 +46,10 @@ from ..k8s.status import clean, pod_state
 if TYPE_CHECKING:
     from .capture import ChangeCapture, Prepared
 
-#: Where build contexts are unpacked in the workspace claim (removed after each build).
+#: Where build contexts are written in the workspace claim (removed after each build).
 BUILD_FOLDER = ".gpudev-build"
+#: The name of gpudev's archive of a build context there.
+CONTEXT_FILE = "context.tar"
 #: The largest build context sent to a cluster (it travels as one exec's input).
 MAX_CONTEXT = 256 << 20
 #: The last lines of a failed build's output shown.
@@ -47,6 +57,16 @@ LOG_LINES = 20
 #: Seconds a build's pod may wait to be made and placed before the build fails.
 PLACE_TIMEOUT = 300
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+#: What a builder says when it could not connect (its pod's egress is limited).
+_UNREACHED = (
+    "dial tcp",
+    "i/o timeout",
+    "no such host",
+    "connection refused",
+    "network is unreachable",
+    "temporary failure in name resolution",
+    "could not resolve",
+)
 
 
 def registry_config(registry: str, auth: Mapping[str, str]) -> bytes:
@@ -80,6 +100,15 @@ def workspace_of(pod: dict[str, Any]) -> tuple[str, str]:
             if isinstance(claim, str) and isinstance(path, str) and path.startswith("/"):
                 return path.rstrip("/") or "/", claim
     raise Conflict("The pod has no workspace claim to build from")
+
+
+def run_as_of(pod: dict[str, Any]) -> tuple[int, int]:
+    """The user and group the dev container runs as: what the build reads its claim as."""
+    security = _dict(_dict(pod.get("spec")).get("securityContext"))
+    uid, gid = security.get("runAsUser"), security.get("runAsGroup", 0)
+    if type(uid) is int and uid > 0 and type(gid) is int and gid >= 0:
+        return uid, gid
+    raise Conflict("The pod does not run as a user other than root: gpudev does not build it")
 
 
 class PodBuild:
@@ -125,6 +154,7 @@ class PodBuild:
         if pod is None or str(_dict(pod.get("metadata")).get("uid")) != captured.pod.uid:
             raise Conflict(f"The pod of {captured.info.name!r} changed meanwhile: try again")
         mount, claim = workspace_of(pod)
+        run_as = run_as_of(pod)
         node = _dict(pod.get("spec")).get("nodeName")
         reference = Reference.parse(tag)
         archive = context.read(MAX_CONTEXT + 1)
@@ -133,6 +163,7 @@ class PodBuild:
                 f"The build context of {captured.info.name} is over {MAX_CONTEXT >> 20} MiB: "
                 "too large to send to the cluster"
             )
+        digest_sent = "sha256:" + hashlib.sha256(archive).hexdigest()
         build_id = secrets.token_hex(4)
         folder = f"{BUILD_FOLDER}/{build_id}"
         build_name = f"{captured.info.name}-{build_id}"
@@ -142,32 +173,40 @@ class PodBuild:
         made: list[tuple[str, str, str]] = []
         try:
             say({"stage": "snapshot", "message": f"sending the build context ({len(archive)} B)"})
-            self._unpack(cluster, pod_name, f"{mount}/{folder}", archive)
+            self._send(cluster, pod_name, f"{mount}/{folder}", archive)
             auth, source = self.registries.auth_for(reference.registry)
             secret_name = k8s.k8s_name(build_name, "gpudev-registry-")
-            job = k8s.make_builder_job(
-                k8s.BuildTarget(
-                    name=build_name,
-                    owner=captured.info.owner,
-                    namespace=cluster.spec.namespace,
-                    workspace_claim=claim,
-                    dockerfile=f"{folder}/{dockerfile}",
-                    context=folder,
-                    destination=tag,
-                    registry_config=secret_name,
-                    created=created,
-                    deadline_seconds=deadline,
-                    node=node if isinstance(node, str) and node else None,
-                    labels=labels,
-                )
+            target = k8s.BuildTarget(
+                name=build_name,
+                owner=captured.info.owner,
+                namespace=cluster.spec.namespace,
+                workspace_claim=claim,
+                context_archive=f"{folder}/{CONTEXT_FILE}",
+                context_digest=digest_sent,
+                context_size=len(archive),
+                dockerfile=dockerfile,
+                destination=tag,
+                registry_config=secret_name,
+                created=created,
+                deadline_seconds=deadline,
+                run_as=run_as,
+                node=node if isinstance(node, str) and node else None,
+                labels=labels,
+                egress=host.spec.build_egress or (),
             )
+            job = k8s.make_builder_job(target)
             job_name = str(job["metadata"]["name"])
             say({"stage": "snapshot", "message": f"building {tag} in the cluster ({job_name})"})
-            # Listed before it is made: a create that times out may still have made it.
+            # Listed before they are made: a create that times out may still have made it.
+            # Deleted in the reverse order: the Secret, the Job, then its NetworkPolicy.
+            made.append(("networking.k8s.io/v1", "NetworkPolicy", job_name))
             made.append(("batch/v1", "Job", job_name))
             job_uid = str(_dict(cluster.create(job).get("metadata")).get("uid") or "")
-            # The Secret after the Job, owned by it: the cluster deletes it with the Job
-            # (whose TTL ends it) if gpudev cannot. The push step waits for it.
+            owner = (job_name, job_uid) if job_uid else None
+            # The NetworkPolicy and the Secret after the Job, owned by it: the cluster deletes
+            # them with the Job (whose TTL ends it) if gpudev cannot. The pod waits for the
+            # Secret, made last: it never runs without its NetworkPolicy.
+            cluster.create(k8s.make_build_network_policy(target, job=owner))
             made.append(("v1", "Secret", secret_name))
             cluster.create(
                 k8s.make_registry_secret(
@@ -176,33 +215,52 @@ class PodBuild:
                     captured.info.owner,
                     registry_config(reference.registry, auth),
                     created,
-                    job=(job_name, job_uid) if job_uid else None,
+                    job=owner,
                 )
             )
-            digest = self._wait(cluster, job_name, tag, source=source, deadline=deadline)
+            digest = self._wait(
+                cluster,
+                job_name,
+                tag,
+                source=source,
+                deadline=deadline,
+                name=captured.info.name,
+                host=host.spec.name,
+            )
         finally:
             self._clean(cluster, pod_name, f"{mount}/{BUILD_FOLDER}", build_id, made)
         say({"stage": "push", "message": f"pushed {tag} {digest}"})
         return digest
 
     @staticmethod
-    def _unpack(cluster: Cluster, pod: str, folder: str, context: bytes) -> None:
-        """Unpack gpudev's own archive of the build context into ``folder`` of the pod's
-        workspace, as the pod's user (no owner or mode of the archive kept as root would)."""
-        script = 'mkdir -p -- "$1" && head -c "$2" | tar -x -f - -C "$1" --no-same-owner'
+    def _send(cluster: Cluster, pod: str, folder: str, context: bytes) -> None:
+        """Write gpudev's archive of the build context as ``folder/CONTEXT_FILE`` of the pod's
+        workspace, as the pod's user (what the build reads is checked against its digest)."""
+        script = 'umask 077 && mkdir -p -- "$1" && head -c "$2" > "$1/$3"'
         result = cluster.exec(
             pod,
-            ["sh", "-c", script, "sh", folder, str(len(context))],
+            ["sh", "-c", script, "sh", folder, str(len(context)), CONTEXT_FILE],
             timeout=600,
             limit=1 << 16,
             stdin=context,
         )
         if result.exit_code != 0:
             words = clean(result.stderr.decode("utf-8", "replace").strip()[-300:])
-            raise EngineError(f"Unpacking the build context in {pod} failed ({words})")
+            raise EngineError(f"Writing the build context in {pod} failed ({words})")
 
-    def _wait(self, cluster: Cluster, job: str, tag: str, *, source: str, deadline: int) -> str:
-        """Wait for the Job; the digest its pod pushed, or the build's failure in its words."""
+    def _wait(
+        self,
+        cluster: Cluster,
+        job: str,
+        tag: str,
+        *,
+        source: str,
+        deadline: int,
+        name: str = "",
+        host: str = "",
+    ) -> str:
+        """Wait for the Job; the digest its pod pushed, or the build's failure in its words
+        (``name``, ``host``: the dev container's, for the messages)."""
         start = self._clock()
         end = start + deadline + 60
         while True:
@@ -227,7 +285,15 @@ class PodBuild:
             if not _DIGEST_RE.match(digest):
                 raise EngineError(f"The build of {tag} ended without saying the pushed digest")
             return digest
-        lines = self._last_lines(cluster, builder, _failed_step(builder))
+        step, code = _failed_step(builder)
+        if step == "context" and code == k8s.CONTEXT_CHANGED:
+            raise Conflict(
+                f"The build context of {name or tag} changed in the pod's workspace claim after "
+                "gpudev wrote it: what the build would read is not the one gpudev wrote (its "
+                "digest differs), so nothing was built or pushed. Something in the pod rewrites "
+                f"{BUILD_FOLDER}; commit again"
+            )
+        lines = self._last_lines(cluster, builder, step)
         refused = "UNAUTHORIZED" in lines or "authentication required" in lines
         why = (
             f"The registry {Reference.parse(tag).registry} refused the push of {tag} "
@@ -235,7 +301,11 @@ class PodBuild:
             if refused
             else f"The build of {tag} in the cluster failed"
         )
-        raise GPUDevError(f"{why}: {lines or 'it said nothing'}")
+        hint = ""
+        if any(words in lines.lower() for words in _UNREACHED):
+            where = f"c.HostPool.hosts[{host!r}]['build_egress']" if host else "build_egress"
+            hint = f" (the build pod reaches only the cluster's DNS and what {where} allows)"
+        raise GPUDevError(f"{why}: {lines or 'it said nothing'}{hint}")
 
     def _stuck(self, cluster: Cluster, job: str, tag: str, waited: float) -> None:
         """Fail at once when the build cannot start: its image cannot be pulled, its pod
@@ -282,7 +352,7 @@ class PodBuild:
         build_id: str,
         made: list[tuple[str, str, str]],
     ) -> None:
-        for api_version, kind, name in reversed(made):  # the Secret first
+        for api_version, kind, name in reversed(made):  # the Secret, the Job, its policy
             try:
                 cluster.delete(api_version, kind, name)
             except Exception as exc:
@@ -299,13 +369,18 @@ class PodBuild:
             self.log.info("gpudev: the build context in %s was not removed: %s", pod, exc)
 
 
-def _failed_step(pod: dict[str, Any]) -> str:
-    """Which step of a failed build pod failed: ``build`` unless the build step ended well."""
+def _failed_step(pod: dict[str, Any]) -> tuple[str, int | None]:
+    """Which step of a failed build pod failed, and its exit code: the first init container
+    (``context``, ``build``) that did not end well, else ``push``."""
     for status in _dict(pod.get("status")).get("initContainerStatuses") or []:
         terminated = _dict(_dict(_dict(status).get("state")).get("terminated"))
-        if terminated.get("exitCode") == 0:
-            return "push"
-    return "build"
+        if terminated.get("exitCode") != 0:
+            code = terminated.get("exitCode")
+            step = _dict(status).get("name")
+            return (step if step in ("context", "build") else "build"), (
+                code if type(code) is int else None
+            )
+    return "push", None
 
 
 def _termination_message(pod: dict[str, Any]) -> str:

@@ -38,7 +38,8 @@ def pod_target(
     """The pod a start on the Kubernetes host ``spec`` would make, and notes on what of the
     environment a cluster does differently. The scheduler picks the GPUs: a count, with the
     environment's model as the exact ``nvidia.com/gpu.product`` and its memory as the least
-    ``nvidia.com/gpu.memory`` of the node."""
+    ``nvidia.com/gpu.memory`` of the node. Its pod admits the peers the host names
+    (``ingress_from``)."""
     wanted = gpu_request(env, request)
     if wanted is not None and wanted.uuids:
         raise BadRequest(
@@ -71,6 +72,7 @@ def pod_target(
         kernel_id=request.kernel_id,
         process=process,
         ledger=ledger,
+        ingress_from=spec.ingress_from,
     )
     return target, notes
 

@@ -6,7 +6,8 @@ On a cluster the scheduler is the authority on GPUs: no lease is written, the po
 while it exists. A start that gives up deletes what it created (a workspace claim it did not
 create is kept: it may hold the user's work). A pod is never stopped and kept: deleting it
 frees its GPUs and loses what changed outside the workspace claim, so ``DevContainers``
-asks for ``force`` first.
+asks for ``force`` first. Its NetworkPolicy (only gpudev's server gets in) is made before it
+and then owned by it: the cluster deletes it with the pod, never while the pod still runs.
 
 What the API server answers is read as data (``k8s/status.py``, ``pod_info``): every field
 checked, messages cleaned.
@@ -278,13 +279,16 @@ class Pods:
                 say({"stage": "create", "message": f"creating {kind} {name}"})
                 if kind == "Pod":
                     try:
-                        self.cluster.create(manifest)
+                        created = self.cluster.create(manifest)
                     except Conflict:
                         raise Conflict(
                             f"A dev container named {target.name!r} already exists on host "
                             f"{self.host!r}"
                         ) from None
-                elif self._kept(manifest, target):
+                    made.append(_ref(manifest))
+                    self._owned_by(plan, created)
+                    continue
+                if self._kept(manifest, target):
                     if kind == "PersistentVolumeClaim":
                         notes.append(f"the workspace claim {name} was kept from before")
                     continue
@@ -296,6 +300,24 @@ class Pods:
                 exc.message += f" (left in the cluster, delete them by hand: {', '.join(left)})"
                 exc.args = (exc.message,)
             raise
+
+    def _owned_by(self, plan: k8s.Plan, pod: dict[str, Any]) -> None:
+        """Make the plan's NetworkPolicy (made before the pod, so that the pod is never
+        reachable without it) the pod's: the cluster deletes it with the pod, once the pod
+        is gone. One kept from before gets the plan's rules too (the peers may have changed)."""
+        meta = _dict(pod.get("metadata"))
+        uid, name = meta.get("uid"), meta.get("name")
+        if not isinstance(uid, str) or not uid or not isinstance(name, str):
+            raise EngineError("The cluster answered the pod's creation without its uid")
+        owner = [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}]
+        for manifest in plan.objects:
+            if manifest["kind"] == "NetworkPolicy":
+                self.cluster.patch(
+                    str(manifest["apiVersion"]),
+                    "NetworkPolicy",
+                    str(manifest["metadata"]["name"]),
+                    {"metadata": {"ownerReferences": owner}, "spec": manifest["spec"]},
+                )
 
     def _kept(self, manifest: dict[str, Any], target: k8s.PodTarget) -> bool:
         """Create ``manifest``, or find the user's own object of that name from before
@@ -404,7 +426,8 @@ class Pods:
 
     def delete(self, pod: dict[str, Any]) -> list[str]:
         """Delete a dev container's pod, its Service and GPU claim (the GPUs are free once
-        the pod is gone); its workspace claim is kept. Notes for the user."""
+        the pod is gone; its NetworkPolicy, which it owns, goes with it); its workspace claim
+        is kept. Notes for the user."""
         name = annotation(pod, A_NAME)
         self.cluster.delete("v1", "Pod", k8s.k8s_name(name), grace=10, uid=pod_uid(pod) or None)
         self.cluster.delete("v1", "Service", k8s.k8s_name(name))

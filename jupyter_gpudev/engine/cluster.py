@@ -47,6 +47,7 @@ PLURALS = {
     "Job": "jobs",
     "Secret": "secrets",
     "Event": "events",
+    "NetworkPolicy": "networkpolicies",
 }
 #: How much of an API server's own message an error shows.
 MAX_SAID = 400
@@ -404,6 +405,7 @@ class Cluster:
         query: tuple[tuple[str, str], ...] = (),
         body: Any = None,
         missing_ok: bool = False,
+        content_type: str = "application/json",
     ) -> Any:
         """One call to the API server, its answer as JSON (``None`` for a missing object with
         ``missing_ok``). Refusals keep the server's reason (an admission webhook's or a quota's
@@ -411,7 +413,7 @@ class Cluster:
         api = self.api()
         headers = {"Accept": "application/json"}
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         try:
             serialized = self._serialize(
                 api,
@@ -462,6 +464,23 @@ class Cluster:
         path = object_path(str(manifest.get("apiVersion")), kind, str(meta.get("namespace")))
         try:
             return _dict(self.request("POST", path, body=manifest))
+        finally:
+            self._written(kind)
+
+    def patch(
+        self, api_version: str, kind: str, name: str, changes: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Change an object of the host's namespace by a JSON merge patch (``changes``: the
+        fields to set; a list is replaced whole); its answer."""
+        try:
+            return _dict(
+                self.request(
+                    "PATCH",
+                    object_path(api_version, kind, self.spec.namespace, name),
+                    body=changes,
+                    content_type="application/merge-patch+json",
+                )
+            )
         finally:
             self._written(kind)
 

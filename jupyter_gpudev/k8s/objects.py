@@ -14,8 +14,13 @@ manifest is checked against the Kubernetes OpenAPI schemas (``tests/unit/test_k8
   (``nvidia.com/gpu`` or a MIG profile such as ``nvidia.com/mig-1g.10gb``) in the container's
   limits, or with Dynamic Resource Allocation a ResourceClaim (``make_resource_claim``) naming a
   device class and, for a model, a CEL selector;
-- a snapshot is built in the cluster by a Job (``make_builder_job``: kaniko, reading the
-  Dockerfile and context from the workspace claim, pushing with a registry Secret);
+- nothing reaches a dev container's pod but gpudev's server (``make_network_policy``: an
+  ingress NetworkPolicy, made before the pod and then owned by it);
+- a snapshot is built in the cluster by a Job (``make_builder_job``: gpudev's archive of the
+  build context copied out of the workspace claim and checked against its digest by a step of
+  gpudev's own, then kaniko with only the capabilities it needs, then crane pushing with a
+  registry Secret), whose pod reaches the cluster's DNS and only the registries and mirrors
+  allowed (``make_build_network_policy``);
 - gpudev's server account gets a namespaced Role (``make_rbac``): what it creates and nothing
   more. A dev container never gets an API token (``automountServiceAccountToken: false``).
 """
@@ -23,6 +28,7 @@ manifest is checked against the Kubernetes OpenAPI schemas (``tests/unit/test_k8
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import re
 from collections.abc import Mapping
@@ -30,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.cluster import GPU_RESOURCE_RE
+from ..engine.spec import egress_rule, network_peer
 from ..environments import Environment
 from ..errors import BadRequest
 from ..labels import (
@@ -65,11 +72,61 @@ KANIKO_IMAGE = "gcr.io/kaniko-project/executor:v1.23.2"
 CRANE_IMAGE = "gcr.io/go-containerregistry/crane:debug"
 #: Where the build step writes the image for the push step (a scratch volume of the pod).
 BUILD_TARBALL = "/image/image.tar"
+#: The capabilities kaniko keeps; every other is dropped. It runs as root in its own container,
+#: where it unpacks the base image and runs the Dockerfile's steps, and needs: CHOWN (files get
+#: the owners of the layers, of COPY --chown, of what RUN steps chown), DAC_OVERRIDE (it reads
+#: and writes files whatever their modes, e.g. a 0555 folder of a layer), FOWNER (it sets the
+#: modes and times of files it gave to another owner), FSETID (setuid and setgid bits survive
+#: that), SETGID and SETUID (RUN steps after USER, apt's download sandbox, su), SETFCAP (the file
+#: capabilities of layers, e.g. ping's). Dropped from Docker's defaults: NET_RAW,
+#: NET_BIND_SERVICE, MKNOD, SYS_CHROOT, KILL, AUDIT_WRITE, SETPCAP.
+KANIKO_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETGID", "SETUID", "SETFCAP")
+#: Where the build pod's own volume with the checked build context is mounted: its context
+#: step writes there, kaniko reads it (read-only).
+CONTEXT_MOUNT = "/gpudev-context"
+#: The context step's exit code when the archive in the claim is not the one gpudev wrote.
+CONTEXT_CHANGED = 65
+#: The context step (a POSIX shell script: busybox's shell and tools in crane's debug image;
+#: its arguments: the archive in the claim, gpudev's digest of it, its size, the volume to
+#: unpack into): at most SIZE bytes of the archive copied into the build pod's own volume, the
+#: copy's digest compared with gpudev's (the dev container may have changed the claim's since
+#: gpudev wrote it), and only then unpacked; the copy removed.
+CONTEXT_SCRIPT = f"""set -eu
+head -c "$3" "$1" > "$4/context.tar"
+got="sha256:$(sha256sum "$4/context.tar" | cut -d ' ' -f 1)"
+if [ "$got" != "$2" ]; then
+  echo "gpudev: the build context in the workspace claim is not the one gpudev wrote \
+($got, not $2): nothing is built" >&2
+  exit {CONTEXT_CHANGED}
+fi
+mkdir "$4/build"
+tar -x -f "$4/context.tar" -C "$4/build"
+rm "$4/context.tar"
+"""
+#: Who reaches a dev container's pod unless the host says (``ingress_from``): pods of its
+#: namespace labelled as gpudev's server.
+SERVER_PEERS: tuple[dict[str, Any], ...] = ({"podSelector": {"matchLabels": {K_ROLE: "server"}}},)
+#: What a build's pod always reaches: the cluster's DNS (kube-dns or CoreDNS, labelled
+#: ``k8s-app=kube-dns`` in kube-system), to find its registries by name.
+DNS_EGRESS: tuple[dict[str, Any], ...] = (
+    {
+        "to": [
+            {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                },
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+            }
+        ],
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+    },
+)
 
 _LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
 _NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 _QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?\Z")
 _CEL_STRING_RE = re.compile(r"^[A-Za-z0-9 ._()/-]{1,128}\Z")
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 _WORKSPACE_MOUNT = "workspace"
 
 
@@ -137,6 +194,9 @@ class PodTarget:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     #: The ResourceClaim API version the cluster serves (``DRA_API_VERSIONS``).
     dra_api_version: str = DRA_API_VERSIONS[0]
+    #: The NetworkPolicy peers its pod admits (the host's ``ingress_from``; ``None``:
+    #: ``SERVER_PEERS``; empty: none).
+    ingress_from: tuple[Mapping[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -431,6 +491,32 @@ def make_resource_claim(env: Environment, target: PodTarget) -> dict[str, Any]:
     }
 
 
+def make_network_policy(env: Environment, target: PodTarget) -> dict[str, Any]:
+    """The dev container pod's NetworkPolicy: nothing reaches the pod but gpudev's server
+    (``target.ingress_from``, by default ``SERVER_PEERS``), on any port (a kernel's ports are
+    chosen per kernel). Made before the pod, so that the pod is never reachable without it, and
+    then owned by the pod (``containers/pods.py``): it goes with it. A port-forward through the
+    API server does not cross the pod network: it needs no peer."""
+    _check_target(target)
+    if target.ingress_from is None:
+        peers = copy.deepcopy(list(SERVER_PEERS))
+    else:
+        peers = [
+            network_peer(f"ingress_from[{i}]", peer) for i, peer in enumerate(target.ingress_from)
+        ]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(target, env, "network", k8s_name(target.name)),
+        "spec": {
+            "podSelector": {"matchLabels": selector(target)},
+            "policyTypes": ["Ingress"],
+            # no rule: nothing gets in (a rule with no peers would let everything in)
+            "ingress": [{"from": peers}] if peers else [],
+        },
+    }
+
+
 def dev_container_objects(
     env: Environment, target: PodTarget, confinement: PodConfinement | None = None
 ) -> Plan:
@@ -456,6 +542,7 @@ def dev_container_objects(
     objects = [make_workspace_claim(env, target)]
     if target.gpus.count and target.gpus.claim:
         objects.append(make_resource_claim(env, target))
+    objects.append(make_network_policy(env, target))
     objects.append(make_pod(env, target, confinement))
     objects.append(make_service(env, target))
     return Plan(objects, notes)
@@ -463,28 +550,41 @@ def dev_container_objects(
 
 @dataclass(frozen=True)
 class BuildTarget:
-    """A snapshot build in the cluster: the Dockerfile and context on the workspace claim
-    (paths relative to its root), the image to push, and the Secret holding the registry
-    credentials (``registry_config``: the Secret's name; its ``config.json`` key is what
-    ``docker login`` writes)."""
+    """A snapshot build in the cluster: gpudev's archive of the build context in the dev
+    container's workspace claim (``context_archive``, relative to the claim's root; its digest
+    and size, which the build checks its copy against), the Dockerfile's path in that context,
+    the image to push, and the Secret holding the registry credentials (``registry_config``: the
+    Secret's name; its ``config.json`` key is what ``docker login`` writes)."""
 
     name: str
     owner: str
     namespace: str
     workspace_claim: str
+    context_archive: str
+    #: ``sha256:`` and the hex digest of the archive gpudev wrote.
+    context_digest: str
+    context_size: int
     dockerfile: str
-    context: str
     destination: str
     registry_config: str
     created: str
     deadline_seconds: int = 3600
     image: str = KANIKO_IMAGE
     push_image: str = CRANE_IMAGE
+    #: What copies the context out of the claim and checks it: an image of gpudev's choosing
+    #: with a POSIX shell, head, sha256sum, cut and tar in /busybox (crane's debug image, the
+    #: push step's), never the dev container's.
+    context_image: str = CRANE_IMAGE
+    #: The user and group the context step reads the claim as: the dev container's (not root).
+    run_as: tuple[int, int] = (1000, 1000)
     #: The node the dev container's pod runs on: a ``ReadWriteOnce`` workspace claim is
     #: mounted on one node only, so the build runs there too (``None``: any node).
     node: str | None = None
     #: Labels the pushed image carries (``--label``).
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Egress rules of its pod besides the cluster's DNS (the host's ``build_egress``: the
+    #: registries and package mirrors); none: DNS only.
+    egress: tuple[Mapping[str, Any], ...] = ()
 
 
 def _relative_path(where: str, path: str) -> str:
@@ -502,34 +602,95 @@ def _relative_path(where: str, path: str) -> str:
     return path
 
 
+def _build_labels(target: BuildTarget) -> dict[str, str]:
+    """The labels of a build's objects and its pod (what its NetworkPolicy selects)."""
+    return {
+        K_MANAGED: "1",
+        K_NAME: label_value(target.name),
+        K_ROLE: "build",
+        K_OWNER: label_value(target.owner),
+    }
+
+
+def _confined(**more: Any) -> dict[str, Any]:
+    """A build step's security context: no privilege, the runtime's seccomp profile, every
+    capability dropped unless ``more`` says."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+        **more,
+    }
+
+
 def make_builder_job(target: BuildTarget) -> dict[str, Any]:
-    """A Job building the patched Dockerfile and pushing the image, in two steps so that no
-    code of the Dockerfile ever sees the registry credentials: kaniko builds (an init
-    container: the workspace claim read-only, the image written as a tarball to a scratch
-    volume, nothing pushed, no credentials mounted); then crane, which runs nothing of the
-    image, pushes that tarball with the credentials of the Secret and writes the pushed
-    reference to the termination log. No API token, no retry, removed an hour after it ends.
-    Kaniko unpacks the base image into its own container, so it runs as root there (in its
-    pod, with no host path, no privilege, no service account token)."""
+    """A Job building the patched Dockerfile and pushing the image, in three steps, none with
+    an API token, no retry, removed an hour after it ends:
+
+    1. ``context`` (an init container of gpudev's image, never one the dev container could
+       have changed; as the dev container's user, no capability, read-only root): copies
+       gpudev's archive of the build context out of the workspace claim (read-only) into a
+       volume of the build pod's own, compares the copy's digest with gpudev's and unpacks it;
+       a context the dev container changed meanwhile ends the build (``CONTEXT_CHANGED``);
+    2. ``build``: kaniko builds from that checked copy (read-only; the claim is not mounted),
+       writes the image as a tarball to a scratch volume, pushes nothing, holds no
+       credentials. It unpacks the base image into its own container, so it runs as root
+       there, with ``KANIKO_CAPABILITIES`` only, no privilege escalation, the runtime's seccomp
+       profile;
+    3. ``push``: crane, which runs nothing of the image, pushes that tarball with the
+       credentials of the Secret and writes the pushed reference to the termination log.
+
+    Its pod reaches the cluster's DNS and what ``target.egress`` allows only
+    (``make_build_network_policy``)."""
     if not _NAMESPACE_RE.match(target.namespace):
         raise BadRequest(f"{target.namespace[:80]!r} is not a Kubernetes namespace name")
-    context = _relative_path("The build context", target.context)
+    archive = _relative_path("The build context", target.context_archive)
     dockerfile = _relative_path("The Dockerfile", target.dockerfile)
+    if not _DIGEST_RE.match(target.context_digest):
+        raise BadRequest("The build context's digest must be sha256: and 64 hex digits")
+    if target.context_size < 1:
+        raise BadRequest("The build context is empty")
+    uid, gid = target.run_as
+    if uid <= 0 or gid < 0:
+        raise BadRequest("The build reads the workspace as the dev container's user, not root")
     name = k8s_name(target.name, "gpudev-build-")
-    labels = {K_MANAGED: "1", K_NAME: label_value(target.name), K_ROLE: "build"}
-    labels[K_OWNER] = label_value(target.owner)
-    no_privilege = {"allowPrivilegeEscalation": False, "privileged": False}
+    labels = _build_labels(target)
+    built = f"{CONTEXT_MOUNT}/build"
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "initContainers": [
+            {
+                "name": "context",
+                "image": target.context_image,
+                "command": ["/busybox/sh", "-c", CONTEXT_SCRIPT],
+                "args": [
+                    "context",
+                    f"/workspace/{archive}",
+                    target.context_digest,
+                    str(target.context_size),
+                    CONTEXT_MOUNT,
+                ],
+                "securityContext": _confined(
+                    runAsUser=uid,
+                    runAsGroup=gid,
+                    runAsNonRoot=True,
+                    readOnlyRootFilesystem=True,
+                ),
+                "volumeMounts": [
+                    {"name": "workspace", "mountPath": "/workspace", "readOnly": True},
+                    {"name": "context", "mountPath": CONTEXT_MOUNT},
+                ],
+            },
             {
                 "name": "build",
                 "image": target.image,
                 "args": [
-                    f"--context=dir:///workspace/{context}",
-                    f"--dockerfile=/workspace/{dockerfile}",
+                    f"--context=dir://{built}",
+                    f"--dockerfile={built}/{dockerfile}",
                     f"--destination={target.destination}",
                     "--no-push",
                     f"--tar-path={BUILD_TARBALL}",
@@ -537,12 +698,15 @@ def make_builder_job(target: BuildTarget) -> dict[str, Any]:
                     "--single-snapshot",
                     *(f"--label={key}={value}" for key, value in sorted(target.labels.items())),
                 ],
-                "securityContext": no_privilege,
+                "securityContext": _confined(
+                    runAsUser=0,
+                    capabilities={"drop": ["ALL"], "add": list(KANIKO_CAPABILITIES)},
+                ),
                 "volumeMounts": [
-                    {"name": "workspace", "mountPath": "/workspace", "readOnly": True},
+                    {"name": "context", "mountPath": CONTEXT_MOUNT, "readOnly": True},
                     {"name": "image", "mountPath": "/image"},
                 ],
-            }
+            },
         ],
         "containers": [
             {
@@ -552,13 +716,7 @@ def make_builder_job(target: BuildTarget) -> dict[str, Any]:
                 "command": ["/busybox/sh", "-c", 'crane push "$1" "$2" > /dev/termination-log'],
                 "args": ["push", BUILD_TARBALL, target.destination],
                 "env": [{"name": "DOCKER_CONFIG", "value": "/registry"}],
-                "securityContext": {
-                    **no_privilege,
-                    "runAsNonRoot": True,
-                    "runAsUser": 65532,
-                    "capabilities": {"drop": ["ALL"]},
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
+                "securityContext": _confined(runAsNonRoot=True, runAsUser=65532),
                 "volumeMounts": [
                     {"name": "image", "mountPath": "/image", "readOnly": True},
                     {"name": "registry", "mountPath": "/registry", "readOnly": True},
@@ -569,6 +727,11 @@ def make_builder_job(target: BuildTarget) -> dict[str, Any]:
             {
                 "name": "workspace",
                 "persistentVolumeClaim": {"claimName": target.workspace_claim, "readOnly": True},
+            },
+            # the archive and its unpacked copy
+            {
+                "name": "context",
+                "emptyDir": {"sizeLimit": str(2 * target.context_size + (1 << 20))},
             },
             {"name": "image", "emptyDir": {}},
             {
@@ -608,6 +771,43 @@ def make_builder_job(target: BuildTarget) -> dict[str, Any]:
             "activeDeadlineSeconds": target.deadline_seconds,
             "ttlSecondsAfterFinished": 3600,
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def make_build_network_policy(
+    target: BuildTarget, *, job: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    """The NetworkPolicy of a build's pod: nothing reaches it, and it reaches the cluster's
+    DNS (``DNS_EGRESS``) and what ``target.egress`` allows (the registries it pulls from and
+    pushes to, the package mirrors its ``RUN`` steps use), nothing else. ``job``: the build
+    Job's name and uid, its owner (it goes with the Job). Made after the Job and before the
+    registry Secret, which its pod waits for: the pod never runs without it."""
+    if not _NAMESPACE_RE.match(target.namespace):
+        raise BadRequest(f"{target.namespace[:80]!r} is not a Kubernetes namespace name")
+    labels = _build_labels(target)
+    metadata: dict[str, Any] = {
+        "name": k8s_name(target.name, "gpudev-build-"),
+        "namespace": target.namespace,
+        "labels": labels,
+        "annotations": {A_NAME: target.name, A_OWNER: target.owner, A_CREATED: target.created},
+    }
+    if job is not None:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": job[0], "uid": job[1]}
+        ]
+    allowed = [egress_rule(f"build_egress[{i}]", rule) for i, rule in enumerate(target.egress)]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata,
+        "spec": {
+            "podSelector": {
+                "matchLabels": {key: labels[key] for key in (K_MANAGED, K_NAME, K_ROLE)}
+            },
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [],
+            "egress": [*copy.deepcopy(list(DNS_EGRESS)), *allowed],
         },
     }
 
@@ -656,6 +856,7 @@ _RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("", ("pods/exec", "pods/portforward"), ("create", "get")),
     ("", ("pods/log", "events"), ("get", "list", "watch")),
     ("", ("secrets",), ("create", "delete")),
+    ("networking.k8s.io", ("networkpolicies",), ("get", "create", "patch", "delete")),
     ("batch", ("jobs",), ("get", "list", "watch", "create", "delete")),
     ("resource.k8s.io", ("resourceclaims",), ("get", "list", "watch", "create", "delete")),
 )
@@ -664,7 +865,8 @@ _RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 def make_rbac(namespace: str, account: str = "gpudev") -> list[dict[str, Any]]:
     """The ServiceAccount gpudev's server runs as, a Role with only what it does in the
     namespace (pods, their exec and port-forward, services, claims, build Jobs, the build's
-    registry Secret, events to say why a pod is not scheduled) and the RoleBinding. Nothing
+    registry Secret, the NetworkPolicies of pods and builds, events to say why a pod is not
+    scheduled) and the RoleBinding. Nothing
     cluster-wide except reading nodes (their GPU capacity and labels) and pods (which of them
     hold GPUs), which a separate ClusterRole grants: it writes nothing outside the namespace."""
     if not _NAMESPACE_RE.match(namespace) or not _NAMESPACE_RE.match(account):

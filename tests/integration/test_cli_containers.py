@@ -187,20 +187,26 @@ def test_a_dry_run_on_a_kubernetes_host_prints_manifests_that_validate(
     planned = cli("start", "default", "--host=cluster", "--gpus=2", "--dry-run", "--json", cluster)
     assert planned.returncode == 0, planned.stderr
     plan = json.loads(planned.stdout)
-    # Then it holds the workspace claim, the pod and its service, each valid for the schemas
+    # Then it holds the workspace claim, the pod's NetworkPolicy, the pod and its service,
+    # each valid for the schemas
     assert plan["kind"] == "kubernetes"
     assert (plan["context"], plan["namespace"]) == ("kind-dev", "team-ml")
-    assert [o["kind"] for o in plan["objects"]] == ["PersistentVolumeClaim", "Pod", "Service"]
+    assert [o["kind"] for o in plan["objects"]] == [
+        "PersistentVolumeClaim",
+        "NetworkPolicy",
+        "Pod",
+        "Service",
+    ]
     for manifest in plan["objects"]:
         assert manifest["metadata"]["namespace"] == "team-ml"
         kubernetes_validate.validate(manifest, "1.34.0", strict=True)
-    pod = plan["objects"][1]
+    pod = plan["objects"][2]
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
     # And without --json it prints one List for `kubectl apply -f -`, the notes on stderr
     text = cli("start", "default", "--host=cluster", "--dry-run", cluster)
     assert text.returncode == 0, text.stderr
     listed = json.loads(text.stdout)
-    assert (listed["kind"], len(listed["items"])) == ("List", 3)
+    assert (listed["kind"], len(listed["items"])) == ("List", 4)
     assert "note: " in text.stderr
     # When it is started for real without a kubeconfig for that context, it says so
     refused = cli("start", "default", "--host=cluster", cluster)

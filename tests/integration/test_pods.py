@@ -11,11 +11,14 @@ import asyncio
 import base64
 import contextlib
 import copy
+import io
 import json
 import logging
 import os
 import secrets
 import select
+import tarfile
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -37,7 +40,7 @@ from jupyter_gpudev.kernels import provisioner
 from jupyter_gpudev.kernels.kernelspecs import SHARED_PREFIX, GPUDevKernelSpecManager
 from jupyter_gpudev.labels import A_NAME, K_KERNEL
 from tests.integration.test_kernels import kernel_manager, run
-from tests.k8s_api import DockerKubelet, FakeCluster, cluster_manager
+from tests.k8s_api import DockerKubelet, FakeCluster, JobEnd, cluster_manager
 from tests.registry import Registry
 
 pytestmark = pytest.mark.integration
@@ -223,66 +226,150 @@ def test_a_pods_changes_are_committed_as_a_dockerfile_diff(
     assert not list(capture.baselines.folder.glob("*" + captured.key + "*"))
 
 
-def builder_stand_in(
-    cluster: FakeCluster, docker_client: docker.DockerClient, volumes: Path
-) -> Callable[[dict[str, Any]], tuple[bool, str, bytes]]:
-    """What kaniko and crane do in a build Job (no image of them here): the build step's
-    arguments read, the context built by the real engine from the workspace claim's files
-    (with no credentials), the image pushed with those of the Job's Secret, which only the push
-    step mounts, to the real registry; the pushed reference as crane says it."""
-
-    def run(job: dict[str, Any]) -> tuple[bool, str, bytes]:
-        spec = job["spec"]["template"]["spec"]
-        (build,) = spec["initContainers"]
-        (push,) = spec["containers"]
-        args = build["args"]
-        # only the push step, which runs nothing of the image, has the credentials
-        assert "registry" not in {m["name"] for m in build["volumeMounts"]}
-        assert "registry" in {m["name"] for m in push["volumeMounts"]}
-        assert "--no-push" in args
-
-        def arg(name: str) -> str:
-            return str(next(a.split("=", 1)[1] for a in args if a.startswith(f"--{name}=")))
-
-        claim = next(
-            v["persistentVolumeClaim"]["claimName"]
-            for v in spec["volumes"]
-            if v["name"] == "workspace"
+@pytest.fixture(scope="module")
+def busybox_image(docker_client: docker.DockerClient) -> Iterator[str]:
+    """The stand-in for the image of a build Job's own steps (crane:debug: its shell and tools
+    are busybox's, in /busybox): Debian's static busybox, its applets linked in /busybox."""
+    binary = Path("/bin/busybox")
+    if not binary.is_file():
+        pytest.fail("busybox-static is not installed (scripts/setup.sh --test installs it)")
+    tag = f"gpudev-test-busybox:{secrets.token_hex(4)}"
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as archive:
+        archive.add(str(binary), arcname="busybox")
+        dockerfile = (
+            b"FROM scratch\nCOPY busybox /busybox/busybox\n"
+            b'RUN ["/busybox/busybox", "--install", "-s", "/busybox"]\nENV PATH=/busybox\n'
         )
-        (dev_pod,) = [
-            pod
-            for (plural, _ns, _n), pod in cluster.objects.items()
-            if plural == "pods"
-            and any(
-                (v.get("persistentVolumeClaim") or {}).get("claimName") == claim
-                for v in pod["spec"].get("volumes") or []
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        archive.addfile(info, io.BytesIO(dockerfile))
+    context.seek(0)
+    docker_client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True)
+    yield tag
+    with contextlib.suppress(docker.errors.DockerException):
+        docker_client.images.remove(tag, force=True)
+
+
+def builder_stand_in(
+    cluster: FakeCluster,
+    docker_client: docker.DockerClient,
+    volumes: Path,
+    tools_image: str,
+    started: list[list[str]] | None = None,
+) -> Callable[[dict[str, Any]], JobEnd]:
+    """What a build Job's pod does (no image of kaniko or crane here), each step through its
+    own volume mounts only: a step of gpudev's own (any init container but kaniko's) runs for
+    real in ``tools_image``, the stand-in for its image, as the Job says (its command, user,
+    capabilities, no privilege escalation, root file system, no network); kaniko's step is a
+    build by the real engine of the context and Dockerfile its arguments name (it has no
+    credentials); the push step pushes with the credentials of the Job's Secret, which only it
+    mounts, to the real registry, and says the pushed reference as crane does. ``started``:
+    the NetworkPolicies of the namespace when each pod started."""
+
+    def run(job: dict[str, Any]) -> JobEnd:
+        if started is not None:
+            started.append(cluster.names("networkpolicies"))
+        spec = job["spec"]["template"]["spec"]
+        scratch = Path(tempfile.mkdtemp(prefix="emptydir-", dir=volumes))
+
+        def folder(volume_name: str) -> Path:
+            volume = next(v for v in spec["volumes"] if v["name"] == volume_name)
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim is None:
+                assert "emptyDir" in volume, volume
+                made = scratch / volume_name
+                made.mkdir(exist_ok=True)
+                made.chmod(0o777)  # as a kubelet makes an emptyDir
+                return made
+            (dev_pod,) = [
+                pod
+                for (plural, _ns, _n), pod in cluster.objects.items()
+                if plural == "pods"
+                and any(
+                    (v.get("persistentVolumeClaim") or {}).get("claimName") == claim
+                    for v in pod["spec"].get("volumes") or []
+                )
+                and "job-name" not in pod["metadata"].get("labels", {})
+            ]
+            return volumes / f"{dev_pod['metadata']['name']}-workspace"
+
+        def on_host(step: dict[str, Any], path: str) -> Path:
+            for mount in step.get("volumeMounts") or []:
+                root = mount["mountPath"].rstrip("/")
+                if path == root or path.startswith(root + "/"):
+                    return folder(mount["name"]) / path[len(root) :].lstrip("/")
+            raise AssertionError(f"{path} is on no volume of the {step['name']} step")
+
+        for step in spec["initContainers"]:
+            ended = build(step, on_host) if step["name"] == "build" else own(step, folder)
+            if ended is not None:
+                return ended
+        (push,) = spec["containers"]
+        assert "registry" in {m["name"] for m in push["volumeMounts"]}
+        return push_image(spec, push)
+
+    def own(step: dict[str, Any], folder: Callable[[str], Path]) -> JobEnd | None:
+        security = step.get("securityContext") or {}
+        assert "registry" not in {m["name"] for m in step.get("volumeMounts") or []}
+        container = docker_client.containers.run(
+            tools_image,
+            step.get("args") or [],
+            entrypoint=step["command"],
+            user=f"{security.get('runAsUser', 0)}:{security.get('runAsGroup', 0)}",
+            cap_drop=(security.get("capabilities") or {}).get("drop"),
+            cap_add=(security.get("capabilities") or {}).get("add"),
+            security_opt=[] if security.get("allowPrivilegeEscalation") else ["no-new-privileges"],
+            read_only=bool(security.get("readOnlyRootFilesystem")),
+            network_disabled=True,
+            volumes={
+                str(folder(m["name"])): {
+                    "bind": m["mountPath"],
+                    "mode": "ro" if m.get("readOnly") else "rw",
+                }
+                for m in step.get("volumeMounts") or []
+            },
+            detach=True,
+        )
+        try:
+            code = int(container.wait(timeout=120)["StatusCode"])
+            output = bytes(container.logs())
+        finally:
+            container.remove(force=True)
+        return JobEnd(failed=step["name"], exit_code=code, output=output) if code else None
+
+    def build(
+        step: dict[str, Any], on_host: Callable[[dict[str, Any], str], Path]
+    ) -> JobEnd | None:
+        args = step["args"]
+        # the step that runs the Dockerfile's commands has no credentials, pushes nothing
+        assert "registry" not in {m["name"] for m in step["volumeMounts"]}
+        assert "--no-push" in args
+        found = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in args if "=" in a}
+        labels = dict(a.split("=", 1)[1].split("=", 1) for a in args if a.startswith("--label="))
+        try:
+            docker_client.images.build(
+                path=str(on_host(step, found["--context"].removeprefix("dir://"))),
+                dockerfile=str(on_host(step, found["--dockerfile"])),
+                tag=found["--destination"],
+                labels=labels,
+                rm=True,
             )
-            and "job-name" not in pod["metadata"].get("labels", {})
-        ]
-        workspace = volumes / f"{dev_pod['metadata']['name']}-workspace"
-        context = workspace / arg("context").removeprefix("dir:///workspace/")
-        dockerfile = arg("dockerfile").removeprefix("/workspace/")
+        except docker.errors.DockerException as exc:
+            return JobEnd(failed="build", output=f"error building: {exc}\n".encode())
+        return None
+
+    def push_image(spec: dict[str, Any], push: dict[str, Any]) -> JobEnd:
+        destination = push["args"][-1]
         secret_name = next(v for v in spec["volumes"] if v["name"] == "registry")["secret"][
             "secretName"
         ]
         secret = cluster.objects[("secrets", "team-ml", secret_name)]
         config = json.loads(base64.b64decode(secret["data"]["config.json"]))
-        destination = arg("destination")
         registry_host = destination.split("/", 1)[0]
         user, password = (
             base64.b64decode(config["auths"][registry_host]["auth"]).decode().split(":", 1)
         )
-        labels = dict(a.split("=", 1)[1].split("=", 1) for a in args if a.startswith("--label="))
-        try:
-            docker_client.images.build(
-                path=str(context),
-                dockerfile=str(workspace / dockerfile),
-                tag=destination,
-                labels=labels,
-                rm=True,
-            )
-        except docker.errors.DockerException as exc:
-            return False, "build", f"error building: {exc}\n".encode()
         try:
             repository, tag = destination.rsplit(":", 1)
             digest = ""
@@ -294,13 +381,42 @@ def builder_stand_in(
                 auth_config={"username": user, "password": password},
             ):
                 if "error" in event:
-                    return False, "push", f"error pushing: {event['error']}\n".encode()
+                    return JobEnd(
+                        failed="push", output=f"error pushing: {event['error']}\n".encode()
+                    )
                 digest = (event.get("aux") or {}).get("Digest", digest)
         except docker.errors.DockerException as exc:
-            return False, "push", f"error pushing: {exc}\n".encode()
-        return True, f"{repository}@{digest}", b"pushed\n"
+            return JobEnd(failed="push", output=f"error pushing: {exc}\n".encode())
+        return JobEnd(message=f"{repository}@{digest}", output=b"pushed\n")
 
     return run
+
+
+#: What a hostile pod runs on the build context gpudev left in its workspace claim: every
+#: Dockerfile there, loose or in an archive, replaced by its own (argv: the workspace, the
+#: Dockerfile); prints how many it replaced.
+REWRITE = """
+import io, os, sys, tarfile
+workspace, swap = sys.argv[1], sys.argv[2].encode()
+count = 0
+for folder, _dirs, files in os.walk(os.path.join(workspace, ".gpudev-build")):
+    for name in files:
+        path = os.path.join(folder, name)
+        if "Dockerfile" in name:
+            with open(path, "wb") as out:
+                out.write(swap)
+            count += 1
+        elif tarfile.is_tarfile(path):
+            with tarfile.open(path) as old:
+                members = [(m, old.extractfile(m).read() if m.isfile() else None) for m in old]
+            with tarfile.open(path, "w") as new:
+                for member, data in members:
+                    if data is not None and "Dockerfile" in member.name:
+                        data, member.size = swap, len(swap)
+                        count += 1
+                    new.addfile(member, io.BytesIO(data) if data is not None else None)
+print(count)
+"""
 
 
 def test_a_pods_snapshot_is_built_in_the_cluster_and_pushed(  # noqa: PLR0917
@@ -309,14 +425,18 @@ def test_a_pods_snapshot_is_built_in_the_cluster_and_pushed(  # noqa: PLR0917
     tools_image: str,
     registry: Registry,
     docker_client: docker.DockerClient,
+    busybox_image: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Given a pod with a settings file, the user's credentials for a real registry, and a
-    # cluster whose build Jobs run (the engine stands in for kaniko)
+    # cluster whose build Jobs run (the engine stands in for kaniko, busybox for crane's)
     capture = track_changes(manager)
     monkeypatch.setenv("DOCKER_CONFIG", str(registry.docker_config(tmp_path / "docker")))
-    cluster.job_runner = builder_stand_in(cluster, docker_client, tmp_path / "volumes")
+    started: list[list[str]] = []
+    cluster.job_runner = builder_stand_in(
+        cluster, docker_client, tmp_path / "volumes", busybox_image, started
+    )
     folder = environment(manager, "tools", {"image": tools_image})
     manager.start(StartRequest("tools", host="cluster", name="spod"), None)
     pods = manager.pods(manager.host_pool.get("cluster"))
@@ -355,9 +475,14 @@ def test_a_pods_snapshot_is_built_in_the_cluster_and_pushed(  # noqa: PLR0917
     assert built.labels["org.opencontainers.image.description"] == "tuned"
     out = docker_client.containers.run(tag, ["cat", "/opt/tools/settings.toml"], remove=True)
     assert out == b"threads = 4\n"
-    # And the Job, its pod, the Secret and the unpacked context are gone; nothing was written
+    # And its pod started with its NetworkPolicy there (made before the Secret it waits for)
+    (there,) = started
+    assert [n for n in there if n.startswith("gpudev-build-spod-")], there
+    # And the Job, its pod, the Secret and NetworkPolicy and the context are gone; nothing
+    # was written
     assert cluster.names("jobs") == []
     assert cluster.names("secrets") == []
+    assert cluster.names("networkpolicies") == ["gpudev-spod"]
     assert cluster.names("pods") == ["gpudev-spod"]
     assert not list((tmp_path / "volumes").glob("*/.gpudev-build"))
     assert not (folder / "Dockerfile").exists()
@@ -372,6 +497,69 @@ def test_a_pods_snapshot_is_built_in_the_cluster_and_pushed(  # noqa: PLR0917
     assert registry.password not in refused.value.message
     assert cluster.names("jobs") == []
     assert cluster.names("secrets") == []
+
+
+def test_a_build_context_the_pod_rewrites_in_its_claim_is_never_built(  # noqa: PLR0917
+    manager: DevContainers,
+    cluster: FakeCluster,
+    tools_image: str,
+    registry: Registry,
+    docker_client: docker.DockerClient,
+    busybox_image: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a changed pod, the user's credentials for a real registry, a cluster whose build
+    # Jobs run, and a hostile pod: once the build Job exists, before it runs, it replaces every
+    # Dockerfile of the build context gpudev left in its workspace claim with its own
+    capture = track_changes(manager)
+    monkeypatch.setenv("DOCKER_CONFIG", str(registry.docker_config(tmp_path / "docker")))
+    environment(manager, "tools", {"image": tools_image})
+    manager.start(StartRequest("tools", host="cluster", name="evil"), None)
+    pod = cluster.objects[("pods", "team-ml", "gpudev-evil")]
+    workspace = pod["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
+    assert cluster.kubelet.exec(pod, ["sh", "-c", "echo x > /opt/tools/settings.toml"])[0] == 0
+    honest = builder_stand_in(cluster, docker_client, tmp_path / "volumes", busybox_image)
+    swap = f"FROM {tools_image}\nRUN echo swapped > /swapped\n"
+    rewritten: list[int] = []
+
+    def hostile(job: dict[str, Any]) -> JobEnd:
+        code, out, err = cluster.kubelet.exec(pod, ["python3", "-c", REWRITE, workspace, swap])
+        assert code == 0, err
+        rewritten.append(int(out))
+        return honest(job)
+
+    cluster.job_runner = hostile
+    tag = f"{registry.address}/team/evil:v1"
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        docker_client.images.remove(tag, force=True)
+    # When its snapshot is committed with a push
+    refused: GPUDevError | None = None
+    try:
+        Committer(capture, Registries()).commit(
+            "evil", CommitOptions(snapshot=tag, push=True), "cluster"
+        )
+    except GPUDevError as exc:
+        refused = exc
+    # Then the pod did rewrite the context, and nothing of its Dockerfile was built or pushed
+    # with the service's credentials
+    assert len(rewritten) == 1
+    assert rewritten[0] > 0
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        docker_client.images.get(tag)  # built, then
+        built = docker_client.containers.run(tag, ["sh", "-c", "cat /swapped || true"], remove=True)
+        assert b"swapped" not in built, "the pod's own Dockerfile was built and pushed"
+    # And the build was refused before it ran: the context's digest is not gpudev's
+    assert isinstance(refused, Conflict), refused
+    assert "not the one gpudev wrote" in refused.message
+    auth = {"username": registry.username, "password": registry.password}
+    with pytest.raises(docker.errors.APIError):
+        docker_client.api.inspect_distribution(tag, auth_config=auth)  # type: ignore[no-untyped-call]
+    # And the Job, its Secret and NetworkPolicy, and the context in the claim are gone
+    assert cluster.names("jobs") == []
+    assert cluster.names("secrets") == []
+    assert cluster.names("networkpolicies") == ["gpudev-evil"]
+    assert not list((tmp_path / "volumes").glob("*/.gpudev-build"))
 
 
 @pytest.mark.parametrize("forward", ["never", "always"])

@@ -22,9 +22,9 @@ from jupyter_gpudev.containers.create import Confinement
 from jupyter_gpudev.engine import HostSpec
 from jupyter_gpudev.environments import Environment
 from jupyter_gpudev.environments.model import BuildSpec, DeclaredMount, GPURequirement, RunOptions
-from jupyter_gpudev.errors import BadRequest
+from jupyter_gpudev.errors import BadRequest, ConfigError
 from jupyter_gpudev.k8s import objects as k8s
-from jupyter_gpudev.labels import A_CREATED, A_OWNER, K_NAME, K_OWNER
+from jupyter_gpudev.labels import A_CREATED, A_OWNER, K_NAME, K_OWNER, K_ROLE
 
 #: Cluster versions and the ResourceClaim API each serves (v1beta1 from 1.32, v1 from 1.34).
 VERSIONS = {
@@ -33,6 +33,22 @@ VERSIONS = {
     "1.37.0": "resource.k8s.io/v1",
 }
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+DIGEST = "sha256:" + "ab" * 32
+#: Peers and egress rules as an administrator configures them for a host.
+SERVER_IN_HUB = (
+    {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "jhub"}},
+        "podSelector": {"matchLabels": {"app": "gpudev"}},
+    },
+    {"ipBlock": {"cidr": "10.8.0.0/16", "except": ["10.8.9.0/24"]}},
+)
+MIRRORS = (
+    {"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}], "ports": [{"port": 443}]},
+    {
+        "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mirrors"}}}],
+        "ports": [{"port": 5000, "protocol": "TCP"}, {"port": 8000, "endPort": 8099}],
+    },
+)
 
 
 def environment(**changes: Any) -> Environment:
@@ -71,8 +87,10 @@ def build_target(**changes: Any) -> k8s.BuildTarget:
         owner="alice@example.org",
         namespace="team-ml",
         workspace_claim="gpudev-ws-alice-gpu",
+        context_archive=".gpudev-build/3f1c/context.tar",
+        context_digest=DIGEST,
+        context_size=40960,
         dockerfile=".devcontainer/gpu/Dockerfile",
-        context=".devcontainer/gpu",
         destination="registry.example.org/team/gpu:v2",
         registry_config="gpudev-push-alice-gpu",
         created="2026-11-25T08:00:00Z",
@@ -114,7 +132,7 @@ def test_every_object_of_a_dev_container_validates(version: str, gpus: k8s.GPUAs
         valid(manifest, version)
     kinds = [o["kind"] for o in plan.objects]
     assert kinds[0] == "PersistentVolumeClaim"
-    assert kinds[-2:] == ["Pod", "Service"]
+    assert kinds[-3:] == ["NetworkPolicy", "Pod", "Service"]
     assert ("ResourceClaim" in kinds) == gpus.claim
 
 
@@ -124,8 +142,20 @@ def test_the_builder_job_and_the_rbac_validate(version: str) -> None:
     secret = k8s.make_registry_secret(
         "alice-gpu", "team-ml", "alice", b'{"auths": {}}', "2026-11-25T08:00:00Z", job=("j", "u")
     )
-    for manifest in [job, secret, *k8s.make_rbac("team-ml")]:
+    policies = [
+        k8s.make_build_network_policy(build_target(), job=("j", "u")),
+        k8s.make_build_network_policy(build_target(egress=MIRRORS)),
+    ]
+    for manifest in [job, secret, *policies, *k8s.make_rbac("team-ml")]:
         valid(manifest, version)
+
+
+@pytest.mark.parametrize("version", sorted(VERSIONS))
+@pytest.mark.parametrize("peers", [None, (), SERVER_IN_HUB], ids=["default", "none", "hub"])
+def test_the_dev_pods_network_policy_validates(
+    version: str, peers: tuple[dict[str, Any], ...] | None
+) -> None:
+    valid(k8s.make_network_policy(environment(), target(ingress_from=peers)), version)
 
 
 def test_an_unknown_field_fails_the_schema_check() -> None:
@@ -306,33 +336,233 @@ def test_a_plain_name_is_kept_as_it_is() -> None:
 
 
 @pytest.mark.parametrize("path", ["../etc", "/etc/passwd", "a/../../b", "a//b", "$(id)", "a b"])
-def test_a_build_path_outside_the_workspace_is_refused(path: str) -> None:
+@pytest.mark.parametrize("field", ["context_archive", "dockerfile"])
+def test_a_build_path_outside_the_workspace_is_refused(field: str, path: str) -> None:
     with pytest.raises(BadRequest, match="plain path inside the workspace"):
-        k8s.make_builder_job(build_target(context=path))
+        k8s.make_builder_job(build_target(**{field: path}))
 
 
-def test_the_build_reads_the_workspace_read_only_and_never_retries() -> None:
-    job = k8s.make_builder_job(build_target(context="."))
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"context_digest": "sha256:" + "AB" * 32},
+        {"context_digest": "md5:" + "ab" * 16},
+        {"context_digest": DIGEST + "; id"},
+        {"context_size": 0},
+        {"run_as": (0, 0)},
+    ],
+)
+def test_a_build_without_a_digest_of_its_context_or_reading_it_as_root_is_refused(
+    changes: dict[str, Any],
+) -> None:
+    with pytest.raises(BadRequest):
+        k8s.make_builder_job(build_target(**changes))
+
+
+def steps(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
     spec = job["spec"]["template"]["spec"]
-    assert job["spec"]["backoffLimit"] == 0
-    assert spec["automountServiceAccountToken"] is False
-    (build,) = spec["initContainers"]
-    (push,) = spec["containers"]
-    mounts = {m["name"]: m for m in build["volumeMounts"]}
-    assert mounts["workspace"]["readOnly"] is True
-    assert "--destination=registry.example.org/team/gpu:v2" in build["args"]
+    return {c["name"]: c for c in [*spec["initContainers"], *spec["containers"]]}
+
+
+def test_the_build_reads_only_the_context_gpudev_wrote_checked_by_its_digest() -> None:
+    # Given a build of gpudev's archive of the context in the dev container's workspace claim
+    job = k8s.make_builder_job(build_target(run_as=(1001, 1002)))
+    spec = job["spec"]["template"]["spec"]
+    # Then first a step of gpudev's own copies it out of the claim into a volume of the build
+    # pod's own, checks its digest and unpacks it; then kaniko builds; then crane pushes
+    assert [c["name"] for c in spec["initContainers"]] == ["context", "build"]
+    assert [c["name"] for c in spec["containers"]] == ["push"]
+    found = steps(job)
+    context, build, push = found["context"], found["build"], found["push"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["context"] == {
+        "name": "context",
+        "emptyDir": {"sizeLimit": str(2 * 40960 + (1 << 20))},
+    }
+    # The check runs in an image gpudev chose, its programs its own: nothing of the claim runs
+    assert context["image"] == k8s.CRANE_IMAGE
+    assert context["command"] == ["/busybox/sh", "-c", k8s.CONTEXT_SCRIPT]
+    assert context["args"] == [
+        "context",
+        "/workspace/.gpudev-build/3f1c/context.tar",
+        DIGEST,
+        "40960",
+        k8s.CONTEXT_MOUNT,
+    ]
+    # as the dev container's user (who can read the claim), with nothing else
+    assert context["securityContext"] == {
+        "runAsUser": 1001,
+        "runAsGroup": 1002,
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    mounts = {s: {m["name"]: m for m in found[s]["volumeMounts"]} for s in found}
+    assert mounts["context"]["workspace"] == {
+        "name": "workspace",
+        "mountPath": "/workspace",
+        "readOnly": True,
+    }
+    assert mounts["context"]["context"]["mountPath"] == k8s.CONTEXT_MOUNT
+    # Only that step mounts the claim: kaniko reads the checked copy, read-only
+    assert [s for s in mounts if "workspace" in mounts[s]] == ["context"]
+    assert mounts["build"]["context"]["readOnly"] is True
+    assert f"--context=dir://{k8s.CONTEXT_MOUNT}/build" in build["args"]
+    assert f"--dockerfile={k8s.CONTEXT_MOUNT}/build/.devcontainer/gpu/Dockerfile" in build["args"]
+    assert volumes["workspace"]["persistentVolumeClaim"]["readOnly"] is True
     # The build step (which runs the Dockerfile's commands) never sees the credentials and
     # pushes nothing; the push step, which runs nothing of the image, has them
+    assert "--destination=registry.example.org/team/gpu:v2" in build["args"]
     assert "--no-push" in build["args"]
-    assert "registry" not in mounts
+    assert [s for s in mounts if "registry" in mounts[s]] == ["push"]
     assert {m["name"]: m["readOnly"] for m in push["volumeMounts"]} == {
         "image": True,
         "registry": True,
     }
     assert push["args"] == ["push", k8s.BUILD_TARBALL, "registry.example.org/team/gpu:v2"]
     assert push["securityContext"]["runAsNonRoot"] is True
-    # any node unless one is named
+    # No API token, no retry, any node unless one is named
+    assert job["spec"]["backoffLimit"] == 0
+    assert spec["automountServiceAccountToken"] is False
     assert "affinity" not in spec
+
+
+def test_kaniko_runs_as_root_with_only_the_capabilities_it_needs() -> None:
+    spec = k8s.make_builder_job(build_target())["spec"]["template"]["spec"]
+    build = steps(k8s.make_builder_job(build_target()))["build"]
+    security = build["securityContext"]
+    # Root in its own container (it unpacks the base image there), with the capabilities of
+    # unpacking and running the Dockerfile's steps as their users, and nothing more
+    assert security["runAsUser"] == 0
+    assert security["capabilities"] == {
+        "drop": ["ALL"],
+        "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETGID", "SETUID", "SETFCAP"],
+    }
+    assert set(security["capabilities"]["add"]) == set(k8s.KANIKO_CAPABILITIES)
+    for never in ("SYS_ADMIN", "NET_RAW", "NET_ADMIN", "MKNOD", "SYS_CHROOT", "SYS_PTRACE"):
+        assert never not in security["capabilities"]["add"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["privileged"] is False
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    for field in ("hostNetwork", "hostPID", "hostIPC", "serviceAccountName"):
+        assert field not in spec
+    assert not [v for v in spec["volumes"] if "hostPath" in v]
+    # Every step: the runtime's seccomp profile, no privilege escalation
+    for step in steps(k8s.make_builder_job(build_target())).values():
+        assert step["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert step["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_the_build_pod_reaches_dns_and_only_what_the_administrator_allows() -> None:
+    # Given a build Job and its NetworkPolicy, owned by the Job
+    target = build_target()
+    job = k8s.make_builder_job(target)
+    policy = k8s.make_build_network_policy(target, job=("gpudev-build-alice-gpu", "0b5e4f1d"))
+    # Then it selects the Job's pod, and nothing else of gpudev's
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    assert selected.items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert selected[K_ROLE] == "build"
+    assert policy["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "gpudev-build-alice-gpu",
+            "uid": "0b5e4f1d",
+        }
+    ]
+    # And nothing reaches it; it reaches the cluster's DNS only unless more is allowed
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["ingress"] == []
+    assert policy["spec"]["egress"] == list(k8s.DNS_EGRESS)
+    (dns,) = k8s.DNS_EGRESS
+    assert {(p["protocol"], p["port"]) for p in dns["ports"]} == {("UDP", 53), ("TCP", 53)}
+    # When the administrator allows the registry and the package mirrors, those are added
+    allowed = k8s.make_build_network_policy(build_target(egress=MIRRORS))
+    assert allowed["spec"]["egress"] == [*k8s.DNS_EGRESS, *MIRRORS]
+    assert "ownerReferences" not in allowed["metadata"]
+
+
+def test_a_dev_pod_admits_only_gpudevs_server() -> None:
+    # Given a dev container's objects
+    plan = k8s.dev_container_objects(environment(), target())
+    kinds = [o["kind"] for o in plan.objects]
+    pod, policy = by_kind(plan)["Pod"], by_kind(plan)["NetworkPolicy"]
+    # Then its NetworkPolicy is made before its pod, and selects that pod only
+    assert kinds.index("NetworkPolicy") < kinds.index("Pod")
+    assert policy["metadata"]["name"] == pod["metadata"]["name"]
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    assert selected == k8s.selector(target())
+    assert selected.items() <= pod["metadata"]["labels"].items()
+    # And it lets in gpudev's server only (pods labelled as it, by default), on any port
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"from": list(k8s.SERVER_PEERS)}]
+    assert k8s.SERVER_PEERS == ({"podSelector": {"matchLabels": {K_ROLE: "server"}}},)
+    assert pod["metadata"]["labels"][K_ROLE] != "server"
+    # When the administrator names the server (another namespace, an address), those peers;
+    # none: nothing gets in (a port-forward does not pass through the pod network)
+    hub = k8s.make_network_policy(environment(), target(ingress_from=SERVER_IN_HUB))
+    assert hub["spec"]["ingress"] == [{"from": list(SERVER_IN_HUB)}]
+    closed = k8s.make_network_policy(environment(), target(ingress_from=()))
+    assert closed["spec"]["ingress"] == []
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("ingress_from", [{"podSelector": {"matchLabels": {"app": 1}}}], "label"),
+        ("ingress_from", [{"ipBlock": {"cidr": "10.0.0.0/33"}}], "CIDR"),
+        (
+            "ingress_from",
+            [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["11.0.0.0/16"]}}],
+            "inside",
+        ),
+        (
+            "ingress_from",
+            [{"ipBlock": {"cidr": "10.0.0.0/8"}, "podSelector": {}}],
+            "ipBlock or selectors",
+        ),
+        ("ingress_from", [{"hostNetwork": True}], "podSelector"),
+        ("ingress_from", {"podSelector": {}}, "list"),
+        (
+            "build_egress",
+            [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 0}]}],
+            "port",
+        ),
+        ("build_egress", [{"ports": [{"port": 443, "protocol": "ICMP"}]}], "protocol"),
+        ("build_egress", [{"ports": [{"port": 8000, "endPort": 7000}]}], "endPort"),
+        ("build_egress", [{"to": []}], "to"),
+        ("build_egress", [{"from": [{"podSelector": {}}]}], "to"),
+    ],
+)
+def test_a_bad_network_setting_of_a_cluster_is_refused_naming_it(
+    key: str, value: Any, words: str
+) -> None:
+    with pytest.raises(ConfigError, match=words) as caught:
+        HostSpec.parse("cluster", {"url": "k8s:///team-ml", key: value})
+    assert f"c.HostPool.hosts['cluster']['{key}']" in caught.value.message
+
+
+def test_network_settings_are_a_clusters_only_and_kept_as_configured() -> None:
+    with pytest.raises(ConfigError, match="do not apply"):
+        HostSpec.parse("gpu1", {"url": "ssh://me@gpu1", "ingress_from": []})
+    spec = HostSpec.parse(
+        "cluster",
+        {
+            "url": "k8s:///team-ml",
+            "ingress_from": list(SERVER_IN_HUB),
+            "build_egress": list(MIRRORS),
+        },
+    )
+    assert spec.ingress_from == SERVER_IN_HUB
+    assert spec.build_egress == MIRRORS
+    assert HostSpec.parse("cluster", spec.to_config()) == spec
+    plain = HostSpec.parse("cluster", "k8s:///team-ml")
+    assert (plain.ingress_from, plain.build_egress) == (None, None)
+    assert "ingress_from" not in plain.to_config()
 
 
 def test_a_build_runs_on_the_node_of_the_workspace_with_the_snapshots_labels() -> None:
@@ -345,7 +575,7 @@ def test_a_build_runs_on_the_node_of_the_workspace_with_the_snapshots_labels() -
         {"key": "metadata.name", "operator": "In", "values": ["gpu-a100-1"]}
     ]
     # a label is one argument (no shell reads it)
-    args = spec["initContainers"][0]["args"]
+    args = steps(job)["build"]["args"]
     assert "--label=org.opencontainers.image.description=a b" in args
 
 
@@ -379,6 +609,11 @@ def test_the_role_grants_no_wildcard_and_only_reading_outside_the_namespace() ->
             assert "*" not in rule["resources"]
     cluster = [o for o in objects if o["kind"] == "ClusterRole"]
     assert [r["resources"] for r in cluster[0]["rules"]] == [["nodes"], ["pods"]]
+    # NetworkPolicies: made, owned by their pod or Job (a patch), deleted; never listed
+    (role,) = [o for o in objects if o["kind"] == "Role"]
+    (policies,) = [r for r in role["rules"] if r["resources"] == ["networkpolicies"]]
+    assert policies["apiGroups"] == ["networking.k8s.io"]
+    assert policies["verbs"] == ["get", "create", "patch", "delete"]
     assert {v for r in cluster[0]["rules"] for v in r["verbs"]} == {"get", "list", "watch"}
 
 
@@ -434,6 +669,26 @@ def test_gpu_uuids_are_refused_on_a_cluster_and_a_built_image_is_noted() -> None
     )
     _, notes = _pod_target(built, StartRequest(environment="gpu"))
     assert any("registry it reaches" in note for note in notes)
+
+
+def test_the_hosts_peers_are_the_ones_a_dev_pod_admits() -> None:
+    spec = HostSpec.parse(
+        "cluster", {"url": "k8s://kind-dev/team-ml", "ingress_from": list(SERVER_IN_HUB)}
+    )
+    pod_target, _ = planning.pod_target(
+        environment(),
+        StartRequest(environment="gpu"),
+        spec,
+        name="alice-gpu",
+        owner="alice",
+        command=("sleep", "infinity"),
+        server_id="3f1c",
+        created="2026-11-25T08:00:00Z",
+    )
+    plan = planning.pod_plan(environment(), pod_target, Confinement(), spec, [])
+    policy = by_kind(k8s.Plan(plan["objects"]))["NetworkPolicy"]
+    assert policy["spec"]["ingress"] == [{"from": list(SERVER_IN_HUB)}]
+    valid(policy, "1.34.0")
 
 
 def test_a_cpu_start_asks_for_no_gpu() -> None:

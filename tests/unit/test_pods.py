@@ -64,14 +64,25 @@ def test_a_start_creates_the_objects_and_waits_for_the_pod(
 ) -> None:
     # When alice starts a dev container with a GPU on the cluster
     info, said = start(manager, "train", gpus=1)
-    # Then the claim, the pod and its Service were created in that order, each valid for the
-    # schemas (the server answers 422 otherwise)
+    # Then the claim, the pod's NetworkPolicy, the pod and its Service were created in that
+    # order, each valid for the schemas (the server answers 422 otherwise), and the policy
+    # made the pod's once it was there
+    policies = "/apis/networking.k8s.io/v1/namespaces/team-ml/networkpolicies"
     assert cluster.writes() == [
         ("POST", f"{NS}/persistentvolumeclaims"),
+        ("POST", policies),
         ("POST", f"{NS}/pods"),
+        ("PATCH", f"{policies}/gpudev-train"),
         ("POST", f"{NS}/services"),
     ]
     pod = cluster.objects[("pods", "team-ml", "gpudev-train")]
+    policy = cluster.objects[("networkpolicies", "team-ml", "gpudev-train")]
+    assert policy["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": "gpudev-train", "uid": pod["metadata"]["uid"]}
+    ]
+    assert policy["spec"]["ingress"] == [
+        {"from": [{"podSelector": {"matchLabels": {"gpudev.jupyter.org/role": "server"}}}]}
+    ]
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     # And it is reported running, as alice's, where the scheduler put it
     assert (info.name, info.host, info.state, info.owner) == (
@@ -85,6 +96,46 @@ def test_a_start_creates_the_objects_and_waits_for_the_pod(
     assert info.started_at == "2026-11-25T10:00:02Z"
     assert any("package-manager command log" in w for w in info.warnings)
     assert [e["stage"] for e in said][-1] == "ready"
+
+
+def test_a_pod_admits_the_peers_its_cluster_is_configured_with(
+    cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a cluster whose gpudev server runs in the Hub's namespace
+    server = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "jhub"}},
+        "podSelector": {"matchLabels": {"app": "gpudev"}},
+    }
+    with cluster_manager(
+        cluster, tmp_path, monkeypatch, host={"ingress_from": [server]}, pod_start_timeout=0.5
+    ) as manager:
+        # When a dev container starts there
+        start(manager, "hubbed")
+    # Then its pod admits that server only
+    policy = cluster.objects[("networkpolicies", "team-ml", "gpudev-hubbed")]
+    assert policy["spec"]["ingress"] == [{"from": [server]}]
+
+
+def test_a_network_policy_left_from_before_is_taken_over_with_the_hosts_peers(
+    manager: DevContainers, cluster: FakeCluster
+) -> None:
+    # Given alice's NetworkPolicy of a dev container's name that no pod owns, letting anyone in
+    # (one applied from a dry run, or left by a start that died before owning it)
+    start(manager, "again")
+    left = cluster.objects[("networkpolicies", "team-ml", "gpudev-again")]
+    del left["metadata"]["ownerReferences"]
+    left["spec"]["ingress"] = [{"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}]
+    manager.remove("again", "cluster", force=True, caller=ALICE)
+    assert cluster.names("networkpolicies") == ["gpudev-again"]
+    # When a dev container of that name starts again
+    start(manager, "again")
+    # Then the policy is its pod's, and lets in gpudev's server only
+    policy = cluster.objects[("networkpolicies", "team-ml", "gpudev-again")]
+    pod = cluster.objects[("pods", "team-ml", "gpudev-again")]
+    assert [r["uid"] for r in policy["metadata"]["ownerReferences"]] == [pod["metadata"]["uid"]]
+    assert policy["spec"]["ingress"] == [
+        {"from": [{"podSelector": {"matchLabels": {"gpudev.jupyter.org/role": "server"}}}]}
+    ]
 
 
 def test_pods_are_listed_for_their_owner_only(manager: DevContainers) -> None:
@@ -113,10 +164,12 @@ def test_a_pod_is_removed_with_force_and_its_workspace_claim_kept(
     with pytest.raises(Conflict, match="were not listed when it started"):
         manager.remove("work", "cluster", caller=ALICE)
     assert cluster.names("pods") == ["gpudev-work"]
-    # With force the pod and its Service go; the workspace claim stays
+    # With force the pod, its Service and NetworkPolicy go; the workspace claim stays
+    assert cluster.names("networkpolicies") == ["gpudev-work"]
     manager.remove("work", "cluster", force=True, caller=ALICE)
     assert cluster.names("pods") == []
     assert cluster.names("services") == []
+    assert cluster.names("networkpolicies") == []
     assert cluster.names("persistentvolumeclaims") == ["gpudev-ws-work"]
     # And a new start of that name finds the claim and says so
     again, _ = start(manager, "work")
@@ -140,6 +193,7 @@ def test_an_unschedulable_pod_says_why_and_leaves_nothing(
     # And what the start created is gone, the claim it made too (nothing was in it)
     assert cluster.names("pods") == []
     assert cluster.names("services") == []
+    assert cluster.names("networkpolicies") == []
     assert cluster.names("persistentvolumeclaims") == []
 
 
@@ -201,8 +255,9 @@ def test_a_refused_create_says_the_clusters_reason_never_the_token(
         start(manager, "quota", gpus=1)
     assert "exceeded quota" in caught.value.message
     assert TOKEN not in str(caught.value.to_json())
-    # The claim made before the pod was refused is deleted again
+    # The claim and the policy made before the pod was refused are deleted again
     assert cluster.names("persistentvolumeclaims") == []
+    assert cluster.names("networkpolicies") == []
 
 
 def test_a_pod_that_exists_is_a_conflict_and_is_not_touched(
@@ -214,6 +269,8 @@ def test_a_pod_that_exists_is_a_conflict_and_is_not_touched(
         start(manager, "twice")
     assert cluster.objects[("pods", "team-ml", "gpudev-twice")] == before
     assert cluster.names("services") == ["gpudev-twice"]
+    # (its NetworkPolicy too: the start that failed did not make it, so did not undo it)
+    assert cluster.names("networkpolicies") == ["gpudev-twice"]
 
 
 def test_an_environment_on_the_cluster_starts_a_kernels_own_pod_there(
