@@ -2,10 +2,34 @@
  * Jest configuration of the unit tests of the Lab extension
  * (labextension/test/*.spec.ts): JupyterLab's own configuration (jsdom,
  * fetch and the other shims), compiled with labextension/test/tsconfig.json.
+ * JupyterLab's packages that ship ES modules (cells, rendermime, ...: the
+ * output trust tests use their real models) are compiled by babel-jest with
+ * JupyterLab's babel configuration.
  */
 const jestJupyterLab = require('@jupyterlab/testing/lib/jest-config');
+const babelConfig = require('@jupyterlab/testing/lib/babel-config').default;
 
 const base = jestJupyterLab(__dirname);
+
+/** The ES-module packages of JupyterLab's list, and JupyterLab's own. */
+const esModules = [
+  '@codemirror',
+  '@marijn',
+  '@microsoft',
+  '@jupyter/react-components',
+  '@jupyter/web-components',
+  '@jupyter/ydoc',
+  '@jupyterlab/',
+  'color',
+  'exenv-es6',
+  'lib0',
+  'marked',
+  'nanoid',
+  'vscode-ws-jsonrpc',
+  'y-protocols',
+  'y-websocket',
+  'yjs'
+].join('|');
 
 module.exports = {
   ...base,
@@ -18,6 +42,8 @@ module.exports = {
     '^.+\\.tsx?$': [
       'ts-jest',
       { tsconfig: '<rootDir>/labextension/test/tsconfig.json' }
-    ]
-  }
+    ],
+    '^.+\\.jsx?$': ['babel-jest', babelConfig]
+  },
+  transformIgnorePatterns: [`/node_modules/(?!${esModules}).+`]
 };

@@ -8,7 +8,7 @@ from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import IOLoop
-from traitlets import Unicode, default
+from traitlets import Bool, Unicode, default
 from traitlets.config import Configurable
 
 from ._version import __version__
@@ -34,6 +34,8 @@ from .shared.proxy import ISOLATE_KEY, proxy_routes, target_routes
 from .shared.terminals import terminal_routes
 
 KERNELSPEC_MANAGER = "jupyter_gpudev.kernelspecs.GPUDevKernelSpecManager"
+#: The page config key telling the Lab extension how to render outputs of gpudev kernels.
+OUTPUTS_PAGE_CONFIG = "gpudevKernelOutputs"
 
 
 class GPUDevApp(ExtensionApp):
@@ -57,6 +59,38 @@ class GPUDevApp(ExtensionApp):
     def _default_service_url(self) -> str:
         return os.environ.get("GPUDEV_SERVICE_URL", "")
 
+    untrusted_kernel_outputs = Bool(
+        None,
+        allow_none=True,
+        help="""Render the outputs of gpudev kernels untrusted in JupyterLab, as outputs of a
+        notebook from elsewhere: no JavaScript runs (application/javascript is not rendered,
+        text/html, Markdown and SVG are sanitised or left out), so a kernel in a container (its
+        image, a package it installed, a startup file) cannot drive the user's Lab (open a
+        terminal on this server, call its API). Images, text, Markdown, LaTeX, JSON and
+        sanitised HTML still show; a notebook saved with such outputs opens untrusted.
+        None (the default): on in shared mode (a user's server using the shared service, and
+        the service), off in single-user mode.""",
+    ).tag(config=True)
+
+    kernel_output_widgets = Bool(
+        True,
+        help="""While outputs of gpudev kernels render untrusted, still render the widgets
+        (ipywidgets) the kernel opened in this session. Widgets are Lab code driven by the
+        kernel, and ipywidgets' HTML and Output widgets put the kernel's HTML, and outputs
+        rendered trusted, into the page: False closes that way too (widgets show as text).""",
+    ).tag(config=True)
+
+    @property
+    def kernel_outputs(self) -> str:
+        """How the Lab extension renders outputs of gpudev kernels (``OUTPUTS_PAGE_CONFIG``):
+        ``"trusted"``, ``"untrusted"`` or ``"untrusted-no-widgets"``."""
+        untrusted = self.untrusted_kernel_outputs
+        if untrusted is None:
+            untrusted = self.mode != "single"
+        if not untrusted:
+            return "trusted"
+        return "untrusted" if self.kernel_output_widgets else "untrusted-no-widgets"
+
     @property
     def mode(self) -> str:
         """``"service"`` (the shared authority), ``"client"`` or ``"single"``."""
@@ -65,6 +99,9 @@ class GPUDevApp(ExtensionApp):
         return "client" if self.service_url else "single"
 
     def initialize_settings(self) -> None:
+        if self.serverapp is not None:  # read by the Lab extension (untrusted-outputs plugin)
+            page_config = self.serverapp.web_app.settings.setdefault("page_config_data", {})
+            page_config[OUTPUTS_PAGE_CONFIG] = self.kernel_outputs
         # Nothing here talks to an engine or to NVML: that happens on the first request.
         root_dir = self.serverapp.root_dir if self.serverapp is not None else "."
         kernel_manager = self.serverapp.kernel_manager if self.serverapp else None

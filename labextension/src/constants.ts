@@ -10,6 +10,18 @@ export const PLUGIN_ID = 'jupyter-gpudev:plugin';
 /** The id of the notebook toolbar item's plugin. */
 export const NOTEBOOK_TOOLBAR_PLUGIN_ID = 'jupyter-gpudev:notebook-toolbar';
 
+/**
+ * The id of the plugin rendering outputs of gpudev kernels untrusted when the
+ * server says so (plugins/untrustedOutputs.ts).
+ */
+export const UNTRUSTED_OUTPUTS_PLUGIN_ID = 'jupyter-gpudev:untrusted-outputs';
+
+/**
+ * The page config key in which the server says how outputs of gpudev
+ * kernels render (jupyter_gpudev/app.py `OUTPUTS_PAGE_CONFIG`).
+ */
+export const KERNEL_OUTPUTS_PAGE_CONFIG = 'gpudevKernelOutputs';
+
 /** The commands this extension adds. */
 export namespace CommandIDs {
   export const openPanel = 'gpudev:open-panel';

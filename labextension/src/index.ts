@@ -5,6 +5,7 @@
  */
 import { notebookToolbarPlugin } from './plugins/notebookToolbar';
 import { panelPlugin } from './plugins/panel';
+import { untrustedOutputsPlugin } from './plugins/untrustedOutputs';
 
 export {
   GPUDevAPIError,
@@ -58,8 +59,9 @@ export {
   API_PATH,
   CommandIDs,
   NOTEBOOK_TOOLBAR_PLUGIN_ID,
-  PLUGIN_ID
+  PLUGIN_ID,
+  UNTRUSTED_OUTPUTS_PLUGIN_ID
 } from './constants';
-export { notebookToolbarPlugin, panelPlugin };
+export { notebookToolbarPlugin, panelPlugin, untrustedOutputsPlugin };
 
-export default [panelPlugin, notebookToolbarPlugin];
+export default [panelPlugin, notebookToolbarPlugin, untrustedOutputsPlugin];

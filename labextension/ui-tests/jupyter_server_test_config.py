@@ -9,6 +9,10 @@ The served folder gets a ``gpu`` environment (one GPU, the kernel image), a ``we
 environment (no GPU, the kernel image, port 8000 in forwardPorts: served by the web port
 proxy) and the GPU culler short timeouts, so a test can watch an idle GPU kernel be warned
 about and released within seconds.
+
+Outputs of gpudev kernels render untrusted (``c.GPUDevApp.untrusted_kernel_outputs``, on by
+default in shared mode only): untrusted-outputs.spec.ts runs hostile outputs in an ``outputs``
+environment (no GPU, the kernel image).
 """
 
 import json
@@ -37,6 +41,9 @@ c.DevContainers.stop_timeout = 2  # noqa: F821
 c.Access.user = "galata"  # noqa: F821
 # What every host added at run time gets (the panel's Add host form cannot choose it).
 c.HostPool.runtime_host_settings = {"workspace": "/srv/work"}  # noqa: F821
+
+# Outputs of gpudev kernels render untrusted, as in shared mode (untrusted-outputs.spec.ts).
+c.GPUDevApp.untrusted_kernel_outputs = True  # noqa: F821
 
 # An idle GPU kernel is listed 5 s after its last activity and released 15 s later.
 c.GPUCuller.idle_timeout = 20  # noqa: F821
@@ -73,3 +80,10 @@ FLOW_ENVIRONMENT.write_text(
     json.dumps({"image": "gpudev-python:bookworm", "hostRequirements": {"gpu": True}}, indent=2)
     + "\n"
 )
+
+# Hostile outputs of a gpudev kernel (untrusted-outputs.spec.ts): a CPU environment of its own.
+OUTPUTS_ENVIRONMENT = (
+    Path(c.ServerApp.root_dir) / ".devcontainer" / "outputs" / "devcontainer.json"  # noqa: F821
+)
+OUTPUTS_ENVIRONMENT.parent.mkdir(parents=True, exist_ok=True)
+OUTPUTS_ENVIRONMENT.write_text(json.dumps({"image": "gpudev-python:bookworm"}, indent=2) + "\n")
