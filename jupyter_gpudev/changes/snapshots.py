@@ -21,31 +21,21 @@ under the push target's) is replaced only when ``SnapshotRecords`` says gpudev m
 snapshot of this user (in single-user mode: as a snapshot, the state folder being the user's):
 never the base image, an environment's image, a pulled image or another user's snapshot. What
 an image is comes from gpudev's own state, keyed by image id, never from its labels (a LABEL
-line or a pulled image can say anything).
+line or a pulled image can say anything). ``SnapshotRecords`` and ``user_repository`` live in
+``containers/namespace.py``, beside the records of environment builds, which refuse a user's
+image to every other user.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from pathlib import Path
-from typing import TYPE_CHECKING
 
+from ..containers.namespace import LOCAL_ROOT, SnapshotRecords, user_repository
 from ..engine import Reference
-from ..errors import BadRequest, ConfigError, Conflict
-from .baselines import atomic_write
+from ..errors import BadRequest, Conflict
 
-if TYPE_CHECKING:
-    import os
+__all__ = ["LOCAL_ROOT", "SnapshotRecords", "SnapshotTags", "snapshot_tags", "user_repository"]
 
-#: Every user's snapshots are tagged under ``LOCAL_ROOT/USER/`` in shared mode.
-LOCAL_ROOT = "localhost/gpudev"
-#: A repository path component as the distribution spec has it.
-_COMPONENT_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*\Z")
-_IMAGE_ID_RE = re.compile(r"sha256:([0-9a-f]{64})\Z")
 #: The longest reference the engine takes.
 _MAX_REFERENCE = 255
 
@@ -57,14 +47,6 @@ class SnapshotTags:
 
     local: str
     push: str | None = None
-
-
-def user_repository(user: str) -> str:
-    """``localhost/gpudev/USER``: the repository of ``user``'s snapshots in shared mode."""
-    if _COMPONENT_RE.match(user):
-        return f"{LOCAL_ROOT}/{user}"
-    readable = re.sub(r"[^a-z0-9]+", "-", user.lower()).strip("-") or "user"
-    return f"{LOCAL_ROOT}/{readable}-{hashlib.sha256(user.encode()).hexdigest()[:8]}"
 
 
 def snapshot_tags(tag: str, user: str | None, *, push: bool) -> SnapshotTags:
@@ -100,44 +82,3 @@ def snapshot_tags(tag: str, user: str | None, *, push: bool) -> SnapshotTags:
             details={"reference": tag},
         )
     return SnapshotTags(local, tag if push else None)
-
-
-class SnapshotRecords:
-    """The images gpudev made as snapshots, and for whom: one file per image id in
-    ``<state_dir>/snapshots``, each written atomically (the server and the CLI share the
-    folder). Image ids are digests of the image's configuration, so no other image has the id
-    of one recorded here."""
-
-    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
-        self.folder = Path(state_dir) / "snapshots"
-
-    def _path(self, image_id: str) -> Path | None:
-        found = _IMAGE_ID_RE.match(image_id)
-        return self.folder / f"{found.group(1)}.json" if found else None
-
-    def record(self, image_id: str, user: str, tag: str) -> None:
-        """Keep that gpudev made ``image_id`` as ``user``'s snapshot, tagged ``tag``."""
-        path = self._path(image_id)
-        if path is None:
-            raise ValueError(f"Not an image id: {image_id!r}")
-        made = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        try:
-            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            atomic_write(path, json.dumps({"user": user, "tag": tag, "made": made}))
-        except OSError as exc:
-            raise ConfigError(
-                f"Recording the snapshot {tag} in c.DevContainers.state_dir ({self.folder}) "
-                f"failed: {exc.strerror}"
-            ) from exc
-
-    def owner(self, image_id: str) -> str | None:
-        """The user gpudev made ``image_id`` for as a snapshot; ``None`` if it did not."""
-        path = self._path(image_id)
-        if path is None:
-            return None
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
-        user = data.get("user") if isinstance(data, dict) else None
-        return user if isinstance(user, str) else None

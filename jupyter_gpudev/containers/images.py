@@ -1,20 +1,31 @@
 """The image a dev container runs: built from the environment's Dockerfile or pulled with the
 registry's credentials, with progress; present images are used as they are, but for a built one
-whose base image changed under its tag since (e.g. after ``image bootstrap --force``)."""
+whose base image changed under its tag since (e.g. after ``image bootstrap --force``).
+
+In shared mode (``mine``: the user's ``namespace.UserImages``) a build is the user's own: its
+context is packed first (``engine.context``), the Dockerfile checked and the digest taken from
+that very archive, which is what the engine gets; it is tagged under the user's repository and
+used only when gpudev's records say it built it for them from that digest. An image named by
+the environment, or in its Dockerfile, is refused when it is another user's (``namespace``).
+"""
 
 from __future__ import annotations
 
 import re
+import tarfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import docker
 import docker.errors
 
 from ..engine import BuildTrust, Progress, Registries, RegistryError, stream_build
+from ..engine.context import TEXT_LIMIT, folder_context
 from ..environments import Environment
+from ..environments.model import BuildSpec
 from ..errors import ImageError, engine_errors
 from ..labels import L_BUILD_BASES, L_ENV
+from .namespace import UserImages, build_digest, build_reference, context_digest
 
 #: A FROM line's image (``FROM [--platform=...] IMAGE [AS name]``).
 _FROM_RE = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)", re.IGNORECASE | re.MULTILINE)
@@ -28,9 +39,16 @@ def ensure_image(
     log: Any,
     *,
     trust: BuildTrust | None = None,
+    mine: UserImages | None = None,
 ) -> tuple[str, list[str]]:
     """Build or pull the environment's image when the host lacks it; returns its reference and
-    its ``Config.Env`` (for the CUDA check). A build trusts ``trust``'s CA bundle."""
+    its ``Config.Env`` (for the CUDA check). A build trusts ``trust``'s CA bundle. ``mine``:
+    shared mode's user (see the module)."""
+    if mine is not None:
+        ref, image = _ensure_own(
+            client, env, say, log, registries=registries, trust=trust, mine=mine
+        )
+        return ref, list(image.attrs.get("Config", {}).get("Env") or [])
     ref = env.image_ref()
     try:
         image = client.images.get(ref)
@@ -50,13 +68,83 @@ def ensure_image(
     return ref, list(image.attrs.get("Config", {}).get("Env") or [])
 
 
-def base_refs(dockerfile: Path) -> list[str]:
-    """The images a Dockerfile's FROM lines name (not its stages, ``scratch`` or ones built
-    from build arguments)."""
+def _ensure_own(
+    client: docker.DockerClient,
+    env: Environment,
+    say: Progress,
+    log: Any,
+    *,
+    registries: Registries,
+    trust: BuildTrust | None,
+    mine: UserImages,
+) -> tuple[str, Any]:
+    """``ensure_image`` in shared mode: the reference and the image."""
+    spec = env.build
+    if spec is None:
+        ref = env.image_ref()
+        mine.check(client, ref, f"The environment {env.name!r}")
+        try:
+            image = client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            pull(client, registries, ref, say)
+            mine.check(client, ref, f"The environment {env.name!r}")  # what the pull brought
+            image = client.images.get(ref)
+        return ref, image
+    archive, name = folder_context(spec.context, _dockerfile_name(spec))
+    with archive:
+        text = _member_text(archive, name)
+        mine.check_dockerfile(client, text, dict(spec.args), f"The Dockerfile of {env.name!r}")
+        digest = build_digest(dict(spec.args), spec.target, context_digest(archive, name))
+        ref = build_reference(env.name, mine.user, digest)
+        image_id = mine.reusable(client, ref, digest)
+        if image_id is not None:
+            image = client.images.get(image_id)
+            moved = moved_bases(client, image.labels.get(L_BUILD_BASES, ""))
+            if moved:
+                say({"stage": "build", "message": f"its base {moved[0]} changed: building again"})
+                image_id = None
+        if image_id is None:
+            build(client, env, ref, say, log, trust=trust, context=(archive, name, text))
+            image = client.images.get(ref)
+            mine.builds.record(
+                str(image.id), mine.user, environment=env.name, digest=digest, reference=ref
+            )
+    return ref, image
+
+
+def _dockerfile_name(spec: BuildSpec) -> str:
+    """The Dockerfile's path relative to the context, or its absolute path outside it."""
+    if spec.dockerfile.is_relative_to(spec.context):
+        return str(spec.dockerfile.relative_to(spec.context))
+    return str(spec.dockerfile)
+
+
+def _member_text(archive: IO[bytes], name: str) -> str:
+    """The text of the file ``name`` in the context tar ``archive`` (left at its start)."""
+    archive.seek(0)
     try:
-        text = dockerfile.read_text(errors="replace")
-    except OSError:
-        return []
+        with tarfile.open(fileobj=archive, mode="r:") as tar:
+            member = tar.getmember(name)
+            data = tar.extractfile(member) if member.isreg() else None
+            text = data.read(TEXT_LIMIT + 1) if data is not None else None
+    except KeyError:
+        text = None
+    archive.seek(0)
+    if text is None or len(text) > TEXT_LIMIT:
+        raise ImageError(f"The build context has no Dockerfile {name} of at most 8 MiB")
+    return text.decode("utf-8", "replace")
+
+
+def base_refs(dockerfile: Path | str) -> list[str]:
+    """The images a Dockerfile's FROM lines name (not its stages, ``scratch`` or ones built
+    from build arguments); ``dockerfile``: its path, or its text."""
+    if isinstance(dockerfile, str):
+        text = dockerfile
+    else:
+        try:
+            text = dockerfile.read_text(errors="replace")
+        except OSError:
+            return []
     refs = _FROM_RE.findall(text)
     stages = {m.lower() for m in re.findall(r"\bAS\s+(\S+)\s*$", text, re.I | re.M)}
     return [r for r in refs if "$" not in r and r.lower() not in stages and r != "scratch"]
@@ -88,33 +176,34 @@ def build(
     log: Any,
     *,
     trust: BuildTrust | None = None,
+    context: tuple[IO[bytes], str, str] | None = None,
 ) -> None:
-    """Build the environment's image as ``ref``, streaming the build's progress."""
+    """Build the environment's image as ``ref``, streaming the build's progress; ``context``:
+    the context already packed (the tar, the Dockerfile's name in it and its text), else its
+    folder is packed for the build."""
     spec = env.build
     if spec is None:
         raise ImageError(f"The environment {env.name!r} has no build")
     say({"stage": "build", "message": f"building {ref} from {spec.dockerfile.name}"})
-    dockerfile = (
-        str(spec.dockerfile.relative_to(spec.context))
-        if spec.dockerfile.is_relative_to(spec.context)
-        else str(spec.dockerfile)
+    sent: dict[str, Any] = (
+        {"fileobj": context[0], "custom_context": True, "dockerfile": context[1]}
+        if context is not None
+        else {"path": str(spec.context), "dockerfile": _dockerfile_name(spec)}
     )
+    bases = base_refs(context[2] if context is not None else spec.dockerfile)
     with engine_errors(f"Building the image of {env.name!r}", log):
         stream_build(
             client,
             f"the image of {env.name!r}",
             say,
             trust,
-            path=str(spec.context),
-            dockerfile=dockerfile,
+            **sent,
             tag=ref,
             buildargs=dict(spec.args),
             target=spec.target,
             labels={
                 L_ENV: env.name,
-                L_BUILD_BASES: " ".join(
-                    f"{r}@{i}" for r, i in local_ids(client, base_refs(spec.dockerfile)).items()
-                ),
+                L_BUILD_BASES: " ".join(f"{r}@{i}" for r, i in local_ids(client, bases).items()),
             },
         )
 

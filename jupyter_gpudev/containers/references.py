@@ -1,0 +1,281 @@
+"""The images a Dockerfile names: what a build reads besides its context.
+
+A build reads an image wherever the Dockerfile names one: ``FROM IMAGE``, ``COPY --from=IMAGE``,
+``RUN --mount=...,from=IMAGE``, the ``# syntax=IMAGE`` directive, and the same inside
+``ONBUILD`` (run by a later build from the image); a ``--from`` or ``FROM`` that names an earlier
+stage (``FROM x AS name``, or its index) reads no image. ``images`` lists them, read the way
+both builders the engine has read the file, and conservatively where they differ: the classic
+builder has no heredocs (a ``RUN <<EOF`` body's lines are instructions to it), BuildKit has
+them (they are not), so the lines of a heredoc body count both ways.
+
+Names are written with variables (``FROM $BASE``, ``COPY --from=${STAGE}``): they are resolved
+as the builder would, from the ``ARG`` lines and the build's arguments (``FROM`` sees the
+``ARG`` lines before the first ``FROM``; an instruction in a stage, that stage's ``ARG`` and
+``ENV`` lines as well), with ``${X:-word}`` and ``${X:+word}``. A variable gpudev cannot know
+(the builder's ``TARGETARCH`` and the like, a base image's ``ENV``, a form it does not read) is
+not guessed: the name is then only known up to it (``Named.prefix``), and the caller decides.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+#: A parser directive at the top of a Dockerfile (``# syntax=...``, ``# escape=```).
+_DIRECTIVE_RE = re.compile(r"^\s*#\s*([A-Za-z][A-Za-z0-9_-]*)\s*=\s*(.*?)\s*$")
+#: A variable: ``$NAME``, ``${NAME}``, ``${NAME:-word}``, ``${NAME:+word}``.
+_VARIABLE_RE = re.compile(
+    r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:[-+])(?P<word>[^}$]*))?\}"
+    r"|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
+)
+#: A heredoc's start in an instruction: ``<<EOF``, ``<<-EOF``, ``<<"EOF"``.
+_HEREDOC_RE = re.compile(r"<<(-?)([\"']?)([A-Za-z_][A-Za-z0-9_]*)\2")
+#: A stage name as BuildKit takes it (compared in lower case).
+_STAGE_RE = re.compile(r"^[a-z][a-z0-9._-]*\Z")
+#: The instructions whose lines may start heredocs.
+_HEREDOC_INSTRUCTIONS = {"RUN", "COPY", "ADD"}
+
+
+@dataclass(frozen=True)
+class Named:
+    """An image a Dockerfile names. ``resolved`` is the name with its variables substituted,
+    ``None`` when one of them has no value gpudev knows; ``prefix`` is what comes before that
+    variable (all of it when resolved). ``where`` says where (``line 3, COPY --from``)."""
+
+    written: str
+    resolved: str | None
+    prefix: str
+    where: str
+    #: A ``FROM`` line's image (its ``ONBUILD`` triggers run in this build).
+    base: bool = False
+
+
+@dataclass
+class _Scope:
+    """The variables an instruction sees; ``None`` for one declared without a value known."""
+
+    values: dict[str, str | None] = field(default_factory=dict)
+
+    def substitute(self, text: str) -> tuple[str | None, str]:
+        """``text`` with its variables substituted, and the part before the first one that
+        has no known value (``None`` and that part then)."""
+        out: list[str] = []
+        position = 0
+        for match in _VARIABLE_RE.finditer(text):
+            out.append(text[position : match.start()])
+            name = match.group("braced") or match.group("bare")
+            if name not in self.values or self.values[name] is None:
+                return None, "".join(out)
+            value = self.values[name] or ""
+            op, word = match.group("op"), match.group("word") or ""
+            if op == ":-":
+                value = value or word
+            elif op == ":+":
+                value = word if value else ""
+            out.append(value)
+            position = match.end()
+        rest = text[position:]
+        if "$" in rest:  # a form not read here (an escaped '$', ${X#...}): not guessed
+            cut = rest.index("$")
+            return None, "".join(out) + rest[:cut]
+        return "".join(out) + rest, "".join(out) + rest
+
+
+def images(text: str, args: Mapping[str, str]) -> list[Named]:
+    """The images the Dockerfile ``text`` names (see the module), built with the build
+    arguments ``args``; each once per place that names it."""
+    physical = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    directives, start = _directives(physical)
+    found: list[Named] = []
+    syntax = directives.get("syntax")
+    if syntax:
+        found.append(Named(syntax, syntax, syntax, "the # syntax= directive"))
+    escape = "`" if directives.get("escape") == "`" else "\\"
+    seen: set[Named] = set()
+    for heredocs in (False, True):
+        lines = _instructions(physical, start, escape, heredocs=heredocs)
+        for named in _Reader(args).read(lines):
+            if named not in seen:
+                seen.add(named)
+                found.append(named)
+    return found
+
+
+def trigger_images(triggers: list[str], base: str) -> list[Named]:
+    """The images the ``ONBUILD`` triggers of the image ``base`` name (its ``Config.OnBuild``:
+    instructions a build from it runs): no variable of theirs is known, and no stage name."""
+    found: list[Named] = []
+    for number, trigger in enumerate(triggers, 1):
+        found.extend(_Reader({}).instruction(number, trigger, trigger=f"ONBUILD of {base}"))
+    return found
+
+
+def _directives(physical: list[str]) -> tuple[dict[str, str], int]:
+    """The parser directives at the top (lower-case names), and where the lines after them
+    start."""
+    directives: dict[str, str] = {}
+    for index, line in enumerate(physical):
+        match = _DIRECTIVE_RE.match(line)
+        if match is None or match.group(1).lower() in directives:
+            return directives, index
+        directives[match.group(1).lower()] = match.group(2)
+    return directives, len(physical)
+
+
+def _instructions(
+    physical: list[str], start: int, escape: str, *, heredocs: bool
+) -> Iterator[tuple[int, str]]:
+    """The instructions from ``physical[start:]``, each with the number of its first line:
+    continued lines joined (``escape`` at a line's end), blank and comment lines left out;
+    with ``heredocs``, the bodies of heredocs too, as BuildKit reads them."""
+    continued = re.compile(re.escape(escape) + r"[ \t]*$")
+    current: list[str] = []
+    waiting: list[tuple[str, bool]] = []
+    first = 0
+    for number, line in enumerate(physical[start:], start + 1):
+        if waiting:
+            marker, strip_tabs = waiting[0]
+            if (line.lstrip("\t") if strip_tabs else line) == marker:
+                waiting.pop(0)
+            continue
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue  # also inside a continued instruction: dropped there
+        if not current:
+            first = number
+        if continued.search(line):
+            current.append(continued.sub("", line))
+            continue
+        instruction = "".join([*current, line]).strip()
+        current = []
+        yield first, instruction
+        keyword = instruction.split(None, 1)[0].upper()
+        if heredocs and keyword in _HEREDOC_INSTRUCTIONS:
+            waiting = [(m.group(3), m.group(1) == "-") for m in _HEREDOC_RE.finditer(instruction)]
+    if current:
+        yield first, "".join(current).strip()
+
+
+class _Reader:
+    """Walks a Dockerfile's instructions, keeping its stages and variables."""
+
+    def __init__(self, args: Mapping[str, str]) -> None:
+        self.args = dict(args)
+        #: The ARG lines before the first FROM (what FROM lines see).
+        self.globals = _Scope()
+        #: The current stage's variables (``None`` before the first FROM).
+        self.stage: _Scope | None = None
+        #: The stages so far, by name (lower case), and how many.
+        self.stages: set[str] = set()
+        self.count = 0
+
+    def read(self, lines: Iterator[tuple[int, str]]) -> Iterator[Named]:
+        """The images named by ``lines`` (numbered instructions), in order."""
+        for number, line in lines:
+            yield from self.instruction(number, line)
+
+    def instruction(self, number: int, line: str, trigger: str = "") -> Iterator[Named]:
+        """The images the instruction ``line`` names; ``trigger``: where it runs, when it is
+        an ``ONBUILD`` trigger."""
+        words = line.split()
+        if not words:
+            return
+        keyword, rest = words[0].upper(), words[1:]
+        if keyword == "ONBUILD" and rest:
+            inner = " ".join(rest)
+            yield from _Reader({}).instruction(number, inner, trigger=trigger or "ONBUILD")
+            return
+        where = f"{trigger} line {number}" if trigger else f"line {number}"
+        if keyword == "ARG":
+            self._declare(rest, arg=True)
+        elif keyword == "ENV" and self.stage is not None:
+            self._declare(rest, arg=False)
+        elif keyword == "FROM":
+            yield from self._from(rest, where)
+        elif keyword in ("COPY", "ADD"):
+            for value in _flag_values(rest, "from"):
+                yield from self._source(value, f"{where}, {keyword} --from")
+        elif keyword == "RUN":
+            for value in _flag_values(rest, "mount"):
+                for source in _mount_sources(value):
+                    yield from self._source(source, f"{where}, RUN --mount from=")
+
+    def _from(self, words: list[str], where: str) -> Iterator[Named]:
+        index = 0
+        while index < len(words) and words[index].startswith("--"):  # --platform=...
+            index += 1
+        rest = words[index:]
+        if not rest:
+            return
+        written = rest[0]
+        alias = rest[2].lower() if len(rest) >= 3 and rest[1].upper() == "AS" else None
+        resolved, prefix = self.globals.substitute(written)
+        if resolved is None or resolved.lower() not in self.stages:
+            yield Named(written, resolved, prefix, f"{where}, FROM", base=True)
+        self.count += 1
+        if alias and _STAGE_RE.match(alias):
+            self.stages.add(alias)
+        # A stage sees the global ARGs it declares again, and its own ARG and ENV lines.
+        self.stage = _Scope()
+
+    def _source(self, written: str, where: str) -> Iterator[Named]:
+        scope = self.stage if self.stage is not None else self.globals
+        resolved, prefix = scope.substitute(written)
+        if resolved is not None and (
+            resolved.lower() in self.stages or (resolved.isdigit() and int(resolved) < self.count)
+        ):
+            return  # an earlier stage
+        yield Named(written, resolved, prefix, where)
+
+    def _declare(self, words: list[str], *, arg: bool) -> None:
+        scope = self.stage if self.stage is not None else self.globals
+        if not arg and len(words) >= 2 and "=" not in words[0]:  # ENV NAME value (old form)
+            scope.values[words[0]] = _unquoted(" ".join(words[1:]))
+            return
+        for word in words:
+            name, has_value, value = word.partition("=")
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", name):
+                continue
+            if not arg:
+                resolved, _ = scope.substitute(_unquoted(value))
+                scope.values[name] = resolved
+            elif name in self.args:
+                scope.values[name] = self.args[name]
+            elif has_value:
+                resolved, _ = scope.substitute(_unquoted(value))
+                scope.values[name] = resolved
+            elif self.stage is not None and name in self.globals.values:
+                scope.values[name] = self.globals.values[name]
+            else:
+                scope.values[name] = ""  # declared without a value: the builder makes it empty
+
+
+def _unquoted(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1]
+    return value
+
+
+def _flag_values(words: list[str], flag: str) -> Iterator[str]:
+    """The values of ``--flag=VALUE`` (or ``--flag VALUE``) among an instruction's leading
+    flags (flag names compared in lower case)."""
+    index = 0
+    while index < len(words) and words[index].startswith("--"):
+        name, has_value, value = words[index][2:].partition("=")
+        if name.lower() == flag:
+            if has_value:
+                yield _unquoted(value)
+            elif index + 1 < len(words):
+                index += 1
+                yield _unquoted(words[index])
+        index += 1
+
+
+def _mount_sources(value: str) -> Iterator[str]:
+    """The ``from=`` of a ``RUN --mount`` (comma-separated ``key=value`` fields, CSV-quoted)."""
+    for row in csv.reader([value]):
+        for item in row:
+            key, _, source = item.strip().partition("=")
+            if key.strip().lower() == "from" and source:
+                yield source.strip()

@@ -1,0 +1,250 @@
+"""One image namespace per user in shared mode (issue #30, item 3): an environment's image is
+built for its user from their own build context, and no user names another's images.
+
+Two users' views of one service are built in-process (``Authority.for_user``, with the real
+accounts gpudev-alice and gpudev-bob); their builds and dev containers run on the real engine.
+Every environment and image name a test makes holds the test's own random part, so that nothing
+of another test (or of another engineer's run on the same engine) is touched.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from traitlets.config import Config, LoggingConfigurable
+
+from jupyter_gpudev.changes.commit import CommitOptions
+from jupyter_gpudev.containers import StartRequest
+from jupyter_gpudev.environments import ImageNotAllowed
+from jupyter_gpudev.labels import L_SERVER
+from jupyter_gpudev.services import Services
+from jupyter_gpudev.shared.authority import Authority
+from tests.conftest import FAKE_SMI, FIXTURES
+from tests.integration.test_diff import sh
+from tests.integration.test_shared_images import ALICE, BOB, PYTHON, Names, attempt, hand_over
+
+pytestmark = pytest.mark.integration
+
+#: The Dockerfile both users' environment "web" has: the same text, so the same tag today.
+WEB_DOCKERFILE = f"FROM {PYTHON}\nCOPY requirements.txt /r.txt\n"
+TROJAN = "evil-package==6.6.6  # planted by alice\n"
+CLEAN = "requests==2.31.0\n"
+
+
+@pytest.fixture
+def names(docker_client: docker.DockerClient) -> Iterator[Names]:
+    """This test's names; every image tagged with one is removed afterwards (after the
+    containers: ``authority`` depends on this fixture)."""
+    made = Names(docker_client)
+    yield made
+    made.remove()
+
+
+@pytest.fixture
+def authority(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    docker_client: docker.DockerClient,
+    names: Names,
+) -> Iterator[Authority]:
+    """The shared service's views (its state in the test's folder); their containers are
+    removed afterwards, before this test's images."""
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
+    config = Config()
+    config.GPUInventory.backend = "nvidia-smi"
+    config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
+    config.DevContainers.state_dir = str(tmp_path / "state")
+    config.DevContainers.stop_timeout = 2
+    config.GPUDevService.user_root = str(tmp_path / "users" / "{user}")
+    parent = LoggingConfigurable(config=config)
+    held = Authority(tmp_path, parent=parent, log=logging.getLogger("gpudev-test"))
+    yield held
+    server = held.service.containers.server_id
+    for container in docker_client.containers.list(
+        all=True, filters={"label": f"{L_SERVER}={server}"}
+    ):
+        container.remove(force=True)
+    held.close()
+
+
+def environment(view: Services, name: str, spec: dict[str, object], **files: str) -> None:
+    """The environment ``name`` of ``view``'s user: ``spec`` its devcontainer.json, ``files``
+    beside it; everything in their folder made theirs."""
+    folder = view.containers.root_dir / ".devcontainer" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "devcontainer.json").write_text(json.dumps(spec))
+    for file_name, text in files.items():
+        (folder / file_name.replace("__", ".")).write_text(text)
+    hand_over(view)
+
+
+def built(view: Services, name: str, dockerfile: str, **files: str) -> None:
+    environment(view, name, {"build": {"dockerfile": "Dockerfile"}}, Dockerfile=dockerfile, **files)
+
+
+def image_of(docker_client: docker.DockerClient, box: str) -> tuple[str, str]:
+    """The image reference a dev container was created from, and its id."""
+    attrs = docker_client.containers.get(f"gpudev-{box}").attrs
+    return str(attrs["Config"]["Image"]), str(attrs["Image"])
+
+
+def alices_snapshot(authority: Authority, names: Names, docker_client: docker.DockerClient) -> str:
+    """A snapshot of alice's (her container of the base image, with a file of hers): its tag."""
+    alice = authority.for_user(ALICE)
+    environment(alice, "py", {"image": PYTHON})
+    box = f"abox-{names.part}"
+    alice.containers.start(StartRequest(environment="py", name=box))
+    sh(docker_client, box, f"echo {ALICE} > /etc/who-made-me")
+    snapshot = alice.committer.commit(box, CommitOptions(snapshot=f"x-{names.part}:1")).snapshot
+    assert snapshot is not None
+    assert snapshot.reference == f"localhost/gpudev/{ALICE}/x-{names.part}:1"
+    return snapshot.reference
+
+
+@pytest.mark.parametrize("buildkit", [False, True], ids=["classic", "buildkit"])
+def test_a_users_build_context_never_reaches_another_users_container(
+    authority: Authority, names: Names, docker_client: docker.DockerClient, buildkit: bool
+) -> None:
+    # Given alice's environment "web" whose Dockerfile copies her requirements.txt, trojaned
+    # (built by the engine's classic builder, or by BuildKit: its RUN steps trusting the CA
+    # bundle)
+    web = f"web-{names.part}"
+    alice, bob = authority.for_user(ALICE), authority.for_user(BOB)
+    for view in (alice, bob):
+        view.containers.mount_policy.mount_ca_bundle = buildkit
+    built(alice, web, WEB_DOCKERFILE, requirements__txt=TROJAN)
+    # and bob's environment of the same name and Dockerfile, with a clean requirements.txt
+    built(bob, web, WEB_DOCKERFILE, requirements__txt=CLEAN)
+    # When alice starts hers first, then bob his
+    alice.containers.start(StartRequest(environment=web, name=f"a-{names.part}"))
+    bob.containers.start(StartRequest(environment=web, name=f"b-{names.part}"))
+    # Then bob's container has his own file, not alice's
+    assert sh(docker_client, f"b-{names.part}", "cat /r.txt") == CLEAN
+    assert sh(docker_client, f"a-{names.part}", "cat /r.txt") == TROJAN
+    # And each runs an image built for its user, under that user's repository
+    alices, bobs = (
+        image_of(docker_client, f"a-{names.part}"),
+        image_of(docker_client, f"b-{names.part}"),
+    )
+    assert alices[1] != bobs[1]
+    assert alices[0].startswith(f"localhost/gpudev/{ALICE}/env-{web}:")
+    assert bobs[0].startswith(f"localhost/gpudev/{BOB}/env-{web}:")
+
+
+def test_a_build_is_reused_for_its_user_until_their_context_changes(
+    authority: Authority, names: Names, docker_client: docker.DockerClient
+) -> None:
+    # Given bob's environment, started once
+    web = f"web-{names.part}"
+    bob = authority.for_user(BOB)
+    built(bob, web, WEB_DOCKERFILE, requirements__txt=CLEAN)
+    bob.containers.start(StartRequest(environment=web, name=f"b1-{names.part}"))
+    first = image_of(docker_client, f"b1-{names.part}")
+    # When he starts it again with nothing changed
+    bob.containers.start(StartRequest(environment=web, name=f"b2-{names.part}"))
+    # Then the same image runs (it was not built again)
+    assert image_of(docker_client, f"b2-{names.part}") == first
+    # When he changes a file of the context (not the Dockerfile) and starts it again
+    built(bob, web, WEB_DOCKERFILE, requirements__txt="numpy==2.0.0\n")
+    bob.containers.start(StartRequest(environment=web, name=f"b3-{names.part}"))
+    # Then the image is built again from the new context, under another tag
+    third = image_of(docker_client, f"b3-{names.part}")
+    assert third[0] != first[0]
+    assert third[1] != first[1]
+    assert sh(docker_client, f"b3-{names.part}", "cat /r.txt") == "numpy==2.0.0\n"
+
+
+def test_an_image_under_a_users_build_tag_that_gpudev_did_not_build_for_them_is_not_run(
+    authority: Authority, names: Names, docker_client: docker.DockerClient
+) -> None:
+    # Given bob's environment, started once (his image built and recorded)
+    web = f"web-{names.part}"
+    bob = authority.for_user(BOB)
+    built(bob, web, WEB_DOCKERFILE, requirements__txt=CLEAN)
+    bob.containers.start(StartRequest(environment=web, name=f"b1-{names.part}"))
+    tag, _ = image_of(docker_client, f"b1-{names.part}")
+    # and another image put under that very tag behind gpudev's back (labels say nothing)
+    planted = f"FROM {PYTHON}\nRUN echo evil-package > /r.txt\n"
+    forged, _ = docker_client.images.build(fileobj=io.BytesIO(planted.encode()), tag=tag, rm=True)
+    # When bob starts his environment again
+    bob.containers.start(StartRequest(environment=web, name=f"b2-{names.part}"))
+    # Then it runs his own build again, not the image found under the tag
+    assert image_of(docker_client, f"b2-{names.part}")[1] != forged.id
+    assert sh(docker_client, f"b2-{names.part}", "cat /r.txt") == CLEAN
+
+
+def test_another_users_snapshot_cannot_be_an_environments_image(
+    authority: Authority, names: Names, docker_client: docker.DockerClient
+) -> None:
+    # Given alice's snapshot
+    snapshot = alices_snapshot(authority, names, docker_client)
+    snapshot_id = str(docker_client.images.get(snapshot).id)
+    bob = authority.for_user(BOB)
+    for named in (snapshot, snapshot_id, snapshot_id.removeprefix("sha256:")[:12]):
+        # When bob's environment names it (by tag, by id, by short id) and he starts it
+        environment(bob, "theirs", {"image": named})
+        refused = attempt(
+            lambda: bob.containers.start(StartRequest(environment="theirs", name=f"b-{names.part}"))
+        )
+        # Then it is refused, saying why, and no container of his was made
+        assert isinstance(refused, ImageNotAllowed), (named, refused)
+        assert "another user" in refused.message
+        assert not docker_client.containers.list(all=True, filters={"name": f"b-{names.part}"})
+        # And the same for a dry run, and for a start naming it as the image to run
+        planned = attempt(lambda: bob.containers.plan(StartRequest(environment="theirs")))
+        assert isinstance(planned, ImageNotAllowed), (named, planned)
+        refused = attempt(
+            lambda: bob.containers.start(
+                StartRequest(environment="default", name=f"b-{names.part}", image=named)  # noqa: B023
+            )
+        )
+        assert isinstance(refused, ImageNotAllowed), (named, refused)
+
+
+@pytest.mark.parametrize(
+    "dockerfile",
+    [
+        "FROM {theirs}\n",
+        f"FROM {PYTHON}\nCOPY --from={{theirs}} /etc/who-made-me /stolen\n",
+        "ARG BASE={theirs}\nFROM $BASE AS mine\nRUN true\n",
+        f"FROM {{theirs}} AS stolen\nFROM {PYTHON}\nCOPY --from=stolen /etc/who-made-me /x\n",
+    ],
+    ids=["from", "copy-from", "from-arg", "from-stage"],
+)
+def test_another_users_snapshot_cannot_be_named_in_a_dockerfile(
+    authority: Authority, names: Names, docker_client: docker.DockerClient, dockerfile: str
+) -> None:
+    # Given alice's snapshot, and bob's environment whose Dockerfile names it
+    snapshot = alices_snapshot(authority, names, docker_client)
+    bob = authority.for_user(BOB)
+    built(bob, f"steal-{names.part}", dockerfile.format(theirs=snapshot))
+    # When bob starts it
+    refused = attempt(
+        lambda: bob.containers.start(
+            StartRequest(environment=f"steal-{names.part}", name=f"b-{names.part}")
+        )
+    )
+    # Then it is refused, saying why, and nothing of alice's reached an image of his
+    assert isinstance(refused, ImageNotAllowed), refused
+    assert "another user" in refused.message
+    assert not docker_client.containers.list(all=True, filters={"name": f"b-{names.part}"})
+
+
+def test_the_administrators_allow_list_may_share_a_users_image(
+    authority: Authority, names: Names, docker_client: docker.DockerClient
+) -> None:
+    # Given alice's snapshot, allowed to everyone by the administrator
+    snapshot = alices_snapshot(authority, names, docker_client)
+    bob = authority.for_user(BOB)
+    bob.containers.environments.allowed_images = [f"localhost/gpudev/{ALICE}/x-{names.part}:*"]
+    # When bob's environment names it and he starts it
+    environment(bob, "shared", {"image": snapshot})
+    bob.containers.start(StartRequest(environment="shared", name=f"b-{names.part}"))
+    # Then his container runs it
+    assert sh(docker_client, f"b-{names.part}", "cat /etc/who-made-me").strip() == ALICE
