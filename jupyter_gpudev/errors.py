@@ -105,6 +105,15 @@ class Conflict(GPUDevError):
     code = "conflict"
 
 
+class LimitReached(GPUDevError):
+    """A per-user limit (``c.UserLimits``) refuses the request: the message names the limit,
+    the setting it comes from and what the user holds now."""
+
+    status = 409
+    exit_code = 6
+    code = "limit_reached"
+
+
 class EngineError(GPUDevError):
     """The engine failed an operation; the message says what to do, the log has its words."""
 

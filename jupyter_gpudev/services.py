@@ -20,6 +20,7 @@ from .changes.capture import ChangeCapture
 from .changes.commit import Committer
 from .changes.tracker import ChangeTracker
 from .containers.lifecycle import DevContainers
+from .containers.limits import UserLimits
 from .containers.lookup import ContainerLookup
 from .engine import GPUInventory, HostPool, ImageBootstrapper, LegacyGPUInjection, Registries
 from .environments import EnvironmentManager, MountPolicy
@@ -39,6 +40,7 @@ CLASSES: tuple[type[Configurable], ...] = (
     GPUInventory,
     ContainerLookup,
     DevContainers,
+    UserLimits,
     EnvironmentManager,
     MountPolicy,
     LegacyGPUInjection,

@@ -29,12 +29,16 @@ from ..errors import (
     EngineUnreachable,
     Forbidden,
     GPUDevError,
+    LimitReached,
     NotFound,
 )
 from ..leasing import NoFreeGPU
 
 #: The service's error codes that have a class of their own here (the others: by status).
-_BY_CODE: dict[str, type[GPUDevError]] = {"no_free_gpu": NoFreeGPU}
+_BY_CODE: dict[str, type[GPUDevError]] = {
+    "no_free_gpu": NoFreeGPU,
+    "limit_reached": LimitReached,
+}
 _BY_STATUS: dict[int, type[GPUDevError]] = {
     400: BadRequest,
     403: Forbidden,

@@ -335,13 +335,17 @@ class LeaseLedger:
         *,
         held_elsewhere: Mapping[str, Lease] | None = None,
         shown_to: str | None = None,
+        admit: Callable[[list[Lease]], None] | None = None,
     ) -> Lease:
         """Lease GPUs of ``host`` (its leasable ``units``) to ``container``, atomically.
 
         ``held_elsewhere`` are GPUs held outside this ledger (claims on the engine by other
         servers or host entries): never chosen, and named when too few are free.
         ``shown_to``: the user asking, who is told of other users' leases without their
-        containers (``None``: an administrator, told everything).
+        containers (``None``: an administrator, told everything). ``admit``: called inside
+        the write transaction with ``owner``'s active leases on every host, before any GPU
+        is chosen; it raises to refuse (a per-user limit), so two leases for one owner are
+        never both admitted against the same count.
 
         Raises ``BadRequest`` for a request with no GPU or an unknown UUID, ``Conflict`` when
         the container already holds a lease, and ``NoFreeGPU`` when too few matching GPUs are
@@ -363,6 +367,8 @@ class LeaseLedger:
                     f"{existing.lease_id} ({len(existing.gpu_uuids)} GPUs); release it first",
                     details={"lease": existing.to_json()},
                 )
+            if admit is not None:
+                admit([lease for lease in self._active(conn, None) if lease.owner == owner])
             held = dict(held_elsewhere or {})
             held.update(
                 {uuid: lease for lease in self._active(conn, host) for uuid in lease.gpu_uuids}
