@@ -30,11 +30,12 @@ import docker.errors
 from .. import safefs
 from ..containers import commandlog
 from ..containers.pods import annotation, mount_paths, pod_info, pod_uid
+from ..engine.context import read_checked_text
 from ..environments import MAX_FILE_BYTES, Environment, load_jsonc
 from ..errors import BadRequest, Conflict, EngineError, GPUDevError, engine_errors
 from ..k8s.listing import compare_listings, parse_listing
 from ..k8s.status import clean
-from ..labels import A_NAME, L_PROBE
+from ..labels import A_NAME
 from . import classify as cl
 from . import compare as cp
 from . import model as ch
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from ..engine.hosts import Host
 from .baselines import DIGESTED_FILES, Baseline, Baselines, _check_id
 from .export import FILE_SIZE_LIMIT, ArchiveSource, Exported, _Exporter, read_digests
+from .helpers import PROBE_OUTPUT_LIMIT, PROBE_TIMEOUT, run_probe, shown
 
 
 class DiffChanged(GPUDevError):
@@ -199,6 +201,9 @@ class ChangeCapture:
         self.baselines = Baselines(containers.state_dir)
         #: The largest file a commit copies out of a container (larger: reported, not copied).
         self.file_size_limit = FILE_SIZE_LIMIT
+        #: How long the image probe may run, and the most of its output read.
+        self.probe_timeout = PROBE_TIMEOUT
+        self.probe_output_limit = PROBE_OUTPUT_LIMIT
 
     # -- baselines --------------------------------------------------------------------------
 
@@ -358,31 +363,32 @@ class ChangeCapture:
         self.baselines.save_image(image_id, state)
         return state
 
-    @staticmethod
     def probe_image(
+        self,
         client: docker.DockerClient,
         image: str,
         owned_dpkg: list[str] | None = None,
         owned_dists: list[str] | None = None,
     ) -> ch.ProbeResult:
-        """The probe in a throwaway container of ``image`` (no network, no GPU, no mounts, as
-        root, removed after): the image is the trusted one, the sandbox shares nothing; its
-        programs still run by absolute path, with a fixed PATH and no LD_*/PYTHON* variables
-        (``changes.probe_environment``). Never used on a dev container's content."""
-        with engine_errors(f"Probing the packages of {image}"):
+        """The probe in a helper container of ``image`` (``helpers.run_probe``: confined as a
+        dev container and more, as root with no capability but reading, no network, no GPU,
+        no mount, a read-only root; stopped past ``probe_timeout`` seconds or
+        ``probe_output_limit`` bytes; removed after). The image may hold a container's files
+        (a verify build's), so its programs run by absolute path, with a fixed PATH and no
+        LD_*/PYTHON* variables (``changes.probe_environment``), and what they print is parsed
+        as hostile input. Never run in a dev container."""
+        with engine_errors(f"Probing the packages of {shown(image)}"):
             image_env = client.images.get(image).attrs.get("Config", {}).get("Env") or []
-            output = client.containers.run(
-                image,
-                entrypoint=["/bin/sh", "-c", pr.PROBE_SCRIPT],
-                command=[],
-                environment=pr.probe_environment(owned_dpkg or [], owned_dists or [], image_env),
-                user="0",
-                network_disabled=True,
-                remove=True,
-                labels={L_PROBE: "1"},
-            )
-        text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
-        return pr.parse_probe(text)
+        output = run_probe(
+            client,
+            image,
+            ["/bin/sh", "-c", pr.PROBE_SCRIPT],
+            pr.probe_environment(owned_dpkg or [], owned_dists or [], image_env),
+            self.containers.confinement(),
+            timeout=self.probe_timeout,
+            limit=self.probe_output_limit,
+        )
+        return pr.parse_probe(output.decode("utf-8", "replace"))
 
     def baseline(self, client: docker.DockerClient, container: Container) -> Baseline:
         own = self.baselines.container(str(container.id))
@@ -490,9 +496,10 @@ class ChangeCapture:
         root = self.containers.root_dir
         if env.build is not None:
             try:
-                return env.build.dockerfile, env.build.dockerfile.read_text(), env.build.context
+                text = read_checked_text(env.build.dockerfile)  # no link followed on its way
             except OSError as exc:
                 raise GPUDevError(f"Reading {env.build.dockerfile}: {exc.strerror}") from exc
+            return env.build.dockerfile, text, env.build.context
         folder = (
             (root / env.source).parent
             if env.source.endswith("devcontainer.json")

@@ -12,11 +12,12 @@ half-done when a later step fails:
    and each one is reported;
 3. **snapshot**: a ``docker commit`` image of the container, tagged, labelled with its
    environment, base image digest and the diff's hash, with the driver files an NVIDIA runtime
-   injected removed, and an image configuration of its own (the environment image's command
-   and variables plus the committed ENV lines: no lease, runtime or credential variable). The
-   tag is the user's TAG, or in shared mode TAG under the user's own repository
-   (``snapshots.py``), and it never replaces an image that is not this user's snapshot
-   (``Conflict``); the image is recorded as theirs in gpudev's state;
+   injected and gpudev's own files removed (by a layer of whiteouts gpudev writes,
+   ``layers.py``: nothing of the snapshot runs), and an image configuration of its own (the
+   environment image's command and variables plus the committed ENV lines: no lease, runtime
+   or credential variable). The tag is the user's TAG, or in shared mode TAG under the user's
+   own repository (``snapshots.py``), and it never replaces an image that is not this user's
+   snapshot (``Conflict``); the image is recorded as theirs in gpudev's state;
 4. **push**: the snapshot to the registry its tag names, with the user's credentials; a
    failure restores the tag as it was. In shared mode the registry's name is tagged for the
    push only (and put back as it was after it), and never over an image that is not this
@@ -40,14 +41,16 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import IO, TYPE_CHECKING, Any
 
 import docker
 import docker.errors
-from docker.utils import build as docker_build
 
 from ..containers import commandlog
+from ..containers.create import Confinement
+from ..containers.namespace import user_images
 from ..engine import Progress, Reference, Registries, stream_build
+from ..engine.context import pack_context
 from ..errors import (
     ENGINE_FAILURES,
     FAILURES,
@@ -58,7 +61,6 @@ from ..errors import (
     engine_errors,
 )
 from ..labels import (
-    L_PROBE,
     L_SNAPSHOT_CONTAINER,
     L_SNAPSHOT_DIFF,
     L_SNAPSHOT_DOCKERFILE,
@@ -74,6 +76,8 @@ from . import classify as cl
 from . import compare as cp
 from . import model as ch
 from .export import digest_differences, read_digests
+from .helpers import inert
+from .layers import RemovalLayer, removal_layer
 from .podbuild import PodBuild
 from .snapshots import SnapshotRecords, SnapshotTags, snapshot_tags
 
@@ -302,6 +306,14 @@ class Committer:
         say({"stage": "verify", "message": "building the patched Dockerfile"})
         started = time.monotonic()
         build = env.build
+        manager = self.capture.containers
+        if mine := user_images(
+            manager.access, manager.state_dir, manager.environments.allowed_images
+        ):
+            what = f"The patched Dockerfile of {env.name!r}"  # no other user's image is read
+            mine.check_dockerfile(
+                client, prepared.rendered.new_text, build.args if build else {}, what
+            )
         with (
             _verify_context(prepared) as context,
             engine_errors(f"Building the patched Dockerfile of {env.name!r}", self.log),
@@ -347,35 +359,27 @@ class Committer:
     ) -> list[str]:
         """The kept files whose content in the rebuilt image (read from a container of it that
         never starts) is not what was copied out of the dev container."""
-        helper = client.containers.create(
-            image_id, entrypoint=["/nonexistent"], network_disabled=True, labels={L_PROBE: "1"}
-        )
-        try:
+        with inert(client, image_id, self.capture.containers.confinement()) as helper:
             paths = sorted(prepared.digests)
             limit = self.capture.file_size_limit
             rebuilt = read_digests(helper, paths, prepared.captured.diff, limit)
-        finally:
-            with contextlib.suppress(docker.errors.DockerException):
-                helper.remove(force=True)
         return digest_differences(prepared.digests, rebuilt.digests)
 
     def _adopt(
         self, client: docker.DockerClient, prepared: Prepared, image_id: str, say: Progress
     ) -> bool:
         """Tag the verified image as the environment's image, when the written Dockerfile is
-        what the environment builds now (then the next start does not build it again). In
-        shared mode only when the host has no image of that name yet: one it has (built from
-        the same Dockerfile, maybe by another user with other files) is never replaced."""
+        what the environment builds now (then the next start does not build it again). Never
+        in shared mode: there a user's environment image is one gpudev built for them from
+        their context's files and recorded so (``containers/namespace.py``); the next start
+        builds it."""
         manager = self.capture.containers
+        if not manager.access.single_user:
+            return False
         try:
             env = manager.environments.get(prepared.captured.environment.name, manager.root_dir)
             if env.build is None or env.build.target:
                 return False
-            if not manager.access.single_user:
-                existing = _image_id(client, env.image_ref())
-                if existing is not None and existing != image_id:
-                    self.log.info("The verified image is not reused: %s exists", env.image_ref())
-                    return False
             repository, tag = env.image_ref().rsplit(":", 1)
             client.api.tag(image_id, repository, tag)
         except FAILURES as exc:
@@ -401,13 +405,14 @@ class Committer:
             if not start:
                 return None, False
             client = found.client()
+            confinement = self.capture.containers.confinement()
         except FAILURES:
             return None, False
         env = container.attrs.get("Config", {}).get("Env") or []
         # The command-log wrappers are first on PATH when they were put into the container.
         with_log = any(e.startswith(f"PATH={commandlog.SHIMS}:") for e in env)
         own = list(commandlog.OWN_PATHS) if with_log else []
-        return _EarlyCommit(client, container, own), False
+        return _EarlyCommit(client, container, own, confinement), False
 
     # -- a pod's snapshot, built in its cluster ------------------------------------------------
 
@@ -459,7 +464,10 @@ class Committer:
             return None
         access = self.capture.containers.access
         user = None if access.single_user else access.local().name
-        return snapshot_tags(options.snapshot, user, push=options.push)
+        tags = snapshot_tags(options.snapshot, user, push=options.push)
+        if tags.push is not None:  # in shared mode, only under the user's prefix
+            self.registries.check_push(tags.push)
+        return tags
 
     def _check_replaceable(self, image_id: str | None, name: str, pushed: bool) -> None:
         """A ``Conflict`` unless ``image_id`` (the image the engine has as ``name`` now, if
@@ -523,14 +531,13 @@ class Committer:
         try:
             with engine_errors(f"Committing {captured.info.name}", self.log):
                 if early is not None:
-                    committed, trimmed = early.result()
+                    committed, early_removal = early.result()
                 else:
-                    committed, trimmed = str(container.commit().id), None
+                    committed, early_removal = str(container.commit().id), None
                     temporary.append(committed)
-                layers_from = committed
-                if trimmed is not None and early is not None and own == early.own and not drivers:
-                    layers_from = trimmed
-                elif drivers or own:
+                reuse = early is not None and own == early.own and not drivers
+                removal = early_removal if reuse else None
+                if removal is None and (drivers or own):
                     say(
                         {
                             "stage": "snapshot",
@@ -538,11 +545,10 @@ class Committer:
                             + (" and gpudev's command log" if own else ""),
                         }
                     )
-                    layers_from = self._without(client, committed, [*drivers, *own])
-                    temporary.append(layers_from)
+                    removal = self._without(client, committed, [*drivers, *own])
                 labels = self._labels(client, prepared, options.message)
                 config = self._image_config(client, prepared, labels)
-                image_id = _load_config(client, layers_from, config, reference)
+                image_id = _load_config(client, committed, config, reference, removal)
         finally:
             for image in reversed(temporary):
                 _remove_image(client, image)
@@ -595,27 +601,13 @@ class Committer:
             )
         return sorted(found)
 
-    @staticmethod
-    def _without(client: docker.DockerClient, image: str, paths: list[str]) -> str:
-        """A layer on ``image`` that removes ``paths`` (files or folders; no shell, no network,
-        as root)."""
-        helper = client.containers.create(
-            image,
-            entrypoint=["rm", "-rf", "--"],
-            command=paths,
-            user="0",
-            network_disabled=True,
-            labels={L_PROBE: "1"},
-        )
-        try:
-            helper.start()
-            status = helper.wait(timeout=120)
-            if int(status.get("StatusCode", 1)) != 0:
-                raise EngineError("Removing the injected driver files from the snapshot failed")
-            return str(helper.commit().id)
-        finally:
-            with contextlib.suppress(docker.errors.DockerException):
-                helper.remove(force=True)
+    def _without(
+        self, client: docker.DockerClient, image: str, paths: list[str]
+    ) -> RemovalLayer | None:
+        """A layer removing ``paths`` (files or folders) from ``image``, written by gpudev
+        (``layers``): nothing of the image runs (its PATH is the container's, whose root
+        could put a program of its own first)."""
+        return _removal(client, image, paths, self.capture.containers.confinement())
 
     def _labels(
         self, client: docker.DockerClient, prepared: Prepared, message: str | None
@@ -665,27 +657,29 @@ class Committer:
 
 
 class _EarlyCommit:
-    """A ``docker commit`` of a container made in a worker thread, then (``own``) a layer on it
-    removing gpudev's own files; ``result`` waits for both image ids, ``discard`` removes
-    them (after the snapshot was made from them, or when the commit stopped before)."""
+    """A ``docker commit`` of a container made in a worker thread, then (``own``) the layer
+    removing gpudev's own files from it; ``result`` waits for both, ``discard`` removes the
+    committed image (after the snapshot was made from it, or when the commit stopped
+    before)."""
 
-    def __init__(self, client: docker.DockerClient, container: Any, own: list[str]) -> None:
+    def __init__(
+        self, client: docker.DockerClient, container: Any, own: list[str], confinement: Confinement
+    ) -> None:
         self.client = client
         self.own = own
+        self.confinement = confinement
         self.images: list[str] = []
         self._pool = ThreadPoolExecutor(1, "gpudev-snapshot")
         self._future = self._pool.submit(self._run, container)
 
-    def _run(self, container: Any) -> tuple[str, str | None]:
+    def _run(self, container: Any) -> tuple[str, RemovalLayer | None]:
         committed = str(container.commit().id)
         self.images.append(committed)
         if not self.own:
             return committed, None
-        trimmed = Committer._without(self.client, committed, self.own)
-        self.images.append(trimmed)
-        return committed, trimmed
+        return committed, _removal(self.client, committed, self.own, self.confinement)
 
-    def result(self) -> tuple[str, str | None]:
+    def result(self) -> tuple[str, RemovalLayer | None]:
         return self._future.result()
 
     def discard(self) -> None:
@@ -695,6 +689,15 @@ class _EarlyCommit:
         for image in reversed(self.images):
             _remove_image(self.client, image)
         self.images.clear()
+
+
+def _removal(
+    client: docker.DockerClient, image: str, paths: list[str], confinement: Confinement
+) -> RemovalLayer | None:
+    """The layer removing ``paths`` from ``image`` (``layers.removal_layer``), its folders read
+    from a container of it that never starts."""
+    with inert(client, image, confinement) as helper:
+        return removal_layer(helper, paths)
 
 
 def _sha256(text: str) -> str:
@@ -739,32 +742,44 @@ def _restore_tag(client: docker.DockerClient, reference: Reference, previous: st
 
 
 def _load_config(
-    client: docker.DockerClient, layers_from: str, config: dict[str, Any], reference: Reference
+    client: docker.DockerClient,
+    layers_from: str,
+    config: dict[str, Any],
+    reference: Reference,
+    removal: RemovalLayer | None = None,
 ) -> str:
-    """An image made of the layers of ``layers_from`` with the configuration ``config``,
-    tagged ``reference``: loaded from an archive holding only the configuration and the
-    manifest (the engine has every layer already, so no layer data is read or written)."""
+    """An image made of the layers of ``layers_from`` (and ``removal`` on them) with the
+    configuration ``config``, tagged ``reference``: loaded from an archive holding the
+    configuration, the manifest and the removal layer only (the engine has every other layer
+    already, so no other layer data is read or written; it applies the removal's whiteouts as
+    it stores the layer)."""
     source = client.images.get(layers_from).attrs
     diff_ids = list((source.get("RootFS") or {}).get("Layers") or [])
     if not diff_ids:
         raise EngineError(f"The image {layers_from} has no layers to snapshot")
+    if removal is not None:
+        diff_ids.append(removal.diff_id)
     config = {**config, "rootfs": {"type": "layers", "diff_ids": diff_ids}}
     raw = json.dumps(config, sort_keys=True).encode()
     digest = _sha256(raw.decode())
+    layers = [f"{i:04d}/layer.tar" for i in range(len(diff_ids))]
     manifest = [
         {
             "Config": f"{digest}.json",
             "RepoTags": [f"{reference.repository}:{reference.tag}"],
-            "Layers": [f"{i:04d}/layer.tar" for i in range(len(diff_ids))],
+            "Layers": layers,
         }
     ]
+    files: list[tuple[str, bytes]] = [
+        (f"{digest}.json", raw),
+        ("manifest.json", json.dumps(manifest).encode()),
+    ]
+    if removal is not None:
+        files.append((layers[-1], removal.data))
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for name, data in ((f"{digest}.json", raw), ("manifest.json", json.dumps(manifest))):
-            blob = data if isinstance(data, bytes) else data.encode()
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(blob), 0o644
-            archive.addfile(info, io.BytesIO(blob))
+        for name, blob in files:
+            _add_bytes(archive, name, blob)
     for event in client.api.load_image(buffer.getvalue()):  # type: ignore[no-untyped-call]
         if isinstance(event, dict) and ("error" in event or "errorDetail" in event):
             detail = (event.get("errorDetail") or {}).get("message") or event.get("error")
@@ -775,23 +790,13 @@ def _load_config(
 @contextlib.contextmanager
 def _verify_context(prepared: Prepared) -> Any:
     """The build context of a verify build, as a tar file: the environment's build context
-    (its .dockerignore applied), the patched Dockerfile and the staged files, where the
-    written commit would put them."""
+    (its .dockerignore applied, no link followed: ``engine.context``), the patched Dockerfile
+    and the staged files, where the written commit would put them."""
     context = prepared.context
     text = prepared.rendered.new_text
-    exclude: list[str] = []
-    ignore = context / ".dockerignore"
-    if ignore.is_file():
-        lines = (line.strip() for line in ignore.read_text().splitlines())
-        exclude = [line for line in lines if line and not line.startswith("#")]
     handle: IO[bytes]
     if context.is_dir():
-        archive_file = docker_build.tar(
-            context,
-            exclude=exclude,
-            dockerfile=(VERIFY_DOCKERFILE, text),
-        )
-        handle = cast("IO[bytes]", archive_file)
+        handle = pack_context(context, VERIFY_DOCKERFILE, added=text)
     else:
         handle = tempfile.NamedTemporaryFile()  # noqa: SIM115 - closed below
         with tarfile.open(fileobj=handle, mode="w") as archive:

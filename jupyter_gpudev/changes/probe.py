@@ -1,5 +1,6 @@
-"""The package probe of an image (run in a throwaway container of the trusted image, never in a
-dev container) and the parsing of its output and of package-manager files, all hostile input."""
+"""The package probe of an image (run in a confined, bounded helper container of the image:
+``helpers.run_probe``; never in a dev container) and the parsing of its output and of
+package-manager files, all hostile input."""
 
 from __future__ import annotations
 

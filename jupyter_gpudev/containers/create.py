@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from docker.types import DeviceRequest, Ulimit
+from docker.types import DeviceRequest, LogConfig, Ulimit
 
 from ..engine.driver import Injection
 from ..environments import Environment, ResolvedMount
@@ -31,6 +31,7 @@ from ..labels import (
     L_NAME,
     L_OWNER,
     L_PORTS,
+    L_PROBE,
     L_PROCESS,
     L_SERVER,
     L_WORKSPACE,
@@ -87,6 +88,12 @@ class Target:
     injection: Injection | None = None
     #: Publish the environment's forwardPorts on the host's loopback (``c.DevContainers``).
     publish_ports: bool = False
+
+
+#: A helper container's own limits (``helper_args``): far more than reading an image's
+#: packages or files needs.
+HELPER_PIDS = 256
+HELPER_MEMORY = 2 << 30
 
 
 def tightest(*limits: int | None) -> int | None:
@@ -201,3 +208,30 @@ def _confine(args: dict[str, Any], env: Environment, confinement: Confinement) -
     nano_cpus = tightest(env.run_options.nano_cpus, confinement.nano_cpus)
     if nano_cpus is not None:
         args["nano_cpus"] = nano_cpus
+
+
+def helper_args(confinement: Confinement) -> dict[str, Any]:
+    """The create arguments of a helper container gpudev makes of an image (the package probe,
+    the containers whose files the engine reads), but for the image and its command: a dev
+    container's confinement and more. The administrator's security options (the seccomp
+    profile) with no-new-privileges always; no capability; a read-only root; no network, no
+    mount, no log kept by the engine (gpudev reads what it needs as it comes); the tighter of
+    the administrator's and ``HELPER_PIDS``/``HELPER_MEMORY`` limits, the administrator's CPU
+    limit. Labelled a probe, and not managed (an image may carry gpudev's labels: its helper is
+    never taken for a dev container)."""
+    security = [o for o in confinement.security_opt if not o.startswith("no-new-privileges")]
+    pids = confinement.pids_limit if confinement.pids_limit > 0 else None
+    args: dict[str, Any] = {
+        "labels": {L_PROBE: "1", L_MANAGED: ""},
+        "security_opt": [*security, "no-new-privileges"],
+        "cap_drop": ["ALL"],
+        "read_only": True,
+        "network_disabled": True,
+        "network_mode": "none",
+        "log_config": LogConfig(type=LogConfig.types.NONE),
+        "pids_limit": tightest(pids, HELPER_PIDS),
+        "mem_limit": tightest(confinement.memory_bytes, HELPER_MEMORY),
+    }
+    if confinement.nano_cpus is not None:
+        args["nano_cpus"] = confinement.nano_cpus
+    return args

@@ -72,6 +72,7 @@ from ..k8s.status import clean
 from ..labels import (
     A_LEDGER,
     A_NAME,
+    A_OWNER,
     A_PROCESS,
     L_ENV,
     L_KERNEL,
@@ -99,7 +100,6 @@ from .commands import run_lifecycle_commands
 from .create import Confinement, Target, create_args, tightest
 from .images import ensure_image
 from .limits import (
-    Limits,
     UserLimits,
     Whose,
     admit_gpus,
@@ -117,6 +117,7 @@ from .model import (
     docker_name,
     user_name,
 )
+from .namespace import planned_image, user_images
 from .placement import (
     CudaMismatch,
     HostReport,
@@ -130,6 +131,15 @@ from .pods import Pods, annotation, pod_changes, pod_info, pod_kernel, pod_uid
 from .reconcile import orphan_kernel_containers, process_alive, reconcile_host
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
+
+
+#: What writing the firewall may raise: the engine's failures, iptables' (``RuntimeError``).
+_GUARD_FAILURES: tuple[type[BaseException], ...] = (
+    *ENGINE_FAILURES,
+    RuntimeError,
+    OSError,
+    subprocess.SubprocessError,
+)
 
 
 def _uid_of(owner: str) -> int | None:
@@ -417,6 +427,10 @@ class DevContainers(ContainerLookup):
             return self._start_pod(env, request, who, say)
         placement = self._place(env, request, who, say)
         host, inventory = placement.host, placement.inventory
+        # Refused before an image is pulled or built; counted again below, under the lock.
+        wanted = None if gpus_optional(env, request) else placement.gpu_request
+        self._check_room(who, owner, running=True, gpus=wanted.wanted if wanted else 0)
+        self._confinement_for(env, owner, host)
         client = host.client()
         name = self._new_name(env, request, owner)
         try:
@@ -425,37 +439,41 @@ class DevContainers(ContainerLookup):
             pass
         else:
             raise Conflict(f"A container named {name!r} already exists on host {host.name!r}")
+        trust = self.mount_policy.build_trust()
+        mine = user_images(self.access, self.state_dir, self.environments.allowed_images)
         image, image_env = ensure_image(
-            client, env, self.registries, say, self.log, trust=self.mount_policy.build_trust()
+            client, env, self.registries, say, self.log, trust=trust, mine=mine
         )
         if inventory is not None:
             check_cuda(image, image_env, host.name, inventory)
         notes: list[str] = []
-        container, lease = self._create_holding(
-            host=host,
-            env=env,
-            request=request,
-            name=name,
-            who=who,
-            image=image,
-            placement=placement,
-            notes=notes,
-            say=say,
-        )
-        # A pin left by a container of that name removed behind gpudev's back is not this one's.
-        self.ledger.set_pinned(host.name, name, False)
-        try:
-            say({"stage": "start", "message": f"starting {docker_name(name)}"})
-            self._guard_ports(host, unless_hooked=True)  # closed before it runs
-            self._start_and_check(name, container)
-            self._guard_ports(host)
-        except BaseException as exc:
-            self._undo(container, lease, host)
-            if isinstance(exc, GPUDevError):
+        with self._room(who, owner, running=True):  # until it runs, counted by the next
+            container, lease = self._create_holding(
+                host=host,
+                env=env,
+                request=request,
+                name=name,
+                who=who,
+                image=image,
+                placement=placement,
+                notes=notes,
+                say=say,
+            )
+            # A pin left by a container of that name removed behind gpudev's back is not
+            # this one's.
+            self.ledger.set_pinned(host.name, name, False)
+            try:
+                say({"stage": "start", "message": f"starting {docker_name(name)}"})
+                self._guard_ports(host, unless_hooked=True)  # closed before it runs
+                self._start_and_check(name, container)
+                self._guard_ports(host)
+            except BaseException as exc:
+                self._undo(container, lease, host)
+                if isinstance(exc, GPUDevError):
+                    raise
+                if isinstance(exc, ENGINE_FAILURES):
+                    raise engine_error(f"Starting {name!r}", exc, self.log) from exc
                 raise
-            if isinstance(exc, ENGINE_FAILURES):
-                raise engine_error(f"Starting {name!r}", exc, self.log) from exc
-            raise
         warnings = (
             *notes,
             *run_lifecycle_commands(
@@ -484,13 +502,14 @@ class DevContainers(ContainerLookup):
             process=f"{socket.gethostname()}:{os.getpid()}",
             ledger=self.ledger_id,
         )
-        made = planning.pod_objects(env, target, self._confinement())
+        made = planning.pod_objects(env, target, self._confinement_for(env, who.name, host))
         pods = self.pods(host)
-        pod, kept = pods.start(made, target, say)
+        with self._room(who, who.name, running=True):  # a pending pod is counted
+            pod, kept = pods.start(made, target, say)
+            # A pin left by a pod of that name deleted behind gpudev's back (kubectl, an
+            # eviction) is not this one's.
+            self.ledger.set_pinned(host.name, target.name, False)
         pod_name = str(pod["metadata"]["name"])
-        # A pin left by a pod of that name deleted behind gpudev's back (kubectl, an eviction)
-        # is not this one's.
-        self.ledger.set_pinned(host.name, target.name, False)
         warnings = [*notes, *made.notes, *kept]
         warnings += pods.run_lifecycle(pod_name, env, say, timeout=self.lifecycle_timeout)
         warnings += self._record_pod_baseline(host, pod, pods, say)
@@ -597,11 +616,13 @@ class DevContainers(ContainerLookup):
                         units,
                         held_elsewhere=held,
                         shown_to=None if who.admin else who.name,
+                        admit=self._admit_gpus(who, who.name, wanted.wanted),
                     )
-                except NoFreeGPU:
+                except (NoFreeGPU, LimitReached) as err:
                     if not gpus_optional(env, request):
                         raise
-                    notes.append(f"no free GPU on host {host.name!r}: started without a GPU")
+                    why = err.message if isinstance(err, LimitReached) else "no free GPU"
+                    notes.append(f"{why} on host {host.name!r}: started without a GPU")
                     say({"stage": "lease", "message": notes[-1]})
                     inventory = None
             container: Container | None = None
@@ -696,48 +717,50 @@ class DevContainers(ContainerLookup):
         user = labels.get(L_NAME, user_name(name))
         uuids = labelled_gpus(labels)
         lease: Lease | None = None
-        if uuids:
-            # The GPUs are part of the container (its DeviceRequest): only those will do. The
-            # same two steps as a start: this ledger, then the engine's claims.
-            wanted = GPURequest(uuids=uuids)
-            owner = labels.get(L_OWNER, "unknown")
-            inventory = found_host.gpus()
-            units, held = self._leasable_now(found_host, inventory, who)
-            lease = self.ledger.acquire(
-                found_host.name,
-                user,
-                owner,
-                wanted,
-                units,
-                held_elsewhere=held,
-                shown_to=None if who.admin else who.name,
-            )
-            try:
-                self._claims(found_host).claim(
-                    uuids, holder_id=str(container.id), holder_name=user, owner=owner
+        owner = labels.get(L_OWNER, "unknown")
+        with self._room(who, owner, running=user):
+            if uuids:
+                # The GPUs are part of the container (its DeviceRequest): only those will do. The
+                # same two steps as a start: this ledger, then the engine's claims.
+                wanted = GPURequest(uuids=uuids)
+                inventory = found_host.gpus()
+                units, held = self._leasable_now(found_host, inventory, who)
+                lease = self.ledger.acquire(
+                    found_host.name,
+                    user,
+                    owner,
+                    wanted,
+                    units,
+                    held_elsewhere=held,
+                    shown_to=None if who.admin else who.name,
+                    admit=self._admit_gpus(who, owner, len(uuids)),
                 )
-            except GPUTaken as lost:
-                self.ledger.release(lease.lease_id)
-                raise self._held_elsewhere(found_host, wanted, lost) from None
-            except BaseException:
-                self.ledger.release(lease.lease_id)
-                raise
-        try:
-            self._guard_ports(found_host, unless_hooked=True)
-            self._start_and_check(user, container)
-            self._guard_ports(found_host)
-        except BaseException as exc:
-            # The lease goes only with the container stopped: it may have started after all.
+                try:
+                    self._claims(found_host).claim(
+                        uuids, holder_id=str(container.id), holder_name=user, owner=owner
+                    )
+                except GPUTaken as lost:
+                    self.ledger.release(lease.lease_id)
+                    raise self._held_elsewhere(found_host, wanted, lost) from None
+                except BaseException:
+                    self.ledger.release(lease.lease_id)
+                    raise
             try:
-                container.stop(timeout=self.stop_timeout)
-            except ENGINE_FAILURES:
-                self.log.exception("Could not stop %s after a failed start", container.name)
-            else:
-                if lease is not None:
-                    self._release_for(found_host, container)
-            if isinstance(exc, ENGINE_FAILURES):
-                raise engine_error(f"Starting {user!r} again", exc, self.log) from exc
-            raise
+                self._guard_ports(found_host, unless_hooked=True)
+                self._start_and_check(user, container)
+                self._guard_ports(found_host)
+            except BaseException as exc:
+                # The lease goes only with the container stopped: it may have started after all.
+                try:
+                    container.stop(timeout=self.stop_timeout)
+                except ENGINE_FAILURES:
+                    self.log.exception("Could not stop %s after a failed start", container.name)
+                else:
+                    if lease is not None:
+                        self._release_for(found_host, container)
+                if isinstance(exc, ENGINE_FAILURES):
+                    raise engine_error(f"Starting {user!r} again", exc, self.log) from exc
+                raise
         return self.describe(found_host, container, warnings=self._post_start(container, say))
 
     def _post_start(self, container: Container, say: Progress) -> tuple[str, ...]:
@@ -813,7 +836,7 @@ class DevContainers(ContainerLookup):
             inventory=inventory,
             kernel_id=kernel_id,
         )
-        kwargs = create_args(env, target, self._confinement())
+        kwargs = create_args(env, target, self._confinement_for(env, owner, host))
         container = client.containers.create(image, **kwargs)
         if self.command_log:
             try:
@@ -921,7 +944,9 @@ class DevContainers(ContainerLookup):
                     error = exc.message
             note = planning.cluster_note(pod.gpus, cluster, error)
             said = [*pod_notes, note] if note else pod_notes
-            return planning.pod_plan(env, pod, self._confinement(), spec, said)
+            return planning.pod_plan(
+                env, pod, self._confinement_for(env, who.name, host), spec, said
+            )
         placement = self._place(env, request, who, lambda _event: None)
         host, inventory, wanted = placement.host, placement.inventory, placement.gpu_request
         client = host.client()
@@ -932,7 +957,11 @@ class DevContainers(ContainerLookup):
                 pass
             else:
                 raise Conflict(f"A container named {name!r} already exists on host {host.name!r}")
-            image = env.image_ref()
+            image = planned_image(  # another user's image is refused here too
+                client,
+                env,
+                user_images(self.access, self.state_dir, self.environments.allowed_images),
+            )
             notes: builtins.list[str] = []
             try:
                 client.images.get(image)
@@ -963,7 +992,7 @@ class DevContainers(ContainerLookup):
                 kernel_id=request.kernel_id,
                 dry_run=True,
             )
-        create = create_args(env, target, self._confinement())
+        create = create_args(env, target, self._confinement_for(env, who.name, host))
         return planning.docker_plan(
             host=host.name, name=name, image=image, gpu_uuids=uuids, create=create, notes=notes
         )
@@ -1036,6 +1065,11 @@ class DevContainers(ContainerLookup):
         )
         return mounts, host.spec.workspace or ""
 
+    def confinement(self) -> Confinement:
+        """The administrator's confinement, resolved: what helper containers of an image
+        (``changes/``: the package probe, file reads) get too (``create.helper_args``)."""
+        return self._confinement()
+
     def _confinement(self) -> Confinement:
         """The administrator's confinement, resolved: the seccomp profile read and checked."""
         security = list(self.security_opt)
@@ -1058,6 +1092,25 @@ class DevContainers(ContainerLookup):
             memory_bytes=self._admin_memory(),
             nano_cpus=round(self.cpu_limit * 1e9) if self.cpu_limit > 0 else None,
         )
+
+    def _confinement_for(self, env: Environment, owner: str, host: Host) -> Confinement:
+        """The confinement of a new container of ``owner``'s on ``host``: the administrator's,
+        with the memory and CPUs ``owner``'s limits give ``env`` (``c.UserLimits``; no
+        default on a Kubernetes host); ``LimitReached`` when it asks for more than that."""
+        confinement = self._confinement()
+        limits = self.limits.for_user(owner, shared=not self.access.single_user)
+        cpus = None if host.spec.is_kubernetes else (lambda: self._host_cpus(host))
+        memory, nano_cpus = container_resources(limits, env, Whose(owner, owner), cpus)
+        return replace(
+            confinement,
+            memory_bytes=tightest(confinement.memory_bytes, memory),
+            nano_cpus=tightest(confinement.nano_cpus, nano_cpus),
+        )
+
+    def _host_cpus(self, host: Host) -> int:
+        """How many CPUs ``host``'s engine has (0: it does not say)."""
+        with engine_errors(f"Asking host {host.name!r} for its CPUs", self.log):
+            return int(host.client().info().get("NCPU") or 0)
 
     def _admin_memory(self) -> int | None:
         if not self.memory_limit:
@@ -1122,7 +1175,7 @@ class DevContainers(ContainerLookup):
                 if address and uid is not None:
                     per_address.setdefault(str(address), set()).add(uid)
             guard.write(subnets, {0, os.geteuid()}, per_address)
-        except (*ENGINE_FAILURES, RuntimeError, OSError, subprocess.SubprocessError):
+        except _GUARD_FAILURES:
             self.log.exception("gpudev: the firewall of the dev containers' ports not written")
 
     def _release_for(self, host: Host, container: Container) -> None:
@@ -1251,19 +1304,83 @@ class DevContainers(ContainerLookup):
     ) -> DevContainerInfo:
         """Pin a shared dev container: it keeps running (and holding its GPUs) after its last
         kernel ends, until stopped (a pod: removed) by hand. ``pinned=False`` unpins it."""
-        found_host, found = self.locate(name, host, caller=caller)
+        who = self.access.resolve(caller)
+        found_host, found = self.locate(name, host, caller=who)
         if pod_kernel(found) if isinstance(found, dict) else found.labels.get(L_KERNEL):
             raise BadRequest(
                 f"{user_name(name)!r} belongs to one kernel and ends with it; pin a dev "
                 "container that kernels share instead"
             )
         if isinstance(found, dict):
-            self.ledger.set_pinned(
-                found_host.name, annotation(found, A_NAME) or user_name(name), pinned
-            )
+            owner = annotation(found, A_OWNER)
+            pod = annotation(found, A_NAME) or user_name(name)
+            self._set_pinned(found_host, pod, pinned, who, owner)
             return self._pod_info(found_host, found)
-        self.ledger.set_pinned(found_host.name, found.labels.get(L_NAME, user_name(name)), pinned)
+        owner = found.labels.get(L_OWNER, "")
+        self._set_pinned(found_host, found.labels.get(L_NAME, user_name(name)), pinned, who, owner)
         return self.describe(found_host, found)
+
+    def _set_pinned(self, host: Host, name: str, pinned: bool, who: Caller, owner: str) -> None:
+        """Pin (``pinned``) or unpin ``name``; a new pin only within ``owner``'s limit."""
+        if not pinned or name in self.ledger.pinned(host.name):
+            self.ledger.set_pinned(host.name, name, pinned)
+            return
+        with self._room(who, owner, pinning=name):
+            self.ledger.set_pinned(host.name, name, True)
+
+    # ------------------------------------------------------------------------------------------
+    # Limits (``c.UserLimits``)
+    # ------------------------------------------------------------------------------------------
+
+    def _check_room(
+        self,
+        who: Caller,
+        owner: str,
+        *,
+        running: str | bool = False,
+        pinning: str = "",
+        gpus: int = 0,
+    ) -> None:
+        """Refuse (``LimitReached``) one more running (``running``: a name, the container
+        starting again, not counted) or pinned (``pinning``: its name) container of
+        ``owner``, or ``gpus`` more GPUs, beyond their limits (``c.UserLimits``)."""
+        limits = self.limits.for_user(owner, shared=not self.access.single_user)
+        whose = Whose(owner, who.name)
+        if (running and limits.running.value) or (pinning and limits.pinned.value):
+            held = holdings(self, owner)
+            if running:
+                others = [name for name in held.running if name != running]
+                check_count(
+                    limits.running, others, whose, what="running dev container", undo="stop"
+                )
+            if pinning:
+                others = [name for name in held.pinned if name != pinning]
+                check_count(limits.pinned, others, whose, what="pinned dev container", undo="unpin")
+        if gpus and limits.gpus.value:
+            leases = [lease for lease in self.ledger.active() if lease.owner == owner]
+            check_gpus(limits.gpus, leases, gpus, whose)
+
+    @contextlib.contextmanager
+    def _room(
+        self, who: Caller, owner: str, *, running: str | bool = False, pinning: str = ""
+    ) -> Iterator[None]:
+        """Count ``owner``'s containers (``_check_room``) and start, resume or pin one under
+        one lock per user, so that no other one passes the same count (only where such a
+        limit is set); their GPUs are counted in the ledger's transaction (``_admit_gpus``)."""
+        limits = self.limits.for_user(owner, shared=not self.access.single_user)
+        if not (running and limits.running.value) and not (pinning and limits.pinned.value):
+            yield
+            return
+        with owner_lock(self.ledger_id, owner):
+            self._check_room(who, owner, running=running, pinning=pinning)
+            yield
+
+    def _admit_gpus(
+        self, who: Caller, owner: str, wanted: int
+    ) -> Callable[[builtins.list[Lease]], None] | None:
+        """The ledger's check of ``owner``'s GPU limit for a lease of ``wanted`` more."""
+        limits = self.limits.for_user(owner, shared=not self.access.single_user)
+        return admit_gpus(limits.gpus, wanted, Whose(owner, who.name))
 
     # ------------------------------------------------------------------------------------------
     # Web ports (TensorBoard and the like) served through the authenticated proxy

@@ -8,11 +8,19 @@ from typing import Any
 import pytest
 from docker.types import Mount
 
-from jupyter_gpudev.containers.create import Confinement, Target, create_args, tightest
+from jupyter_gpudev.containers.create import (
+    HELPER_MEMORY,
+    HELPER_PIDS,
+    Confinement,
+    Target,
+    create_args,
+    helper_args,
+    tightest,
+)
 from jupyter_gpudev.engine.driver import Injection
 from jupyter_gpudev.environments import Environment, ResolvedMount
 from jupyter_gpudev.environments.model import RunOptions
-from jupyter_gpudev.labels import L_GPUS, L_KERNEL, L_LEASE, L_MANAGED, L_NAME, L_PORTS
+from jupyter_gpudev.labels import L_GPUS, L_KERNEL, L_LEASE, L_MANAGED, L_NAME, L_PORTS, L_PROBE
 
 GPU_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
 GPU_B = "GPU-bbbbbbbb-0000-0000-0000-000000000002"
@@ -188,3 +196,45 @@ def test_run_options_pass_through() -> None:
 )
 def test_tightest(limits: tuple[int | None, ...], expected: int | None) -> None:
     assert tightest(*limits) == expected
+
+
+def test_a_helper_container_is_confined_as_a_dev_container_and_more() -> None:
+    # Given the administrator's confinement: a seccomp profile, no-new-privileges turned off
+    # (for sudo in dev containers), a few capabilities dropped, generous limits
+    admin = Confinement(
+        security_opt=("no-new-privileges:false", "seccomp={}"),
+        cap_drop=("NET_RAW",),
+        pids_limit=4096,
+        memory_bytes=64 << 30,
+        nano_cpus=2_000_000_000,
+    )
+    # When the create arguments of a helper container (the probe, a file read) are made
+    args = helper_args(admin)
+    # Then it has the administrator's seccomp profile, and no new privileges whatever they say
+    assert args["security_opt"] == ["seccomp={}", "no-new-privileges"]
+    # And no capability, a read-only root, no network, no log kept by the engine
+    assert args["cap_drop"] == ["ALL"]
+    assert args["read_only"] is True
+    assert args["network_disabled"] is True
+    assert args["network_mode"] == "none"
+    assert args["log_config"]["Type"] == "none"
+    # And the helper's own limits where they are tighter, the administrator's CPU limit
+    assert args["pids_limit"] == HELPER_PIDS
+    assert args["mem_limit"] == HELPER_MEMORY
+    assert args["nano_cpus"] == 2_000_000_000
+    # And it is a probe, never taken for a dev container (whatever labels its image carries)
+    assert args["labels"] == {L_PROBE: "1", L_MANAGED: ""}
+    assert "mounts" not in args
+    assert "user" not in args
+
+
+def test_a_helper_container_takes_the_administrators_tighter_limits() -> None:
+    # Given an administrator's limits below a helper's own
+    args = helper_args(Confinement(pids_limit=64, memory_bytes=512 << 20))
+    # Then those apply, with no-new-privileges even when none is configured
+    assert (args["pids_limit"], args["mem_limit"]) == (64, 512 << 20)
+    assert args["security_opt"] == ["no-new-privileges"]
+    assert "nano_cpus" not in args
+    # And with no administrator limit at all, the helper's own apply
+    args = helper_args(Confinement())
+    assert (args["pids_limit"], args["mem_limit"]) == (HELPER_PIDS, HELPER_MEMORY)
