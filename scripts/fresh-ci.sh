@@ -45,6 +45,20 @@ elif [ -d /var/lib/docker ]; then
   echo "The old engine state is kept at $OLD (delete it when done)."
 fi
 
+echo "==> What gpudev and its tests leave on a machine, removed as a new machine lacks it"
+# users' folders of the shared service, its firewall chain, the test users (remade by set-up)
+rm -rf /srv/gpudev
+if command -v iptables >/dev/null 2>&1 && iptables -w -S GPUDEV-PORTS >/dev/null 2>&1; then
+  while read -r hook; do
+    # shellcheck disable=SC2086 # the rule's words, as iptables -S printed them
+    iptables -w ${hook/-A/-D} || true
+  done < <(iptables -w -S OUTPUT | grep -- '-j GPUDEV-PORTS' || true)
+  iptables -w -F GPUDEV-PORTS && iptables -w -X GPUDEV-PORTS
+fi
+for user in gpudev-alice gpudev-bob gpudev-admin; do
+  if id "$user" >/dev/null 2>&1; then userdel -r "$user" 2>/dev/null || userdel "$user"; fi
+done
+
 echo "==> A fresh clone of $HEAD in $WORK/main"
 git clone -q "$ROOT" "$WORK/main"
 git -C "$WORK/main" checkout -q "$HEAD"
