@@ -16,7 +16,10 @@ the commit's Dockerfile describes, in the cluster, and pushes it. In order:
 3. the build pod's NetworkPolicy (owned by the Job): the cluster's DNS and the host's
    ``build_egress`` only;
 4. a Secret holds the registry credentials as ``config.json`` (never logged, never in an
-   argument); the build pod waits for it, so it never runs before its NetworkPolicy exists;
+   argument), for the push step only (kaniko pulls the base images without credentials); the
+   build pod waits for it, so it never runs before its NetworkPolicy exists. In shared mode
+   they are the service's, and the push goes only under the user's prefix
+   (``Registries.check_push``);
 5. whatever happens, the Secret, the Job (with its pod), its NetworkPolicy and the archive are
    deleted.
 
@@ -147,6 +150,7 @@ class PodBuild:
         captured = prepared.captured
         if captured.pod is None:
             raise BadRequest(f"{captured.info.name} is not a pod")
+        self.registries.check_push(tag)  # in shared mode, only under the user's prefix
         manager = self.capture.containers
         host = manager.host_pool.get(captured.pod.host)
         pods = manager.pods(host)

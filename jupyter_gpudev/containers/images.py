@@ -7,6 +7,9 @@ context is packed first (``engine.context``), the Dockerfile checked and the dig
 that very archive, which is what the engine gets; it is tagged under the user's repository and
 used only when gpudev's records say it built it for them from that digest. An image named by
 the environment, or in its Dockerfile, is refused when it is another user's (``namespace``).
+A shared service's build sends the engine no registry credentials (``engine.registry``): the
+images its Dockerfile names that the engine lacks are pulled first (``fetch_named``), with the
+service's credentials only where ``c.Registries.shared_pull_images`` allows.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ..environments import Environment
 from ..environments.model import BuildSpec
 from ..errors import ImageError, engine_errors
 from ..labels import L_BUILD_BASES, L_ENV
+from . import references
 from .namespace import UserImages, build_digest, build_reference, context_digest
 
 #: A FROM line's image (``FROM [--platform=...] IMAGE [AS name]``).
@@ -93,7 +97,8 @@ def _ensure_own(
     archive, name = folder_context(spec.context, _dockerfile_name(spec))
     with archive:
         text = _member_text(archive, name)
-        mine.check_dockerfile(client, text, dict(spec.args), f"The Dockerfile of {env.name!r}")
+        what = f"The Dockerfile of {env.name!r}"
+        mine.check_dockerfile(client, text, dict(spec.args), what)
         digest = build_digest(dict(spec.args), spec.target, context_digest(archive, name))
         ref = build_reference(env.name, mine.user, digest)
         image_id = mine.reusable(client, ref, digest)
@@ -104,12 +109,61 @@ def _ensure_own(
                 say({"stage": "build", "message": f"its base {moved[0]} changed: building again"})
                 image_id = None
         if image_id is None:
+            if fetch_named(client, registries, text, dict(spec.args), say=say, what=what):
+                mine.check_dockerfile(client, text, dict(spec.args), what)  # what was pulled
             build(client, env, ref, say, log, trust=trust, context=(archive, name, text))
             image = client.images.get(ref)
             mine.builds.record(
                 str(image.id), mine.user, environment=env.name, digest=digest, reference=ref
             )
     return ref, image
+
+
+def fetch_named(
+    client: docker.DockerClient,
+    registries: Registries,
+    text: str,
+    args: dict[str, str],
+    *,
+    say: Progress,
+    what: str,
+) -> bool:
+    """Pull the images the Dockerfile ``text`` (built with ``args``; ``what``: whose) names
+    that the engine lacks, through ``registries`` (in shared mode: with the service's
+    credentials only where ``c.Registries.shared_pull_images`` allows); whether any was
+    pulled. Not the ``# syntax=`` image (only BuildKit reads it, and gpudev's BuildKit builds
+    leave the directive out), nor a name gpudev cannot resolve (the builder pulls it, without
+    credentials). A failed pull is an ``ImageError`` naming where the Dockerfile names it."""
+    pulled = False
+    for named in references.images(text, args):
+        ref = (named.resolved or "").strip()
+        if named.where == references.SYNTAX or not ref or ref == "scratch":
+            continue
+        if _present(client, ref):
+            continue
+        try:
+            registries.pull(client, ref, say)
+        except RegistryError as err:
+            raise ImageError(
+                f"{what}, {named.where}, names {ref}, which is not on this host and could not "
+                f"be pulled: {err.message}",
+                details={"image": ref, **err.details},
+            ) from err
+        pulled = True
+    return pulled
+
+
+def _present(client: docker.DockerClient, ref: str) -> bool:
+    """Whether the engine has an image by the name (or id) ``ref``."""
+    try:
+        client.images.get(ref)
+    except (docker.errors.ImageNotFound, docker.errors.NullResource):
+        return False
+    except docker.errors.APIError as exc:
+        if exc.status_code == 400:  # a name the engine cannot read: it has no image by it
+            return False
+        raise
+    return True
 
 
 def _dockerfile_name(spec: BuildSpec) -> str:

@@ -50,6 +50,7 @@ import docker.errors
 
 from .. import safefs
 from ..engine.context import read_checked_text
+from ..engine.registry import repository_component
 from ..environments import Environment, ImageNotAllowed, normalize_image_ref
 from ..errors import ConfigError
 from . import references
@@ -62,8 +63,6 @@ if TYPE_CHECKING:
 LOCAL_ROOT = "localhost/gpudev"
 #: The repositories of single-user mode's environment builds (``gpudev-env-NAME``).
 SINGLE_USER_BUILDS = "gpudev-env-"
-#: A repository path component as the distribution spec has it.
-_COMPONENT_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*\Z")
 _IMAGE_ID_RE = re.compile(r"sha256:([0-9a-f]{64})\Z")
 #: The name a build's Dockerfile has in a context digest (a Dockerfile added to the context
 #: from outside it has a random name there); no file in a context can have it.
@@ -76,11 +75,9 @@ _CHUNK = 1 << 20
 def user_repository(user: str) -> str:
     """``localhost/gpudev/USER``: the repository of ``user``'s images in shared mode. USER is
     the name when it is a valid repository component (lower case, ``alice``, ``gpudev-bob``),
-    else its lower-case letters and digits with a short hash of the whole name."""
-    if _COMPONENT_RE.match(user):
-        return f"{LOCAL_ROOT}/{user}"
-    readable = re.sub(r"[^a-z0-9]+", "-", user.lower()).strip("-") or "user"
-    return f"{LOCAL_ROOT}/{readable}-{hashlib.sha256(user.encode()).hexdigest()[:8]}"
+    else its lower-case letters and digits with a short hash of the whole name
+    (``engine.registry.repository_component``, as in the prefix a user pushes under)."""
+    return f"{LOCAL_ROOT}/{repository_component(user)}"
 
 
 def build_reference(environment: str, user: str, digest: str) -> str:

@@ -36,6 +36,8 @@ _HEREDOC_RE = re.compile(r"<<(-?)([\"']?)([A-Za-z_][A-Za-z0-9_]*)\2")
 _STAGE_RE = re.compile(r"^[a-z][a-z0-9._-]*\Z")
 #: The instructions whose lines may start heredocs.
 _HEREDOC_INSTRUCTIONS = {"RUN", "COPY", "ADD"}
+#: Where the ``# syntax=`` directive's image is named (BuildKit's frontend, not a base).
+SYNTAX = "the # syntax= directive"
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,7 @@ def images(text: str, args: Mapping[str, str]) -> list[Named]:
     found: list[Named] = []
     syntax = directives.get("syntax")
     if syntax:
-        found.append(Named(syntax, syntax, syntax, "the # syntax= directive"))
+        found.append(Named(syntax, syntax, syntax, SYNTAX))
     escape = "`" if directives.get("escape") == "`" else "\\"
     seen: set[Named] = set()
     for heredocs in (False, True):

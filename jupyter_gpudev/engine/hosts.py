@@ -41,7 +41,7 @@ from ..errors import (
 from ..labels import L_MANAGED
 from .cluster import Cluster, ClusterInfo
 from .gpus import GPUInventory, Inventory, ProbeUnavailable
-from .registry import withhold_credentials
+from .registry import withhold_build_credentials, withhold_credentials
 from .spec import HostSpec, Transport
 from .ssh import SSHConnection, SSHDockerAdapter, SSHTarget
 from .tunnels import Tunnels
@@ -122,6 +122,9 @@ class Host:
         self.gpu_inventory = gpu_inventory
         self.log = log
         self.origin = "local" if spec.is_local else "config"
+        #: Whether builds may send the engine this process's registry credentials (not in the
+        #: shared service: ``withhold_build_credentials``).
+        self.build_credentials = True
         self._client: docker.DockerClient | None = None
         self._probe_client: docker.DockerClient | None = None
         self._lock = threading.Lock()
@@ -201,11 +204,23 @@ class Host:
         self, version: str, timeout: float, tls: TLSConfig | bool
     ) -> docker.DockerClient:
         """A client of this engine; a host a user added at run time never gets the registry
-        credentials of the user running the server (pulls, pushes and builds alike)."""
+        credentials of the user running the server (pulls, pushes and builds alike), and the
+        shared service's builds send none."""
         client = self._engine_client(version, timeout, tls)
         if self.origin == "added":
             withhold_credentials(client)
+        elif not self.build_credentials:
+            withhold_build_credentials(client)
         return client
+
+    def withhold_build_credentials(self) -> None:
+        """From now on, builds on this engine send it no registry credentials (the shared
+        service: they would be its own, sent for any user's Dockerfile)."""
+        with self._lock:
+            self.build_credentials = False
+            for client in (self._client, self._probe_client):
+                if client is not None:
+                    withhold_build_credentials(client)
 
     def _engine_client(
         self, version: str, timeout: float, tls: TLSConfig | bool

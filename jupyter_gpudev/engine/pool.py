@@ -110,6 +110,7 @@ class HostPool(LoggingConfigurable):
         self._hosts: dict[str, Host] | None = None
         self._hosts_stamp: bytes | None = None
         self._lock = threading.Lock()
+        self._build_credentials = True
 
     def effective_local_url(self) -> str:
         return self.local_url or os.environ.get("DOCKER_HOST") or DEFAULT_LOCAL_URL
@@ -193,6 +194,8 @@ class HostPool(LoggingConfigurable):
             log=self.log,
         )
         host.origin = origin
+        if not self._build_credentials:
+            host.withhold_build_credentials()
         if spec.transport == "ssh":
             host.gpu_inventory = GPUInventory(
                 parent=self,
@@ -202,6 +205,15 @@ class HostPool(LoggingConfigurable):
                 where=f"host {spec.name!r}",
             )
         return host
+
+    def withhold_build_credentials(self) -> None:
+        """Builds on every host, now and later, send the engine no registry credentials (the
+        shared service's pool: see ``registry``)."""
+        with self._lock:
+            self._build_credentials = False
+            hosts = list((self._hosts or {}).values())
+        for host in hosts:
+            host.withhold_build_credentials()
 
     def _all(self) -> dict[str, Host]:
         with self._lock:

@@ -7,6 +7,21 @@ password in a log) or from the user's Docker client configuration (``$DOCKER_CON
 server started counts. They go to the engine in its ``X-Registry-Auth`` header and nowhere else:
 never logged, never in an error, never in an answer.
 
+In shared mode (``Registries.user`` is the user a view acts for) those credentials are the
+service's, not the user's, so they act for a user only where an administrator says:
+
+- a pull uses them only for an image ``shared_pull_images`` names; any other pull is made
+  without credentials, and says so. (``c.EnvironmentManager.allowed_images`` says which images
+  may run at all; this, which of those the service's credentials fetch.) The service's builds
+  send the engine no credentials at all (``withhold_build_credentials``; docker-py would send
+  the classic builder the whole Docker configuration, and gpudev's BuildKit session serves
+  none): the images a build names are pulled here first, under the same rule
+  (``containers.images.fetch_named``);
+- a push goes only under the user's own prefix of each registry (``push_prefix``,
+  ``REGISTRY/USER/...`` by default), whatever the credentials (``Forbidden`` elsewhere).
+
+USER is the user's name as one repository path component (``repository_component``).
+
 The engine answers a push or pull with HTTP 200 and reports failures inside the stream; each
 such event is an error here (``RegistryError``), with the registry's own words and what the user
 can do about it.
@@ -14,6 +29,8 @@ can do about it.
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,21 +39,27 @@ from typing import Any
 import docker
 import docker.errors
 from docker import auth as docker_auth
-from traitlets import Dict
+from traitlets import Dict, List, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
-from ..errors import ENGINE_FAILURES, BadRequest, ConfigError, GPUDevError
+from ..errors import ENGINE_FAILURES, BadRequest, ConfigError, Forbidden, GPUDevError
 from .buildkit import Progress
 
 #: Where the credentials of a push or pull came from, for a host added at run time: none.
 ADDED_HOST = "none: a host added at run time is never sent registry credentials"
 
 
-class NoCredentials(docker_auth.AuthConfig):
-    """The auth configuration of a client that must never send registry credentials (a host a
-    user added at run time). docker-py reloads ``~/.docker/config.json`` whenever a client's
-    configuration is empty (before every build, for ``X-Registry-Config``, and before a pull
-    without ``auth_config``): this one is never empty and resolves nothing."""
+#: Where the credentials of a pull came from, in shared mode, for an image the service's
+#: credentials may not fetch.
+NOT_SHARED = "none: the gpudev service's credentials fetch only c.Registries.shared_pull_images"
+#: What stands for the user's name in ``push_prefix`` and ``shared_pull_images``.
+USER_FIELD = "{user}"
+
+
+class _Nothing(docker_auth.AuthConfig):
+    """An auth configuration that is never empty and resolves nothing. docker-py reloads
+    ``~/.docker/config.json`` whenever a client's configuration is empty (before every build,
+    for ``X-Registry-Config``, and before a pull or push without ``auth_config``)."""
 
     def __init__(self) -> None:
         super().__init__({"auths": {}})
@@ -52,9 +75,27 @@ class NoCredentials(docker_auth.AuthConfig):
         return {}
 
 
+class NoCredentials(_Nothing):
+    """The auth configuration of a client that must never send registry credentials (a host a
+    user added at run time)."""
+
+
+class NoBuildCredentials(_Nothing):
+    """The auth configuration of the shared service's clients: a build sends the engine no
+    registry credentials (``X-Registry-Config``); pulls and pushes carry what ``Registries``
+    gives them."""
+
+
 def withhold_credentials(client: docker.DockerClient) -> None:
     """Make ``client`` send no registry credentials, whatever the user running it has."""
     client.api._auth_configs = NoCredentials()  # type: ignore[attr-defined]
+
+
+def withhold_build_credentials(client: docker.DockerClient) -> None:
+    """Make ``client``'s builds send no registry credentials (the shared service's clients);
+    a client that sends none at all stays so."""
+    if sends_credentials(client):
+        client.api._auth_configs = NoBuildCredentials()  # type: ignore[attr-defined]
 
 
 def sends_credentials(client: docker.DockerClient) -> bool:
@@ -71,7 +112,32 @@ _REFERENCE_RE = re.compile(
 _PATH_RE = re.compile(
     r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*\Z"
 )
+#: One repository path component.
+_COMPONENT_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*\Z")
 _AUTH_WORDS = ("unauthorized", "authentication required", "no basic auth", "denied", "401")
+
+
+def repository_component(user: str) -> str:
+    """``user``'s name as one repository path component: the name itself when it is one (lower
+    case, ``alice``, ``gpudev-bob``), else its lower-case letters and digits with a short hash
+    of the whole name (``Alice@example.com``: ``alice-example-com-`` and 8 hex digits)."""
+    if _COMPONENT_RE.match(user):
+        return user
+    readable = re.sub(r"[^a-z0-9]+", "-", user.lower()).strip("-") or "user"
+    return f"{readable}-{hashlib.sha256(user.encode()).hexdigest()[:8]}"
+
+
+def normalize_image_ref(ref: str) -> str:
+    """The spelling used to compare references: ``:latest`` explicit, Docker Hub prefix dropped."""
+    name, at, digest = ref.strip().partition("@")
+    if not at and ":" not in name.rsplit("/", 1)[-1]:
+        name += ":latest"
+    for prefix in ("docker.io/", "index.docker.io/", "registry-1.docker.io/"):
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+            break
+    name = name.removeprefix("library/")
+    return name + at + digest
 
 
 class RegistryError(GPUDevError):
@@ -93,6 +159,11 @@ class Reference:
     @property
     def name(self) -> str:
         return f"{self.repository}:{self.tag}"
+
+    @property
+    def path(self) -> str:
+        """The repository's path in its registry: ``team/x`` of ``127.0.0.1:5000/team/x``."""
+        return self.repository.removeprefix(f"{self.registry}/")
 
     @classmethod
     def parse(cls, ref: str) -> Reference:
@@ -118,7 +189,8 @@ class Reference:
 
 
 class Registries(LoggingConfigurable):
-    """Credentials for image registries (push of snapshots, pull of environment images)."""
+    """Credentials for image registries (push of snapshots, pull of environment images), and in
+    shared mode what they do for each user (see the module)."""
 
     credentials = Dict(
         per_key_traits=None,
@@ -130,6 +202,87 @@ class Registries(LoggingConfigurable):
         identity_token. Registries not listed use $DOCKER_CONFIG/config.json or
         ~/.docker/config.json (docker login, credsStore, credHelpers).""",
     ).tag(config=True)
+
+    shared_pull_images = List(
+        Unicode(),
+        default_value=[],
+        help="""Shared mode (jupyter gpudev serve): the images the service's registry
+        credentials (c.Registries.credentials and the service's Docker configuration) may
+        fetch for its users, as fnmatch patterns ('*' also matches '/'), {user} standing for
+        the user's name as a repository component (as in push_prefix), e.g.
+        ["nvcr.io/nvidia/*", "registry.example.com/{user}/*"]. Every other pull, of an
+        environment's image or of a base image a build names, is made without credentials
+        (and says so when it fails): the service's builds never send the engine credentials.
+        c.EnvironmentManager.allowed_images says which images may run at all; this, which of
+        them the service's credentials fetch. Default: none. Single-user mode ignores it.""",
+    ).tag(config=True)
+
+    push_prefix = Unicode(
+        f"{USER_FIELD}/",
+        help="""Shared mode: where in each registry a user may push (commit --push), whatever
+        the credentials: a repository path starting with this, {user} standing for the user's
+        name as a repository component (their name when it is one, e.g. gpudev-alice pushes to
+        registry.example.com/gpudev-alice/env:1; else its lower-case letters and digits with a
+        short hash of the name). Path components ending with "/", one of them {user}
+        ("team/{user}/"). A push elsewhere is refused (403). Single-user mode ignores it.""",
+    ).tag(config=True)
+
+    #: The user a shared service's view acts for (``shared_pull_images`` and ``push_prefix``
+    #: apply); ``None`` in single-user mode.
+    user: str | None = None
+
+    @validate("push_prefix")
+    def _valid_prefix(self, proposal: Any) -> str:
+        value = str(proposal["value"])
+        parts = value.split("/")
+        if (
+            parts[-1] != ""
+            or USER_FIELD not in parts
+            or not all(p == USER_FIELD or _COMPONENT_RE.match(p) for p in parts[:-1])
+        ):
+            raise TraitError(
+                f"c.Registries.push_prefix must be repository path components ending with "
+                f"'/', one of them {USER_FIELD} (e.g. '{USER_FIELD}/' or 'team/{USER_FIELD}/'), "
+                f"not {value!r}"
+            )
+        return value
+
+    # -- what the service's credentials do for a user (shared mode) -----------------------------
+
+    def user_prefix(self) -> str:
+        """The repository path under which the user pushes (``push_prefix``); "" in
+        single-user mode."""
+        if self.user is None:
+            return ""
+        return self.push_prefix.replace(USER_FIELD, repository_component(self.user))
+
+    def check_push(self, ref: str) -> None:
+        """``Forbidden`` when, in shared mode, ``ref`` is not under the user's own prefix of
+        its registry (``push_prefix``); ``BadRequest`` when it is no image reference."""
+        reference = Reference.parse(ref)
+        prefix = self.user_prefix()
+        if self.user is None or reference.path.startswith(prefix):
+            return
+        where = f"{reference.registry}/{prefix}"
+        raise Forbidden(
+            f"{ref} is not under your own prefix {where}: the gpudev service pushes your "
+            f"images only there (c.Registries.push_prefix), e.g. to "
+            f"{where}{reference.path.rsplit('/', 1)[-1]}:{reference.tag}",
+            details={"reference": ref, "prefix": where},
+        )
+
+    def pulls_with_credentials(self, ref: str) -> bool:
+        """Whether a pull of ``ref`` may carry credentials: always in single-user mode; in
+        shared mode when a ``shared_pull_images`` pattern matches it."""
+        if self.user is None:
+            return True
+        user = repository_component(self.user)
+        names = {ref.strip(), normalize_image_ref(ref)}
+        return any(
+            fnmatch.fnmatchcase(name, pattern.replace(USER_FIELD, user))
+            for pattern in self.shared_pull_images
+            for name in names
+        )
 
     def auth_for(self, registry: str) -> tuple[dict[str, str], str]:
         """The auth config for ``registry`` and where it came from (said in errors).
@@ -182,7 +335,9 @@ class Registries(LoggingConfigurable):
         return self.auth_for(registry)
 
     def push(self, client: docker.DockerClient, ref: str, say: Progress) -> str:
-        """Push ``ref`` with progress; returns the pushed manifest digest ("" if not told)."""
+        """Push ``ref`` with progress; returns the pushed manifest digest ("" if not told). In
+        shared mode only under the user's prefix (``check_push``)."""
+        self.check_push(ref)
         reference = Reference.parse(ref)
         auth, source = self._auth(client, reference.registry)
         say({"stage": "push", "message": f"pushing {ref} to {reference.registry}"})
@@ -211,11 +366,22 @@ class Registries(LoggingConfigurable):
         return digest
 
     def pull(self, client: docker.DockerClient, ref: str, say: Progress) -> None:
-        """Pull ``ref`` with the registry's credentials and progress."""
+        """Pull ``ref`` with the registry's credentials and progress; in shared mode without
+        them unless ``shared_pull_images`` allows it (``pulls_with_credentials``)."""
         reference = Reference.parse(ref) if "@" not in ref else None
         registry = reference.registry if reference else docker_auth.resolve_repository_name(ref)[0]
-        auth, source = self._auth(client, registry)
-        say({"stage": "pull", "message": f"pulling {ref}"})
+        if self.pulls_with_credentials(ref):
+            auth, source = self._auth(client, registry)
+            say({"stage": "pull", "message": f"pulling {ref}"})
+        else:
+            auth, source = {}, NOT_SHARED
+            say(
+                {
+                    "stage": "pull",
+                    "message": f"pulling {ref} without the gpudev service's credentials "
+                    "(c.Registries.shared_pull_images does not name it)",
+                }
+            )
         layers = _LayerProgress("pull", say)
         try:
             for event in client.api.pull(ref, stream=True, decode=True, auth_config=auth):
@@ -234,7 +400,13 @@ class Registries(LoggingConfigurable):
         self.log.warning("%s of %s failed: %s", verb.capitalize(), ref, words)
         lowered = words.lower()
         if any(w in lowered for w in _AUTH_WORDS):
-            if source == ADDED_HOST:
+            if source == NOT_SHARED:
+                hint = (
+                    "it was pulled without the gpudev service's credentials, which fetch "
+                    "only the images an administrator allows (c.Registries.shared_pull_images): "
+                    "ask them to allow it, or name an image that needs no credentials"
+                )
+            elif source == ADDED_HOST:
                 hint = (
                     "a host added at run time is never sent registry credentials: push or "
                     "pull from a configured host (c.HostPool.hosts)"
@@ -253,10 +425,16 @@ class Registries(LoggingConfigurable):
                 f"The registry {registry} refused the {verb} of {ref}: {words}; {hint}",
                 details={"reference": ref, "registry": registry, "credentials": source},
             )
+        unshared = (
+            " (pulled without the gpudev service's credentials: "
+            "c.Registries.shared_pull_images does not name it)"
+            if source == NOT_SHARED
+            else ""
+        )
         return RegistryError(
             f"The {verb} of {ref} to {registry} failed: {words}"
             if verb == "push"
-            else f"Pulling {ref} from {registry} failed: {words}",
+            else f"Pulling {ref} from {registry} failed: {words}{unshared}",
             details={"reference": ref, "registry": registry},
         )
 

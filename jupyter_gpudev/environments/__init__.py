@@ -2,6 +2,7 @@
 environments (``manager``), read field by field (``reader``, ``jsonc``, ``runargs``) into an
 ``Environment`` (``model``); ``mounts`` is the policy for the host folders they may mount."""
 
+from ..engine.registry import normalize_image_ref
 from .jsonc import MAX_FILE_BYTES, load_jsonc
 from .manager import EnvironmentManager
 from .model import (
@@ -9,7 +10,6 @@ from .model import (
     Environment,
     GPURequirement,
     ImageNotAllowed,
-    normalize_image_ref,
     parse_docker_size,
     parse_gpu_memory_mib,
     slugify,

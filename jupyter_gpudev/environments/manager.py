@@ -24,6 +24,7 @@ from typing import Any
 from traitlets import Bool, Dict, List, Unicode
 from traitlets.config import LoggingConfigurable
 
+from ..engine.registry import normalize_image_ref
 from ..errors import BadRequest, ConfigError, NotFound
 from .jsonc import read_jsonc_file
 from .model import (
@@ -32,7 +33,6 @@ from .model import (
     Environment,
     EnvironmentList,
     ImageNotAllowed,
-    normalize_image_ref,
     slugify,
 )
 from .reader import _candidate_files, _default_workspace, _inside, _SpecReader

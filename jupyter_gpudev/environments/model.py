@@ -89,19 +89,6 @@ def parse_gpu_memory_mib(value: str) -> int:
     return mib
 
 
-def normalize_image_ref(ref: str) -> str:
-    """The spelling used to compare references: ``:latest`` explicit, Docker Hub prefix dropped."""
-    name, at, digest = ref.strip().partition("@")
-    if not at and ":" not in name.rsplit("/", 1)[-1]:
-        name += ":latest"
-    for prefix in ("docker.io/", "index.docker.io/", "registry-1.docker.io/"):
-        if name.startswith(prefix):
-            name = name[len(prefix) :]
-            break
-    name = name.removeprefix("library/")
-    return name + at + digest
-
-
 @dataclass(frozen=True)
 class GPURequirement:
     """How many GPUs an environment needs. ``count`` is the number of GPUs to lease."""

@@ -261,8 +261,8 @@ def test_a_push_never_replaces_the_engines_copy_of_another_image(
     docker_client: docker.DockerClient,
 ) -> None:
     # Given the service's credentials for a registry, and the engine's copy of an image of
-    # that registry that another user's environment pulled
-    pulled = names(f"{pushing.address}/team/python:v1")
+    # that registry, under alice's own prefix there, that another user's environment pulled
+    pulled = names(f"{pushing.address}/{ALICE}/python:v1")
     repository, tag = pulled.rsplit(":", 1)
     docker_client.api.tag(base, repository, tag)
     before = names.image_id(pulled)
@@ -297,7 +297,9 @@ def test_a_push_sends_the_users_own_snapshot_and_leaves_no_registry_tag(
     # And the engine keeps only her local tag: the registry's name is not left pointing at it
     assert names.image_id(local) == result.snapshot.image_id
     assert names.image_id(target) is None
-    # And what the registry has is her snapshot
+    # And what the registry has is her snapshot (pulled back: the administrator lets the
+    # service's credentials fetch what users push under their own prefix)
+    alice.containers.registries.shared_pull_images = [f"{pushing.address}/{{user}}/*"]
     alice.containers.registries.pull(docker_client, target, lambda _event: None)
     assert names.image_id(target) == result.snapshot.image_id
 

@@ -20,7 +20,8 @@ from typing import Any, cast
 import pytest
 
 from jupyter_gpudev.changes.podbuild import PodBuild, registry_config, workspace_of
-from jupyter_gpudev.errors import Conflict, EngineError, GPUDevError
+from jupyter_gpudev.engine import Registries
+from jupyter_gpudev.errors import Conflict, EngineError, Forbidden, GPUDevError
 from jupyter_gpudev.k8s import objects as k8s
 
 DIGEST = "sha256:" + "ab" * 32
@@ -231,6 +232,48 @@ def test_a_context_the_pod_changed_is_refused_before_anything_is_built() -> None
         wait(missing)
     assert not isinstance(other.value, Conflict)
     assert missing.read_from == ["context"]
+
+
+class Reached(Exception):
+    """The build went on to the pod's cluster."""
+
+
+def test_a_shared_services_pod_build_pushes_only_under_the_users_prefix() -> None:
+    # Given the shared service's registries acting for alice, and her pod's prepared commit
+    registries = Registries()
+    registries.user = "gpudev-alice"
+    asked: list[str] = []
+
+    def get(name: str) -> None:
+        asked.append(name)
+        raise Reached
+
+    pool = SimpleNamespace(get=get)
+    capture = SimpleNamespace(
+        containers=SimpleNamespace(log=logging.getLogger("t"), host_pool=pool)
+    )
+    captured = SimpleNamespace(pod=SimpleNamespace(host="k8s"), info=SimpleNamespace(name="box"))
+    build = PodBuild(cast(Any, capture), registries)
+
+    def push(tag: str) -> None:
+        build.run(
+            cast(Any, SimpleNamespace(captured=captured)),
+            tag,
+            {},
+            lambda _event: None,
+            context=io.BytesIO(b""),
+            dockerfile="Dockerfile",
+        )
+
+    # When its snapshot is to be pushed to bob's repository
+    with pytest.raises(Forbidden, match=r"r\.example:5000/gpudev-alice/"):
+        push("r.example:5000/gpudev-bob/x:1")
+    # Then it is refused before the cluster is asked anything (no Secret, no Job)
+    assert asked == []
+    # When it is to be pushed under her own prefix, the build goes on to the cluster
+    with pytest.raises(Reached):
+        push("r.example:5000/gpudev-alice/x:1")
+    assert asked == ["k8s"]
 
 
 # -- the context step's script, run by a real shell ----------------------------------------

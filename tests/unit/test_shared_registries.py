@@ -1,0 +1,136 @@
+"""What the shared service's registry credentials do for a user (issue #30, item 4): pushes only
+under the user's own prefix of each registry (``c.Registries.push_prefix``), pulls with them
+only of the images ``c.Registries.shared_pull_images`` names; single-user mode as before."""
+
+from __future__ import annotations
+
+import pytest
+from traitlets import TraitError
+from traitlets.config import Config
+
+from jupyter_gpudev.containers.namespace import user_repository
+from jupyter_gpudev.engine import Registries
+from jupyter_gpudev.engine.registry import repository_component
+from jupyter_gpudev.errors import Forbidden
+
+ALICE = "gpudev-alice"
+R = "registry.example.com"
+
+
+def acting_for(user: str | None, **settings: object) -> Registries:
+    """The registries of a view acting for ``user`` (``None``: single-user mode), with
+    ``c.Registries`` ``settings``."""
+    config = Config()
+    for name, value in settings.items():
+        setattr(config.Registries, name, value)
+    registries = Registries(config=config)
+    registries.user = user
+    return registries
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        f"{R}/{ALICE}/x:1",
+        f"{R}/{ALICE}/team/x:1",
+        f"127.0.0.1:5000/{ALICE}/x",
+        f"{ALICE}/x:1",  # Docker Hub
+        f"docker.io/{ALICE}/x:1",
+    ],
+)
+def test_a_user_pushes_under_their_own_prefix(ref: str) -> None:
+    # Given the shared service's registries acting for alice (the default prefix)
+    registries = acting_for(ALICE)
+    # When she pushes under REGISTRY/gpudev-alice/, then nothing stops it
+    registries.check_push(ref)
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        f"{R}/gpudev-bob/x:1",
+        f"{R}/library/base:1",
+        f"{R}/{ALICE}x/y:1",  # a name that only starts like hers
+        f"{R}/{ALICE}:1",  # her name as the whole repository
+        f"{R}/team/{ALICE}/x:1",
+        "base:1",  # Docker Hub's library/base
+        f"docker.io/library/{ALICE}:1",
+    ],
+)
+def test_a_push_outside_the_users_prefix_is_forbidden_naming_it(ref: str) -> None:
+    # Given the shared service's registries acting for alice
+    registries = acting_for(ALICE)
+    # When she pushes outside REGISTRY/gpudev-alice/
+    with pytest.raises(Forbidden) as refused:
+        registries.check_push(ref)
+    # Then it is refused (403), saying where she may push and which setting says so
+    assert refused.value.status == 403
+    assert f"/{ALICE}/" in refused.value.message
+    assert "c.Registries.push_prefix" in refused.value.message
+    assert refused.value.details["reference"] == ref
+
+
+def test_the_prefix_is_the_users_name_as_a_repository_component() -> None:
+    # Given a user whose name is not a repository component, and a prefix of the registry's
+    user = "Alice@Example.com"
+    registries = acting_for(user, push_prefix="gpudev/{user}/")
+    component = repository_component(user)
+    # Then the prefix holds the same component as their local image repository
+    assert user_repository(user) == f"localhost/gpudev/{component}"
+    assert component.startswith("alice-example-com-")
+    assert registries.user_prefix() == f"gpudev/{component}/"
+    registries.check_push(f"{R}/gpudev/{component}/x:1")
+    with pytest.raises(Forbidden, match=f"{R}/gpudev/{component}/"):
+        registries.check_push(f"{R}/{component}/x:1")
+    # And another user's name never gives the same prefix
+    assert repository_component("alice@example.com") != component
+
+
+def test_in_single_user_mode_any_push_goes() -> None:
+    registries = acting_for(None)
+    for ref in (f"{R}/gpudev-bob/x:1", "base:1", f"{R}/library/base:1"):
+        registries.check_push(ref)
+    assert registries.user_prefix() == ""
+
+
+@pytest.mark.parametrize("prefix", ["", "/", "{user}", "team/", "Team/{user}/", "{user}x/"])
+def test_a_prefix_that_users_could_share_is_refused(prefix: str) -> None:
+    with pytest.raises(TraitError, match="one of them"):
+        acting_for(ALICE, push_prefix=prefix)
+
+
+@pytest.mark.parametrize(
+    ("ref", "allowed"),
+    [
+        ("nvcr.io/nvidia/pytorch:24.01-py3", True),
+        ("nvcr.io/nvidia/pytorch@sha256:" + "ab" * 32, True),
+        ("nvcr.io/nvidian/secret:1", False),
+        (f"{R}/{ALICE}/env:1", True),
+        (f"{R}/gpudev-bob/env:1", False),
+        (f"{R}/private/thing:1", False),
+        ("python:3.12", True),
+        ("docker.io/library/python:3.12", True),
+        ("python", True),  # python:latest
+        ("pythonista:1", False),
+    ],
+)
+def test_the_services_credentials_fetch_only_what_the_allow_list_names(
+    ref: str, allowed: bool
+) -> None:
+    # Given the administrator's allow-list, {user} in it, and the registries acting for alice
+    patterns = ["nvcr.io/nvidia/*", f"{R}/{{user}}/*", "python:*"]
+    registries = acting_for(ALICE, shared_pull_images=patterns)
+    # Then a pull carries the service's credentials only for what it names
+    assert registries.pulls_with_credentials(ref) is allowed
+
+
+def test_without_an_allow_list_the_services_credentials_fetch_nothing() -> None:
+    registries = acting_for(ALICE)
+    assert registries.shared_pull_images == []
+    assert not registries.pulls_with_credentials(f"{R}/{ALICE}/env:1")
+    assert not registries.pulls_with_credentials("python:3.12")
+
+
+def test_in_single_user_mode_every_pull_has_the_users_credentials() -> None:
+    registries = acting_for(None, shared_pull_images=["nvcr.io/nvidia/*"])
+    assert registries.pulls_with_credentials(f"{R}/private/thing:1")
