@@ -11,39 +11,29 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
-from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_gpudev.changes.commit import CommitOptions
 from jupyter_gpudev.containers import StartRequest
 from jupyter_gpudev.environments import ImageNotAllowed
-from jupyter_gpudev.labels import L_SERVER
 from jupyter_gpudev.services import Services
 from jupyter_gpudev.shared.authority import Authority
-from tests.conftest import FAKE_SMI, FIXTURES
+from tests.integration.shared_views import Names, close, names, new_service, service_config
 from tests.integration.test_diff import sh
-from tests.integration.test_shared_images import ALICE, BOB, PYTHON, Names, attempt, hand_over
+from tests.integration.test_shared_images import ALICE, BOB, PYTHON, attempt, hand_over
 
 pytestmark = pytest.mark.integration
+
+__all__ = ["names"]  # the fixture, shared with the other shared-mode tests
 
 #: The Dockerfile both users' environment "web" has: the same text, so the same tag today.
 WEB_DOCKERFILE = f"FROM {PYTHON}\nCOPY requirements.txt /r.txt\n"
 TROJAN = "evil-package==6.6.6  # planted by alice\n"
 CLEAN = "requests==2.31.0\n"
-
-
-@pytest.fixture
-def names(docker_client: docker.DockerClient) -> Iterator[Names]:
-    """This test's names; every image tagged with one is removed afterwards (after the
-    containers: ``authority`` depends on this fixture)."""
-    made = Names(docker_client)
-    yield made
-    made.remove()
 
 
 @pytest.fixture
@@ -55,22 +45,9 @@ def authority(
 ) -> Iterator[Authority]:
     """The shared service's views (its state in the test's folder); their containers are
     removed afterwards, before this test's images."""
-    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
-    config = Config()
-    config.GPUInventory.backend = "nvidia-smi"
-    config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
-    config.DevContainers.state_dir = str(tmp_path / "state")
-    config.DevContainers.stop_timeout = 2
-    config.GPUDevService.user_root = str(tmp_path / "users" / "{user}")
-    parent = LoggingConfigurable(config=config)
-    held = Authority(tmp_path, parent=parent, log=logging.getLogger("gpudev-test"))
+    held = new_service(tmp_path, service_config(tmp_path, monkeypatch))
     yield held
-    server = held.service.containers.server_id
-    for container in docker_client.containers.list(
-        all=True, filters={"label": f"{L_SERVER}={server}"}
-    ):
-        container.remove(force=True)
-    held.close()
+    close(held, docker_client)
 
 
 def environment(view: Services, name: str, spec: dict[str, object], **files: str) -> None:

@@ -11,74 +11,33 @@ another engineer's run on the same engine) is touched.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
-import logging
 import os
 import pwd
-import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
 import pytest
-from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_gpudev.changes.capture import ChangeCapture
 from jupyter_gpudev.changes.commit import CommitOptions, Committer
 from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.errors import Conflict, GPUDevError
-from jupyter_gpudev.labels import L_OWNER, L_SERVER, L_SNAPSHOT_CONTAINER, L_SNAPSHOT_ENV
+from jupyter_gpudev.labels import L_OWNER, L_SNAPSHOT_CONTAINER, L_SNAPSHOT_ENV
 from jupyter_gpudev.services import Services
 from jupyter_gpudev.shared.authority import Authority
-from tests.conftest import FAKE_SMI, FIXTURES
+from tests.integration.shared_views import Names, close, names, new_service, service_config
 from tests.integration.test_diff import sh, write_environment
 from tests.registry import Registry
 
 pytestmark = pytest.mark.integration
 
+__all__ = ["names"]  # the fixture, shared with the other shared-mode tests
+
 ALICE, BOB = "gpudev-alice", "gpudev-bob"
 PYTHON = "gpudev-python:bookworm"
-
-
-class Names:
-    """This test's image names (each holds ``part``), and their removal afterwards."""
-
-    def __init__(self, client: docker.DockerClient) -> None:
-        self.client = client
-        self.part = secrets.token_hex(4)
-
-    def __call__(self, name: str) -> str:
-        """``name`` with this test's random part in its repository: ``x/y:1`` -> ``x/y-PART:1``."""
-        repository, tag = name.rsplit(":", 1)
-        return f"{repository}-{self.part}:{tag}"
-
-    def image_id(self, ref: str) -> str | None:
-        try:
-            return str(self.client.images.get(ref).id)
-        except docker.errors.ImageNotFound:
-            return None
-
-    def remove(self) -> None:
-        """Every tag holding ``part``, and the snapshots of this test's containers that a
-        later one replaced."""
-        for image in self.client.images.list(all=True):
-            for tag in image.tags:
-                if self.part in tag:
-                    with contextlib.suppress(docker.errors.APIError):
-                        self.client.images.remove(tag)
-        for image in self.client.images.list(all=True, filters={"label": L_SNAPSHOT_CONTAINER}):
-            if self.part in image.labels.get(L_SNAPSHOT_CONTAINER, ""):
-                with contextlib.suppress(docker.errors.APIError):
-                    self.client.images.remove(str(image.id))
-
-
-@pytest.fixture
-def names(docker_client: docker.DockerClient) -> Iterator[Names]:
-    made = Names(docker_client)
-    yield made
-    made.remove()
 
 
 @pytest.fixture
@@ -115,26 +74,13 @@ def authority(
     """The shared service's views (its state in the test's folder); each user's folder (made
     by the service) has an environment "py" of ``base``; their containers are removed
     afterwards."""
-    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
-    config = Config()
-    config.GPUInventory.backend = "nvidia-smi"
-    config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
-    config.DevContainers.state_dir = str(tmp_path / "state")
-    config.DevContainers.stop_timeout = 2
-    config.GPUDevService.user_root = str(tmp_path / "users" / "{user}")
-    parent = LoggingConfigurable(config=config)
-    held = Authority(tmp_path, parent=parent, log=logging.getLogger("gpudev-test"))
+    held = new_service(tmp_path, service_config(tmp_path, monkeypatch))
     for user in (ALICE, BOB):
         view = held.for_user(user)
         environment(view.containers.root_dir, base)
         hand_over(view)
     yield held
-    server = held.service.containers.server_id
-    for container in docker_client.containers.list(
-        all=True, filters={"label": f"{L_SERVER}={server}"}
-    ):
-        container.remove(force=True)
-    held.close()
+    close(held, docker_client)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ without a lease, no lease without a container.
 from __future__ import annotations
 
 import json
-import logging
 import secrets
 import threading
 from collections.abc import Callable, Iterator
@@ -21,13 +20,12 @@ from typing import Any
 
 import docker
 import pytest
-from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_gpudev.containers import DevContainerInfo, DevContainers, StartRequest, docker_name
 from jupyter_gpudev.errors import GPUDevError
 from jupyter_gpudev.labels import L_OWNER, L_SERVER
 from jupyter_gpudev.shared.authority import Authority
-from tests.conftest import FAKE_SMI, FIXTURES
+from tests.integration.shared_views import close, new_service, service_config
 
 pytestmark = pytest.mark.integration
 
@@ -44,32 +42,19 @@ def service(
 ) -> Iterator[Make]:
     """Makes the shared service's views with ``c.UserLimits`` set to ``limits`` (its state in
     the test's folder); the containers of every service made are removed afterwards."""
-    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
     made: list[Authority] = []
 
     def make(**limits: Any) -> Authority:
-        config = Config()
-        config.GPUInventory.backend = "nvidia-smi"
-        config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
+        config = service_config(tmp_path, monkeypatch)
         config.GPUInventory.cache_seconds = 0.0
-        config.DevContainers.state_dir = str(tmp_path / "state")
-        config.DevContainers.stop_timeout = 2
-        config.GPUDevService.user_root = str(tmp_path / "users" / "{user}")
         for key, value in limits.items():
             config.UserLimits[key] = value
-        parent = LoggingConfigurable(config=config)
-        held = Authority(tmp_path, parent=parent, log=logging.getLogger("gpudev-test"))
-        made.append(held)
-        return held
+        made.append(new_service(tmp_path, config))
+        return made[-1]
 
     yield make
     for held in made:
-        server = held.service.containers.server_id
-        for container in docker_client.containers.list(
-            all=True, filters={"label": f"{L_SERVER}={server}"}
-        ):
-            container.remove(force=True)
-        held.close()
+        close(held, docker_client)
 
 
 def containers_of(held: Authority, user: str) -> DevContainers:

@@ -9,7 +9,6 @@ accounts gpudev-alice and gpudev-bob); the folders are given to them, so this ne
 from __future__ import annotations
 
 import json
-import logging
 import secrets
 import shutil
 import tempfile
@@ -19,14 +18,13 @@ from typing import Any
 
 import docker
 import pytest
-from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_gpudev.containers import StartRequest, docker_name
 from jupyter_gpudev.environments import MountNotAllowed
 from jupyter_gpudev.labels import L_SERVER
 from jupyter_gpudev.services import Services
 from jupyter_gpudev.shared.authority import Authority
-from tests.conftest import FAKE_SMI, FIXTURES
+from tests.integration.shared_views import close, new_service, service_config
 from tests.unit.test_shared_mounts import ALICE, BOB, make, needs_accounts
 
 pytestmark = [pytest.mark.integration, needs_accounts]
@@ -48,17 +46,11 @@ def data() -> Iterator[Path]:
     shutil.rmtree(site)
 
 
-def service(tmp_path: Path, roots: list[Any], monkeypatch: pytest.MonkeyPatch) -> Authority:
-    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
-    config = Config()
-    config.GPUInventory.backend = "nvidia-smi"
-    config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
-    config.DevContainers.state_dir = str(tmp_path / "state")
-    config.DevContainers.stop_timeout = 2
-    config.GPUDevService.user_root = str(tmp_path / "users" / "{user}")
+def mounting(tmp_path: Path, roots: list[Any], monkeypatch: pytest.MonkeyPatch) -> Authority:
+    """The service with ``c.MountPolicy.allowed_roots = roots``."""
+    config = service_config(tmp_path, monkeypatch)
     config.MountPolicy.allowed_roots = roots
-    parent = LoggingConfigurable(config=config)
-    return Authority(tmp_path, parent=parent, log=logging.getLogger("gpudev-test"))
+    return new_service(tmp_path, config)
 
 
 @pytest.fixture
@@ -67,12 +59,7 @@ def held(docker_client: docker.DockerClient) -> Iterator[list[Authority]]:
     made: list[Authority] = []
     yield made
     for authority in made:
-        server = authority.service.containers.server_id
-        for container in docker_client.containers.list(
-            all=True, filters={"label": f"{L_SERVER}={server}"}
-        ):
-            container.remove(force=True)
-        authority.close()
+        close(authority, docker_client)
 
 
 def run(docker_client: docker.DockerClient, name: str, script: str) -> str:
@@ -102,7 +89,7 @@ def test_each_user_mounts_their_own_folder_of_a_per_user_root(
     docker_client: docker.DockerClient,
 ) -> None:
     # Given a writable per-user root, and an environment of alice's mounting her folder
-    held.append(service(tmp_path, [{"path": str(data / "{user}"), "writable": True}], monkeypatch))
+    held.append(mounting(tmp_path, [{"path": str(data / "{user}"), "writable": True}], monkeypatch))
     alice = held[0].for_user(ALICE)
     declare(alice, "mine", data / ALICE)
     # When she starts it
@@ -127,7 +114,7 @@ def test_a_folder_of_another_user_is_refused_and_nothing_is_left(
     docker_client: docker.DockerClient,
 ) -> None:
     # Given a root shared by everyone, and an environment of alice's mounting bob's folder
-    held.append(service(tmp_path, [str(data)], monkeypatch))
+    held.append(mounting(tmp_path, [str(data)], monkeypatch))
     alice = held[0].for_user(ALICE)
     declare(alice, "steal", data / BOB)
     # When she starts it, with a GPU

@@ -15,39 +15,31 @@ random part.
 from __future__ import annotations
 
 import base64
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
 import requests
-from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_gpudev.changes.commit import CommitOptions
 from jupyter_gpudev.containers import StartRequest
 from jupyter_gpudev.engine import Reference, Registries
 from jupyter_gpudev.errors import Forbidden, ImageError
-from jupyter_gpudev.labels import L_SERVER
 from jupyter_gpudev.services import Services
 from jupyter_gpudev.shared.authority import Authority
-from tests.conftest import FAKE_SMI, FIXTURES
+from tests.integration.shared_views import Names, close, names, new_service, service_config
 from tests.integration.test_diff import sh
 from tests.integration.test_shared_builds import built, environment
-from tests.integration.test_shared_images import ALICE, BOB, PYTHON, Names, attempt
+from tests.integration.test_shared_images import ALICE, BOB, PYTHON, attempt
 from tests.registry import Registry
 
 pytestmark = pytest.mark.integration
 
+__all__ = ["names"]  # the fixture, shared with the other shared-mode tests
+
 #: Where the administrator lets the service's credentials fetch images (in this registry).
 SHARED = "shared"
-
-
-@pytest.fixture
-def names(docker_client: docker.DockerClient) -> Iterator[Names]:
-    made = Names(docker_client)
-    yield made
-    made.remove()
 
 
 @pytest.fixture
@@ -61,29 +53,17 @@ def authority(
     """The shared service's views, holding the registry's credentials in
     ``c.Registries.credentials`` and in the service's Docker configuration; the
     administrator's pull allow-list names ``REGISTRY/shared/*``."""
-    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
     monkeypatch.setenv("DOCKER_CONFIG", str(registry.docker_config(tmp_path / "docker")))
     password = tmp_path / "registry-password"
     password.write_text(registry.password)
-    config = Config()
-    config.GPUInventory.backend = "nvidia-smi"
-    config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
-    config.DevContainers.state_dir = str(tmp_path / "state")
-    config.DevContainers.stop_timeout = 2
-    config.GPUDevService.user_root = str(tmp_path / "users" / "{user}")
+    config = service_config(tmp_path, monkeypatch)
     config.Registries.credentials = {
         registry.address: {"username": registry.username, "password_file": str(password)}
     }
     config.Registries.shared_pull_images = [f"{registry.address}/{SHARED}/*"]
-    parent = LoggingConfigurable(config=config)
-    held = Authority(tmp_path, parent=parent, log=logging.getLogger("gpudev-test"))
+    held = new_service(tmp_path, config)
     yield held
-    server = held.service.containers.server_id
-    for container in docker_client.containers.list(
-        all=True, filters={"label": f"{L_SERVER}={server}"}
-    ):
-        container.remove(force=True)
-    held.close()
+    close(held, docker_client)
 
 
 def in_registry(registry: Registry, ref: str) -> bool:
