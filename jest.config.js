@@ -1,7 +1,9 @@
 /**
  * Jest configuration of the unit tests of the Lab extension
- * (labextension/test/*.spec.ts): JupyterLab's own configuration (jsdom,
- * fetch and the other shims), compiled with labextension/test/tsconfig.json.
+ * (labextension/test/*.spec.ts, and *.spec.tsx for the components, rendered
+ * with React's act and createRoot through labextension/test/dom.tsx):
+ * JupyterLab's own configuration (jsdom, fetch and the other shims),
+ * compiled with labextension/test/tsconfig.json.
  * JupyterLab's packages that ship ES modules (cells, rendermime, ...: the
  * output trust tests use their real models) are compiled by babel-jest with
  * JupyterLab's babel configuration.
