@@ -34,8 +34,8 @@ from ..engine.context import read_checked_text
 from ..environments import MAX_FILE_BYTES, Environment, load_jsonc
 from ..errors import BadRequest, Conflict, EngineError, GPUDevError, engine_errors
 from ..k8s.listing import compare_listings, parse_listing
-from ..k8s.status import clean
 from ..labels import A_NAME
+from ..untrusted import clean
 from . import classify as cl
 from . import compare as cp
 from . import model as ch

@@ -44,7 +44,8 @@ from ..engine import Progress, Reference, Registries
 from ..engine.cluster import Cluster
 from ..errors import BadRequest, Conflict, EngineError, GPUDevError
 from ..k8s import objects as k8s
-from ..k8s.status import clean, pod_state
+from ..k8s.status import pod_state
+from ..untrusted import as_dict, clean
 
 if TYPE_CHECKING:
     from .capture import ChangeCapture, Prepared
@@ -85,20 +86,16 @@ def registry_config(registry: str, auth: Mapping[str, str]) -> bytes:
     return json.dumps({"auths": {key: entry} if entry else {}}).encode()
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def workspace_of(pod: dict[str, Any]) -> tuple[str, str]:
     """Where the dev container mounts its workspace claim, and the claim's name."""
-    spec = _dict(pod.get("spec"))
+    spec = as_dict(pod.get("spec"))
     claims = {
-        _dict(v).get("name"): _dict(_dict(v).get("persistentVolumeClaim")).get("claimName")
+        as_dict(v).get("name"): as_dict(as_dict(v).get("persistentVolumeClaim")).get("claimName")
         for v in spec.get("volumes") or []
     }
     for container in (spec.get("containers") or [])[:1]:
-        for mount in _dict(container).get("volumeMounts") or []:
-            name, path = _dict(mount).get("name"), _dict(mount).get("mountPath")
+        for mount in as_dict(container).get("volumeMounts") or []:
+            name, path = as_dict(mount).get("name"), as_dict(mount).get("mountPath")
             claim = claims.get(name)
             if isinstance(claim, str) and isinstance(path, str) and path.startswith("/"):
                 return path.rstrip("/") or "/", claim
@@ -107,7 +104,7 @@ def workspace_of(pod: dict[str, Any]) -> tuple[str, str]:
 
 def run_as_of(pod: dict[str, Any]) -> tuple[int, int]:
     """The user and group the dev container runs as: what the build reads its claim as."""
-    security = _dict(_dict(pod.get("spec")).get("securityContext"))
+    security = as_dict(as_dict(pod.get("spec")).get("securityContext"))
     uid, gid = security.get("runAsUser"), security.get("runAsGroup", 0)
     if type(uid) is int and uid > 0 and type(gid) is int and gid >= 0:
         return uid, gid
@@ -155,11 +152,11 @@ class PodBuild:
         host = manager.host_pool.get(captured.pod.host)
         pods = manager.pods(host)
         pod = pods.find(captured.info.name)
-        if pod is None or str(_dict(pod.get("metadata")).get("uid")) != captured.pod.uid:
+        if pod is None or str(as_dict(pod.get("metadata")).get("uid")) != captured.pod.uid:
             raise Conflict(f"The pod of {captured.info.name!r} changed meanwhile: try again")
         mount, claim = workspace_of(pod)
         run_as = run_as_of(pod)
-        node = _dict(pod.get("spec")).get("nodeName")
+        node = as_dict(pod.get("spec")).get("nodeName")
         reference = Reference.parse(tag)
         archive = context.read(MAX_CONTEXT + 1)
         if len(archive) > MAX_CONTEXT:
@@ -205,7 +202,7 @@ class PodBuild:
             # Deleted in the reverse order: the Secret, the Job, then its NetworkPolicy.
             made.append(("networking.k8s.io/v1", "NetworkPolicy", job_name))
             made.append(("batch/v1", "Job", job_name))
-            job_uid = str(_dict(cluster.create(job).get("metadata")).get("uid") or "")
+            job_uid = str(as_dict(cluster.create(job).get("metadata")).get("uid") or "")
             owner = (job_name, job_uid) if job_uid else None
             # The NetworkPolicy and the Secret after the Job, owned by it: the cluster deletes
             # them with the Job (whose TTL ends it) if gpudev cannot. The pod waits for the
@@ -271,9 +268,9 @@ class PodBuild:
             found = cluster.read("batch/v1", "Job", job)
             if found is None:
                 raise EngineError(f"The build Job {job} was deleted while it ran")
-            status = _dict(found.get("status"))
+            status = as_dict(found.get("status"))
             failed = any(
-                _dict(c).get("type") == "Failed" and _dict(c).get("status") == "True"
+                as_dict(c).get("type") == "Failed" and as_dict(c).get("status") == "True"
                 for c in status.get("conditions") or []
             )
             if status.get("succeeded") or failed or status.get("failed"):
@@ -283,7 +280,7 @@ class PodBuild:
             self._stuck(cluster, job, tag, self._clock() - start)
             self._sleep(self.poll)
         builders = cluster.items("v1", "Pod", labels=f"job-name={job}")
-        builder = _dict(builders[-1]) if builders else {}
+        builder = as_dict(builders[-1]) if builders else {}
         if status.get("succeeded"):
             digest = _termination_message(builder)
             if not _DIGEST_RE.match(digest):
@@ -321,15 +318,15 @@ class PodBuild:
             if waited < PLACE_TIMEOUT:
                 return
             said = [
-                clean(str(_dict(e).get("message") or ""))
+                clean(str(as_dict(e).get("message") or ""))
                 for e in cluster.events_of("Job", job).get("items") or []
-                if _dict(e).get("type") == "Warning"
+                if as_dict(e).get("type") == "Warning"
             ]
             raise EngineError(
                 f"The build of {tag} did not start: the cluster made no pod for {job}"
                 + (f" ({said[-1]})" if said else "")
             )
-        state = pod_state(_dict(builders[-1]))
+        state = pod_state(as_dict(builders[-1]))
         words = ": ".join(p for p in (state.reason, state.message) if p) or state.state
         if state.reason in IMAGE_REASONS:
             raise EngineError(
@@ -339,7 +336,7 @@ class PodBuild:
             raise EngineError(f"The build of {tag} was not placed in {PLACE_TIMEOUT} s ({words})")
 
     def _last_lines(self, cluster: Cluster, builder: dict[str, Any], step: str) -> str:
-        name = _dict(builder.get("metadata")).get("name")
+        name = as_dict(builder.get("metadata")).get("name")
         if not isinstance(name, str):
             return ""
         try:
@@ -376,11 +373,11 @@ class PodBuild:
 def _failed_step(pod: dict[str, Any]) -> tuple[str, int | None]:
     """Which step of a failed build pod failed, and its exit code: the first init container
     (``context``, ``build``) that did not end well, else ``push``."""
-    for status in _dict(pod.get("status")).get("initContainerStatuses") or []:
-        terminated = _dict(_dict(_dict(status).get("state")).get("terminated"))
+    for status in as_dict(pod.get("status")).get("initContainerStatuses") or []:
+        terminated = as_dict(as_dict(as_dict(status).get("state")).get("terminated"))
         if terminated.get("exitCode") != 0:
             code = terminated.get("exitCode")
-            step = _dict(status).get("name")
+            step = as_dict(status).get("name")
             return (step if step in ("context", "build") else "build"), (
                 code if type(code) is int else None
             )
@@ -389,8 +386,8 @@ def _failed_step(pod: dict[str, Any]) -> tuple[str, int | None]:
 
 def _termination_message(pod: dict[str, Any]) -> str:
     """The digest the push step wrote (crane says ``REFERENCE@sha256:...``), else ``""``."""
-    for status in _dict(pod.get("status")).get("containerStatuses") or []:
-        terminated = _dict(_dict(_dict(status).get("state")).get("terminated"))
+    for status in as_dict(pod.get("status")).get("containerStatuses") or []:
+        terminated = as_dict(as_dict(as_dict(status).get("state")).get("terminated"))
         message = terminated.get("message")
         if isinstance(message, str) and message.strip():
             return message.strip().rsplit("@", 1)[-1]

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..engine.cluster import Cluster
 from ..errors import EngineError, GPUDevError
-from ..k8s.status import clean
+from ..untrusted import clean
 from . import packages
 from . import probe as pr
 from .model import ProbeResult

@@ -23,8 +23,8 @@ from ..containers import STOPPED, DevContainers, user_name
 from ..containers.pods import annotation, mount_paths, pod_uid
 from ..engine import Host
 from ..errors import ENGINE_FAILURES, GPUDevError
-from ..k8s.status import clean
 from ..labels import A_NAME, L_NAME
+from ..untrusted import clean
 from .baselines import Baseline, Baselines
 from .capture import ChangeCapture
 from .classify import engine_made, mount_targets, uncommitted

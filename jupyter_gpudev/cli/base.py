@@ -1,14 +1,13 @@
 """What every ``jupyter gpudev`` subcommand shares: the base app with ``--json`` and one error
-mapping, the container commands' manager and root folder, the progress bar, formatting, and
-``printable``: what a container wrote, made safe to write to a terminal."""
+mapping, the container commands' manager and root folder, the progress bar and formatting
+(what a container wrote is shown through ``untrusted.printable``)."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jupyter_core.application import JupyterApp, base_aliases, base_flags
 from traitlets import Bool, Unicode
@@ -18,32 +17,9 @@ from .._version import __version__
 from ..containers import DevContainers
 from ..errors import BadRequest, GPUDevError, engine_errors
 from ..services import CLASSES, Services
-from .remote import RemoteContainers, ServiceAPI
-
-if TYPE_CHECKING:
-    pass
-
-
-#: What a terminal acts on instead of showing: C0 controls but tab and newline (ESC starts CSI
-#: and OSC sequences), DEL, C1 controls (0x9b is a CSI, 0x9d an OSC), a carriage return that
-#: does not end a line (it rewrites the line), lone surrogates (bytes that were not UTF-8).
-_UNPRINTABLE = re.compile(r"\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
-def _escaped(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    if code == 0x0D:
-        return "\\r"
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(text: str) -> str:
-    """``text`` (a container's output, or anything else it wrote) as a terminal shows it and
-    never runs it: each control character written out as an escape (ESC as ``\\x1b``, so
-    ``ESC ]52;...`` cannot set the clipboard), newlines, tabs and the carriage return of a
-    CRLF kept, and the rest, any script's text, as it is."""
-    return _UNPRINTABLE.sub(_escaped, text)
-
+from ..shared.service_api import ServiceAPI
+from ..untrusted import printable
+from .remote import RemoteContainers
 
 _json_flag = {
     "json": (

@@ -9,9 +9,10 @@ from typing import Any
 from traitlets import Bool, Int, List, Unicode
 
 from ..containers import DevContainerInfo, DevContainers, StartRequest
-from ..containers.plan import as_kubectl_list
+from ..containers.plan import as_kubectl_list, plan_text
 from ..errors import BadRequest
-from .base import ContainerCommand, GPUDevSubcommand, printable
+from ..untrusted import printable
+from .base import ContainerCommand, GPUDevSubcommand
 
 
 def format_containers(infos: list[DevContainerInfo]) -> str:
@@ -83,8 +84,9 @@ class StartApp(ContainerCommand):
     description = """Start a dev container: jupyter gpudev start ENV [--gpus N | --gpu UUID ...]
     [--host H] [--name NAME] [--dry-run]. Prints the container; exit 5 when no GPU is free.
     --dry-run creates, leases, pulls and builds nothing: it prints what a start would create
-    (the engine's create arguments, or on a Kubernetes host the manifests, which `kubectl
-    apply -f -` reads; --json adds the notes)."""
+    (the engine's create arguments, its security options summarised and the seccomp profile
+    left out, or on a Kubernetes host the manifests, which `kubectl apply -f -` reads; --json
+    prints the whole plan, profile and notes included)."""
 
     gpus = Int(-1, help="How many GPUs to lease (default: what the environment asks).").tag(
         config=True
@@ -126,8 +128,10 @@ class StartApp(ContainerCommand):
             plan = manager.plan(request)
             for note in plan["notes"]:
                 print(f"note: {note}", file=sys.stderr)
-            shown = as_kubectl_list(plan) if plan["kind"] == "kubernetes" else plan
-            self.emit(plan, json.dumps(shown, indent=2))
+            if plan["kind"] == "kubernetes":
+                self.emit(plan, json.dumps(as_kubectl_list(plan), indent=2))
+            else:
+                self.emit(plan, plan_text(plan))
             return
         info = manager.start(request, progress=self.progress)
         self.emit(info.to_json(), format_containers([info]))

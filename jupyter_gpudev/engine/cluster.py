@@ -27,6 +27,7 @@ import urllib3
 
 from ..errors import BadRequest, ConfigError, Conflict, EngineError, EngineUnreachable, NotFound
 from ..labels import A_NAME, A_OWNER, GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, K_MANAGED
+from ..untrusted import as_dict, as_list, clean
 from .clusterwatch import WatchedPods
 from .spec import HostSpec
 
@@ -37,7 +38,6 @@ FINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 #: The most nodes and pods one description reads (a bigger answer is cut, and says so).
 MAX_ITEMS = 20_000
 _TEXT_RE = re.compile(r"^[\x20-\x7e]{1,253}\Z")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 #: The plural of each kind gpudev writes, as its REST path says it.
 PLURALS = {
     "Pod": "pods",
@@ -110,14 +110,6 @@ class ClusterInfo:
         )
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and _TEXT_RE.match(value) else None
 
@@ -155,17 +147,17 @@ def _gpu_resources(resources: Any) -> dict[str, int]:
 def _pod_gpus(pod: dict[str, Any]) -> dict[str, int]:
     """The GPUs a pod holds: the larger of its containers' sum and any init container's
     (as the scheduler counts), from limits (extended resources have requests = limits)."""
-    spec = _dict(pod.get("spec"))
+    spec = as_dict(pod.get("spec"))
 
     def limits(container: Any) -> dict[str, int]:
-        resources = _dict(_dict(container).get("resources"))
+        resources = as_dict(as_dict(container).get("resources"))
         return _gpu_resources(resources.get("limits")) or _gpu_resources(resources.get("requests"))
 
     total: dict[str, int] = {}
-    for container in _list(spec.get("containers")):
+    for container in as_list(spec.get("containers")):
         for key, count in limits(container).items():
             total[key] = total.get(key, 0) + count
-    for container in _list(spec.get("initContainers")):
+    for container in as_list(spec.get("initContainers")):
         for key, count in limits(container).items():
             total[key] = max(total.get(key, 0), count)
     return total
@@ -177,22 +169,22 @@ def parse_cluster(
     """A cluster's description from the API server's answers to ``/version``, the node list
     and the list of pods that are not finished."""
     warnings: list[str] = []
-    git_version = _text(_dict(version).get("gitVersion")) or "?"
+    git_version = _text(as_dict(version).get("gitVersion")) or "?"
     allocated: dict[tuple[str, str], int] = {}
     allocations: list[GPUAllocation] = []
     for pod in _items(pods, warnings, "pods"):
-        meta = _dict(pod.get("metadata"))
-        node_name = _text(_dict(pod.get("spec")).get("nodeName"))
+        meta = as_dict(pod.get("metadata"))
+        node_name = _text(as_dict(pod.get("spec")).get("nodeName"))
         held = _pod_gpus(pod)
         if not node_name or not held:
             continue  # not scheduled yet, or no GPU
-        notes = _dict(meta.get("annotations"))
+        notes = as_dict(meta.get("annotations"))
         pod_namespace = _text(meta.get("namespace")) or "?"
         # gpudev's own: in the host's namespace and labelled so (anyone may write annotations
         # in their own namespace).
         ours = (
             _text(notes.get(A_NAME))
-            if pod_namespace == namespace and _dict(meta.get("labels")).get(K_MANAGED) == "1"
+            if pod_namespace == namespace and as_dict(meta.get("labels")).get(K_MANAGED) == "1"
             else None
         )
         for resource, count in sorted(held.items()):
@@ -209,17 +201,18 @@ def parse_cluster(
             )
     parsed: list[ClusterNode] = []
     for item in _items(nodes, warnings, "nodes"):
-        meta = _dict(item.get("metadata"))
+        meta = as_dict(item.get("metadata"))
         name = _text(meta.get("name"))
         if name is None:
             continue
-        status = _dict(item.get("status"))
-        labels = _dict(meta.get("labels"))
+        status = as_dict(item.get("status"))
+        labels = as_dict(meta.get("labels"))
         conditions = status.get("conditions")
         ready = isinstance(conditions, list) and any(
-            _dict(c).get("type") == "Ready" and _dict(c).get("status") == "True" for c in conditions
+            as_dict(c).get("type") == "Ready" and as_dict(c).get("status") == "True"
+            for c in conditions
         )
-        spec = _dict(item.get("spec"))
+        spec = as_dict(item.get("spec"))
         capacity = _gpu_resources(status.get("capacity"))
         allocatable = _gpu_resources(status.get("allocatable"))
         gpus = tuple(
@@ -278,12 +271,12 @@ def exec_status(data: bytes) -> tuple[int | None, str]:
         status = json.loads(data.decode("utf-8", "replace")) if data else {}
     except ValueError:
         return None, "the API server's exec status could not be read"
-    if _dict(status).get("status") == "Success":
+    if as_dict(status).get("status") == "Success":
         return 0, ""
-    if _dict(status).get("reason") == "NonZeroExitCode":
-        for cause in _list(_dict(_dict(status).get("details")).get("causes")):
-            code = _count(_dict(cause).get("message"))
-            if _dict(cause).get("reason") == "ExitCode" and code is not None:
+    if as_dict(status).get("reason") == "NonZeroExitCode":
+        for cause in as_list(as_dict(as_dict(status).get("details")).get("causes")):
+            code = _count(as_dict(cause).get("message"))
+            if as_dict(cause).get("reason") == "ExitCode" and code is not None:
                 return code, ""
     return None, said(status) or "the command did not run"
 
@@ -303,11 +296,7 @@ def object_path(api_version: str, kind: str, namespace: str, name: str = "") -> 
 
 def said(answer: Any) -> str:
     """An API server's ``Status`` message, safe to show: text only, cut at ``MAX_SAID``."""
-    message = _dict(answer).get("message")
-    if not isinstance(message, str):
-        return ""
-    flat = _CONTROL_RE.sub(" ", message).strip()
-    return flat if len(flat) <= MAX_SAID else flat[: MAX_SAID - 3] + "..."
+    return clean(as_dict(answer).get("message"), MAX_SAID)
 
 
 def _kubernetes() -> Any:
@@ -459,11 +448,11 @@ class Cluster:
 
     def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Create the namespaced object ``manifest`` in its namespace; its answer."""
-        meta = _dict(manifest.get("metadata"))
+        meta = as_dict(manifest.get("metadata"))
         kind = str(manifest.get("kind"))
         path = object_path(str(manifest.get("apiVersion")), kind, str(meta.get("namespace")))
         try:
-            return _dict(self.request("POST", path, body=manifest))
+            return as_dict(self.request("POST", path, body=manifest))
         finally:
             self._written(kind)
 
@@ -473,7 +462,7 @@ class Cluster:
         """Change an object of the host's namespace by a JSON merge patch (``changes``: the
         fields to set; a list is replaced whole); its answer."""
         try:
-            return _dict(
+            return as_dict(
                 self.request(
                     "PATCH",
                     object_path(api_version, kind, self.spec.namespace, name),
@@ -511,7 +500,7 @@ class Cluster:
         found = self.request(
             "GET", object_path(api_version, kind, self.spec.namespace, name), missing_ok=True
         )
-        return None if found is None else _dict(found)
+        return None if found is None else as_dict(found)
 
     def delete(
         self,
@@ -555,7 +544,7 @@ class Cluster:
         answer = self.request(
             "GET", object_path(api_version, kind, self.spec.namespace), query=query
         )
-        items = _dict(answer).get("items")
+        items = as_dict(answer).get("items")
         return (
             [i for i in items[:MAX_ITEMS] if isinstance(i, dict)] if isinstance(items, list) else []
         )

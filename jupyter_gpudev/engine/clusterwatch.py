@@ -21,6 +21,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ..untrusted import as_dict, as_list
+
 #: How long one watch request lasts before the API server ends it and it is made again (from
 #: the last version seen): a connection dropped without a word is noticed within this (and
 #: the read timeout's margin).
@@ -74,9 +76,9 @@ class WatchedPods:
                     return list(self._items.values())
                 before = self._generation
             answer = self.cluster.request("GET", self.path, query=(("labelSelector", self.labels),))
-            answer = answer if isinstance(answer, dict) else {}
-            found = [i for i in _list(answer.get("items"))[:MAX_KEPT] if isinstance(i, dict)]
-            version = str(_dict(answer.get("metadata")).get("resourceVersion") or "")
+            answer = as_dict(answer)
+            found = [i for i in as_list(answer.get("items"))[:MAX_KEPT] if isinstance(i, dict)]
+            version = str(as_dict(answer.get("metadata")).get("resourceVersion") or "")
             with self._lock:
                 self.lists += 1
                 watch = (
@@ -174,7 +176,7 @@ class WatchedPods:
         if kind == "ERROR" or not isinstance(item, dict):
             self.log.info("gpudev: pod watch of %s: %s", self.path, str(event)[:200])
             return None
-        version = str(_dict(item.get("metadata")).get("resourceVersion") or "")
+        version = str(as_dict(item.get("metadata")).get("resourceVersion") or "")
         uid = _uid(item)
         with self._lock:
             if generation != self._generation:
@@ -230,15 +232,7 @@ def _close(response: Any) -> None:
 
 
 def _uid(item: dict[str, Any]) -> str:
-    return str(_dict(item.get("metadata")).get("uid") or "")
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
+    return str(as_dict(item.get("metadata")).get("uid") or "")
 
 
 def _socket_of(response: Any) -> Any:

@@ -11,7 +11,7 @@ import asyncio
 import functools
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
@@ -20,7 +20,6 @@ from tornado import web
 from ..errors import Forbidden, GPUDevError, engine_errors
 from ..kernels.culler import GPUCuller
 from ..services import Services
-from ..shared.authority import Authority
 
 #: Where ``GPUDevApp`` puts its ``Services`` in the server's settings.
 SETTINGS_KEY = "gpudev"
@@ -31,6 +30,13 @@ T = TypeVar("T")
 
 
 F = TypeVar("F", bound=Callable[..., Awaitable[None]])
+
+
+class UserViews(Protocol):
+    """What the shared service holds instead of one ``Services``: each user's view of them
+    (``shared.authority.Authority``; ``GPUDevApp`` puts it in the settings)."""
+
+    def for_user(self, name: str, *, hub_admin: bool = False) -> Services: ...
 
 
 def authorized_to_execute(method: F) -> F:
@@ -88,9 +94,9 @@ class GPUDevHandler(APIHandler):
         """The managers as user ``name`` sees them in the shared service (``admin``: the Hub
         says so); in a single-user server, its managers, whoever ``name`` is."""
         held = self.settings[SETTINGS_KEY]
-        if isinstance(held, Authority):
-            return held.for_user(name, hub_admin=admin)
-        return cast(Services, held)
+        if isinstance(held, Services):
+            return held
+        return cast(UserViews, held).for_user(name, hub_admin=admin)
 
     def check_may_change_hosts(self) -> None:
         """In the shared service only administrators add and remove hosts: every user's

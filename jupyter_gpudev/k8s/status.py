@@ -9,9 +9,14 @@ every field checked, messages cut and stripped of control characters).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from ..untrusted import as_dict, as_list
+from ..untrusted import clean as clean  # noqa: PLC0414 - still imported from here, see below
+
+# ``clean`` (a message shown on one line) lives in ``untrusted``; containers.lifecycle,
+# containers.pods and kernels.provisioner still import it from here.
 
 State = Literal["running", "starting", "unschedulable", "failed", "gone"]
 
@@ -25,8 +30,6 @@ STUCK_REASONS = (
     "RunContainerError",
     "CrashLoopBackOff",
 )
-MAX_MESSAGE = 500
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
 @dataclass(frozen=True)
@@ -38,27 +41,12 @@ class PodState:
     message: str = ""
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def clean(text: Any) -> str:
-    """A message safe to show: text only, control characters as spaces, at most
-    ``MAX_MESSAGE`` characters."""
-    if not isinstance(text, str):
-        return ""
-    flat = _CONTROL_RE.sub(" ", text).strip()
-    return flat if len(flat) <= MAX_MESSAGE else flat[: MAX_MESSAGE - 3] + "..."
-
-
 def _latest_event(events: Any, reason: str) -> str:
     """The message of the newest event with ``reason`` (by lastTimestamp, else order)."""
     found = [
-        _dict(e) for e in _list(_dict(events).get("items")) if _dict(e).get("reason") == reason
+        as_dict(e)
+        for e in as_list(as_dict(events).get("items"))
+        if as_dict(e).get("reason") == reason
     ]
     if not found:
         return ""
@@ -69,16 +57,16 @@ def _latest_event(events: Any, reason: str) -> str:
 def _container_failure(status: dict[str, Any]) -> PodState | None:
     """A container that will not start by itself (an init container too: its image cannot be
     pulled, ...), or one that ended."""
-    for container in _list(status.get("initContainerStatuses")):
-        waiting = _dict(_dict(_dict(container).get("state")).get("waiting"))
+    for container in as_list(status.get("initContainerStatuses")):
+        waiting = as_dict(as_dict(as_dict(container).get("state")).get("waiting"))
         if waiting.get("reason") in STUCK_REASONS:
             return PodState("failed", clean(waiting.get("reason")), clean(waiting.get("message")))
-    for container in _list(status.get("containerStatuses")):
-        state = _dict(_dict(container).get("state"))
-        waiting = _dict(state.get("waiting"))
+    for container in as_list(status.get("containerStatuses")):
+        state = as_dict(as_dict(container).get("state"))
+        waiting = as_dict(state.get("waiting"))
         if waiting.get("reason") in STUCK_REASONS:
             return PodState("failed", clean(waiting.get("reason")), clean(waiting.get("message")))
-        terminated = _dict(state.get("terminated"))
+        terminated = as_dict(state.get("terminated"))
         if terminated:
             why = clean(terminated.get("reason")) or "Terminated"
             code = terminated.get("exitCode")
@@ -88,8 +76,8 @@ def _container_failure(status: dict[str, Any]) -> PodState | None:
 
 def _unscheduled(status: dict[str, Any], events: Any) -> PodState | None:
     """The scheduler's reason when it cannot place the pod."""
-    for item in _list(status.get("conditions")):
-        condition = _dict(item)
+    for item in as_list(status.get("conditions")):
+        condition = as_dict(item)
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             reason = clean(condition.get("reason")) or "Unschedulable"
             message = clean(condition.get("message")) or _latest_event(events, "FailedScheduling")
@@ -104,7 +92,7 @@ def pod_state(pod: Any, events: Any = None) -> PodState:
     ``gone`` (no pod)."""
     if not isinstance(pod, dict) or not pod:
         return PodState("gone")
-    status = _dict(pod.get("status"))
+    status = as_dict(pod.get("status"))
     phase = status.get("phase")
     if phase in ("Succeeded", "Failed"):
         why = clean(status.get("reason")) or str(phase)
@@ -113,7 +101,8 @@ def pod_state(pod: Any, events: Any = None) -> PodState:
     if found is not None:
         return found
     running = any(
-        "running" in _dict(_dict(c).get("state")) for c in _list(status.get("containerStatuses"))
+        "running" in as_dict(as_dict(c).get("state"))
+        for c in as_list(status.get("containerStatuses"))
     )
     if phase == "Running" and running:
         return PodState("running")

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..engine.cluster import Cluster
 from ..errors import EngineError
-from ..k8s.status import clean
+from ..untrusted import clean
 from .process import (
     DEFAULT_ARGV,
     IMAGE_KERNELSPECS,

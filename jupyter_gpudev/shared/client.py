@@ -24,11 +24,12 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import httputil, web
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
-from ..cli.remote import ServiceAPI
 from ..errors import GPUDevError
 from ..handlers.api import terminal_alive
 from ..handlers.base import authorized_to_execute
 from ..kernels.remote import ServiceError
+from ..untrusted import as_dict
+from .service_api import ServiceAPI
 
 #: The headers of the browser's request the service gets (nothing that authenticates).
 REQUEST_HEADERS = ("Content-Type", "Accept", "Last-Event-ID")
@@ -308,7 +309,7 @@ class ServiceClient:
         return token
 
     def _get(self, path: str) -> Any:
-        """A blocking GET (the kernelspec manager's calls are), with the CLI's client."""
+        """A blocking GET (the kernelspec manager's calls are), with ``ServiceAPI``."""
         try:
             return ServiceAPI(self.service_url, self.timeout).call("GET", path) or {}
         except GPUDevError as err:
@@ -341,8 +342,7 @@ class ServiceClient:
 
     async def container(self, name: str) -> dict[str, Any]:
         """One of the user's dev containers (``ServiceError`` 404 if not theirs)."""
-        answer = await self._call("GET", f"containers/{quote(name, safe='')}")
-        return answer if isinstance(answer, dict) else {}
+        return as_dict(await self._call("GET", f"containers/{quote(name, safe='')}"))
 
     async def port_target(self, name: str, port: int) -> dict[str, Any]:
         """Where this machine reaches a web port of the user's running container."""

@@ -155,6 +155,16 @@ def test_a_dry_run_creates_nothing_and_shows_what_a_start_creates(
     }
     again = cli("start", "default", "--name=dry-one", "--gpus=1", "--dry-run", "--json")
     assert json.loads(again.stdout)["gpus"] == plan["gpus"]
+    # And --json has the whole seccomp profile, while a person reads it summarised
+    (profile,) = [o for o in plan["create"]["security_opt"] if o.startswith("seccomp=")]
+    assert json.loads(profile.removeprefix("seccomp="))["defaultAction"] == "SCMP_ACT_ERRNO"
+    text = cli("start", "default", "--name=dry-one", "--gpus=1", "--dry-run")
+    assert text.returncode == 0, text.stderr
+    assert "  seccomp: gpudev default (Docker's default, no setuid/setgid bits)" in text.stdout
+    assert "  no-new-privileges: yes" in text.stdout
+    assert f"  GPUs: {plan['gpus'][0]} (free now; the start leases again)" in text.stdout
+    assert "SCMP_ACT" not in text.stdout
+    assert len(text.stdout) < len(profile)
     # When a CPU start is planned and then made
     planned = json.loads(cli("start", "default", "--name=dry-two", "--dry-run", "--json").stdout)
     started = cli("start", "default", "--name=dry-two", "--json")

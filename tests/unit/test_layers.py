@@ -1,9 +1,12 @@
 """The package's parts depend on each other one way only (ARCHITECTURE.md).
 
-From the faces (the CLI, the HTTP handlers, the app and the services builder) down through
-kernels and changes to containers, then environments, leasing and the engine; nothing below
-imports anything above, and no module imports itself back through others. Every import counts:
-module level, inside functions and under ``TYPE_CHECKING``.
+From the faces down through kernels and changes to containers, then environments, leasing and
+the engine; nothing below imports anything above, and no module imports itself back through
+others. The faces are ranked too: the services builder, then the HTTP handlers, then shared
+mode (whose handlers are built on them), then the command line and the app (which use both,
+and never each other), so that handlers and shared mode, or the command line and shared mode,
+cannot import each other again. Every import counts: module level, inside functions and under
+``TYPE_CHECKING``.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import jupyter_gpudev
 PACKAGE = "jupyter_gpudev"
 ROOT = Path(jupyter_gpudev.__file__).parent
 
-#: Each part's rank: a module may import its own part and the parts ranked below it.
+#: Each part's rank: a module may import its own part and the parts ranked below it (not
+#: another part of its own rank). Every part is here: a new one is placed on purpose.
 RANKS = {
     "_version": 0,
     "errors": 0,
-    "access": 1,
     "labels": 0,
+    "untrusted": 0,
+    "access": 1,
     "safefs": 1,
     "engine": 2,
     "leasing": 3,
@@ -33,10 +38,23 @@ RANKS = {
     "containers": 6,
     "changes": 7,
     "kernels": 7,
+    # The faces, ranked: the one builder of the object graph ...
+    "services": 8,
+    # ... the HTTP handlers on it (their base finds the shared service's views through a
+    # protocol of its own, never ``shared.authority``) ...
+    "handlers": 9,
+    # ... shared mode, whose handlers and service client build on the handlers ...
+    "shared": 10,
+    # ... and what nothing in the package imports: the command line, the server extension and
+    # the public dotted paths of the kernel provisioner and kernelspec manager.
+    "cli": 11,
+    "app": 11,
+    "provisioner": 11,
+    "kernelspecs": 11,
+    # The package itself (it loads ``app`` for the server) and ``python -m jupyter_gpudev``.
+    "": 12,
+    "__main__": 12,
 }
-#: Everything else (``app``, ``services``, ``handlers``, ``cli``, ``shared``, the re-exporting
-#: ``provisioner``/``kernelspecs`` modules, the package itself) is a face.
-FACE = 9
 
 
 def modules() -> dict[str, Path]:
@@ -118,7 +136,7 @@ def part(module: str) -> str:
 
 
 def rank(module: str) -> int:
-    return RANKS.get(part(module), FACE)
+    return RANKS[part(module)]
 
 
 def upward(edges: Mapping[str, Iterable[str]]) -> list[str]:
@@ -126,7 +144,7 @@ def upward(edges: Mapping[str, Iterable[str]]) -> list[str]:
     wrong = []
     for source, targets in sorted(edges.items()):
         for target in sorted(targets):
-            if part(source) == part(target) or rank(source) == FACE:
+            if part(source) == part(target):
                 continue
             if rank(target) >= rank(source):
                 wrong.append(f"{source} -> {target}")
@@ -141,11 +159,29 @@ def test_the_checker_finds_a_cycle_and_an_upward_import() -> None:
         f"{PACKAGE}.changes.capture": {f"{PACKAGE}.kernels.registry"},
         f"{PACKAGE}.cli": {f"{PACKAGE}.kernels.registry"},
     }
-    # Then both are reported, and a face importing anything is not
+    # Then both are reported, and a face importing a part below it is not
     assert cycles(edges) == [[f"{PACKAGE}.containers.lookup", f"{PACKAGE}.engine.hosts"]]
     assert upward(edges) == [
         f"{PACKAGE}.changes.capture -> {PACKAGE}.kernels.registry",
         f"{PACKAGE}.engine.hosts -> {PACKAGE}.containers.lookup",
+    ]
+
+
+def test_the_checker_ranks_the_faces() -> None:
+    # Given the loops issue #32 removed: handlers and shared mode, the CLI and shared mode
+    edges = {
+        f"{PACKAGE}.handlers.base": {f"{PACKAGE}.shared.authority", f"{PACKAGE}.services"},
+        f"{PACKAGE}.shared.client": {f"{PACKAGE}.cli.remote", f"{PACKAGE}.handlers.base"},
+        f"{PACKAGE}.cli.base": {f"{PACKAGE}.shared.service_api", f"{PACKAGE}.app"},
+        f"{PACKAGE}.services": {f"{PACKAGE}.handlers.base"},
+    }
+    # Then each face importing one above it, or one of its own rank, is reported; a face
+    # importing one below it is not
+    assert upward(edges) == [
+        f"{PACKAGE}.cli.base -> {PACKAGE}.app",
+        f"{PACKAGE}.handlers.base -> {PACKAGE}.shared.authority",
+        f"{PACKAGE}.services -> {PACKAGE}.handlers.base",
+        f"{PACKAGE}.shared.client -> {PACKAGE}.cli.remote",
     ]
 
 
@@ -175,9 +211,9 @@ def test_the_checker_reads_relative_and_nested_imports(tmp_path: Path) -> None:
 
 
 def test_every_module_has_a_part() -> None:
-    # Every package under jupyter_gpudev is ranked (a new one must be placed on purpose)
-    packages = {part(name) for name, path in modules().items() if path.name == "__init__.py"}
-    assert packages - {""} - {"handlers", "cli", "shared"} <= set(RANKS)
+    # Every package and top-level module under jupyter_gpudev is ranked (a new one must be
+    # placed on purpose)
+    assert {part(name) for name in modules()} - set(RANKS) == set()
 
 
 def test_no_import_cycle() -> None:

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from jupyter_gpudev.cli.base import ProgressBar, printable
+from jupyter_gpudev.cli.base import ProgressBar
+from jupyter_gpudev.untrusted import printable
 
 #: Characters a terminal acts on (C0, DEL, C1); newline and tab are only text.
 CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

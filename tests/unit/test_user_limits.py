@@ -13,7 +13,6 @@ import pytest
 from traitlets import TraitError
 from traitlets.config import Config
 
-from jupyter_gpudev.cli.remote import error_from
 from jupyter_gpudev.containers import DevContainers
 from jupyter_gpudev.containers.limits import (
     Limit,
@@ -31,6 +30,7 @@ from jupyter_gpudev.environments.model import RunOptions
 from jupyter_gpudev.errors import LimitReached
 from jupyter_gpudev.leasing import GPURequest, Lease, LeaseLedger, NoFreeGPU, leasable_units
 from jupyter_gpudev.services import CLASSES
+from jupyter_gpudev.shared.service_api import error_from
 
 GIB = 1 << 30
 
