@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set everything up (see scripts/setup.sh --test), then run the whole test suite:
-# ruff (lint + format), mypy --strict, eslint, prettier, the TypeScript build, the jest unit tests
-# of the Lab extension, the Galata UI tests in real Chromium and pytest (unit and integration tests
-# against the real Docker engine and a real Jupyter server). Every check runs even when an earlier one fails; the exit code is
+# ruff (lint + format), mypy --strict, the documentation (Sphinx, warnings as errors), eslint,
+# prettier, the TypeScript build, the jest unit tests of the Lab extension, the Galata UI tests in
+# real Chromium and pytest (unit and integration tests against the real Docker engine and a real
+# Jupyter server). Every check runs even when an earlier one fails; the exit code is
 # non-zero when any failed. Extra arguments go to pytest.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,6 +36,7 @@ check() {
 check "ruff lint" ruff check .
 check "ruff format" ruff format --check .
 check "mypy" mypy
+check "docs" sphinx-build -W --keep-going -q -b html docs docs/_build/html
 check "eslint" npm run --silent eslint
 check "prettier" npm run --silent prettier
 check "typescript" npm run --silent typecheck

@@ -22,7 +22,6 @@ from tornado.web import HTTPError
 from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_gpudev.access import Access, Caller
-from jupyter_gpudev.cli.remote import error_from, info_from
 from jupyter_gpudev.errors import BadRequest, ConfigError, Forbidden, NotFound
 from jupyter_gpudev.kernels.kernelspecs import EnvironmentEntry, SharedEntry, display_name
 from jupyter_gpudev.labels import L_LEDGER, L_OWNER
@@ -30,7 +29,8 @@ from jupyter_gpudev.shared.authority import Authority, GPUDevService
 from jupyter_gpudev.shared.client import KeptConnections
 from jupyter_gpudev.shared.identity import HubIdentityProvider, HubUser, request_token
 from jupyter_gpudev.shared.kernels import KernelProcesses
-from tests.hub import free_port
+from jupyter_gpudev.shared.service_api import error_from, info_from
+from tests.ports import free_port
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 
@@ -270,10 +270,15 @@ def test_a_users_view_protects_that_users_private_folders(tmp_path: Path) -> Non
     held.close()
 
 
-def test_the_readme_shows_the_hub_configuration_the_tests_use() -> None:
+def test_the_docs_show_the_hub_configuration_the_tests_use() -> None:
+    # Given the shared-mode page of the documentation (the README links to it)
     root = Path(__file__).resolve().parents[2]
-    example = (root / "examples" / "jupyterhub_config.py").read_text()
-    assert f"```python\n{example}```" in (root / "README.md").read_text()
+    page = (root / "docs" / "shared-mode.md").read_text()
+    # Then it shows examples/jupyterhub_config.py itself, included whole when the docs are built
+    include = "```{literalinclude} ../examples/jupyterhub_config.py\n:language: python\n```"
+    assert include in page
+    assert (root / "examples" / "jupyterhub_config.py").is_file()
+    assert "(docs/shared-mode.md)" in (root / "README.md").read_text()
 
 
 def test_the_picker_reads_the_services_environments_and_shared_containers() -> None:
