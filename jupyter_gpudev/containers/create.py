@@ -36,7 +36,7 @@ from ..labels import (
     L_SERVER,
     L_WORKSPACE,
 )
-from .model import docker_name
+from .model import docker_name, given_name
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def create_args(env: Environment, target: Target, confinement: Confinement) -> d
     mounts: list[Any] = [mount.to_docker() for mount in target.mounts]
     args: dict[str, Any] = {
         "name": docker_name(target.name),
-        "hostname": target.name[:63],
+        "hostname": given_name(target.name)[:63],
         "command": list(target.command),
         "detach": True,
         "init": True,

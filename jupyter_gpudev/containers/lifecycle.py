@@ -114,7 +114,9 @@ from .model import (
     PREFIX,
     DevContainerInfo,
     StartRequest,
+    container_key,
     docker_name,
+    given_name,
     user_name,
 )
 from .namespace import planned_image, user_images
@@ -319,15 +321,40 @@ class DevContainers(ContainerLookup):
     # ------------------------------------------------------------------------------------------
 
     def _new_name(self, env: Environment, request: StartRequest, owner: str) -> str:
+        """The key (``container_key``) of a new container of ``owner``: the name asked for,
+        else one made from the environment's name (and, where names are one namespace for
+        everyone, the owner's)."""
+        shared = not self.access.single_user
         if request.name:
             if not _NAME_RE.match(request.name) or request.name.startswith(PREFIX):
                 raise BadRequest(
                     f"Not a container name: {request.name!r} (1-63 lowercase letters, digits, "
                     f"'.', '_' or '-', not starting with {PREFIX!r})"
                 )
-            return request.name
-        slug = re.sub(r"[^a-z0-9_.-]+", "-", owner.lower()).strip("-.") or "user"
-        return f"{env.name}-{slug}-{secrets.token_hex(2)}"[:63]
+            name = request.name
+        elif shared:
+            name = f"{env.name}-{secrets.token_hex(2)}"[:63]
+        else:
+            slug = re.sub(r"[^a-z0-9_.-]+", "-", owner.lower()).strip("-.") or "user"
+            name = f"{env.name}-{slug}-{secrets.token_hex(2)}"[:63]
+        return container_key(name, owner if shared else None)
+
+    def _check_free(self, client: docker.DockerClient, key: str, who: Caller, host: Host) -> None:
+        """``Conflict`` when ``who`` already has a container of that name on ``host``: the key's
+        own, or (in shared mode) one of theirs named the same before names were per user.
+        Another user's container never makes a name taken: names are per user."""
+        meant = self.keys_meant(given_name(key), who)
+        for engine_name in dict.fromkeys(docker_name(k) for k in meant):
+            try:
+                found = client.containers.get(engine_name)
+            except docker.errors.NotFound:
+                continue
+            if engine_name == docker_name(key) or self.access.may_see(
+                who, found.labels, self.ledger_id
+            ):
+                raise Conflict(
+                    f"A container named {given_name(key)!r} already exists on host {host.name!r}"
+                )
 
     def _place(
         self, env: Environment, request: StartRequest, who: Caller, say: Progress
@@ -433,12 +460,8 @@ class DevContainers(ContainerLookup):
         self._confinement_for(env, owner, host)
         client = host.client()
         name = self._new_name(env, request, owner)
-        try:
-            client.containers.get(docker_name(name))
-        except docker.errors.NotFound:
-            pass
-        else:
-            raise Conflict(f"A container named {name!r} already exists on host {host.name!r}")
+        with engine_errors(f"Starting {given_name(name)!r}", self.log):
+            self._check_free(client, name, who, host)
         trust = self.mount_policy.build_trust()
         mine = user_images(self.access, self.state_dir, self.environments.allowed_images)
         image, image_env = ensure_image(
@@ -482,7 +505,7 @@ class DevContainers(ContainerLookup):
         )
         if env.post_create_command or env.post_start_command:
             warnings += self._record_baseline(container, say)
-        say({"stage": "ready", "message": f"{name} is running"})
+        say({"stage": "ready", "message": f"{given_name(name)} is running"})
         return self.describe(host, container, warnings=warnings)
 
     def _start_pod(
@@ -521,7 +544,7 @@ class DevContainers(ContainerLookup):
                 f"The files of the kernel's pod {pod_name} could not be listed (gpudev needs "
                 "GNU find in the image), so what it changes could not be kept: it was deleted"
             )
-        say({"stage": "ready", "message": f"{target.name} is running"})
+        say({"stage": "ready", "message": f"{given_name(target.name)} is running"})
         return replace(pod_info(pod, host.name), warnings=tuple(warnings))
 
     def _record_pod_baseline(
@@ -951,12 +974,7 @@ class DevContainers(ContainerLookup):
         host, inventory, wanted = placement.host, placement.inventory, placement.gpu_request
         client = host.client()
         with engine_errors(f"Planning {name!r}", self.log):
-            try:
-                client.containers.get(docker_name(name))
-            except docker.errors.NotFound:
-                pass
-            else:
-                raise Conflict(f"A container named {name!r} already exists on host {host.name!r}")
+            self._check_free(client, name, who, host)
             image = planned_image(  # another user's image is refused here too
                 client,
                 env,

@@ -11,7 +11,6 @@ import builtins
 import codecs
 import hashlib
 import os
-import re
 import secrets
 import threading
 from collections.abc import Iterator
@@ -69,14 +68,14 @@ from .model import (
     KernelInfo,
     docker_name,
     engine_time,
+    given_name,
+    keys_meant,
     user_name,
 )
 from .pods import PodListings, Pods, annotation, pod_address, pod_info, pod_uid
 from .ports import AddedPorts, declared_ports, web_ports
 from .reconcile import on_host
 from .terminals import pod_terminal_argv, terminal_argv
-
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
 
 
 class ContainerLookup(LoggingConfigurable):
@@ -242,36 +241,54 @@ class ContainerLookup(LoggingConfigurable):
         ``NotFound``, exactly like one that does not exist. A host that cannot be asked is
         skipped (it is the error only when no host could be)."""
         who = self.access.resolve(caller)
+        keys = self.keys_meant(name, who)
         unreachable: list[GPUDevError] = []
         hosts = self._hosts(host)
         for candidate in hosts:
             if candidate.spec.is_kubernetes:
                 try:
-                    pod = self.pods(candidate).find(user_name(name))
+                    pods = self.pods(candidate)
+                    for key in keys:
+                        pod = pods.find(key)
+                        if pod is not None and who.sees_owner(annotation(pod, A_OWNER)):
+                            return candidate, pod
                 except GPUDevError as err:  # a cluster's refusal is not another host's
                     unreachable.append(err)
-                    continue
-                if pod is not None and who.sees_owner(annotation(pod, A_OWNER)):
-                    return candidate, pod
                 continue
             try:
                 with engine_errors(f"Looking up {user_name(name)!r}", self.log):
-                    try:
-                        container = candidate.client().containers.get(docker_name(name))
-                    except docker.errors.NotFound:
-                        continue
+                    for engine_name in dict.fromkeys(docker_name(key) for key in keys):
+                        try:
+                            container = candidate.client().containers.get(engine_name)
+                        except docker.errors.NotFound:
+                            continue
+                        if (
+                            container.labels.get(L_MANAGED) == "1"
+                            and on_host(container, candidate)
+                            and self.access.may_see(who, container.labels, self.ledger_id)
+                        ):
+                            return candidate, container
             except EngineUnreachable as err:
                 unreachable.append(err)
                 continue
-            if (
-                container.labels.get(L_MANAGED) == "1"
-                and on_host(container, candidate)
-                and self.access.may_see(who, container.labels, self.ledger_id)
-            ):
-                return candidate, container
         if unreachable and len(unreachable) == len(hosts):
             raise unreachable[0]
         raise NotFound(f"No dev container named {user_name(name)!r}", details={"name": name})
+
+    def keys_meant(self, name: str, who: Caller) -> tuple[str, ...]:
+        """The keys (``model.container_key``) ``who`` may mean by ``name``: in shared mode
+        names are per user."""
+        return keys_meant(name, None if self.access.single_user else who.name)
+
+    def shown_name(self, key: str, owner: str) -> str:
+        """The name this manager's user gives the container whose key is ``key``: in shared
+        mode their own container's name, and another user's (an administrator sees it) its
+        name on the engine, which names it for them (``keys_meant``)."""
+        if self.access.single_user:
+            return key
+        if owner == self.access.user:
+            return given_name(key)
+        return docker_name(key)
 
     def forwards_pods(self, host: Host) -> bool:
         """Whether this server reaches the pods of ``host`` through port-forwards."""
@@ -302,12 +319,18 @@ class ContainerLookup(LoggingConfigurable):
         return bool(host) and self._host(host).spec.is_kubernetes
 
     def _pod_info(self, host: Host, pod: dict[str, Any]) -> DevContainerInfo:
-        return pod_info(
-            pod,
-            host.name,
-            added_ports=self.added_ports.read().get(pod_uid(pod), ()),
-            pinned=annotation(pod, A_NAME) in self.ledger.pinned(host.name),
+        return self._seen(
+            pod_info(
+                pod,
+                host.name,
+                added_ports=self.added_ports.read().get(pod_uid(pod), ()),
+                pinned=annotation(pod, A_NAME) in self.ledger.pinned(host.name),
+            )
         )
+
+    def _seen(self, info: DevContainerInfo) -> DevContainerInfo:
+        """``info`` (named by its key) with the name its viewer gives it (``shown_name``)."""
+        return replace(info, name=self.shown_name(info.name, info.owner), key=info.name)
 
     def find(
         self, name: str, host: str | None = None, *, caller: Caller | None = None
@@ -397,6 +420,8 @@ class ContainerLookup(LoggingConfigurable):
         for lease in self.ledger.active():
             if not who.sees_owner(lease.owner):
                 lease = replace(lease, lease_id="", container="", owner=ANOTHER_USER)  # noqa: PLW2901
+            else:
+                lease = replace(lease, container=self.shown_name(lease.container, lease.owner))  # noqa: PLW2901
             held.setdefault(lease.host, []).append(lease)
         hidden = not (self.access.single_user or who.admin)
         return [
@@ -439,11 +464,13 @@ class ContainerLookup(LoggingConfigurable):
                     continue
                 pinned = frozenset(self.ledger.pinned(candidate.name))
                 pods.extend(
-                    pod_info(
-                        p,
-                        candidate.name,
-                        added_ports=added.get(pod_uid(p), ()),
-                        pinned=annotation(p, A_NAME) in pinned,
+                    self._seen(
+                        pod_info(
+                            p,
+                            candidate.name,
+                            added_ports=added.get(pod_uid(p), ()),
+                            pinned=annotation(p, A_NAME) in pinned,
+                        )
                     )
                     for p in listed_pods
                     if who.sees_owner(annotation(p, A_OWNER))
@@ -668,7 +695,7 @@ class ContainerLookup(LoggingConfigurable):
         listing, made once for all its containers; ``wait`` off: a count that would have to be
         waited for is ``None``."""
         labels = container.labels
-        name = labels.get(L_NAME, user_name(container.name or ""))
+        name = labels.get(L_NAME, user_name(container.name or ""))  # its key
         ports: dict[str, int] = {}
         for key, bindings in (
             container.attrs.get("NetworkSettings", {}).get("Ports") or {}
@@ -688,7 +715,8 @@ class ContainerLookup(LoggingConfigurable):
         status = str(state.get("Status", container.status))
         usage = self.kernels.usage(host.name, name) if self.kernels is not None else None
         return DevContainerInfo(
-            name=name,
+            name=self.shown_name(name, labels.get(L_OWNER, "")),
+            key=name,
             container_id=str(container.id),
             host=host.name,
             environment=labels.get(L_ENV, ""),

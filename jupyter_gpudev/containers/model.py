@@ -3,6 +3,7 @@ descriptions, and the names and times read from the engine."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
@@ -32,6 +33,9 @@ class StartRequest:
 class DevContainerInfo:
     """A dev container as the API and the CLI report it."""
 
+    #: The name the caller gives it: their own name for their container; another user's
+    #: (seen by an administrator in shared mode) is named by its ``key``, prefixed as on the
+    #: engine, which addresses it for them.
     name: str
     container_id: str
     host: str
@@ -66,6 +70,9 @@ class DevContainerInfo:
     uncommitted: int | None = None
     #: A pod on a Kubernetes host: never stopped and kept (removing it deletes it), no commits.
     pod: bool = False
+    #: gpudev's name of it on its host (``container_key``): what its labels, the lease ledger,
+    #: the claims and the kernels' records hold. Not reported: the API speaks of ``name``.
+    key: str = ""
 
     def to_json(self) -> dict[str, Any]:
         # Flat values only: a shallow copy (``asdict`` deep-copies; the panel polls this
@@ -75,7 +82,7 @@ class DevContainerInfo:
         return result
 
 
-_INFO_FIELDS = tuple(f.name for f in fields(DevContainerInfo))
+_INFO_FIELDS = tuple(f.name for f in fields(DevContainerInfo) if f.name != "key")
 
 
 @dataclass(frozen=True)
@@ -125,5 +132,56 @@ def docker_name(name: str) -> str:
 
 
 def user_name(container_name: str) -> str:
-    """The name the user gave, from the engine's name of the container."""
+    """The engine's name of a container less gpudev's prefix (in single-user mode, the name
+    the user gave it)."""
     return container_name.removeprefix(PREFIX)
+
+
+# Names in shared mode. Every user names their own dev containers: alice's "train" and bob's
+# "train" are two containers, and neither can learn from a name that the other has one. On the
+# host each is known by its key, "gpudev-OWNER.NAME": labels, lease ledger, claims and kernel
+# records hold the key, the engine's name of the container is the key, and a user sees and
+# gives only NAME. In single-user mode the key is the name (the engine's name "gpudev-NAME").
+
+#: Joins the owner's part and the name in a key; an owner's part never holds it.
+OWNER_SEPARATOR = "."
+
+_PLAIN_OWNER_RE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*\Z")
+
+
+def owner_part(owner: str) -> str:
+    """``owner`` as the first part of their keys: the name itself when it is lower-case
+    letters and digits joined by single hyphens (``alice``, ``bob-smith``), else a readable
+    form with a hash of the whole name after an underscore (which no plain name holds, so no
+    user's part can be another's)."""
+    if _PLAIN_OWNER_RE.match(owner):
+        return owner
+    readable = re.sub(r"[^a-z0-9]+", "-", owner.lower()).strip("-")[:40] or "user"
+    return f"{readable}_{hashlib.sha256(owner.encode()).hexdigest()[:16]}"
+
+
+def container_key(name: str, owner: str | None) -> str:
+    """gpudev's key of the dev container ``owner`` calls ``name``: ``name`` in single-user mode
+    (``owner`` is ``None``), ``gpudev-OWNER.NAME`` in shared mode."""
+    if owner is None:
+        return name
+    return f"{PREFIX}{owner_part(owner)}{OWNER_SEPARATOR}{name}"
+
+
+def given_name(key: str) -> str:
+    """The name the owner gave the container whose key is ``key`` (see ``container_key``)."""
+    if not key.startswith(PREFIX):
+        return key
+    return key.removeprefix(PREFIX).partition(OWNER_SEPARATOR)[2] or key
+
+
+def keys_meant(name: str, owner: str | None) -> tuple[str, ...]:
+    """The keys a caller may mean by ``name``, in the order they are tried. A name with
+    gpudev's prefix is a key already (how an administrator names another user's container);
+    in shared mode (``owner`` set) a plain name is the caller's own, or one named the same
+    before names were per user."""
+    if name.startswith(PREFIX):
+        return (name, name.removeprefix(PREFIX))
+    if owner is None:
+        return (name,)
+    return (container_key(name, owner), name)

@@ -33,7 +33,7 @@ from ..k8s.listing import LISTING_ARGV, compare_listings, parse_listing
 from ..k8s.status import PodState, clean, pod_state
 from ..labels import A_CREATED, A_ENV, A_IMAGE, A_NAME, A_OWNER, A_PORTS, K_KERNEL, K_MANAGED
 from .commands import lifecycle_steps
-from .model import DevContainerInfo, engine_time
+from .model import DevContainerInfo, engine_time, given_name
 
 #: The states of a pod as the container listing says them (Docker's words where they exist).
 STATES = {
@@ -281,9 +281,9 @@ class Pods:
                     try:
                         created = self.cluster.create(manifest)
                     except Conflict:
+                        taken = given_name(target.name)
                         raise Conflict(
-                            f"A dev container named {target.name!r} already exists on host "
-                            f"{self.host!r}"
+                            f"A dev container named {taken!r} already exists on host {self.host!r}"
                         ) from None
                     made.append(_ref(manifest))
                     self._owned_by(plan, created)

@@ -28,7 +28,9 @@ from .capabilities import PATTERN as _CAPABILITY
 from .proxy import AppProxyHandler, PortProxyHandler
 
 API = "/gpudev/api"
-NAME = r"(?P<name>[a-z0-9][a-z0-9_.-]{0,70})"
+#: A dev container's name: the user's own name for it, or (an administrator naming another
+#: user's in shared mode) its name on the engine, gpudev-OWNER.NAME (``containers.model``).
+NAME = r"(?P<name>[a-z0-9][a-z0-9_.-]{0,150})"
 KERNEL = r"(?P<kernel_id>[0-9a-f-]{1,64})"
 
 

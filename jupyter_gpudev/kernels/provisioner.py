@@ -275,7 +275,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
                 kernel_id=self.kernel_id or None,
             )
             info = await self._run(self._manager.start, request, self._log_progress)
-            self._container_name = info.name
+            self._container_name = info.key
             self.host = info.host  # where placement put it
             self._dedicated = True
             env = await self._run(
@@ -297,6 +297,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         the GPUs it was created with."""
         info = self._manager.get(self._container_name, self.host or None)
         self.host = info.host
+        self._container_name = info.key  # the user's name for it until now
         if info.kernel_id:
             raise Conflict(
                 f"{self._container_name!r} belongs to another kernel; start a kernel in a dev "

@@ -15,7 +15,8 @@ import pytest
 from traitlets.config import Config
 
 from jupyter_gpudev.changes.capture import ChangeCapture
-from jupyter_gpudev.containers import DevContainers, StartRequest
+from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
+from jupyter_gpudev.containers.model import container_key
 from jupyter_gpudev.errors import Conflict
 from tests.integration.test_cli import gpudev
 
@@ -59,9 +60,12 @@ def sh(
     name: str,
     script: str,
     environment: dict[str, str] | None = None,
+    *,
+    owner: str | None = None,
 ) -> str:
-    """Run ``script`` as root in the dev container ``name``; its output (exit 0 asserted)."""
-    container = docker_client.containers.get(f"gpudev-{name}")
+    """Run ``script`` as root in the dev container ``name`` (``owner``'s in shared mode, where
+    names are per user); its output (exit 0 asserted)."""
+    container = docker_client.containers.get(docker_name(container_key(name, owner)))
     code, output = container.exec_run(["/bin/sh", "-c", script], user="0", environment=environment)
     assert isinstance(output, bytes)
     text = output.decode(errors="replace")

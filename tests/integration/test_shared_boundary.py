@@ -19,7 +19,7 @@ from typing import Any
 import docker
 import pytest
 
-from jupyter_gpudev.containers.model import docker_name
+from jupyter_gpudev.containers.model import container_key
 from jupyter_gpudev.labels import L_OWNER
 from tests.hub import ADMIN, USERS_ROOT, Hub, HubMissing, request, run_hub
 from tests.integration.test_port_guard import connect_as, listening
@@ -71,8 +71,9 @@ def start(token: str, name: str) -> tuple[int, Any]:
 
 
 def workspace_of(client: docker.DockerClient, name: str) -> tuple[str, str]:
-    """The bind source of ``name``'s workspace and what its marker file says inside."""
-    container = client.containers.get(docker_name(name))
+    """The bind source of the workspace of alice's ``name`` and what its marker file says
+    inside."""
+    container = client.containers.get(container_key(name, ALICE))
     mount = next(m for m in container.attrs["Mounts"] if m["Destination"].startswith("/workspace"))
     code, out = container.exec_run(["cat", f"{mount['Destination']}/whose"])
     assert isinstance(out, bytes)
@@ -273,7 +274,7 @@ def test_a_users_container_runs_as_their_account(
     status, body = start(alice, name)
     assert status == 201, body
     try:
-        container = docker_client.containers.get(docker_name(name))
+        container = docker_client.containers.get(container_key(name, ALICE))
         source, _ = workspace_of(docker_client, name)
         target = next(m for m in container.attrs["Mounts"] if m["Source"] == source)
         made = f"{target['Destination']}/made-in-{name}"
@@ -328,7 +329,7 @@ def test_only_the_owner_reaches_the_ports_of_their_container(
     name = f"alice-ports-{secrets.token_hex(3)}"
     assert start(alice, name)[0] == 201
     try:
-        address = listening(docker_client, name, 8124)
+        address = listening(docker_client, container_key(name, ALICE), 8124)
         # When bob, on the same machine, connects to it, and alice does
         bobs, alices = connect_as(BOB, address, 8124), connect_as(ALICE, address, 8124)
         # Then bob is refused and alice (her server) connects

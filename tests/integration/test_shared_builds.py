@@ -19,6 +19,7 @@ import pytest
 
 from jupyter_gpudev.changes.commit import CommitOptions
 from jupyter_gpudev.containers import StartRequest
+from jupyter_gpudev.containers.model import container_key
 from jupyter_gpudev.environments import ImageNotAllowed
 from jupyter_gpudev.services import Services
 from jupyter_gpudev.shared.authority import Authority
@@ -65,9 +66,9 @@ def built(view: Services, name: str, dockerfile: str, **files: str) -> None:
     environment(view, name, {"build": {"dockerfile": "Dockerfile"}}, Dockerfile=dockerfile, **files)
 
 
-def image_of(docker_client: docker.DockerClient, box: str) -> tuple[str, str]:
+def image_of(docker_client: docker.DockerClient, box: str, owner: str) -> tuple[str, str]:
     """The image reference a dev container was created from, and its id."""
-    attrs = docker_client.containers.get(f"gpudev-{box}").attrs
+    attrs = docker_client.containers.get(container_key(box, owner)).attrs
     return str(attrs["Config"]["Image"]), str(attrs["Image"])
 
 
@@ -77,7 +78,7 @@ def alices_snapshot(authority: Authority, names: Names, docker_client: docker.Do
     environment(alice, "py", {"image": PYTHON})
     box = f"abox-{names.part}"
     alice.containers.start(StartRequest(environment="py", name=box))
-    sh(docker_client, box, f"echo {ALICE} > /etc/who-made-me")
+    sh(docker_client, box, f"echo {ALICE} > /etc/who-made-me", owner=ALICE)
     snapshot = alice.committer.commit(box, CommitOptions(snapshot=f"x-{names.part}:1")).snapshot
     assert snapshot is not None
     assert snapshot.reference == f"localhost/gpudev/{ALICE}/x-{names.part}:1"
@@ -102,12 +103,12 @@ def test_a_users_build_context_never_reaches_another_users_container(
     alice.containers.start(StartRequest(environment=web, name=f"a-{names.part}"))
     bob.containers.start(StartRequest(environment=web, name=f"b-{names.part}"))
     # Then bob's container has his own file, not alice's
-    assert sh(docker_client, f"b-{names.part}", "cat /r.txt") == CLEAN
-    assert sh(docker_client, f"a-{names.part}", "cat /r.txt") == TROJAN
+    assert sh(docker_client, f"b-{names.part}", "cat /r.txt", owner=BOB) == CLEAN
+    assert sh(docker_client, f"a-{names.part}", "cat /r.txt", owner=ALICE) == TROJAN
     # And each runs an image built for its user, under that user's repository
     alices, bobs = (
-        image_of(docker_client, f"a-{names.part}"),
-        image_of(docker_client, f"b-{names.part}"),
+        image_of(docker_client, f"a-{names.part}", ALICE),
+        image_of(docker_client, f"b-{names.part}", BOB),
     )
     assert alices[1] != bobs[1]
     assert alices[0].startswith(f"localhost/gpudev/{ALICE}/env-{web}:")
@@ -122,19 +123,19 @@ def test_a_build_is_reused_for_its_user_until_their_context_changes(
     bob = authority.for_user(BOB)
     built(bob, web, WEB_DOCKERFILE, requirements__txt=CLEAN)
     bob.containers.start(StartRequest(environment=web, name=f"b1-{names.part}"))
-    first = image_of(docker_client, f"b1-{names.part}")
+    first = image_of(docker_client, f"b1-{names.part}", BOB)
     # When he starts it again with nothing changed
     bob.containers.start(StartRequest(environment=web, name=f"b2-{names.part}"))
     # Then the same image runs (it was not built again)
-    assert image_of(docker_client, f"b2-{names.part}") == first
+    assert image_of(docker_client, f"b2-{names.part}", BOB) == first
     # When he changes a file of the context (not the Dockerfile) and starts it again
     built(bob, web, WEB_DOCKERFILE, requirements__txt="numpy==2.0.0\n")
     bob.containers.start(StartRequest(environment=web, name=f"b3-{names.part}"))
     # Then the image is built again from the new context, under another tag
-    third = image_of(docker_client, f"b3-{names.part}")
+    third = image_of(docker_client, f"b3-{names.part}", BOB)
     assert third[0] != first[0]
     assert third[1] != first[1]
-    assert sh(docker_client, f"b3-{names.part}", "cat /r.txt") == "numpy==2.0.0\n"
+    assert sh(docker_client, f"b3-{names.part}", "cat /r.txt", owner=BOB) == "numpy==2.0.0\n"
 
 
 def test_an_image_under_a_users_build_tag_that_gpudev_did_not_build_for_them_is_not_run(
@@ -145,15 +146,15 @@ def test_an_image_under_a_users_build_tag_that_gpudev_did_not_build_for_them_is_
     bob = authority.for_user(BOB)
     built(bob, web, WEB_DOCKERFILE, requirements__txt=CLEAN)
     bob.containers.start(StartRequest(environment=web, name=f"b1-{names.part}"))
-    tag, _ = image_of(docker_client, f"b1-{names.part}")
+    tag, _ = image_of(docker_client, f"b1-{names.part}", BOB)
     # and another image put under that very tag behind gpudev's back (labels say nothing)
     planted = f"FROM {PYTHON}\nRUN echo evil-package > /r.txt\n"
     forged, _ = docker_client.images.build(fileobj=io.BytesIO(planted.encode()), tag=tag, rm=True)
     # When bob starts his environment again
     bob.containers.start(StartRequest(environment=web, name=f"b2-{names.part}"))
     # Then it runs his own build again, not the image found under the tag
-    assert image_of(docker_client, f"b2-{names.part}")[1] != forged.id
-    assert sh(docker_client, f"b2-{names.part}", "cat /r.txt") == CLEAN
+    assert image_of(docker_client, f"b2-{names.part}", BOB)[1] != forged.id
+    assert sh(docker_client, f"b2-{names.part}", "cat /r.txt", owner=BOB) == CLEAN
 
 
 def test_another_users_snapshot_cannot_be_an_environments_image(
@@ -224,4 +225,4 @@ def test_the_administrators_allow_list_may_share_a_users_image(
     environment(bob, "shared", {"image": snapshot})
     bob.containers.start(StartRequest(environment="shared", name=f"b-{names.part}"))
     # Then his container runs it
-    assert sh(docker_client, f"b-{names.part}", "cat /etc/who-made-me").strip() == ALICE
+    assert sh(docker_client, f"b-{names.part}", "cat /etc/who-made-me", owner=BOB).strip() == ALICE

@@ -26,7 +26,7 @@ import pytest
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import websocket_connect
 
-from jupyter_gpudev.containers.model import docker_name
+from jupyter_gpudev.containers.model import container_key
 from jupyter_gpudev.labels import L_OWNER
 from tests.conftest import FAKE_SMI, FIXTURES
 from tests.hub import (
@@ -140,7 +140,7 @@ def test_another_users_container_does_not_exist_for_them(
     status, body = start(hub, ALICE, name=name)
     assert status == 201, body
     assert body["owner"] == ALICE
-    container = docker_client.containers.get(docker_name(name))
+    container = docker_client.containers.get(container_key(name, ALICE))
     assert container.labels[L_OWNER] == ALICE  # set by the service, from the Hub's answer
     # The workspace is alice's own folder
     sources = [m["Source"] for m in container.attrs["Mounts"]]
@@ -167,11 +167,13 @@ def test_another_users_container_does_not_exist_for_them(
     container.reload()
     assert container.status == "running"
 
-    # The administrator (a Hub admin) sees it and stops it; alice still has it
+    # The administrator (a Hub admin) sees it, named as on the engine (names are per user),
+    # and stops it by that name; alice still has it
     listed = api(hub, ADMIN, "GET", "/containers")[1]["containers"]
-    assert name in [c["name"] for c in listed]
-    assert api(hub, ADMIN, "GET", f"/containers/{name}/logs")[0] == 200
-    status, body = api(hub, ADMIN, "POST", f"/containers/{name}/stop", {})
+    theirs = container_key(name, ALICE)
+    assert theirs in [c["name"] for c in listed]
+    assert api(hub, ADMIN, "GET", f"/containers/{theirs}/logs")[0] == 200
+    status, body = api(hub, ADMIN, "POST", f"/containers/{theirs}/stop", {})
     assert status == 200, body
     assert api(hub, ALICE, "GET", f"/containers/{name}")[1]["state"] == "exited"
     assert api(hub, ALICE, "DELETE", f"/containers/{name}?force=1")[0] == 204
@@ -324,7 +326,7 @@ def test_a_kernel_from_the_picker_runs_in_the_users_container(
         hostname = asyncio.run(
             run_code(hub, ALICE, kernel_id, "import socket; print(socket.gethostname())")
         ).strip()
-        container = docker_client.containers.get(docker_name(hostname))  # its own hostname
+        container = docker_client.containers.get(container_key(hostname, ALICE))  # its own hostname
         assert container.labels[L_OWNER] == ALICE
         assert container.status == "running"
         # bob cannot reach alice's kernel at the service
@@ -339,13 +341,13 @@ def test_a_kernel_from_the_picker_runs_in_the_users_container(
         again = asyncio.run(
             run_code(hub, ALICE, kernel_id, "import socket; print(socket.gethostname())")
         )
-        assert docker_name(again.strip()) == container.name
+        assert container_key(again.strip(), ALICE) == container.name
     finally:
         status, _ = hub.as_user(ALICE, "DELETE", f"/api/kernels/{kernel_id}")
     assert status == 204
     # Its dedicated container is gone with it (nothing changed in it)
     with pytest.raises(docker.errors.NotFound):
-        docker_client.containers.get(docker_name(hostname))
+        docker_client.containers.get(container_key(hostname, ALICE))
 
 
 async def terminal_says(hub: Hub, user: str, terminal: str, typed: str, expected: str) -> str:
@@ -419,7 +421,7 @@ def test_a_web_port_is_served_by_the_users_server_in_a_sandbox(
     name = f"alices-web-{secrets.token_hex(3)}"
     assert start(hub, ALICE, name=name)[0] == 201
     try:
-        container = docker_client.containers.get(docker_name(name))
+        container = docker_client.containers.get(container_key(name, ALICE))
         page = f"hello from {name}"
         container.exec_run(
             ["sh", "-c", f"mkdir -p /tmp/web && echo '{page}' > /tmp/web/index.html"]
@@ -500,7 +502,7 @@ def test_the_command_line_works_through_the_service_as_the_user(
         assert refused.returncode == 2, refused.stderr
         assert "No dev container" in refused.stderr
         # a change, seen by alice's diff through the service
-        container = docker_client.containers.get(docker_name(name))
+        container = docker_client.containers.get(container_key(name, ALICE))
         # (as root in it: alice's own processes run as her account, which cannot write /etc)
         container.exec_run(["sh", "-c", "echo made-by-alice > /etc/gpudev-cli-test"], user="0")
         diff = gpudev_as(hub, ALICE, "diff", name)

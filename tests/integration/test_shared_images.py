@@ -94,7 +94,8 @@ def container_of(view: Services, names: Names, docker_client: docker.DockerClien
     """A running dev container of ``view``'s user, with a change: its name."""
     name = f"box-{names.part}-{view.containers.access.user.removeprefix('gpudev-')}"
     view.containers.start(StartRequest(environment="py", name=name))
-    sh(docker_client, name, f"echo {view.containers.access.user} > /etc/who-made-me")
+    user = view.containers.access.user
+    sh(docker_client, name, f"echo {user} > /etc/who-made-me", owner=user)
     return name
 
 
@@ -179,7 +180,7 @@ def test_a_user_replaces_only_their_own_snapshot_never_an_image_put_under_their_
     first = alice.committer.commit(box, CommitOptions(snapshot=names("mine:v1"))).snapshot
     assert first is not None
     # When she snapshots to the same tag again
-    sh(docker_client, box, "echo again > /etc/again")
+    sh(docker_client, box, "echo again > /etc/again", owner=ALICE)
     second = alice.committer.commit(box, CommitOptions(snapshot=names("mine:v1"))).snapshot
     # Then her new snapshot replaced her previous one
     assert second is not None
@@ -260,7 +261,7 @@ def test_a_verified_image_never_replaces_another_users_environment_image(
     hand_over(alice)
     box = f"vbox-{names.part}"
     alice.containers.start(StartRequest(environment=env, name=box))
-    sh(docker_client, box, f"echo {ALICE} > /etc/who-made-me")
+    sh(docker_client, box, f"echo {ALICE} > /etc/who-made-me", owner=ALICE)
     # and bob's environment of the same name, whose Dockerfile is the one her commit writes
     # (its files his own): his image is built under the name hers will have
     write_environment(bob.containers.root_dir, env)

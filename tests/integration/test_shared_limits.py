@@ -111,7 +111,7 @@ def test_a_user_holds_no_more_gpus_than_allowed(
     assert "c.UserLimits.gpus" in refused.message
     assert first.name in refused.message
     # And nothing was left: no second container, no second lease
-    assert owned_on_engine(docker_client, held, ALICE) == [docker_name(first.name)]
+    assert owned_on_engine(docker_client, held, ALICE) == [first.key]
     assert gpus_leased_to(held, ALICE) == 1
     # And bob, whose limit is his own, takes the other GPU
     assert len(start(bob, f"gb-{part()}", gpus=1).gpu_uuids) == 1
@@ -207,7 +207,7 @@ def test_an_administrator_resuming_a_users_container_counts_it_for_that_user(
     # Given one running container allowed, and alice's stopped container and a running one
     held = service(running=1)
     alice = containers_of(held, ALICE)
-    stopped = start(alice, f"a1-{part()}").name
+    stopped = start(alice, f"a1-{part()}").key  # the name an administrator gives it
     alice.stop(stopped)
     start(alice, f"a2-{part()}")
     # When an administrator resumes alice's stopped container
@@ -254,7 +254,7 @@ def test_concurrent_starts_of_one_user_pass_a_limit_of_one_once(
     refused = [r for r in results if isinstance(r, GPUDevError)]
     assert len(started) == 1, [getattr(r, "message", r) for r in results]
     assert [r.code for r in refused] == ["limit_reached"] * 3, [r.message for r in refused]
-    assert owned_on_engine(docker_client, held, ALICE) == [docker_name(started[0].name)]
+    assert owned_on_engine(docker_client, held, ALICE) == [started[0].key]
 
 
 def test_concurrent_gpu_starts_of_one_user_pass_a_gpu_limit_of_one_once(
@@ -271,7 +271,7 @@ def test_concurrent_gpu_starts_of_one_user_pass_a_gpu_limit_of_one_once(
     assert len(started) == 1, [getattr(r, "message", r) for r in results]
     assert [r.code for r in refused] == ["limit_reached"] * 3, [r.message for r in refused]
     assert gpus_leased_to(held, ALICE) == 1
-    assert owned_on_engine(docker_client, held, ALICE) == [docker_name(started[0].name)]
+    assert owned_on_engine(docker_client, held, ALICE) == [started[0].key]
 
 
 # -- memory and CPUs ------------------------------------------------------------------------
@@ -296,7 +296,7 @@ def test_a_container_without_limits_of_its_own_gets_the_services_default(
     held = service()
     alice = containers_of(held, ALICE)
     # When alice starts a container whose environment asks for no memory or CPU limit
-    box = start(alice, f"m-{part()}").name
+    box = start(alice, f"m-{part()}").key
     # Then it has the shared mode's default limits (CPUs: no more than the host has)
     limits = host_config(docker_client, box)
     assert limits["Memory"] == 32 * 1024**3
@@ -323,10 +323,10 @@ def test_a_container_asking_for_more_than_allowed_is_refused(
         assert env in refused.message
     assert owned_on_engine(docker_client, held, ALICE) == []
     # And one asking for less gets what it asked, one asking nothing the default
-    small = alice.start(StartRequest(environment="small", name=f"s-{part()}")).name
+    small = alice.start(StartRequest(environment="small", name=f"s-{part()}")).key
     assert host_config(docker_client, small)["Memory"] == 768 * 1024**2
     assert host_config(docker_client, small)["NanoCpus"] == 5 * 10**8
-    plain = start(alice, f"d-{part()}").name
+    plain = start(alice, f"d-{part()}").key
     assert host_config(docker_client, plain)["Memory"] == 512 * 1024**2
     assert host_config(docker_client, plain)["NanoCpus"] == 10**9
 

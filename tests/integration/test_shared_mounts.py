@@ -93,8 +93,9 @@ def test_each_user_mounts_their_own_folder_of_a_per_user_root(
     alice = held[0].for_user(ALICE)
     declare(alice, "mine", data / ALICE)
     # When she starts it
-    name = f"mounts-{secrets.token_hex(3)}"
-    alice.containers.start(StartRequest(environment="mine", name=name))
+    name = alice.containers.start(
+        StartRequest(environment="mine", name=f"mounts-{secrets.token_hex(3)}")
+    ).key
     # Then her container (running as her) has her folder, read-write
     assert run(docker_client, name, "cat /mnt/data/note.txt") == f"{ALICE}'s note\n"
     run(docker_client, name, "touch /mnt/data/from-the-container")

@@ -111,7 +111,8 @@ def box_of(view: Services, names: Names, docker_client: docker.DockerClient) -> 
     environment(view, "py", {"image": PYTHON})
     name = f"box-{names.part}"
     view.containers.start(StartRequest(environment="py", name=name))
-    sh(docker_client, name, f"echo {view.containers.access.user} > /etc/who-made-me")
+    user = view.containers.access.user
+    sh(docker_client, name, f"echo {user} > /etc/who-made-me", owner=user)
     return name
 
 
@@ -178,7 +179,7 @@ def test_an_environments_image_is_fetched_with_the_services_credentials_only_if_
     bob.containers.start(StartRequest(environment="base", name=f"b-{names.part}"))
     # Then it was pulled with the service's credentials, and runs
     assert names.image_id(allowed) is not None
-    assert sh(docker_client, f"b-{names.part}", "echo runs") == "runs\n"
+    assert sh(docker_client, f"b-{names.part}", "echo runs", owner=BOB) == "runs\n"
 
 
 @pytest.mark.parametrize("buildkit", [False, True], ids=["classic", "buildkit"])
@@ -217,7 +218,7 @@ def test_a_build_gets_the_services_credentials_only_for_the_bases_allowed(  # no
     alice.containers.start(StartRequest(environment=f"ok-{names.part}", name=f"o-{names.part}"))
     # Then its base was fetched with the service's credentials and the image built on it
     assert names.image_id(allowed) is not None
-    assert sh(docker_client, f"o-{names.part}", "cat /built") == "built\n"
+    assert sh(docker_client, f"o-{names.part}", "cat /built", owner=ALICE) == "built\n"
 
 
 def test_in_single_user_mode_the_users_own_credentials_pull_and_push_anything(
