@@ -66,15 +66,18 @@ class LegacyGPUInjection(LoggingConfigurable):
     enabled = Bool(
         False,
         help="""Give GPUs to containers without the NVIDIA container toolkit: pass the leased
-        GPUs' device nodes and bind-mount the driver's libraries read-only (the nvidia-docker
-        1.0 way). Only for a local engine that lacks the toolkit; prefer installing it.""",
+        GPUs' /dev/nvidia<minor> nodes (and the control nodes) and bind-mount the driver's
+        libraries read-only at /usr/local/nvidia/lib64 (LD_LIBRARY_PATH set), instead of asking
+        the engine for the GPUs (the nvidia-docker 1.0 way). MIG instances are refused. Only
+        for a local engine that lacks the toolkit; prefer installing it.""",
     ).tag(config=True)
 
     device_dir = Unicode("/dev", help="Where the NVIDIA device nodes are.").tag(config=True)
 
     proc_dir = Unicode(
         "/proc/driver/nvidia/gpus",
-        help="The driver's per-GPU information folders (named by PCI bus id).",
+        help="""The driver's per-GPU information folders (named by PCI bus id): a GPU's
+        device minor is read there (else from NVML).""",
     ).tag(config=True)
 
     library_dirs = List(

@@ -51,9 +51,18 @@ class HostPool(LoggingConfigurable):
 
     hosts = Dict(
         default_value={},
-        help="""More hosts, by name: either a URL string (unix:///path, ssh://user@host[:port],
-        tcp://host:port) or a dict with 'url' and, for tcp://, 'tls_ca_cert', 'tls_client_cert',
-        'tls_client_key' (file paths) and 'tls_verify' (default true).""",
+        help="""More hosts, by name: a URL string (unix:///path, ssh://user@host[:port],
+        tcp://host:port, or k8s://CONTEXT/NAMESPACE for a Kubernetes cluster) or a dict with
+        'url' and what its transport needs. ssh://: 'identity_file' (the key to log in with)
+        and 'known_hosts' (the host keys to check). tcp://: 'tls_ca_cert', 'tls_client_cert',
+        'tls_client_key' (file paths) and 'tls_verify' (default true). Any remote host:
+        'workspace' (a folder of that host mounted as the workspace; default none),
+        'mount_roots' (its folders environments may mount, as c.MountPolicy.allowed_roots
+        here; default none), 'nvidia_smi' (the command that lists its GPUs; default
+        nvidia-smi). k8s://: 'ingress_from' (the NetworkPolicy peers that may reach dev pods;
+        default the pods labelled gpudev.jupyter.org/role: server) and 'build_egress' (egress
+        rules of snapshot build pods besides DNS; default none). A password in a URL is
+        refused.""",
     ).tag(config=True)
 
     timeout = Float(
