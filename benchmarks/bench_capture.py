@@ -1,5 +1,4 @@
-"""Capture and render a Dockerfile diff against the floor, in one run (issue "Changes back out
-as a Dockerfile diff"):
+"""Capture and render a Dockerfile diff against the floor, in one run:
 
 - capture + render (``ChangeCapture.diff``) on a dev container with 20,000 changed files and 50
   changed Python packages, against ``docker diff`` plus one package listing of the same

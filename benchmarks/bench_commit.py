@@ -1,5 +1,4 @@
-"""Commit and push against ``docker commit`` + ``docker push``, in one run (issue "Changes back
-out as a Dockerfile diff"; goal: at most 1.05x).
+"""Commit and push against ``docker commit`` + ``docker push``, in one run (goal: at most 1.05x).
 
 A running dev container of the default environment gets BENCH_MB (20) MB of new random data
 (replacing the previous run's) before every measured commit, so every push uploads a new layer

@@ -1,6 +1,5 @@
 """gateway_provisioners' DockerProvisioner against the same floor as bench_kernels.py, in one run
-(issue: "Also set up gateway_provisioners' DockerProvisioner on the same image ... and report how
-it compares"):
+(how another Docker kernel provisioner compares on the same image):
 
 - cold start (a new container and its kernel, up to the first kernel_info reply, measured as in
   bench_kernels.py) against a raw ``docker run`` of ipykernel with published ports;

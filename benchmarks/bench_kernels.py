@@ -1,5 +1,4 @@
-"""Kernels in dev containers against the floor, in one run (issue "Kernels inside the dev
-container"):
+"""Kernels in dev containers against the floor, in one run:
 
 - cold start (a new container and its kernel, up to the kernel_info reply): ours against a raw
   ``docker run`` of ipykernel with published ports, same image (goal: at most 1.15x);

@@ -1,5 +1,4 @@
-"""What the GPU Dev panel costs the server and the engine, in one run (issue "The Lab
-experience"):
+"""What the GPU Dev panel costs the server and the engine, in one run:
 
 - listing the dev containers, as the panel does every 5 s (``DevContainers.list`` with their
   uncommitted-change counts), with N running containers: against the floor, one engine

@@ -1,5 +1,4 @@
-"""Remote hosts over SSH against the floor and peers, in one run (issue "Remote GPU hosts over
-SSH"):
+"""Remote hosts over SSH against the floor and peers, in one run:
 
 - Docker API call latency (``ping`` and ``containers.list``), median of N calls: our ssh://
   host (one persistent paramiko connection, a dial-stdio channel per pooled HTTP connection)

@@ -1,5 +1,5 @@
-"""What client mode costs against single-user mode, in one run (issue "Shared GPU hosts":
-kernel round trip unchanged, an API call <= 1.5x single-user).
+"""What client mode costs against single-user mode, in one run (goals: the kernel round trip
+unchanged, an API call at most 1.5x single-user).
 
 Both servers run on this machine against the same engine, and are reached directly (not through
 JupyterHub's proxy), with a token in the header:

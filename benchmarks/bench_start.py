@@ -1,5 +1,5 @@
 """Time to a running dev container: ours against raw ``docker run`` of the same image with the
-same options, in one run (issue: goal at most 1.15x).
+same options, in one run (goal: at most 1.15x).
 
 Floor: the Docker SDK's ``containers.run`` (create + start) of the kernel image with the options
 our start uses (init, labels, env, workspace bind mount, user, restart policy). Peer: the

@@ -1,4 +1,4 @@
-"""Capture and ``commit --verify`` of the changes issue #18 made rebuild, in one run: a pip
+"""Capture and ``commit --verify`` of hard-to-rebuild changes, in one run: a pip
 install of a new package, a pip upgrade and a venv with a pip install (from the real package
 index, through this machine's TLS-intercepting proxy: the dev containers run with
 ``c.MountPolicy.mount_ca_bundle`` and the verify builds trust the bundle through BuildKit), an

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end check of gpudev's Kubernetes objects against a real cluster (issue #20).
+# End-to-end check of gpudev's Kubernetes objects against a real cluster.
 #
 # What it needs: `kubectl` on PATH and a cluster that KUBECONFIG (or ~/.kube/config) points at
 # (kind, k3s, a cloud cluster) where this user may create namespaces; an image the cluster can

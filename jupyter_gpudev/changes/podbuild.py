@@ -1,4 +1,4 @@
-"""A snapshot of a pod, built from its patched Dockerfile and pushed by its cluster (issue #20).
+"""A snapshot of a pod, built from its patched Dockerfile and pushed by its cluster.
 
 A cluster has no ``docker commit``: ``commit --snapshot TAG --push`` of a pod builds the image
 the commit's Dockerfile describes, in the cluster, and pushes it. In order:

@@ -1,4 +1,4 @@
-"""A pod's files and packages for a commit (issue #20): what ``docker diff``, the engine's
+"""A pod's files and packages for a commit: what ``docker diff``, the engine's
 archive API and the image probe give for a Docker container, read through the API server's
 exec instead, as the pod's own (non-root) user.
 

@@ -1,5 +1,5 @@
 """Port forwards to pods of a Kubernetes host, for a server that cannot reach pod IPs (one
-outside the cluster): the API server's ``pods/portforward`` over a websocket (issue #20).
+outside the cluster): the API server's ``pods/portforward`` over a websocket.
 
 A ``PodForwards`` object listens on 127.0.0.1 of this machine, one port per forwarded
 ``pod:port``, and carries each accepted connection through a websocket of its own (the

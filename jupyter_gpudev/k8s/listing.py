@@ -1,4 +1,4 @@
-"""A pod's changes without ``docker diff``: two file listings compared (issue #20).
+"""A pod's changes without ``docker diff``: two file listings compared.
 
 A cluster has no ``docker diff`` of a pod. The change set is made by listing the files of the
 pod and of a throwaway pod of its image the same way, and comparing them here into the

@@ -1,4 +1,4 @@
-"""Could a cluster take a dev container's GPUs now? (issue #20)
+"""Could a cluster take a dev container's GPUs now?
 
 On a cluster the scheduler places pods; gpudev only looks first, from what the cluster said
 (``engine.cluster.ClusterInfo``), to say before creating anything which nodes could take the

@@ -1,4 +1,4 @@
-"""Why a dev container's pod is not running, from the API server's answers (issue #20).
+"""Why a dev container's pod is not running, from the API server's answers.
 
 On a cluster the scheduler decides. A pod it cannot place stays ``Pending``; gpudev says why
 (the scheduler's own words: "0/12 nodes are available: 4 Insufficient nvidia.com/gpu, ...")

@@ -1,4 +1,4 @@
-"""One kernel process in a pod on a Kubernetes host (issue #20): started by one exec, found
+"""One kernel process in a pod on a Kubernetes host: started by one exec, found
 again by its runtime files (the same ``RUNTIME_DIR/<runtime id>.{json,pid,log}`` as in a Docker
 container, ``kernels.process``), checked and signalled by exec.
 
