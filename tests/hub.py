@@ -13,7 +13,6 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,9 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# Re-exported: test_shared_hub.py imports free_port from here.
+from tests.ports import free_port as free_port  # noqa: PLC0414
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "jupyterhub_config.py"
@@ -66,12 +68,6 @@ def user_folder(user: str) -> Path:
     path.mkdir(mode=0o700, exist_ok=True)
     os.chown(path, account.pw_uid, account.pw_gid)
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

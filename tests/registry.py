@@ -9,7 +9,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import requests
+
+from tests.ports import free_port
 
 
 class RegistryMissing(RuntimeError):
@@ -42,12 +43,6 @@ class Registry:
         return folder
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def run_registry(folder: Path) -> Iterator[Registry]:
     """Start a registry storing into ``folder``; stopped on exit."""
@@ -60,7 +55,7 @@ def run_registry(folder: Path) -> Iterator[Registry]:
         [htpasswd, "-Bbn", username, password], check=True, capture_output=True, text=True
     ).stdout
     (folder / "htpasswd").write_text(hashed)
-    port = _free_port()
+    port = free_port()
     (folder / "config.yml").write_text(
         "version: 0.1\n"
         "log:\n  level: warn\n"

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.ports import free_port
+
 SSHD = "/usr/sbin/sshd"
 
 
@@ -92,12 +94,6 @@ def _keygen(path: Path) -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def run_sshd(folder: Path) -> Iterator[SSHServer]:
     """Start sshd with its keys and config in ``folder``; stopped on exit."""
@@ -109,7 +105,7 @@ def run_sshd(folder: Path) -> Iterator[SSHServer]:
     authorized = folder / "authorized_keys"
     authorized.write_text(Path(f"{client_key}.pub").read_text())
     authorized.chmod(0o600)
-    port = _free_port()
+    port = free_port()
     known_hosts = folder / "known_hosts"
     host_public = Path(f"{host_key}.pub").read_text().split()
     known_hosts.write_text(f"[127.0.0.1]:{port} {host_public[0]} {host_public[1]}\n")

@@ -68,6 +68,43 @@ def dev_containers(
         remove_containers(docker_client, manager)
 
 
+def two_a100(monkeypatch: pytest.MonkeyPatch) -> Config:
+    """A config whose GPUs are the fake nvidia-smi's two A100s, read afresh at each look (the
+    scenario set for the test: ``FAKE_NVIDIA_SMI_DIR``)."""
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
+    config = Config()
+    config.GPUInventory.backend = "nvidia-smi"
+    config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
+    config.GPUInventory.cache_seconds = 0.0
+    return config
+
+
+@pytest.fixture
+def remote_smi(tmp_path: Path) -> Path:
+    """nvidia-smi as a remote host (the local engine through the real sshd) runs it: the fake
+    one, with its recorded two A100s."""
+    script = tmp_path / "remote-nvidia-smi"
+    script.write_text(
+        f'#!/bin/sh\nFAKE_NVIDIA_SMI_DIR={FIXTURES / "smi" / "two-a100"} exec {FAKE_SMI} "$@"\n'
+    )
+    script.chmod(0o755)
+    return script
+
+
+@pytest.fixture
+def manager(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    dev_containers: Callable[..., DevContainers],
+) -> DevContainers:
+    """A ``DevContainers`` on the real engine for the workspace ``tmp_path / "work"``, its GPUs
+    the fake nvidia-smi's two A100s (``two_a100``), its containers removed after the test. A
+    module that needs files in the workspace first extends it: a fixture ``manager`` of its own
+    asking for ``manager`` gets this one. One that needs another configuration makes its own
+    with ``dev_containers``, under a name that says how it differs."""
+    return dev_containers(tmp_path / "work", two_a100(monkeypatch))
+
+
 @pytest.fixture
 def user_server(
     tmp_path: Path,
@@ -82,10 +119,7 @@ def user_server(
     def make(
         user: str, *, admins: tuple[str, ...] = (), hosts: dict[str, Any] | None = None
     ) -> DevContainers:
-        config = Config()
-        config.GPUInventory.backend = "nvidia-smi"
-        config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
-        config.GPUInventory.cache_seconds = 0.0
+        config = two_a100(monkeypatch)
         config.DevContainers.state_dir = str(tmp_path / f"state-{user}")
         config.Access.user = user
         config.Access.admin_users = set(admins)
@@ -97,9 +131,11 @@ def user_server(
 
 
 @pytest.fixture
-def gpudev_config() -> dict[str, Any]:
-    """Per-test overrides merged into the server config (e.g. a different local_url)."""
-    return {}
+def gpudev_config(tmp_path: Path) -> dict[str, Any]:
+    """The sections merged into the test server's config (``jp_server_config``): its state in
+    the test's folder, a 2 s stop timeout. A module that needs more extends it: a fixture
+    ``gpudev_config`` of its own asking for ``gpudev_config`` gets this one."""
+    return {"DevContainers": {"state_dir": str(tmp_path / "state"), "stop_timeout": 2}}
 
 
 @pytest.fixture

@@ -17,11 +17,6 @@ from tests.integration.test_api_containers import Fetch, start_default
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("server_containers_removed")]
 
 
-@pytest.fixture
-def gpudev_config(tmp_path: Path) -> dict[str, Any]:
-    return {"DevContainers": {"state_dir": str(tmp_path / "state"), "stop_timeout": 2}}
-
-
 async def fetch_json(jp_fetch: Fetch, *path: str, **kwargs: Any) -> dict[str, Any]:
     response = await jp_fetch("gpudev", "api", "containers", *path, **kwargs)
     body: dict[str, Any] = json.loads(response.body)

@@ -17,11 +17,6 @@ Fetch = Callable[..., Awaitable[HTTPResponse]]
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("server_containers_removed")]
 
 
-@pytest.fixture
-def gpudev_config(tmp_path: Path) -> dict[str, Any]:
-    return {"DevContainers": {"state_dir": str(tmp_path / "state"), "stop_timeout": 2}}
-
-
 async def start_default(jp_fetch: Fetch, name: str) -> dict[str, Any]:
     """Start a dev container of the built-in environment through the API."""
     response = await jp_fetch(

@@ -23,11 +23,6 @@ Fetch = Callable[..., Awaitable[HTTPResponse]]
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("server_containers_removed")]
 
 
-@pytest.fixture
-def gpudev_config(tmp_path: Path) -> dict[str, Any]:
-    return {"DevContainers": {"state_dir": str(tmp_path / "state"), "stop_timeout": 2}}
-
-
 async def get_json(jp_fetch: Fetch, *path: str) -> Any:
     return json.loads((await jp_fetch("gpudev", "api", *path)).body)
 

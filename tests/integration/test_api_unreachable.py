@@ -16,8 +16,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def gpudev_config(tmp_path: Path) -> dict[str, Any]:
-    return {"HostPool": {"local_url": f"unix://{tmp_path}/no-engine.sock"}}
+def gpudev_config(gpudev_config: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    return {**gpudev_config, "HostPool": {"local_url": f"unix://{tmp_path}/no-engine.sock"}}
 
 
 async def test_unreachable_engine_is_503_naming_the_address(

@@ -29,7 +29,11 @@ IMAGE_ENV = "bnd-arch-image"
 
 
 @pytest.fixture
-def manager(tmp_path: Path, dev_containers: Callable[..., DevContainers]) -> DevContainers:
+def build_and_image_manager(
+    tmp_path: Path, dev_containers: Callable[..., DevContainers]
+) -> DevContainers:
+    """A manager of two environments, one built from a Dockerfile (``BUILD_ENV``) and one of an
+    image (``IMAGE_ENV``); GPUs as this machine has them."""
     root = tmp_path / "work"
     build = root / ".devcontainer" / BUILD_ENV
     build.mkdir(parents=True)
@@ -87,14 +91,14 @@ def workspace(container: Container, root: Path) -> str:
 
 
 def test_a_container_tar_with_a_duplicate_member_cannot_write_on_the_host(
-    manager: DevContainers, docker_client: docker.DockerClient, tmp_path: Path
+    build_and_image_manager: DevContainers, docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
     # Given a running container with a changed file, whose tar was replaced by one that
     # emits that file twice: first a symlink to a host path, then a regular file
     outside = tmp_path / "outside"
     outside.mkdir()
     target = outside / "planted"
-    manager.start(StartRequest(environment=BUILD_ENV, name="bnd-arch-tar"))
+    build_and_image_manager.start(StartRequest(environment=BUILD_ENV, name="bnd-arch-tar"))
     container = docker_client.containers.get("gpudev-bnd-arch-tar")
     sh(docker_client, "bnd-arch-tar", "echo harmless > /etc/bnd-evil")
     replace_tar(
@@ -104,7 +108,7 @@ def test_a_container_tar_with_a_duplicate_member_cannot_write_on_the_host(
             (member("etc/bnd-evil"), b"written by the container\n"),
         ),
     )
-    capture = ChangeCapture(manager)
+    capture = ChangeCapture(build_and_image_manager)
     # When a commit is prepared (what --verify builds from), then written
     prepared = capture.prepare("bnd-arch-tar")
     try:
@@ -112,26 +116,34 @@ def test_a_container_tar_with_a_duplicate_member_cannot_write_on_the_host(
         assert not os.path.lexists(target)
     finally:
         prepared.discard()
-    Committer(capture, manager.registries).commit("bnd-arch-tar", CommitOptions(write=True))
+    Committer(capture, build_and_image_manager.registries).commit(
+        "bnd-arch-tar", CommitOptions(write=True)
+    )
     assert not os.path.lexists(target)
     assert list(outside.iterdir()) == []
     # And the container's tar never ran; the file came out as the container has it
     code, _ = container.exec_run(["test", "-e", "/tmp/bnd-tar-ran"], user="0")
     assert code != 0
-    folder = manager.root_dir / ".devcontainer" / BUILD_ENV / "gpudev-context" / "bnd-arch-tar"
+    folder = (
+        build_and_image_manager.root_dir
+        / ".devcontainer"
+        / BUILD_ENV
+        / "gpudev-context"
+        / "bnd-arch-tar"
+    )
     staged = folder / "files" / "etc" / "bnd-evil"
     assert not staged.is_symlink()
     assert staged.read_text() == "harmless\n"
 
 
 def test_dotdot_names_devices_and_fifos_stay_out_of_the_host(
-    manager: DevContainers, docker_client: docker.DockerClient, tmp_path: Path
+    build_and_image_manager: DevContainers, docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
     # Given a container with a FIFO and a file, whose tar emits names climbing out with ../,
     # an absolute name and a device node for them
     outside = tmp_path / "outside"
     outside.mkdir()
-    manager.start(StartRequest(environment=BUILD_ENV, name="bnd-arch-dots"))
+    build_and_image_manager.start(StartRequest(environment=BUILD_ENV, name="bnd-arch-dots"))
     container = docker_client.containers.get("gpudev-bnd-arch-dots")
     sh(
         docker_client,
@@ -149,9 +161,9 @@ def test_dotdot_names_devices_and_fifos_stay_out_of_the_host(
             (member("etc/bnd-kept/../../../../" + str(outside).lstrip("/") + "/x"), b"x\n"),
         ),
     )
-    capture = ChangeCapture(manager)
+    capture = ChangeCapture(build_and_image_manager)
     # When it is committed
-    result = Committer(capture, manager.registries).commit(
+    result = Committer(capture, build_and_image_manager.registries).commit(
         "bnd-arch-dots", CommitOptions(write=True)
     )
     # Then nothing was written outside the workspace
@@ -161,7 +173,13 @@ def test_dotdot_names_devices_and_fifos_stay_out_of_the_host(
     reported = result.written.rendered.reported
     assert any(line.startswith("/etc/bnd-fifo: ") and "not copied" in line for line in reported)
     # And the file came out; the link inside the tree is a link, the escaping one is a RUN line
-    files = manager.root_dir / ".devcontainer" / BUILD_ENV / "gpudev-context" / "bnd-arch-dots"
+    files = (
+        build_and_image_manager.root_dir
+        / ".devcontainer"
+        / BUILD_ENV
+        / "gpudev-context"
+        / "bnd-arch-dots"
+    )
     assert (files / "files" / "etc" / "bnd-kept").read_text() == "kept\n"
     assert os.readlink(files / "files" / "etc" / "bnd-near") == "bnd-kept"
     assert not os.path.lexists(files / "files" / "etc" / "bnd-escape")
@@ -170,7 +188,7 @@ def test_dotdot_names_devices_and_fifos_stay_out_of_the_host(
 
 
 def test_links_planted_in_the_workspace_are_never_written_through(
-    manager: DevContainers, docker_client: docker.DockerClient, tmp_path: Path
+    build_and_image_manager: DevContainers, docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
     # Given files outside the Jupyter root directory
     outside = tmp_path / "outside"
@@ -182,9 +200,9 @@ def test_links_planted_in_the_workspace_are_never_written_through(
     escape_dir.mkdir()
     # And a container of an environment with a Dockerfile, with a change, which planted a
     # link in the build context where the commit copies its files
-    manager.start(StartRequest(environment=BUILD_ENV, name="bnd-arch-ws"))
+    build_and_image_manager.start(StartRequest(environment=BUILD_ENV, name="bnd-arch-ws"))
     container = docker_client.containers.get("gpudev-bnd-arch-ws")
-    mounted = workspace(container, manager.root_dir)
+    mounted = workspace(container, build_and_image_manager.root_dir)
     env_dir = f"{mounted}/.devcontainer/{BUILD_ENV}"
     sh(docker_client, "bnd-arch-ws", "echo changed > /etc/bnd-ws.conf")
     container.exec_run(["mkdir", "-p", f"{env_dir}/gpudev-context/bnd-arch-ws/files"], user="0")
@@ -192,8 +210,10 @@ def test_links_planted_in_the_workspace_are_never_written_through(
         ["ln", "-s", str(escape_dir), f"{env_dir}/gpudev-context/bnd-arch-ws/files/etc"],
         user="0",
     )
-    committer = Committer(ChangeCapture(manager), manager.registries)
-    dockerfile = manager.root_dir / ".devcontainer" / BUILD_ENV / "Dockerfile"
+    committer = Committer(
+        ChangeCapture(build_and_image_manager), build_and_image_manager.registries
+    )
+    dockerfile = build_and_image_manager.root_dir / ".devcontainer" / BUILD_ENV / "Dockerfile"
     before = dockerfile.read_text()
     # When it is committed, the commit fails naming the link, and nothing is written
     with pytest.raises(GPUDevError) as refused:
@@ -218,7 +238,7 @@ def test_links_planted_in_the_workspace_are_never_written_through(
 
     # Given a container of an image-only environment, whose commit creates a Dockerfile and
     # rewrites devcontainer.json, with links planted at every name that commit writes
-    manager.start(StartRequest(environment=IMAGE_ENV, name="bnd-arch-img"))
+    build_and_image_manager.start(StartRequest(environment=IMAGE_ENV, name="bnd-arch-img"))
     sh(docker_client, "bnd-arch-img", "echo changed > /etc/bnd-img.conf")
     img_dir = f"{mounted}/.devcontainer/{IMAGE_ENV}"
     for name, victim_name in (
@@ -232,7 +252,7 @@ def test_links_planted_in_the_workspace_are_never_written_through(
     result = committer.commit("bnd-arch-img", CommitOptions(write=True))
     # Then it is written, the backup is a file, and nothing outside changed
     assert result.written is not None
-    img = manager.root_dir / ".devcontainer" / IMAGE_ENV
+    img = build_and_image_manager.root_dir / ".devcontainer" / IMAGE_ENV
     assert "/etc/bnd-img.conf" in (img / "Dockerfile").read_text()
     assert json.loads((img / "devcontainer.json").read_text())["build"] == {
         "dockerfile": "Dockerfile"

@@ -70,7 +70,10 @@ def test_a_host_command_that_never_ends_times_out_as_a_whole(ssh_server: SSHServ
 
 
 @pytest.fixture
-def manager(tmp_path: Path, dev_containers: Callable[..., DevContainers]) -> DevContainers:
+def capped_logs_manager(
+    tmp_path: Path, dev_containers: Callable[..., DevContainers]
+) -> DevContainers:
+    """A manager whose logs requests read at most 1 MiB; no GPU inventory."""
     config = Config()
     config.DevContainers.max_log_bytes = 1 << 20
     config.GPUInventory.backend = "none"
@@ -80,34 +83,34 @@ def manager(tmp_path: Path, dev_containers: Callable[..., DevContainers]) -> Dev
 
 
 def test_a_container_log_is_read_up_to_the_cap_and_says_where_it_was_cut(
-    manager: DevContainers, docker_client: docker.DockerClient
+    capped_logs_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given a dev container whose output is 8 MiB (more than the 1 MiB cap)
-    manager.start(StartRequest(environment="default", name="bnd-logs"))
+    capped_logs_manager.start(StartRequest(environment="default", name="bnd-logs"))
     container = docker_client.containers.get("gpudev-bnd-logs")
     code, output = container.exec_run(
         ["/bin/sh", "-c", "head -c 8388608 /dev/zero | tr '\\0' a > /proc/1/fd/1"], user="0"
     )
     assert code == 0, output
     # When its logs are read without a tail
-    text = "".join(manager.logs("bnd-logs"))
+    text = "".join(capped_logs_manager.logs("bnd-logs"))
     # Then at most the cap is read, and the answer says it was cut and how to see the end
     read, _, note = text.partition("\n[gpudev: the output is cut here")
     assert read == "a" * (1 << 20)
     assert note.endswith("ask for its last lines (tail) to see its end]\n")
     # And with a tail, the engine's last line (it splits long lines at 16 KiB) is answered
-    last = "".join(manager.logs("bnd-logs", tail=1))
+    last = "".join(capped_logs_manager.logs("bnd-logs", tail=1))
     assert 0 < len(last) < 1 << 20
     assert set(last) == {"a"}
 
 
 def test_lifecycle_output_and_time_are_bounded(
-    manager: DevContainers, docker_client: docker.DockerClient
+    capped_logs_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given an environment whose postCreateCommand prints 64 MiB in one line, then 30 lines,
     # and whose postStartCommand never ends; lifecycle commands are waited for 3 s
-    manager.lifecycle_timeout = 3.0
-    folder = manager.root_dir / ".devcontainer" / "noisy"
+    capped_logs_manager.lifecycle_timeout = 3.0
+    folder = capped_logs_manager.root_dir / ".devcontainer" / "noisy"
     folder.mkdir(parents=True)
     (folder / "devcontainer.json").write_text(
         json.dumps(
@@ -121,7 +124,9 @@ def test_lifecycle_output_and_time_are_bounded(
     # When a dev container of it starts
     events: list[dict[str, object]] = []
     started = time.monotonic()
-    info = manager.start(StartRequest(environment="noisy", name="bnd-noisy"), events.append)
+    info = capped_logs_manager.start(
+        StartRequest(environment="noisy", name="bnd-noisy"), events.append
+    )
     # Then the start ends at the time limit, saying the command goes on unwatched
     assert time.monotonic() - started < 60
     assert any(

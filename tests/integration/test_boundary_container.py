@@ -23,7 +23,8 @@ from docker.models.containers import Container
 
 from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
 from jupyter_gpudev.errors import BadRequest
-from tests.integration.test_containers import IMAGE, cleanup, make_manager
+from tests.integration.conftest import remove_containers
+from tests.integration.test_containers import IMAGE, make_manager
 
 pytestmark = pytest.mark.integration
 
@@ -47,8 +48,7 @@ def managers(
     made: list[DevContainers] = []
     yield made
     for manager in made:
-        cleanup(docker_client, manager.server_id)
-        manager.host_pool.close()
+        remove_containers(docker_client, manager)
 
 
 def new(managers: list[DevContainers], root: Path, tmp_path: Path, **extra: Any) -> DevContainers:

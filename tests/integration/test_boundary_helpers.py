@@ -53,7 +53,11 @@ exec /bin/rm "$@"
 
 
 @pytest.fixture
-def manager(tmp_path: Path, dev_containers: Callable[..., DevContainers]) -> DevContainers:
+def no_gpu_verify_manager(
+    tmp_path: Path, dev_containers: Callable[..., DevContainers]
+) -> DevContainers:
+    """A manager of the environment ``verify`` (``test_diff.write_environment``); no GPU
+    inventory (conftest's ``manager`` with that environment has the fake GPUs)."""
     root = tmp_path / "work"
     write_environment(root, "verify")
     config = Config()
@@ -82,12 +86,12 @@ def paths_in_image(docker_client: docker.DockerClient, image: str, paths: list[s
 
 @pytest.mark.parametrize("driver_file", [False, True], ids=["command-log", "and-driver-file"])
 def test_an_rm_planted_first_on_path_does_not_run_when_a_snapshot_is_made(
-    manager: DevContainers, docker_client: docker.DockerClient, driver_file: bool
+    no_gpu_verify_manager: DevContainers, docker_client: docker.DockerClient, driver_file: bool
 ) -> None:
     # Given a dev container with gpudev's command log (a logged pip: the snapshot leaves the
     # log out; with a file named as a driver file, left out too, that is done after the
     # commit) whose root planted an `rm` in the first folder of its PATH (the wrappers')
-    manager.start(StartRequest(environment="verify", name="plantbox"))
+    no_gpu_verify_manager.start(StartRequest(environment="verify", name="plantbox"))
     path = sh(docker_client, "plantbox", "echo $PATH")
     assert path.startswith(f"{commandlog.SHIMS}:")
     planted = f"{commandlog.SHIMS}/rm"
@@ -101,9 +105,9 @@ def test_an_rm_planted_first_on_path_does_not_run_when_a_snapshot_is_made(
     tag = "gpudev-test/planted:v1"
     try:
         # When it is committed as a snapshot
-        result = Committer(ChangeCapture(manager), manager.registries).commit(
-            "plantbox", CommitOptions(snapshot=tag)
-        )
+        result = Committer(
+            ChangeCapture(no_gpu_verify_manager), no_gpu_verify_manager.registries
+        ).commit("plantbox", CommitOptions(snapshot=tag))
         assert result.snapshot is not None
         assert result.snapshot.removed_driver_files == (
             ["/opt/libcuda.so.1"] if driver_file else []
@@ -132,11 +136,11 @@ def entry_in(docker_client: docker.DockerClient, container: str, path: str) -> t
 
 
 def test_a_snapshot_leaves_files_out_under_folders_kept_as_they_were(
-    manager: DevContainers, docker_client: docker.DockerClient
+    no_gpu_verify_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given a CPU dev container whose root made files named as driver files (left out of
     # snapshots) in a folder with its own owner, group and mode, and in the sticky /tmp
-    manager.start(StartRequest(environment="verify", name="oddbox"))
+    no_gpu_verify_manager.start(StartRequest(environment="verify", name="oddbox"))
     sh(
         docker_client,
         "oddbox",
@@ -148,9 +152,9 @@ def test_a_snapshot_leaves_files_out_under_folders_kept_as_they_were(
     tag = "gpudev-test/odd:v1"
     try:
         # When it is committed as a snapshot
-        result = Committer(ChangeCapture(manager), manager.registries).commit(
-            "oddbox", CommitOptions(snapshot=tag)
-        )
+        result = Committer(
+            ChangeCapture(no_gpu_verify_manager), no_gpu_verify_manager.registries
+        ).commit("oddbox", CommitOptions(snapshot=tag))
         # Then those files are left out, and the rest is there
         assert result.snapshot is not None
         assert result.snapshot.removed_driver_files == [
@@ -258,13 +262,13 @@ def probe_within(seconds: float, probe: Callable[[], object]) -> BaseException |
 
 
 def test_a_probe_whose_shell_prints_without_end_stops_at_the_cap_in_bounded_memory(
-    manager: DevContainers,
+    no_gpu_verify_manager: DevContainers,
     docker_client: docker.DockerClient,
     shell_images: Callable[[str], str],
 ) -> None:
     # Given an image whose shell prints without end, and a probe cap of 1 MiB of output
     image = shell_images("exec /usr/bin/yes gpudev-probe-flood")
-    capture = ChangeCapture(manager)
+    capture = ChangeCapture(no_gpu_verify_manager)
     capture.probe_output_limit = 1 << 20
     capture.probe_timeout = 60.0
     # When its packages are probed
@@ -289,13 +293,13 @@ def test_a_probe_whose_shell_prints_without_end_stops_at_the_cap_in_bounded_memo
 
 
 def test_a_probe_that_never_ends_is_stopped_at_its_time_limit_and_removed(
-    manager: DevContainers,
+    no_gpu_verify_manager: DevContainers,
     docker_client: docker.DockerClient,
     shell_images: Callable[[str], str],
 ) -> None:
     # Given an image whose shell prints nothing and never ends, and a 3 s probe time limit
     image = shell_images("exec /bin/sleep 600")
-    capture = ChangeCapture(manager)
+    capture = ChangeCapture(no_gpu_verify_manager)
     capture.probe_timeout = 3.0
     # When its packages are probed
     started = time.monotonic()
@@ -317,13 +321,13 @@ exec /bin/sleep 600
 
 
 def test_a_probe_runs_confined_like_a_dev_container_and_cannot_fork_without_end(
-    manager: DevContainers,
+    no_gpu_verify_manager: DevContainers,
     docker_client: docker.DockerClient,
     shell_images: Callable[[str], str],
 ) -> None:
     # Given an image whose shell starts 600 processes, then waits
     image = shell_images(FORKER)
-    capture = ChangeCapture(manager)
+    capture = ChangeCapture(no_gpu_verify_manager)
     capture.probe_timeout = 8.0
     seen: list[dict[str, Any]] = []
     most = [0]

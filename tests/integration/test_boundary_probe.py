@@ -68,7 +68,11 @@ def plant_script() -> str:
 
 
 @pytest.fixture
-def manager(tmp_path: Path, dev_containers: Callable[..., DevContainers]) -> DevContainers:
+def poisoned_path_manager(
+    tmp_path: Path, dev_containers: Callable[..., DevContainers]
+) -> DevContainers:
+    """A manager of the environment ``bndprobe``: a PATH that puts the workspace's programs
+    first, traps planted there by its own postCreateCommand, the host CA bundle mounted."""
     root = tmp_path / "work"
     folder = root / ".devcontainer" / "bndprobe"
     folder.mkdir(parents=True)
@@ -108,11 +112,11 @@ python3 -m pip install -q --no-cache-dir --break-system-packages packaging==24.1
 
 
 def test_reading_changes_runs_no_program_of_the_container(
-    manager: DevContainers, docker_client: docker.DockerClient, tmp_path: Path
+    poisoned_path_manager: DevContainers, docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
     # Given a dev container whose lifecycle command planted venvs with a script as python, a
     # replaced dpkg-query and look-alikes on PATH, each leaving a marker when root runs it
-    manager.start(StartRequest(environment="bndprobe", name="bnd-probe-box"))
+    poisoned_path_manager.start(StartRequest(environment="bndprobe", name="bnd-probe-box"))
     markers = tmp_path / "work" / "markers"
     assert markers.is_dir()
     ran: dict[str, list[str]] = {}
@@ -128,7 +132,7 @@ def test_reading_changes_runs_no_program_of_the_container(
     cowsay = as_user(
         docker_client, "bnd-probe-box", "/usr/bin/dpkg-query.real -W -f '${Version}' cowsay"
     )
-    capture = ChangeCapture(manager)
+    capture = ChangeCapture(poisoned_path_manager)
     captured, rendered = capture.diff("bnd-probe-box")
     what_ran("diff of the running container")
     # And it still reports the apt install, the new venv with its package and the pip install
@@ -144,7 +148,7 @@ def test_reading_changes_runs_no_program_of_the_container(
     assert f"cowsay={cowsay}" in rendered.new_text
     assert "iniconfig==2.0.0" in rendered.new_text
     # When the container is stopped, its diff is the same
-    manager.stop("bnd-probe-box")
+    poisoned_path_manager.stop("bnd-probe-box")
     assert capture.diff("bnd-probe-box")[1].diff == rendered.diff
     what_ran("diff of the stopped container")
     # When the changes are written, the next diff is empty

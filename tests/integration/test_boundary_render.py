@@ -28,7 +28,11 @@ SITE = "/usr/local/lib/python3.11/dist-packages"
 
 
 @pytest.fixture
-def manager(tmp_path: Path, dev_containers: Callable[..., DevContainers]) -> DevContainers:
+def image_env_manager(
+    tmp_path: Path, dev_containers: Callable[..., DevContainers]
+) -> DevContainers:
+    """A manager of one environment of an image (``ENVIRONMENT``); GPUs as this machine has
+    them."""
     root = tmp_path / "work"
     folder = root / ".devcontainer" / ENVIRONMENT
     folder.mkdir(parents=True)
@@ -57,13 +61,13 @@ def plant_dist(docker_client: docker.DockerClient, name: str, dist: str, direct:
 
 
 def test_newlines_in_a_file_name_and_a_direct_url_add_no_instruction(
-    manager: DevContainers, docker_client: docker.DockerClient
+    image_env_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given a dev container with a file named with a newline and a Dockerfile instruction,
     # a file whose name has spaces and quotes, and a distribution whose direct_url.json
     # URL holds a newline and an instruction
     name = "bnd-render-nl"
-    manager.start(StartRequest(environment=ENVIRONMENT, name=name))
+    image_env_manager.start(StartRequest(environment=ENVIRONMENT, name=name))
     sh(
         docker_client,
         name,
@@ -77,7 +81,7 @@ def test_newlines_in_a_file_name_and_a_direct_url_add_no_instruction(
         {"url": "https://example.org/evil-1.0.tar.gz\nRUN touch /pwned2", "archive_info": {}},
     )
     # When its diff is made
-    capture = ChangeCapture(manager)
+    capture = ChangeCapture(image_env_manager)
     _, rendered = capture.diff(name)
     # Then the Dockerfile has exactly the instructions meant: FROM the image, the files' COPY
     assert instructions(rendered.new_text) == [
@@ -95,8 +99,8 @@ def test_newlines_in_a_file_name_and_a_direct_url_add_no_instruction(
     result = gpudev(
         "diff",
         name,
-        f"--root-dir={manager.root_dir}",
-        f"--DevContainers.state_dir={manager.state_dir}",
+        f"--root-dir={image_env_manager.root_dir}",
+        f"--DevContainers.state_dir={image_env_manager.state_dir}",
     )
     assert result.returncode == 0, result.stderr
     assert not any(
@@ -107,21 +111,21 @@ def test_newlines_in_a_file_name_and_a_direct_url_add_no_instruction(
         "diff",
         name,
         "--json",
-        f"--root-dir={manager.root_dir}",
-        f"--DevContainers.state_dir={manager.state_dir}",
+        f"--root-dir={image_env_manager.root_dir}",
+        f"--DevContainers.state_dir={image_env_manager.state_dir}",
     )
     items = json.loads(listed.stdout)["items"]
     assert all(i["label"].isprintable() and i["id"].isprintable() for i in items)
 
 
 def test_a_direct_url_with_the_wrong_types_is_reported_and_removal_with_force_works(
-    manager: DevContainers, docker_client: docker.DockerClient
+    image_env_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given a dev container with a change a commit left out (held)
     name = "bnd-render-held"
-    manager.start(StartRequest(environment=ENVIRONMENT, name=name))
+    image_env_manager.start(StartRequest(environment=ENVIRONMENT, name=name))
     sh(docker_client, name, "echo one > /etc/one.conf && echo two > /etc/two.conf")
-    capture = ChangeCapture(manager)
+    capture = ChangeCapture(image_env_manager)
     capture.apply(capture.prepare(name, exclude=["file:/etc/two.conf"]))
     # And a distribution whose direct_url.json has a list where an object belongs
     plant_dist(docker_client, name, "crafted", {"url": "file:///src/crafted", "dir_info": []})
@@ -131,5 +135,5 @@ def test_a_direct_url_with_the_wrong_types_is_reported_and_removal_with_force_wo
     assert "crafted" not in rendered.new_text
     assert [i.id for i in captured.items if i.kind == "file"] == ["file:/etc/two.conf"]
     # And removing it with force works (its held changes are checked, then dropped)
-    manager.remove(name, force=True)
+    image_env_manager.remove(name, force=True)
     assert not docker_client.containers.list(all=True, filters={"name": f"gpudev-{name}"})

@@ -20,14 +20,12 @@ from jupyter_gpudev.containers import DevContainerInfo, DevContainers, StartRequ
 from jupyter_gpudev.errors import GPUDevError
 from jupyter_gpudev.labels import L_CLAIM, L_CLAIM_HOLDER, L_MANAGED, L_SERVER
 from jupyter_gpudev.leasing import NoFreeGPU, claim_name
-from tests.conftest import FAKE_SMI, FIXTURES
 from tests.sshd import SSHServer
 
 pytestmark = pytest.mark.integration
 
 A100_0 = "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77"
 A100_1 = "GPU-8f2a9c41-7b3e-4c55-9d0a-2e6f1b7c3d90"
-TWO_A100 = FIXTURES / "smi" / "two-a100"
 
 Make = Callable[..., DevContainers]
 
@@ -40,14 +38,6 @@ def make(user_server: Make, gpu_engine: None) -> Make:
         return user_server(user, hosts={"far": far} if far is not None else None)
 
     return make_one
-
-
-@pytest.fixture
-def remote_smi(tmp_path: Path) -> Path:
-    script = tmp_path / "remote-nvidia-smi"
-    script.write_text(f'#!/bin/sh\nFAKE_NVIDIA_SMI_DIR={TWO_A100} exec {FAKE_SMI} "$@"\n')
-    script.chmod(0o755)
-    return script
 
 
 @pytest.fixture(autouse=True)

@@ -15,12 +15,11 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
-from traitlets.config import Config
 
 from jupyter_gpudev.changes.capture import ChangeCapture, DiffChanged
 from jupyter_gpudev.changes.commit import CommitOptions, Committer, VerifyFailed
@@ -29,7 +28,6 @@ from jupyter_gpudev.engine import RegistryError, bridge_address
 from jupyter_gpudev.errors import BadRequest, Conflict, ImageError
 from jupyter_gpudev.labels import L_SNAPSHOT_DIFF, L_SNAPSHOT_ENV
 from jupyter_gpudev.labels import OCI_BASE_DIGEST as L_BASE_DIGEST
-from tests.conftest import FAKE_SMI, FIXTURES
 from tests.integration.conftest import A100_0
 from tests.integration.test_cli import gpudev
 from tests.integration.test_diff import sh, write_environment
@@ -72,17 +70,10 @@ def package_index(
 
 
 @pytest.fixture
-def manager(
-    tmp_path: Path, dev_containers: Callable[..., DevContainers], monkeypatch: pytest.MonkeyPatch
-) -> DevContainers:
-    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
-    root = tmp_path / "work"
-    write_environment(root, "verify")
-    config = Config()
-    config.GPUInventory.backend = "nvidia-smi"
-    config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
-    config.GPUInventory.cache_seconds = 0.0
-    return dev_containers(root, config)
+def manager(manager: DevContainers) -> DevContainers:
+    """conftest's ``manager``, with the environment ``verify`` (``test_diff.write_environment``)."""
+    write_environment(manager.root_dir, "verify")
+    return manager
 
 
 def changes(index: str) -> str:

@@ -13,7 +13,6 @@ import os
 import secrets
 import stat
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from jupyter_gpudev.errors import BadRequest, Conflict, GPUDevError
 from jupyter_gpudev.labels import L_BUILD_BASES, L_GPUS, L_LEASE, L_MANAGED, L_SERVER
 from jupyter_gpudev.leasing import GPURequest, NoFreeGPU, leasable_units
 from tests.conftest import FAKE_SMI, FIXTURES
+from tests.integration.conftest import remove_containers
 
 pytestmark = pytest.mark.integration
 
@@ -63,25 +63,12 @@ def make_manager(root: Path, state: Path, *, gpus: bool = True, **extra: Any) ->
 
 @pytest.fixture
 def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The workspace: conftest's ``manager`` works in it too, configured as ``make_manager``
+    configures one by default."""
     monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
     folder = tmp_path / "work"
-    folder.mkdir()
+    folder.mkdir(exist_ok=True)
     return folder
-
-
-@pytest.fixture
-def manager(
-    root: Path, tmp_path: Path, docker_client: docker.DockerClient
-) -> Iterator[DevContainers]:
-    containers = make_manager(root, tmp_path / "state")
-    yield containers
-    cleanup(docker_client, containers.server_id)
-    containers.host_pool.close()
-
-
-def cleanup(client: docker.DockerClient, server_id: str) -> None:
-    for container in client.containers.list(all=True, filters={"label": f"{L_SERVER}={server_id}"}):
-        container.remove(force=True)
 
 
 def write_devcontainer(
@@ -495,8 +482,7 @@ def test_optional_gpu_falls_back_to_the_cpu(
         assert info.gpu_uuids == ()
         assert any("started without a GPU" in w for w in info.warnings)
     finally:
-        cleanup(docker_client, manager.server_id)
-        manager.host_pool.close()
+        remove_containers(docker_client, manager)
 
 
 def test_optional_gpu_falls_back_when_no_gpu_matches_its_filter(
@@ -594,8 +580,7 @@ def test_driver_injection_without_the_hook_gives_only_the_leased_gpu(
         manager.stop("legacy")
         assert manager.ledger.active("local") == []
     finally:
-        cleanup(docker_client, manager.server_id)
-        manager.host_pool.close()
+        remove_containers(docker_client, manager)
 
 
 def test_driver_injection_refuses_what_it_cannot_map(

@@ -47,7 +47,11 @@ def write_environment(root: Path, name: str) -> None:
 
 
 @pytest.fixture
-def manager(tmp_path: Path, dev_containers: Callable[..., DevContainers]) -> DevContainers:
+def ca_bundle_manager(
+    tmp_path: Path, dev_containers: Callable[..., DevContainers]
+) -> DevContainers:
+    """A manager of the environment ``diff`` (``write_environment``) with the host CA bundle
+    mounted, so its containers reach the package index; GPUs as this machine has them."""
     root = tmp_path / "work"
     write_environment(root, "diff")
     config = Config()
@@ -87,11 +91,11 @@ mkdir -p /root/.ssh && echo "-----BEGIN OPENSSH PRIVATE KEY-----" > /root/.ssh/i
 
 
 def test_changes_made_in_a_container_come_out_as_a_dockerfile_diff(
-    manager: DevContainers, docker_client: docker.DockerClient, tmp_path: Path
+    ca_bundle_manager: DevContainers, docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
     # Given a dev container of an environment with its own Dockerfile
-    info = manager.start(StartRequest(environment="diff", name="diffbox"))
-    capture = ChangeCapture(manager)
+    info = ca_bundle_manager.start(StartRequest(environment="diff", name="diffbox"))
+    capture = ChangeCapture(ca_bundle_manager)
     # Then right after the start, only the variable the environment sets and the image lacks
     _, fresh = capture.diff("diffbox")
     added = [line for line in fresh.diff.splitlines() if line.startswith("+") and "+++" not in line]
@@ -130,13 +134,13 @@ def test_changes_made_in_a_container_come_out_as_a_dockerfile_diff(
     )
     assert capture.diff("diffbox")[1].diff == rendered.diff
     # When the container is stopped (kept because it has changes), the diff is the same
-    manager.stop(info.name)
+    ca_bundle_manager.stop(info.name)
     assert capture.diff("diffbox")[1].diff == rendered.diff
     # And the command line prints the same diff, and the credential as a note on stderr
     result = gpudev(
         "diff",
         "diffbox",
-        f"--root-dir={manager.root_dir}",
+        f"--root-dir={ca_bundle_manager.root_dir}",
         f"--DevContainers.state_dir={tmp_path / 'state'}",
     )
     assert result.returncode == 0, result.stderr
@@ -145,10 +149,10 @@ def test_changes_made_in_a_container_come_out_as_a_dockerfile_diff(
 
 
 def test_lifecycle_commands_are_part_of_the_baseline(
-    manager: DevContainers, docker_client: docker.DockerClient
+    ca_bundle_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given an environment whose postCreateCommand installs a package and writes a file
-    folder = manager.root_dir / ".devcontainer" / "lifecycle"
+    folder = ca_bundle_manager.root_dir / ".devcontainer" / "lifecycle"
     folder.mkdir(parents=True)
     (folder / "devcontainer.json").write_text(
         json.dumps(
@@ -158,8 +162,8 @@ def test_lifecycle_commands_are_part_of_the_baseline(
             }
         )
     )
-    manager.start(StartRequest(environment="lifecycle", name="lifebox"))
-    capture = ChangeCapture(manager)
+    ca_bundle_manager.start(StartRequest(environment="lifecycle", name="lifebox"))
+    capture = ChangeCapture(ca_bundle_manager)
     # Then what the environment's own commands did is not a change
     captured, rendered = capture.diff("lifebox")
     assert rendered.diff == "", rendered.diff
@@ -173,19 +177,19 @@ def test_lifecycle_commands_are_part_of_the_baseline(
     result = gpudev(
         "diff",
         "nobox",
-        f"--root-dir={manager.root_dir}",
-        f"--DevContainers.state_dir={manager.state_dir}",
+        f"--root-dir={ca_bundle_manager.root_dir}",
+        f"--DevContainers.state_dir={ca_bundle_manager.state_dir}",
     )
     assert result.returncode == 2
     assert "No dev container named 'nobox'" in result.stderr
 
 
 def test_commit_write_patches_the_dockerfile_and_the_rebuilt_image_has_the_changes(
-    manager: DevContainers, docker_client: docker.DockerClient, tmp_path: Path
+    ca_bundle_manager: DevContainers, docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
     # Given a dev container with an uninstalled base package, an edited and a new /etc file,
     # and a config file whose content is a private key
-    manager.start(StartRequest(environment="diff", name="writebox"))
+    ca_bundle_manager.start(StartRequest(environment="diff", name="writebox"))
     sh(
         docker_client,
         "writebox",
@@ -194,11 +198,11 @@ def test_commit_write_patches_the_dockerfile_and_the_rebuilt_image_has_the_chang
         "mkdir -p /etc/tool && echo 'threads = 4' > /etc/tool/tool.conf && "
         "printf '%s\\n' '-----BEGIN RSA PRIVATE KEY-----' > /etc/tool/settings.conf",
     )
-    folder = manager.root_dir / ".devcontainer" / "diff"
+    folder = ca_bundle_manager.root_dir / ".devcontainer" / "diff"
     before = (folder / "Dockerfile").read_text()
     # When `jupyter gpudev commit --write` runs
     args = (
-        f"--root-dir={manager.root_dir}",
+        f"--root-dir={ca_bundle_manager.root_dir}",
         f"--DevContainers.state_dir={tmp_path / 'state'}",
     )
     result = gpudev("commit", "writebox", "--write", *args)
@@ -226,7 +230,7 @@ def test_commit_write_patches_the_dockerfile_and_the_rebuilt_image_has_the_chang
     assert (copied / "tool" / "tool.conf").read_text() == "threads = 4\n"
     assert (copied / "tool" / "later.conf").read_text() == "later\n"
     # When the environment is started again, its image is rebuilt from the patched Dockerfile
-    manager.start(StartRequest(environment="diff", name="rebuilt"))
+    ca_bundle_manager.start(StartRequest(environment="diff", name="rebuilt"))
     out = sh(
         docker_client,
         "rebuilt",
@@ -240,24 +244,24 @@ def test_commit_write_patches_the_dockerfile_and_the_rebuilt_image_has_the_chang
     assert "No module named 'gpudevbase'" in out
     # And the key file left out is still an uncommitted change: no removal without force
     with pytest.raises(Conflict, match=r"settings\.conf"):
-        manager.remove("writebox")
+        ca_bundle_manager.remove("writebox")
 
 
 def test_commit_write_of_an_image_only_environment_creates_its_dockerfile(
-    manager: DevContainers, docker_client: docker.DockerClient
+    ca_bundle_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given an environment with only an image, and a changed container of it
-    folder = manager.root_dir / ".devcontainer" / "plain"
+    folder = ca_bundle_manager.root_dir / ".devcontainer" / "plain"
     folder.mkdir(parents=True)
     (folder / "devcontainer.json").write_text(
         '{\n  // an image, no Dockerfile\n  "image": "gpudev-python:bookworm",\n'
         '  "containerEnv": {"LANGUAGE": "en"}\n}\n'
     )
-    manager.start(StartRequest(environment="plain", name="plainbox"))
+    ca_bundle_manager.start(StartRequest(environment="plain", name="plainbox"))
     sh(docker_client, "plainbox", "echo 'set -o vi' > /etc/inputrc.local")
-    manager.stop("plainbox")
+    ca_bundle_manager.stop("plainbox")
     # When the changes of the stopped container are written
-    written = ChangeCapture(manager).write("plainbox")
+    written = ChangeCapture(ca_bundle_manager).write("plainbox")
     # Then a Dockerfile FROM the image is created and devcontainer.json builds it instead
     assert written.rendered.created
     assert (folder / "Dockerfile").read_text().startswith("FROM gpudev-python:bookworm\n")
@@ -266,20 +270,23 @@ def test_commit_write_of_an_image_only_environment_creates_its_dockerfile(
     config = json.loads((folder / "devcontainer.json").read_text())
     assert config == {"build": {"dockerfile": "Dockerfile"}, "containerEnv": {"LANGUAGE": "en"}}
     assert "// an image" in (folder / "devcontainer.json.prev").read_text()
-    env = manager.environments.get("plain", manager.root_dir)
+    env = ca_bundle_manager.environments.get("plain", ca_bundle_manager.root_dir)
     assert env.build is not None
     assert env.build.dockerfile == (folder / "Dockerfile").resolve()
     # And, everything committed, it can be removed without force
-    manager.remove("plainbox")
+    ca_bundle_manager.remove("plainbox")
 
 
 def test_the_command_line_lists_the_changes_and_commits_some_of_them(
-    manager: DevContainers, docker_client: docker.DockerClient
+    ca_bundle_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given a dev container with two new files (and the variable its environment sets)
-    manager.start(StartRequest(environment="diff", name="cherrybox"))
+    ca_bundle_manager.start(StartRequest(environment="diff", name="cherrybox"))
     sh(docker_client, "cherrybox", "echo one > /etc/one.conf && echo two > /etc/two.conf")
-    args = (f"--root-dir={manager.root_dir}", f"--DevContainers.state_dir={manager.state_dir}")
+    args = (
+        f"--root-dir={ca_bundle_manager.root_dir}",
+        f"--DevContainers.state_dir={ca_bundle_manager.state_dir}",
+    )
     # When its diff is asked for as JSON
     listed = gpudev("diff", "cherrybox", "--json", *args)
     assert listed.returncode == 0, listed.stderr
@@ -308,7 +315,7 @@ def test_the_command_line_lists_the_changes_and_commits_some_of_them(
     assert bad.returncode == 2
     assert "Not a change id: 'two.conf'" in bad.stderr
     # When the commit is written without the second file and the variable
-    dockerfile = manager.root_dir / ".devcontainer" / "diff" / "Dockerfile"
+    dockerfile = ca_bundle_manager.root_dir / ".devcontainer" / "diff" / "Dockerfile"
     before = dockerfile.read_text()
     written = gpudev(
         "commit",
@@ -352,10 +359,10 @@ def test_the_command_line_lists_the_changes_and_commits_some_of_them(
     assert result["held"] == ["file:/etc/two.conf", "env:MY_SETTING"]
     assert dockerfile.read_text() == before + added
     # And the container cannot be removed without force: the variable is not committed
-    manager.stop("cherrybox")
+    ca_bundle_manager.stop("cherrybox")
     removal = gpudev("rm", "cherrybox", *args)
     assert removal.returncode == Conflict.exit_code
     assert "2 uncommitted change(s) (e.g. /etc/two.conf, env:MY_SETTING)" in removal.stderr
     with pytest.raises(Conflict) as refused:
-        manager.remove("cherrybox")
+        ca_bundle_manager.remove("cherrybox")
     assert "env:MY_SETTING" in refused.value.details["changes"]

@@ -15,14 +15,12 @@ import docker
 import pytest
 from jupyter_client.manager import AsyncKernelManager
 from tornado.httpclient import HTTPClientError, HTTPResponse
-from traitlets.config import Config
 
 from jupyter_gpudev.containers import DevContainers, docker_name
 from jupyter_gpudev.kernels import provisioner
 from jupyter_gpudev.kernels.kernelspecs import GPUDevKernelSpecManager
 from jupyter_gpudev.kernels.provisioner import KernelLaunchError, KernelStartFailed
 from jupyter_gpudev.labels import L_SERVER
-from tests.conftest import FAKE_SMI, FIXTURES
 
 A100_1 = "GPU-8f2a9c41-7b3e-4c55-9d0a-2e6f1b7c3d90"
 
@@ -32,19 +30,11 @@ Fetch = Callable[..., Awaitable[HTTPResponse]]
 
 
 @pytest.fixture
-def manager(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dev_containers: Callable[..., DevContainers]
-) -> Iterator[DevContainers]:
-    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "smi" / "two-a100"))
-    root = tmp_path / "work"
-    (root / "notebooks").mkdir(parents=True)
-    config = Config()
-    config.GPUInventory.backend = "nvidia-smi"
-    config.GPUInventory.nvidia_smi_path = str(FAKE_SMI)
-    config.GPUInventory.cache_seconds = 0.0
-    containers = dev_containers(root, config)
-    provisioner.set_manager(containers)
-    yield containers
+def manager(manager: DevContainers) -> Iterator[DevContainers]:
+    """conftest's ``manager``, with a folder ``notebooks``, the kernel provisioner's."""
+    (manager.root_dir / "notebooks").mkdir()
+    provisioner.set_manager(manager)
+    yield manager
     provisioner.set_manager(None)
 
 
@@ -209,14 +199,8 @@ async def test_a_kernel_that_fails_at_start_is_cleaned_up(
     )
 
 
-@pytest.fixture
-def gpudev_config(tmp_path: Path) -> dict[str, Any]:
-    # No kernel_spec_manager_class here: the extension itself puts the gpudev kernels in.
-    return {
-        "DevContainers": {"state_dir": str(tmp_path / "state"), "stop_timeout": 2},
-    }
-
-
+# The server's config is conftest's gpudev_config: no kernel_spec_manager_class there, the
+# extension itself puts the gpudev kernels in.
 async def test_a_gpudev_kernel_through_the_server_rest_api_and_websocket(
     jp_fetch: Fetch, jp_ws_fetch: Callable[..., Awaitable[Any]], docker_client: docker.DockerClient
 ) -> None:

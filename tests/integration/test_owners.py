@@ -11,7 +11,6 @@ import contextlib
 import json
 import secrets
 from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import docker
@@ -118,11 +117,8 @@ def test_a_gpu_another_user_holds_is_held_by_another_user(make: Make, gpu_engine
 
 
 @pytest.fixture
-def gpudev_config(tmp_path: Path) -> dict[str, Any]:
-    return {
-        "DevContainers": {"state_dir": str(tmp_path / "server-state"), "stop_timeout": 2},
-        "Access": {"user": "alice"},
-    }
+def gpudev_config(gpudev_config: dict[str, Any]) -> dict[str, Any]:
+    return {**gpudev_config, "Access": {"user": "alice"}}
 
 
 @pytest.fixture

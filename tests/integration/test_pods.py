@@ -58,20 +58,22 @@ def cluster(docker_client: docker.DockerClient, tmp_path: Path) -> Iterator[Fake
 
 
 @pytest.fixture
-def manager(
+def pod_manager(
     cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[DevContainers]:
+    """A manager whose one host is ``cluster`` (``tests/k8s_api.py``'s ``cluster_manager``),
+    its pods real containers, a starting one read every 50 ms."""
     with cluster_manager(cluster, tmp_path, monkeypatch, pod_poll_interval=0.05) as made:
         yield made
 
 
 def test_a_pods_lifecycle_commands_and_changes_run_in_its_image(
-    manager: DevContainers, cluster: FakeCluster, tmp_path: Path
+    pod_manager: DevContainers, cluster: FakeCluster, tmp_path: Path
 ) -> None:
     # Given an environment whose postCreateCommand writes a file outside the workspace
-    folder = manager.root_dir / ".devcontainer" / "k8s"
+    folder = pod_manager.root_dir / ".devcontainer" / "k8s"
     folder.mkdir(parents=True)
-    image = manager.environments.get("default", manager.root_dir).image
+    image = pod_manager.environments.get("default", pod_manager.root_dir).image
     (folder / "devcontainer.json").write_text(
         json.dumps(
             {
@@ -82,7 +84,7 @@ def test_a_pods_lifecycle_commands_and_changes_run_in_its_image(
     )
     # When it starts on the cluster
     said: list[dict[str, object]] = []
-    info = manager.start(
+    info = pod_manager.start(
         StartRequest("k8s", host="cluster", name="real-pod"), said.append, caller=ALICE
     )
     # Then the command ran in the pod as its user (1000, never root), its words reported
@@ -90,7 +92,7 @@ def test_a_pods_lifecycle_commands_and_changes_run_in_its_image(
     assert ("postCreateCommand", "set up as 1000") in [(e["stage"], e["message"]) for e in said]
     assert not [w for w in info.warnings if "listed" in w], info.warnings
     # (what the setup wrote is in the listing taken after it: not a change of the user's)
-    pods = manager.pods(manager.host_pool.get("cluster"))
+    pods = pod_manager.pods(pod_manager.host_pool.get("cluster"))
     assert (
         pods.cluster.exec(
             "gpudev-real-pod", ["cat", "/tmp/made-by-setup"], timeout=30, limit=100
@@ -113,7 +115,7 @@ def test_a_pods_lifecycle_commands_and_changes_run_in_its_image(
         assert pods.cluster.exec("gpudev-real-pod", argv, timeout=30, limit=100).exit_code == 0
     # Then removing it without force is refused, naming the changes outside the workspace
     with pytest.raises(Conflict) as caught:
-        manager.remove("real-pod", "cluster", caller=ALICE)
+        pod_manager.remove("real-pod", "cluster", caller=ALICE)
     changes = caught.value.details["changes"]
     assert "/tmp/made-by-setup" not in changes
     assert "/tmp/tool" in changes
@@ -121,7 +123,7 @@ def test_a_pods_lifecycle_commands_and_changes_run_in_its_image(
     assert "/tmp/a name\nwith a newline" in changes
     assert not [c for c in changes if c.startswith(workspace)]
     # And with force the pod's container is gone, the workspace's files kept
-    manager.remove("real-pod", "cluster", force=True, caller=ALICE)
+    pod_manager.remove("real-pod", "cluster", force=True, caller=ALICE)
     assert cluster.names("pods") == []
     assert not cluster.kubelet.containers
     kept = list((tmp_path / "volumes").glob("*-workspace/notes.txt"))
@@ -129,10 +131,10 @@ def test_a_pods_lifecycle_commands_and_changes_run_in_its_image(
 
 
 def test_an_unchanged_pod_is_removed_without_force(
-    manager: DevContainers, cluster: FakeCluster
+    pod_manager: DevContainers, cluster: FakeCluster
 ) -> None:
-    manager.start(StartRequest("default", host="cluster", name="plain"), None, caller=ALICE)
-    manager.remove("plain", "cluster", caller=ALICE)
+    pod_manager.start(StartRequest("default", host="cluster", name="plain"), None, caller=ALICE)
+    pod_manager.remove("plain", "cluster", caller=ALICE)
     assert cluster.names("pods") == []
 
 
@@ -162,16 +164,16 @@ def environment(manager: DevContainers, name: str, config: dict[str, Any]) -> Pa
 
 
 def test_a_pods_changes_are_committed_as_a_dockerfile_diff(
-    manager: DevContainers, cluster: FakeCluster, tools_image: str
+    pod_manager: DevContainers, cluster: FakeCluster, tools_image: str
 ) -> None:
     # Given change tracking, and a pod of an environment with a folder its user may write
-    capture = track_changes(manager)
-    folder = environment(manager, "tools", {"image": tools_image})
+    capture = track_changes(pod_manager)
+    folder = environment(pod_manager, "tools", {"image": tools_image})
     said: list[dict[str, object]] = []
-    info = manager.start(StartRequest("tools", host="cluster", name="cpod"), said.append)
+    info = pod_manager.start(StartRequest("tools", host="cluster", name="cpod"), said.append)
     assert not [w for w in info.warnings if "commit" in w], info.warnings
     assert "probing the packages of gpudev-cpod" in [e["message"] for e in said]
-    pods = manager.pods(manager.host_pool.get("cluster"))
+    pods = pod_manager.pods(pod_manager.host_pool.get("cluster"))
 
     def run_in_pod(script: str) -> None:
         result = pods.cluster.exec("gpudev-cpod", ["sh", "-c", script], timeout=60, limit=4096)
@@ -214,14 +216,14 @@ def test_a_pods_changes_are_committed_as_a_dockerfile_diff(
     # When the committed file is edited again, removing the pod is refused (it would be lost)
     run_in_pod("echo 'threads = 8' > /opt/tools/settings.toml")
     with pytest.raises(Conflict) as caught:
-        manager.remove("cpod", "cluster")
+        pod_manager.remove("cpod", "cluster")
     assert caught.value.details["changes"] == ["/opt/tools/settings.toml"]
     # And once committed again it is removed without force, its baselines forgotten
     committer.commit("cpod", CommitOptions(write=True), "cluster")
     assert (
         folder / "gpudev-context" / "cpod" / "files" / "opt" / "tools" / "settings.toml"
     ).read_text() == "threads = 8\n"
-    manager.remove("cpod", "cluster")
+    pod_manager.remove("cpod", "cluster")
     assert cluster.names("pods") == []
     assert not list(capture.baselines.folder.glob("*" + captured.key + "*"))
 
@@ -420,7 +422,7 @@ print(count)
 
 
 def test_a_pods_snapshot_is_built_in_the_cluster_and_pushed(  # noqa: PLR0917
-    manager: DevContainers,
+    pod_manager: DevContainers,
     cluster: FakeCluster,
     tools_image: str,
     registry: Registry,
@@ -431,15 +433,15 @@ def test_a_pods_snapshot_is_built_in_the_cluster_and_pushed(  # noqa: PLR0917
 ) -> None:
     # Given a pod with a settings file, the user's credentials for a real registry, and a
     # cluster whose build Jobs run (the engine stands in for kaniko, busybox for crane's)
-    capture = track_changes(manager)
+    capture = track_changes(pod_manager)
     monkeypatch.setenv("DOCKER_CONFIG", str(registry.docker_config(tmp_path / "docker")))
     started: list[list[str]] = []
     cluster.job_runner = builder_stand_in(
         cluster, docker_client, tmp_path / "volumes", busybox_image, started
     )
-    folder = environment(manager, "tools", {"image": tools_image})
-    manager.start(StartRequest("tools", host="cluster", name="spod"), None)
-    pods = manager.pods(manager.host_pool.get("cluster"))
+    folder = environment(pod_manager, "tools", {"image": tools_image})
+    pod_manager.start(StartRequest("tools", host="cluster", name="spod"), None)
+    pods = pod_manager.pods(pod_manager.host_pool.get("cluster"))
     made = pods.cluster.exec(
         "gpudev-spod",
         ["sh", "-c", "echo 'threads = 4' > /opt/tools/settings.toml"],
@@ -500,7 +502,7 @@ def test_a_pods_snapshot_is_built_in_the_cluster_and_pushed(  # noqa: PLR0917
 
 
 def test_a_build_context_the_pod_rewrites_in_its_claim_is_never_built(  # noqa: PLR0917
-    manager: DevContainers,
+    pod_manager: DevContainers,
     cluster: FakeCluster,
     tools_image: str,
     registry: Registry,
@@ -512,10 +514,10 @@ def test_a_build_context_the_pod_rewrites_in_its_claim_is_never_built(  # noqa: 
     # Given a changed pod, the user's credentials for a real registry, a cluster whose build
     # Jobs run, and a hostile pod: once the build Job exists, before it runs, it replaces every
     # Dockerfile of the build context gpudev left in its workspace claim with its own
-    capture = track_changes(manager)
+    capture = track_changes(pod_manager)
     monkeypatch.setenv("DOCKER_CONFIG", str(registry.docker_config(tmp_path / "docker")))
-    environment(manager, "tools", {"image": tools_image})
-    manager.start(StartRequest("tools", host="cluster", name="evil"), None)
+    environment(pod_manager, "tools", {"image": tools_image})
+    pod_manager.start(StartRequest("tools", host="cluster", name="evil"), None)
     pod = cluster.objects[("pods", "team-ml", "gpudev-evil")]
     workspace = pod["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
     assert cluster.kubelet.exec(pod, ["sh", "-c", "echo x > /opt/tools/settings.toml"])[0] == 0
@@ -564,20 +566,20 @@ def test_a_build_context_the_pod_rewrites_in_its_claim_is_never_built(  # noqa: 
 
 @pytest.mark.parametrize("forward", ["never", "always"])
 async def test_a_kernel_runs_in_a_pod_from_the_picker(
-    manager: DevContainers, cluster: FakeCluster, forward: str
+    pod_manager: DevContainers, cluster: FakeCluster, forward: str
 ) -> None:
     # Given a running pod, offered in the picker as a dev container kernels share, reached at
     # its IP (a server in the cluster) or through port-forwards (a server outside), pinned
     # (else it is deleted after its last kernel: see the next test)
-    manager.pod_port_forward = forward
-    manager.start(StartRequest("default", host="cluster", name="kpod"), None)
-    assert manager.pin("kpod", "cluster").pinned is True
-    provisioner.set_manager(manager)
+    pod_manager.pod_port_forward = forward
+    pod_manager.start(StartRequest("default", host="cluster", name="kpod"), None)
+    assert pod_manager.pin("kpod", "cluster").pinned is True
+    provisioner.set_manager(pod_manager)
     try:
-        specs = GPUDevKernelSpecManager(root_dir=str(manager.root_dir)).find_kernel_specs()
+        specs = GPUDevKernelSpecManager(root_dir=str(pod_manager.root_dir)).find_kernel_specs()
         assert SHARED_PREFIX + "kpod" in specs
         # When a kernel starts in it
-        km = kernel_manager(manager, SHARED_PREFIX + "kpod")
+        km = kernel_manager(pod_manager, SHARED_PREFIX + "kpod")
         await km.start_kernel()
         client = km.client()
         client.start_channels()
@@ -625,7 +627,9 @@ async def test_a_kernel_runs_in_a_pod_from_the_picker(
         assert listed.strip() == b""
         procs = container.exec_run(["sh", "-c", "ps -eo args || ls /proc"]).output.decode()
         assert "ipykernel" not in procs
-        assert manager.get("kpod", "cluster", caller=Caller("root", admin=True)).state == "running"
+        assert (
+            pod_manager.get("kpod", "cluster", caller=Caller("root", admin=True)).state == "running"
+        )
     finally:
         provisioner.set_manager(None)
 
@@ -646,67 +650,71 @@ async def one_kernel(manager: DevContainers, container: str, code: str) -> None:
 
 
 async def test_a_shared_pod_is_deleted_after_its_last_kernel_unless_pinned_or_changed(
-    manager: DevContainers, cluster: FakeCluster, tools_image: str
+    pod_manager: DevContainers, cluster: FakeCluster, tools_image: str
 ) -> None:
     # Given change tracking and a running pod that kernels share
-    track_changes(manager)
-    environment(manager, "tools", {"image": tools_image})
-    manager.start(StartRequest("tools", host="cluster", name="spod"), None)
-    provisioner.set_manager(manager)
+    track_changes(pod_manager)
+    environment(pod_manager, "tools", {"image": tools_image})
+    pod_manager.start(StartRequest("tools", host="cluster", name="spod"), None)
+    provisioner.set_manager(pod_manager)
     try:
         # When it is pinned, then the end of its last kernel leaves it running
-        assert manager.pin("spod", "cluster").pinned is True
-        assert [i.pinned for i in manager.list() if i.name == "spod"] == [True]
-        await one_kernel(manager, "spod", "print(1)")
+        assert pod_manager.pin("spod", "cluster").pinned is True
+        assert [i.pinned for i in pod_manager.list() if i.name == "spod"] == [True]
+        await one_kernel(pod_manager, "spod", "print(1)")
         assert cluster.names("pods") == ["gpudev-spod"]
         # When it is unpinned and its last kernel changed a file outside its workspace, then
         # it keeps running, with the change (a pod is not stopped and kept); removed, its pin
         # is gone
-        assert manager.pin("spod", "cluster", pinned=False).pinned is False
-        await one_kernel(manager, "spod", "open('/opt/tools/model.cfg', 'w').write('lr = 0.1')")
+        assert pod_manager.pin("spod", "cluster", pinned=False).pinned is False
+        await one_kernel(pod_manager, "spod", "open('/opt/tools/model.cfg', 'w').write('lr = 0.1')")
         assert cluster.names("pods") == ["gpudev-spod"]
-        assert manager.get("spod", "cluster").state == "running"
-        manager.pin("spod", "cluster")
-        manager.remove("spod", "cluster", force=True)
-        assert "spod" not in manager.ledger.pinned("cluster")
+        assert pod_manager.get("spod", "cluster").state == "running"
+        pod_manager.pin("spod", "cluster")
+        pod_manager.remove("spod", "cluster", force=True)
+        assert "spod" not in pod_manager.ledger.pinned("cluster")
         # When the last kernel of an unchanged, unpinned pod ends (a pin left by a pod of its
         # name deleted behind gpudev's back is not its own), then the pod is deleted (its
         # GPUs freed) and its workspace claim kept
-        manager.ledger.set_pinned("cluster", "spod2", True)
-        assert manager.start(StartRequest("tools", host="cluster", name="spod2")).pinned is False
-        await one_kernel(manager, "spod2", "print(2)")
+        pod_manager.ledger.set_pinned("cluster", "spod2", True)
+        assert (
+            pod_manager.start(StartRequest("tools", host="cluster", name="spod2")).pinned is False
+        )
+        await one_kernel(pod_manager, "spod2", "print(2)")
         assert cluster.names("pods") == []
         assert "gpudev-ws-spod2" in cluster.names("persistentvolumeclaims")
         with pytest.raises(NotFound):
-            manager.get("spod2", "cluster")
+            pod_manager.get("spod2", "cluster")
     finally:
         provisioner.set_manager(None)
 
 
 def test_a_pod_made_for_one_kernel_is_not_pinned(
-    manager: DevContainers, cluster: FakeCluster
+    pod_manager: DevContainers, cluster: FakeCluster
 ) -> None:
     # Given a pod labelled as one kernel's (as the picker makes them)
-    manager.start(StartRequest("default", host="cluster", name="own"), None)
+    pod_manager.start(StartRequest("default", host="cluster", name="own"), None)
     cluster.objects[("pods", "team-ml", "gpudev-own")]["metadata"]["labels"][K_KERNEL] = "k1"
     # When it is pinned, then that is refused: it ends with its kernel
     with pytest.raises(BadRequest, match="belongs to one kernel"):
-        manager.pin("own", "cluster")
+        pod_manager.pin("own", "cluster")
 
 
 async def test_a_kernel_of_an_environment_on_the_cluster_has_a_pod_of_its_own(
-    manager: DevContainers, cluster: FakeCluster, tools_image: str
+    pod_manager: DevContainers, cluster: FakeCluster, tools_image: str
 ) -> None:
     # Given change tracking and an environment whose host is the cluster
-    track_changes(manager)
+    track_changes(pod_manager)
     environment(
-        manager, "onk8s", {"image": tools_image, "customizations": {"gpudev": {"host": "cluster"}}}
+        pod_manager,
+        "onk8s",
+        {"image": tools_image, "customizations": {"gpudev": {"host": "cluster"}}},
     )
-    provisioner.set_manager(manager)
+    provisioner.set_manager(pod_manager)
     try:
         for change in (False, True):
             # When a kernel of it starts from the picker
-            km = kernel_manager(manager, "gpudev-onk8s")
+            km = kernel_manager(pod_manager, "gpudev-onk8s")
             await km.start_kernel()
             client = km.client()
             client.start_channels()
@@ -734,23 +742,23 @@ async def test_a_kernel_of_an_environment_on_the_cluster_has_a_pod_of_its_own(
                 assert cluster.names("pods") == [pod_name]
                 name = pod["metadata"]["annotations"][A_NAME]
                 with pytest.raises(Conflict, match=r"model\.cfg"):
-                    manager.remove(name, "cluster")
-                manager.remove(name, "cluster", force=True)
+                    pod_manager.remove(name, "cluster")
+                pod_manager.remove(name, "cluster", force=True)
     finally:
         provisioner.set_manager(None)
 
 
 def test_a_web_port_of_a_pod_is_reached_at_its_ip(
-    manager: DevContainers, cluster: FakeCluster
+    pod_manager: DevContainers, cluster: FakeCluster
 ) -> None:
-    manager.start(StartRequest("default", host="cluster", name="web"), None, caller=ALICE)
-    pods = manager.pods(manager.host_pool.get("cluster"))
+    pod_manager.start(StartRequest("default", host="cluster", name="web"), None, caller=ALICE)
+    pods = pod_manager.pods(pod_manager.host_pool.get("cluster"))
     serve = "nohup python3 -m http.server 8000 >/dev/null 2>&1 </dev/null & echo $!"
     assert (
         pods.cluster.exec("gpudev-web", ["sh", "-c", serve], timeout=30, limit=100).exit_code == 0
     )
-    manager.set_web_port("web", 8000, "cluster", caller=ALICE)
-    address, port = manager.proxy_target("web", 8000, "cluster", caller=ALICE)
+    pod_manager.set_web_port("web", 8000, "cluster", caller=ALICE)
+    address, port = pod_manager.proxy_target("web", 8000, "cluster", caller=ALICE)
     for _ in range(100):
         try:
             with urllib.request.urlopen(f"http://{address}:{port}/", timeout=5) as answer:
@@ -763,10 +771,10 @@ def test_a_web_port_of_a_pod_is_reached_at_its_ip(
 
 
 def test_a_terminal_in_a_pod_is_a_shell_there(
-    manager: DevContainers, cluster: FakeCluster, tmp_path: Path
+    pod_manager: DevContainers, cluster: FakeCluster, tmp_path: Path
 ) -> None:
-    manager.start(StartRequest("default", host="cluster", name="term"), None, caller=ALICE)
-    argv = manager.terminal_command("term", "cluster", caller=ALICE)
+    pod_manager.start(StartRequest("default", host="cluster", name="term"), None, caller=ALICE)
+    argv = pod_manager.terminal_command("term", "cluster", caller=ALICE)
     # gpudev's own bridge, addressed by configuration and the pod's name only
     assert argv[1:3] == ["-m", "jupyter_gpudev.containers.pod_terminal"]
     assert argv[3:] == [
@@ -812,14 +820,14 @@ def test_a_terminal_in_a_pod_is_a_shell_there(
 
 
 def test_a_refusing_cluster_does_not_hide_the_docker_hosts(
-    manager: DevContainers, cluster: FakeCluster, tmp_path: Path
+    pod_manager: DevContainers, cluster: FakeCluster, tmp_path: Path
 ) -> None:
     # Given the local engine and a cluster whose API server refuses gpudev (no RBAC)
     cluster.forbid[("GET", "pods")] = 'pods is forbidden: User "gpudev" cannot list pods'
-    config = copy.deepcopy(manager.config)
+    config = copy.deepcopy(pod_manager.config)
     config.HostPool.include_local = True
     pool = HostPool(config=config, log=LOG)
-    both = DevContainers(root_dir=manager.root_dir, host_pool=pool, config=config)
+    both = DevContainers(root_dir=pod_manager.root_dir, host_pool=pool, config=config)
     try:
         # When a Docker container is started, listed and found by name (no --host)
         both.start(StartRequest("default", name="beside-k8s"), None, caller=ALICE)

@@ -232,11 +232,8 @@ def script_fetch(jp_fetch: Fetch) -> Fetch:
 
 
 @pytest.fixture
-def gpudev_config(tmp_path: Path) -> dict[str, Any]:
-    return {
-        "DevContainers": {"state_dir": str(tmp_path / "state"), "stop_timeout": 2},
-        "ServerApp": {"authorizer_class": HeaderDeniedAuthorizer},
-    }
+def gpudev_config(gpudev_config: dict[str, Any]) -> dict[str, Any]:
+    return {**gpudev_config, "ServerApp": {"authorizer_class": HeaderDeniedAuthorizer}}
 
 
 @pytest.fixture(autouse=True)

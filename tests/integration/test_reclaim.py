@@ -21,9 +21,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("gpu_engine")]
 
 
 @pytest.fixture
-def gpudev_config(tmp_path: Path) -> dict[str, Any]:
+def gpudev_config(gpudev_config: dict[str, Any]) -> dict[str, Any]:
     return {
-        "DevContainers": {"state_dir": str(tmp_path / "state"), "stop_timeout": 2},
+        **gpudev_config,
         "GPUCuller": {"idle_timeout": 6.0, "warning_seconds": 4.0, "check_interval": 0.25},
     }
 

@@ -30,8 +30,8 @@ from jupyter_gpudev.environments import MountNotAllowed
 from jupyter_gpudev.errors import BadRequest
 from jupyter_gpudev.kernels import provisioner
 from jupyter_gpudev.kernels.kernelspecs import GPUDevKernelSpecManager
-from jupyter_gpudev.labels import L_HOST, L_SERVER
-from tests.conftest import FAKE_SMI, FIXTURES
+from jupyter_gpudev.labels import L_HOST
+from tests.integration.conftest import remove_containers
 from tests.integration.test_cli import gpudev
 from tests.integration.test_containers import IMAGE, write_devcontainer
 from tests.integration.test_kernels import run
@@ -40,17 +40,6 @@ from tests.sshd import SSHServer
 pytestmark = pytest.mark.integration
 
 A100_1 = "GPU-8f2a9c41-7b3e-4c55-9d0a-2e6f1b7c3d90"
-
-
-@pytest.fixture
-def remote_smi(tmp_path: Path) -> Path:
-    """nvidia-smi as the remote host runs it: the fake one, with its recorded two A100s."""
-    script = tmp_path / "remote-nvidia-smi"
-    script.write_text(
-        f'#!/bin/sh\nFAKE_NVIDIA_SMI_DIR={FIXTURES / "smi" / "two-a100"} exec {FAKE_SMI} "$@"\n'
-    )
-    script.chmod(0o755)
-    return script
 
 
 def make_manager(
@@ -84,16 +73,13 @@ def make_manager(
 
 
 @pytest.fixture
-def manager(
+def far_manager(
     tmp_path: Path, ssh_server: SSHServer, remote_smi: Path, docker_client: docker.DockerClient
 ) -> Iterator[DevContainers]:
+    """``make_manager``'s: the local engine without GPUs and ``far`` over SSH with two."""
     containers = make_manager(tmp_path, ssh_server, remote_smi)
     yield containers
-    for container in docker_client.containers.list(
-        all=True, filters={"label": f"{L_SERVER}={containers.server_id}"}
-    ):
-        container.remove(force=True)
-    containers.host_pool.close()
+    remove_containers(docker_client, containers)
 
 
 def cli_env(tmp_path: Path, **config: object) -> dict[str, str]:
@@ -230,12 +216,12 @@ def test_a_key_the_server_does_not_accept_is_refused_clearly(
 
 @pytest.mark.usefixtures("gpu_engine")
 def test_a_gpu_container_is_placed_on_the_ssh_host_with_its_workspace_and_mounts(
-    tmp_path: Path, manager: DevContainers, docker_client: docker.DockerClient
+    tmp_path: Path, far_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given an environment that needs a GPU and mounts a folder of the remote host, and a
     # local engine without GPUs
     write_devcontainer(
-        manager.root_dir,
+        far_manager.root_dir,
         "gpu",
         {
             "image": IMAGE,
@@ -245,7 +231,7 @@ def test_a_gpu_container_is_placed_on_the_ssh_host_with_its_workspace_and_mounts
     )
     events: list[dict[str, Any]] = []
     # When it starts without naming a host
-    info = manager.start(StartRequest(environment="gpu", name="far-one"), events.append)
+    info = far_manager.start(StartRequest(environment="gpu", name="far-one"), events.append)
     # Then it was placed on far, over SSH, with a GPU of far leased by UUID
     assert info.host == "far"
     assert {"stage": "place", "message": "placed on host 'far'"} in events
@@ -253,30 +239,30 @@ def test_a_gpu_container_is_placed_on_the_ssh_host_with_its_workspace_and_mounts
     assert container.labels[L_HOST] == "far"
     (request,) = container.attrs["HostConfig"]["DeviceRequests"]
     assert request["DeviceIDs"] == list(info.gpu_uuids)
-    assert manager.ledger.for_container("far", "far-one") is not None
-    assert manager.ledger.active("local") == []
+    assert far_manager.ledger.for_container("far", "far-one") is not None
+    assert far_manager.ledger.active("local") == []
     # And it sees far's workspace folder and far's data, read-only
     mounts = {m["Destination"]: m for m in container.attrs["Mounts"]}
-    workspace = mounts[f"/workspaces/{manager.root_dir.name}"]
+    workspace = mounts[f"/workspaces/{far_manager.root_dir.name}"]
     assert workspace["Source"] == str((tmp_path / "remote-ws").resolve())
     assert mounts["/data"]["RW"] is False
     assert container.exec_run(["cat", "/data/a.txt"]).output == b"remote data\n"
     # And it is listed under far only, though the local engine is the same engine
-    listed = [(c.host, c.name) for c in manager.list()]
+    listed = [(c.host, c.name) for c in far_manager.list()]
     assert ("far", "far-one") in listed
     assert ("local", "far-one") not in listed
     # When it stops, far's lease is released
-    manager.stop("far-one")
-    assert manager.ledger.active("far") == []
+    far_manager.stop("far-one")
+    assert far_manager.ledger.active("far") == []
 
 
 def test_remote_mounts_are_checked_on_the_remote_side(
-    tmp_path: Path, manager: DevContainers
+    tmp_path: Path, far_manager: DevContainers
 ) -> None:
     # Given a link inside far's mount root that points outside it
     (tmp_path / "remote-data" / "escape").symlink_to(tmp_path / "work")
     write_devcontainer(
-        manager.root_dir,
+        far_manager.root_dir,
         "escape",
         {
             "image": IMAGE,
@@ -285,19 +271,19 @@ def test_remote_mounts_are_checked_on_the_remote_side(
     )
     # When a container of it starts on far
     with pytest.raises(MountNotAllowed) as caught:
-        manager.start(StartRequest(environment="escape", host="far", name="far-escape"))
+        far_manager.start(StartRequest(environment="escape", host="far", name="far-escape"))
     # Then the path was resolved on far and refused, naming far's roots
     assert "resolves to" in caught.value.message
     assert "host 'far'" in caught.value.message
     assert str(tmp_path / "work") in caught.value.message
-    assert manager.ledger.active("far") == []
+    assert far_manager.ledger.active("far") == []
 
 
 @pytest.mark.usefixtures("gpu_engine")
-def test_when_no_host_can_take_a_start_409_says_why_for_each(manager: DevContainers) -> None:
+def test_when_no_host_can_take_a_start_409_says_why_for_each(far_manager: DevContainers) -> None:
     # When a container asks for more GPUs than any host has free
     with pytest.raises(NoHostFits) as caught:
-        manager.start(StartRequest(environment="default", name="too-big", gpus=3))
+        far_manager.start(StartRequest(environment="default", name="too-big", gpus=3))
     # Then the 409 says, for each host, why not
     err = caught.value
     assert err.status == 409
@@ -366,20 +352,13 @@ async def test_a_kernel_on_the_ssh_host_runs_through_the_tunnel_and_survives_a_d
             docker_client.containers.get(docker_name(f"kernel-{km.kernel_id}"))
     finally:
         provisioner.set_manager(None)
-        for container in docker_client.containers.list(
-            all=True, filters={"label": f"{L_SERVER}={manager.server_id}"}
-        ):
-            container.remove(force=True)
-        manager.host_pool.close()
+        remove_containers(docker_client, manager)
 
 
 @pytest.fixture
-def gpudev_config(tmp_path: Path) -> dict[str, Any]:
-    """The server's config for the REST tests: its own state and hosts file."""
-    return {
-        "DevContainers": {"state_dir": str(tmp_path / "state"), "stop_timeout": 2},
-        "HostPool": {"hosts_file": str(tmp_path / "hosts.json")},
-    }
+def gpudev_config(gpudev_config: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    """The server's config for the REST tests: its own hosts file."""
+    return {**gpudev_config, "HostPool": {"hosts_file": str(tmp_path / "hosts.json")}}
 
 
 async def test_hosts_are_added_and_removed_through_the_api(
@@ -440,21 +419,21 @@ async def test_hosts_are_added_and_removed_through_the_api(
 
 
 def test_a_web_port_of_a_container_on_the_ssh_host_is_reached_through_a_forward(
-    manager: DevContainers, docker_client: docker.DockerClient
+    far_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given a container on far whose environment forwards port 8000, with a web server there
-    write_devcontainer(manager.root_dir, "web", {"image": IMAGE, "forwardPorts": [8000]})
-    info = manager.start(StartRequest(environment="web", host="far", name="far-web"))
+    write_devcontainer(far_manager.root_dir, "web", {"image": IMAGE, "forwardPorts": [8000]})
+    info = far_manager.start(StartRequest(environment="web", host="far", name="far-web"))
     assert info.web_ports == info.forward_ports == (8000,)
     with pytest.raises(BadRequest, match="always served"):
-        manager.set_web_port("far-web", 8000, add=False)
+        far_manager.set_web_port("far-web", 8000, add=False)
     container = docker_client.containers.get(docker_name("far-web"))
     container.exec_run(["python3", "-m", "http.server", "8000", "-d", "/etc"], detach=True)
     # When the proxy asks where to connect
-    address, port = manager.proxy_target("far-web", 8000)
+    address, port = far_manager.proxy_target("far-web", 8000)
     # Then it is a local forward over far's SSH connection, and the page comes through it
     assert address == "127.0.0.1"
-    far = manager.host_pool.get("far")
+    far = far_manager.host_pool.get("far")
     assert far.tunnels is not None
     assert port in {local for _, _, local in far.tunnels.active()}
     deadline = time.monotonic() + 20
@@ -468,5 +447,5 @@ def test_a_web_port_of_a_container_on_the_ssh_host_is_reached_through_a_forward(
             time.sleep(0.2)
     assert body.strip() == container.attrs["Config"]["Hostname"]
     # When the container stops, its forwards close
-    manager.stop("far-web")
+    far_manager.stop("far-web")
     assert far.tunnels.active() == []

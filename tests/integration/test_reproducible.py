@@ -28,7 +28,7 @@ from jupyter_gpudev.engine.buildkit import CA_TARGET
 from jupyter_gpudev.environments import MountPolicy
 from jupyter_gpudev.errors import Conflict
 from tests.integration.test_diff import sh
-from tests.integration.test_remote_hosts import make_manager, remote_smi  # noqa: F401 - a fixture
+from tests.integration.test_remote_hosts import make_manager
 from tests.sshd import SSHServer
 
 pytestmark = pytest.mark.integration
@@ -38,7 +38,11 @@ PIP = "python3 -m pip install -q --no-cache-dir --break-system-packages"
 
 
 @pytest.fixture
-def manager(tmp_path: Path, dev_containers: Callable[..., DevContainers]) -> DevContainers:
+def allowed_image_manager(
+    tmp_path: Path, dev_containers: Callable[..., DevContainers]
+) -> DevContainers:
+    """A manager of the environment ``repro``, of ``IMAGE``, the one image allowed, with the host
+    CA bundle mounted; GPUs as this machine has them."""
     root = tmp_path / "work"
     folder = root / ".devcontainer" / "repro"
     folder.mkdir(parents=True)
@@ -97,14 +101,14 @@ PIP_CHANGES = {
 
 @pytest.mark.parametrize("change", sorted(PIP_CHANGES))
 def test_pip_changes_verify_and_rebuild_behind_the_intercepting_proxy(
-    manager: DevContainers, docker_client: docker.DockerClient, change: str
+    allowed_image_manager: DevContainers, docker_client: docker.DockerClient, change: str
 ) -> None:
     # Given a pip change that reached the package index through the host's CA bundle
     script, check = PIP_CHANGES[change]
-    manager.start(StartRequest(environment="repro", name="pipbox"))
+    allowed_image_manager.start(StartRequest(environment="repro", name="pipbox"))
     sh(docker_client, "pipbox", script)
     # When it is committed with --verify --write (the verify build pip-installs too)
-    result, again = commit_and_restart(manager, docker_client, "pipbox")
+    result, again = commit_and_restart(allowed_image_manager, docker_client, "pipbox")
     # Then the rebuild has the change, and the proxy's CA is nowhere in what was written
     sh(docker_client, again, check)
     image = docker_client.containers.get(f"gpudev-{again}").image
@@ -113,19 +117,21 @@ def test_pip_changes_verify_and_rebuild_behind_the_intercepting_proxy(
 
 
 def test_an_environment_whose_dockerfile_pip_installs_builds_behind_the_proxy(
-    manager: DevContainers, docker_client: docker.DockerClient
+    allowed_image_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given an environment whose Dockerfile installs from the package index
-    folder = manager.root_dir / ".devcontainer" / "repro"
+    folder = allowed_image_manager.root_dir / ".devcontainer" / "repro"
     dockerfile = f"FROM {IMAGE}\nRUN {PIP} iniconfig==2.0.0\n"
     (folder / "Dockerfile").write_text(dockerfile)
     (folder / "devcontainer.json").write_text(json.dumps({"build": {"dockerfile": "Dockerfile"}}))
-    ref = manager.environments.get("repro", manager.root_dir).image_ref()
+    ref = allowed_image_manager.environments.get(
+        "repro", allowed_image_manager.root_dir
+    ).image_ref()
     with contextlib.suppress(docker.errors.ImageNotFound):
         docker_client.images.remove(ref, force=True)  # built by an earlier run
     events: list[dict[str, object]] = []
     # When a container of it starts (and builds its image)
-    manager.start(StartRequest(environment="repro", name="built"), events.append)
+    allowed_image_manager.start(StartRequest(environment="repro", name="built"), events.append)
     # Then the build trusted the bundle and the package is there; the image does not hold it
     sh(docker_client, "built", "python3 -c 'import iniconfig'")
     assert any("BuildKit" in str(e["message"]) for e in events)
@@ -135,11 +141,11 @@ def test_an_environment_whose_dockerfile_pip_installs_builds_behind_the_proxy(
 
 
 def test_a_package_file_installed_with_its_recommends_rebuilds_with_them(
-    manager: DevContainers, docker_client: docker.DockerClient
+    allowed_image_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given `apt-get install ./cowsay_*.deb`: apt's default installs what cowsay's
     # dependencies recommend (netbase), marked automatic
-    manager.start(StartRequest(environment="repro", name="debbox"))
+    allowed_image_manager.start(StartRequest(environment="repro", name="debbox"))
     sh(
         docker_client,
         "debbox",
@@ -148,7 +154,7 @@ def test_a_package_file_installed_with_its_recommends_rebuilds_with_them(
         "rm -f /tmp/cowsay_*.deb; apt-mark showauto | grep -qx netbase",
     )
     # When it is committed with --verify --write and started again
-    result, again = commit_and_restart(manager, docker_client, "debbox")
+    result, again = commit_and_restart(allowed_image_manager, docker_client, "debbox")
     # Then netbase is in the diff, and the rebuild has it, automatic as it was
     assert "apt:netbase" in [item.id for item in result.prepared.captured.items]
     sh(docker_client, again, "/usr/games/cowsay hi; apt-mark showauto | grep -qx netbase")
@@ -158,10 +164,10 @@ SETUP_PY = 'from setuptools import setup\nsetup(name="mypkg", version="0.1", pac
 
 
 def test_a_legacy_editable_install_is_reported_as_one(
-    manager: DevContainers, docker_client: docker.DockerClient
+    allowed_image_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given `pip install -e` of a setup.py project (an egg-link, no PEP 610 direct_url.json)
-    manager.start(StartRequest(environment="repro", name="edbox"))
+    allowed_image_manager.start(StartRequest(environment="repro", name="edbox"))
     sh(
         docker_client,
         "edbox",
@@ -170,12 +176,12 @@ def test_a_legacy_editable_install_is_reported_as_one(
         f"{PIP} --no-build-isolation -e /root/mypkg",
     )
     # When its diff is taken and it is committed with --verify
-    prepared = ChangeCapture(manager).prepare("edbox", stage=False)
+    prepared = ChangeCapture(allowed_image_manager).prepare("edbox", stage=False)
     try:
         text, notes = prepared.rendered.new_text, prepared.captured.changes.notes
     finally:
         prepared.discard()
-    committer = Committer(ChangeCapture(manager), manager.registries)
+    committer = Committer(ChangeCapture(allowed_image_manager), allowed_image_manager.registries)
     with pytest.raises(VerifyFailed) as failed:
         committer.commit("edbox", CommitOptions(verify=True))
     # Then it is an editable install from its folder, as PEP 610 ones are: noted, never a
@@ -190,7 +196,7 @@ def test_a_legacy_editable_install_is_reported_as_one(
 def test_a_build_on_a_remote_engine_gets_the_bundle_over_its_ssh_connection(
     tmp_path: Path,
     ssh_server: SSHServer,
-    remote_smi: Path,  # noqa: F811 - the fixture imported above
+    remote_smi: Path,
     docker_client: docker.DockerClient,
 ) -> None:
     # Given a host reached over SSH (a real sshd; the engine's API over `dial-stdio`)
@@ -220,10 +226,10 @@ def test_a_build_on_a_remote_engine_gets_the_bundle_over_its_ssh_connection(
 
 
 def test_a_new_user_rebuilds_as_useradd_lines_with_their_files_theirs(
-    manager: DevContainers, docker_client: docker.DockerClient
+    allowed_image_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given a new user with a password, a new group they joined, and a file in their home
-    manager.start(StartRequest(environment="repro", name="userbox"))
+    allowed_image_manager.start(StartRequest(environment="repro", name="userbox"))
     sh(
         docker_client,
         "userbox",
@@ -234,7 +240,7 @@ def test_a_new_user_rebuilds_as_useradd_lines_with_their_files_theirs(
     password_hash = sh(docker_client, "userbox", "getent shadow someone | cut -d: -f2").strip()
     assert password_hash.startswith("$")
     # When it is committed with --verify --write and started again
-    result, again = commit_and_restart(manager, docker_client, "userbox")
+    result, again = commit_and_restart(allowed_image_manager, docker_client, "userbox")
     # Then the user and group are lines, no account file was copied, no hash written
     text = result.prepared.rendered.new_text
     assert "useradd --no-log-init --uid 1000 --gid 1000 --home-dir /home/someone" in text
@@ -268,13 +274,15 @@ def test_a_new_user_rebuilds_as_useradd_lines_with_their_files_theirs(
 
 
 def test_verify_compares_the_kept_files_too(
-    manager: DevContainers, docker_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+    allowed_image_manager: DevContainers,
+    docker_client: docker.DockerClient,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Given a container with a new /etc file and a link
-    manager.start(StartRequest(environment="repro", name="filebox"))
+    allowed_image_manager.start(StartRequest(environment="repro", name="filebox"))
     sh(docker_client, "filebox", "echo hello > /etc/gpudev-note; ln -s gpudev-note /etc/gpudev-ln")
     # When its commit's copy of the file differs from the container's (altered once staged)
-    capture = ChangeCapture(manager)
+    capture = ChangeCapture(allowed_image_manager)
     prepare = capture.prepare
 
     def altered(*args: object, **kwargs: object) -> Prepared:
@@ -285,13 +293,15 @@ def test_verify_compares_the_kept_files_too(
 
     monkeypatch.setattr(capture, "prepare", altered)
     with pytest.raises(VerifyFailed) as failed:
-        Committer(capture, manager.registries).commit("filebox", CommitOptions(verify=True))
+        Committer(capture, allowed_image_manager.registries).commit(
+            "filebox", CommitOptions(verify=True)
+        )
     # Then verify names the file, and only it
     assert failed.value.details["differences"] == [
         "file /etc/gpudev-note: its content differs between the container and the rebuild"
     ]
     # And the same commit unaltered verifies, file and link compared
-    committer = Committer(ChangeCapture(manager), manager.registries)
+    committer = Committer(ChangeCapture(allowed_image_manager), allowed_image_manager.registries)
     result = committer.commit("filebox", CommitOptions(verify=True))
     assert result.verify is not None
     assert result.verify.differences == []
@@ -299,11 +309,11 @@ def test_verify_compares_the_kept_files_too(
 
 
 def test_a_global_npm_package_rebuilds_as_an_npm_line(
-    manager: DevContainers, docker_client: docker.DockerClient
+    allowed_image_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given npm from Debian, and a package installed globally from the npm registry (through
     # the proxy: Node.js trusts the bundle through NODE_EXTRA_CA_CERTS)
-    manager.start(StartRequest(environment="repro", name="npmbox"))
+    allowed_image_manager.start(StartRequest(environment="repro", name="npmbox"))
     sh(
         docker_client,
         "npmbox",
@@ -311,7 +321,7 @@ def test_a_global_npm_package_rebuilds_as_an_npm_line(
         "--no-install-recommends npm >/dev/null 2>&1; npm install -g --no-fund semver@7.6.3",
     )
     # When it is committed with --verify --write and started again
-    result, again = commit_and_restart(manager, docker_client, "npmbox")
+    result, again = commit_and_restart(allowed_image_manager, docker_client, "npmbox")
     # Then it is an npm line, not copied files, and the rebuild has the package and command
     text = result.prepared.rendered.new_text
     assert "RUN npm install -g --no-audit --no-fund semver@7.6.3" in text
@@ -322,21 +332,21 @@ def test_a_global_npm_package_rebuilds_as_an_npm_line(
 
 
 def test_edits_to_files_the_baseline_had_are_changes(
-    manager: DevContainers, docker_client: docker.DockerClient
+    allowed_image_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given an environment whose lifecycle command writes a file (part of the baseline)
-    folder = manager.root_dir / ".devcontainer" / "repro"
+    folder = allowed_image_manager.root_dir / ".devcontainer" / "repro"
     (folder / "devcontainer.json").write_text(
         json.dumps({"image": IMAGE, "postCreateCommand": "echo made > /etc/lifecycle.conf"})
     )
-    manager.start(StartRequest(environment="repro", name="lifebox"))
-    capture = ChangeCapture(manager)
+    allowed_image_manager.start(StartRequest(environment="repro", name="lifebox"))
+    capture = ChangeCapture(allowed_image_manager)
     assert capture.capture("lifebox").items == []
     # When the user edits it, and edits a file, commits it, and edits it again
     sh(docker_client, "lifebox", "echo mine >> /etc/lifecycle.conf; echo one > /etc/motd")
     items = [item.id for item in capture.capture("lifebox").items]
     assert items == ["file:/etc/lifecycle.conf", "file:/etc/motd"]
-    Committer(capture, manager.registries).commit(
+    Committer(capture, allowed_image_manager.registries).commit(
         "lifebox", CommitOptions(write=True, exclude=("file:/etc/lifecycle.conf",))
     )
     assert [i.id for i in capture.capture("lifebox").items] == ["file:/etc/lifecycle.conf"]
@@ -346,18 +356,18 @@ def test_edits_to_files_the_baseline_had_are_changes(
         "file:/etc/lifecycle.conf",
         "file:/etc/motd",
     ]
-    manager.stop("lifebox")
+    allowed_image_manager.stop("lifebox")
     with pytest.raises(Conflict) as refused:
-        manager.remove("lifebox")
+        allowed_image_manager.remove("lifebox")
     assert refused.value.details["changes"] == ["/etc/lifecycle.conf", "/etc/motd"]
 
 
 def test_the_package_manager_commands_run_are_shown_as_comments(
-    manager: DevContainers, docker_client: docker.DockerClient
+    allowed_image_manager: DevContainers, docker_client: docker.DockerClient
 ) -> None:
     # Given package-manager commands run in a container (as its user types them), and a line
     # forged into the log with a terminal escape
-    manager.start(StartRequest(environment="repro", name="logbox"))
+    allowed_image_manager.start(StartRequest(environment="repro", name="logbox"))
     sh(
         docker_client,
         "logbox",
@@ -366,7 +376,7 @@ def test_the_package_manager_commands_run_are_shown_as_comments(
         r"printf '2026 forged \033]0;x\007\n' >> /var/log/gpudev/commands.log",
     )
     # When the diff is taken
-    capture = ChangeCapture(manager)
+    capture = ChangeCapture(allowed_image_manager)
     captured = capture.capture("logbox")
     text = capture.diff("logbox")[1].new_text
     # Then the commands are comments, the forged one escaped; the log and wrappers are no change
@@ -382,7 +392,7 @@ def test_the_package_manager_commands_run_are_shown_as_comments(
     assert "#   forged \\x1b]0;x\\x07\n" in text
     assert [i.id for i in captured.items] == ["python:/usr:iniconfig"]
     # And after a written commit, only the commands run since are shown
-    Committer(capture, manager.registries).commit("logbox", CommitOptions(write=True))
+    Committer(capture, allowed_image_manager.registries).commit("logbox", CommitOptions(write=True))
     sh(docker_client, "logbox", "pip uninstall -q -y --break-system-packages iniconfig")
     assert capture.capture("logbox").changes.commands == [
         "pip uninstall -q -y --break-system-packages iniconfig"

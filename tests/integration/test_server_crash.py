@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,16 +24,11 @@ from jupyter_gpudev.containers import docker_name
 from jupyter_gpudev.labels import L_KERNEL
 from jupyter_gpudev.leasing import LeaseLedger
 from tests.conftest import FAKE_SMI, FIXTURES
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 
 TOKEN = "crash-test-token"  # noqa: S105 - a throwaway token for a loopback-only test server
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Server:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import docker
@@ -20,9 +19,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("server_container
 
 
 @pytest.fixture
-def gpudev_config(tmp_path: Path) -> dict[str, Any]:
+def gpudev_config(gpudev_config: dict[str, Any]) -> dict[str, Any]:
     return {
-        "DevContainers": {"state_dir": str(tmp_path / "state"), "stop_timeout": 2},
+        **gpudev_config,
         # jupyter_server_terminals' websocket handler does not load when unauthenticated access
         # is disabled server-wide (its GET lacks the marker jupyter_server checks for); every
         # request below still carries the token.

@@ -21,15 +21,15 @@ from jupyter_gpudev.kernels import provisioner
 from jupyter_gpudev.kernels.kernelspecs import SHARED_PREFIX
 from jupyter_gpudev.kernels.placements import PLACEMENTS
 from jupyter_gpudev.kernels.warm import WarmKernels
-from jupyter_gpudev.labels import L_SERVER
+from tests.integration.conftest import remove_containers
 from tests.integration.test_kernels import kernel_manager, manager, run
-from tests.integration.test_remote_hosts import make_manager, remote_smi
+from tests.integration.test_remote_hosts import make_manager
 from tests.integration.test_shared_kernels import gpu_environment, started, state
 from tests.sshd import SSHServer
 
 pytestmark = pytest.mark.integration
 
-__all__ = ["manager", "remote_smi"]  # the fixtures
+__all__ = ["manager"]  # the fixture
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 
@@ -204,8 +204,8 @@ async def test_no_warm_kernels_when_the_count_is_zero(
 
 
 @pytest.fixture
-def gpudev_config() -> dict[str, Any]:
-    return {"WarmKernels": {"count": 1}}
+def gpudev_config(gpudev_config: dict[str, Any]) -> dict[str, Any]:
+    return {**gpudev_config, "WarmKernels": {"count": 1}}
 
 
 async def test_pinning_through_the_api_warms_a_kernel_the_picker_start_takes(
@@ -279,8 +279,4 @@ async def test_warm_kernels_on_an_ssh_host_are_reached_and_closed_through_forwar
     finally:
         PLACEMENTS.warm = None
         provisioner.set_manager(None)
-        for container in docker_client.containers.list(
-            all=True, filters={"label": f"{L_SERVER}={manager.server_id}"}
-        ):
-            container.remove(force=True)
-        manager.host_pool.close()
+        remove_containers(docker_client, manager)

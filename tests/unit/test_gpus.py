@@ -1,4 +1,5 @@
-"""GPU inventory: nvidia-smi output through a fake nvidia-smi on PATH, NVML through its seam."""
+"""GPU inventory: nvidia-smi output through a fake nvidia-smi on PATH or a recorded runner (a
+remote host's), NVML through its seam."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from jupyter_gpudev.engine import (
     GPU,
     SMI_FIELDS,
     GPUInventory,
+    NvidiaSmiProbe,
     NvmlProbe,
     ProbeUnavailable,
     cuda_version_from_int,
@@ -503,3 +505,119 @@ def test_reads_within_cache_seconds_share_one_probe() -> None:
     inventory.cache_seconds = 0
     inventory.probe()
     assert len(reads) == 2
+
+
+# --------------------------------------------------------------------------------------------
+# nvidia-smi on another host, through a runner
+# --------------------------------------------------------------------------------------------
+
+
+class RecordedSmi:
+    """A runner answering like tests/fixtures/fake-nvidia-smi from a recorded folder:
+    query.csv for --query-gpu, list.txt for -L, q.txt for -q; ``code`` for every call."""
+
+    def __init__(self, scenario: str = "two-a100", code: int = 0, stderr: str = "") -> None:
+        self.folder = FIXTURES / "smi" / scenario
+        self.code = code
+        self.stderr = stderr
+        self.calls: list[tuple[list[str], float]] = []
+
+    def __call__(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        self.calls.append((argv, timeout))
+        if self.code != 0:
+            return subprocess.CompletedProcess(argv, self.code, "", self.stderr)
+        args = argv[1:]
+        query = next((a for a in args if a.startswith("--query-gpu=")), None)
+        if query is not None:
+            assert query.split("=", 1)[1].split(",") == list(SMI_FIELDS)
+            assert "--format=csv,noheader,nounits" in args
+            name = "query.csv"
+        elif args[:1] == ["-L"]:
+            name = "list.txt"
+        elif args[:1] == ["-q"]:
+            name = "q.txt"
+        else:
+            name = "default.txt"
+        path = self.folder / name
+        return subprocess.CompletedProcess(argv, 0, path.read_text() if path.exists() else "", "")
+
+
+@pytest.mark.parametrize("scenario", ["two-a100", "mig-a100"])
+def test_a_remote_nvidia_smi_reads_what_the_local_one_reads(
+    fake_smi: Callable[[str], Path], scenario: str
+) -> None:
+    # Given the same recorded nvidia-smi here (on PATH) and on a remote host (through a runner)
+    fake_smi(scenario)
+    local = GPUInventory(backend="nvidia-smi").probe()
+    runner = RecordedSmi(scenario)
+    # When the remote one is probed with a path that exists only there
+    remote = NvidiaSmiProbe(
+        "/opt/nvidia/bin/nvidia-smi", 4.0, runner=runner, where="host 'x'"
+    ).probe()
+    # Then it finds the same GPUs, driver and CUDA version
+    assert local.gpus
+    assert remote == local
+    # And every call went to the runner, with that path (not looked up here) and the timeout
+    assert runner.calls
+    assert all(argv[0] == "/opt/nvidia/bin/nvidia-smi" for argv, _ in runner.calls)
+    assert all(timeout == 4.0 for _, timeout in runner.calls)
+
+
+def test_a_remote_nvidia_smi_that_is_not_installed_names_the_host() -> None:
+    runner = RecordedSmi(code=127, stderr="bash: nvidia-smi: command not found")
+    probe = NvidiaSmiProbe("nvidia-smi", runner=runner, where="host 'x'")
+    with pytest.raises(ProbeUnavailable) as caught:
+        probe.probe()
+    assert str(caught.value) == "nvidia-smi was not found on host 'x'"
+
+
+def test_a_remote_nvidia_smi_that_fails_says_its_exit_and_first_line() -> None:
+    runner = RecordedSmi(code=9, stderr="NVIDIA-SMI has failed\nmore")
+    with pytest.raises(ProbeUnavailable, match=r"^nvidia-smi failed \(exit 9\): NVIDIA-SMI has"):
+        NvidiaSmiProbe("nvidia-smi", runner=runner, where="host 'x'").probe()
+
+
+def test_a_remote_nvidia_smi_that_hangs_is_unavailable() -> None:
+    def hangs(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        raise subprocess.TimeoutExpired(argv, timeout)
+
+    with pytest.raises(ProbeUnavailable, match="did not answer in 3 s"):
+        NvidiaSmiProbe("nvidia-smi", 3.0, runner=hangs).probe()
+
+
+def nvml_must_not_load() -> ModuleType:
+    raise AssertionError("NVML reads this machine's GPUs; a remote inventory must not load it")
+
+
+@pytest.mark.parametrize("backend", ["auto", "nvidia-smi"])
+def test_a_remote_inventory_never_tries_nvml(backend: str) -> None:
+    runner = RecordedSmi()
+    inventory = GPUInventory(
+        nvml_must_not_load,
+        runner=runner,
+        where="host 'x'",
+        backend=backend,
+        nvidia_smi_path="nvidia-smi",
+    )
+    try:
+        result = inventory.probe()
+    finally:
+        inventory.close()
+    assert result.source == "nvidia-smi"
+    assert [g.uuid for g in result.gpus] == [
+        "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77",
+        "GPU-8f2a9c41-7b3e-4c55-9d0a-2e6f1b7c3d90",
+    ]
+    assert runner.calls[0][0][0] == "nvidia-smi"
+
+
+def test_a_remote_inventory_without_nvidia_smi_says_so_for_that_host() -> None:
+    inventory = GPUInventory(
+        nvml_must_not_load, runner=RecordedSmi(code=127), where="host 'x'", backend="auto"
+    )
+    try:
+        result = inventory.probe()
+    finally:
+        inventory.close()
+    assert (result.source, result.gpus) == ("none", ())
+    assert result.reason == "nvidia-smi: nvidia-smi was not found on host 'x'"

@@ -1,8 +1,10 @@
-"""Host specs and the host pool, without an engine."""
+"""Host specs, the host pool and hosts, without an engine."""
 
 from __future__ import annotations
 
 import errno
+import logging
+import os
 from typing import Any
 
 import docker.errors
@@ -13,6 +15,7 @@ from traitlets.config import Config
 
 from jupyter_gpudev.engine import (
     DEFAULT_LOCAL_URL,
+    Host,
     HostInfo,
     HostPool,
     HostSpec,
@@ -20,11 +23,14 @@ from jupyter_gpudev.engine import (
     unreachable_summary,
 )
 from jupyter_gpudev.errors import (
+    BadRequest,
     ConfigError,
     EngineUnreachable,
     NotFound,
     describe_connection_error,
 )
+
+LOG = logging.getLogger("tests.hosts")
 
 
 def pool(**hostpool: Any) -> HostPool:
@@ -226,3 +232,52 @@ def test_a_kubernetes_host_names_its_context_and_namespace() -> None:
     assert HostSpec.parse("here", "k8s:///ml").context == ""
     assert not HostSpec.parse("d", "tcp://10.1.2.3:2376").is_kubernetes
     assert HostSpec.parse("d", "tcp://10.1.2.3:2376").namespace == ""
+
+
+# --------------------------------------------------------------------------------------------
+# Host: commands and addresses
+# --------------------------------------------------------------------------------------------
+
+
+def make_host(spec: HostSpec) -> Host:
+    return Host(spec, timeout=1.0, gpu_inventory=None, log=LOG)
+
+
+def test_the_local_host_reaches_containers_at_their_own_address() -> None:
+    host = make_host(HostSpec.parse("local", "unix:///var/run/docker.sock", is_local=True))
+    try:
+        assert host.reach("172.17.0.5", 8888) == ("172.17.0.5", 8888)
+        assert host.tunnels is None
+    finally:
+        host.close()
+
+
+def test_commands_cannot_run_on_a_tcp_host() -> None:
+    host = make_host(HostSpec.parse("tls", "tcp://box:2376"))
+    try:
+        with pytest.raises(BadRequest, match=r"'tls' is a tcp:// engine.*use ssh://"):
+            host.run(["id", "-u"])
+    finally:
+        host.close()
+
+
+def test_commands_run_on_the_local_host_here() -> None:
+    host = make_host(HostSpec.parse("local", "unix:///var/run/docker.sock", is_local=True))
+    try:
+        result = host.run(["id", "-u"])
+        assert (result.returncode, result.stdout.strip()) == (0, str(os.getuid()))
+    finally:
+        host.close()
+
+
+def test_a_second_unix_host_is_not_called_tcp() -> None:
+    host = make_host(HostSpec.parse("rootless", "unix:///run/user/1000/docker.sock"))
+    try:
+        with pytest.raises(BadRequest) as caught:
+            host.run(["id", "-u"])
+        assert "tcp://" not in caught.value.message
+        reason = host.gpus().reason
+        assert reason is not None
+        assert "local://" not in reason
+    finally:
+        host.close()

@@ -1,7 +1,10 @@
-"""Mount policy on real folders and real symbolic links, without an engine."""
+"""Mount policy on real folders and real symbolic links, and on a remote host's through a runner
+that stands in for it, without an engine."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,7 @@ from jupyter_gpudev.environments import (
     DeclaredMount,
     MountNotAllowed,
     MountPolicy,
+    RemotePaths,
     ResolvedMount,
 )
 from jupyter_gpudev.errors import BadRequest, ConfigError, GPUDevError
@@ -329,3 +333,203 @@ def test_a_declared_mount_that_contains_a_protected_folder_is_refused(home: Path
     with pytest.raises(MountNotAllowed, match=r"\.ssh, .*: mount a folder that does not"):
         mounts.resolve(str(home), "/mnt/home")
     assert mounts.resolve(str(home / "projects"), "/mnt/p").read_only
+
+
+# --------------------------------------------------------------------------------------------
+# paths resolved on a remote host, through a runner
+# --------------------------------------------------------------------------------------------
+
+
+#: Folders of the remote host; none of these exists on this machine.
+REMOTE_ROOT = "/gpudev-remote/srv/data"
+
+
+class RemoteTree:
+    """A runner emulating ``realpath -m -- P`` and ``test -e/-d P`` on a remote file system
+    held in memory: folders, files and symbolic links (absolute or relative targets)."""
+
+    def __init__(
+        self, dirs: set[str], files: set[str], links: dict[str, str], broken: bool = False
+    ) -> None:
+        self.dirs, self.files, self.links, self.broken = dirs, files, links, broken
+        self.calls: list[list[str]] = []
+
+    def resolve(self, path: str) -> str:
+        todo = [part for part in path.split("/") if part]
+        done: list[str] = []
+        hops = 0
+        while todo:
+            part = todo.pop(0)
+            if part == ".":
+                continue
+            if part == "..":
+                if done:
+                    done.pop()
+                continue
+            target = self.links.get("/" + "/".join([*done, part]))
+            if target is None:
+                done.append(part)
+                continue
+            hops += 1
+            assert hops < 40, f"link loop at {path}"
+            if target.startswith("/"):
+                done = []
+            todo = [p for p in target.split("/") if p] + todo
+        return "/" + "/".join(done)
+
+    def __call__(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        self.calls.append(argv)
+        assert timeout == 10.0
+        match argv:
+            case ["realpath", "-m", "--", path]:
+                if self.broken:
+                    return subprocess.CompletedProcess(argv, 1, "", "realpath: invalid option")
+                return subprocess.CompletedProcess(argv, 0, self.resolve(path) + "\n", "")
+            case ["test", "-e", path]:
+                real = self.resolve(path)
+                return subprocess.CompletedProcess(argv, int(real not in self.dirs | self.files))
+            case ["test", "-d", path]:
+                return subprocess.CompletedProcess(argv, int(self.resolve(path) not in self.dirs))
+        return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: command not found")
+
+
+@pytest.fixture
+def far() -> RemoteTree:
+    """On host 'far': /srv/data with sets/imagenet and readme.txt, a link that escapes to
+    /srv/secret, one that stays inside, /data linking to /srv/data, and a home folder."""
+    srv = "/gpudev-remote/srv"
+    tree = RemoteTree(
+        dirs={
+            srv,
+            REMOTE_ROOT,
+            f"{REMOTE_ROOT}/sets",
+            f"{REMOTE_ROOT}/sets/imagenet",
+            f"{srv}/secret",
+            "/gpudev-remote/home/gpu/work",
+        },
+        files={f"{REMOTE_ROOT}/readme.txt", f"{srv}/secret/keys"},
+        links={
+            f"{REMOTE_ROOT}/escape": "../secret",
+            f"{REMOTE_ROOT}/inside": f"{REMOTE_ROOT}/sets",
+            "/gpudev-remote/data": "srv/data",
+        },
+    )
+    assert not os.path.exists("/gpudev-remote"), "the remote tree must not exist here"
+    return tree
+
+
+TRAIT = "c.HostPool.hosts['far']['mount_roots']"
+
+
+def on_far(tree: RemoteTree, *roots: Any) -> tuple[list[Any], RemotePaths, str]:
+    return list(roots), RemotePaths(tree, "host 'far'"), TRAIT
+
+
+def test_a_folder_under_a_remote_root_is_mounted_read_only(far: RemoteTree) -> None:
+    # When a folder under the remote root is mounted
+    mount = MountPolicy().resolve(
+        f"{REMOTE_ROOT}/sets/", "/data/sets", site=on_far(far, REMOTE_ROOT)
+    )
+    # Then it is checked there and is read-only by default
+    assert mount == ResolvedMount(f"{REMOTE_ROOT}/sets", "/data/sets", True)
+    assert ["realpath", "-m", "--", f"{REMOTE_ROOT}/sets/"] in far.calls
+    assert ["test", "-e", f"{REMOTE_ROOT}/sets"] in far.calls
+
+
+def test_a_link_is_followed_on_the_remote_host(far: RemoteTree) -> None:
+    # Given a link inside the root to another folder inside it
+    mount = MountPolicy().resolve(
+        f"{REMOTE_ROOT}/inside/imagenet", "/i", site=on_far(far, REMOTE_ROOT)
+    )
+    # Then the source is where the link points on that host
+    assert mount.source == f"{REMOTE_ROOT}/sets/imagenet"
+
+
+def test_a_remote_root_that_is_a_link_is_resolved_there(far: RemoteTree) -> None:
+    # Given the root /data is a link to srv/data on that host
+    mount = MountPolicy().resolve(
+        "/gpudev-remote/data/readme.txt", "/r", site=on_far(far, "/gpudev-remote/data")
+    )
+    assert mount.source == f"{REMOTE_ROOT}/readme.txt"
+
+
+def test_writable_remote_roots(far: RemoteTree) -> None:
+    site = on_far(far, {"path": REMOTE_ROOT, "writable": True})
+    assert MountPolicy().resolve(f"{REMOTE_ROOT}/sets", "/s", site=site).read_only is False
+    assert MountPolicy().resolve(f"{REMOTE_ROOT}/sets", "/s", True, site=site).read_only is True
+
+
+def test_writing_under_a_read_only_remote_root_is_refused(far: RemoteTree) -> None:
+    with pytest.raises(MountNotAllowed, match=r"its root .* is read-only \(c\.HostPool"):
+        MountPolicy().resolve(f"{REMOTE_ROOT}/sets", "/s", False, site=on_far(far, REMOTE_ROOT))
+
+
+def test_a_link_escaping_the_remote_root_is_refused(far: RemoteTree) -> None:
+    # When a link inside the root that points outside it on that host is mounted
+    with pytest.raises(MountNotAllowed) as caught:
+        MountPolicy().resolve(f"{REMOTE_ROOT}/escape", "/x", site=on_far(far, REMOTE_ROOT))
+    # Then the refusal says where it resolves to there, on which host, under which setting
+    message = caught.value.message
+    assert "resolves to '/gpudev-remote/srv/secret'" in message
+    assert "outside the folders of host 'far'" in message
+    assert TRAIT in message
+    assert caught.value.status == 403
+
+
+def test_a_missing_remote_path_is_refused(far: RemoteTree) -> None:
+    with pytest.raises(BadRequest, match="does not exist on host 'far'"):
+        MountPolicy().resolve(f"{REMOTE_ROOT}/nope", "/n", site=on_far(far, REMOTE_ROOT))
+
+
+def test_no_remote_roots_means_no_mounts(far: RemoteTree) -> None:
+    with pytest.raises(MountNotAllowed, match=r"no folder of host 'far' may be mounted \(c\."):
+        MountPolicy().resolve(f"{REMOTE_ROOT}/sets", "/s", site=on_far(far))
+
+
+def test_a_path_that_cannot_be_resolved_remotely_is_a_bad_request(far: RemoteTree) -> None:
+    far.broken = True
+    with pytest.raises(BadRequest, match="could not be resolved on host 'far'"):
+        MountPolicy().resolve(f"{REMOTE_ROOT}/sets", "/s", site=on_far(far, REMOTE_ROOT))
+
+
+def test_the_local_allowed_roots_do_not_apply_to_a_remote_host(far: RemoteTree) -> None:
+    # Given the remote root is also a local allowed root, but the remote host has none
+    policy = MountPolicy(allowed_roots=[REMOTE_ROOT])
+    # Then nothing is mounted on the remote host
+    with pytest.raises(MountNotAllowed, match="no folder of host 'far'"):
+        policy.resolve(f"{REMOTE_ROOT}/sets", "/s", site=on_far(far))
+
+
+def test_the_remote_workspace_is_a_read_write_folder(far: RemoteTree) -> None:
+    paths = RemotePaths(far, "host 'far'")
+    mount = MountPolicy().workspace("/gpudev-remote/home/gpu/work", "/workspaces/x", paths)
+    assert mount == ResolvedMount("/gpudev-remote/home/gpu/work", "/workspaces/x", False)
+    assert ["test", "-d", "/gpudev-remote/home/gpu/work"] in far.calls
+
+
+@pytest.mark.parametrize(
+    "workspace", [f"{REMOTE_ROOT}/readme.txt", "/gpudev-remote/home/gpu/missing"]
+)
+def test_a_remote_workspace_that_is_not_a_folder_is_refused(
+    far: RemoteTree, workspace: str
+) -> None:
+    paths = RemotePaths(far, "host 'far'")
+    with pytest.raises(BadRequest, match=f"'{workspace}' is not a folder on host 'far'"):
+        MountPolicy().workspace(workspace, "/workspaces/x", paths)
+
+
+def test_a_remote_workspace_that_cannot_be_resolved_is_a_bad_request(far: RemoteTree) -> None:
+    far.broken = True
+    with pytest.raises(BadRequest, match="could not be resolved on host 'far'"):
+        MountPolicy().workspace(
+            "/gpudev-remote/home/gpu/work", "/w", RemotePaths(far, "host 'far'")
+        )
+
+
+def test_remote_realpath_is_asked_once_per_path(far: RemoteTree) -> None:
+    paths = RemotePaths(far, "host 'far'")
+    assert paths.realpath(f"{REMOTE_ROOT}/inside") == f"{REMOTE_ROOT}/sets"
+    assert paths.realpath(f"{REMOTE_ROOT}/inside") == f"{REMOTE_ROOT}/sets"
+    assert [c for c in far.calls if c[0] == "realpath"] == [
+        ["realpath", "-m", "--", f"{REMOTE_ROOT}/inside"]
+    ]

@@ -212,11 +212,6 @@ def test_a_watch_ended_in_time_is_made_again_from_the_last_version(
 
 
 @pytest.fixture
-def cluster() -> FakeCluster:
-    return FakeCluster()
-
-
-@pytest.fixture
 def watching(
     cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[DevContainers]:
