@@ -1,7 +1,8 @@
 """One kernel process inside a dev container: started by one exec, found again by its runtime
 files (``RUNTIME_DIR/<runtime id>.{json,pid,log}``), signalled through its pid file.
 
-Used by the provisioner (a kernel of the server) and by the warm pool (a kernel started ahead,
+``ContainerProcesses`` is ``KernelProcesses`` (``kernels.runtime``) for a Docker container:
+used by the provisioner (a kernel of the server) and by the warm pool (a kernel started ahead,
 handed to the provisioner later, runtime files and all).
 """
 
@@ -9,7 +10,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from ..containers import DevContainers
+from ..engine import Host
+from .placements import PLACEMENTS
 
 #: Where a kernel's connection file and pid file live inside the container.
 RUNTIME_DIR = "/tmp/.gpudev"  # noqa: S108 - inside the container, owned by the kernel's user
@@ -20,6 +27,8 @@ IMAGE_KERNELSPECS = (
     "/opt/conda/share/jupyter/kernels/python3/kernel.json",
 )
 PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+#: Seconds between two checks of a kernel just started (an engine request each).
+START_POLL = 0.02
 
 
 def runtime_files(runtime_id: str) -> tuple[str, str, str]:
@@ -53,49 +62,147 @@ def image_argv(container: Any) -> list[str]:
     return list(DEFAULT_ARGV)
 
 
-def start(
-    api: Any,
-    container_id: str,
-    *,
-    argv: list[str],
-    runtime_id: str,
-    connection: dict[str, Any],
-    workdir: str,
-    environment: dict[str, str],
-) -> str:
-    """Start the kernel: one exec writes its private connection file (the key leaves the
-    environment before the kernel starts), records its pid for signals, then becomes the
-    kernel, output to its log file. ``argv``'s ``{connection_file}`` is that file. Returns the
-    exec id (polled for the kernel's exit)."""
-    kernel_file, pid_file, log_file = runtime_files(runtime_id)
-    argv = [kernel_file if arg == "{connection_file}" else arg for arg in argv]
-    script = (
-        f"umask 077; mkdir -p {RUNTIME_DIR}; "
-        f'printf "%s" "$GPUDEV_CONNECTION" > {shlex.quote(kernel_file)}; '
-        "unset GPUDEV_CONNECTION; "
-        f"echo $$ > {shlex.quote(pid_file)}; "
-        f'exec "$@" >> {shlex.quote(log_file)} 2>&1'
-    )
-    exec_id = str(
-        api.exec_create(
-            container_id,
-            ["/bin/sh", "-c", script, "kernel", *argv],
-            workdir=workdir,
-            environment={**environment, "GPUDEV_CONNECTION": json.dumps(connection)},
-        )["Id"]
-    )
-    api.exec_start(exec_id, detach=True)
-    return exec_id
-
-
 def signal_argv(runtime_id: str, signum: int) -> list[str]:
     """The command that sends ``signum`` to the kernel (its pid file names it)."""
     _, pid_file, _ = runtime_files(runtime_id)
     return ["/bin/sh", "-c", f'kill -{int(signum)} "$(cat {shlex.quote(pid_file)})"']
 
 
-def send_signal(api: Any, container_id: str, runtime_id: str, signum: int) -> None:
-    """Signal the kernel through a detached exec: its effect is what the kernel does next,
-    which the caller watches; waiting for the ``kill`` itself would add a round trip."""
-    exec_id = api.exec_create(container_id, signal_argv(runtime_id, signum))["Id"]
-    api.exec_start(exec_id, detach=True)
+class ContainerProcesses:
+    """The kernel processes of one Docker container (``kernels.runtime.KernelProcesses``):
+    each one exec, polled by its exec id (the handle), reached at the container's address or
+    through a forward over an ssh:// host's connection."""
+
+    keeps_warm: ClassVar[bool] = True
+    exit_codes: ClassVar[bool] = True
+    stopped_and_kept: ClassVar[bool] = True
+
+    def __init__(
+        self, host: Host, container: Any, address_of: Callable[[Any], str] | None = None
+    ) -> None:
+        self.host = host
+        #: The engine's container object, as inspected when this was made.
+        self.container = container
+        self.api = container.client.api
+        self.container_id = str(container.id)
+        self._address_of = address_of
+        self._address = ""
+
+    @classmethod
+    def of(
+        cls,
+        manager: DevContainers,
+        host: Host,
+        name: str,
+        handle: str = "",  # noqa: ARG003 - an exec id names no container
+    ) -> ContainerProcesses:
+        """The processes of the container ``name`` on ``host``, looked up (inspected) now."""
+        found, container = manager.find(name, host.name)
+        return cls(found, container, manager.address_of)
+
+    @classmethod
+    def of_id(cls, host: Host, container_id: str) -> ContainerProcesses:
+        """The processes of the container ``container_id`` on ``host``, without looking it up:
+        enough to signal a kernel (a warm kernel's record names its container by id)."""
+        return cls(host, host.client().containers.prepare_model({"Id": container_id}))
+
+    @property
+    def instance(self) -> str:
+        """The container as it runs now: its id and its start (a restart kills its kernels)."""
+        started = self.container.attrs.get("State", {}).get("StartedAt", "")
+        return f"{self.container_id}@{started}"
+
+    @property
+    def working_dir(self) -> str:
+        return str(self.container.attrs.get("Config", {}).get("WorkingDir") or "/")
+
+    @property
+    def address(self) -> str:
+        """The container's address on its host (once: the forwards are made to it)."""
+        if not self._address:
+            if self._address_of is None:
+                raise TypeError("ContainerProcesses made without address_of")
+            self._address = self._address_of(self.container)
+        return self._address
+
+    def kernel_argv(self) -> list[str]:
+        """The image's kernel argv, looked up once per image: an exec costs tens of
+        milliseconds."""
+        image_id = str(self.container.attrs.get("Image", ""))
+        argv = PLACEMENTS.argv(image_id)
+        if argv is None:
+            argv = image_argv(self.container)
+            PLACEMENTS.remember_argv(image_id, argv)
+        return argv
+
+    def reach(self, ports: tuple[int, ...]) -> list[tuple[str, int]]:
+        address = self.address
+        return [self.host.reach(address, port) for port in ports]
+
+    def close_forwards(self, ports: tuple[int, ...]) -> None:
+        if self.host.tunnels is not None:
+            self.host.unreach(self.address, ports)
+
+    def start(
+        self,
+        *,
+        argv: list[str],
+        runtime_id: str,
+        connection: dict[str, Any],
+        workdir: str | None,
+        environment: dict[str, str],
+    ) -> str:
+        """Start the kernel: one exec writes its private connection file (the key leaves the
+        environment before the kernel starts), records its pid for signals, then becomes the
+        kernel, output to its log file. ``argv``'s ``{connection_file}`` is that file. Returns
+        the exec id (polled for the kernel's exit)."""
+        kernel_file, pid_file, log_file = runtime_files(runtime_id)
+        argv = [kernel_file if arg == "{connection_file}" else arg for arg in argv]
+        script = (
+            f"umask 077; mkdir -p {RUNTIME_DIR}; "
+            f'printf "%s" "$GPUDEV_CONNECTION" > {shlex.quote(kernel_file)}; '
+            "unset GPUDEV_CONNECTION; "
+            f"echo $$ > {shlex.quote(pid_file)}; "
+            f'exec "$@" >> {shlex.quote(log_file)} 2>&1'
+        )
+        exec_id = str(
+            self.api.exec_create(
+                self.container_id,
+                ["/bin/sh", "-c", script, "kernel", *argv],
+                workdir=workdir,
+                environment={**environment, "GPUDEV_CONNECTION": json.dumps(connection)},
+            )["Id"]
+        )
+        self.api.exec_start(exec_id, detach=True)
+        return exec_id
+
+    def exit_code(self, handle: str, runtime_id: str) -> int | None:  # noqa: ARG002
+        """Its exec's state: the kernel's exit code, ``None`` while it runs."""
+        state = self.api.exec_inspect(handle)
+        return None if state.get("Running") else int(state.get("ExitCode") or 0)
+
+    def watch_start(self, poll: Callable[[], int | None], seconds: float) -> int | None:
+        """Polled every ``START_POLL`` (an engine request, no exec) until it exits or
+        ``seconds`` have passed."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            code = poll()
+            if code is not None:
+                return code
+            time.sleep(START_POLL)
+        return None
+
+    def send_signal(self, runtime_id: str, signum: int) -> None:
+        """Signal the kernel through a detached exec: its effect is what the kernel does next,
+        which the caller watches; waiting for the ``kill`` itself would add a round trip."""
+        exec_id = self.api.exec_create(self.container_id, signal_argv(runtime_id, signum))["Id"]
+        self.api.exec_start(exec_id, detach=True)
+
+    def log_tail(self, runtime_id: str) -> list[str]:
+        _, _, log_file = runtime_files(runtime_id)
+        _, output = self.container.exec_run(["tail", "-n", "20", log_file])
+        tail = output.decode(errors="replace").strip() if isinstance(output, bytes) else ""
+        return tail.splitlines()
+
+    def remove_files(self, runtime_id: str) -> None:
+        self.container.exec_run(["rm", "-f", *runtime_files(runtime_id)])

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -35,31 +34,17 @@ from traitlets.config import Config
 from ..containers import DevContainers, StartRequest
 from ..containers.placement import gpu_request
 from ..engine import Host
-from ..engine.cluster import Cluster
-from ..errors import (
-    ENGINE_FAILURES,
-    Conflict,
-    EngineUnreachable,
-    GPUDevError,
-    NotFound,
-    engine_error,
-)
-from ..k8s.objects import k8s_name
-from ..k8s.status import clean
-from . import pods as in_pod
-from . import process
+from ..errors import ENGINE_FAILURES, Conflict, EngineUnreachable, GPUDevError, engine_error
 from .placements import PLACEMENTS
 from .process import PORT_NAMES, runtime_files
 from .registry import KernelPlacement, KernelRegistry
+from .runtime import KernelProcesses, kernel_processes, processes_type
 
 T = TypeVar("T")
 
 #: What ends a best-effort step (a signal, removing runtime files, closing forwards) quietly:
 #: the engine's errors and its connection's (a container stopping, a host closed), gpudev's.
 _BEST_EFFORT: tuple[type[Exception], ...] = (*ENGINE_FAILURES, GPUDevError)
-#: How a kernel's handle (``_exec_id``) names a kernel in a pod: ``pod:`` and the pod's name
-#: (a Docker exec id is hexadecimal).
-POD_HANDLE = "pod:"
 
 
 class KernelLaunchError(web.HTTPError):
@@ -136,6 +121,8 @@ class GPUDevProvisioner(KernelProvisionerBase):
     # State, persisted through get/load_provisioner_info for reconnection after a restart.
     _container_name: str = ""
     _dedicated: bool = False
+    #: The kernel's handle (``KernelProcesses.start``): a Docker exec id, or ``pod:`` and its
+    #: pod's name.
     _exec_id: str = ""
     #: The stem of its runtime files (a kernel handed over from the warm pool keeps its own).
     _runtime_id: str = ""
@@ -143,8 +130,10 @@ class GPUDevProvisioner(KernelProvisionerBase):
     _image_argv: tuple[str, ...] = ()
     _ports: tuple[int, ...] = ()
     _exit_code: int | None = None
-    _api: Any = None
-    _launching: Any = None
+    #: The kernel processes of its dev container (``kernels.runtime``) its process runs in.
+    _processes: KernelProcesses | None = None
+    #: The ones ``_kernel_argv`` looked up, for the launch that follows.
+    _launching: KernelProcesses | None = None
     #: The kernel has started once (a later failed launch is a restart's: the container stays).
     _launched: bool = False
     #: Counted among the kernels of a shared container.
@@ -157,9 +146,6 @@ class GPUDevProvisioner(KernelProvisionerBase):
     keep_container: bool = False
     #: The GPUs a dedicated pod asked the scheduler for (a cluster names no UUIDs to gpudev).
     _pod_gpus: int = 0
-    #: A kernel in a pod reached at the pod's IP: its heartbeat port there. While it accepts
-    #: a connection the kernel runs, and a poll costs no exec (no request to the API server).
-    _pod_heartbeat: tuple[str, int] | None = None
 
     @property
     def container_name(self) -> str:
@@ -208,23 +194,17 @@ class GPUDevProvisioner(KernelProvisionerBase):
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(None, func, *args)
 
-    def _container(self) -> Any:
-        host, container = self._manager.find(self._container_name, self.host or None)
-        self.host = host.name
-        return container
+    def _located(self) -> KernelProcesses:
+        """The kernel processes of this kernel's dev container, looked up now."""
+        found = kernel_processes(self._manager, self._host(), self._container_name, self._exec_id)
+        self.host = found.host.name
+        return found
 
-    def _in_pod(self) -> tuple[Cluster, str] | None:
-        """The cluster and pod when this kernel's dev container is a pod (``kernels.pods``)."""
-        if self._exec_id.startswith(POD_HANDLE):
-            pod = self._exec_id.removeprefix(POD_HANDLE)
-        elif self._container_name:
-            pod = k8s_name(self._container_name)
-        else:
-            return None
-        host = self._host()
-        if host.cluster is None:
-            return None
-        return host.cluster, pod
+    def _current(self) -> KernelProcesses:
+        """The kernel processes its process runs in (looked up once after a server restart)."""
+        if self._processes is None:
+            self._processes = self._located()
+        return self._processes
 
     # ------------------------------------------------------------------------------------------
     # Launch
@@ -304,7 +284,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
                 "container that kernels share, or in a new one"
             )
         self._join_shared()
-        if info.state != "running" and self._in_pod() is not None:
+        if info.state != "running" and not processes_type(self._host()).stopped_and_kept:
             raise Conflict(f"The pod of {self._container_name!r} is not running ({info.status})")
         if info.state != "running":
             self._manager.resume(self._container_name, self.host or None, self._log_progress)
@@ -339,20 +319,11 @@ class GPUDevProvisioner(KernelProvisionerBase):
 
     def _kernel_argv(self) -> list[str]:
         """The image's own python3 kernelspec argv if it has one, else the ipykernel default
-        (looked up once per image: an exec costs tens of milliseconds)."""
-        pod = self._in_pod()
-        if pod is not None:
-            self._image_argv = tuple(in_pod.image_argv(*pod))
-            return list(self._image_argv)
-        container = self._container()
-        self._launching = container  # launch_kernel uses it: one lookup per start
-        image_id = str(container.attrs.get("Image", ""))
-        argv = PLACEMENTS.argv(image_id)
-        if argv is None:
-            argv = process.image_argv(container)
-            PLACEMENTS.remember_argv(image_id, argv)
-        self._image_argv = tuple(argv)
-        return list(argv)
+        (``KernelProcesses.kernel_argv``)."""
+        processes = self._located()
+        self._launching = processes  # launch_kernel uses it: one lookup per start
+        self._image_argv = tuple(processes.kernel_argv())
+        return list(self._image_argv)
 
     def _choose_ports(self) -> tuple[int, ...]:
         return PLACEMENTS.choose_ports(self._container_name, len(PORT_NAMES))
@@ -364,46 +335,37 @@ class GPUDevProvisioner(KernelProvisionerBase):
         return await self._guarded(not self._launched, self._run(self._launch, cmd, kwargs))
 
     def _launch(self, cmd: list[str], kwargs: dict[str, Any]) -> KernelConnectionInfo:
-        pod = self._in_pod()
-        if pod is not None:
-            return self._launch_in_pod(*pod, cmd, kwargs)
-        container, self._launching = self._launching or self._container(), None
-        self._api = container.client.api
-        address = self._manager.address_of(container)
-        warm = self._launch_warm(container, kwargs)
+        processes, self._launching = self._launching or self._located(), None
+        self._processes = processes
+        warm = self._launch_warm(processes, kwargs)
         if warm is not None:
             return warm
         if not self._ports:  # a restart keeps its ports, as jupyter_client's local kernels do
             self._ports = self._choose_ports()
-        # Where this server reaches each port: the container itself, or a local forward.
-        host = self._host()
-        reached = [host.reach(address, port) for port in self._ports]
+        # Where this server reaches each port: the container or pod itself, or a local forward.
+        reached = processes.reach(self._ports)
         self._runtime_id = f"kernel-{self.kernel_id}"
-        kernel_file, _, log_file = runtime_files(self._runtime_id)
+        kernel_file, _, _ = runtime_files(self._runtime_id)
         inside, connection = self._connections(reached)
         argv = self._inside_argv(cmd)
-        exec_id = process.start(
-            self._api,
-            container.id,
+        self._exec_id = processes.start(
             argv=argv,
             runtime_id=self._runtime_id,
             connection=inside,
-            workdir=self._workdir(container, kwargs.get("cwd")),
+            workdir=self._workdir(processes, kwargs.get("cwd")),
             environment=self._kernel_env(kwargs.get("env") or {}),
         )
         argv = [kernel_file if arg == "{connection_file}" else arg for arg in argv]
-        self._exec_id = str(exec_id)
         self._exit_code = None
-        self._check_started(container, argv, log_file)
+        self._check_started(processes, argv)
         self._launched = True
         self._register()
         self.log.info(
-            "gpudev kernel %s started in %s (%s) on %s:%s",
+            "gpudev kernel %s started in %s (%s), reached at %s",
             self.kernel_id,
             self._container_name,
             " ".join(argv),
-            address,
-            self._ports,
+            reached,
         )
         self._keep_warm()
         return connection
@@ -440,50 +402,9 @@ class GPUDevProvisioner(KernelProvisionerBase):
         local_file = getattr(self.parent, "connection_file", "")
         return ["{connection_file}" if arg == local_file else arg for arg in cmd]
 
-    def _launch_in_pod(
-        self, cluster: Cluster, pod: str, cmd: list[str], kwargs: dict[str, Any]
-    ) -> KernelConnectionInfo:
-        """``_launch`` in a pod: the kernel started by exec (its key sent as input), reached at
-        the pod's IP or through port-forwards."""
-        found = cluster.read("v1", "Pod", pod) or {}
-        if not self._ports:
-            self._ports = self._choose_ports()
-        # Where this server reaches each port: the pod's IP, or a local port-forward.
-        host = self._host()
-        reached = [self._manager.pod_reach(host, found, port) for port in self._ports]
-        self._runtime_id = f"kernel-{self.kernel_id}"
-        inside, connection = self._connections(reached)
-        argv = self._inside_argv(cmd)
-        log_file = in_pod.start(
-            cluster,
-            pod,
-            argv=argv,
-            runtime_id=self._runtime_id,
-            connection=inside,
-            environment=self._kernel_env(kwargs.get("env") or {}),
-        )
-        self._exec_id = POD_HANDLE + pod
-        self._exit_code = None
-        heartbeat = reached[PORT_NAMES.index("hb_port")]
-        # At the pod's IP (not a local forward's end, which always accepts)
-        pod_ip = str((found.get("status") or {}).get("podIP") or "")
-        self._pod_heartbeat = heartbeat if pod_ip and heartbeat[0] == pod_ip else None
-        time.sleep(self.startup_check_seconds)
-        if self._poll_sync() is not None:
-            tail = [clean(line) for line in in_pod.log_tail(cluster, pod, log_file)]
-            raise KernelStartFailed(
-                f"The kernel exited at once in {self._container_name!r}: "
-                f"{tail[-1] if tail else 'no output'}. Does the image have ipykernel?",
-                details={"log": tail},
-            )
-        self._launched = True
-        self._register()
-        self.log.info(
-            "gpudev kernel %s started in pod %s, reached at %s", self.kernel_id, pod, reached
-        )
-        return connection
-
-    def _launch_warm(self, container: Any, kwargs: dict[str, Any]) -> KernelConnectionInfo | None:
+    def _launch_warm(
+        self, processes: KernelProcesses, kwargs: dict[str, Any]
+    ) -> KernelConnectionInfo | None:
         """The first start of a kernel in a shared container takes a warm kernel of it
         (``kernels.warm``) when one is ready: it is moved to the notebook's folder and becomes
         this kernel, key and ports included. ``None``: start one as usual."""
@@ -491,8 +412,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
         km: Any = self.parent
         if (
             pool is None
-            or self._exec_id.startswith(POD_HANDLE)
-            or self._host().spec.is_kubernetes
+            or not processes.keeps_warm
             or self._launched
             or self._dedicated
             or not self._image_argv
@@ -500,13 +420,13 @@ class GPUDevProvisioner(KernelProvisionerBase):
             or getattr(getattr(self, "kernel_spec", None), "env", None)
         ):
             return None
-        warm = pool.take(self._shared_key(), container, list(self._image_argv))
+        warm = pool.take(self._shared_key(), processes, list(self._image_argv))
         if warm is None:
             return None
         env = kwargs.get("env") or {}
-        workdir = self._workdir(container, kwargs.get("cwd"))
+        workdir = self._workdir(processes, kwargs.get("cwd"))
         if not pool.prepare(warm, workdir, env.get("JPY_SESSION_NAME")):
-            pool.discard(container.client.api, warm)
+            pool.discard(warm)
             return None
         self._exec_id, self._runtime_id, self._ports = warm.exec_id, warm.runtime_id, warm.ports
         self._exit_code = None
@@ -524,27 +444,26 @@ class GPUDevProvisioner(KernelProvisionerBase):
 
     def _keep_warm(self) -> None:
         """A kernel started in a shared container: keep warm ones ready there for the next."""
-        if PLACEMENTS.warm is not None and not self._dedicated and not self._host().cluster:
+        if PLACEMENTS.warm is None or self._dedicated:
+            return
+        if processes_type(self._host()).keeps_warm:
             PLACEMENTS.warm.fill(self._manager, self._shared_key())
 
-    def _check_started(self, container: Any, argv: list[str], log_file: str) -> None:
+    def _check_started(self, processes: KernelProcesses, argv: list[str]) -> None:
         """A kernel that dies at once (no ipykernel, a bad argv) is an error with its output,
         and leaves no container or lease behind, instead of a "kernel died" restart loop."""
-        deadline = time.monotonic() + self.startup_check_seconds
-        while time.monotonic() < deadline:
-            if self._poll_sync() is not None:
-                break
-            time.sleep(0.02)
-        code = self._exit_code
+        code = processes.watch_start(self._poll_sync, self.startup_check_seconds)
         if code is None:
             return
-        _, output = container.exec_run(["tail", "-n", "20", log_file])
-        tail = output.decode(errors="replace").strip() if isinstance(output, bytes) else ""
+        tail = processes.log_tail(self.runtime_id)
+        why = ask = ""
+        if processes.exit_codes:  # where only that it ended is known, nothing more is said
+            why = f"(exit {code}) "
+            ask = f", and is the kernel command right ({' '.join(argv)})"
         raise KernelStartFailed(
-            f"The kernel exited at once (exit {code}) in {self._container_name!r}: "
-            f"{tail.splitlines()[-1] if tail else 'no output'}. Does the image have ipykernel, "
-            f"and is the kernel command right ({' '.join(argv)})?",
-            details={"log": tail.splitlines()},
+            f"The kernel exited at once {why}in {self._container_name!r}: "
+            f"{tail[-1] if tail else 'no output'}. Does the image have ipykernel{ask}?",
+            details={"log": tail},
         )
 
     def _kernel_env(self, env: dict[str, str]) -> dict[str, str]:
@@ -555,14 +474,13 @@ class GPUDevProvisioner(KernelProvisionerBase):
         result.update({k: str(v) for k, v in spec_env.items()})
         return result
 
-    def _workdir(self, container: Any, cwd: str | None) -> str:
+    def _workdir(self, processes: KernelProcesses, cwd: str | None) -> str | None:
         """The notebook's folder, as seen inside the container (the workspace mount). On a
         remote host the workspace is that host's folder, which need not have this machine's
-        layout: the kernel starts at its root."""
+        layout: the kernel starts at its root. ``None``: where the exec starts (a pod's)."""
         manager = self._manager
-        base = str(container.attrs.get("Config", {}).get("WorkingDir") or "/")
-        host = self._host()
-        if not cwd or not host.spec.is_local:
+        base = processes.working_dir
+        if base is None or not cwd or not processes.host.spec.is_local:
             return base
         try:
             relative = Path(cwd).resolve().relative_to(manager.root_dir)
@@ -602,22 +520,8 @@ class GPUDevProvisioner(KernelProvisionerBase):
         return code
 
     def _exit_of_process(self) -> int | None:
-        """The kernel process's exit code, ``None`` while it runs: its exec's state, or in a
-        pod whether its pid is still there (its code is not known there: 1)."""
-        pod = self._in_pod() if self._exec_id.startswith(POD_HANDLE) else None
-        if pod is not None:
-            if self._pod_heartbeat is not None and _accepts(self._pod_heartbeat):
-                return None
-            try:
-                return None if in_pod.alive(*pod, self.runtime_id) else 1
-            except NotFound:
-                return 1  # the pod is gone, and the kernel with it
-            except GPUDevError as err:  # a failed exec says nothing of the kernel: the grace
-                raise EngineUnreachable(err.message) from None
-        if self._api is None:
-            self._api = self._container().client.api
-        state = self._api.exec_inspect(self._exec_id)
-        return None if state.get("Running") else int(state.get("ExitCode") or 0)
+        """The kernel process's exit code, ``None`` while it runs (``KernelProcesses``)."""
+        return self._current().exit_code(self._exec_id, self.runtime_id)
 
     async def poll(self) -> int | None:
         if self._exit_code is not None:
@@ -633,12 +537,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
 
     def _signal_sync(self, signum: int) -> None:
         try:
-            pod = self._in_pod() if self._exec_id.startswith(POD_HANDLE) else None
-            if pod is not None:
-                in_pod.send_signal(*pod, self.runtime_id, signum)
-                return
-            container = self._container()
-            process.send_signal(container.client.api, container.id, self.runtime_id, signum)
+            self._located().send_signal(self.runtime_id, signum)
         except _BEST_EFFORT as exc:
             self.log.warning("gpudev kernel %s: signal %s failed: %r", self.kernel_id, signum, exc)
 
@@ -724,7 +623,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
             return
         manager = self._manager
         host = self.host or None
-        if self._in_pod() is not None:
+        if not processes_type(self._host()).stopped_and_kept:
             self._end_pod(manager, host)
             return
         try:
@@ -776,24 +675,14 @@ class GPUDevProvisioner(KernelProvisionerBase):
         no-op on a local host."""
         if not self._ports:
             return
-        pod = self._in_pod()
-        if pod is not None:
-            self._manager.close_pod_forwards(self._host().name, pod[1], self._ports)
-            return
         with contextlib.suppress(*_BEST_EFFORT):
-            manager = self._manager
-            host = self._host()
-            if host.tunnels is not None:
-                host.unreach(manager.address_of(self._container()), self._ports)
+            self._current().close_forwards(self._ports)
 
     def _remove_runtime_files(self, container_name: str, host: str | None, runtime_id: str) -> None:
         with contextlib.suppress(*_BEST_EFFORT):
-            cluster = self._manager.host_pool.get(host or "").cluster if host else None
-            if cluster is not None:
-                in_pod.remove_files(cluster, k8s_name(container_name), runtime_id)
-                return
-            _, container = self._manager.find(container_name, host)
-            container.exec_run(["rm", "-f", *runtime_files(runtime_id)])
+            manager = self._manager
+            where = manager.host_pool.get(host or manager.host_pool.local_name)
+            kernel_processes(manager, where, container_name).remove_files(runtime_id)
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         info: dict[str, Any] = await super().get_provisioner_info()
@@ -819,15 +708,6 @@ class GPUDevProvisioner(KernelProvisionerBase):
         self._ports = tuple(int(p) for p in provisioner_info.get("ports", []))
 
 
-def _accepts(address: tuple[str, int]) -> bool:
-    """Whether something listens at ``address`` (a kernel's port at its pod's IP)."""
-    try:
-        with socket.create_connection(address, timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
 def _stop_if_unused(manager: DevContainers, key: tuple[str, str], log: Any) -> None:
     """Stop a shared container whose last kernel ended, unless a kernel joined it since or the
     user pinned it; a pod is deleted instead (a pod is not stopped and kept; its workspace
@@ -840,7 +720,7 @@ def _stop_if_unused(manager: DevContainers, key: tuple[str, str], log: Any) -> N
         if name in manager.ledger.pinned(host):
             log.info("gpudev: %s is pinned: kept running after its last kernel", name)
             return
-        if manager.host_pool.get(host).spec.is_kubernetes:
+        if not processes_type(manager.host_pool.get(host)).stopped_and_kept:
             with PLACEMENTS.closing(key) as free:  # no kernel joins a pod being deleted
                 if free:
                     _delete_unused_pod(manager, host, name, log)

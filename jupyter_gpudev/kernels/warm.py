@@ -9,7 +9,9 @@ a kernel: each warm kernel is handed out once, and a fresh one is prepared after
 A warm kernel uses nothing its container does not already hold: it is not one of the
 container's kernels (a shared container still stops after its last kernel, and the warm ones
 with it), nothing here starts, resumes or keeps a container, and it holds no lease. It runs as
-the container's user, like every kernel, with no environment of the server.
+the container's user, like every kernel, with no environment of the server. Warm kernels are
+kept where ``KernelProcesses.keeps_warm`` (``kernels.runtime``): in Docker containers, started
+and signalled through ``process.ContainerProcesses``.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ from ..containers import DevContainers
 from ..containers.reconcile import process_alive
 from ..errors import ENGINE_FAILURES, GPUDevError
 from ..labels import L_KERNEL
-from . import process
 from .placements import PLACEMENTS, Key
+from .process import PORT_NAMES, ContainerProcesses
+from .runtime import KernelProcesses, processes_type
 
 #: What ends a step of the pool's background work quietly (logged): the engine's errors and its
 #: connection's (a container stopping, a host closed), gpudev's.
@@ -52,16 +55,15 @@ class WarmKernel:
 
     host: str
     container: str
-    container_id: str
-    #: The container's start when the kernel was started (a restart kills the kernel).
-    started_at: str
+    #: The kernel processes of its container as it ran when the kernel was started (a restart
+    #: kills the kernel): it is signalled, checked and its forwards closed through them.
+    processes: ContainerProcesses
     #: The image's kernel argv it was started with (``{connection_file}`` not filled in).
     argv: tuple[str, ...]
     runtime_id: str
     exec_id: str
-    #: The container's address, its ports inside it, and where this server reaches each one
-    #: (the address itself, or a forward over an ssh:// host's connection).
-    address: str
+    #: Its ports inside the container, and where this server reaches each one (the
+    #: container's address, or a forward over an ssh:// host's connection).
     ports: tuple[int, ...]
     reached: tuple[tuple[str, int], ...]
     key: bytes
@@ -73,7 +75,7 @@ class WarmKernel:
             "signature_scheme": "hmac-sha256",
             "ip": self.reached[0][0],
             "key": self.key,
-            **dict(zip(process.PORT_NAMES, (port for _, port in self.reached), strict=True)),
+            **dict(zip(PORT_NAMES, (port for _, port in self.reached), strict=True)),
         }
 
 
@@ -108,7 +110,7 @@ class _Record:
     def add(self, warm: WarmKernel) -> None:
         entry = {
             "host": warm.host,
-            "container_id": warm.container_id,
+            "container_id": warm.processes.container_id,
             "machine": socket.gethostname(),
             "pid": os.getpid(),
         }
@@ -161,26 +163,21 @@ class WarmKernels(LoggingConfigurable):
 
     # -- handing out ------------------------------------------------------------------------
 
-    def take(self, key: Key, container: Any, argv: list[str]) -> WarmKernel | None:
-        """A ready warm kernel of ``container`` (its engine object, just inspected) started
-        with ``argv``, now alive, taken out of the pool; ``None`` if there is none."""
-        state = container.attrs.get("State", {})
+    def take(self, key: Key, processes: KernelProcesses, argv: list[str]) -> WarmKernel | None:
+        """A ready warm kernel of the container whose ``processes`` these are (just looked up)
+        started with ``argv``, now alive, taken out of the pool; ``None`` if there is none."""
         while True:
             with self._lock:
                 kept = self._ready.get(key, [])
                 if not kept:
                     return None
                 warm = kept.pop(0)
-            current = (
-                warm.container_id == container.id
-                and warm.started_at == state.get("StartedAt")
-                and list(warm.argv) == list(argv)
-            )
-            if current and _running(container.client.api, warm.exec_id):
+            same = warm.processes.instance == processes.instance
+            if same and list(warm.argv) == list(argv) and _running(warm):
                 if self._record is not None:
                     self._record.remove(warm.runtime_id)
                 return warm
-            self._stop(container.client.api, warm)
+            self._stop(warm)
 
     def prepare(self, warm: WarmKernel, workdir: str, session_name: str | None) -> bool:
         """Make a taken kernel the one asked for: its working folder (the notebook's) and
@@ -201,18 +198,18 @@ class WarmKernels(LoggingConfigurable):
             reply = shell.ask("execute_request", content, timeout=10.0)
         return reply is not None and reply.get("content", {}).get("status") == "ok"
 
-    def discard(self, api: Any, warm: WarmKernel) -> None:
+    def discard(self, warm: WarmKernel) -> None:
         """Stop a taken kernel that could not be prepared."""
-        self._stop(api, warm)
+        self._stop(warm)
 
     # -- keeping the pool -------------------------------------------------------------------
 
     def fill(self, manager: DevContainers, key: Key) -> None:
         """Start warm kernels in the background until ``count`` are ready or starting in the
-        shared container ``key`` (nothing if it is not running, nor in a pod: warm kernels are
-        started through the Docker engine)."""
+        shared container ``key`` (nothing if it is not running, nor where no warm kernels are
+        kept: in a pod)."""
         try:
-            if manager.host_pool.get(key[0]).spec.is_kubernetes:
+            if not processes_type(manager.host_pool.get(key[0])).keeps_warm:
                 return
         except GPUDevError:
             return  # a host gone meanwhile
@@ -255,8 +252,9 @@ class WarmKernels(LoggingConfigurable):
         stopped: list[str] = []
         for runtime_id, entry in self._record.orphans().items():
             try:
-                api = manager.host_pool.get(str(entry.get("host", ""))).client().api
-                process.send_signal(api, str(entry.get("container_id", "")), runtime_id, 9)
+                host = manager.host_pool.get(str(entry.get("host", "")))
+                container_id = str(entry.get("container_id", ""))
+                ContainerProcesses.of_id(host, container_id).send_signal(runtime_id, 9)
             except _BEST_EFFORT as exc:
                 self.log.info("gpudev: warm kernel %s left by a server: %s", runtime_id, exc)
             else:
@@ -282,25 +280,18 @@ class WarmKernels(LoggingConfigurable):
         if ready is not None and self._record is not None:
             self._record.add(ready)
         if warm is not None:  # closed meanwhile
-            with contextlib.suppress(*_BEST_EFFORT):
-                self._stop(manager.host_pool.get(key[0]).client().api, warm)
+            self._stop(warm)
 
     def _start(self, manager: DevContainers, key: Key) -> WarmKernel | None:
         host_name, name = key
         host, container = manager.find(name, host_name)
         if container.status != "running" or container.labels.get(L_KERNEL):
             return None  # stopped, or made for one kernel: nothing to keep warm
-        api = host.client().api
-        container_id = str(container.id)
-        image_id = str(container.attrs.get("Image", ""))
-        argv = PLACEMENTS.argv(image_id)
-        if argv is None:
-            argv = process.image_argv(container)
-            PLACEMENTS.remember_argv(image_id, argv)
-        ports = PLACEMENTS.choose_ports(name, len(process.PORT_NAMES))
-        address = manager.address_of(container)
+        processes = ContainerProcesses(host, container, manager.address_of)
+        argv = processes.kernel_argv()
+        ports = PLACEMENTS.choose_ports(name, len(PORT_NAMES))
         try:
-            reached = tuple(host.reach(address, port) for port in ports)
+            reached = tuple(processes.reach(ports))
             key_bytes = secrets.token_hex(32).encode()
             runtime_id = f"warm-{secrets.token_hex(8)}"
             inside = {
@@ -308,62 +299,55 @@ class WarmKernels(LoggingConfigurable):
                 "signature_scheme": "hmac-sha256",
                 "ip": "0.0.0.0",  # noqa: S104 - container-local
                 "key": key_bytes.decode(),
-                **dict(zip(process.PORT_NAMES, ports, strict=True)),
+                **dict(zip(PORT_NAMES, ports, strict=True)),
             }
-            exec_id = process.start(
-                api,
-                container_id,
+            exec_id = processes.start(
                 argv=list(argv),
                 runtime_id=runtime_id,
                 connection=inside,
-                workdir=str(container.attrs.get("Config", {}).get("WorkingDir") or "/"),
+                workdir=processes.working_dir,
                 environment={},
             )
         except BaseException:
-            if host.tunnels is not None:
-                with contextlib.suppress(GPUDevError):
-                    host.unreach(address, ports)
+            with contextlib.suppress(GPUDevError):
+                processes.close_forwards(ports)
             PLACEMENTS.release_ports(name, ports)
             raise
         warm = WarmKernel(
             host=host.name,
             container=name,
-            container_id=container_id,
-            started_at=str(container.attrs.get("State", {}).get("StartedAt", "")),
+            processes=processes,
             argv=tuple(argv),
             runtime_id=runtime_id,
             exec_id=exec_id,
-            address=address,
             ports=ports,
             reached=reached,
             key=key_bytes,
         )
-        if not self._answers(api, warm):
-            self._stop(api, warm)
+        if not self._answers(warm):
+            self._stop(warm)
             return None
         self.log.info("gpudev: a warm kernel is ready in %s", name)
         return warm
 
-    def _answers(self, api: Any, warm: WarmKernel) -> bool:
+    def _answers(self, warm: WarmKernel) -> bool:
         """Wait for the kernel's first kernel_info reply (or its exit, or the timeout)."""
         deadline = time.monotonic() + self.ready_timeout
         with _Shell(warm) as shell:
             while time.monotonic() < deadline:
                 if shell.ask("kernel_info_request", {}, timeout=0.25) is not None:
                     return True
-                if not _running(api, warm.exec_id):
+                if not _running(warm):
                     return False
         return False
 
-    def _stop(self, api: Any, warm: WarmKernel) -> None:
+    def _stop(self, warm: WarmKernel) -> None:
         """Kill a warm kernel and forget its runtime files and ports."""
         with contextlib.suppress(*_BEST_EFFORT):
-            process.send_signal(api, warm.container_id, warm.runtime_id, signal.SIGKILL)
+            warm.processes.send_signal(warm.runtime_id, signal.SIGKILL)
         if self._manager is not None:
             with contextlib.suppress(GPUDevError):
-                host = self._manager.host_pool.get(warm.host)
-                if host.tunnels is not None:
-                    host.unreach(warm.address, warm.ports)
+                warm.processes.close_forwards(warm.ports)
         PLACEMENTS.release_ports(warm.container, warm.ports)
         if self._record is not None:
             self._record.remove(warm.runtime_id)
@@ -383,16 +367,14 @@ class WarmKernels(LoggingConfigurable):
             pool.shutdown(wait=False, cancel_futures=True)
         if manager is None:
             return
-        for (host_name, _), kernels in ready.items():
-            with contextlib.suppress(*_BEST_EFFORT):
-                api = manager.host_pool.get(host_name).client().api
-                for warm in kernels:
-                    self._stop(api, warm)
+        for kernels in ready.values():
+            for warm in kernels:
+                self._stop(warm)
 
 
-def _running(api: Any, exec_id: str) -> bool:
+def _running(warm: WarmKernel) -> bool:
     try:
-        return bool(api.exec_inspect(exec_id).get("Running"))
+        return warm.processes.exit_code(warm.exec_id, warm.runtime_id) is None
     except ENGINE_FAILURES:
         return False
 

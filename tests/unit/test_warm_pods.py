@@ -13,7 +13,9 @@ class Manager:
     reach for (its state folder, the host's engine) fails the test."""
 
     host_pool = SimpleNamespace(
-        get=lambda _name: SimpleNamespace(spec=SimpleNamespace(is_kubernetes=True))
+        get=lambda _name: SimpleNamespace(
+            cluster=object(), spec=SimpleNamespace(is_kubernetes=True)
+        )
     )
 
     def __getattr__(self, name: str) -> Any:
