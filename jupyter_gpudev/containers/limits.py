@@ -3,12 +3,13 @@ hold at once, and how much memory and CPU one of their containers may use.
 
 ``UserLimits`` is the administrator's configuration (``c.UserLimits.*``, with a form per
 group); ``Limits`` what applies to one user; ``holdings`` what a user's containers hold now;
-the ``check_*`` functions and ``container_resources`` decide, without an engine.
+the ``check_*`` functions and ``container_resources`` decide, without an engine; ``check_room``
+and ``room`` count a user's containers for ``DevContainers``.
 
 The counts are race-free: ``DevContainers`` counts a user's containers and makes the start,
-resume or pin the count allows under ``owner_lock`` (one lock per user, shared by every view
-of one ledger in the process: the shared service's), and the GPUs are counted again inside
-the lease ledger's write transaction (``LeaseLedger.acquire``'s ``admit``), which also
+resume or pin the count allows under ``owner_lock`` (``room``: one lock per user, shared by
+every view of one ledger in the process: the shared service's), and the GPUs are counted again
+inside the lease ledger's write transaction (``LeaseLedger.acquire``'s ``admit``), which also
 decides between processes. A limit is the owner's: an administrator resuming or pinning a
 user's container is counted against that user. Administrators are limited like everyone
 else (give them more through ``groups``).
@@ -16,12 +17,13 @@ else (give them more through ``groups``).
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import math
 import os
 import pwd
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -422,3 +424,50 @@ def holdings(lookup: ContainerLookup, owner: str) -> Holdings:
         running += [container for container, state in states.items() if state not in STOPPED]
         pinned += [container for container in states if container in kept]
     return Holdings(tuple(sorted(running)), tuple(sorted(pinned)))
+
+
+def check_room(
+    lookup: ContainerLookup,
+    limits: Limits,
+    whose: Whose,
+    *,
+    running: str | bool = False,
+    pinning: str = "",
+    gpus: int = 0,
+) -> None:
+    """Refuse (``LimitReached``) one more running (``running``: a name, the container
+    starting again, not counted) or pinned (``pinning``: its name) container of
+    ``whose.owner``, or ``gpus`` more GPUs, beyond their ``limits``."""
+    owner = whose.owner
+    if (running and limits.running.value) or (pinning and limits.pinned.value):
+        held = holdings(lookup, owner)
+        if running:
+            others = [name for name in held.running if name != running]
+            check_count(limits.running, others, whose, what="running dev container", undo="stop")
+        if pinning:
+            others = [name for name in held.pinned if name != pinning]
+            check_count(limits.pinned, others, whose, what="pinned dev container", undo="unpin")
+    if gpus and limits.gpus.value:
+        leases = [lease for lease in lookup.ledger.active() if lease.owner == owner]
+        check_gpus(limits.gpus, leases, gpus, whose)
+
+
+@contextlib.contextmanager
+def room(
+    lookup: ContainerLookup,
+    limits: Limits,
+    whose: Whose,
+    *,
+    running: str | bool = False,
+    pinning: str = "",
+) -> Iterator[None]:
+    """Count ``whose.owner``'s containers (``check_room``) and hold their ``owner_lock``
+    while the start, resume or pin the count allows is made, so that no other one passes
+    the same count (only where such a limit is set); their GPUs are counted in the ledger's
+    transaction (``admit_gpus``)."""
+    if not (running and limits.running.value) and not (pinning and limits.pinned.value):
+        yield
+        return
+    with owner_lock(lookup.ledger_id, whose.owner):
+        check_room(lookup, limits, whose, running=running, pinning=pinning)
+        yield

@@ -3,19 +3,19 @@ reports (state, GPUs, lease, ports, kernels, changes), logs, terminals and web p
 
 ``ContainerLookup`` is the base of ``DevContainers`` (the lifecycle): it holds what reading
 needs (the hosts, the ledger, the state folder) and never starts, stops or removes anything.
-Configured as ``c.DevContainers.*``."""
+Configured as ``c.DevContainers.*`` (its options in ``options.py``). A Docker container's
+report is shaped in ``reports.py``, a pod's in ``pods.py``; output is read by ``logs.py``."""
 
 from __future__ import annotations
 
 import builtins
-import codecs
 import hashlib
 import os
 import secrets
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +23,11 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 from jupyter_core.paths import jupyter_data_dir
-from traitlets import Bool, Enum, Float, Instance, Int, Unicode, default
+from traitlets import Instance, default
 from traitlets.config import LoggingConfigurable
 
-from ..access import ANOTHER_USER, Access, Caller
-from ..engine import (
-    Host,
-    HostInfo,
-    HostPool,
-)
+from ..access import Access, Caller
+from ..engine import Host, HostInfo, HostPool
 from ..engine.podforward import PodForwards
 from ..errors import (
     BadRequest,
@@ -42,115 +38,36 @@ from ..errors import (
     NotFound,
     engine_errors,
 )
-from ..labels import (
-    A_NAME,
-    A_OWNER,
-    L_CREATED,
-    L_ENV,
-    L_HOST,
-    L_IMAGE,
-    L_KERNEL,
-    L_MANAGED,
-    L_NAME,
-    L_OWNER,
-    STOPPED,
-    labelled_gpus,
-)
-from ..leasing import (
-    Lease,
-    LeaseLedger,
-    iso_utc,
-)
-from .commands import close_stream
+from ..labels import A_NAME, A_OWNER, L_HOST, L_MANAGED, L_NAME, L_OWNER, STOPPED
+from ..leasing import LeaseLedger
+from . import options
 from .hooks import ChangeTracking, KernelTracking
-from .model import (
-    DevContainerInfo,
-    KernelInfo,
-    docker_name,
-    engine_time,
-    given_name,
-    keys_meant,
-    user_name,
-)
+from .logs import container_output, pod_output
+from .model import DevContainerInfo, KernelInfo, docker_name, given_name, keys_meant, user_name
 from .pods import PodListings, Pods, annotation, pod_address, pod_info, pod_uid
-from .ports import AddedPorts, declared_ports, web_ports
+from .ports import AddedPorts, declared_ports
 from .reconcile import on_host
+from .reports import Known, container_info, hosts_seen
 from .terminals import pod_terminal_argv, terminal_argv
 
 
 class ContainerLookup(LoggingConfigurable):
     """The reading side of ``DevContainers``: find, describe, list, logs, terminals, ports."""
 
-    state_dir = Unicode(
-        help="""Folder of gpudev's persistent state (the GPU lease ledger). Default:
-        <Jupyter data dir>/gpudev. The server and the CLI must use the same one."""
-    ).tag(config=True)
+    # The options (``c.ContainerLookup.*``), their help texts in ``options.py``.
+    state_dir = options.STATE_DIR
+    max_log_bytes = options.MAX_LOG_BYTES
+    network = options.NETWORK
+    isolate_web_apps = options.ISOLATE_WEB_APPS
+    docker_cli = options.DOCKER_CLI
+    pod_start_timeout = options.POD_START_TIMEOUT
+    pod_port_forward = options.POD_PORT_FORWARD
+    pod_poll_interval = options.POD_POLL_INTERVAL
+    pod_watch = options.POD_WATCH
 
     @default("state_dir")
     def _default_state_dir(self) -> str:
         return os.path.join(jupyter_data_dir(), "gpudev")
-
-    max_log_bytes = Int(
-        16 << 20,
-        help="""The most bytes of a container's output one logs request reads (the REST API,
-        the panel's Logs tab, ``jupyter gpudev logs`` without --follow); past it the answer says
-        where it was cut. Ask for the last lines (``tail``) to see the end of a longer log.""",
-    ).tag(config=True)
-
-    network = Unicode(
-        "gpudev",
-        help="""The Docker network dev containers join: a bridge created on first use with
-        inter-container traffic disabled, so a container (and its kernels' ports) is reachable
-        from the host but not from other containers. Empty: the engine's default bridge.""",
-    ).tag(config=True)
-
-    isolate_web_apps = Bool(
-        True,
-        help="""Serve the web apps of dev containers (/gpudev/proxy/NAME/PORT/) in a sandbox:
-        a browser opening one is sent to /gpudev/app/CAPABILITY/..., where its pages run in an
-        opaque origin that can read none of Jupyter's cookies nor call Jupyter's API as the
-        user. Apps that need their own cookies or browser storage do not work there; off, a
-        proxied page runs with all of JupyterLab's rights in the browser (only for apps you
-        trust).""",
-    ).tag(config=True)
-
-    docker_cli = Unicode(
-        "docker",
-        help="""The docker command line (a name on PATH or a path), used for terminals inside
-        dev containers: a terminal runs `docker exec -it` in a pseudo-terminal.""",
-    ).tag(config=True)
-
-    pod_start_timeout = Float(
-        600.0,
-        help="""Seconds a start on a Kubernetes host waits for its pod to run (the scheduler
-        placing it, the node pulling the image). Meanwhile the start reports why the pod is
-        not running yet; past it, what the start created is deleted (a workspace claim from
-        before is kept) and the scheduler's last reason is the error.""",
-    ).tag(config=True)
-
-    pod_port_forward = Enum(
-        ("auto", "always", "never"),
-        "auto",
-        help="""How this server reaches kernels and web ports in pods of a Kubernetes host:
-        through the API server's port-forward ("always"), at the pod's IP ("never": the
-        server must be in the cluster, or on a network that routes pod IPs), or "auto": at the
-        pod's IP when the host uses the service account of the pod this server runs in (an
-        empty context inside a cluster), else forwarded.""",
-    ).tag(config=True)
-
-    pod_poll_interval = Float(
-        1.0,
-        help="""Seconds between two reads of a starting pod on a Kubernetes host.""",
-    ).tag(config=True)
-
-    pod_watch = Bool(
-        False,
-        help="""Answer listings of a Kubernetes host's pods (`ls`, each panel's poll) from one
-        LIST and a WATCH of the namespace's dev container pods, kept by this server, instead of
-        one LIST per listing: for a shared service that many users' panels poll. While no
-        watch is open a listing is a LIST again; this server's own writes are seen at once,
-        others' as soon as the watch says (usually well under a second).""",
-    ).tag(config=True)
 
     host_pool = Instance(HostPool)
 
@@ -319,7 +236,7 @@ class ContainerLookup(LoggingConfigurable):
         return bool(host) and self._host(host).spec.is_kubernetes
 
     def _pod_info(self, host: Host, pod: dict[str, Any]) -> DevContainerInfo:
-        return self._seen(
+        return self.as_seen(
             pod_info(
                 pod,
                 host.name,
@@ -328,9 +245,9 @@ class ContainerLookup(LoggingConfigurable):
             )
         )
 
-    def _seen(self, info: DevContainerInfo) -> DevContainerInfo:
+    def as_seen(self, info: DevContainerInfo) -> DevContainerInfo:
         """``info`` (named by its key) with the name its viewer gives it (``shown_name``)."""
-        return replace(info, name=self.shown_name(info.name, info.owner), key=info.name)
+        return replace(info, name=self.shown_name(info.key, info.owner))
 
     def find(
         self, name: str, host: str | None = None, *, caller: Caller | None = None
@@ -416,22 +333,9 @@ class ContainerLookup(LoggingConfigurable):
         user's dev container on a Kubernetes host."""
         who = self.access.resolve(caller)
         infos = [self.host_pool.describe(name)] if name else self.host_pool.describe_all()
-        held: dict[str, builtins.list[Lease]] = {}
-        for lease in self.ledger.active():
-            if not who.sees_owner(lease.owner):
-                lease = replace(lease, lease_id="", container="", owner=ANOTHER_USER)  # noqa: PLW2901
-            else:
-                lease = replace(lease, container=self.shown_name(lease.container, lease.owner))  # noqa: PLW2901
-            held.setdefault(lease.host, []).append(lease)
+        leases = self.ledger.active()
         hidden = not (self.access.single_user or who.admin)
-        return [
-            replace(
-                info if not hidden else _seen_by_users(info),
-                leases=tuple(held.get(info.name, ())) if info.reachable else (),
-                cluster=info.cluster and info.cluster.seen_by(who.sees_owner, ANOTHER_USER),
-            )
-            for info in infos
-        ]
+        return hosts_seen(infos, leases, who, shown_name=self.shown_name, hidden=hidden)
 
     #: At most this many containers have their changes counted at once while listing.
     COUNT_WORKERS = 4
@@ -449,7 +353,7 @@ class ContainerLookup(LoggingConfigurable):
         (see ``describe``), several at once."""
         who = self.access.resolve(caller)
         ledger_id = self.ledger_id
-        found: list[tuple[Host, Container, _Known]] = []
+        found: list[tuple[Host, Container, Known]] = []
         hosts = self._hosts(host)
         unreachable: list[GPUDevError] = []
         added = self.added_ports.read()
@@ -464,7 +368,7 @@ class ContainerLookup(LoggingConfigurable):
                     continue
                 pinned = frozenset(self.ledger.pinned(candidate.name))
                 pods.extend(
-                    self._seen(
+                    self.as_seen(
                         pod_info(
                             p,
                             candidate.name,
@@ -488,7 +392,7 @@ class ContainerLookup(LoggingConfigurable):
                     all_states=all_states,
                     filters={"label": [f"{L_MANAGED}=1", f"{L_HOST}={candidate.name}"]},
                 )
-            known = _Known(
+            known = Known(
                 leases={lease.container: lease for lease in self.ledger.active(candidate.name)},
                 pinned=frozenset(self.ledger.pinned(candidate.name)),
                 added_ports=added,
@@ -635,49 +539,12 @@ class ContainerLookup(LoggingConfigurable):
         ``max_log_bytes`` are read (streamed, never the whole log at once), then a line says
         where the output was cut."""
         found_host, container = self.locate(name, host, caller=caller)
+        limit = self.max_log_bytes
         if isinstance(container, dict):
-            if follow:
-                decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-                chunks = self.pods(found_host).cluster.follow_output(
-                    str(container["metadata"]["name"]), tail=tail
-                )
-                try:
-                    for chunk in chunks:
-                        yield decoder.decode(chunk)
-                finally:
-                    chunks.close()
-                return
-            data = self.pods(found_host).cluster.output(
-                str(container["metadata"]["name"]), tail=tail, limit=self.max_log_bytes
-            )
-            yield data[: self.max_log_bytes].decode(errors="replace")
-            if len(data) > self.max_log_bytes:
-                yield (
-                    f"\n[gpudev: the output is cut here, after {self.max_log_bytes} bytes; ask "
-                    "for its last lines (tail) to see its end]\n"
-                )
+            cluster, pod = self.pods(found_host).cluster, str(container["metadata"]["name"])
+            yield from pod_output(cluster, pod, follow=follow, tail=tail, limit=limit)
             return
-        if not follow:
-            stream = container.logs(
-                stream=True, follow=False, timestamps=False, tail="all" if tail is None else tail
-            )
-            read = 0
-            try:
-                for chunk in stream:
-                    if read + len(chunk) > self.max_log_bytes:
-                        yield chunk[: self.max_log_bytes - read].decode(errors="replace")
-                        yield (
-                            f"\n[gpudev: the output is cut here, after {self.max_log_bytes} "
-                            "bytes; ask for its last lines (tail) to see its end]\n"
-                        )
-                        return
-                    read += len(chunk)
-                    yield chunk.decode(errors="replace")
-            finally:
-                close_stream(stream)
-            return
-        for chunk in container.logs(stream=True, follow=True):
-            yield chunk.decode(errors="replace")
+        yield from container_output(container, follow=follow, tail=tail, limit=limit)
 
     def describe(
         self,
@@ -686,7 +553,7 @@ class ContainerLookup(LoggingConfigurable):
         warnings: tuple[str, ...] = (),
         *,
         count_changes: bool = False,
-        known: _Known | None = None,
+        known: Known | None = None,
         wait: bool = True,
     ) -> DevContainerInfo:
         """The container as reported. Its uncommitted changes are counted (``docker diff``,
@@ -696,13 +563,6 @@ class ContainerLookup(LoggingConfigurable):
         waited for is ``None``."""
         labels = container.labels
         name = labels.get(L_NAME, user_name(container.name or ""))  # its key
-        ports: dict[str, int] = {}
-        for key, bindings in (
-            container.attrs.get("NetworkSettings", {}).get("Ports") or {}
-        ).items():
-            for binding in bindings or []:
-                if binding.get("HostIp") in ("127.0.0.1", "") and binding.get("HostPort"):
-                    ports[key.split("/")[0]] = int(binding["HostPort"])
         if known is None:
             lease = self.ledger.for_container(host.name, labels.get(L_NAME, ""))
             pinned = labels.get(L_NAME, "") in self.ledger.pinned(host.name)
@@ -711,67 +571,20 @@ class ContainerLookup(LoggingConfigurable):
             lease = known.leases.get(labels.get(L_NAME, ""))
             pinned = labels.get(L_NAME, "") in known.pinned
             added = known.added_ports
-        state = container.attrs.get("State", {})
-        status = str(state.get("Status", container.status))
         usage = self.kernels.usage(host.name, name) if self.kernels is not None else None
-        return DevContainerInfo(
-            name=self.shown_name(name, labels.get(L_OWNER, "")),
+        return container_info(
+            container,
+            host.name,
             key=name,
-            container_id=str(container.id),
-            host=host.name,
-            environment=labels.get(L_ENV, ""),
-            owner=labels.get(L_OWNER, ""),
-            image=labels.get(L_IMAGE, ""),
-            state=status,
-            status=_status_text(state),
-            created=labels.get(L_CREATED, ""),
-            gpu_uuids=labelled_gpus(labels),
-            lease_id=lease.lease_id if lease else None,
-            ports=ports,
-            warnings=warnings,
+            shown_name=self.shown_name(name, labels.get(L_OWNER, "")),
+            lease=lease,
             pinned=pinned,
-            kernel_id=labels.get(L_KERNEL) or None,
-            web_ports=web_ports(container, added),
-            forward_ports=tuple(sorted(declared_ports(container))),
-            started_at=engine_time(state.get("StartedAt")) if state.get("Running") else None,
-            finished_at=engine_time(state.get("FinishedAt")) if status in STOPPED else None,
-            kernels=usage.count if usage is not None else None,
-            last_activity=(
-                iso_utc(usage.last_activity.timestamp())
-                if usage is not None and usage.last_activity is not None
-                else None
-            ),
+            added=added,
+            usage=usage,
             uncommitted=(
                 self.changes.count(host, container, compute=count_changes, wait=wait)
                 if self.changes is not None
                 else None
             ),
+            warnings=warnings,
         )
-
-
-@dataclass(frozen=True)
-class _Known:
-    """What a listing reads once for all the containers of one host: the ledger's active
-    leases (by container name) and pins, and the ports added at run time (by container id)."""
-
-    leases: dict[str, Lease]
-    pinned: frozenset[str]
-    added_ports: dict[str, builtins.list[int]]
-
-
-def _status_text(state: dict[str, Any]) -> str:
-    status = str(state.get("Status", "unknown"))
-    if status == "exited":
-        return f"exited ({state.get('ExitCode', '?')})"
-    return status
-
-
-def _seen_by_users(info: HostInfo) -> HostInfo:
-    """A host as the shared service's users see it: its name, kind, engine and GPUs, not its
-    address, the account gpudev logs in as, its folders or the words of a failure (which
-    may name them): those are the administrators'."""
-    scheme = info.url.split("://", 1)[0] + "://" if "://" in info.url else ""
-    reason = None
-    if info.reason is not None:
-        reason = "This host cannot be reached now (the administrators' log says why)"
-    return replace(info, url=scheme, workspace=None, reason=reason)

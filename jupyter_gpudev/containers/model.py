@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from ..leasing import iso_utc
@@ -124,6 +124,11 @@ def engine_time(text: Any) -> str | None:
     except ValueError:
         return None
     return iso_utc(stamp.timestamp())
+
+
+def creation_time() -> str:
+    """Now, as a new dev container's creation is labelled (ISO 8601 UTC, to the second)."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def docker_name(name: str) -> str:

@@ -1,7 +1,7 @@
 """Where a start goes: the GPU request, the host that can take it, and the CUDA check.
 
-``DevContainers._place`` asks each host what it needs (reachable? GPUs free now? a driver new
-enough for the image?) and returns a ``Placement``; ``start`` consumes it without asking again.
+``place`` asks each host what it needs (reachable? GPUs free now? a driver new enough for the
+image?) and returns a ``Placement``; ``DevContainers.start`` consumes it without asking again.
 The decisions themselves are pure functions here, tested without an engine
 (``tests/unit/test_placement.py``).
 """
@@ -9,13 +9,13 @@ The decisions themselves are pure functions here, tested without an engine
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from ..engine import Host, Inventory
+from ..engine import Host, HostPool, Inventory, Progress
 from ..environments import Environment
-from ..errors import BadRequest, GPUDevError
-from ..leasing import GPURequest
+from ..errors import FAILURES, BadRequest, GPUDevError
+from ..leasing import GPURequest, Leasable, check_fit
 from .model import StartRequest
 
 _CUDA_REQ_RE = re.compile(r"cuda>=\s*([0-9]+(?:\.[0-9]+)?)")
@@ -138,3 +138,85 @@ def check_cuda(image: str, image_env: list[str], host: str, inventory: Inventory
             f"built for CUDA {have} or older.",
             details={"image": image, "needs": needed, "driver_cuda": have, "host": host},
         )
+
+
+def place(
+    pool: HostPool,
+    env: Environment,
+    request: StartRequest,
+    say: Progress,
+    *,
+    leasable: Callable[[Host, Inventory], Leasable],
+) -> Placement:
+    """Where a start goes: the host asked for, else the first host of ``pool`` (local first,
+    then configured, then added ones) that is reachable and can lease the GPUs asked for now
+    (``leasable``: its units and who holds them), with a driver new enough for the image when
+    the image is there (``choose``: when none can, ``NoHostFits`` says why for each). The GPU
+    request and the host's inventory come with it: ``start`` does not ask for them again."""
+    wanted = gpu_request(env, request)
+    optional = gpus_optional(env, request)
+    names = pool.names()
+    if request.host or len(names) == 1:
+        host = pool.get(request.host or names[0])
+        inventory = host.gpus() if wanted is not None else None
+    else:
+        seen: dict[str, Inventory | None] = {}
+
+        def reports() -> Iterator[HostReport]:
+            for name in names:
+                candidate = pool.get(name)
+                if candidate.spec.is_kubernetes:
+                    cluster = f"a Kubernetes cluster: start there with --host {name}"
+                    yield HostReport(name, reachable=False, reason=cluster)
+                    continue
+                try:
+                    candidate.engine_info()
+                except GPUDevError as err:
+                    yield HostReport(name, reachable=False, reason=err.message)
+                    continue
+                seen[name] = candidate.gpus() if wanted is not None else None
+                reason = _cannot_place(candidate, env, wanted, seen[name], leasable)
+                yield HostReport(name, reachable=True, reason=reason)
+
+        chosen = choose(reports(), env.name, fallback=wanted is not None and optional)
+        say({"stage": "place", "message": f"placed on host {chosen!r}"})
+        host, inventory = pool.get(chosen), seen.get(chosen)
+    if inventory is not None and not inventory.gpus and not optional:
+        raise BadRequest(
+            f"GPUs were asked for, but host {host.name!r} has none: {inventory.reason}",
+            details={"host": host.name, "reason": inventory.reason},
+        )
+    return Placement(host, wanted, inventory)
+
+
+def _cannot_place(
+    host: Host,
+    env: Environment,
+    wanted: GPURequest | None,
+    inventory: Inventory | None,
+    leasable: Callable[[Host, Inventory], Leasable],
+) -> str | None:
+    """Why ``host`` cannot take the request now, or ``None``."""
+    if wanted is None or inventory is None:
+        return None
+    if not inventory.gpus:
+        return f"no GPU ({inventory.reason or 'none found'})"
+    try:
+        units, held = leasable(host, inventory)  # EngineUnreachable: a reason
+        check_fit(host.name, wanted, units, held)
+    except GPUDevError as err:
+        return err.message
+    try:
+        image = host.client().images.get(env.image_ref())
+    except FAILURES:
+        return None  # pulled or built at start, and checked then
+    try:
+        check_cuda(
+            env.image_ref(),
+            list(image.attrs.get("Config", {}).get("Env") or []),
+            host.name,
+            inventory,
+        )
+    except CudaMismatch as err:
+        return err.message
+    return None

@@ -30,8 +30,9 @@ from ..environments import Environment
 from ..errors import Conflict, EngineError, GPUDevError, ImageError
 from ..k8s import objects as k8s
 from ..k8s.listing import LISTING_ARGV, compare_listings, parse_listing
-from ..k8s.status import PodState, clean, pod_state
+from ..k8s.status import PodState, pod_state
 from ..labels import A_CREATED, A_ENV, A_IMAGE, A_NAME, A_OWNER, A_PORTS, K_KERNEL, K_MANAGED
+from ..untrusted import as_dict, clean
 from .commands import lifecycle_steps
 from .model import DevContainerInfo, engine_time, given_name
 
@@ -54,20 +55,16 @@ LAST_LINES, LINE_CHARS = 20, 2000
 _UID_RE = re.compile(r"^[0-9a-f-]{8,64}\Z")
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def annotation(manifest: Any, key: str) -> str:
     """One annotation of an object the API server sent, as text (``""`` when odd)."""
-    value = _dict(_dict(_dict(manifest).get("metadata")).get("annotations")).get(key)
+    value = as_dict(as_dict(as_dict(manifest).get("metadata")).get("annotations")).get(key)
     return clean(value) if isinstance(value, str) else ""
 
 
 def is_managed(manifest: Any) -> bool:
     """Labelled as gpudev's (anyone allowed to write in the namespace can label; gpudev's
     Role is the namespace's, so the namespace is the boundary, as for the allocations)."""
-    return _dict(_dict(_dict(manifest).get("metadata")).get("labels")).get(K_MANAGED) == "1"
+    return as_dict(as_dict(as_dict(manifest).get("metadata")).get("labels")).get(K_MANAGED) == "1"
 
 
 def _ports(text: str) -> tuple[int, ...]:
@@ -90,8 +87,8 @@ def pod_info(
     run time; ``pinned``: kept after its last kernel). The GPUs are the device plugin's (not
     named by UUID to gpudev); no lease exists on a cluster."""
     state = pod_state(pod, events)
-    status = _dict(pod.get("status"))
-    node = clean(_dict(pod.get("spec")).get("nodeName"))
+    status = as_dict(pod.get("status"))
+    node = clean(as_dict(pod.get("spec")).get("nodeName"))
     if state.state == "running":
         text = f"Running on node {node}" if node else "Running"
     else:
@@ -99,7 +96,8 @@ def pod_info(
     started = engine_time(status.get("startTime")) if state.state == "running" else None
     return DevContainerInfo(
         name=annotation(pod, A_NAME),
-        container_id=clean(_dict(pod.get("metadata")).get("uid")),
+        key=annotation(pod, A_NAME),
+        container_id=clean(as_dict(pod.get("metadata")).get("uid")),
         host=host,
         environment=annotation(pod, A_ENV),
         owner=annotation(pod, A_OWNER),
@@ -121,20 +119,20 @@ def pod_info(
 
 def pod_kernel(pod: dict[str, Any]) -> str | None:
     """The kernel a pod was made for (its ``K_KERNEL`` label), or ``None``: kernels share it."""
-    value = _dict(_dict(pod.get("metadata")).get("labels")).get(K_KERNEL)
+    value = as_dict(as_dict(pod.get("metadata")).get("labels")).get(K_KERNEL)
     return clean(value) if isinstance(value, str) and value else None
 
 
 def pod_uid(pod: dict[str, Any]) -> str:
     """The pod's uid (what ports added at run time and its file listing are kept by)."""
-    return clean(_dict(pod.get("metadata")).get("uid"))
+    return clean(as_dict(pod.get("metadata")).get("uid"))
 
 
 def pod_address(pod: dict[str, Any]) -> str:
     """The pod's IP as its status says, checked: the API server's answer is data, and an
     address of this machine itself (loopback, link-local, unspecified, multicast) is never
     one the proxy or a kernel connection is sent to."""
-    text = _dict(pod.get("status")).get("podIP")
+    text = as_dict(pod.get("status")).get("podIP")
     try:
         address = ipaddress.ip_address(str(text))
     except ValueError:
@@ -153,9 +151,9 @@ def mount_paths(pod: dict[str, Any]) -> tuple[str, ...]:
     """Where volumes are mounted in the dev container (their files are not the pod's own
     changes: the workspace claim, ``/dev/shm``)."""
     found = []
-    for container in _dict(pod.get("spec")).get("containers") or []:
-        for mount in _dict(container).get("volumeMounts") or []:
-            path = _dict(mount).get("mountPath")
+    for container in as_dict(pod.get("spec")).get("containers") or []:
+        for mount in as_dict(container).get("volumeMounts") or []:
+            path = as_dict(mount).get("mountPath")
             if isinstance(path, str) and path.startswith("/"):
                 found.append(path.rstrip("/") or "/")
     return tuple(found)
@@ -305,7 +303,7 @@ class Pods:
         """Make the plan's NetworkPolicy (made before the pod, so that the pod is never
         reachable without it) the pod's: the cluster deletes it with the pod, once the pod
         is gone. One kept from before gets the plan's rules too (the peers may have changed)."""
-        meta = _dict(pod.get("metadata"))
+        meta = as_dict(pod.get("metadata"))
         uid, name = meta.get("uid"), meta.get("name")
         if not isinstance(uid, str) or not uid or not isinstance(name, str):
             raise EngineError("The cluster answered the pod's creation without its uid")
@@ -329,7 +327,7 @@ class Pods:
         except Conflict:
             found = self.cluster.read(str(manifest["apiVersion"]), kind, name)
             if is_managed(found) and annotation(found, A_OWNER) == target.owner:
-                if _dict(_dict(found).get("metadata")).get("deletionTimestamp"):
+                if as_dict(as_dict(found).get("metadata")).get("deletionTimestamp"):
                     raise Conflict(
                         f"The {kind} {name} of {target.name!r} is being deleted: start it "
                         "again in a moment"
@@ -431,8 +429,8 @@ class Pods:
         name = annotation(pod, A_NAME)
         self.cluster.delete("v1", "Pod", k8s.k8s_name(name), grace=10, uid=pod_uid(pod) or None)
         self.cluster.delete("v1", "Service", k8s.k8s_name(name))
-        for claim in _dict(pod.get("spec")).get("resourceClaims") or []:
-            claim_name = _dict(claim).get("resourceClaimName")
+        for claim in as_dict(pod.get("spec")).get("resourceClaims") or []:
+            claim_name = as_dict(claim).get("resourceClaimName")
             if isinstance(claim_name, str) and claim_name == k8s.k8s_name(name, "gpudev-gpus-"):
                 self._delete_resource_claim(claim_name)
         workspace = k8s.k8s_name(name, "gpudev-ws-")

@@ -1,20 +1,34 @@
 """Web ports of dev containers served through the authenticated proxy: the environment's
 ``forwardPorts`` (labelled at creation) and ports added at run time (kept in ``ports.json`` in
-gpudev's state folder, by container id)."""
+gpudev's state folder, by container id). And what keeps their ports to their owners: the
+firewall in front of them (``guard_ports``), the SSH forwards that go with a stopping container
+(``close_forwards``)."""
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
 
 from docker.models.containers import Container
 
-from ..labels import L_PORTS
+from ..engine import Host, firewall
+from ..errors import ENGINE_FAILURES
+from ..labels import L_MANAGED, L_OWNER, L_PORTS
 
 _LOCK = threading.Lock()
+
+#: What writing the firewall may raise: the engine's failures, iptables' (``RuntimeError``).
+_GUARD_FAILURES: tuple[type[BaseException], ...] = (
+    *ENGINE_FAILURES,
+    RuntimeError,
+    OSError,
+    subprocess.SubprocessError,
+)
 
 
 def declared_ports(container: Container) -> set[int]:
@@ -77,3 +91,49 @@ class AddedPorts:
             else:
                 ports.pop(container_id, None)
             self._write(ports)
+
+
+def guard_ports(host: Host, network: str, log: Any, *, unless_hooked: bool = False) -> None:
+    """Write the firewall in front of the ports of the dev containers on ``network`` of
+    ``host``'s engine (this machine's: ``engine/firewall.py``): root and this server's account
+    reach them, and each running container's owner (their local account) reaches theirs: the
+    shared service's users' servers connect to their own kernels. Written from the engine's
+    containers, whichever process writes it (the service, a server, the command line).
+    ``unless_hooked``: only if this process has not hooked the chain yet (before a start:
+    once hooked, a new container is closed until the write after its start)."""
+    guard = firewall.port_guard(log)
+    if (unless_hooked and guard.hooked) or not guard.available():
+        return
+    try:
+        client = host.client()
+        config = client.networks.get(network).attrs.get("IPAM", {}).get("Config") or []
+        subnets = [str(c["Subnet"]) for c in config if c.get("Subnet")]
+        per_address: dict[str, set[int]] = {}
+        running = client.containers.list(filters={"label": L_MANAGED, "network": network})
+        for one in running:
+            networks = one.attrs.get("NetworkSettings", {}).get("Networks") or {}
+            address = (networks.get(network) or {}).get("IPAddress")
+            uid = _uid_of(one.labels.get(L_OWNER, ""))
+            if address and uid is not None:
+                per_address.setdefault(str(address), set()).add(uid)
+        guard.write(subnets, {0, os.geteuid()}, per_address)
+    except _GUARD_FAILURES:
+        log.exception("gpudev: the firewall of the dev containers' ports not written")
+
+
+def _uid_of(owner: str) -> int | None:
+    """The uid of the local account ``owner`` (a container's owner label), if there is one."""
+    try:
+        return pwd.getpwnam(owner).pw_uid if owner else None
+    except KeyError:
+        return None
+
+
+def close_forwards(host: Host, container: Container) -> None:
+    """A stopping container's SSH forwards (kernels, web ports) go with it."""
+    if host.tunnels is None:
+        return
+    networks = container.attrs.get("NetworkSettings", {}).get("Networks") or {}
+    for network in networks.values():
+        if network.get("IPAddress"):
+            host.unreach(str(network["IPAddress"]))

@@ -1,17 +1,24 @@
-"""The lease ledger made to agree with the containers that exist, and the kernel containers a
-dead server left behind (found here; ``DevContainers`` stops them)."""
+"""The lease ledger made to agree with the containers that exist, and the orphan sweep: the
+kernel containers and kernel pods a dead server left behind, stopped or deleted through the
+lifecycle's ``remove`` (``DevContainers.stop_orphan_kernels``)."""
 
 from __future__ import annotations
 
 import os
+import socket
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
+import docker.errors
 from docker.models.containers import Container
 
 from ..engine import Host
-from ..errors import GPUDevError, engine_errors
+from ..errors import Conflict, GPUDevError, engine_errors
 from ..labels import (
+    A_LEDGER,
+    A_NAME,
+    A_PROCESS,
     L_HOST,
     L_KERNEL,
     L_LEDGER,
@@ -23,6 +30,8 @@ from ..labels import (
     labelled_gpus,
 )
 from ..leasing import EngineClaims, LeaseLedger
+from .model import user_name
+from .pods import Pods, annotation, pod_kernel
 
 
 def on_host(container: Container, host: Host) -> bool:
@@ -120,3 +129,87 @@ def orphan_kernel_containers(host: Host, ledger_id: str, machine: str) -> list[C
         if where == machine and pid.isdigit() and not process_alive(int(pid)):
             orphans.append(container)
     return orphans
+
+
+def stop_orphan_kernels(
+    hosts: Iterable[Host],
+    *,
+    ledger_id: str,
+    remove: Callable[[str, str], None],
+    pods: Callable[[Host], Pods],
+    log: Any,
+) -> list[str]:
+    """Stop the kernel containers a dead server left running, so they free their GPUs.
+
+    A container dedicated to a kernel is an orphan when it was made through this same
+    ledger by a server process of this machine that no longer runs (after a crash or a
+    SIGKILL its kernels cannot be reached again). Unchanged ones are removed (``remove``,
+    the lifecycle's); ones with changes are kept, stopped, until committed or removed.
+    Returns the names of those stopped or deleted.
+    """
+    machine = socket.gethostname()
+    stopped: list[str] = []
+    for host in hosts:
+        if host.spec.is_kubernetes:
+            stopped += _delete_orphan_kernel_pods(
+                host, pods, machine=machine, ledger_id=ledger_id, remove=remove, log=log
+            )
+            continue
+        try:
+            orphans = orphan_kernel_containers(host, ledger_id, machine)
+        except (GPUDevError, docker.errors.DockerException) as exc:
+            log.warning("gpudev: orphan kernels on %s not checked: %r", host.name, exc)
+            continue
+        for container in orphans:
+            name = container.labels.get(L_NAME, user_name(container.name or ""))
+            try:
+                remove(name, host.name)
+            except Conflict:
+                pass  # stopped (lease freed) and kept: it has changes
+            except GPUDevError as err:
+                log.warning("gpudev: orphan kernel container %s: %s", name, err.message)
+                continue
+            log.info("gpudev: stopped %s, left by a server that is gone", name)
+            stopped.append(name)
+    return stopped
+
+
+def _delete_orphan_kernel_pods(
+    host: Host,
+    pods: Callable[[Host], Pods],
+    *,
+    machine: str,
+    ledger_id: str,
+    remove: Callable[[str, str], None],
+    log: Any,
+) -> list[str]:
+    """Delete the kernels' own pods a dead server process of this machine left on a
+    cluster (their GPUs are the scheduler's until then); ones whose files outside the
+    workspace changed keep running until committed or removed (a pod is never stopped
+    and kept)."""
+    try:
+        managed = pods(host).managed()
+    except GPUDevError as err:
+        log.warning("gpudev: orphan kernels on %s not checked: %s", host.name, err)
+        return []
+    deleted: list[str] = []
+    for pod in managed:
+        where, _, pid = annotation(pod, A_PROCESS).partition(":")
+        if not pod_kernel(pod) or where != machine or not pid.isdigit():
+            continue
+        if annotation(pod, A_LEDGER) != ledger_id:
+            continue  # another server's (another user's) kernel pod
+        if process_alive(int(pid)):
+            continue
+        name = annotation(pod, A_NAME)
+        try:
+            remove(name, host.name)
+        except Conflict as err:
+            log.warning("gpudev: orphan kernel pod %s kept: %s", name, err.message)
+            continue
+        except GPUDevError as err:
+            log.warning("gpudev: orphan kernel pod %s: %s", name, err.message)
+            continue
+        log.info("gpudev: deleted %s, left by a server that is gone", name)
+        deleted.append(name)
+    return deleted

@@ -12,11 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..untrusted import as_dict, as_list
-from ..untrusted import clean as clean  # noqa: PLC0414 - still imported from here, see below
-
-# ``clean`` (a message shown on one line) lives in ``untrusted``; containers.lifecycle,
-# containers.pods and kernels.provisioner still import it from here.
+from ..untrusted import as_dict, as_list, clean
 
 State = Literal["running", "starting", "unschedulable", "failed", "gone"]
 

@@ -1,8 +1,10 @@
 """Leasing: exclusive GPU claims by UUID. ``model`` holds leases, requests and the pure
 decisions (what is leasable, what fits); ``ledger`` the SQLite ledger that records them and
-releases each exactly once; ``claims`` the engine's claims, which decide between ledgers."""
+releases each exactly once; ``claims`` the engine's claims, which decide between ledgers;
+``holding`` both around a dev container's creation and start, released together."""
 
 from .claims import CLAIM_IMAGE, Claim, EngineClaims, GPUTaken, claim_name
+from .holding import Admit, GPUHolding, Leasable
 from .ledger import LeaseLedger
 from .model import (
     GPUHolder,
@@ -21,11 +23,14 @@ from .model import (
 
 __all__ = [
     "CLAIM_IMAGE",
+    "Admit",
     "Claim",
     "EngineClaims",
     "GPUHolder",
+    "GPUHolding",
     "GPURequest",
     "GPUTaken",
+    "Leasable",
     "LeasableGPU",
     "Lease",
     "LeaseLedger",
