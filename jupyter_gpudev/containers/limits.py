@@ -1,4 +1,4 @@
-"""Per-user limits (issue #30): how many GPUs, running and pinned dev containers one user may
+"""Per-user limits: how many GPUs, running and pinned dev containers one user may
 hold at once, and how much memory and CPU one of their containers may use.
 
 ``UserLimits`` is the administrator's configuration (``c.UserLimits.*``, with a form per

@@ -1,4 +1,4 @@
-"""Each user's images on the shared service's engine (issue #30): where gpudev tags what it
+"""Each user's images on the shared service's engine: where gpudev tags what it
 makes for them, which images it made for whom, and which images a user may name.
 
 The engine is everyone's in shared mode, so what gpudev makes for a user is tagged under their

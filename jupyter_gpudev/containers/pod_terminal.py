@@ -1,4 +1,4 @@
-"""A terminal in a pod on a Kubernetes host (issue #20): the program a Jupyter terminal runs
+"""A terminal in a pod on a Kubernetes host: the program a Jupyter terminal runs
 (``python -m jupyter_gpudev.containers.pod_terminal``) to join its own terminal to a shell in
 the pod, over the exec websocket with a tty. Keys go to the pod as they are typed (this end
 is put in raw mode; the pod's terminal does the editing), the pod's output comes back, and

@@ -1,4 +1,4 @@
-"""Dev containers as pods on a Kubernetes host (issue #20): the objects of a plan created in
+"""Dev containers as pods on a Kubernetes host: the objects of a plan created in
 order, the start waited for while saying why the pod is not running yet (the scheduler's and
 the kubelet's words), a start that cannot finish cleaned up, and pods listed and deleted.
 

@@ -1,4 +1,4 @@
-"""Where a kernel's process runs, whatever the host (issue #32): ``KernelProcesses`` is what
+"""Where a kernel's process runs, whatever the host: ``KernelProcesses`` is what
 the provisioner and the warm pool do to the kernel processes of one dev container (the image's
 kernel argv, a start, its exit, signals, its output, its runtime files, and where this server
 reaches its ports). ``process.ContainerProcesses`` does it in a Docker container through the
