@@ -1,4 +1,4 @@
-"""What a listing of a Kubernetes host costs, with and without ``c.DevContainers.pod_watch``.
+"""What a listing of a Kubernetes host costs, with and without ``c.KubernetesHosts.watch``.
 
 No control plane runs here: the API server is ``tests/k8s_api.py``'s stand-in, on loopback,
 reached through the real ``kubernetes`` client, holding ``PODS`` dev container pods (made by

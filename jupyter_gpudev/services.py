@@ -24,6 +24,7 @@ from .containers.limits import UserLimits
 from .containers.lookup import ContainerLookup
 from .engine import GPUInventory, HostPool, ImageBootstrapper, LegacyGPUInjection, Registries
 from .environments import EnvironmentManager, MountPolicy
+from .k8s.settings import KubernetesHosts
 from .kernels.culler import GPUCuller
 from .kernels.kernelspecs import GPUDevKernelSpecManager
 from .kernels.provisioner import GPUDevProvisioner
@@ -40,6 +41,7 @@ CLASSES: tuple[type[Configurable], ...] = (
     GPUInventory,
     ContainerLookup,
     DevContainers,
+    KubernetesHosts,
     UserLimits,
     EnvironmentManager,
     MountPolicy,

@@ -904,6 +904,7 @@ def cluster_manager(
 
     from jupyter_gpudev.containers import DevContainers  # noqa: PLC0415
     from jupyter_gpudev.engine import HostPool  # noqa: PLC0415
+    from jupyter_gpudev.k8s.settings import RENAMED  # noqa: PLC0415
 
     server = APIServer(cluster)
     monkeypatch.setenv("KUBECONFIG", str(server.kubeconfig(folder / "kubeconfig")))
@@ -914,10 +915,13 @@ def cluster_manager(
     config.HostPool.hosts_file = str(folder / "hosts.json")
     config.GPUInventory.backend = "none"
     config.DevContainers.state_dir = str(folder / "state")
-    config.DevContainers.pod_port_forward = "never"  # at the pod's IP (forwards: their test)
-    config.DevContainers.pod_poll_interval = 0.02
+    config.KubernetesHosts.port_forward = "never"  # at the pod's IP (forwards: their test)
+    config.KubernetesHosts.poll_interval = 0.02
     for name, value in traits.items():
-        setattr(config.DevContainers, name, value)
+        if name in RENAMED:  # pod_watch=True: c.KubernetesHosts.watch
+            setattr(config.KubernetesHosts, RENAMED[name], value)
+        else:
+            setattr(config.DevContainers, name, value)
     config.Access.admin_users = {"admin"}
     root = folder / "work"
     root.mkdir()

@@ -23,7 +23,7 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 from jupyter_core.paths import jupyter_data_dir
-from traitlets import Instance, default
+from traitlets import Bunch, Instance, default, observe
 from traitlets.config import LoggingConfigurable
 
 from ..access import Access, Caller
@@ -38,6 +38,7 @@ from ..errors import (
     NotFound,
     engine_errors,
 )
+from ..k8s.settings import RENAMED, KubernetesHosts
 from ..labels import A_NAME, A_OWNER, L_HOST, L_MANAGED, L_NAME, L_OWNER, STOPPED
 from ..leasing import LeaseLedger
 from . import options
@@ -73,9 +74,27 @@ class ContainerLookup(LoggingConfigurable):
 
     access = Instance(Access, help="Who owns which dev container (``c.Access``).")
 
+    kubernetes = Instance(KubernetesHosts, help="Pods on Kubernetes hosts (``c.KubernetesHosts``).")
+
     @default("access")
     def _default_access(self) -> Access:
         return Access(parent=self)
+
+    @default("kubernetes")
+    def _default_kubernetes(self) -> KubernetesHosts:
+        return KubernetesHosts(parent=self)
+
+    @observe(*RENAMED)
+    def _moved_option(self, change: Bunch) -> None:
+        """An option set under its old name (``c.DevContainers.pod_watch``) sets the new one."""
+        new = RENAMED[change.name]
+        self.log.warning(
+            "gpudev: c.%s.%s is deprecated: use c.KubernetesHosts.%s",
+            type(self).__name__,
+            change.name,
+            new,
+        )
+        setattr(self.kubernetes, new, change.new)
 
     def __init__(
         self,
@@ -138,10 +157,10 @@ class ContainerLookup(LoggingConfigurable):
             raise BadRequest(f"Host {host.name!r} is not a Kubernetes cluster")
         return Pods(
             host.cluster,
-            timeout=self.pod_start_timeout,
-            poll=self.pod_poll_interval,
+            timeout=self.kubernetes.start_timeout,
+            poll=self.kubernetes.poll_interval,
             log=self.log,
-            watch=self.pod_watch,
+            watch=self.kubernetes.watch,
         )
 
     @property
@@ -209,8 +228,8 @@ class ContainerLookup(LoggingConfigurable):
 
     def forwards_pods(self, host: Host) -> bool:
         """Whether this server reaches the pods of ``host`` through port-forwards."""
-        if self.pod_port_forward != "auto":
-            return bool(self.pod_port_forward == "always")
+        if self.kubernetes.port_forward != "auto":
+            return bool(self.kubernetes.port_forward == "always")
         in_cluster = not host.spec.context and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
         return not in_cluster
 

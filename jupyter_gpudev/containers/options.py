@@ -49,37 +49,17 @@ DOCKER_CLI = Unicode(
         dev containers: a terminal runs `docker exec -it` in a pseudo-terminal.""",
 ).tag(config=True)
 
-POD_START_TIMEOUT = Float(
-    600.0,
-    help="""Seconds a start on a Kubernetes host waits for its pod to run (the scheduler
-        placing it, the node pulling the image). Meanwhile the start reports why the pod is
-        not running yet; past it, what the start created is deleted (a workspace claim from
-        before is kept) and the scheduler's last reason is the error.""",
-).tag(config=True)
 
-POD_PORT_FORWARD = Enum(
-    ("auto", "always", "never"),
-    "auto",
-    help="""How this server reaches kernels and web ports in pods of a Kubernetes host:
-        through the API server's port-forward ("always"), at the pod's IP ("never": the
-        server must be in the cluster, or on a network that routes pod IPs), or "auto": at the
-        pod's IP when the host uses the service account of the pod this server runs in (an
-        empty context inside a cluster), else forwarded.""",
-).tag(config=True)
+def _moved(new: str) -> str:
+    return f"""Deprecated: use c.KubernetesHosts.{new}, which this sets (with a warning)."""
 
-POD_POLL_INTERVAL = Float(
-    1.0,
-    help="""Seconds between two reads of a starting pod on a Kubernetes host.""",
-).tag(config=True)
 
-POD_WATCH = Bool(
-    False,
-    help="""Answer listings of a Kubernetes host's pods (`ls`, each panel's poll) from one
-        LIST and a WATCH of the namespace's dev container pods, kept by this server, instead of
-        one LIST per listing: for a shared service that many users' panels poll. While no
-        watch is open a listing is a LIST again; this server's own writes are seen at once,
-        others' as soon as the watch says (usually well under a second).""",
-).tag(config=True)
+POD_START_TIMEOUT = Float(600.0, help=_moved("start_timeout")).tag(config=True)
+POD_PORT_FORWARD = Enum(("auto", "always", "never"), "auto", help=_moved("port_forward")).tag(
+    config=True
+)
+POD_POLL_INTERVAL = Float(1.0, help=_moved("poll_interval")).tag(config=True)
+POD_WATCH = Bool(False, help=_moved("watch")).tag(config=True)
 
 # -- DevContainers ---------------------------------------------------------------------------
 

@@ -571,7 +571,7 @@ async def test_a_kernel_runs_in_a_pod_from_the_picker(
     # Given a running pod, offered in the picker as a dev container kernels share, reached at
     # its IP (a server in the cluster) or through port-forwards (a server outside), pinned
     # (else it is deleted after its last kernel: see the next test)
-    pod_manager.pod_port_forward = forward
+    pod_manager.kubernetes.port_forward = forward
     pod_manager.start(StartRequest("default", host="cluster", name="kpod"), None)
     assert pod_manager.pin("kpod", "cluster").pinned is True
     provisioner.set_manager(pod_manager)

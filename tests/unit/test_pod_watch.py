@@ -1,4 +1,4 @@
-"""Pod listings kept by one LIST and a WATCH (``c.DevContainers.pod_watch``): at the seam of
+"""Pod listings kept by one LIST and a WATCH (``c.KubernetesHosts.watch``): at the seam of
 the cluster object, and through the real ``kubernetes`` client against the API server of
 ``tests/k8s_api.py``, whose watch streams the changes it sees in its pods (no control plane
 can run here)."""

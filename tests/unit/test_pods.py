@@ -626,7 +626,7 @@ def test_a_server_outside_the_cluster_reaches_pods_through_port_forwards(
         # Outside a cluster (a kubeconfig context), "auto" forwards; inside, with the pod's own
         # service account, it connects to pod IPs
         host = pod_manager.host_pool.get("cluster")
-        pod_manager.pod_port_forward = "auto"
+        pod_manager.kubernetes.port_forward = "auto"
         assert pod_manager.forwards_pods(host)
         monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
         assert pod_manager.forwards_pods(host)  # its context is not the service account
