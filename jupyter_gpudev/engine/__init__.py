@@ -1,10 +1,28 @@
 """The engine side: one Docker engine per host (``spec`` its configuration, ``hosts`` the
 connection, ``pool`` the hosts of a server), reached locally, over SSH (``ssh``, ``tunnels``) or
-TCP with TLS; its GPUs (``gpus``, ``driver``); images and registries (``images``,
+TCP with TLS; its GPUs (``gpus``, ``driver``), the processes on them and their containers
+(``gpuprocs``, ``attribution``); images and registries (``images``,
 ``registry``)."""
 
+from .attribution import (
+    AttributedProcess,
+    Attribution,
+    CommandProcReader,
+    GPUUse,
+    LocalProcReader,
+    ProcReader,
+    ProcSnapshot,
+    ProcStatus,
+    assign,
+    attribute,
+    container_id,
+    host_pid,
+    parse_proc_output,
+    parse_status,
+)
 from .buildkit import BuildTrust, Progress
 from .driver import DriverInjectionError, LegacyGPUInjection, proc_bus_id
+from .gpuprocs import APPS_FIELDS, GPUProcess, GPUProcesses, parse_smi_apps, read_nvml_processes
 from .gpus import (
     GPU,
     SMI_FIELDS,
@@ -33,13 +51,20 @@ from .ssh import (
 )
 
 __all__ = [
+    "APPS_FIELDS",
     "DEFAULT_LOCAL_URL",
     "GPU",
     "SMI_FIELDS",
+    "AttributedProcess",
+    "Attribution",
     "BuildTrust",
+    "CommandProcReader",
     "DriverInjectionError",
     "EngineInfo",
     "GPUInventory",
+    "GPUProcess",
+    "GPUProcesses",
+    "GPUUse",
     "HeldLease",
     "Host",
     "HostInfo",
@@ -48,10 +73,14 @@ __all__ = [
     "ImageBootstrapper",
     "Inventory",
     "LegacyGPUInjection",
+    "LocalProcReader",
     "MigDevice",
     "NvidiaSmiProbe",
     "NvmlProbe",
     "ProbeUnavailable",
+    "ProcReader",
+    "ProcSnapshot",
+    "ProcStatus",
     "Progress",
     "Reference",
     "Registries",
@@ -62,15 +91,23 @@ __all__ = [
     "Transport",
     "UnknownHostKey",
     "address_for_containers",
+    "assign",
+    "attribute",
     "bridge_address",
+    "container_id",
     "cuda_version_from_int",
     "describe_ssh_error",
     "detect_mirror",
     "fingerprint",
+    "host_pid",
     "mirror_from_sources",
+    "parse_proc_output",
+    "parse_smi_apps",
     "parse_smi_csv",
     "parse_smi_list",
+    "parse_status",
     "proc_bus_id",
+    "read_nvml_processes",
     "stream_build",
     "unreachable_summary",
 ]

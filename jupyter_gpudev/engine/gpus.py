@@ -1,7 +1,9 @@
 """GPU inventory of the local host: NVML first, ``nvidia-smi`` as the fallback.
 
 GPUs are identified by UUID, never by index. "No GPU" is a normal state: the inventory then
-says why (no driver, no NVML library, no ``nvidia-smi``) instead of raising.
+says why (no driver, no NVML library, no ``nvidia-smi``) instead of raising. The processes on the
+GPUs are read the same ways, on the same NVML session (``GPUInventory.processes``; parsing and
+types in ``gpuprocs.py``).
 
 Nothing here touches NVML at import time. The two seams for tests are the NVML loader
 (``NvmlProbe(loader=...)``) and the ``nvidia-smi`` executable (a fake one on ``PATH`` or
@@ -22,12 +24,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any
 
 from traitlets import Enum, Float, Unicode
 from traitlets.config import LoggingConfigurable
 
-Source = Literal["nvml", "nvidia-smi", "none"]
+from .gpuprocs import APPS_FIELDS, GPUProcesses, Source, read_nvml_processes, smi_processes
 
 #: The fields asked of ``nvidia-smi --query-gpu``, in this order.
 SMI_FIELDS = (
@@ -222,6 +224,8 @@ class NvmlProbe:
         self._loader = loader
         self._nvml: ModuleType | None = None
         self._lock = threading.Lock()
+        #: Per GPU, the time stamp of the newest utilisation sample read (for the next read).
+        self._last_sample: dict[str, int] = {}
 
     def _ensure(self) -> ModuleType:
         if self._nvml is not None:
@@ -246,7 +250,18 @@ class NvmlProbe:
                 self._shutdown()
                 raise ProbeUnavailable(f"NVML failed while reading the GPUs: {exc}") from exc
 
+    def processes(self) -> GPUProcesses:
+        """The processes on each GPU (``gpuprocs.read_nvml_processes``), on the same session."""
+        with self._lock:
+            nvml = self._ensure()
+            try:
+                return read_nvml_processes(nvml, self._last_sample)
+            except nvml.NVMLError as exc:
+                self._shutdown()
+                raise ProbeUnavailable(f"NVML failed while listing GPU processes: {exc}") from exc
+
     def _shutdown(self) -> None:
+        self._last_sample.clear()
         if self._nvml is not None:
             with contextlib.suppress(self._nvml.NVMLError):
                 self._nvml.nvmlShutdown()
@@ -360,7 +375,9 @@ Runner = Callable[[list[str], float], "subprocess.CompletedProcess[str]"]
 
 
 def _run_here(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        argv, capture_output=True, text=True, errors="replace", timeout=timeout, check=False
+    )
 
 
 class NvidiaSmiProbe:
@@ -384,14 +401,16 @@ class NvidiaSmiProbe:
     def _run(self, path: str, *args: str) -> subprocess.CompletedProcess[str]:
         return (self.runner or _run_here)([path, *args], self.timeout)
 
-    def probe(self) -> Inventory:
+    def _path(self) -> str:
         path = shutil.which(self.executable) if self.runner is None else self.executable
         if path is None:
             raise ProbeUnavailable(f"{self.executable} was not found on PATH")
+        return path
+
+    def _query(self, path: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """One run that must succeed: any failure is ``ProbeUnavailable``, saying why."""
         try:
-            query = self._run(
-                path, f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits"
-            )
+            query = self._run(path, *args)
         except subprocess.TimeoutExpired as exc:
             raise ProbeUnavailable(
                 f"{self.executable} did not answer in {self.timeout:g} s"
@@ -405,6 +424,22 @@ class NvidiaSmiProbe:
             raise ProbeUnavailable(
                 f"{self.executable} failed (exit {query.returncode}): {first[:200]}"
             )
+        return query
+
+    def processes(self) -> GPUProcesses:
+        """The compute processes on every GPU, by one ``--query-compute-apps`` run."""
+        query = self._query(
+            self._path(),
+            f"--query-compute-apps={','.join(APPS_FIELDS)}",
+            "--format=csv,noheader,nounits",
+        )
+        return smi_processes(query.stdout)
+
+    def probe(self) -> Inventory:
+        path = self._path()
+        query = self._query(
+            path, f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits"
+        )
         gpus, warnings = parse_smi_csv(query.stdout)
         if not gpus and query.stdout.strip() and not query.stdout.strip().lower().startswith("no"):
             warnings.append("nvidia-smi output could not be read")
@@ -462,8 +497,8 @@ class GPUInventory(LoggingConfigurable):
 
     cache_seconds = Float(
         1.0,
-        help="""Reuse an inventory read less than this many seconds ago, so that many panels
-        polling at once cost one read. 0 reads every time.""",
+        help="""Reuse an inventory (or a list of the GPUs' processes) read less than this many
+        seconds ago, so that many panels polling at once cost one read. 0 reads every time.""",
     ).tag(config=True)
 
     def __init__(
@@ -481,6 +516,8 @@ class GPUInventory(LoggingConfigurable):
         self._smi: NvidiaSmiProbe | None = None
         self._cached: tuple[float, Inventory] | None = None
         self._lock = threading.Lock()
+        self._cached_processes: tuple[float, GPUProcesses] | None = None
+        self._processes_lock = threading.Lock()
 
     def close(self) -> None:
         """Release NVML (the server calls this when it stops)."""
@@ -496,9 +533,21 @@ class GPUInventory(LoggingConfigurable):
             self._cached = (time.monotonic(), inventory)
             return inventory
 
-    def _probe(self) -> Inventory:
-        if self.backend == "none":
-            return Inventory(source="none", reason="GPU inventory is disabled by configuration")
+    def processes(self) -> GPUProcesses:
+        """The processes on the host's GPUs with the memory each holds, read as the inventory
+        is (NVML on its open session, else ``nvidia-smi``; cached for ``cache_seconds``).
+        Blocking: call it from a worker thread on the server."""
+        with self._processes_lock:
+            now = time.monotonic()
+            cached = self._cached_processes
+            if cached is not None and now - cached[0] < self.cache_seconds:
+                return cached[1]
+            processes = self._processes()
+            self._cached_processes = (time.monotonic(), processes)
+            return processes
+
+    def _probes(self) -> list[tuple[str, NvmlProbe | NvidiaSmiProbe]]:
+        """The probes to try, in order: NVML for this machine, then ``nvidia-smi``."""
         probes: list[tuple[str, NvmlProbe | NvidiaSmiProbe]] = []
         if self.backend in ("auto", "nvml") and self.runner is None:
             probes.append(("NVML", self._nvml))
@@ -511,8 +560,13 @@ class GPUInventory(LoggingConfigurable):
                     self.nvidia_smi_path, self.timeout, self.runner, self.where
                 )
             probes.append(("nvidia-smi", self._smi))
+        return probes
+
+    def _probe(self) -> Inventory:
+        if self.backend == "none":
+            return Inventory(source="none", reason="GPU inventory is disabled by configuration")
         reasons: list[str] = []
-        for label, probe in probes:
+        for label, probe in self._probes():
             try:
                 inventory = probe.probe()
             except ProbeUnavailable as exc:
@@ -523,3 +577,19 @@ class GPUInventory(LoggingConfigurable):
                 self.log.warning("GPU inventory (%s): %s", label, warning)
             return inventory
         return Inventory(source="none", reason="; ".join(reasons))
+
+    def _processes(self) -> GPUProcesses:
+        if self.backend == "none":
+            return GPUProcesses(source="none", reason="GPU inventory is disabled by configuration")
+        reasons: list[str] = []
+        for label, probe in self._probes():
+            try:
+                processes = probe.processes()
+            except ProbeUnavailable as exc:
+                self.log.debug("GPU processes through %s unavailable: %s", label, exc)
+                reasons.append(f"{label}: {exc}")
+                continue
+            for warning in processes.warnings:
+                self.log.warning("GPU processes (%s): %s", label, warning)
+            return processes
+        return GPUProcesses(source="none", reason="; ".join(reasons))

@@ -39,6 +39,7 @@ from ..errors import (
     engine_errors,
 )
 from ..labels import L_MANAGED
+from .attribution import CommandProcReader, LocalProcReader, ProcReader
 from .cluster import Cluster, ClusterInfo
 from .gpus import GPUInventory, Inventory, ProbeUnavailable
 from .registry import withhold_build_credentials, withhold_credentials
@@ -399,6 +400,16 @@ class Host:
             return self.run(argv, timeout)
         except GPUDevError as err:
             raise ProbeUnavailable(err.message) from err
+
+    def proc_reader(self) -> ProcReader | None:
+        """How the attribution of GPU processes reads this host's ``/proc``: directly here,
+        by one command per read over SSH; ``None`` where commands cannot run (tcp://, and
+        Kubernetes, whose GPU processes are the nodes')."""
+        if self.cluster is not None:
+            return None
+        if self.ssh is not None:
+            return CommandProcReader(self.smi_runner, self.timeout, where=f"host {self.name!r}")
+        return LocalProcReader() if self.spec.is_local else None
 
     def gpus(self) -> Inventory:
         if self.gpu_inventory is None:

@@ -181,8 +181,26 @@ class NVMLErrorNotSupported(NVMLError):
     pass
 
 
-def fake_nvml(devices: list[dict[str, Any]], *, init_error: Exception | None = None) -> ModuleType:
-    """A pynvml-shaped module over a list of device dicts (MIG children under 'migs')."""
+class NVMLErrorFunctionNotFound(NVMLError):
+    pass
+
+
+class NVMLErrorNotFound(NVMLError):
+    pass
+
+
+def fake_nvml(
+    devices: list[dict[str, Any]],
+    *,
+    init_error: Exception | None = None,
+    process_calls: bool = True,
+) -> ModuleType:
+    """A pynvml-shaped module over a list of device dicts (MIG children under 'migs').
+
+    A device's processes: 'compute' and 'graphics', lists of ``(pid, MiB or None)``, or the
+    string 'not supported' / 'function not found' for a driver that cannot say; 'samples',
+    per-process utilisation samples ``(pid, time stamp µs, sm %, memory %)`` or 'not
+    supported'. ``process_calls=False``: bindings too old to have the process calls at all."""
     module = ModuleType("pynvml_fake")
     calls: list[str] = []
 
@@ -221,9 +239,54 @@ def fake_nvml(devices: list[dict[str, Any]], *, init_error: Exception | None = N
             not_supported()
         return SimpleNamespace(gpu=h["util"])
 
+    def running(key: str) -> Callable[[dict[str, Any]], list[SimpleNamespace]]:
+        def call(h: dict[str, Any]) -> list[SimpleNamespace]:
+            calls.append(f"{key}:{h['uuid']}")
+            listed = h.get(key, [])
+            if listed == "not supported":
+                not_supported()
+            if listed == "function not found":
+                raise NVMLErrorFunctionNotFound("Function Not Found")
+            return [
+                SimpleNamespace(
+                    pid=pid,
+                    usedGpuMemory=None if mib is None else mib << 20,
+                    gpuInstanceId=0xFFFFFFFF,
+                    computeInstanceId=0xFFFFFFFF,
+                )
+                for pid, mib in listed
+            ]
+
+        return call
+
+    def process_utilization(h: dict[str, Any], since: int) -> list[SimpleNamespace]:
+        """Like NVML: the samples newer than ``since``, NOT_FOUND when there are none."""
+        calls.append(f"samples:{h['uuid']}:{since}")
+        samples = h.get("samples", [])
+        if samples == "not supported":
+            not_supported()
+        fresh = [
+            SimpleNamespace(pid=pid, timeStamp=stamp, smUtil=sm, memUtil=mem, encUtil=0, decUtil=0)
+            for pid, stamp, sm, mem in samples
+            if stamp > since
+        ]
+        if not fresh:
+            raise NVMLErrorNotFound("Not Found")
+        return fresh
+
+    if process_calls:
+        module.__dict__.update(
+            nvmlDeviceGetComputeRunningProcesses=running("compute"),
+            nvmlDeviceGetGraphicsRunningProcesses=running("graphics"),
+            nvmlDeviceGetProcessUtilization=process_utilization,
+        )
+
     module.__dict__.update(
         NVMLError=NVMLError,
         NVMLError_LibraryNotFound=NVMLErrorLibraryNotFound,
+        NVMLError_NotSupported=NVMLErrorNotSupported,
+        NVMLError_FunctionNotFound=NVMLErrorFunctionNotFound,
+        NVMLError_NotFound=NVMLErrorNotFound,
         NVML_DEVICE_MIG_ENABLE=1,
         nvmlMemory_v2=0x02000028,
         calls=calls,
