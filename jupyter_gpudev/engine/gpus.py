@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from traitlets import Enum, Float, Unicode
 from traitlets.config import LoggingConfigurable
@@ -476,6 +476,10 @@ class NvidiaSmiProbe:
         return parse_cuda_version(result.stdout) if result.returncode == 0 else None
 
 
+#: What a probe reads: an inventory or a process list, each with its warnings.
+_Read = TypeVar("_Read", Inventory, GPUProcesses)
+
+
 class GPUInventory(LoggingConfigurable):
     """The local host's GPUs. Configure with ``c.GPUInventory.*``."""
 
@@ -565,31 +569,27 @@ class GPUInventory(LoggingConfigurable):
     def _probe(self) -> Inventory:
         if self.backend == "none":
             return Inventory(source="none", reason="GPU inventory is disabled by configuration")
-        reasons: list[str] = []
-        for label, probe in self._probes():
-            try:
-                inventory = probe.probe()
-            except ProbeUnavailable as exc:
-                self.log.debug("GPU probe %s unavailable: %s", label, exc)
-                reasons.append(f"{label}: {exc}")
-                continue
-            for warning in inventory.warnings:
-                self.log.warning("GPU inventory (%s): %s", label, warning)
-            return inventory
-        return Inventory(source="none", reason="; ".join(reasons))
+        found, reasons = self._first("GPU inventory", lambda probe: probe.probe())
+        return found if found is not None else Inventory(source="none", reason=reasons)
 
     def _processes(self) -> GPUProcesses:
         if self.backend == "none":
             return GPUProcesses(source="none", reason="GPU inventory is disabled by configuration")
+        found, reasons = self._first("GPU processes", lambda probe: probe.processes())
+        return found if found is not None else GPUProcesses(source="none", reason=reasons)
+
+    def _first(self, what: str, read: Callable[[Any], _Read]) -> tuple[_Read | None, str]:
+        """What the first probe that can answer reads (its warnings logged), or ``None`` and
+        why none could."""
         reasons: list[str] = []
         for label, probe in self._probes():
             try:
-                processes = probe.processes()
+                found = read(probe)
             except ProbeUnavailable as exc:
-                self.log.debug("GPU processes through %s unavailable: %s", label, exc)
+                self.log.debug("%s through %s unavailable: %s", what, label, exc)
                 reasons.append(f"{label}: {exc}")
                 continue
-            for warning in processes.warnings:
-                self.log.warning("GPU processes (%s): %s", label, warning)
-            return processes
-        return GPUProcesses(source="none", reason="; ".join(reasons))
+            for warning in found.warnings:
+                self.log.warning("%s (%s): %s", what, label, warning)
+            return found, ""
+        return None, "; ".join(reasons)
