@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import safefs
 from ..errors import EngineError
-from . import model as ch
+from . import model
 
 if TYPE_CHECKING:
     pass
@@ -50,13 +50,13 @@ class Baselines:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             atomic_write(path, json.dumps(data, sort_keys=True))
 
-    def image(self, image_id: str) -> ch.PackageState | None:
+    def image(self, image_id: str) -> model.PackageState | None:
         data = self._read(self.folder / f"image-{_check_id(image_id)}.json")
         # An image probed before users, groups and tools were read is probed again.
         fresh = data is not None and "accounts" in data and "npm" in data
-        return ch.PackageState.from_json(data) if data and fresh else None
+        return model.PackageState.from_json(data) if data and fresh else None
 
-    def save_image(self, image_id: str, state: ch.PackageState) -> None:
+    def save_image(self, image_id: str, state: model.PackageState) -> None:
         self._write(self.folder / f"image-{_check_id(image_id)}.json", state.to_json())
 
     def container(self, container_id: str) -> Baseline | None:
@@ -113,7 +113,7 @@ class Baseline:
     """What a container started from: its packages, its environment variables (``None``: its
     image's) and the file changes it already had (``docker diff`` path -> kind)."""
 
-    packages: ch.PackageState
+    packages: model.PackageState
     env: dict[str, str] | None = None
     files: dict[str, int] = field(default_factory=dict)
     #: Changed files a commit left out because their content holds a credential: still
@@ -141,7 +141,7 @@ def _container_baseline(data: dict[str, Any]) -> Baseline:
     env = data.get("env")
     files = data.get("files")
     return Baseline(
-        ch.PackageState.from_json(data["packages"]),
+        model.PackageState.from_json(data["packages"]),
         dict(env) if isinstance(env, dict) else None,
         {str(k): int(v) for k, v in files.items()} if isinstance(files, dict) else {},
         [str(p) for p in data.get("secrets") or []],

@@ -36,11 +36,7 @@ from ..errors import BadRequest, Conflict, EngineError, GPUDevError, engine_erro
 from ..k8s.listing import compare_listings, parse_listing
 from ..labels import A_NAME
 from ..untrusted import clean
-from . import classify as cl
-from . import compare as cp
-from . import model as ch
-from . import packages
-from . import probe as pr
+from . import classify, compare, model, packages, probe
 from .dockerfile import RenderedDiff, change_items, render
 from .podfiles import PodArchives, PodReader, pod_key, probe_pod
 
@@ -83,10 +79,10 @@ class Captured:
     info: DevContainerInfo
     environment: Environment
     #: What a commit carries: every change less the ``excluded`` ones.
-    changes: ch.ChangeSet
+    changes: model.ChangeSet
     #: The Docker container (``None`` for a pod: see ``pod``).
     container: Container | None
-    packages: ch.PackageState
+    packages: model.PackageState
     diff: list[dict[str, Any]]
     #: The client of the engine the container is on (``None`` for a pod).
     client: docker.DockerClient | None
@@ -94,7 +90,7 @@ class Captured:
     #: The environment variables the container's were compared with (the baseline's).
     before_env: dict[str, str] = field(default_factory=dict)
     #: Every change (excluded ones too), in the order the Dockerfile renders them.
-    items: list[ch.ChangeItem] = field(default_factory=list)
+    items: list[model.ChangeItem] = field(default_factory=list)
     #: The change ids asked to be left out (some may match no current change).
     excluded: tuple[str, ...] = ()
     #: How many lines the command log had (what the next baseline starts after).
@@ -144,9 +140,9 @@ class Captured:
             "excluded_unknown": self.excluded_unknown,
         }
 
-    def expected_packages(self) -> tuple[ch.PackageState, dict[str, str | None]]:
+    def expected_packages(self) -> tuple[model.PackageState, dict[str, str | None]]:
         """What an image rebuilt from this commit has (``changes.expected_state``)."""
-        return cp.expected_state(self.base.packages, self.packages, set(self.held))
+        return compare.expected_state(self.base.packages, self.packages, set(self.held))
 
     def as_baseline(self, digests: Mapping[str, str] | None = None) -> Baseline:
         """The container as it is now, less what a commit did not write (credentials, and the
@@ -155,10 +151,10 @@ class Captured:
         held = self.held
         left_out = set(held)
         if self.pod is not None:
-            env = ch.env_dict(self.pod.env)
+            env = model.env_dict(self.pod.env)
         else:
             attrs = self.container.attrs if self.container is not None else {}
-            env = ch.env_dict(attrs.get("Config", {}).get("Env") or [])
+            env = model.env_dict(attrs.get("Config", {}).get("Env") or [])
         secrets = set(self.changes.files.secrets)
         # Not copied (credentials, and what could not be: a FIFO, over the size limit): still
         # changes after the commit.
@@ -182,7 +178,7 @@ class Captured:
                 files.update(
                     (p, k) for p, k in self.base.files.items() if p == path or p.startswith(inside)
                 )
-        packages = cp.revert_excluded(self.base.packages, self.packages, left_out)
+        packages = compare.revert_excluded(self.base.packages, self.packages, left_out)
         # What the commit wrote is what an edit is compared with from now on; the rest keeps
         # what it was compared with before.
         known = {
@@ -218,13 +214,13 @@ class ChangeCapture:
         current = self._probe_current(container.client, container, diff)
         for problem in current.problems:
             self.containers.log.warning("gpudev: baseline of %s: %s", container.name, problem)
-        keepable = cl.file_changes(
+        keepable = classify.file_changes(
             diff,
-            cl.mount_targets(container.attrs),
+            classify.mount_targets(container.attrs),
             current.result.owned_files,
-            made=cl.engine_made(container.attrs),
+            made=classify.engine_made(container.attrs),
         ).kept
-        baseline = Baseline(current.result.state, ch.env_dict(env), files)
+        baseline = Baseline(current.result.state, model.env_dict(env), files)
         baseline.digests = self._digests(container, keepable, diff)
         baseline.log_lines = len(self._commands(container))
         self.baselines.save_container(str(container.id), baseline)
@@ -326,17 +322,17 @@ class ChangeCapture:
         diff += self.edited(archives, base, whole_diff)
         derived = packages.current_state(start, whole_diff, PodReader(archives))
         current = derived.result
-        result = cp.package_changes(base.packages, current.state)
+        result = compare.package_changes(base.packages, current.state)
         result.notes.extend(derived.problems)
         result.notes.extend(clean(p) for p in problems[:20])
         new_envs = [p.env.prefix for p in result.python if p.new_env]
-        result.files = cl.file_changes(diff, mount_paths(pod), current.owned_files, new_envs)
+        result.files = classify.file_changes(diff, mount_paths(pod), current.owned_files, new_envs)
         known = set(base.secrets)
         result.files.secrets = sorted(
             {*result.files.secrets, *known.intersection(result.files.kept)}
         )
         result.files.kept = [p for p in result.files.kept if p not in known]
-        result.files.owners = cl.home_owners(result.files.kept, current.state.accounts)
+        result.files.owners = classify.home_owners(result.files.kept, current.state.accounts)
         env = _pod_env(pod)
         captured = Captured(
             info,
@@ -355,7 +351,7 @@ class ChangeCapture:
         captured.changes = result.without(set(captured.held))
         return captured
 
-    def _image_baseline(self, client: docker.DockerClient, image_id: str) -> ch.PackageState:
+    def _image_baseline(self, client: docker.DockerClient, image_id: str) -> model.PackageState:
         cached = self.baselines.image(image_id)
         if cached is not None:
             return cached
@@ -369,7 +365,7 @@ class ChangeCapture:
         image: str,
         owned_dpkg: list[str] | None = None,
         owned_dists: list[str] | None = None,
-    ) -> ch.ProbeResult:
+    ) -> model.ProbeResult:
         """The probe in a helper container of ``image`` (``helpers.run_probe``: confined as a
         dev container and more, as root with no capability but reading, no network, no GPU,
         no mount, a read-only root; stopped past ``probe_timeout`` seconds or
@@ -382,13 +378,13 @@ class ChangeCapture:
         output = run_probe(
             client,
             image,
-            ["/bin/sh", "-c", pr.PROBE_SCRIPT],
-            pr.probe_environment(owned_dpkg or [], owned_dists or [], image_env),
+            ["/bin/sh", "-c", probe.PROBE_SCRIPT],
+            probe.probe_environment(owned_dpkg or [], owned_dists or [], image_env),
             self.containers.confinement(),
             timeout=self.probe_timeout,
             limit=self.probe_output_limit,
         )
-        return pr.parse_probe(output.decode("utf-8", "replace"))
+        return probe.parse_probe(output.decode("utf-8", "replace"))
 
     def baseline(self, client: docker.DockerClient, container: Container) -> Baseline:
         own = self.baselines.container(str(container.id))
@@ -407,7 +403,7 @@ class ChangeCapture:
     def capture(self, name: str, host: str | None = None, exclude: Iterable[str] = ()) -> Captured:
         """The change set of a dev container, running or stopped, less the changes whose ids
         are in ``exclude`` (``Captured.items`` lists them all)."""
-        excluded = ch.check_change_ids(exclude)
+        excluded = model.check_change_ids(exclude)
         manager = self.containers
         found_host, found = manager.locate(name, host)
         if isinstance(found, dict):
@@ -431,23 +427,23 @@ class ChangeCapture:
             derived = self._probe_current(client, container, whole_diff)
             commands = reading.result()
         current = derived.result
-        result = cp.package_changes(base.packages, current.state)
+        result = compare.package_changes(base.packages, current.state)
         result.notes.extend(derived.problems)
         # Shown, written into the Dockerfile as comments: never a credential typed in one.
-        result.commands = [cl.redact_command(c) for c in commands[base.log_lines :]]
-        mounts = cl.mount_targets(container.attrs)
+        result.commands = [classify.redact_command(c) for c in commands[base.log_lines :]]
+        mounts = classify.mount_targets(container.attrs)
         new_envs = [p.env.prefix for p in result.python if p.new_env]
-        result.files = cl.file_changes(
-            diff, mounts, current.owned_files, new_envs, cl.engine_made(container.attrs)
+        result.files = classify.file_changes(
+            diff, mounts, current.owned_files, new_envs, classify.engine_made(container.attrs)
         )
         known = set(base.secrets)  # found by content at an earlier commit
         result.files.secrets = sorted(
             {*result.files.secrets, *known.intersection(result.files.kept)}
         )
         result.files.kept = [p for p in result.files.kept if p not in known]
-        result.files.owners = cl.home_owners(result.files.kept, current.state.accounts)
+        result.files.owners = classify.home_owners(result.files.kept, current.state.accounts)
         image_env = client.images.get(str(container.attrs["Image"])).attrs["Config"].get("Env")
-        cl.env_changes(
+        classify.env_changes(
             container.attrs.get("Config", {}).get("Env") or [],
             image_env or [],
             base.env,
@@ -462,7 +458,7 @@ class ChangeCapture:
             whole_diff,
             client,
             base=base,
-            before_env=dict(base.env) if base.env is not None else ch.env_dict(image_env or []),
+            before_env=dict(base.env) if base.env is not None else model.env_dict(image_env or []),
             items=change_items(result),
             excluded=excluded,
         )

@@ -72,9 +72,7 @@ from ..labels import (
     OCI_CREATED,
     OCI_DESCRIPTION,
 )
-from . import classify as cl
-from . import compare as cp
-from . import model as ch
+from . import classify, compare, model
 from .export import digest_differences, read_digests
 from .helpers import inert
 from .layers import RemovalLayer, removal_layer
@@ -128,7 +126,7 @@ class CommitOptions:
 
     def check(self) -> None:
         """A clear error for options that cannot work together, a bad tag or change id."""
-        ch.check_change_ids(self.exclude)
+        model.check_change_ids(self.exclude)
         if self.expect is not None and not _DIGEST_RE.match(self.expect):
             raise BadRequest(
                 f"expect {self.expect[:80]!r} is not a diff's digest (64 hexadecimal "
@@ -341,7 +339,7 @@ class Committer:
             raise
         # The container's packages less the changes left out: what the rebuild should have.
         expected, loose = prepared.captured.expected_packages()
-        report.differences = cp.package_differences(expected, rebuilt, loose)
+        report.differences = compare.package_differences(expected, rebuilt, loose)
         if prepared.digests:
             say({"stage": "verify", "message": "comparing the kept files of the rebuilt image"})
             report.differences += self._file_differences(client, prepared, image_id)
@@ -522,7 +520,7 @@ class Committer:
         drivers = sorted(
             str(d["Path"])
             for d in captured.diff
-            if int(d["Kind"]) != 2 and cl.is_driver_path(str(d["Path"]))
+            if int(d["Kind"]) != 2 and classify.is_driver_path(str(d["Path"]))
         )
         own = [p for p in commandlog.OWN_PATHS if any(str(d["Path"]) == p for d in captured.diff)]
         previous = _image_id(client, reference.name)
@@ -640,7 +638,7 @@ class Committer:
         base = client.images.get(str(captured.engine()[1].attrs["Image"])).attrs
         base_config = base.get("Config") or {}
         config = {k: base_config[k] for k in _IMAGE_CONFIG_KEYS if base_config.get(k)}
-        env = ch.env_dict(base_config.get("Env") or [])
+        env = model.env_dict(base_config.get("Env") or [])
         env.update(captured.changes.env)
         config["Env"] = [f"{k}={v}" for k, v in env.items()]
         config["Labels"] = {

@@ -7,8 +7,8 @@ import os
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 
-from . import accounts as ac
-from . import tools as tl
+from . import accounts as user_accounts
+from . import tools
 from .model import (
     ChangeSet,
     CondaChanges,
@@ -38,9 +38,9 @@ def package_changes(baseline: PackageState, now: PackageState) -> ChangeSet:
     for name in sorted(now.dpkg_unrequired & now.dpkg_auto):
         if name not in baseline.dpkg and name in now.dpkg:
             changes.apt.recommended.append((name, now.dpkg[name]))
-    changes.accounts = ac.account_changes(baseline.accounts, now.accounts)
-    changes.tools = tl.tool_changes(baseline.npm, now.npm, baseline.cargo, now.cargo)
-    changes.notes.extend(tl.tool_notes(changes.tools))
+    changes.accounts = user_accounts.account_changes(baseline.accounts, now.accounts)
+    changes.tools = tools.tool_changes(baseline.npm, now.npm, baseline.cargo, now.cargo)
+    changes.notes.extend(tools.tool_notes(changes.tools))
     for prefix in sorted(now.python):
         changes.python.append(_python_changes(baseline.python.get(prefix), now.python[prefix]))
         changes.notes.extend(_not_reproducible(changes.python[-1]))
@@ -98,7 +98,11 @@ def package_differences(
         {k: c.version for k, c in rebuilt.cargo.items()},
     )
     if container.accounts is not None and rebuilt.accounts is not None:
-        versions("account", ac.describe(container.accounts), ac.describe(rebuilt.accounts))
+        versions(
+            "account",
+            user_accounts.describe(container.accounts),
+            user_accounts.describe(rebuilt.accounts),
+        )
     for prefix in sorted(set(container.conda) | set(rebuilt.conda)):
         a = set(container.conda[prefix].requested) if prefix in container.conda else set()
         b = set(rebuilt.conda[prefix].requested) if prefix in rebuilt.conda else set()
@@ -140,8 +144,8 @@ def revert_excluded(
             s for s in was if s not in env_now.requested and conda_id(prefix, s) in excluded
         ]
         conda[prefix] = replace(env_now, requested=tuple(requested))
-    accounts = ac.reverted(baseline.accounts, now.accounts, set(excluded))
-    npm, cargo = tl.reverted(baseline.npm, now.npm, baseline.cargo, now.cargo, excluded)
+    accounts = user_accounts.reverted(baseline.accounts, now.accounts, set(excluded))
+    npm, cargo = tools.reverted(baseline.npm, now.npm, baseline.cargo, now.cargo, excluded)
     return PackageState(
         dpkg, frozenset(auto), python, conda, now.dpkg_unrequired, accounts, npm, cargo
     )

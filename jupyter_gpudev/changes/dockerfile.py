@@ -29,10 +29,9 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import accounts as ac
-from . import model as ch
-from . import names
-from . import tools as tl
+from . import accounts as user_accounts
+from . import model, names
+from . import tools as tool_state
 from .model import ChangeItem, ChangeSet, PyDist, PythonChanges
 
 MARK = "# --- gpudev:"
@@ -58,7 +57,7 @@ _SOURCE_HOME_RE = re.compile(
 
 
 def _is_path(value: str) -> bool:
-    return ch.safe_text(value) and value.startswith("/")
+    return model.safe_text(value) and value.startswith("/")
 
 
 def _printable(text: str) -> str:
@@ -101,23 +100,27 @@ def writable(changes: ChangeSet, reported: list[str]) -> ChangeSet:
     )
 
 
-def _writable_accounts(changes: ac.AccountChanges, reported: list[str]) -> ac.AccountChanges:
+def _writable_accounts(
+    changes: user_accounts.AccountChanges, reported: list[str]
+) -> user_accounts.AccountChanges:
     """Users and groups whose every value is one (checked again: they go into a shell line)."""
 
     def name_ok(name: str) -> bool:
-        if ac.NAME.fullmatch(name):
+        if user_accounts.NAME.fullmatch(name):
             return True
-        reported.append(f"user or group {ch.shown(name)}: not a valid name, not written")
+        reported.append(f"user or group {model.shown(name)}: not a valid name, not written")
         return False
 
-    def user_ok(name: str, user: ac.User, groups: tuple[str, ...]) -> bool:
+    def user_ok(name: str, user: user_accounts.User, groups: tuple[str, ...]) -> bool:
         paths = (user.home, user.shell)
-        if all(ac.PATH.fullmatch(p) for p in paths) and all(map(ac.NAME.fullmatch, groups)):
+        if all(user_accounts.PATH.fullmatch(p) for p in paths) and all(
+            map(user_accounts.NAME.fullmatch, groups)
+        ):
             return name_ok(name)
-        reported.append(f"user {ch.shown(name)}: a home, shell or group that is not one")
+        reported.append(f"user {model.shown(name)}: a home, shell or group that is not one")
         return False
 
-    return ac.AccountChanges(
+    return user_accounts.AccountChanges(
         [(n, g) for n, g in changes.groups_added if name_ok(n)],
         [(n, u, gs) for n, u, gs in changes.users_added if user_ok(n, u, gs)],
         [(n, u, gs) for n, u, gs in changes.users_changed if user_ok(n, u, gs)],
@@ -154,61 +157,69 @@ def _account_lines(changes: ChangeSet) -> list[str]:
     return ["RUN " + " \\\n && ".join(steps)]
 
 
-def _tool_items(tools: tl.ToolChanges) -> list[ChangeItem]:
+def _tool_items(tools: tool_state.ToolChanges) -> list[ChangeItem]:
     items = [
-        ChangeItem(tl.npm_id(n), "npm", f"{n} {v}", "npm package, installed globally")
+        ChangeItem(tool_state.npm_id(n), "npm", f"{n} {v}", "npm package, installed globally")
         for n, v in tools.npm_added
     ]
     items += [
-        ChangeItem(tl.npm_id(n), "npm", f"{n} {a}→{b}", f"npm package, version changed from {a}")
+        ChangeItem(
+            tool_state.npm_id(n), "npm", f"{n} {a}→{b}", f"npm package, version changed from {a}"
+        )
         for n, a, b in tools.npm_upgraded
     ]
     items += [
-        ChangeItem(tl.npm_id(n), "npm", f"remove {n}", f"npm package {v}, removed")
+        ChangeItem(tool_state.npm_id(n), "npm", f"remove {n}", f"npm package {v}, removed")
         for n, v in tools.npm_removed
     ]
     items += [
         ChangeItem(
-            tl.cargo_id(c.name), "cargo", f"{c.name} {c.version}", f"cargo install ({c.home})"
+            tool_state.cargo_id(c.name),
+            "cargo",
+            f"{c.name} {c.version}",
+            f"cargo install ({c.home})",
         )
         for c in tools.cargo_added
     ]
     items += [
         ChangeItem(
-            tl.cargo_id(c.name), "cargo", f"remove {c.name}", f"cargo crate {c.version}, removed"
+            tool_state.cargo_id(c.name),
+            "cargo",
+            f"remove {c.name}",
+            f"cargo crate {c.version}, removed",
         )
         for c in tools.cargo_removed
     ]
     return items
 
 
-def _account_items(accounts: ac.AccountChanges) -> list[ChangeItem]:
+def _account_items(accounts: user_accounts.AccountChanges) -> list[ChangeItem]:
     items = [
-        ChangeItem(ac.group_id(n), "group", f"group {n}", f"group added (gid {g.gid})")
+        ChangeItem(user_accounts.group_id(n), "group", f"group {n}", f"group added (gid {g.gid})")
         for n, g in accounts.groups_added
     ]
     for name, user, groups in accounts.users_added:
         detail = f"user added (uid {user.uid}, gid {user.gid}, home {user.home}, {user.shell}"
         detail += f", groups {', '.join(groups)})" if groups else ")"
-        items.append(ChangeItem(ac.user_id(name), "user", f"user {name}", detail))
+        items.append(ChangeItem(user_accounts.user_id(name), "user", f"user {name}", detail))
     for name, user, joined in accounts.users_changed:
         detail = f"user changed (home {user.home}, {user.shell}"
         detail += f", joined {', '.join(joined)})" if joined else ")"
-        items.append(ChangeItem(ac.user_id(name), "user", f"user {name}", detail))
+        items.append(ChangeItem(user_accounts.user_id(name), "user", f"user {name}", detail))
     items += [
-        ChangeItem(ac.user_id(n), "user", f"remove user {n}", "user removed")
+        ChangeItem(user_accounts.user_id(n), "user", f"remove user {n}", "user removed")
         for n in accounts.users_removed
     ]
     items += [
-        ChangeItem(ac.group_id(n), "group", f"remove group {n}", "group removed")
+        ChangeItem(user_accounts.group_id(n), "group", f"remove group {n}", "group removed")
         for n in accounts.groups_removed
     ]
     return items
 
 
-def _writable_apt(apt: ch.AptChanges, reported: list[str]) -> ch.AptChanges:
-    out = ch.AptChanges()
-    show = ch.shown
+def _writable_apt(apt: model.AptChanges, reported: list[str]) -> model.AptChanges:
+    out = model.AptChanges()
+    show = model.shown
     for name, version in apt.added:
         if names.DPKG_PACKAGE.fullmatch(name) and names.DPKG_VERSION.fullmatch(version):
             out.added.append((name, version))
@@ -232,8 +243,8 @@ def _writable_apt(apt: ch.AptChanges, reported: list[str]) -> ch.AptChanges:
     return out
 
 
-def _writable_conda(conda: ch.CondaChanges, reported: list[str]) -> ch.CondaChanges | None:
-    show = ch.shown
+def _writable_conda(conda: model.CondaChanges, reported: list[str]) -> model.CondaChanges | None:
+    show = model.shown
     if not _is_path(conda.prefix):
         if conda.added or conda.removed:
             reported.append(f"conda environment {show(conda.prefix)}: not a valid path")
@@ -252,7 +263,7 @@ def _writable_conda(conda: ch.CondaChanges, reported: list[str]) -> ch.CondaChan
             removed.append(name)
         else:
             reported.append(f"{where}: {show(spec)} is not a valid spec, removal not written")
-    return ch.CondaChanges(conda.prefix, added, removed, conda.channels if added else ())
+    return model.CondaChanges(conda.prefix, added, removed, conda.channels if added else ())
 
 
 def _writable_python(py: PythonChanges, reported: list[str]) -> PythonChanges | None:
@@ -265,7 +276,7 @@ def _writable_python(py: PythonChanges, reported: list[str]) -> PythonChanges | 
     ):
         if py:
             reported.append(
-                f"Python environment {ch.shown(env.prefix)} ({ch.shown(env.python)}): not a "
+                f"Python environment {model.shown(env.prefix)} ({model.shown(env.python)}): not a "
                 "valid interpreter path or version, its changes not written"
             )
         return None
@@ -288,12 +299,12 @@ def _writable_python(py: PythonChanges, reported: list[str]) -> PythonChanges | 
     return kept
 
 
-def _writable_files(files: ch.FileChanges, reported: list[str]) -> ch.FileChanges:
+def _writable_files(files: model.FileChanges, reported: list[str]) -> model.FileChanges:
     out = replace(
         files,
         kept=[p for p in files.kept if _is_path(p)],
         deleted=[p for p in files.deleted if _is_path(p)],
-        links={p: t for p, t in files.links.items() if _is_path(p) and ch.safe_text(t)},
+        links={p: t for p, t in files.links.items() if _is_path(p) and model.safe_text(t)},
         unsafe=[],
         owners={p: o for p, o in files.owners.items() if _is_path(p) and _OWNER.fullmatch(o)},
     )
@@ -303,7 +314,7 @@ def _writable_files(files: ch.FileChanges, reported: list[str]) -> ch.FileChange
         *(f"{p} -> {t}" for p, t in files.links.items() if p not in out.links),
     ]
     reported += [
-        f"{ch.shown(p)}: a Dockerfile cannot name this path (control characters), not written"
+        f"{model.shown(p)}: a Dockerfile cannot name this path (control characters), not written"
         for p in sorted(set(unsafe))
     ]
     return out
@@ -312,7 +323,7 @@ def _writable_files(files: ch.FileChanges, reported: list[str]) -> ch.FileChange
 _OWNER = re.compile(r"[0-9]{1,10}:[0-9]{1,10}")
 
 
-def _chown_lines(files: ch.FileChanges) -> list[str]:
+def _chown_lines(files: model.FileChanges) -> list[str]:
     """One exec-form ``chown`` per owner, giving the copied paths in users' homes back to
     them (no shell: the paths go as they are)."""
     by_owner: dict[str, list[str]] = {}
@@ -328,20 +339,20 @@ def _writable_env(env: dict[str, str], reported: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in env.items():
         if not names.ENV_NAME.fullmatch(name):
-            reported.append(f"environment variable {ch.shown(name)}: not a valid name")
-        elif value == "" or ch.safe_text(value):
+            reported.append(f"environment variable {model.shown(name)}: not a valid name")
+        elif value == "" or model.safe_text(value):
             out[name] = value
         else:
             reported.append(
-                f"environment variable {name}: its value {ch.shown(value)} cannot be written"
+                f"environment variable {name}: its value {model.shown(value)} cannot be written"
             )
     return out
 
 
-def _bad_dist(env: ch.PythonEnv, dist: PyDist) -> str:
+def _bad_dist(env: model.PythonEnv, dist: PyDist) -> str:
     return (
-        f"pip package {ch.shown(dist.name)} {ch.shown(dist.version)} in {env.prefix}: not a valid "
-        "name, version or URL, not written"
+        f"pip package {model.shown(dist.name)} {model.shown(dist.version)} in {env.prefix}: "
+        "not a valid name, version or URL, not written"
     )
 
 
@@ -462,7 +473,7 @@ def _python_lines(changes: ChangeSet) -> list[str]:
             # A fresh venv has pip and setuptools of its own: only what was added on top.
             wanted = [d for d in wanted if d.name.lower() not in ("pip", "setuptools", "wheel")]
         requirements = sorted(
-            shlex.quote(d.requirement()) for d in wanted if d.source not in ch.NOT_REPRODUCIBLE
+            shlex.quote(d.requirement()) for d in wanted if d.source not in model.NOT_REPRODUCIBLE
         )
         if requirements:
             lines += _continued(
@@ -501,39 +512,42 @@ def change_items(changes: ChangeSet) -> list[ChangeItem]:
     changes = writable(changes, [])
     files = changes.files
     items = [
-        ChangeItem(ch.file_id(p), "file", p, "package-manager configuration file, copied first")
+        ChangeItem(model.file_id(p), "file", p, "package-manager configuration file, copied first")
         for p in sorted(p for p in files.kept if is_source_path(p))
     ]
     apt: list[tuple[str, ChangeItem]] = []
     for name, version in changes.apt.added:
-        item = ChangeItem(ch.apt_id(name), "apt", f"{name} {version}", "apt package, added")
+        item = ChangeItem(model.apt_id(name), "apt", f"{name} {version}", "apt package, added")
         apt.append((f"{name}={version}", item))
     for name, was, version in changes.apt.upgraded:
         detail = f"apt package, version changed from {was}"
         apt.append(
             (
                 f"{name}={version}",
-                ChangeItem(ch.apt_id(name), "apt", f"{name} {was}→{version}", detail),
+                ChangeItem(model.apt_id(name), "apt", f"{name} {was}→{version}", detail),
             )
         )
     for name, version in changes.apt.recommended:
         detail = "apt package, added automatically: a package recommends it"
         apt.append(
-            (f"{name}={version}", ChangeItem(ch.apt_id(name), "apt", f"{name} {version}", detail))
+            (
+                f"{name}={version}",
+                ChangeItem(model.apt_id(name), "apt", f"{name} {version}", detail),
+            )
         )
     items += [item for _, item in sorted(apt, key=lambda pair: pair[0])]
     items += [
-        ChangeItem(ch.apt_id(n), "apt", f"remove {n}", f"apt package {v}, removed")
+        ChangeItem(model.apt_id(n), "apt", f"remove {n}", f"apt package {v}, removed")
         for n, v in sorted(changes.apt.removed)
     ]
     for conda in changes.conda:
         where = f"conda in {conda.prefix}"
         items += [
-            ChangeItem(ch.conda_id(conda.prefix, s), "conda", s, f"{where}, install requested")
+            ChangeItem(model.conda_id(conda.prefix, s), "conda", s, f"{where}, install requested")
             for s in conda.added
         ]
         items += [
-            ChangeItem(ch.conda_id(conda.prefix, s), "conda", f"remove {s}", f"{where}, removed")
+            ChangeItem(model.conda_id(conda.prefix, s), "conda", f"remove {s}", f"{where}, removed")
             for s in conda.removed
         ]
     for py in changes.python:
@@ -541,17 +555,19 @@ def change_items(changes: ChangeSet) -> list[ChangeItem]:
     items += _tool_items(changes.tools)
     items += _account_items(changes.accounts)
     items += [
-        ChangeItem(ch.file_id(p), "file", p, "file added or changed, copied into the image")
+        ChangeItem(model.file_id(p), "file", p, "file added or changed, copied into the image")
         for p in sorted(p for p in files.kept if not is_source_path(p))
     ]
     items += [
-        ChangeItem(ch.delete_id(p), "delete", f"delete {p}", "deleted from the image")
+        ChangeItem(model.delete_id(p), "delete", f"delete {p}", "deleted from the image")
         for p in sorted(files.deleted)
     ]
     for name in sorted(changes.env):
         value = changes.env[name]
         shown = value if len(value) <= 60 else value[:57] + "..."
-        items.append(ChangeItem(ch.env_id(name), "env", f"{name}={shown}", "environment variable"))
+        items.append(
+            ChangeItem(model.env_id(name), "env", f"{name}={shown}", "environment variable")
+        )
     return [
         ChangeItem(i.id, i.kind, _printable(i.label), _printable(i.detail))
         if not (i.label.isprintable() and i.detail.isprintable())
@@ -565,9 +581,9 @@ def _python_items(py: PythonChanges) -> list[ChangeItem]:
     where = f"pip in the new venv {env.prefix}" if py.new_env else f"pip in {env.prefix}"
 
     def item(dist: PyDist, label: str, detail: str) -> ChangeItem:
-        if dist.source in ch.NOT_REPRODUCIBLE:
+        if dist.source in model.NOT_REPRODUCIBLE:
             detail += f" ({dist.source} install: a Dockerfile cannot repeat it, see the notes)"
-        return ChangeItem(ch.python_id(env.prefix, dist.name), "python", label, detail)
+        return ChangeItem(model.python_id(env.prefix, dist.name), "python", label, detail)
 
     fresh = [d for d in py.added if py.new_env and d.name.lower() in _FRESH_VENV_DISTS]
     installs = [
@@ -670,7 +686,7 @@ def change_lines(
     body += _apt_lines(changes)
     body += _conda_lines(changes)
     body += _python_lines(changes)
-    body += tl.tool_lines(changes.tools)
+    body += tool_state.tool_lines(changes.tools)
     body += _account_lines(changes)
     reported.extend(changes.notes)
     if other_files:

@@ -18,8 +18,7 @@ import docker.errors
 
 from .. import safefs
 from ..errors import EngineError, engine_errors
-from . import classify as cl
-from . import packages
+from . import classify, packages
 from .dockerfile import is_source_path
 
 if TYPE_CHECKING:
@@ -217,7 +216,7 @@ class _Exporter:
             self._skip(path, "its content is missing from the archive")
             return
         head = extracted.read(SCAN_BYTES)
-        if cl.looks_secret_content(head):
+        if classify.looks_secret_content(head):
             self.result.secrets.add(path)
             return
         if self.stage is None and not self.digests:

@@ -44,11 +44,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import accounts as ac
-from . import model as ch
-from . import names
-from . import probe as pr
-from . import tools as tl
+from . import accounts as user_accounts
+from . import model, names, probe, tools
 
 #: Size limits of what is read (past them a file is reported, not read).
 STATUS_LIMIT = 64 << 20
@@ -92,7 +89,7 @@ class Derived:
     """The packages of a container now, with the files of the ones changed since its image
     (what ``changes.file_changes`` leaves out), and what could not be read."""
 
-    result: ch.ProbeResult
+    result: model.ProbeResult
     problems: list[str] = field(default_factory=list)
 
 
@@ -111,7 +108,7 @@ class _Context:
 
 
 def current_state(
-    image: ch.PackageState,
+    image: model.PackageState,
     diff: Iterable[Mapping[str, Any]],
     read: Reader,
 ) -> Derived:
@@ -127,7 +124,7 @@ def current_state(
     python, py_owned = _python(image, entries, ctx)
     conda = _conda(image, entries, ctx)
     accounts = _accounts(image, entries, ctx)
-    npm, cargo, tools_owned = tl.current_tools(
+    npm, cargo, tools_owned = tools.current_tools(
         image.npm,
         image.cargo,
         entries,
@@ -135,9 +132,9 @@ def current_state(
         read=ctx.text,
         problems=ctx.problems,
     )
-    state = ch.PackageState(dpkg, auto, python, conda, unrequired, accounts, npm, cargo)
+    state = model.PackageState(dpkg, auto, python, conda, unrequired, accounts, npm, cargo)
     owned = _dpkg_owned(image, state, ctx) | py_owned | tools_owned
-    return Derived(ch.ProbeResult(state, owned), ctx.problems)
+    return Derived(model.ProbeResult(state, owned), ctx.problems)
 
 
 def _deleted(path: str, entries: Mapping[str, int]) -> bool:
@@ -158,7 +155,7 @@ def _present(path: str, entries: Mapping[str, int]) -> bool:
 
 
 def _dpkg(
-    image: ch.PackageState, entries: Mapping[str, int], ctx: _Context
+    image: model.PackageState, entries: Mapping[str, int], ctx: _Context
 ) -> tuple[dict[str, str], frozenset[str], frozenset[str]]:
     """dpkg's packages, the automatic ones, and the automatic ones nothing depends on."""
     dpkg = dict(image.dpkg)
@@ -171,7 +168,7 @@ def _dpkg(
         dpkg = {}
     if _present(APT_EXTENDED_STATES, entries):
         text = ctx.text(APT_EXTENDED_STATES, STATUS_LIMIT)
-        marks = pr.parse_apt_auto(text or "")
+        marks = probe.parse_apt_auto(text or "")
         auto = frozenset(p for p in dpkg if p in marks or p.split(":")[0] in marks)
     else:
         auto = frozenset(p for p in dpkg if p in image.dpkg_auto)
@@ -256,7 +253,7 @@ def unrequired_packages(status: str, auto: frozenset[str]) -> frozenset[str]:
     return frozenset(p for p in auto if p.split(":")[0] not in required)
 
 
-def _dpkg_owned(image: ch.PackageState, state: ch.PackageState, ctx: _Context) -> set[str]:
+def _dpkg_owned(image: model.PackageState, state: model.PackageState, ctx: _Context) -> set[str]:
     owned: set[str] = set()
     changed = [n for n, v in sorted(state.dpkg.items()) if image.dpkg.get(n) != v]
     for name in changed:
@@ -267,24 +264,24 @@ def _dpkg_owned(image: ch.PackageState, state: ch.PackageState, ctx: _Context) -
 
 
 def _accounts(
-    image: ch.PackageState, entries: Mapping[str, int], ctx: _Context
-) -> ac.Accounts | None:
+    image: model.PackageState, entries: Mapping[str, int], ctx: _Context
+) -> user_accounts.Accounts | None:
     """The image's users and groups, or the container's when it changed their files (read as
     data; ``None`` when one cannot be read: then no account change is reported)."""
-    if not any(path in entries for path in (ac.PASSWD, ac.GROUP)):
+    if not any(path in entries for path in (user_accounts.PASSWD, user_accounts.GROUP)):
         return image.accounts
-    passwd = ctx.text(ac.PASSWD, ac.ACCOUNTS_LIMIT)
-    group = ctx.text(ac.GROUP, ac.ACCOUNTS_LIMIT)
+    passwd = ctx.text(user_accounts.PASSWD, user_accounts.ACCOUNTS_LIMIT)
+    group = ctx.text(user_accounts.GROUP, user_accounts.ACCOUNTS_LIMIT)
     if passwd is None or group is None:
         ctx.problems.append("the users and groups could not be read; their changes are not shown")
         return None
-    return ac.parse_accounts(passwd, group, ctx.problems)
+    return user_accounts.parse_accounts(passwd, group, ctx.problems)
 
 
 # -- Python ---------------------------------------------------------------------------------
 
 
-def _site_dirs(env: ch.PythonEnv) -> list[str]:
+def _site_dirs(env: model.PythonEnv) -> list[str]:
     """The folders an environment's distributions are in, first the one that wins."""
     prefix, version = env.prefix.rstrip("/") or "/", env.version
     dirs = []
@@ -306,7 +303,7 @@ class _DistChange:
 def _dist_key(folder: str) -> str:
     """The normalized name of a ``NAME-VERSION.dist-info`` / ``NAME[-...].egg-info`` folder."""
     stem = folder.rsplit(".", 1)[0]
-    return ch.normalize(stem.split("-", 1)[0])
+    return model.normalize(stem.split("-", 1)[0])
 
 
 def _dist_changes(entries: Mapping[str, int]) -> list[_DistChange]:
@@ -338,7 +335,9 @@ def _headers(text: str) -> dict[str, str]:
     return headers
 
 
-def _read_dist(change: _DistChange, entries: Mapping[str, int], ctx: _Context) -> ch.PyDist | None:
+def _read_dist(
+    change: _DistChange, entries: Mapping[str, int], ctx: _Context
+) -> model.PyDist | None:
     """A distribution from its folder (METADATA or PKG-INFO, direct_url.json)."""
     folder = change.folder
     if folder.endswith(".dist-info"):
@@ -364,7 +363,7 @@ def _read_dist(change: _DistChange, entries: Mapping[str, int], ctx: _Context) -
         entries.get(folder) != ADDED or f"{folder}/direct_url.json" in entries
     ):
         direct = ctx.text(f"{folder}/direct_url.json", METADATA_LIMIT)
-    return ch.PyDist.parse(name, version, direct)
+    return model.PyDist.parse(name, version, direct)
 
 
 def _record(change: _DistChange, ctx: _Context) -> set[str]:
@@ -390,11 +389,11 @@ def _read_cfg(text: str) -> dict[str, str]:
 
 
 def _new_envs(
-    image: ch.PackageState, entries: Mapping[str, int], ctx: _Context
-) -> dict[str, tuple[ch.PythonEnv, bool]]:
+    image: model.PackageState, entries: Mapping[str, int], ctx: _Context
+) -> dict[str, tuple[model.PythonEnv, bool]]:
     """Environments the diff adds: venvs (an added ``pyvenv.cfg`` with a ``bin/python``),
     interpreters and conda environments the image lacks. -> prefix: (env, system site)."""
-    found: dict[str, tuple[ch.PythonEnv, bool]] = {}
+    found: dict[str, tuple[model.PythonEnv, bool]] = {}
 
     def version_in(prefix: str) -> str:
         for path in entries:
@@ -424,7 +423,7 @@ def _new_envs(
             if not minor or not base_prefix or prefix in image.python:
                 continue
             base = image.python.get(base_prefix)
-            env = ch.PythonEnv(
+            env = model.PythonEnv(
                 python=f"{prefix}/bin/python",
                 prefix=prefix,
                 base_prefix=base_prefix,
@@ -442,17 +441,17 @@ def _new_envs(
         if python_prefix and python_prefix not in image.python:
             minor = version_in(python_prefix)
             if minor:
-                env = ch.PythonEnv(path, python_prefix, python_prefix, minor, False)
+                env = model.PythonEnv(path, python_prefix, python_prefix, minor, False)
                 found.setdefault(python_prefix, (env, False))
     return found
 
 
 def _environments(
-    image: ch.PackageState, entries: Mapping[str, int], ctx: _Context
-) -> tuple[dict[str, ch.PythonEnv], dict[str, list[str]]]:
+    image: model.PackageState, entries: Mapping[str, int], ctx: _Context
+) -> tuple[dict[str, model.PythonEnv], dict[str, list[str]]]:
     """The container's Python environments (the image's still there, the new ones) and the
     folders of each one's distributions, first the one that wins."""
-    envs: dict[str, ch.PythonEnv] = {}
+    envs: dict[str, model.PythonEnv] = {}
     sites: dict[str, list[str]] = {}
     for prefix, env in image.python.items():
         gone = _deleted(env.python, entries) or (
@@ -474,11 +473,11 @@ def _environments(
 
 
 def _python(
-    image: ch.PackageState, entries: Mapping[str, int], ctx: _Context
-) -> tuple[dict[str, ch.PythonEnv], set[str]]:
+    image: model.PackageState, entries: Mapping[str, int], ctx: _Context
+) -> tuple[dict[str, model.PythonEnv], set[str]]:
     envs, sites = _environments(image, entries, ctx)
     changes = _dist_changes(entries)
-    read: dict[str, ch.PyDist | None] = {}
+    read: dict[str, model.PyDist | None] = {}
     owned: set[str] = set()
     for prefix, env in list(envs.items()):
         order = sites[prefix]
@@ -494,13 +493,13 @@ def _python(
             dist = read[change.folder]
             if dist is None:
                 continue
-            key = ch.normalize(dist.name)
+            key = model.normalize(dist.name)
             dists[key] = dist
             old = image.python.get(prefix)
             if old is None or old.dists.get(key) != dist:
                 owned |= _record(change, ctx)
         for link, dist in _egg_links(order, entries, ctx):
-            dists[ch.normalize(dist.name)] = dist
+            dists[model.normalize(dist.name)] = dist
             owned.add(link)
         envs[prefix] = replace(env, dists=dists)
     return envs, owned
@@ -508,7 +507,7 @@ def _python(
 
 def _egg_links(
     sites: list[str], entries: Mapping[str, int], ctx: _Context
-) -> Iterable[tuple[str, ch.PyDist]]:
+) -> Iterable[tuple[str, model.PyDist]]:
     """Legacy editable installs (``setup.py develop``, or pip's for a project without
     ``pyproject.toml``) in ``sites``: a ``NAME.egg-link`` naming the project's folder, whose
     ``NAME.egg-info/PKG-INFO`` has its version, and no PEP 610 ``direct_url.json``."""
@@ -520,24 +519,24 @@ def _egg_links(
         stem = os.path.basename(path).removesuffix(".egg-link")
         first = (ctx.text(path, METADATA_LIMIT) or "").split("\n", 1)[0].strip()
         target = os.path.normpath(first) if first.startswith("/") else ""
-        if not names.PY_NAME.fullmatch(stem) or not target or not ch.safe_text(target):
+        if not names.PY_NAME.fullmatch(stem) or not target or not model.safe_text(target):
             ctx.problems.append(f"{path}: not an egg-link naming a project folder, skipped")
             continue
         headers = _headers(ctx.text(f"{target}/{stem}.egg-info/PKG-INFO", METADATA_LIMIT) or "")
         name, version = headers.get("name", stem), headers.get("version", "")
         if not names.PY_NAME.fullmatch(name) or not names.PY_VERSION.fullmatch(version):
             name, version = stem, "0"
-        yield path, ch.PyDist(name, version, "editable", f"file://{target}")
+        yield path, model.PyDist(name, version, "editable", f"file://{target}")
 
 
 # -- conda ----------------------------------------------------------------------------------
 
 
 def _conda(
-    image: ch.PackageState,
+    image: model.PackageState,
     entries: Mapping[str, int],
     ctx: _Context,
-) -> dict[str, ch.CondaEnv]:
+) -> dict[str, model.CondaEnv]:
     histories = {p: e.requested for p, e in image.conda.items()}
     for prefix in list(histories):
         if _deleted(f"{prefix}/conda-meta/history", entries):
@@ -548,7 +547,7 @@ def _conda(
             prefix.startswith(f"{CONDA_ROOT}/envs/") and prefix.count("/") == 4
         )
         if prefix != path and conda_env and _present(path, entries):
-            histories[prefix] = pr.parse_conda_history(ctx.text(path, STATUS_LIMIT) or "")
+            histories[prefix] = probe.parse_conda_history(ctx.text(path, STATUS_LIMIT) or "")
     if not histories:
         return {}
     channels: tuple[str, ...] = ()
@@ -556,12 +555,12 @@ def _conda(
     if touched:
         for path in CONDARC_FILES:
             if not _deleted(path, entries):
-                channels = channels or pr.parse_condarc_channels(
+                channels = channels or probe.parse_condarc_channels(
                     ctx.text(path, METADATA_LIMIT) or ""
                 )
     else:
         channels = next((e.channels for e in image.conda.values() if e.channels), ())
-    return {p: ch.CondaEnv(p, specs, channels) for p, specs in histories.items()}
+    return {p: model.CondaEnv(p, specs, channels) for p, specs in histories.items()}
 
 
 # -- the engine -----------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from ..engine.cluster import Cluster
 from ..errors import EngineError, GPUDevError
 from ..untrusted import clean
 from . import packages
-from . import probe as pr
+from . import probe as image_probe
 from .model import ProbeResult
 
 #: The largest file read out of a pod: an exec's output is held in memory, so this is lower
@@ -114,18 +114,18 @@ def probe_pod(cluster: Cluster, pod: str, name: str) -> ProbeResult:
     """The packages, users and tools of a running pod, by the probe script run in it as its
     user with only the probe's variables (``env -i``: none of the pod's ``LD_*`` or
     ``PYTHON*``), its output parsed as hostile input."""
-    env = pr.probe_environment()
+    env = image_probe.probe_environment()
     argv = (
         "/usr/bin/env",
         "-i",
         *(f"{key}={value}" for key, value in sorted(env.items())),
         "/bin/sh",
         "-c",
-        pr.PROBE_SCRIPT,
+        image_probe.PROBE_SCRIPT,
     )
     result = cluster.exec(pod, argv, timeout=EXEC_TIMEOUT, limit=PROBE_LIMIT)
     if result.cut:
         raise EngineError(f"The package probe of {name} printed over {PROBE_LIMIT} bytes")
     if result.exit_code:
         raise EngineError(f"The package probe of {name} exited with {result.exit_code}")
-    return pr.parse_probe(result.stdout.decode("utf-8", "replace"))
+    return image_probe.parse_probe(result.stdout.decode("utf-8", "replace"))

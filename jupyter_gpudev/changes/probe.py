@@ -10,8 +10,7 @@ import re
 from collections.abc import Iterable
 
 from ..errors import EngineError
-from . import names
-from . import tools as tl
+from . import names, tools
 from .accounts import parse_accounts
 from .model import (
     CondaEnv,
@@ -224,16 +223,16 @@ def parse_probe(text: str) -> ProbeResult:
     problems: list[str] = []
     account_files = {"passwd": "", "group": ""}
     npm: dict[str, str] = {}
-    cargo: dict[str, tl.Crate] = {}
+    cargo: dict[str, tools.Crate] = {}
     for kind, arg, lines in sections:
         if kind in account_files:
             account_files[kind] = "\n".join(lines)
         elif kind == "npm":
-            package = tl.probe_npm(lines, problems)
+            package = tools.probe_npm(lines, problems)
             if package is not None:
                 npm.setdefault(*package)
-        elif kind == "cargo" and tl.CARGO_HOME_RE.fullmatch(arg):
-            cargo.update(tl.parse_crates(arg, "\n".join(lines), problems))
+        elif kind == "cargo" and tools.CARGO_HOME_RE.fullmatch(arg):
+            cargo.update(tools.parse_crates(arg, "\n".join(lines), problems))
         elif kind == "dpkg":
             dpkg.update(_parse_dpkg(lines, problems))
         elif kind == "apt-auto":

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpudev.changes import classify as cl
-from jupyter_gpudev.changes import model as ch
-from jupyter_gpudev.changes import probe as pr
+from jupyter_gpudev.changes import classify, model
+from jupyter_gpudev.changes import probe as image_probe
 
 CONTROL = "a\nRUN touch /pwned"
 
@@ -45,14 +44,14 @@ BAD_DIRECT_URLS: list[Any] = [
 @pytest.mark.parametrize("data", BAD_DIRECT_URLS, ids=lambda d: repr(d)[:60])
 def test_a_crafted_direct_url_is_an_invalid_install_not_an_exception(data: Any) -> None:
     # When direct_url.json has wrong types, control characters or a huge value
-    dist = ch.PyDist.parse("pkg", "1.0", json.dumps(data))
+    dist = model.PyDist.parse("pkg", "1.0", json.dumps(data))
     # Then the distribution is read, marked as an install a Dockerfile cannot repeat
     assert dist.name == "pkg"
     assert dist.source == "invalid"
     # And what it says about it is printable and bounded
     assert dist.url.isprintable()
     assert len(dist.url) <= 300
-    assert dist.source in ch.NOT_REPRODUCIBLE
+    assert dist.source in model.NOT_REPRODUCIBLE
 
 
 def test_a_valid_direct_url_with_a_subdirectory_is_kept() -> None:
@@ -61,9 +60,9 @@ def test_a_valid_direct_url_with_a_subdirectory_is_kept() -> None:
         "vcs_info": {"vcs": "git", "commit_id": "abc123"},
         "subdirectory": "pkgs/tool",
     }
-    dist = ch.PyDist.parse("tool", "1.0", json.dumps(direct))
+    dist = model.PyDist.parse("tool", "1.0", json.dumps(direct))
     assert dist.requirement() == "tool @ git+https://github.com/x/y@abc123#subdirectory=pkgs/tool"
-    editable = ch.PyDist.parse(
+    editable = model.PyDist.parse(
         "e", "1", json.dumps({"url": "file:///src/e", "dir_info": {"editable": True}})
     )
     assert editable.source == "editable"
@@ -71,7 +70,7 @@ def test_a_valid_direct_url_with_a_subdirectory_is_kept() -> None:
 
 def test_unparseable_direct_url_text_is_invalid_too() -> None:
     for text in ["{", "\0", "x" * 10, '{"url": "\\u0000"}']:
-        assert ch.PyDist.parse("pkg", "1.0", text).source == "invalid"
+        assert model.PyDist.parse("pkg", "1.0", text).source == "invalid"
 
 
 def python_section(data: Any) -> str:
@@ -100,7 +99,7 @@ BAD_PYTHON: list[Any] = [
 @pytest.mark.parametrize("data", BAD_PYTHON, ids=lambda d: repr(d)[:60])
 def test_crafted_python_probe_output_is_skipped_and_reported(data: Any) -> None:
     # When the probe's JSON for an interpreter has the wrong shape
-    result = pr.parse_probe(python_section(data))
+    result = image_probe.parse_probe(python_section(data))
     # Then no exception; what is kept is valid, what is not is reported
     for prefix, env in result.state.python.items():
         assert prefix.isprintable()
@@ -112,7 +111,7 @@ def test_crafted_python_probe_output_is_skipped_and_reported(data: Any) -> None:
 
 def test_a_good_python_entry_next_to_bad_ones_is_kept() -> None:
     data = {**GOOD_ENV, "dists": [["six", "1.16.0", None], ["bad\nname", "1", None], 5]}
-    result = pr.parse_probe(python_section(data))
+    result = image_probe.parse_probe(python_section(data))
     assert list(result.state.python["/usr"].dists) == ["six"]
     assert any("bad" in p for p in result.problems)
     assert all(p.isprintable() for p in result.problems)
@@ -130,7 +129,7 @@ def test_crafted_dpkg_lines_are_skipped() -> None:
         "\t\t\t\n"
         "@@gpudev end\n"
     )
-    result = pr.parse_probe(probe)
+    result = image_probe.parse_probe(probe)
     assert result.state.dpkg == {"bash": "5.2"}
     assert len(result.problems) >= 4
     assert all(p.isprintable() and len(p) < 400 for p in result.problems)
@@ -144,10 +143,12 @@ def test_crafted_conda_history_and_condarc_are_read_without_exceptions() -> None
         "# remove specs: [null, 5]\n"
         "# update specs: ['" + "y" * 100_000 + "']\n"
     )
-    specs = pr.parse_conda_history(history)
+    specs = image_probe.parse_conda_history(history)
     assert specs == ("numpy", "ok=1.0")
-    assert pr.parse_condarc_channels("channels: [a\x1b[2J, b, 'c d', 5]\n") == ("b", "5")
-    assert pr.parse_condarc_channels("channels:\n  - conda-forge\n  - \x00x\n") == ("conda-forge",)
+    assert image_probe.parse_condarc_channels("channels: [a\x1b[2J, b, 'c d', 5]\n") == ("b", "5")
+    assert image_probe.parse_condarc_channels("channels:\n  - conda-forge\n  - \x00x\n") == (
+        "conda-forge",
+    )
 
 
 BAD_DIFF: list[Any] = [
@@ -166,23 +167,23 @@ BAD_DIFF: list[Any] = [
 
 
 def test_crafted_docker_diff_entries_are_skipped() -> None:
-    files = cl.file_changes(BAD_DIFF, [], set())
+    files = classify.file_changes(BAD_DIFF, [], set())
     assert "/etc/ok" in files.kept
     assert all(isinstance(p, str) and p.startswith("/") for p in files.kept)
-    assert "/etc/ok" in cl.uncommitted(BAD_DIFF, [], {})
+    assert "/etc/ok" in classify.uncommitted(BAD_DIFF, [], {})
 
 
 def test_a_path_with_a_newline_is_still_a_file_change() -> None:
     # A file named with a newline is a change, one a Dockerfile cannot name (reported)
-    files = cl.file_changes([{"Path": "/etc/a\nRUN touch /pwned", "Kind": 1}], [], set())
+    files = classify.file_changes([{"Path": "/etc/a\nRUN touch /pwned", "Kind": 1}], [], set())
     assert files.kept == []
     assert files.unsafe == ["/etc/a\nRUN touch /pwned"]
     # And removing the container would lose it: listed, escaped
-    lost = cl.uncommitted([{"Path": "/etc/a\nRUN touch /pwned", "Kind": 1}], [], {})
+    lost = classify.uncommitted([{"Path": "/etc/a\nRUN touch /pwned", "Kind": 1}], [], {})
     assert lost == ["'/etc/a\\nRUN touch /pwned'"]
 
 
 def test_trailing_newlines_do_not_pass_full_match_validation() -> None:
-    env = pr.probe_environment(owned_dpkg=["bash\n", "bash"], owned_dists=["six\n", "six"])
+    env = image_probe.probe_environment(owned_dpkg=["bash\n", "bash"], owned_dists=["six\n", "six"])
     assert env["GPUDEV_OWNED_DPKG"] == "bash"
     assert json.loads(env["GPUDEV_OWNED_DISTS"]) == ["six"]

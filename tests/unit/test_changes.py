@@ -6,10 +6,8 @@ import json
 
 import pytest
 
-from jupyter_gpudev.changes import classify as cl
-from jupyter_gpudev.changes import compare as cp
-from jupyter_gpudev.changes import model as ch
-from jupyter_gpudev.changes import probe as pr
+from jupyter_gpudev.changes import classify, compare, model
+from jupyter_gpudev.changes import probe as image_probe
 from jupyter_gpudev.changes.dockerfile import RenderedDiff, render
 from jupyter_gpudev.changes.export import digest_differences
 from jupyter_gpudev.errors import EngineError
@@ -64,7 +62,7 @@ Auto-Installed: 1
 
 
 def test_parse_probe_reads_every_section() -> None:
-    result = pr.parse_probe(PROBE)
+    result = image_probe.parse_probe(PROBE)
     state = result.state
     # Then installed packages (not the config-only "rc" one) and the auto marks are read
     assert state.dpkg == {"bash": "5.2.15-2+b2", "cowsay": "3.03+dfsg2-8", "perl": "5.36.0-7"}
@@ -83,26 +81,26 @@ def test_parse_probe_reads_every_section() -> None:
 
 def test_a_probe_that_stopped_early_is_an_error() -> None:
     with pytest.raises(EngineError, match="stopped before its end"):
-        pr.parse_probe("@@gpudev dpkg\nbash\t1\tii\n")
+        image_probe.parse_probe("@@gpudev dpkg\nbash\t1\tii\n")
 
 
 def test_state_round_trips_through_json() -> None:
-    state = pr.parse_probe(PROBE).state
-    assert ch.PackageState.from_json(json.loads(json.dumps(state.to_json()))) == state
+    state = image_probe.parse_probe(PROBE).state
+    assert model.PackageState.from_json(json.loads(json.dumps(state.to_json()))) == state
 
 
 def state(
     dpkg: dict[str, str], dists: dict[str, str], auto: frozenset[str] = frozenset()
-) -> ch.PackageState:
-    env = ch.PythonEnv(
+) -> model.PackageState:
+    env = model.PythonEnv(
         python="/usr/bin/python3",
         prefix="/usr",
         base_prefix="/usr",
         version="3.11",
         externally_managed=True,
-        dists={ch.normalize(n): ch.PyDist(n, v) for n, v in dists.items()},
+        dists={model.normalize(n): model.PyDist(n, v) for n, v in dists.items()},
     )
-    return ch.PackageState(dpkg=dpkg, dpkg_auto=auto, python={"/usr": env})
+    return model.PackageState(dpkg=dpkg, dpkg_auto=auto, python={"/usr": env})
 
 
 def test_package_changes_added_removed_upgraded_in_a_stable_order() -> None:
@@ -112,7 +110,7 @@ def test_package_changes_added_removed_upgraded_in_a_stable_order() -> None:
         {"packaging": "24.1", "iniconfig": "2.0.0"},
         auto=frozenset({"libdep", "libx"}),
     )
-    changes = cp.package_changes(before, after)
+    changes = compare.package_changes(before, after)
     # Manual packages only: automatic dependencies follow them
     assert changes.apt.added == [("cowsay", "3"), ("zsh", "5.9")]
     assert changes.apt.removed == [("vim", "9")]
@@ -122,7 +120,7 @@ def test_package_changes_added_removed_upgraded_in_a_stable_order() -> None:
     assert [d.name for d in py.removed] == ["six"]
     assert [(a.version, b.version) for a, b in py.upgraded] == [("23.0", "24.1")]
     # And the packages whose files are package files: new or changed, automatic ones too
-    dpkg, dists = cp.changed_packages(before, after)
+    dpkg, dists = compare.changed_packages(before, after)
     assert dpkg == ["cowsay", "libdep", "libx", "zsh"]
     assert dists == ["iniconfig", "packaging"]
 
@@ -156,7 +154,7 @@ DIFF = [
 
 
 def test_file_changes_keep_what_a_user_changed_and_filter_the_rest() -> None:
-    files = cl.file_changes(DIFF, ["/workspaces/proj"], {"/usr/games/cowsay"}, ["/opt/venv"])
+    files = classify.file_changes(DIFF, ["/workspaces/proj"], {"/usr/games/cowsay"}, ["/opt/venv"])
     # Then an edited /etc file and a new ~/.config file are kept; folders are not listed
     assert files.kept == ["/etc/motd", "/root/.config/app/settings.toml"]
     # And a deleted file, and a deleted folder once (not its content)
@@ -173,8 +171,8 @@ def test_file_changes_keep_what_a_user_changed_and_filter_the_rest() -> None:
 
 
 def test_env_changes_leave_out_runtime_variables_and_report_credentials() -> None:
-    changes = ch.ChangeSet()
-    cl.env_changes(
+    changes = model.ChangeSet()
+    classify.env_changes(
         [
             "PATH=/usr/bin",
             "LANG=C.UTF-8",
@@ -205,33 +203,35 @@ def test_conda_history_and_channels() -> None:
 # cmd: /opt/conda/bin/conda remove -y scipy
 # remove specs: ['scipy']
 """
-    assert pr.parse_conda_history(history) == ("python=3.11", "numpy")
-    assert pr.parse_condarc_channels("channels:\n  - conda-forge\n  - defaults\nx: 1\n") == (
+    assert image_probe.parse_conda_history(history) == ("python=3.11", "numpy")
+    assert image_probe.parse_condarc_channels(
+        "channels:\n  - conda-forge\n  - defaults\nx: 1\n"
+    ) == (
         "conda-forge",
         "defaults",
     )
-    assert pr.parse_condarc_channels("channels: [conda-forge, nvidia]\n") == (
+    assert image_probe.parse_condarc_channels("channels: [conda-forge, nvidia]\n") == (
         "conda-forge",
         "nvidia",
     )
 
 
-def full_changes() -> ch.ChangeSet:
+def full_changes() -> model.ChangeSet:
     before = state({"bash": "5", "vim": "9"}, {"six": "1.16", "packaging": "23.0", "gone": "1"})
     after = state(
         {"bash": "5", "cowsay": "3.03+dfsg2-8"},
         {"six": "1.16", "packaging": "24.1", "iniconfig": "2.0.0"},
     )
-    changes = cp.package_changes(before, after)
-    changes.files = cl.file_changes(
+    changes = compare.package_changes(before, after)
+    changes.files = classify.file_changes(
         DIFF, ["/workspaces/proj"], {"/usr/games/cowsay"}, ["/opt/venv"]
     )
-    cl.env_changes(["MY_SETTING=on", "API_KEY=x"], [], None, changes)
+    classify.env_changes(["MY_SETTING=on", "API_KEY=x"], [], None, changes)
     return changes
 
 
 def render_box(
-    changes: ch.ChangeSet,
+    changes: model.ChangeSet,
     environment: str,
     dockerfile: str,
     old_text: str | None,
@@ -301,16 +301,16 @@ def test_render_a_new_dockerfile_from_an_image_and_nothing_for_no_changes() -> N
     assert rendered.diff.startswith("--- /dev/null\n+++ b/.devcontainer/default/Dockerfile\n")
     assert "+FROM gpudev-python:bookworm\n" in rendered.diff
     empty = render_box(
-        ch.ChangeSet(), "default", "Dockerfile", "FROM x\n", None, context_folder="c"
+        model.ChangeSet(), "default", "Dockerfile", "FROM x\n", None, context_folder="c"
     )
     assert empty.diff == ""
 
 
 def test_values_from_the_container_are_validated_or_quoted() -> None:
-    changes = ch.ChangeSet()
+    changes = model.ChangeSet()
     changes.apt.added = [("evil;rm", "1"), ("ok", "1;reboot")]
-    env = ch.PythonEnv("/usr/bin/python3", "/usr", "/usr", "3.11", False)
-    changes.python = [ch.PythonChanges(env, added=[ch.PyDist("x", "1 ; rm -rf /")])]
+    env = model.PythonEnv("/usr/bin/python3", "/usr", "/usr", "3.11", False)
+    changes.python = [model.PythonChanges(env, added=[model.PyDist("x", "1 ; rm -rf /")])]
     changes.env = {"BAD NAME": "1", "GOOD": 'a"b$c'}
     rendered = render_box(changes, "e", "Dockerfile", "FROM x\n", None, context_folder="c")
     assert "evil" not in rendered.new_text
@@ -324,15 +324,17 @@ def test_values_from_the_container_are_validated_or_quoted() -> None:
 def test_an_empty_working_folder_the_engine_made_is_not_a_change_but_files_in_it_are() -> None:
     # Given a container whose working folder the engine created (no workspace mount)
     attrs = {"Config": {"WorkingDir": "/workspaces/work"}, "Mounts": []}
-    made = cl.engine_made(attrs)
+    made = classify.engine_made(attrs)
     assert made == ["/workspaces/work", "/workspaces"]
     empty = [{"Path": "/workspaces", "Kind": 1}, {"Path": "/workspaces/work", "Kind": 1}]
     # Then while it is empty, removing the container loses nothing
-    assert cl.uncommitted(empty, cl.mount_targets(attrs), {}, made=made) == []
+    assert classify.uncommitted(empty, classify.mount_targets(attrs), {}, made=made) == []
     # But a file written there is a change, and so is another new folder
     written = [*empty, {"Path": "/workspaces/work/notes.txt", "Kind": 1}]
-    assert cl.uncommitted(written, [], {}, made=made) == ["/workspaces/work/notes.txt"]
-    assert cl.uncommitted([{"Path": "/srv/new", "Kind": 1}], [], {}, made=made) == ["/srv/new"]
+    assert classify.uncommitted(written, [], {}, made=made) == ["/workspaces/work/notes.txt"]
+    assert classify.uncommitted([{"Path": "/srv/new", "Kind": 1}], [], {}, made=made) == [
+        "/srv/new"
+    ]
 
 
 def test_kept_files_are_compared_by_content_link_target_and_kind() -> None:
@@ -349,5 +351,5 @@ def test_kept_files_are_compared_by_content_link_target_and_kind() -> None:
 def test_a_file_the_baseline_had_is_uncommitted_again_once_edited() -> None:
     diff = [{"Path": "/etc/motd", "Kind": 0}, {"Path": "/etc/old", "Kind": 1}]
     baseline_files = {"/etc/motd": 0, "/etc/old": 1}
-    assert cl.uncommitted(diff, [], baseline_files) == []
-    assert cl.uncommitted(diff, [], baseline_files, edited=["/etc/motd"]) == ["/etc/motd"]
+    assert classify.uncommitted(diff, [], baseline_files) == []
+    assert classify.uncommitted(diff, [], baseline_files, edited=["/etc/motd"]) == ["/etc/motd"]

@@ -9,8 +9,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from jupyter_gpudev.changes import classify as cl
-from jupyter_gpudev.changes import dockerfile as df
+from jupyter_gpudev.changes import classify, dockerfile
 from jupyter_gpudev.containers import commandlog
 
 
@@ -67,28 +66,30 @@ def test_logged_commands_are_shown_as_escaped_comments() -> None:
     )
     commands = commandlog.commands(text)
     assert commands == ["pip install x", "2026 apt-get install ./a.deb", "evil\x1b[31m \\"]
-    assert df.command_lines(commands) == [
+    assert dockerfile.command_lines(commands) == [
         "# commands run since the last commit (gpudev's command log, for reference):",
         "#   pip install x",
         "#   2026 apt-get install ./a.deb",
         "#   evil\\x1b[31m ",
     ]
     many = [f"pip install p{i}" for i in range(60)]
-    assert df.command_lines(many)[1:3] == ["#   ... 10 earlier", "#   pip install p10"]
+    assert dockerfile.command_lines(many)[1:3] == ["#   ... 10 earlier", "#   pip install p10"]
     assert os.path.basename(commandlog.LOG) == "commands.log"
 
 
 def test_credentials_typed_in_a_command_are_never_shown() -> None:
     token = "ghp_" + "a" * 36
     assert (
-        cl.redact_command("pip install --index-url https://alice:s3cret@pypi.example/simple x")
+        classify.redact_command(
+            "pip install --index-url https://alice:s3cret@pypi.example/simple x"
+        )
         == "pip install --index-url https://***@pypi.example/simple x"
     )
-    assert cl.redact_command(f"npm config set --auth-token={token}") == (
+    assert classify.redact_command(f"npm config set --auth-token={token}") == (
         "npm config set --auth-token=***"
     )
-    assert cl.redact_command(f"cargo login {token}") == "cargo login ***"
-    assert cl.redact_command("conda install --password hunter2 numpy") == (
+    assert classify.redact_command(f"cargo login {token}") == "cargo login ***"
+    assert classify.redact_command("conda install --password hunter2 numpy") == (
         "conda install --password *** numpy"
     )
-    assert cl.redact_command("apt-get install ./a.deb") == "apt-get install ./a.deb"
+    assert classify.redact_command("apt-get install ./a.deb") == "apt-get install ./a.deb"

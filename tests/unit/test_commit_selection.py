@@ -10,9 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from jupyter_gpudev.changes import classify as cl
-from jupyter_gpudev.changes import compare as cp
-from jupyter_gpudev.changes import model as ch
+from jupyter_gpudev.changes import classify, compare, model
 from jupyter_gpudev.changes.baselines import Baseline, Baselines
 from jupyter_gpudev.changes.capture import Captured
 from jupyter_gpudev.changes.commit import CommitOptions
@@ -21,14 +19,14 @@ from jupyter_gpudev.errors import BadRequest
 from jupyter_gpudev.handlers.api import _commit_options
 
 
-def env(prefix: str, dists: dict[str, str], *, venv: bool = False) -> ch.PythonEnv:
-    return ch.PythonEnv(
+def env(prefix: str, dists: dict[str, str], *, venv: bool = False) -> model.PythonEnv:
+    return model.PythonEnv(
         python=f"{prefix}/bin/python3",
         prefix=prefix,
         base_prefix="/usr" if venv else prefix,
         version="3.11",
         externally_managed=not venv,
-        dists={ch.normalize(n): ch.PyDist(n, v) for n, v in dists.items()},
+        dists={model.normalize(n): model.PyDist(n, v) for n, v in dists.items()},
     )
 
 
@@ -39,15 +37,15 @@ def state(
     *,
     venv: dict[str, str] | None = None,
     conda: tuple[str, ...] | None = None,
-) -> ch.PackageState:
+) -> model.PackageState:
     python = {"/usr": env("/usr", dists)}
     if venv is not None:
         python["/opt/venv"] = env("/opt/venv", venv, venv=True)
-    return ch.PackageState(
+    return model.PackageState(
         dpkg=dpkg,
         dpkg_auto=auto,
         python=python,
-        conda={} if conda is None else {"/opt/conda": ch.CondaEnv("/opt/conda", conda)},
+        conda={} if conda is None else {"/opt/conda": model.CondaEnv("/opt/conda", conda)},
     )
 
 
@@ -66,9 +64,11 @@ AFTER = state(
 )
 
 
-def changes_of(before: ch.PackageState = BEFORE, after: ch.PackageState = AFTER) -> ch.ChangeSet:
-    changes = cp.package_changes(before, after)
-    changes.files = ch.FileChanges(
+def changes_of(
+    before: model.PackageState = BEFORE, after: model.PackageState = AFTER
+) -> model.ChangeSet:
+    changes = compare.package_changes(before, after)
+    changes.files = model.FileChanges(
         kept=["/etc/motd", "/etc/pip.conf", "/root/.config/app.toml"],
         deleted=["/etc/issue"],
         secrets=["/root/.ssh/id_ed25519"],
@@ -78,7 +78,7 @@ def changes_of(before: ch.PackageState = BEFORE, after: ch.PackageState = AFTER)
     return changes
 
 
-def render_it(changes: ch.ChangeSet) -> str:
+def render_it(changes: model.ChangeSet) -> str:
     return render(
         changes,
         container="box",
@@ -138,7 +138,7 @@ def test_every_change_has_a_stable_id_in_the_order_the_dockerfile_renders_it() -
 def test_python_ids_use_the_normalized_distribution_name() -> None:
     items = change_items(changes_of())
     assert "python:/usr:iniconfig" in [i.id for i in items]
-    assert ch.check_change_ids(["python:/usr:Iniconfig", "python:/usr:iniconfig"]) == (
+    assert model.check_change_ids(["python:/usr:Iniconfig", "python:/usr:iniconfig"]) == (
         "python:/usr:iniconfig",
     )
 
@@ -162,7 +162,7 @@ def test_python_ids_use_the_normalized_distribution_name() -> None:
 )
 def test_an_id_that_is_not_one_is_a_bad_request_naming_it(bad: object) -> None:
     with pytest.raises(BadRequest) as caught:
-        ch.check_change_ids(["apt:curl", bad])
+        model.check_change_ids(["apt:curl", bad])
     assert repr(bad) in caught.value.message
     assert "apt:NAME" in caught.value.message
 
@@ -247,8 +247,8 @@ def test_a_new_venv_whose_every_dist_is_excluded_gets_no_venv_line() -> None:
 def test_the_note_of_an_excluded_local_install_goes_with_it() -> None:
     before = state({}, {})
     after = state({}, {})
-    after.python["/usr"].dists["mylib"] = ch.PyDist("mylib", "0.1", "editable", "file:///src")
-    changes = cp.package_changes(before, after)
+    after.python["/usr"].dists["mylib"] = model.PyDist("mylib", "0.1", "editable", "file:///src")
+    changes = compare.package_changes(before, after)
     assert any("mylib" in n for n in changes.notes)
     assert [i.id for i in change_items(changes)] == ["python:/usr:mylib"]
     assert "a Dockerfile cannot repeat" in change_items(changes)[0].detail
@@ -272,9 +272,9 @@ def test_the_baseline_keeps_the_excluded_package_changes_as_they_were() -> None:
         "python:/opt/venv:torch",
     }
     # When the baseline is moved forward without them
-    moved = cp.revert_excluded(BEFORE, AFTER, excluded)
+    moved = compare.revert_excluded(BEFORE, AFTER, excluded)
     # Then the next change set has exactly them again
-    again = {i.id for i in change_items(cp.package_changes(moved, AFTER))}
+    again = {i.id for i in change_items(compare.package_changes(moved, AFTER))}
     assert again == excluded
     # And the ones the commit carried are in the baseline now
     assert moved.python["/usr"].dists["iniconfig"].version == "2.0.0"
@@ -282,7 +282,7 @@ def test_the_baseline_keeps_the_excluded_package_changes_as_they_were() -> None:
     assert "scipy" not in moved.conda["/opt/conda"].requested
     assert moved.dpkg["libcow"] == "2"  # an automatic dependency: absorbed
     # And with nothing left out, the baseline is the container's packages
-    assert cp.revert_excluded(BEFORE, AFTER, set()) is AFTER
+    assert compare.revert_excluded(BEFORE, AFTER, set()) is AFTER
 
 
 class FakeContainer:
@@ -368,14 +368,14 @@ def test_baselines_persist_held_and_read_old_files_without_it(tmp_path: Path) ->
 def test_held_changes_are_uncommitted_even_when_their_files_are_in_the_baseline() -> None:
     diff = [{"Path": "/usr/games/cowsay", "Kind": 1}, {"Path": "/etc/new", "Kind": 1}]
     baseline_files = {"/usr/games/cowsay": 1}
-    assert cl.uncommitted(diff, [], baseline_files) == ["/etc/new"]
-    assert cl.uncommitted(diff, [], baseline_files, held=["apt:cowsay"]) == [
+    assert classify.uncommitted(diff, [], baseline_files) == ["/etc/new"]
+    assert classify.uncommitted(diff, [], baseline_files, held=["apt:cowsay"]) == [
         "/etc/new",
         "apt:cowsay",
     ]
-    assert cl.uncommitted([], [], {}, held=["env:X"]) == ["env:X"]
+    assert classify.uncommitted([], [], {}, held=["env:X"]) == ["env:X"]
     # And a held file is listed once, by its path
-    assert cl.uncommitted(diff, [], baseline_files, held=["file:/etc/new", "env:X"]) == [
+    assert classify.uncommitted(diff, [], baseline_files, held=["file:/etc/new", "env:X"]) == [
         "/etc/new",
         "env:X",
     ]
@@ -388,35 +388,35 @@ def test_a_verify_build_expects_the_container_less_the_excluded_package_changes(
     # Given a commit leaving out the cowsay install (with its automatic dependency libcow, and
     # an automatic upgrade of libold) and the pip upgrade of packaging
     excluded = {"apt:cowsay", "python:/usr:packaging"}
-    expected, loose = cp.expected_state(BEFORE, AFTER, excluded)
+    expected, loose = compare.expected_state(BEFORE, AFTER, excluded)
     # Then the expected packages lack them
     assert "cowsay" not in expected.dpkg
     assert expected.python["/usr"].dists["packaging"].version == "23.0"
     # And an image rebuilt without them (nor what they pulled in) has no difference
-    rebuilt = cp.revert_excluded(BEFORE, AFTER, excluded)
-    rebuilt = ch.PackageState(
+    rebuilt = compare.revert_excluded(BEFORE, AFTER, excluded)
+    rebuilt = model.PackageState(
         {k: v for k, v in rebuilt.dpkg.items() if k != "libcow"} | {"libold": "1"},
         rebuilt.dpkg_auto,
         rebuilt.python,
         rebuilt.conda,
     )
-    assert cp.package_differences(expected, rebuilt, loose) == []
+    assert compare.package_differences(expected, rebuilt, loose) == []
     # But the container itself would differ (the check without exclusions)
-    assert cp.package_differences(AFTER, rebuilt) != []
+    assert compare.package_differences(AFTER, rebuilt) != []
     # And a real difference is still one: a carried package missing from the rebuild
-    broken = ch.PackageState(
+    broken = model.PackageState(
         {k: v for k, v in rebuilt.dpkg.items() if k != "curl"},
         rebuilt.dpkg_auto,
         rebuilt.python,
         rebuilt.conda,
     )
-    assert cp.package_differences(expected, broken, loose) == [
+    assert compare.package_differences(expected, broken, loose) == [
         "apt curl 7.89: in the container, missing from the rebuild"
     ]
 
 
 def test_without_exclusions_the_expected_state_is_the_container() -> None:
-    expected, loose = cp.expected_state(BEFORE, AFTER, set())
+    expected, loose = compare.expected_state(BEFORE, AFTER, set())
     assert expected is AFTER
     assert loose == {}
 

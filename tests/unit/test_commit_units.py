@@ -13,9 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jupyter_gpudev.changes import classify as cl
-from jupyter_gpudev.changes import compare as cp
-from jupyter_gpudev.changes import model as ch
+from jupyter_gpudev.changes import classify, compare, model
 from jupyter_gpudev.changes.commit import MAX_MESSAGE, CommitOptions
 from jupyter_gpudev.changes.dockerfile import MARK, comment_lines, is_source_path, render
 from jupyter_gpudev.cli.base import ProgressBar
@@ -267,30 +265,30 @@ def test_commit_options_valid_combinations_pass(options: CommitOptions) -> None:
 # -- package_differences and is_driver_path ----------------------------------------------------
 
 
-def python_env(prefix: str, dists: dict[str, str]) -> ch.PythonEnv:
-    return ch.PythonEnv(
+def python_env(prefix: str, dists: dict[str, str]) -> model.PythonEnv:
+    return model.PythonEnv(
         python=f"{prefix}/bin/python3",
         prefix=prefix,
         base_prefix="/usr",
         version="3.11",
         externally_managed=False,
-        dists={ch.normalize(n): ch.PyDist(n, v) for n, v in dists.items()},
+        dists={model.normalize(n): model.PyDist(n, v) for n, v in dists.items()},
     )
 
 
 def test_package_differences_of_the_same_state_are_none() -> None:
-    state = ch.PackageState(
+    state = model.PackageState(
         dpkg={"bash": "5.2", "cowsay": "3.03"},
         python={"/opt/venv": python_env("/opt/venv", {"six": "1.16"})},
-        conda={"/opt/conda": ch.CondaEnv("/opt/conda", ("numpy",), ("conda-forge",))},
+        conda={"/opt/conda": model.CondaEnv("/opt/conda", ("numpy",), ("conda-forge",))},
     )
-    assert cp.package_differences(state, state) == []
+    assert compare.package_differences(state, state) == []
 
 
 def test_package_differences_name_each_dpkg_difference() -> None:
-    container = ch.PackageState(dpkg={"bash": "5.2", "cowsay": "3.03", "vim": "9.0"})
-    rebuilt = ch.PackageState(dpkg={"bash": "5.2", "vim": "9.1", "curl": "7.88"})
-    assert cp.package_differences(container, rebuilt) == [
+    container = model.PackageState(dpkg={"bash": "5.2", "cowsay": "3.03", "vim": "9.0"})
+    rebuilt = model.PackageState(dpkg={"bash": "5.2", "vim": "9.1", "curl": "7.88"})
+    assert compare.package_differences(container, rebuilt) == [
         "apt cowsay 3.03: in the container, missing from the rebuild",
         "apt curl 7.88: in the rebuild, not in the container",
         "apt vim: 9.0 in the container, 9.1 in the rebuild",
@@ -298,19 +296,19 @@ def test_package_differences_name_each_dpkg_difference() -> None:
 
 
 def test_package_differences_of_python_environments() -> None:
-    container = ch.PackageState(
+    container = model.PackageState(
         python={
             "/opt/venv": python_env("/opt/venv", {"six": "1.16", "numpy": "2.0.0"}),
             "/opt/only-here": python_env("/opt/only-here", {}),
         }
     )
-    rebuilt = ch.PackageState(
+    rebuilt = model.PackageState(
         python={
             "/opt/venv": python_env("/opt/venv", {"six": "1.16", "numpy": "2.1.0"}),
             "/opt/only-there": python_env("/opt/only-there", {}),
         }
     )
-    assert cp.package_differences(container, rebuilt) == [
+    assert compare.package_differences(container, rebuilt) == [
         "python environment /opt/only-here: only in the container",
         "python environment /opt/only-there: only in the rebuild",
         "python (/opt/venv) numpy: 2.0.0 in the container, 2.1.0 in the rebuild",
@@ -319,24 +317,26 @@ def test_package_differences_of_python_environments() -> None:
 
 def test_package_differences_match_python_names_as_pip_does() -> None:
     # The same distribution spelt differently by its metadata is not a difference
-    container = ch.PackageState(python={"/opt/venv": python_env("/opt/venv", {"Pillow": "10.0"})})
-    rebuilt = ch.PackageState(python={"/opt/venv": python_env("/opt/venv", {"pillow": "10.0"})})
-    assert cp.package_differences(container, rebuilt) == []
+    container = model.PackageState(
+        python={"/opt/venv": python_env("/opt/venv", {"Pillow": "10.0"})}
+    )
+    rebuilt = model.PackageState(python={"/opt/venv": python_env("/opt/venv", {"pillow": "10.0"})})
+    assert compare.package_differences(container, rebuilt) == []
 
 
 def test_package_differences_of_conda_requested_specs() -> None:
-    container = ch.PackageState(
-        conda={"/opt/conda": ch.CondaEnv("/opt/conda", ("numpy", "scipy"), ("conda-forge",))}
+    container = model.PackageState(
+        conda={"/opt/conda": model.CondaEnv("/opt/conda", ("numpy", "scipy"), ("conda-forge",))}
     )
-    rebuilt = ch.PackageState(
-        conda={"/opt/conda": ch.CondaEnv("/opt/conda", ("numpy", "pandas"), ("defaults",))}
+    rebuilt = model.PackageState(
+        conda={"/opt/conda": model.CondaEnv("/opt/conda", ("numpy", "pandas"), ("defaults",))}
     )
-    assert cp.package_differences(container, rebuilt) == [
+    assert compare.package_differences(container, rebuilt) == [
         "conda (/opt/conda) scipy: in the container only",
         "conda (/opt/conda) pandas: in the rebuild only",
     ]
     # A conda environment on one side only: each of its specs is a difference
-    assert cp.package_differences(container, ch.PackageState()) == [
+    assert compare.package_differences(container, model.PackageState()) == [
         "conda (/opt/conda) numpy: in the container only",
         "conda (/opt/conda) scipy: in the container only",
     ]
@@ -353,7 +353,7 @@ def test_package_differences_of_conda_requested_specs() -> None:
     ],
 )
 def test_is_driver_path(path: str, driver: bool) -> None:
-    assert cl.is_driver_path(path) is driver
+    assert classify.is_driver_path(path) is driver
 
 
 # -- Dockerfile comments and package sources ---------------------------------------------------
@@ -399,7 +399,7 @@ def test_is_source_path(path: str, source: bool) -> None:
 
 
 def test_render_puts_the_message_right_after_the_marker() -> None:
-    changes = ch.ChangeSet(env={"MY_SETTING": "on"})
+    changes = model.ChangeSet(env={"MY_SETTING": "on"})
     rendered = render(
         changes,
         container="box",
@@ -522,8 +522,8 @@ def test_a_token_is_found_among_binary_bytes(token: bytes) -> None:
     # Given a token between bytes that are not UTF-8 (a database, a core file, a pickle)
     data = b"\xff\xfe\x00\x80" * 1000 + b" " + token + b" " + b"\xc3\x28\x00" * 500
     # Then its content looks like a credential, and the same bytes without it do not
-    assert cl.looks_secret_content(data)
-    assert not cl.looks_secret_content(data.replace(token, b"-" * len(token)))
+    assert classify.looks_secret_content(data)
+    assert not classify.looks_secret_content(data.replace(token, b"-" * len(token)))
 
 
 _PIECES = st.sampled_from(
@@ -539,5 +539,5 @@ def test_the_literal_check_never_changes_the_answer(parts: list[bytes]) -> None:
     # Given any bytes made of tokens, halves of tokens and non-UTF-8 bytes
     data = b"".join(parts)
     # Then the quick check answers what the expression answers on the decoded text
-    expected = bool(cl._SECRET_VALUE_RE.search(data.decode("utf-8", "replace")))
-    assert cl.looks_secret_content(data) == expected
+    expected = bool(classify._SECRET_VALUE_RE.search(data.decode("utf-8", "replace")))
+    assert classify.looks_secret_content(data) == expected

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpudev.changes import classify as cl
+from jupyter_gpudev.changes import classify
 from jupyter_gpudev.k8s.listing import (
     ADDED,
     CHANGED,
@@ -128,7 +128,7 @@ def test_the_changes_feed_the_same_classification_as_docker_diff() -> None:
         + record("f", "/root/.cache/pip/x", 2)
         + record("f", "/root/.ssh/id_ed25519", 400, mode="600")
     ).entries
-    files = cl.file_changes(compare_listings(image, pod), mounts=[], owned=set())
+    files = classify.file_changes(compare_listings(image, pod), mounts=[], owned=set())
     assert sorted(files.kept) == ["/etc/app.conf", "/etc/motd"]
     assert files.secrets == ["/root/.ssh/id_ed25519"]
     assert "/root/.cache/pip/x" in files.transient

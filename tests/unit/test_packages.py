@@ -9,12 +9,10 @@ from collections.abc import Mapping
 
 import pytest
 
-from jupyter_gpudev.changes import compare as cp
-from jupyter_gpudev.changes import dockerfile as df
-from jupyter_gpudev.changes import model as ch
-from jupyter_gpudev.changes import packages as pk
+from jupyter_gpudev.changes import compare, dockerfile, model
+from jupyter_gpudev.changes import packages as package_state
 
-A, C, D = pk.ADDED, pk.CHANGED, pk.DELETED
+A, C, D = package_state.ADDED, package_state.CHANGED, package_state.DELETED
 LOCAL = "/usr/local/lib/python3.11/dist-packages"
 DEBIAN = "/usr/lib/python3/dist-packages"
 
@@ -52,30 +50,37 @@ Version: 1.0
 """
 
 
-def image_state() -> ch.PackageState:
-    system = ch.PythonEnv(
+def image_state() -> model.PackageState:
+    system = model.PythonEnv(
         "/usr/bin/python3",
         "/usr",
         "/usr",
         "3.11",
         True,
         {
-            "packaging": ch.PyDist("packaging", "23.0"),
-            "six": ch.PyDist("six", "1.16.0"),
-            "gpudevbase": ch.PyDist("gpudevbase", "1.0"),
+            "packaging": model.PyDist("packaging", "23.0"),
+            "six": model.PyDist("six", "1.16.0"),
+            "gpudevbase": model.PyDist("gpudevbase", "1.0"),
         },
     )
-    venv = ch.PythonEnv(
-        "/opt/old/bin/python", "/opt/old", "/usr", "3.11", True, {"rich": ch.PyDist("rich", "13")}
+    venv = model.PythonEnv(
+        "/opt/old/bin/python",
+        "/opt/old",
+        "/usr",
+        "3.11",
+        True,
+        {"rich": model.PyDist("rich", "13")},
     )
-    return ch.PackageState(
+    return model.PackageState(
         dpkg={"dpkg": "1.21.22", "libc6:amd64": "2.36-9+deb12u4", "perl": "5.36"},
         dpkg_auto=frozenset({"perl"}),
         python={"/usr": system, "/opt/old": venv},
     )
 
 
-def reader(files: Mapping[str, bytes | str], calls: list[str] | None = None) -> pk.Reader:
+def reader(
+    files: Mapping[str, bytes | str], calls: list[str] | None = None
+) -> package_state.Reader:
     def read(path: str, limit: int) -> bytes | None:
         if calls is not None:
             calls.append(path)
@@ -86,7 +91,7 @@ def reader(files: Mapping[str, bytes | str], calls: list[str] | None = None) -> 
             return None
         raw = data.encode() if isinstance(data, str) else data
         if len(raw) > limit:
-            raise pk.Unreadable(f"{len(raw)} bytes, over the limit of {limit}")
+            raise package_state.Unreadable(f"{len(raw)} bytes, over the limit of {limit}")
         return raw
 
     return read
@@ -103,7 +108,7 @@ def metadata(name: str, version: str) -> str:
 def test_dpkg_status_names_packages_as_dpkg_query_does() -> None:
     problems: list[str] = []
     # When dpkg's status file is read
-    installed = pk.parse_dpkg_status(STATUS, problems)
+    installed = package_state.parse_dpkg_status(STATUS, problems)
     # Then installed and held packages are there, Multi-Arch: same and foreign ones qualified
     assert installed == {
         "dpkg": "1.21.22",
@@ -117,7 +122,7 @@ def test_dpkg_status_names_packages_as_dpkg_query_does() -> None:
 
 def test_an_unchanged_container_has_its_images_packages_and_nothing_is_read() -> None:
     calls: list[str] = []
-    derived = pk.current_state(image_state(), diff(("/etc/motd", C)), reader({}, calls))
+    derived = package_state.current_state(image_state(), diff(("/etc/motd", C)), reader({}, calls))
     assert derived.result.state == image_state()
     assert derived.result.owned_files == set()
     assert calls == []
@@ -126,19 +131,25 @@ def test_an_unchanged_container_has_its_images_packages_and_nothing_is_read() ->
 def test_apt_changes_are_read_from_dpkgs_files() -> None:
     # Given a container where apt installed cowsay (and a dependency, marked automatic)
     files = {
-        pk.DPKG_STATUS: STATUS,
-        pk.APT_EXTENDED_STATES: "Package: libfoo\nArchitecture: i386\nAuto-Installed: 1\n",
+        package_state.DPKG_STATUS: STATUS,
+        package_state.APT_EXTENDED_STATES: (
+            "Package: libfoo\nArchitecture: i386\nAuto-Installed: 1\n"
+        ),
         "/var/lib/dpkg/info/cowsay.list": "/.\n/usr/games/cowsay\n/usr/share/cowsay/../x\n",
         "/var/lib/dpkg/info/libfoo:i386.list": "/usr/lib/libfoo.so\n",
     }
-    entries = diff((pk.DPKG_STATUS, C), (pk.APT_EXTENDED_STATES, C), ("/usr/games/cowsay", A))
-    derived = pk.current_state(image_state(), entries, reader(files))
+    entries = diff(
+        (package_state.DPKG_STATUS, C),
+        (package_state.APT_EXTENDED_STATES, C),
+        ("/usr/games/cowsay", A),
+    )
+    derived = package_state.current_state(image_state(), entries, reader(files))
     state = derived.result.state
     # Then the packages are the status file's, perl gone, the marks apt's
     assert state.dpkg["cowsay"] == "3.03+dfsg2-8"
     assert "perl" not in state.dpkg
     assert state.dpkg_auto == {"libfoo:i386"}
-    assert cp.package_changes(image_state(), state).apt.added == [("cowsay", "3.03+dfsg2-8")]
+    assert compare.package_changes(image_state(), state).apt.added == [("cowsay", "3.03+dfsg2-8")]
     # And the files of the changed packages are theirs, normalized
     assert {"/usr/games/cowsay", "/usr/share/x", "/usr/lib/libfoo.so"} <= derived.result.owned_files
     assert "libc6:amd64" in state.dpkg  # unchanged: its list is not read
@@ -168,8 +179,8 @@ def test_pip_installs_upgrades_and_uninstalls_come_from_the_dist_info_folders() 
         (f"{LOCAL}/gpudevbase", D),
     )
     calls: list[str] = []
-    derived = pk.current_state(image_state(), entries, reader(files, calls))
-    changes = cp.package_changes(image_state(), derived.result.state)
+    derived = package_state.current_state(image_state(), entries, reader(files, calls))
+    changes = compare.package_changes(image_state(), derived.result.state)
     (system,) = [p for p in changes.python if p.env.prefix == "/usr"]
     # Then each is what pip did
     assert [(d.name, d.version, d.source) for d in system.added] == [
@@ -204,7 +215,7 @@ def test_a_new_venv_is_found_from_its_pyvenv_cfg_and_a_deleted_one_is_gone() -> 
         ("/srv/a/b/c/d/bin/python", A),
         ("/opt/old", D),
     )
-    state = pk.current_state(image_state(), entries, reader(files)).result.state
+    state = package_state.current_state(image_state(), entries, reader(files)).result.state
     assert sorted(state.python) == ["/opt/tools", "/usr"]
     tools = state.python["/opt/tools"]
     assert (tools.python, tools.base_prefix, tools.version) == (
@@ -215,7 +226,7 @@ def test_a_new_venv_is_found_from_its_pyvenv_cfg_and_a_deleted_one_is_gone() -> 
     assert tools.is_venv
     assert tools.externally_managed
     assert {k: d.version for k, d in tools.dists.items()} == {"rich": "13.7"}
-    changes = cp.package_changes(image_state(), state)
+    changes = compare.package_changes(image_state(), state)
     assert "the Python environment /opt/old was deleted (see the files)" in changes.notes
 
 
@@ -223,7 +234,7 @@ def test_user_sites_belong_to_the_system_interpreter() -> None:
     site = "/home/dev/.local/lib/python3.11/site-packages/tqdm-4.66.dist-info"
     files = {f"{site}/METADATA": metadata("tqdm", "4.66")}
     entries = diff((site, A), (f"{site}/METADATA", A))
-    state = pk.current_state(image_state(), entries, reader(files)).result.state
+    state = package_state.current_state(image_state(), entries, reader(files)).result.state
     assert state.python["/usr"].dists["tqdm"].version == "4.66"
     assert "tqdm" not in state.python["/opt/old"].dists
 
@@ -235,8 +246,8 @@ def test_conda_histories_are_read_when_changed() -> None:
         "/root/.condarc": "channels:\n  - conda-forge\n",
     }
     entries = diff((history, C), ("/root/.condarc", A))
-    state = pk.current_state(image_state(), entries, reader(files)).result.state
-    assert state.conda == {"/opt/conda": ch.CondaEnv("/opt/conda", ("numpy",), ("conda-forge",))}
+    state = package_state.current_state(image_state(), entries, reader(files)).result.state
+    assert state.conda == {"/opt/conda": model.CondaEnv("/opt/conda", ("numpy",), ("conda-forge",))}
 
 
 @pytest.mark.parametrize(
@@ -246,14 +257,16 @@ def test_conda_histories_are_read_when_changed() -> None:
         "Name: ok-name\nVersion: 1.0; rm -rf /\n",
         "Name: ../../etc\nVersion: 1\n",
         "\x00\xff\xfe garbage",
-        pk.Unreadable("not a regular file"),
-        "x" * (pk.METADATA_LIMIT + 1),
+        package_state.Unreadable("not a regular file"),
+        "x" * (package_state.METADATA_LIMIT + 1),
     ],
 )
 def test_hostile_metadata_is_skipped_and_reported_never_raised(content: object) -> None:
     folder = f"{LOCAL}/evil-1.dist-info"
     read = reader({f"{folder}/METADATA": content})  # type: ignore[dict-item]
-    derived = pk.current_state(image_state(), diff((folder, A), (f"{folder}/METADATA", A)), read)
+    derived = package_state.current_state(
+        image_state(), diff((folder, A), (f"{folder}/METADATA", A)), read
+    )
     assert derived.result.state.python["/usr"].dists == image_state().python["/usr"].dists
     assert derived.problems
     assert derived.problems[0].startswith(folder)
@@ -261,14 +274,16 @@ def test_hostile_metadata_is_skipped_and_reported_never_raised(content: object) 
 
 def test_a_hostile_status_file_or_bad_diff_entries_do_not_raise() -> None:
     entries: list[dict[str, object]] = [
-        {"Path": pk.DPKG_STATUS, "Kind": C},
+        {"Path": package_state.DPKG_STATUS, "Kind": C},
         {"Path": None, "Kind": 1},
         {"Path": "relative/path", "Kind": 1},
         {"Path": "/x", "Kind": 7},
         {"Kind": 1},
     ]
-    read = reader({pk.DPKG_STATUS: "Package: \x00\nStatus: install ok installed\n\n\n::::\n"})
-    derived = pk.current_state(image_state(), entries, read)
+    read = reader(
+        {package_state.DPKG_STATUS: "Package: \x00\nStatus: install ok installed\n\n\n::::\n"}
+    )
+    derived = package_state.current_state(image_state(), entries, read)
     assert derived.result.state.dpkg == {}
     assert derived.problems
 
@@ -290,15 +305,17 @@ def tar_of(*members: tuple[str, bytes | None]) -> io.BytesIO:
 
 
 def test_one_regular_file_is_taken_from_an_archive_and_nothing_else() -> None:
-    assert pk.read_single_file(tar_of(("status", b"abc")), "status", 10) == b"abc"
-    with pytest.raises(pk.Unreadable):
-        pk.read_single_file(tar_of(("status", b"abc")), "status", 2)
-    with pytest.raises(pk.Unreadable):
-        pk.read_single_file(tar_of(("status", None)), "status", 10)
-    with pytest.raises(pk.Unreadable):
-        pk.read_single_file(tar_of(("other", b"abc")), "status", 10)
-    with pytest.raises(pk.Unreadable):
-        pk.read_single_file(tar_of(("status", b"abc"), ("status", b"more")), "status", 10)
+    assert package_state.read_single_file(tar_of(("status", b"abc")), "status", 10) == b"abc"
+    with pytest.raises(package_state.Unreadable):
+        package_state.read_single_file(tar_of(("status", b"abc")), "status", 2)
+    with pytest.raises(package_state.Unreadable):
+        package_state.read_single_file(tar_of(("status", None)), "status", 10)
+    with pytest.raises(package_state.Unreadable):
+        package_state.read_single_file(tar_of(("other", b"abc")), "status", 10)
+    with pytest.raises(package_state.Unreadable):
+        package_state.read_single_file(
+            tar_of(("status", b"abc"), ("status", b"more")), "status", 10
+        )
 
 
 RECOMMENDS_STATUS = """Package: dpkg
@@ -356,24 +373,26 @@ def test_automatic_packages_nothing_depends_on_were_recommended_and_are_rendered
     # automatic and needed (by name, by Provides, through an alternative), netbase only
     # recommended
     auto = frozenset({"perl", "perl-base", "libtext-charwidth-perl", "libgdbm6:amd64", "netbase"})
-    assert pk.unrequired_packages(RECOMMENDS_STATUS, auto) == {"netbase"}
+    assert package_state.unrequired_packages(RECOMMENDS_STATUS, auto) == {"netbase"}
     marks = "".join(f"Package: {p.split(':')[0]}\nAuto-Installed: 1\n\n" for p in auto)
-    files = {pk.DPKG_STATUS: RECOMMENDS_STATUS, pk.APT_EXTENDED_STATES: marks}
-    entries = diff((pk.DPKG_STATUS, C), (pk.APT_EXTENDED_STATES, C))
-    base = ch.PackageState(dpkg={"dpkg": "1.21.22", "perl-base": "5.36.0-7"})
-    state = pk.current_state(base, entries, reader(files)).result.state
+    files = {package_state.DPKG_STATUS: RECOMMENDS_STATUS, package_state.APT_EXTENDED_STATES: marks}
+    entries = diff((package_state.DPKG_STATUS, C), (package_state.APT_EXTENDED_STATES, C))
+    base = model.PackageState(dpkg={"dpkg": "1.21.22", "perl-base": "5.36.0-7"})
+    state = package_state.current_state(base, entries, reader(files)).result.state
     assert state.dpkg_unrequired == {"netbase"}
     # Then the change set installs netbase by name and marks it automatic again
-    changes = cp.package_changes(base, state)
+    changes = compare.package_changes(base, state)
     assert changes.apt.added == [("cowsay", "3.03+dfsg2-8")]
     assert changes.apt.recommended == [("netbase", "6.4")]
-    lines = "\n".join(df.change_lines(changes, "box", "env", "ctx", None)[0])
+    lines = "\n".join(dockerfile.change_lines(changes, "box", "env", "ctx", None)[0])
     assert "      cowsay=3.03+dfsg2-8 \\\n      netbase=6.4 \\\n" in lines
     assert " && apt-mark auto netbase >/dev/null \\\n && rm -rf /var/lib/apt/lists/*" in lines
-    assert [i.id for i in df.change_items(changes)] == ["apt:cowsay", "apt:netbase"]
+    assert [i.id for i in dockerfile.change_items(changes)] == ["apt:cowsay", "apt:netbase"]
     assert not changes.without({"apt:netbase"}).apt.recommended
     # (a recommended package the base image already had is no change)
-    assert not cp.package_changes(ch.PackageState(dpkg={"netbase": "6.4"}), state).apt.recommended
+    assert not compare.package_changes(
+        model.PackageState(dpkg={"netbase": "6.4"}), state
+    ).apt.recommended
 
 
 def test_a_legacy_editable_install_is_an_editable_install_not_an_index_one() -> None:
@@ -391,18 +410,18 @@ def test_a_legacy_editable_install_is_an_editable_install_not_an_index_one() -> 
         (f"{LOCAL}/evil.egg-link", A),
         ("/opt/elsewhere/other.egg-link", A),
     )
-    derived = pk.current_state(image_state(), entries, reader(files))
+    derived = package_state.current_state(image_state(), entries, reader(files))
     # Then it is an editable install from the project's folder, its egg-link not a kept file
     dist = derived.result.state.python["/usr"].dists["mypkg"]
-    assert dist == ch.PyDist("mypkg", "0.1", "editable", "file:///root/mypkg")
+    assert dist == model.PyDist("mypkg", "0.1", "editable", "file:///root/mypkg")
     assert f"{LOCAL}/mypkg.egg-link" in derived.result.owned_files
-    changes = cp.package_changes(image_state(), derived.result.state)
+    changes = compare.package_changes(image_state(), derived.result.state)
     assert [n for n in changes.notes if "mypkg" in n] == [
         "mypkg 0.1 is an editable install from file:///root/mypkg (/usr/bin/python3): a "
         "Dockerfile cannot install it from there; add its source to the build context and "
         "install it in the Dockerfile"
     ]
-    lines = "\n".join(df.change_lines(changes, "box", "env", "ctx", None)[0])
+    lines = "\n".join(dockerfile.change_lines(changes, "box", "env", "ctx", None)[0])
     assert "mypkg" not in lines
     assert derived.problems == [
         f"{LOCAL}/evil.egg-link: not an egg-link naming a project folder, skipped"

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from jupyter_gpudev import safefs
-from jupyter_gpudev.changes import packages
-from jupyter_gpudev.changes import probe as pr
+from jupyter_gpudev.changes import packages, probe
 from jupyter_gpudev.changes.export import ArchiveSource, _Exporter
 from jupyter_gpudev.changes.podfiles import (
     POD_FILE_LIMIT,
@@ -164,8 +163,8 @@ def test_the_probe_runs_with_only_its_own_variables() -> None:
     assert result.state.dpkg == {"bash": "5.2"}
     argv = cluster.runs[0][1]
     assert argv[:2] == ("/usr/bin/env", "-i")  # none of the pod's LD_* or PYTHON*
-    assert f"PATH={pr.PROBE_PATH}" in argv
-    assert argv[-3:] == ("/bin/sh", "-c", pr.PROBE_SCRIPT)
+    assert f"PATH={probe.PROBE_PATH}" in argv
+    assert argv[-3:] == ("/bin/sh", "-c", probe.PROBE_SCRIPT)
     for answer, words in (
         (ExecResult(3, b"", b""), "exited with 3"),
         (ExecResult(None, b"x", b"", cut=True), "printed over"),

@@ -13,8 +13,8 @@ import unicodedata
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jupyter_gpudev.changes import dockerfile as df
-from jupyter_gpudev.changes import model as ch
+from jupyter_gpudev.changes import dockerfile as dockerfiles
+from jupyter_gpudev.changes import model
 from tests.dockerfile_syntax import env_value, exec_form, instructions, shell_words
 
 CONTEXT = "gpudev-context/box"
@@ -62,9 +62,9 @@ paths = st.one_of(
 )
 
 
-def dists() -> st.SearchStrategy[ch.PyDist]:
+def dists() -> st.SearchStrategy[model.PyDist]:
     return st.builds(
-        ch.PyDist,
+        model.PyDist,
         values,
         values,
         st.sampled_from(["index", "editable", "vcs", "local", "archive", "invalid"]),
@@ -72,9 +72,9 @@ def dists() -> st.SearchStrategy[ch.PyDist]:
     )
 
 
-def python_changes() -> st.SearchStrategy[ch.PythonChanges]:
+def python_changes() -> st.SearchStrategy[model.PythonChanges]:
     env = st.builds(
-        ch.PythonEnv,
+        model.PythonEnv,
         st.one_of(paths, st.just("/usr/bin/python3")),
         st.one_of(paths, st.just("/opt/venv")),
         st.one_of(paths, st.just("/usr")),
@@ -83,7 +83,7 @@ def python_changes() -> st.SearchStrategy[ch.PythonChanges]:
     )
     small = st.lists(dists(), max_size=3)
     return st.builds(
-        ch.PythonChanges,
+        model.PythonChanges,
         env,
         st.booleans(),
         small,
@@ -93,8 +93,8 @@ def python_changes() -> st.SearchStrategy[ch.PythonChanges]:
 
 
 @st.composite
-def change_sets(draw: st.DrawFn) -> ch.ChangeSet:
-    changes = ch.ChangeSet()
+def change_sets(draw: st.DrawFn) -> model.ChangeSet:
+    changes = model.ChangeSet()
     pairs = st.lists(st.tuples(values, values), max_size=3)
     changes.apt.added = draw(pairs)
     changes.apt.removed = draw(pairs)
@@ -103,7 +103,7 @@ def change_sets(draw: st.DrawFn) -> ch.ChangeSet:
     changes.conda = draw(
         st.lists(
             st.builds(
-                ch.CondaChanges,
+                model.CondaChanges,
                 st.one_of(paths, st.just("/opt/conda")),
                 st.lists(values, max_size=3),
                 st.lists(values, max_size=3),
@@ -113,7 +113,7 @@ def change_sets(draw: st.DrawFn) -> ch.ChangeSet:
         )
     )
     files = st.lists(paths, max_size=4, unique=True)
-    changes.files = ch.FileChanges(
+    changes.files = model.FileChanges(
         kept=draw(files),
         deleted=draw(files),
         secrets=draw(files),
@@ -127,8 +127,10 @@ def change_sets(draw: st.DrawFn) -> ch.ChangeSet:
     return changes
 
 
-def render(changes: ch.ChangeSet, message: str | None, created: bool) -> df.RenderedDiff:
-    return df.render(
+def render(
+    changes: model.ChangeSet, message: str | None, created: bool
+) -> dockerfiles.RenderedDiff:
+    return dockerfiles.render(
         changes,
         container="box",
         environment="gpu",
@@ -161,7 +163,7 @@ SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[Heal
 @SETTINGS
 @given(change_sets(), st.one_of(st.none(), values), st.booleans())
 def test_no_value_adds_an_instruction(
-    changes: ch.ChangeSet, message: str | None, created: bool
+    changes: model.ChangeSet, message: str | None, created: bool
 ) -> None:
     # When any change set is rendered
     rendered = render(changes, message, created)
@@ -192,13 +194,13 @@ def test_no_value_adds_an_instruction(
 
 
 def expected(  # noqa: PLR0912 - one branch per kind of line, as the renderer has
-    safe: ch.ChangeSet, created: bool
+    safe: model.ChangeSet, created: bool
 ) -> list[tuple[str, list[str]]]:
     """What gpudev means to write for a change set all of whose values can be written."""
     out: list[tuple[str, list[str]]] = []
     files = safe.files
-    sources = [p for p in files.kept if df.is_source_path(p)]
-    others = [p for p in files.kept if not df.is_source_path(p)]
+    sources = [p for p in files.kept if dockerfiles.is_source_path(p)]
+    others = [p for p in files.kept if not dockerfiles.is_source_path(p)]
     if sources:
         out.append(("COPY", [f"{CONTEXT}/sources/", "/"]))
     install = [f"{n}={v}" for n, v in safe.apt.added] + [
@@ -226,7 +228,7 @@ def expected(  # noqa: PLR0912 - one branch per kind of line, as the renderer ha
         wanted = [*py.added, *(b for _, b in py.upgraded)]
         if py.new_env and env.is_venv:
             wanted = [d for d in wanted if d.name.lower() not in ("pip", "setuptools", "wheel")]
-        reqs = [d.requirement() for d in wanted if d.source not in ch.NOT_REPRODUCIBLE]
+        reqs = [d.requirement() for d in wanted if d.source not in model.NOT_REPRODUCIBLE]
         if reqs:
             words = [env.python, "-m", "pip", "install", "--no-cache-dir", *flags, *reqs]
             out.append(("RUN", words))
@@ -247,11 +249,11 @@ def expected(  # noqa: PLR0912 - one branch per kind of line, as the renderer ha
 @SETTINGS
 @given(change_sets(), st.one_of(st.none(), values), st.booleans())
 def test_the_dockerfile_has_exactly_the_instructions_of_what_can_be_written(
-    changes: ch.ChangeSet, message: str | None, created: bool
+    changes: model.ChangeSet, message: str | None, created: bool
 ) -> None:
     # Given the part of a change set that can be written (the rest is reported)
     reported: list[str] = []
-    safe = df.writable(changes, reported)
+    safe = dockerfiles.writable(changes, reported)
     # Then every value in it is clean, and what was left out is reported, printably
     for value in _values(safe):
         assert clean(value), repr(value)
@@ -264,10 +266,12 @@ def test_the_dockerfile_has_exactly_the_instructions_of_what_can_be_written(
     assert [decoded(k, a) for k, a in appended] == expected(safe, created)
     # And every value left out is reported, and the files to copy are the writable ones
     assert set(reported) <= set(rendered.reported)
-    assert rendered.files == sorted(safe.files.kept, key=lambda p: (not df.is_source_path(p), p))
+    assert rendered.files == sorted(
+        safe.files.kept, key=lambda p: (not dockerfiles.is_source_path(p), p)
+    )
 
 
-def _values(safe: ch.ChangeSet) -> list[str]:
+def _values(safe: model.ChangeSet) -> list[str]:
     """Every value of a writable change set that its Dockerfile holds."""
     out = [v for pair in safe.apt.added for v in pair] + [n for n, _ in safe.apt.removed]
     out += [v for triple in safe.apt.upgraded for v in triple[::2]]
@@ -279,7 +283,7 @@ def _values(safe: ch.ChangeSet) -> list[str]:
         out += [d.name for d in py.removed]
         for dist in [*py.added, *(b for _, b in py.upgraded)]:
             out += [dist.name, dist.version]
-            if dist.source not in ch.NOT_REPRODUCIBLE:
+            if dist.source not in model.NOT_REPRODUCIBLE:
                 out.append(dist.requirement())
     out += [*safe.files.kept, *safe.files.deleted, *safe.files.links, *safe.files.links.values()]
     out += [*safe.env, *safe.env.values()]

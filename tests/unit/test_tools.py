@@ -9,15 +9,10 @@ from __future__ import annotations
 
 import json
 
-from jupyter_gpudev.changes import compare as cp
-from jupyter_gpudev.changes import dockerfile as df
-from jupyter_gpudev.changes import model as ch
-from jupyter_gpudev.changes import packages as pk
-from jupyter_gpudev.changes import probe as pr
-from jupyter_gpudev.changes import tools as tl
+from jupyter_gpudev.changes import compare, dockerfile, model, packages, probe, tools
 from tests.unit.test_packages import diff, reader
 
-A, C, D = pk.ADDED, pk.CHANGED, pk.DELETED
+A, C, D = packages.ADDED, packages.CHANGED, packages.DELETED
 NM = "/usr/local/lib/node_modules"
 CRATES2 = json.dumps(
     {
@@ -60,22 +55,26 @@ def test_global_npm_packages_are_read_from_their_package_json() -> None:
         ("/usr/local/bin/semver", A),
         ("/usr/local/bin/tool", A),
     )
-    image = ch.PackageState(npm={"old": "2.0.0", "corepack": "0.20.0"})
-    derived = pk.current_state(image, entries, reader(files))
+    image = model.PackageState(npm={"old": "2.0.0", "corepack": "0.20.0"})
+    derived = packages.current_state(image, entries, reader(files))
     state = derived.result.state
     assert state.npm == {"semver": "7.6.3", "@scope/tool": "1.0.0", "corepack": "0.20.0"}
     assert {"/usr/local/bin/semver", "/usr/local/bin/tool", f"{NM}/semver/bin/semver.js"} <= (
         derived.result.owned_files
     )
     assert derived.problems == [f"{NM}/evil/package.json: no valid name and version, skipped"]
-    changes = cp.package_changes(image, state)
-    lines = df.change_lines(changes, "box", "env", "ctx", None)[0]
+    changes = compare.package_changes(image, state)
+    lines = dockerfile.change_lines(changes, "box", "env", "ctx", None)[0]
     assert lines[1:] == [
         "RUN npm install -g --no-audit --no-fund @scope/tool@1.0.0 semver@7.6.3",
         "RUN npm uninstall -g old",
     ]
-    assert [i.id for i in df.change_items(changes)] == ["npm:@scope/tool", "npm:semver", "npm:old"]
-    assert ch.check_change_ids(["npm:@scope/tool"]) == ("npm:@scope/tool",)
+    assert [i.id for i in dockerfile.change_items(changes)] == [
+        "npm:@scope/tool",
+        "npm:semver",
+        "npm:old",
+    ]
+    assert model.check_change_ids(["npm:@scope/tool"]) == ("npm:@scope/tool",)
     assert [n for n, _ in changes.without({"npm:semver"}).tools.npm_added] == ["@scope/tool"]
 
 
@@ -87,21 +86,21 @@ def test_cargo_installs_are_read_from_crates2_json_and_only_crates_io_is_written
         (f"{home}/bin/rg", A),
         (f"{home}/registry/cache/x.crate", A),
     )
-    derived = pk.current_state(ch.PackageState(), entries, reader(files))
+    derived = packages.current_state(model.PackageState(), entries, reader(files))
     state = derived.result.state
     assert set(state.cargo) == {f"{home}:ripgrep", f"{home}:mytool"}
     assert {f"{home}/bin/rg", f"{home}/registry/cache/x.crate"} <= derived.result.owned_files
     assert derived.problems == [
         f"{home}/.crates2.json: an entry skipped ('bad name; rm -rf / 1.0 (registry+x)')"
     ]
-    changes = cp.package_changes(ch.PackageState(), state)
-    lines = df.change_lines(changes, "box", "env", "ctx", None)
+    changes = compare.package_changes(model.PackageState(), state)
+    lines = dockerfile.change_lines(changes, "box", "env", "ctx", None)
     assert lines[0][1:] == [
         f"RUN CARGO_HOME={home} cargo install --locked --version 14.1.0 ripgrep"
     ]
     assert any("mytool 0.1.0" in n and "path+file:///root/mytool" in n for n in lines[2])
     # (a crate removed is uninstalled; an excluded one is not)
-    gone = cp.package_changes(state, ch.PackageState(cargo={}))
+    gone = compare.package_changes(state, model.PackageState(cargo={}))
     assert [c.name for c in gone.tools.cargo_removed] == ["mytool", "ripgrep"]
     assert not changes.without({"cargo:ripgrep", "cargo:mytool"}).tools
 
@@ -114,11 +113,11 @@ def test_the_image_probe_lists_global_npm_packages_and_crates() -> None:
         + CRATES2
         + "\n@@gpudev cargo /etc\n{}\n@@gpudev end\n"
     )
-    result = pr.parse_probe(text)
+    result = probe.parse_probe(text)
     assert result.state.npm == {"npm": "9.2.0"}
     assert set(result.state.cargo) == {"/root/.cargo:ripgrep", "/root/.cargo:mytool"}
     assert "a global npm package without a valid name and version, skipped" in result.problems
-    assert ch.PackageState.from_json(json.loads(json.dumps(result.state.to_json()))) == (
+    assert model.PackageState.from_json(json.loads(json.dumps(result.state.to_json()))) == (
         result.state
     )
-    assert tl.parse_package_json('{"name": "x", "version": 1}') is None
+    assert tools.parse_package_json('{"name": "x", "version": 1}') is None
