@@ -27,8 +27,8 @@ from .environments import EnvironmentManager, MountPolicy
 from .k8s.settings import KubernetesHosts
 from .kernels.culler import GPUCuller
 from .kernels.kernelspecs import GPUDevKernelSpecManager
+from .kernels.live import KernelRegistry
 from .kernels.provisioner import GPUDevProvisioner
-from .kernels.registry import KernelRegistry
 from .kernels.remote import ServiceKernelProvisioner
 from .kernels.warm import WarmKernels
 from .leasing import LeaseLedger

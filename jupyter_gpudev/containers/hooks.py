@@ -2,7 +2,7 @@
 
 The lifecycle keeps its invariants (nothing lost on remove, kernel counts in the listing) but
 does not import change capture or the kernel registry: the services builder hands it objects
-that fit these protocols (``changes.tracker.ChangeTracker``, ``kernels.registry.KernelRegistry``).
+that fit these protocols (``changes.tracker.ChangeTracker``, ``kernels.live.KernelRegistry``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ context is packed first (``engine.context``), the Dockerfile checked and the dig
 that very archive, which is what the engine gets; it is tagged under the user's repository and
 used only when gpudev's records say it built it for them from that digest. An image named by
 the environment, or in its Dockerfile, is refused when it is another user's (``namespace``).
-A shared service's build sends the engine no registry credentials (``engine.registry``): the
+A shared service's build sends the engine no registry credentials (``engine.registries``): the
 images its Dockerfile names that the engine lacks are pulled first (``fetch_named``), with the
 service's credentials only where ``c.Registries.shared_pull_images`` allows.
 """

@@ -50,7 +50,7 @@ import docker.errors
 
 from .. import safefs
 from ..engine.context import read_checked_text
-from ..engine.registry import repository_component
+from ..engine.registries import repository_component
 from ..environments import Environment, ImageNotAllowed, normalize_image_ref
 from ..errors import ConfigError
 from . import references
@@ -76,7 +76,7 @@ def user_repository(user: str) -> str:
     """``localhost/gpudev/USER``: the repository of ``user``'s images in shared mode. USER is
     the name when it is a valid repository component (lower case, ``alice``, ``gpudev-bob``),
     else its lower-case letters and digits with a short hash of the whole name
-    (``engine.registry.repository_component``, as in the prefix a user pushes under)."""
+    (``engine.registries.repository_component``, as in the prefix a user pushes under)."""
     return f"{LOCAL_ROOT}/{repository_component(user)}"
 
 

@@ -39,7 +39,7 @@ from .gpus import (
 from .hosts import EngineInfo, HeldLease, Host, HostInfo, address_for_containers, bridge_address
 from .images import ImageBootstrapper, detect_mirror, mirror_from_sources, stream_build
 from .pool import HostPool, unreachable_summary
-from .registry import Reference, Registries, RegistryError
+from .registries import Reference, Registries, RegistryError
 from .spec import DEFAULT_LOCAL_URL, HostSpec, Transport
 from .ssh import (
     RevokedHostKey,

@@ -42,7 +42,7 @@ from ..labels import L_MANAGED
 from .attribution import CommandProcReader, LocalProcReader, ProcReader
 from .cluster import Cluster, ClusterInfo
 from .gpus import GPUInventory, Inventory, ProbeUnavailable
-from .registry import withhold_build_credentials, withhold_credentials
+from .registries import withhold_build_credentials, withhold_credentials
 from .spec import HostSpec, Transport
 from .ssh import SSHConnection, SSHDockerAdapter, SSHTarget
 from .tunnels import Tunnels

@@ -2,7 +2,7 @@
 environments (``manager``), read field by field (``reader``, ``jsonc``, ``runargs``) into an
 ``Environment`` (``model``); ``mounts`` is the policy for the host folders they may mount."""
 
-from ..engine.registry import normalize_image_ref
+from ..engine.registries import normalize_image_ref
 from .jsonc import MAX_FILE_BYTES, load_jsonc
 from .manager import EnvironmentManager
 from .model import (

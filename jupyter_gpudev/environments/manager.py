@@ -24,7 +24,7 @@ from typing import Any
 from traitlets import Bool, Dict, List, Unicode
 from traitlets.config import LoggingConfigurable
 
-from ..engine.registry import normalize_image_ref
+from ..engine.registries import normalize_image_ref
 from ..errors import BadRequest, ConfigError, NotFound
 from .jsonc import read_jsonc_file
 from .model import (

@@ -35,9 +35,9 @@ from ..containers import DevContainers, StartRequest
 from ..containers.placement import gpu_request
 from ..engine import Host
 from ..errors import ENGINE_FAILURES, Conflict, EngineUnreachable, GPUDevError, engine_error
+from .live import KernelPlacement, KernelRegistry
 from .placements import PLACEMENTS
 from .process import PORT_NAMES, runtime_files
-from .registry import KernelPlacement, KernelRegistry
 from .runtime import KernelProcesses, kernel_processes, processes_type
 
 T = TypeVar("T")

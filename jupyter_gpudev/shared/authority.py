@@ -81,7 +81,7 @@ class Authority:
         self.service.containers.registries.user = SERVICE_USER
         containers = self.service.containers
         self.host_pool = self.service.host_pool
-        #: The service's credentials are never sent with a build (``engine.registry``).
+        #: The service's credentials are never sent with a build (``engine.registries``).
         self.host_pool.withhold_build_credentials()
         self._parts = (self.host_pool, containers.ledger, containers.server_id)
         self._views: dict[tuple[str, bool], Services] = {}
@@ -118,7 +118,7 @@ class Authority:
         account = _account_of(name)
         if account is not None:  # what a commit writes in their folder is theirs
             view.containers.workspace_owner = (account.pw_uid, account.pw_gid)
-        # the service's registry credentials act for them as c.Registries allows (engine.registry)
+        # the service's registry credentials act for them as c.Registries allows (engine.registries)
         view.containers.registries.user = name
         policy = view.containers.mount_policy
         policy.caller = name  # {user} in allowed roots, and mounts checked with their rights

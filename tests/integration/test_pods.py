@@ -34,7 +34,7 @@ from jupyter_gpudev.changes.commit import CommitOptions, Committer
 from jupyter_gpudev.changes.tracker import track_changes
 from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.engine import HostPool
-from jupyter_gpudev.engine.registry import Registries
+from jupyter_gpudev.engine.registries import Registries
 from jupyter_gpudev.errors import BadRequest, Conflict, GPUDevError, NotFound
 from jupyter_gpudev.kernels import provisioner
 from jupyter_gpudev.kernels.kernelspecs import SHARED_PREFIX, GPUDevKernelSpecManager

@@ -18,7 +18,7 @@ from jupyter_gpudev.changes.commit import MAX_MESSAGE, CommitOptions
 from jupyter_gpudev.changes.dockerfile import MARK, comment_lines, is_source_path, render
 from jupyter_gpudev.cli.base import ProgressBar
 from jupyter_gpudev.engine import Reference, Registries, RegistryError
-from jupyter_gpudev.engine.registry import _LayerProgress
+from jupyter_gpudev.engine.registries import _LayerProgress
 from jupyter_gpudev.errors import BadRequest, ConfigError
 
 # -- Reference.parse ---------------------------------------------------------------------------

@@ -156,13 +156,13 @@ def test_the_checker_finds_a_cycle_and_an_upward_import() -> None:
     edges = {
         f"{PACKAGE}.engine.hosts": {f"{PACKAGE}.containers.lookup"},
         f"{PACKAGE}.containers.lookup": {f"{PACKAGE}.engine.hosts"},
-        f"{PACKAGE}.changes.capture": {f"{PACKAGE}.kernels.registry"},
-        f"{PACKAGE}.cli": {f"{PACKAGE}.kernels.registry"},
+        f"{PACKAGE}.changes.capture": {f"{PACKAGE}.kernels.live"},
+        f"{PACKAGE}.cli": {f"{PACKAGE}.kernels.live"},
     }
     # Then both are reported, and a face importing a part below it is not
     assert cycles(edges) == [[f"{PACKAGE}.containers.lookup", f"{PACKAGE}.engine.hosts"]]
     assert upward(edges) == [
-        f"{PACKAGE}.changes.capture -> {PACKAGE}.kernels.registry",
+        f"{PACKAGE}.changes.capture -> {PACKAGE}.kernels.live",
         f"{PACKAGE}.engine.hosts -> {PACKAGE}.containers.lookup",
     ]
 

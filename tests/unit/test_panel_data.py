@@ -18,7 +18,7 @@ from jupyter_gpudev.changes.model import PackageState
 from jupyter_gpudev.changes.tracker import ChangeCounts
 from jupyter_gpudev.containers import engine_time
 from jupyter_gpudev.engine import HostInfo
-from jupyter_gpudev.kernels.registry import KernelPlacement, KernelRegistry
+from jupyter_gpudev.kernels.live import KernelPlacement, KernelRegistry
 from jupyter_gpudev.leasing import Lease
 
 T0 = datetime(2026, 11, 21, 16, 3, 9, tzinfo=timezone.utc)

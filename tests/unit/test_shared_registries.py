@@ -10,7 +10,7 @@ from traitlets.config import Config
 
 from jupyter_gpudev.containers.namespace import user_repository
 from jupyter_gpudev.engine import Registries
-from jupyter_gpudev.engine.registry import repository_component
+from jupyter_gpudev.engine.registries import repository_component
 from jupyter_gpudev.errors import Forbidden
 
 ALICE = "gpudev-alice"
