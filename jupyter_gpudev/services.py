@@ -22,6 +22,7 @@ from .changes.tracker import ChangeTracker
 from .containers.lifecycle import DevContainers
 from .containers.limits import UserLimits
 from .containers.lookup import ContainerLookup
+from .containers.usage import GPUUse
 from .engine import GPUInventory, HostPool, ImageBootstrapper, LegacyGPUInjection, Registries
 from .environments import EnvironmentManager, MountPolicy
 from .k8s.settings import KubernetesHosts
@@ -107,6 +108,8 @@ class Services:
         self.tracker = ChangeTracker(self.capture)
         self.containers.changes = self.tracker
         self.committer = Committer(self.capture, self.containers.registries)
+        #: GPU use by dev container and owner (``GET /gpudev/api/usage``, ``jupyter gpudev top``).
+        self.usage = GPUUse(self.containers)
 
     def close(self) -> None:
         """Stop the background change counts; close the engine connections (and SSH tunnels)

@@ -31,6 +31,7 @@ from .containers import (
     UnpinApp,
 )
 from .hosts import HostsApp, ImageApp
+from .top import TopApp
 
 
 class GPUDevCLI(JupyterApp):
@@ -45,6 +46,7 @@ class GPUDevCLI(JupyterApp):
         "envs": (EnvsApp, "List the environments that can be started."),
         "start": (StartApp, "Start a dev container with its GPUs leased."),
         "ls": (LsApp, "List dev containers."),
+        "top": (TopApp, "What each GPU is doing, by dev container and owner."),
         "stop": (StopApp, "Stop a dev container and release its GPUs."),
         "resume": (ResumeApp, "Start a stopped dev container again."),
         "rm": (RmApp, "Remove a dev container."),

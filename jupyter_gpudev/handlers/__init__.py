@@ -22,6 +22,7 @@ from .api import (
     KernelKeepHandler,
     KernelReleaseHandler,
     ReclaimsHandler,
+    UsageHandler,
 )
 from .base import GPUDevHandler
 from .capabilities import PATTERN as _CAPABILITY
@@ -47,6 +48,7 @@ def routes() -> list[tuple[str, type[GPUDevHandler]]]:
     """Every gpudev URL and its handler (``ExtensionApp`` puts the server's base_url first)."""
     return [
         (rf"{API}/hosts", HostsHandler),
+        (rf"{API}/usage", UsageHandler),
         (rf"{API}/hosts/(?P<name>[^/]+)", HostHandler),
         (rf"{API}/environments", EnvironmentsHandler),
         (rf"{API}/containers", ContainersHandler),

@@ -20,6 +20,24 @@ from ..kernels.placements import PLACEMENTS
 from .base import GPUDevHandler, authorized_to_execute, maps_errors
 
 
+class UsageHandler(GPUDevHandler):
+    """``GET /gpudev/api/usage[?host=NAME]``: what each GPU is doing, by dev container and
+    owner (``containers.usage``): ``{"hosts": [{"host", "reason", "gpus": [{"uuid", "index",
+    "name", "memory_total_mib", "memory_used_mib", "utilization_percent", "processes_listed",
+    "processes": [{"kind", "container", "owner", "pid", "uid", "memory_used_mib",
+    "sm_percent", "memory_percent"}]}]}]}``. Another user's processes are "another user",
+    without container or PID; a process of no dev container is "other" (its PID and user id
+    for administrators only). 404 for an unknown ``host``."""
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def get(self) -> None:
+        host = self.get_argument("host", None) or None
+        hosts = await self.blocking(self.gpudev.usage.usage, host)
+        self.finish(json.dumps({"hosts": [usage.to_json() for usage in hosts]}))
+
+
 class HostsHandler(GPUDevHandler):
     """``GET /gpudev/api/hosts``: every host with its engine, GPUs and active GPU ``leases``
     (``lease_id``, ``container``, ``owner``, ``gpu_uuids``, ``since``).

@@ -60,7 +60,19 @@ async def test_unknown_host_is_404_with_a_message(jp_fetch: Fetch) -> None:
     }
 
 
-@pytest.mark.parametrize("path", ["hosts", "hosts/local"])
+async def test_usage_lists_each_hosts_gpus_and_refuses_an_unknown_host(jp_fetch: Fetch) -> None:
+    # The GPU use of every host: here the local engine's GPUs (each with its processes)
+    response = await jp_fetch("gpudev", "api", "usage")
+    hosts = json.loads(response.body)["hosts"]
+    local = next(host for host in hosts if host["host"] == "local")
+    assert all({"uuid", "processes", "processes_listed"} <= set(gpu) for gpu in local["gpus"])
+    # And an unknown host is a 404 saying so
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch("gpudev", "api", "usage", params={"host": "nope"})
+    assert caught.value.code == 404
+
+
+@pytest.mark.parametrize("path", ["hosts", "hosts/local", "usage"])
 async def test_every_route_refuses_requests_without_a_token(jp_fetch: Fetch, path: str) -> None:
     # Given no Authorization header (the fixture's token is overridden with nothing)
     with pytest.raises(HTTPClientError) as caught:
@@ -81,7 +93,7 @@ def test_the_auth_tests_cover_every_route() -> None:
     # route, which a capability in its path authorises instead of the login (forged, altered,
     # expired, another user's: 404).
     sandboxed = "/gpudev/app/AAAAAAAA.BBBBBBBBBBBBBBBBBBBBBBBB/"
-    covered = {"hosts", "hosts/local", "/gpudev/proxy/x/8000/", sandboxed} | {
+    covered = {"hosts", "hosts/local", "usage", "/gpudev/proxy/x/8000/", sandboxed} | {
         path for _, path in CONTAINER_ROUTES
     }
     for pattern, _ in routes():

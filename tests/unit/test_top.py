@@ -1,0 +1,73 @@
+"""``jupyter gpudev top``'s table, from the ``usage`` answer (whose names are users' and
+containers': printed without their control characters)."""
+
+from __future__ import annotations
+
+from jupyter_gpudev.cli.top import format_usage
+
+GPU = {
+    "uuid": "GPU-1",
+    "index": 0,
+    "name": "A100",
+    "memory_total_mib": 40960,
+    "memory_used_mib": 6144,
+    "utilization_percent": 71,
+    "processes_listed": True,
+}
+
+
+def process(**values: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "kind": "gpudev",
+        "container": "train",
+        "owner": "alice",
+        "pid": 4242,
+        "uid": None,
+        "memory_used_mib": 4096,
+        "sm_percent": 70,
+        "memory_percent": 12,
+    }
+    return {**base, **values}
+
+
+def test_each_gpu_and_its_processes_by_container_and_owner() -> None:
+    theirs = process(kind="another user", container=None, owner="another user", pid=None)
+    other = process(kind="other", container=None, owner=None, pid=None, sm_percent=None)
+    hosts = [
+        {
+            "host": "local",
+            "reason": None,
+            "gpus": [
+                {
+                    **GPU,
+                    "processes": [
+                        process(),
+                        theirs,
+                        other,
+                    ],
+                }
+            ],
+        }
+    ]
+    assert format_usage(hosts).splitlines() == [
+        "local GPU 0 A100 GPU-1: 6.0 GiB of 40.0 GiB, 71% busy",
+        "  train (alice) pid 4242: 4.0 GiB, SM 70%",
+        "  another user's dev container: 4.0 GiB, SM 70%",
+        "  not a dev container: 4.0 GiB, SM -",
+    ]
+
+
+def test_a_host_without_gpus_or_processes_says_why() -> None:
+    hosts = [
+        {"host": "far", "reason": "not reachable", "gpus": []},
+        {"host": "k8s", "reason": "needs commands on the host", "gpus": [{**GPU, "processes": []}]},
+    ]
+    lines = format_usage(hosts).splitlines()
+    assert lines[0] == "far: no GPU (not reachable)"
+    assert lines[1] == "k8s: needs commands on the host"
+    assert format_usage([]) == "No hosts."
+
+
+def test_names_from_containers_and_users_cannot_drive_the_terminal() -> None:
+    hosts = [{"host": "local", "gpus": [{**GPU, "processes": [process(container="x\x1b[2Jy")]}]}]
+    assert "\x1b" not in format_usage(hosts)
