@@ -404,11 +404,19 @@ class ChangeCapture:
         """The change set of a dev container, running or stopped, less the changes whose ids
         are in ``exclude`` (``Captured.items`` lists them all)."""
         excluded = model.check_change_ids(exclude)
+        return self.containers.locate(name, host).read(
+            engine=lambda found, container: self._capture_container(
+                name, found, container, excluded
+            ),
+            pod=lambda found, pod: self._capture_pod(found, pod, excluded),
+        )
+
+    def _capture_container(
+        self, name: str, found_host: Host, container: Container, excluded: tuple[str, ...]
+    ) -> Captured:
+        """``capture`` of a Docker container: its ``docker diff`` against its baseline, its
+        packages derived from its image's, its files read through the engine."""
         manager = self.containers
-        found_host, found = manager.locate(name, host)
-        if isinstance(found, dict):
-            return self._capture_pod(found_host, found, excluded)
-        container = found
         client = found_host.client()
         info = manager.describe(found_host, container)
         environment = manager.environments.get(info.environment, manager.root_dir)

@@ -80,6 +80,9 @@ from .podbuild import PodBuild
 from .snapshots import SnapshotRecords, SnapshotTags, snapshot_tags
 
 if TYPE_CHECKING:
+    from docker.models.containers import Container
+
+    from ..engine import Host
     from .capture import ChangeCapture, Prepared, WriteResult
 
 #: The Dockerfile a verify build reads (added to the build context, not written anywhere).
@@ -397,20 +400,25 @@ class Committer:
         the container cannot be found now: the capture says why. And whether it is a pod
         (built in its cluster)."""
         try:
-            found, container = self.capture.containers.locate(name, host)
-            if isinstance(container, dict):
-                return None, True
-            if not start:
-                return None, False
-            client = found.client()
-            confinement = self.capture.containers.confinement()
+            return self.capture.containers.locate(name, host).read(
+                engine=lambda found, container: (
+                    self._early(found, container) if start else None,
+                    False,
+                ),
+                pod=lambda _host, _pod: (None, True),  # its snapshot is its cluster's build
+            )
         except FAILURES:
             return None, False
+
+    def _early(self, found: Host, container: Container) -> _EarlyCommit:
+        """The early ``docker commit`` of ``container`` on ``found`` (``_commit_early``)."""
+        client = found.client()
+        confinement = self.capture.containers.confinement()
         env = container.attrs.get("Config", {}).get("Env") or []
         # The command-log wrappers are first on PATH when they were put into the container.
         with_log = any(e.startswith(f"PATH={commandlog.SHIMS}:") for e in env)
         own = list(commandlog.OWN_PATHS) if with_log else []
-        return _EarlyCommit(client, container, own, confinement), False
+        return _EarlyCommit(client, container, own, confinement)
 
     # -- a pod's snapshot, built in its cluster ------------------------------------------------
 

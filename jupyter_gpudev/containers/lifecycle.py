@@ -9,11 +9,14 @@ Invariants kept here, whatever fails:
 - nothing of the server's own environment reaches a container: only the environment's
   ``containerEnv``, the NVIDIA variables and (opt-in) the CA bundle variables.
 
-Each concern it wires in has a module of its own: where a start goes (``placement.py``), the
-new container's name, target and confinement (``targets.py``), its GPUs leased and claimed
-around its creation (``leasing/holding.py``), the paths on a Kubernetes host
-(``pod_lifecycle.py``), per-user limits (``limits.py``), the ports' firewall (``ports.py``),
-reconciliation and the orphan sweep (``reconcile.py``), the options (``options.py``).
+What differs between a Docker engine and a Kubernetes cluster is each host's backend
+(``backend.py``; ``backend_type`` below says which): a Docker engine's containers
+(``docker_backend.py``; their start is this module's own: placed, leased and claimed) or pods
+(``pod_lifecycle.py``). Each concern it wires in has a module of its own: where a start goes
+(``placement.py``), the new container's name, target and confinement (``targets.py``), its GPUs
+leased and claimed around its creation (``leasing/holding.py``), per-user limits
+(``limits.py``), the ports' firewall (``ports.py``), reconciliation and the orphan sweep
+(``reconcile.py``), the options (``options.py``).
 
 Every method here blocks (Docker SDK calls): the server runs them in worker threads.
 """
@@ -38,28 +41,35 @@ from ..environments import Environment, EnvironmentManager, MountPolicy
 from ..errors import (
     ENGINE_FAILURES,
     BadRequest,
-    Conflict,
     EngineError,
     GPUDevError,
     engine_error,
     engine_errors,
 )
-from ..labels import A_NAME, A_OWNER, L_ENV, L_KERNEL, L_NAME, L_OWNER, STOPPED, labelled_gpus
+from ..labels import L_ENV, L_NAME, L_OWNER, labelled_gpus
 from ..leasing import Admit, GPUHolding, Leasable, Lease
 from . import options
+from .backend import DevContainerBackend, Starting
 from .commands import run_lifecycle_commands
 from .create import Confinement
+from .docker_backend import DockerBackend
 from .images import ensure_image
 from .limits import Limits, UserLimits, Whose, admit_gpus, check_room, room
 from .lookup import ContainerLookup
 from .model import DevContainerInfo, StartRequest, docker_name, given_name, user_name
 from .namespace import user_images
 from .placement import Placement, check_cuda, gpus_optional, place
-from .pod_lifecycle import plan_pod, remove_pod, start_pod
-from .pods import annotation, pod_kernel
-from .ports import close_forwards, guard_ports
+from .pod_lifecycle import PodBackend
+from .ports import guard_ports
 from .reconcile import reconcile_host, stop_orphan_kernels
 from .targets import Targets, admin_confinement, check_free, confinement_for, new_name
+
+
+def backend_type(host: Host | None) -> type[DockerBackend] | type[PodBackend]:
+    """Which ``DevContainerBackend`` the dev containers of ``host`` have: pods on a Kubernetes
+    host, else a Docker engine's containers. ``None`` (a start or plan that names no host):
+    the Docker engines', among which placement chooses (it passes over clusters)."""
+    return PodBackend if host is not None and host.cluster is not None else DockerBackend
 
 
 class DevContainers(ContainerLookup):
@@ -109,6 +119,10 @@ class DevContainers(ContainerLookup):
     def _default_limits(self) -> UserLimits:
         return UserLimits(parent=self)
 
+    def backend(self, host: Host) -> DevContainerBackend:
+        """What the dev containers of ``host`` are (``backend_type``)."""
+        return backend_type(host)(self, host)
+
     # -- Start, resume, plan -----------------------------------------------------------------------
 
     def start(
@@ -122,23 +136,15 @@ class DevContainers(ContainerLookup):
         ``caller`` (default: the single-user mode's user)."""
         say: Progress = progress or (lambda _event: None)
         who = self.access.resolve(caller)
-        owner = who.name
         env, request = self._environment(request)
-        if self._on_cluster(request.host):
-            host = self._host(request.host)
-            return start_pod(
-                self,
-                host,
-                env,
-                request,
-                who=who,
-                say=say,
-                name=self._new_name(env, request, owner),
-                command=tuple(self.keep_alive_command.split()),
-                confinement=lambda: self._confinement_for(env, owner, host),
-                room=self._room(who, owner, running=True),
-                timeout=self.lifecycle_timeout,
-            )
+        named = self._host(request.host) if request.host else None
+        return backend_type(named).start(self, named, self._starting(env, request, who, say))
+
+    def start_on_engine(self, starting: Starting) -> DevContainerInfo:
+        """``start`` on a Docker engine (``DockerBackend.start``): placed, its GPUs leased by
+        UUID and claimed on the engine around its creation."""
+        env, request, who, say = starting.env, starting.request, starting.who, starting.say
+        owner = who.name
         placement = self._place(env, request, who, say)
         host, inventory = placement.host, placement.inventory
         # Refused before an image is pulled or built; counted again below, under the lock.
@@ -150,9 +156,9 @@ class DevContainers(ContainerLookup):
             running=True,
             gpus=wanted.wanted if wanted else 0,
         )
-        self._confinement_for(env, owner, host)
+        starting.confinement(host)
         client = host.client()
-        name = self._new_name(env, request, owner)
+        name = starting.name()
         with engine_errors(f"Starting {given_name(name)!r}", self.log):
             check_free(self, client, name, who, host)
         trust = self.mount_policy.build_trust()
@@ -172,10 +178,10 @@ class DevContainers(ContainerLookup):
             owner=owner,
             image=image,
             kernel_id=request.kernel_id,
-            confinement=lambda: self._confinement_for(env, owner, host),
+            confinement=lambda: starting.confinement(host),
             say=say,
         )
-        with self._room(who, owner, running=True):  # until it runs, counted by the next
+        with starting.room():  # until it runs, counted by the next
             container, lease = holding.hold(  # nothing left behind on failure
                 host,
                 name,
@@ -207,14 +213,29 @@ class DevContainers(ContainerLookup):
                 raise
         warnings = (
             *notes,
-            *run_lifecycle_commands(
-                container, env, say, timeout=self.lifecycle_timeout, log=self.log
-            ),
+            *run_lifecycle_commands(container, env, say, timeout=starting.timeout, log=self.log),
         )
         if env.post_create_command or env.post_start_command:
             warnings += self._record_baseline(container, say)
         say({"stage": "ready", "message": f"{given_name(name)} is running"})
         return self.describe(host, container, warnings=warnings)
+
+    def _starting(
+        self, env: Environment, request: StartRequest, who: Caller, say: Progress
+    ) -> Starting:
+        """A start of ``env`` as ``request`` asks, by ``who``, as backends take it."""
+        owner = who.name
+        return Starting(
+            env,
+            request,
+            who,
+            say,
+            name=lambda: self._new_name(env, request, owner),
+            command=tuple(self.keep_alive_command.split()),
+            confinement=lambda host: self._confinement_for(env, owner, host),
+            room=lambda: self._room(who, owner, running=True),
+            timeout=self.lifecycle_timeout,
+        )
 
     def _environment(self, request: StartRequest) -> tuple[Environment, StartRequest]:
         """The environment a start asks for (its image replaced by the request's), allowed;
@@ -327,19 +348,17 @@ class DevContainers(ContainerLookup):
         who = self.access.resolve(caller)
         env, request = self._environment(request)
         name = self._new_name(env, request, who.name)
-        if request.host and self._host(request.host).spec.is_kubernetes:
-            host = self._host(request.host)
-            return plan_pod(
-                host,
-                env,
-                request,
-                name=name,
-                owner=who.name,
-                command=tuple(self.keep_alive_command.split()),
-                server_id=self.server_id,
-                confinement=lambda: self._confinement_for(env, who.name, host),
-            )
-        placement = self._place(env, request, who, lambda _event: None)
+        named = self._host(request.host) if request.host else None
+        starting = replace(
+            self._starting(env, request, who, lambda _event: None), name=lambda: name
+        )
+        return backend_type(named).plan(self, named, starting)
+
+    def plan_on_engine(self, starting: Starting) -> dict[str, Any]:
+        """``plan`` on a Docker engine (``DockerBackend.plan``)."""
+        env, request, who = starting.env, starting.request, starting.who
+        name = starting.name()
+        placement = self._place(env, request, who, starting.say)
         return self._targets.plan(
             placement,
             env,
@@ -348,7 +367,7 @@ class DevContainers(ContainerLookup):
             who=who,
             holding=self._holding,
             mine=user_images(self.access, self.state_dir, self.environments.allowed_images),
-            confinement=lambda: self._confinement_for(env, who.name, placement.host),
+            confinement=lambda: starting.confinement(placement.host),
         )
 
     def confinement(self) -> Confinement:
@@ -370,26 +389,9 @@ class DevContainers(ContainerLookup):
         self, name: str, host: str | None = None, *, caller: Caller | None = None
     ) -> DevContainerInfo:
         """Stop a container; its lease is released only once it has really stopped."""
-        found_host, container = self.locate(name, host, caller=caller)
-        if isinstance(container, dict):
-            raise Conflict(
-                f"{user_name(name)!r} is a pod: a pod is not stopped and kept. Removing it "
-                "(rm --force) deletes it and what changed outside its workspace claim, and "
-                "frees its GPUs; the workspace claim is kept"
-            )
-        self._stop(found_host, container)
-        return self.describe(found_host, container)
-
-    def _stop(self, host: Host, container: Container) -> None:
-        name = container.labels.get(L_NAME, user_name(container.name or ""))
-        close_forwards(host, container)  # while it still has its address
-        with engine_errors(f"Stopping {user_name(name)!r}", self.log):
-            container.stop(timeout=self.stop_timeout)
-            container.wait(condition="not-running", timeout=self.stop_timeout + 30)
-            container.reload()
-        if container.status == "running":
-            raise EngineError(f"{user_name(name)!r} is still running after stop; lease kept")
-        self._release_for(host, container)
+        located = self.locate(name, host, caller=caller)
+        located.stop(name, timeout=self.stop_timeout, release=self._release_for)
+        return located.report()
 
     def remove(
         self,
@@ -407,37 +409,9 @@ class DevContainers(ContainerLookup):
         checked by listing its files, which takes a while: ``keep``, asked right before it is
         deleted, may then give a reason to keep it after all (a ``Conflict``).
         """
-        found_host, container = self.locate(name, host, caller=caller)
-        if isinstance(container, dict):
-            remove_pod(self, name, found_host, container, force=force, keep=keep)
-            return
-        if container.status not in STOPPED:
-            self._stop(found_host, container)
-        # Changes a commit left out (``held``) are uncommitted too, files or not.
-        with engine_errors(f"Reading the changes of {user_name(name)!r}", self.log):
-            changed = self._uncommitted_changes(found_host, container)
-        if changed and not force:
-            raise Conflict(
-                f"{user_name(name)!r} has {len(changed)} uncommitted change(s) (e.g. "
-                f"{', '.join(changed[:3])}): commit them first (changes a commit left out "
-                "count too), or remove it with force",
-                details={"changes": changed[:50]},
-            )
-        with engine_errors(f"Removing {user_name(name)!r}", self.log):
-            container.remove(force=True)
-        self._release_for(found_host, container)
-        if self.changes is not None:
-            self.changes.forget(str(container.id))
-        self.ledger.set_pinned(
-            found_host.name, container.labels.get(L_NAME, user_name(name)), False
+        self.locate(name, host, caller=caller).remove(
+            name, force=force, keep=keep, timeout=self.stop_timeout, release=self._release_for
         )
-
-    def _uncommitted_changes(self, host: Host, container: Container) -> builtins.list[str]:
-        """What removing ``container`` would lose (see ``self.changes``)."""
-        if self.changes is not None:
-            name = container.labels.get(L_NAME, user_name(container.name or ""))
-            return self.changes.uncommitted(name, host, container)
-        return sorted(str(d["Path"]) for d in container.diff() or [])
 
     def pin(
         self,
@@ -450,20 +424,15 @@ class DevContainers(ContainerLookup):
         """Pin a shared dev container: it keeps running (and holding its GPUs) after its last
         kernel ends, until stopped (a pod: removed) by hand. ``pinned=False`` unpins it."""
         who = self.access.resolve(caller)
-        found_host, found = self.locate(name, host, caller=who)
-        if pod_kernel(found) if isinstance(found, dict) else found.labels.get(L_KERNEL):
+        located = self.locate(name, host, caller=who)
+        if located.kernel_id():
             raise BadRequest(
                 f"{user_name(name)!r} belongs to one kernel and ends with it; pin a dev "
                 "container that kernels share instead"
             )
-        if isinstance(found, dict):
-            owner = annotation(found, A_OWNER)
-            pod = annotation(found, A_NAME) or user_name(name)
-            self._set_pinned(found_host, pod, pinned, who, owner)
-            return self._pod_info(found_host, found)
-        owner = found.labels.get(L_OWNER, "")
-        self._set_pinned(found_host, found.labels.get(L_NAME, user_name(name)), pinned, who, owner)
-        return self.describe(found_host, found)
+        owner = located.owner()
+        self._set_pinned(located.host, located.key(name), pinned, who, owner)
+        return located.report()
 
     def _set_pinned(self, host: Host, name: str, pinned: bool, who: Caller, owner: str) -> None:
         """Pin (``pinned``) or unpin ``name``; a new pin only within ``owner``'s limit."""
@@ -480,11 +449,7 @@ class DevContainers(ContainerLookup):
         they free their GPUs (``reconcile.stop_orphan_kernels``); ones with changes are kept,
         stopped (a pod: running), until committed or removed."""
         return stop_orphan_kernels(
-            self._hosts(None),
-            ledger_id=self.ledger_id,
-            remove=self.remove,
-            pods=self.pods,
-            log=self.log,
+            self._hosts(None), backend=self.backend, ledger_id=self.ledger_id, remove=self.remove
         )
 
     def reconcile(self) -> dict[str, Any]:
@@ -527,6 +492,7 @@ class DevContainers(ContainerLookup):
             request,
             say,
             leasable=lambda host, inventory: self._leasable_now(host, inventory, who),
+            passed_over=lambda host: self.backend(host).passed_over(),
         )
 
     @property
@@ -548,7 +514,8 @@ class DevContainers(ContainerLookup):
         within ``owner``'s limits (``c.UserLimits``, ``targets.confinement_for``)."""
         confinement = self.confinement()
         limits = self._limits_of(owner)
-        return confinement_for(confinement, limits, env=env, owner=owner, host=host, log=self.log)
+        cpus = self.backend(host).host_cpus()
+        return confinement_for(confinement, limits, env=env, owner=owner, cpus=cpus)
 
     @property
     def _holding(self) -> GPUHolding:

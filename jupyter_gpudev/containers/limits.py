@@ -31,12 +31,10 @@ from traitlets import Dict, Float, Int, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
 from ..environments import Environment, parse_docker_size
-from ..errors import GPUDevError, LimitReached, engine_errors
-from ..labels import A_NAME, A_OWNER, L_HOST, L_MANAGED, L_NAME, L_OWNER, STOPPED
+from ..errors import GPUDevError, LimitReached
+from ..labels import STOPPED
 from ..leasing import Lease
 from .lookup import ContainerLookup
-from .model import user_name
-from .pods import annotation, pod_info
 
 #: The memory and CPU limits of a dev container in the shared service unless configured.
 SHARED_MEMORY = "32g"
@@ -392,12 +390,6 @@ def owner_lock(ledger_id: str, owner: str) -> threading.Lock:
         return _LOCKS.setdefault((ledger_id, owner), threading.Lock())
 
 
-def _name_of(summary: dict[str, Any]) -> str:
-    """gpudev's name of a container the engine listed (its label, else its own name)."""
-    name = (summary.get("Labels") or {}).get(L_NAME)
-    return str(name) if name else user_name(str((summary.get("Names") or ["?"])[0]).lstrip("/"))
-
-
 def holdings(lookup: ContainerLookup, owner: str) -> Holdings:
     """``owner``'s dev containers on every host that answers: running (or starting: created,
     paused, a pod not yet running) and pinned, by name. A host that cannot be asked now is
@@ -406,15 +398,7 @@ def holdings(lookup: ContainerLookup, owner: str) -> Holdings:
     pinned: list[str] = []
     for name in lookup.host_pool.names():
         try:
-            host = lookup.host_pool.get(name)
-            if host.spec.is_kubernetes:
-                pods = [p for p in lookup.pods(host).managed() if annotation(p, A_OWNER) == owner]
-                states = {annotation(p, A_NAME): pod_info(p, name).state for p in pods}
-            else:
-                labels = [f"{L_MANAGED}=1", f"{L_HOST}={name}", f"{L_OWNER}={owner}"]
-                with engine_errors(f"Counting the dev containers of {owner!r}", lookup.log):
-                    listed = host.client().api.containers(all=True, filters={"label": labels})
-                states = {_name_of(summary): str(summary.get("State", "")) for summary in listed}
+            states = lookup.backend(lookup.host_pool.get(name)).owned(owner)
             kept = lookup.ledger.pinned(name)
         except GPUDevError as err:
             lookup.log.warning(

@@ -3,8 +3,9 @@ reports (state, GPUs, lease, ports, kernels, changes), logs, terminals and web p
 
 ``ContainerLookup`` is the base of ``DevContainers`` (the lifecycle): it holds what reading
 needs (the hosts, the ledger, the state folder) and never starts, stops or removes anything.
-Configured as ``c.DevContainers.*`` (its options in ``options.py``). A Docker container's
-report is shaped in ``reports.py``, a pod's in ``pods.py``; output is read by ``logs.py``."""
+Configured as ``c.DevContainers.*`` (its options in ``options.py``). What differs between a
+Docker engine and a Kubernetes cluster is each host's ``backend`` (``backend.py``): what is
+found is a ``Located`` handle, read and acted on through it."""
 
 from __future__ import annotations
 
@@ -19,8 +20,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import docker
-import docker.errors
 from docker.models.containers import Container
 from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bunch, Instance, default, observe
@@ -28,28 +27,18 @@ from traitlets.config import LoggingConfigurable
 
 from ..access import Access, Caller
 from ..engine import Host, HostInfo, HostPool
+from ..engine.cluster import Cluster
 from ..engine.podforward import PodForwards
-from ..errors import (
-    BadRequest,
-    Conflict,
-    EngineError,
-    EngineUnreachable,
-    GPUDevError,
-    NotFound,
-    engine_errors,
-)
+from ..errors import BadRequest, Conflict, EngineUnreachable, GPUDevError, NotFound
 from ..k8s.settings import RENAMED, KubernetesHosts
-from ..labels import A_NAME, A_OWNER, L_HOST, L_MANAGED, L_NAME, L_OWNER, STOPPED
 from ..leasing import LeaseLedger
 from . import options
+from .backend import DevContainerBackend, Located, Skipped
 from .hooks import ChangeTracking, KernelTracking
-from .logs import container_output, pod_output
 from .model import DevContainerInfo, KernelInfo, docker_name, given_name, keys_meant, user_name
-from .pods import PodListings, Pods, annotation, pod_address, pod_info, pod_uid
-from .ports import AddedPorts, declared_ports
-from .reconcile import on_host
-from .reports import Known, container_info, hosts_seen
-from .terminals import pod_terminal_argv, terminal_argv
+from .pods import PodListings, Pods, pods_of
+from .ports import AddedPorts, engine_address
+from .reports import Known, hosts_seen
 
 
 class ContainerLookup(LoggingConfigurable):
@@ -151,17 +140,14 @@ class ContainerLookup(LoggingConfigurable):
             return [self._host(host)]
         return [self.host_pool.get(n) for n in self.host_pool.names()]
 
+    def backend(self, host: Host) -> DevContainerBackend:
+        """What the dev containers of ``host`` are (a Docker engine's containers, or pods):
+        ``DevContainers`` says (``lifecycle.backend_type``)."""
+        raise NotImplementedError("a ContainerLookup finds through DevContainers' backends")
+
     def pods(self, host: Host) -> Pods:
         """The dev container pods of a Kubernetes host."""
-        if host.cluster is None:
-            raise BadRequest(f"Host {host.name!r} is not a Kubernetes cluster")
-        return Pods(
-            host.cluster,
-            timeout=self.kubernetes.start_timeout,
-            poll=self.kubernetes.poll_interval,
-            log=self.log,
-            watch=self.kubernetes.watch,
-        )
+        return pods_of(host, self.kubernetes, self.log)
 
     @property
     def pod_listings(self) -> PodListings:
@@ -170,43 +156,24 @@ class ContainerLookup(LoggingConfigurable):
 
     def locate(
         self, name: str, host: str | None = None, *, caller: Caller | None = None
-    ) -> tuple[Host, Container | dict[str, Any]]:
+    ) -> Located:
         """The dev container called ``name`` on ``host`` (or on the first host, in the pool's
-        order, that has one): a Docker container, or a pod on a Kubernetes host (its JSON), if
-        ``caller`` (default: the single-user mode's user) may see it: another user's is
-        ``NotFound``, exactly like one that does not exist. A host that cannot be asked is
-        skipped (it is the error only when no host could be)."""
+        order, that has one), if ``caller`` (default: the single-user mode's user) may see it:
+        another user's is ``NotFound``, exactly like one that does not exist. A host that
+        cannot be asked is skipped (it is the error only when no host could be)."""
         who = self.access.resolve(caller)
         keys = self.keys_meant(name, who)
         unreachable: list[GPUDevError] = []
         hosts = self._hosts(host)
         for candidate in hosts:
-            if candidate.spec.is_kubernetes:
-                try:
-                    pods = self.pods(candidate)
-                    for key in keys:
-                        pod = pods.find(key)
-                        if pod is not None and who.sees_owner(annotation(pod, A_OWNER)):
-                            return candidate, pod
-                except GPUDevError as err:  # a cluster's refusal is not another host's
-                    unreachable.append(err)
-                continue
+            backend = self.backend(candidate)
             try:
-                with engine_errors(f"Looking up {user_name(name)!r}", self.log):
-                    for engine_name in dict.fromkeys(docker_name(key) for key in keys):
-                        try:
-                            container = candidate.client().containers.get(engine_name)
-                        except docker.errors.NotFound:
-                            continue
-                        if (
-                            container.labels.get(L_MANAGED) == "1"
-                            and on_host(container, candidate)
-                            and self.access.may_see(who, container.labels, self.ledger_id)
-                        ):
-                            return candidate, container
-            except EngineUnreachable as err:
-                unreachable.append(err)
+                found = backend.find(name, keys, who)
+            except Skipped as skipped:
+                unreachable.append(skipped.error)
                 continue
+            if found is not None:
+                return Located(candidate, backend, found)
         if unreachable and len(unreachable) == len(hosts):
             raise unreachable[0]
         raise NotFound(f"No dev container named {user_name(name)!r}", details={"name": name})
@@ -235,14 +202,16 @@ class ContainerLookup(LoggingConfigurable):
 
     def pod_reach(self, host: Host, pod: dict[str, Any], port: int) -> tuple[str, int]:
         """Where this server connects to reach ``port`` of a pod: a local forward, or the
-        pod's IP (``pod_port_forward``)."""
-        if not self.forwards_pods(host) or host.cluster is None:
-            return pod_address(pod), port
+        pod's IP (``c.KubernetesHosts.port_forward``)."""
+        return self.backend(host).reach(pod, port)
+
+    def pod_forwards(self, host: str, cluster: Cluster) -> PodForwards:
+        """This server's port-forwards to the pods of ``host`` (``cluster``)."""
         with self._lock:
-            forwards = self._pod_forwards.get(host.name)
+            forwards = self._pod_forwards.get(host)
             if forwards is None:
-                forwards = self._pod_forwards[host.name] = PodForwards(host.cluster, self.log)
-        return "127.0.0.1", forwards.forward(str(pod["metadata"]["name"]), port)
+                forwards = self._pod_forwards[host] = PodForwards(cluster, self.log)
+        return forwards
 
     def close_pod_forwards(self, host: str, pod: str, ports: tuple[int, ...] | None = None) -> None:
         """Close this server's forwards to a pod (to ``ports`` of it when given)."""
@@ -250,19 +219,6 @@ class ContainerLookup(LoggingConfigurable):
             forwards = self._pod_forwards.get(host)
         if forwards is not None:
             forwards.close_to(pod, ports)
-
-    def _on_cluster(self, host: str | None) -> bool:
-        return bool(host) and self._host(host).spec.is_kubernetes
-
-    def _pod_info(self, host: Host, pod: dict[str, Any]) -> DevContainerInfo:
-        return self.as_seen(
-            pod_info(
-                pod,
-                host.name,
-                added_ports=self.added_ports.read().get(pod_uid(pod), ()),
-                pinned=annotation(pod, A_NAME) in self.ledger.pinned(host.name),
-            )
-        )
 
     def as_seen(self, info: DevContainerInfo) -> DevContainerInfo:
         """``info`` (named by its key) with the name its viewer gives it (``shown_name``)."""
@@ -273,14 +229,8 @@ class ContainerLookup(LoggingConfigurable):
     ) -> tuple[Host, Container]:
         """``locate`` for what only Docker containers can do: a pod is a ``BadRequest`` saying
         so."""
-        found_host, found = self.locate(name, host, caller=caller)
-        if isinstance(found, dict):
-            raise BadRequest(
-                f"{user_name(name)!r} runs in a pod on host {found_host.name!r}: this is not done "
-                "for pods yet (start, ls, logs, rm, pin, diff, commit, push, kernels, terminals "
-                "and web ports are)"
-            )
-        return found_host, found
+        located = self.locate(name, host, caller=caller)
+        return located.host, located.container(name)
 
     def container_address(
         self, name: str, host: str | None = None, *, caller: Caller | None = None
@@ -291,16 +241,7 @@ class ContainerLookup(LoggingConfigurable):
 
     def address_of(self, container: Container) -> str:
         """``container_address`` of a container object already at hand."""
-        name = container.labels.get(L_NAME, container.name or "")
-        settings = container.attrs.get("NetworkSettings", {})
-        if container.attrs.get("HostConfig", {}).get("NetworkMode") == "host":
-            return "127.0.0.1"
-        networks = settings.get("Networks") or {}
-        preferred: dict[str, Any] = networks.get(self.network) or next(iter(networks.values()), {})
-        address = str(preferred.get("IPAddress") or settings.get("IPAddress") or "")
-        if not address:
-            raise EngineError(f"{user_name(name)!r} has no network address (is it running?)")
-        return address
+        return engine_address(container, self.network)
 
     def get(
         self,
@@ -311,10 +252,7 @@ class ContainerLookup(LoggingConfigurable):
         caller: Caller | None = None,
     ) -> DevContainerInfo:
         """One container; ``count_changes``: count its uncommitted changes (see ``describe``)."""
-        found_host, container = self.locate(name, host, caller=caller)
-        if isinstance(container, dict):
-            return self._pod_info(found_host, container)
-        return self.describe(found_host, container, count_changes=count_changes)
+        return self.locate(name, host, caller=caller).report(count_changes=count_changes)
 
     def kernel(self, kernel_id: str) -> KernelInfo:
         """Where a live kernel of this server runs: its dev container, host and GPUs.
@@ -371,71 +309,25 @@ class ContainerLookup(LoggingConfigurable):
         only unless ``all_states``); ``count_changes``: count their uncommitted changes too
         (see ``describe``), several at once."""
         who = self.access.resolve(caller)
-        ledger_id = self.ledger_id
-        found: list[tuple[Host, Container, Known]] = []
+        found: list[Located] = []
         hosts = self._hosts(host)
         unreachable: list[GPUDevError] = []
         added = self.added_ports.read()
-        pods: list[DevContainerInfo] = []
         for candidate in hosts:
-            if candidate.spec.is_kubernetes:
-                try:
-                    listed_pods = self.pods(candidate).managed()
-                except GPUDevError as err:  # a cluster's refusal is not another host's
-                    self.log.warning("gpudev: pods of %s: %s", candidate.name, err.message)
-                    unreachable.append(err)
-                    continue
-                pinned = frozenset(self.ledger.pinned(candidate.name))
-                pods.extend(
-                    self.as_seen(
-                        pod_info(
-                            p,
-                            candidate.name,
-                            added_ports=added.get(pod_uid(p), ()),
-                            pinned=annotation(p, A_NAME) in pinned,
-                        )
-                    )
-                    for p in listed_pods
-                    if who.sees_owner(annotation(p, A_OWNER))
-                )
-                continue
             try:
-                client = candidate.client()
-            except EngineUnreachable as err:
-                unreachable.append(err)
-                continue
-            with engine_errors(f"Listing dev containers on {candidate.name!r}", self.log):
-                # One list request; inspect data reused while the engine's events allow.
-                listed = candidate.containers.list(
-                    client,
-                    all_states=all_states,
-                    filters={"label": [f"{L_MANAGED}=1", f"{L_HOST}={candidate.name}"]},
-                )
-            known = Known(
-                leases={lease.container: lease for lease in self.ledger.active(candidate.name)},
-                pinned=frozenset(self.ledger.pinned(candidate.name)),
-                added_ports=added,
-            )
-            for attrs in listed:
-                container = client.containers.prepare_model(attrs)
-                if self.access.may_see(who, container.labels, ledger_id):
-                    found.append((candidate, container, known))
+                found += self.backend(candidate).listed(who, all_states=all_states, added=added)
+            except Skipped as skipped:
+                unreachable.append(skipped.error)
         if unreachable and len(unreachable) == len(hosts):
-            raise unreachable[0]  # no engine answered: say so, not "no containers"
+            raise unreachable[0]  # no host answered: say so, not "no containers"
 
         # Kept counts first (no engine call, stale ones recounted in the background); only
         # the containers never counted in their state wait, several counted at once.
-        result = [
-            self.describe(h, c, count_changes=count_changes, known=k, wait=False)
-            for h, c, k in found
-        ]
-        if not all_states:
-            pods = [p for p in pods if p.state not in STOPPED]
+        result = [located.report(count_changes=count_changes, wait=False) for located in found]
         waiting = [i for i, info in enumerate(result) if count_changes and info.uncommitted is None]
 
         def counted(index: int) -> DevContainerInfo:
-            found_host, container, known = found[index]
-            return self.describe(found_host, container, count_changes=True, known=known)
+            return found[index].report(count_changes=True)
 
         if len(waiting) > 1:
             with ThreadPoolExecutor(min(self.COUNT_WORKERS, len(waiting))) as pool:
@@ -443,7 +335,7 @@ class ContainerLookup(LoggingConfigurable):
                     result[index] = info
         elif waiting:
             result[waiting[0]] = counted(waiting[0])
-        return sorted([*result, *pods], key=lambda info: (info.host, info.name))
+        return sorted(result, key=lambda info: (info.host, info.name))
 
     def terminal_command(
         self, name: str, host: str | None = None, *, caller: Caller | None = None
@@ -453,14 +345,7 @@ class ContainerLookup(LoggingConfigurable):
         Every element comes from the engine or from configuration, never from the request: the
         container is found by its validated name, and addressed by its id.
         """
-        found_host, container = self.locate(name, host, caller=caller)
-        if isinstance(container, dict):
-            if self._pod_info(found_host, container).state != "running":
-                raise Conflict(f"{user_name(name)!r} is not running")
-            return pod_terminal_argv(found_host, str(container["metadata"]["name"]))
-        if container.status != "running":
-            raise Conflict(f"{user_name(name)!r} is not running: start it first")
-        return terminal_argv(found_host, container, self.docker_cli)
+        return self.locate(name, host, caller=caller).terminal_argv(name)
 
     def remove_host(self, name: str) -> None:
         """Remove a host added at run time, unless dev containers of it remain (they would
@@ -499,26 +384,7 @@ class ContainerLookup(LoggingConfigurable):
         added at run time; the environment's forwardPorts stay)."""
         if not 1 <= port <= 65535:
             raise BadRequest(f"Not a TCP port: {port}")
-        found_host, container = self.locate(name, host, caller=caller)
-        if isinstance(container, dict):
-            info = self._pod_info(found_host, container)
-            if not add and port in info.forward_ports:
-                raise BadRequest(
-                    f"Port {port} is one of the forwardPorts of {user_name(name)!r}'s "
-                    "environment: it is always served (only ports added at run time can be "
-                    "removed)"
-                )
-            if not pod_uid(container):
-                raise EngineError(f"The pod of {user_name(name)!r} has no uid: not served")
-            self.added_ports.set(pod_uid(container), port, add=add)
-            return self._pod_info(found_host, container)
-        if not add and port in declared_ports(container):
-            raise BadRequest(
-                f"Port {port} is one of the forwardPorts of {user_name(name)!r}'s environment: "
-                "it is always served (only ports added at run time can be removed)"
-            )
-        self.added_ports.set(str(container.id), port, add=add)
-        return self.describe(found_host, container)
+        return self.locate(name, host, caller=caller).set_web_port(name, port, add=add)
 
     def proxy_target(
         self, name: str, port: int, host: str | None = None, *, caller: Caller | None = None
@@ -526,13 +392,8 @@ class ContainerLookup(LoggingConfigurable):
         """Where the server connects to reach a web port of a running dev container: its
         address on the host's bridge network (a local host), or a local end of an SSH forward
         (a remote host), or a pod's IP. Only the container's web ports are served."""
-        found_host, container = self.locate(name, host, caller=caller)
-        if isinstance(container, dict):
-            info = self._pod_info(found_host, container)
-            served, running = info.web_ports, info.state == "running"
-        else:
-            served = self.added_ports.web_ports(container)
-            running = container.status == "running"
+        located = self.locate(name, host, caller=caller)
+        served, running = located.web_ports(), located.running()
         if port not in served:
             raise NotFound(
                 f"Port {port} of {user_name(name)!r} is not forwarded: add it to forwardPorts, "
@@ -541,9 +402,7 @@ class ContainerLookup(LoggingConfigurable):
             )
         if not running:
             raise Conflict(f"{user_name(name)!r} is not running: start it first")
-        if isinstance(container, dict):
-            return self.pod_reach(found_host, container, port)
-        return found_host.reach(self.address_of(container), port)
+        return located.reach(port)
 
     def logs(
         self,
@@ -557,13 +416,8 @@ class ContainerLookup(LoggingConfigurable):
         """The container's output; ``tail``: only its last lines. Without ``follow`` at most
         ``max_log_bytes`` are read (streamed, never the whole log at once), then a line says
         where the output was cut."""
-        found_host, container = self.locate(name, host, caller=caller)
-        limit = self.max_log_bytes
-        if isinstance(container, dict):
-            cluster, pod = self.pods(found_host).cluster, str(container["metadata"]["name"])
-            yield from pod_output(cluster, pod, follow=follow, tail=tail, limit=limit)
-            return
-        yield from container_output(container, follow=follow, tail=tail, limit=limit)
+        located = self.locate(name, host, caller=caller)
+        yield from located.logs(follow=follow, tail=tail, limit=self.max_log_bytes)
 
     def describe(
         self,
@@ -575,35 +429,10 @@ class ContainerLookup(LoggingConfigurable):
         known: Known | None = None,
         wait: bool = True,
     ) -> DevContainerInfo:
-        """The container as reported. Its uncommitted changes are counted (``docker diff``,
-        kept a while, see ``ChangeCounts``) only with ``count_changes``; otherwise a kept count
-        that still holds is reported, or ``None``. ``known``: the ledger and port reads of a
-        listing, made once for all its containers; ``wait`` off: a count that would have to be
-        waited for is ``None``."""
-        labels = container.labels
-        name = labels.get(L_NAME, user_name(container.name or ""))  # its key
-        if known is None:
-            lease = self.ledger.for_container(host.name, labels.get(L_NAME, ""))
-            pinned = labels.get(L_NAME, "") in self.ledger.pinned(host.name)
-            added = self.added_ports.read()
-        else:
-            lease = known.leases.get(labels.get(L_NAME, ""))
-            pinned = labels.get(L_NAME, "") in known.pinned
-            added = known.added_ports
-        usage = self.kernels.usage(host.name, name) if self.kernels is not None else None
-        return container_info(
-            container,
-            host.name,
-            key=name,
-            shown_name=self.shown_name(name, labels.get(L_OWNER, "")),
-            lease=lease,
-            pinned=pinned,
-            added=added,
-            usage=usage,
-            uncommitted=(
-                self.changes.count(host, container, compute=count_changes, wait=wait)
-                if self.changes is not None
-                else None
-            ),
-            warnings=warnings,
+        """``container``'s report (its backend's ``report``): its uncommitted changes counted
+        only with ``count_changes`` (else a kept count that still holds, or ``None``);
+        ``known``: the reads of a listing, made once for all its containers; ``wait`` off: a
+        count that would have to be waited for is ``None``."""
+        return self.backend(host).report(
+            container, count_changes=count_changes, known=known, wait=wait, warnings=warnings
         )

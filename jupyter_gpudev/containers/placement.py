@@ -147,12 +147,14 @@ def place(
     say: Progress,
     *,
     leasable: Callable[[Host, Inventory], Leasable],
+    passed_over: Callable[[Host], str | None],
 ) -> Placement:
     """Where a start goes: the host asked for, else the first host of ``pool`` (local first,
     then configured, then added ones) that is reachable and can lease the GPUs asked for now
     (``leasable``: its units and who holds them), with a driver new enough for the image when
-    the image is there (``choose``: when none can, ``NoHostFits`` says why for each). The GPU
-    request and the host's inventory come with it: ``start`` does not ask for them again."""
+    the image is there (``choose``: when none can, ``NoHostFits`` says why for each; a host
+    ``passed_over`` gives a reason for is not asked). The GPU request and the host's inventory
+    come with it: ``start`` does not ask for them again."""
     wanted = gpu_request(env, request)
     optional = gpus_optional(env, request)
     names = pool.names()
@@ -165,9 +167,9 @@ def place(
         def reports() -> Iterator[HostReport]:
             for name in names:
                 candidate = pool.get(name)
-                if candidate.spec.is_kubernetes:
-                    cluster = f"a Kubernetes cluster: start there with --host {name}"
-                    yield HostReport(name, reachable=False, reason=cluster)
+                passed = passed_over(candidate)
+                if passed is not None:
+                    yield HostReport(name, reachable=False, reason=passed)
                     continue
                 try:
                     candidate.engine_info()

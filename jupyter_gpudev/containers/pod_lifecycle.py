@@ -1,11 +1,14 @@
-"""The lifecycle's paths on a Kubernetes host: a dev container's pod started (the plan's objects
-created, the pod waited for, its lifecycle commands run, its files listed), planned and removed.
+"""Dev containers as pods on a Kubernetes host (``PodBackend``, the
+``backend.DevContainerBackend`` of a ``k8s://`` host): a pod started (the plan's objects created,
+the pod waited for, its lifecycle commands run, its files listed), planned, found, listed,
+reported, reached and removed.
 
-``DevContainers`` calls these for a ``k8s://`` host; the objects themselves are ``pods.py``'s
-(created in order, a failed start undone) and ``plan.py``'s (the manifests). A pod is not stopped
-and kept: removing it deletes it (its Service and GPU claim too; the workspace claim is kept),
-which without ``force`` only happens when nothing outside its workspace claim changed since it
-started or was last committed. Every function blocks (API server calls, execs).
+The objects themselves are ``pods.py``'s (created in order, a failed start undone) and
+``plan.py``'s (the manifests). A pod is not stopped and kept: removing it deletes it (its Service
+and GPU claim too; the workspace claim is kept), which without ``force`` only happens when
+nothing outside its workspace claim changed since it started or was last committed. On a
+cluster the scheduler places a pod and holds its GPUs: no lease is written. Every method blocks
+(API server calls, execs).
 """
 
 from __future__ import annotations
@@ -13,22 +16,48 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..access import Caller
 from ..engine import Host, Progress
+from ..engine.cluster import Cluster
 from ..environments import Environment
-from ..errors import ConfigError, Conflict, EngineError, EngineUnreachable, GPUDevError
-from ..labels import A_NAME
+from ..errors import (
+    BadRequest,
+    ConfigError,
+    Conflict,
+    EngineError,
+    EngineUnreachable,
+    GPUDevError,
+)
+from ..labels import A_NAME, A_OWNER, STOPPED
 from ..untrusted import clean
 from . import plan as planning
+from .backend import Located, Release, Skipped, Starting
 from .create import Confinement
+from .logs import pod_output
 from .lookup import ContainerLookup
 from .model import DevContainerInfo, StartRequest, creation_time, given_name, user_name
-from .pods import Pods, annotation, pod_changes, pod_info, pod_uid
+from .pods import (
+    Pods,
+    annotation,
+    pod_address,
+    pod_changes,
+    pod_info,
+    pod_kernel,
+    pod_uid,
+)
+from .reconcile import delete_orphan_kernel_pods
+from .reports import Known
+from .terminals import pod_terminal_argv
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
+
+T = TypeVar("T")
 
 
 def start_pod(
@@ -115,6 +144,7 @@ def _record_pod_baseline(
 
 def plan_pod(
     host: Host,
+    cluster: Cluster,
     env: Environment,
     request: StartRequest,
     *,
@@ -136,13 +166,13 @@ def plan_pod(
         server_id=server_id,
         created=creation_time(),
     )
-    cluster, error = None, None
-    if pod.gpus.count and host.cluster is not None:
+    described, error = None, None
+    if pod.gpus.count:
         try:
-            cluster = host.cluster.describe()
+            described = cluster.describe()
         except (EngineUnreachable, ConfigError) as exc:
             error = exc.message
-    note = planning.cluster_note(pod.gpus, cluster, error)
+    note = planning.cluster_note(pod.gpus, described, error)
     said = [*pod_notes, note] if note else pod_notes
     return planning.pod_plan(env, pod, confinement(), host.spec, said)
 
@@ -209,3 +239,239 @@ def _pod_uncommitted(
     for problem in problems[:5]:
         lookup.log.info("gpudev: listing of %s: %s", user_name(name), clean(problem))
     return changed
+
+
+class PodBackend:
+    """The dev containers of one Kubernetes host, as pods (``backend.DevContainerBackend``)."""
+
+    def __init__(self, lookup: ContainerLookup, host: Host) -> None:
+        self.lookup = lookup
+        self.host = host
+
+    @property
+    def pods(self) -> Pods:
+        return self.lookup.pods(self.host)
+
+    @classmethod
+    def start(
+        cls, lookup: ContainerLookup, host: Host | None, starting: Starting
+    ) -> DevContainerInfo:
+        """``start_pod`` on ``host``, the host the start names."""
+        host = _named(host)
+        return start_pod(
+            lookup,
+            host,
+            starting.env,
+            starting.request,
+            who=starting.who,
+            say=starting.say,
+            name=starting.name(),
+            command=starting.command,
+            confinement=lambda: starting.confinement(host),
+            room=starting.room(),
+            timeout=starting.timeout,
+        )
+
+    @classmethod
+    def plan(cls, lookup: ContainerLookup, host: Host | None, starting: Starting) -> dict[str, Any]:
+        """``plan_pod`` on ``host``, the host the plan names."""
+        host = _named(host)
+        return plan_pod(
+            host,
+            lookup.pods(host).cluster,
+            starting.env,
+            starting.request,
+            name=starting.name(),
+            owner=starting.who.name,
+            command=starting.command,
+            server_id=lookup.server_id,
+            confinement=lambda: starting.confinement(host),
+        )
+
+    # -- finding and reading -------------------------------------------------------------------
+
+    def find(
+        self,
+        name: str,  # noqa: ARG002 - no message of its own
+        keys: tuple[str, ...],
+        who: Caller,
+    ) -> dict[str, Any] | None:
+        try:
+            pods = self.pods
+            for key in keys:
+                pod = pods.find(key)
+                if pod is not None and who.sees_owner(annotation(pod, A_OWNER)):
+                    return pod
+        except GPUDevError as err:  # a cluster's refusal is not another host's
+            raise Skipped(err) from None
+        return None
+
+    def listed(
+        self, who: Caller, *, all_states: bool, added: dict[str, list[int]]
+    ) -> list[Located]:
+        try:
+            listed = self.pods.managed()
+        except GPUDevError as err:  # a cluster's refusal is not another host's
+            self.lookup.log.warning("gpudev: pods of %s: %s", self.host.name, err.message)
+            raise Skipped(err) from None
+        known = Known(
+            leases={},
+            pinned=frozenset(self.lookup.ledger.pinned(self.host.name)),
+            added_ports=added,
+        )
+        return [
+            Located(self.host, self, pod, known)
+            for pod in listed
+            if who.sees_owner(annotation(pod, A_OWNER))
+            and (all_states or pod_info(pod, self.host.name).state not in STOPPED)
+        ]
+
+    def report(
+        self,
+        native: dict[str, Any],
+        *,
+        count_changes: bool = False,  # noqa: ARG002 - its changes are not counted here
+        known: Known | None = None,
+        wait: bool = True,  # noqa: ARG002
+        warnings: tuple[str, ...] = (),
+    ) -> DevContainerInfo:
+        """The pod as reported (no lease: the scheduler holds its GPUs)."""
+        if known is None:
+            added = self.lookup.added_ports.read()
+            pinned = annotation(native, A_NAME) in self.lookup.ledger.pinned(self.host.name)
+        else:
+            added = known.added_ports
+            pinned = annotation(native, A_NAME) in known.pinned
+        info = pod_info(
+            native, self.host.name, added_ports=added.get(pod_uid(native), ()), pinned=pinned
+        )
+        return self.lookup.as_seen(replace(info, warnings=warnings) if warnings else info)
+
+    def container(self, native: dict[str, Any], name: str) -> Container:  # noqa: ARG002
+        raise BadRequest(
+            f"{user_name(name)!r} runs in a pod on host {self.host.name!r}: this is not done "
+            "for pods yet (start, ls, logs, rm, pin, diff, commit, push, kernels, terminals "
+            "and web ports are)"
+        )
+
+    def key(self, native: dict[str, Any], name: str) -> str:
+        return annotation(native, A_NAME) or user_name(name)
+
+    def owner(self, native: dict[str, Any]) -> str:
+        return annotation(native, A_OWNER)
+
+    def kernel_id(self, native: dict[str, Any]) -> str | None:
+        return pod_kernel(native)
+
+    def running(self, native: dict[str, Any]) -> bool:
+        return pod_info(native, self.host.name).state == "running"
+
+    def web_ports(self, native: dict[str, Any]) -> tuple[int, ...]:
+        added = self.lookup.added_ports.read().get(pod_uid(native), ())
+        return pod_info(native, self.host.name, added_ports=added).web_ports
+
+    def set_web_port(
+        self, native: dict[str, Any], name: str, port: int, *, add: bool
+    ) -> DevContainerInfo:
+        if not add and port in self.report(native).forward_ports:
+            raise BadRequest(
+                f"Port {port} is one of the forwardPorts of {user_name(name)!r}'s "
+                "environment: it is always served (only ports added at run time can be "
+                "removed)"
+            )
+        if not pod_uid(native):
+            raise EngineError(f"The pod of {user_name(name)!r} has no uid: not served")
+        self.lookup.added_ports.set(pod_uid(native), port, add=add)
+        return self.report(native)
+
+    def reach(self, native: dict[str, Any], port: int) -> tuple[str, int]:
+        """A local port-forward, or the pod's IP (``c.KubernetesHosts.port_forward``)."""
+        if not self.lookup.forwards_pods(self.host):
+            return pod_address(native), port
+        forwards = self.lookup.pod_forwards(self.host.name, self.pods.cluster)
+        return "127.0.0.1", forwards.forward(str(native["metadata"]["name"]), port)
+
+    def terminal_argv(self, native: dict[str, Any], name: str) -> list[str]:
+        if not self.running(native):
+            raise Conflict(f"{user_name(name)!r} is not running")
+        return pod_terminal_argv(self.host, str(native["metadata"]["name"]))
+
+    def logs(
+        self, native: dict[str, Any], *, follow: bool, tail: int | None, limit: int
+    ) -> Iterator[str]:
+        cluster, pod = self.pods.cluster, str(native["metadata"]["name"])
+        return pod_output(cluster, pod, follow=follow, tail=tail, limit=limit)
+
+    # -- stop and remove -----------------------------------------------------------------------
+
+    def stop(
+        self,
+        native: dict[str, Any],  # noqa: ARG002
+        name: str,
+        *,
+        timeout: float,  # noqa: ARG002
+        release: Release,  # noqa: ARG002 - no lease on a cluster
+    ) -> None:
+        raise Conflict(
+            f"{user_name(name)!r} is a pod: a pod is not stopped and kept. Removing it "
+            "(rm --force) deletes it and what changed outside its workspace claim, and "
+            "frees its GPUs; the workspace claim is kept"
+        )
+
+    def remove(
+        self,
+        native: dict[str, Any],
+        name: str,
+        *,
+        force: bool,
+        keep: Callable[[], str | None] | None,
+        timeout: float,  # noqa: ARG002
+        release: Release,  # noqa: ARG002 - no lease on a cluster
+    ) -> None:
+        """``remove_pod``: a pod is checked by listing its files, which takes a while:
+        ``keep``, asked right before it is deleted, may give a reason to keep it after all."""
+        remove_pod(self.lookup, name, self.host, native, force=force, keep=keep)
+
+    def uncommitted(self, native: dict[str, Any], name: str) -> list[str]:
+        return _pod_uncommitted(self.lookup, name, self.host, native, self.pods)
+
+    # -- what the lifecycle's other parts ask of a host ----------------------------------------
+
+    def owned(self, owner: str) -> dict[str, str]:
+        pods = [p for p in self.pods.managed() if annotation(p, A_OWNER) == owner]
+        return {annotation(p, A_NAME): pod_info(p, self.host.name).state for p in pods}
+
+    def stop_orphan_kernels(
+        self, *, machine: str, ledger_id: str, remove: Callable[[str, str], None]
+    ) -> list[str]:
+        return delete_orphan_kernel_pods(
+            self.host,
+            self.lookup.pods,
+            machine=machine,
+            ledger_id=ledger_id,
+            remove=remove,
+            log=self.lookup.log,
+        )
+
+    def passed_over(self) -> str | None:
+        return f"a Kubernetes cluster: start there with --host {self.host.name}"
+
+    def host_cpus(self) -> Callable[[], int] | None:
+        return None  # a pod's limits have no default share of a node
+
+    def read(
+        self,
+        native: dict[str, Any],
+        *,
+        engine: Callable[[Host, Container], T],  # noqa: ARG002 - not a Docker container
+        pod: Callable[[Host, dict[str, Any]], T],
+    ) -> T:
+        return pod(self.host, native)
+
+
+def _named(host: Host | None) -> Host:
+    """The Kubernetes host a start or plan names (``lifecycle.backend_type`` gives pods to a
+    start only on a host it names)."""
+    if host is None:
+        raise BadRequest("A dev container starts as a pod only on the Kubernetes host named")
+    return host

@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..engine import Progress
+from ..engine import Host, Progress
 from ..engine.cluster import Cluster
 from ..environments import Environment
-from ..errors import Conflict, EngineError, GPUDevError, ImageError
+from ..errors import BadRequest, Conflict, EngineError, GPUDevError, ImageError
 from ..k8s import objects as k8s
 from ..k8s.listing import LISTING_ARGV, compare_listings, parse_listing
+from ..k8s.settings import KubernetesHosts
 from ..k8s.status import PodState, pod_state
 from ..labels import A_CREATED, A_ENV, A_IMAGE, A_NAME, A_OWNER, A_PORTS, K_KERNEL, K_MANAGED
 from ..untrusted import as_dict, clean
@@ -214,6 +215,20 @@ class Created:
 def _ref(manifest: dict[str, Any]) -> Created:
     return Created(
         str(manifest["apiVersion"]), str(manifest["kind"]), str(manifest["metadata"]["name"])
+    )
+
+
+def pods_of(host: Host, settings: KubernetesHosts, log: Any) -> Pods:
+    """The dev container pods of ``host``, a Kubernetes host (``settings``: how long a start
+    waits, how often a pod is read, whether listings are watched)."""
+    if host.cluster is None:
+        raise BadRequest(f"Host {host.name!r} is not a Kubernetes cluster")
+    return Pods(
+        host.cluster,
+        timeout=settings.start_timeout,
+        poll=settings.poll_interval,
+        log=log,
+        watch=settings.watch,
     )
 
 

@@ -2,7 +2,7 @@
 ``forwardPorts`` (labelled at creation) and ports added at run time (kept in ``ports.json`` in
 gpudev's state folder, by container id). And what keeps their ports to their owners: the
 firewall in front of them (``guard_ports``), the SSH forwards that go with a stopping container
-(``close_forwards``)."""
+(``close_forwards``). And where the host reaches a container (``engine_address``)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from typing import Any
 from docker.models.containers import Container
 
 from ..engine import Host, firewall
-from ..errors import ENGINE_FAILURES
-from ..labels import L_MANAGED, L_OWNER, L_PORTS
+from ..errors import ENGINE_FAILURES, EngineError
+from ..labels import L_MANAGED, L_NAME, L_OWNER, L_PORTS
+from .model import user_name
 
 _LOCK = threading.Lock()
 
@@ -137,3 +138,18 @@ def close_forwards(host: Host, container: Container) -> None:
     for network in networks.values():
         if network.get("IPAddress"):
             host.unreach(str(network["IPAddress"]))
+
+
+def engine_address(container: Container, network: str) -> str:
+    """The IP address at which the host reaches ``container`` (on ``network`` if it is on it;
+    the loopback address for one on the host's network)."""
+    name = container.labels.get(L_NAME, container.name or "")
+    settings = container.attrs.get("NetworkSettings", {})
+    if container.attrs.get("HostConfig", {}).get("NetworkMode") == "host":
+        return "127.0.0.1"
+    networks = settings.get("Networks") or {}
+    preferred: dict[str, Any] = networks.get(network) or next(iter(networks.values()), {})
+    address = str(preferred.get("IPAddress") or settings.get("IPAddress") or "")
+    if not address:
+        raise EngineError(f"{user_name(name)!r} has no network address (is it running?)")
+    return address

@@ -8,7 +8,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker.errors
 from docker.models.containers import Container
@@ -32,6 +32,9 @@ from ..labels import (
 from ..leasing import EngineClaims, LeaseLedger
 from .model import user_name
 from .pods import Pods, annotation, pod_kernel
+
+if TYPE_CHECKING:
+    from .backend import DevContainerBackend
 
 
 def on_host(container: Container, host: Host) -> bool:
@@ -134,47 +137,54 @@ def orphan_kernel_containers(host: Host, ledger_id: str, machine: str) -> list[C
 def stop_orphan_kernels(
     hosts: Iterable[Host],
     *,
+    backend: Callable[[Host], DevContainerBackend],
     ledger_id: str,
     remove: Callable[[str, str], None],
-    pods: Callable[[Host], Pods],
-    log: Any,
 ) -> list[str]:
     """Stop the kernel containers a dead server left running, so they free their GPUs.
 
     A container dedicated to a kernel is an orphan when it was made through this same
     ledger by a server process of this machine that no longer runs (after a crash or a
-    SIGKILL its kernels cannot be reached again). Unchanged ones are removed (``remove``,
-    the lifecycle's); ones with changes are kept, stopped, until committed or removed.
-    Returns the names of those stopped or deleted.
+    SIGKILL its kernels cannot be reached again). Each host's ``backend`` finds them and has
+    them removed (``remove``, the lifecycle's): unchanged ones go; ones with changes are kept
+    (stopped, or a pod running) until committed or removed. Returns the names of those
+    stopped or deleted.
     """
     machine = socket.gethostname()
     stopped: list[str] = []
     for host in hosts:
-        if host.spec.is_kubernetes:
-            stopped += _delete_orphan_kernel_pods(
-                host, pods, machine=machine, ledger_id=ledger_id, remove=remove, log=log
-            )
-            continue
-        try:
-            orphans = orphan_kernel_containers(host, ledger_id, machine)
-        except (GPUDevError, docker.errors.DockerException) as exc:
-            log.warning("gpudev: orphan kernels on %s not checked: %r", host.name, exc)
-            continue
-        for container in orphans:
-            name = container.labels.get(L_NAME, user_name(container.name or ""))
-            try:
-                remove(name, host.name)
-            except Conflict:
-                pass  # stopped (lease freed) and kept: it has changes
-            except GPUDevError as err:
-                log.warning("gpudev: orphan kernel container %s: %s", name, err.message)
-                continue
-            log.info("gpudev: stopped %s, left by a server that is gone", name)
-            stopped.append(name)
+        stopped += backend(host).stop_orphan_kernels(
+            machine=machine, ledger_id=ledger_id, remove=remove
+        )
     return stopped
 
 
-def _delete_orphan_kernel_pods(
+def stop_orphan_kernel_containers(
+    host: Host, *, machine: str, ledger_id: str, remove: Callable[[str, str], None], log: Any
+) -> list[str]:
+    """``stop_orphan_kernels`` on a Docker engine: the orphans removed, or stopped (their
+    lease freed) and kept when they have changes."""
+    try:
+        orphans = orphan_kernel_containers(host, ledger_id, machine)
+    except (GPUDevError, docker.errors.DockerException) as exc:
+        log.warning("gpudev: orphan kernels on %s not checked: %r", host.name, exc)
+        return []
+    stopped: list[str] = []
+    for container in orphans:
+        name = container.labels.get(L_NAME, user_name(container.name or ""))
+        try:
+            remove(name, host.name)
+        except Conflict:
+            pass  # stopped (lease freed) and kept: it has changes
+        except GPUDevError as err:
+            log.warning("gpudev: orphan kernel container %s: %s", name, err.message)
+            continue
+        log.info("gpudev: stopped %s, left by a server that is gone", name)
+        stopped.append(name)
+    return stopped
+
+
+def delete_orphan_kernel_pods(
     host: Host,
     pods: Callable[[Host], Pods],
     *,
@@ -183,10 +193,10 @@ def _delete_orphan_kernel_pods(
     remove: Callable[[str, str], None],
     log: Any,
 ) -> list[str]:
-    """Delete the kernels' own pods a dead server process of this machine left on a
-    cluster (their GPUs are the scheduler's until then); ones whose files outside the
-    workspace changed keep running until committed or removed (a pod is never stopped
-    and kept)."""
+    """``stop_orphan_kernels`` on a Kubernetes host: the kernels' own pods a dead server
+    process of this machine left are deleted (their GPUs are the scheduler's until then);
+    ones whose files outside the workspace changed keep running until committed or removed
+    (a pod is never stopped and kept)."""
     try:
         managed = pods(host).managed()
     except GPUDevError as err:

@@ -389,21 +389,19 @@ def admin_confinement(
 
 
 def confinement_for(
-    confinement: Confinement, limits: Limits, *, env: Environment, owner: str, host: Host, log: Any
+    confinement: Confinement,
+    limits: Limits,
+    *,
+    env: Environment,
+    owner: str,
+    cpus: Callable[[], int] | None,
 ) -> Confinement:
-    """The confinement of a new container of ``owner``'s on ``host``: the administrator's,
-    with the memory and CPUs ``owner``'s ``limits`` give ``env`` (no default on a Kubernetes
-    host); ``LimitReached`` when it asks for more than that."""
-    cpus = None if host.spec.is_kubernetes else (lambda: _host_cpus(host, log))
+    """The confinement of a new container of ``owner``'s: the administrator's, with the memory
+    and CPUs ``owner``'s ``limits`` give ``env`` (``cpus``: how to ask its host for its CPUs;
+    ``None``, on a Kubernetes host: no default); ``LimitReached`` when it asks for more."""
     memory, nano_cpus = container_resources(limits, env, Whose(owner, owner), cpus)
     return replace(
         confinement,
         memory_bytes=tightest(confinement.memory_bytes, memory),
         nano_cpus=tightest(confinement.nano_cpus, nano_cpus),
     )
-
-
-def _host_cpus(host: Host, log: Any) -> int:
-    """How many CPUs ``host``'s engine has (0: it does not say)."""
-    with engine_errors(f"Asking host {host.name!r} for its CPUs", log):
-        return int(host.client().info().get("NCPU") or 0)
