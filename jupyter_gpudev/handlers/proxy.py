@@ -320,9 +320,9 @@ class PortProxyHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
     async def _capability_for(self, name: str, port: str) -> AppCapability:
         """The capability for this port of ``name``, for the caller (after ``_target``)."""
         containers = self.gpudev.containers
-        host, _ = await self.blocking(containers.find, name)
+        found = await self.blocking(containers.locate, name)  # a pod's too
         who = containers.access.local()
-        return AppCapability.grant(name, host.name, int(port), who.name, admin=who.admin)
+        return AppCapability.grant(name, found.host.name, int(port), who.name, admin=who.admin)
 
     async def _to_app(self, name: str, port: str, path: str | None) -> None:
         """Send the browser on to the app's sandboxed address, with a capability for it."""

@@ -86,8 +86,8 @@ class PortTargetHandler(GPUDevHandler):
     async def get(self, name: str, port: str) -> None:
         containers = self.gpudev.containers
         address, reached = await self.blocking(containers.proxy_target, name, int(port))
-        found, _ = await self.blocking(containers.find, name)
-        self.finish(json.dumps({"address": address, "port": reached, "host": found.name}))
+        found = await self.blocking(containers.locate, name)  # a pod's too
+        self.finish(json.dumps({"address": address, "port": reached, "host": found.host.name}))
 
 
 def proxy_routes(name: str) -> list[tuple[str, Any]]:
