@@ -22,6 +22,7 @@ from .changes.tracker import ChangeTracker
 from .containers.lifecycle import DevContainers
 from .containers.limits import UserLimits
 from .containers.lookup import ContainerLookup
+from .containers.metrics import GPUMetrics
 from .containers.usage import GPUUse
 from .engine import GPUInventory, HostPool, ImageBootstrapper, LegacyGPUInjection, Registries
 from .environments import EnvironmentManager, MountPolicy
@@ -81,19 +82,25 @@ class Services:
         kernel_manager: Any = None,
         log: logging.Logger | logging.LoggerAdapter[Any] | None = None,
         shared: SharedParts | None = None,
+        kernels: KernelRegistry | None = None,
     ) -> None:
         """``root_dir``: the workspace root (mounted, searched for .devcontainer);
         ``parent`` or ``config``: where the traits come from; ``kernel_manager``: the server's
         (the culler and the kernel registry watch its kernels), ``None`` outside a server;
-        ``shared``: the parts one user's view shares with the others in the shared service."""
+        ``shared``: the parts one user's view shares with the others in the shared service;
+        ``kernels``: the registry of the kernels it runs, when not the server's own (the
+        shared service's, scoped to the view's user)."""
         source: dict[str, Any] = (
             {"parent": parent} if parent is not None else {"config": config or Config()}
         )
         if log is not None:
             source["log"] = log
         self.host_pool = shared.host_pool if shared else HostPool(**source)
-        #: The gpudev kernels of this server, in which container each runs (in a server).
-        self.kernels = KernelRegistry(kernel_manager) if kernel_manager is not None else None
+        #: The gpudev kernels of this server, in which container each runs (in a server, and
+        #: in the shared service: its clients').
+        if kernels is None and kernel_manager is not None:
+            kernels = KernelRegistry(kernel_manager)
+        self.kernels = kernels
         more: dict[str, Any] = {}
         if shared is not None:
             more = {"access": shared.access, "ledger": shared.ledger, "server_id": shared.server_id}
@@ -109,7 +116,11 @@ class Services:
         self.containers.changes = self.tracker
         self.committer = Committer(self.capture, self.containers.registries)
         #: GPU use by dev container and owner (``GET /gpudev/api/usage``, ``jupyter gpudev top``).
-        self.usage = GPUUse(self.containers)
+        self.usage = GPUUse(self.containers, kernels=self.kernels)
+        #: The reclaim messages say what a kernel holds.
+        self.culler.usage = self.usage
+        #: Its Prometheus gauges, read on each scrape (the server installs it on /metrics).
+        self.metrics = GPUMetrics(self.usage, log or logging.getLogger("jupyter_gpudev"))
 
     def close(self) -> None:
         """Stop the background change counts; close the engine connections (and SSH tunnels)

@@ -27,6 +27,15 @@ def _check_id(value: str) -> str:
     return value.replace("sha256:", "")
 
 
+def uid_key(uid: str) -> str:
+    """The name the baselines of something named by a UUID (a pod's uid) are kept under: its
+    hex digits."""
+    key = uid.replace("-", "").lower()
+    if len(key) != 32 or any(c not in "0123456789abcdef" for c in key):
+        raise EngineError(f"Unexpected pod uid {uid[:80]!r}")
+    return key
+
+
 class Baselines:
     """Baselines on disk: per image (what a container of it starts from) and per container
     (one probed after its lifecycle commands, or moved forward by ``commit --write``)."""

@@ -7,11 +7,11 @@ or stopped (kept because it has changes): they are its image's (probed once in a
 container of the image) plus what its ``docker diff`` and the package files it names, read as
 data, say (``jupyter_gpudev.packages``); looking at changes never needs a GPU lease.
 
-A pod on a Kubernetes host has no engine to ask: its ``docker diff`` is two file listings
-compared (the one taken when it started and one now), its files are read by ``tar`` run in it
-as its user, and its packages at the start were probed in it then (``changes/podfiles.py``).
-Its commit writes the Dockerfile diff; its snapshot is built and pushed by its cluster
-(``changes/podbuild.py``)."""
+What differs by the kind of the container's host is its ``ChangeSource`` (``source.py``;
+``kinds.source_type`` picks it): a Docker engine's containers are read as above
+(``docker_changes.py``), pods on a Kubernetes host by file listings and ``tar`` run in them
+(``pod_changes.py``). Rendering, staging the kept files and writing a commit are the same for
+every kind, here."""
 
 from __future__ import annotations
 
@@ -19,9 +19,8 @@ import dataclasses
 import json
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,25 +28,25 @@ import docker.errors
 
 from .. import safefs
 from ..containers import commandlog
-from ..containers.pods import annotation, mount_paths, pod_info, pod_uid
 from ..engine.context import read_checked_text
 from ..environments import MAX_FILE_BYTES, Environment, load_jsonc
-from ..errors import BadRequest, Conflict, EngineError, GPUDevError, engine_errors
-from ..k8s.listing import compare_listings, parse_listing
-from ..labels import A_NAME
-from ..untrusted import clean
-from . import classify, compare, model, packages, probe
-from .dockerfile import RenderedDiff, change_items, render
-from .podfiles import PodArchives, PodReader, pod_key, probe_pod
+from ..errors import EngineError, GPUDevError, engine_errors
+from . import classify, model, packages, probe
+from .dockerfile import RenderedDiff, render
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
 
-    from ..containers import DevContainerInfo, DevContainers
+    from ..containers import DevContainers
     from ..engine.hosts import Host
 from .baselines import DIGESTED_FILES, Baseline, Baselines, _check_id
+from .classify import engine_made, mount_targets, uncommitted
 from .export import FILE_SIZE_LIMIT, ArchiveSource, Exported, _Exporter, read_digests
 from .helpers import PROBE_OUTPUT_LIMIT, PROBE_TIMEOUT, run_probe, shown
+from .kinds import source_type
+from .source import Captured, ChangeSource, Prepared
+
+__all__ = ["Captured", "ChangeCapture", "DiffChanged", "Prepared", "WriteResult"]
 
 
 class DiffChanged(GPUDevError):
@@ -57,136 +56,6 @@ class DiffChanged(GPUDevError):
     status = 409
     exit_code = 6
     code = "diff_changed"
-
-
-@dataclass
-class PodSource:
-    """A pod whose changes were captured: its host, uid, files (``PodArchives``) and
-    variables."""
-
-    host: str
-    uid: str
-    archives: PodArchives
-    env: list[str]
-
-
-@dataclass
-class Captured:
-    """A container's change set, with what it was captured from: the container, its packages
-    now and its whole ``docker diff`` (what a baseline moved forward to this point holds), the
-    baseline it was compared with, every change as an item and the ones left out."""
-
-    info: DevContainerInfo
-    environment: Environment
-    #: What a commit carries: every change less the ``excluded`` ones.
-    changes: model.ChangeSet
-    #: The Docker container (``None`` for a pod: see ``pod``).
-    container: Container | None
-    packages: model.PackageState
-    diff: list[dict[str, Any]]
-    #: The client of the engine the container is on (``None`` for a pod).
-    client: docker.DockerClient | None
-    base: Baseline
-    #: The environment variables the container's were compared with (the baseline's).
-    before_env: dict[str, str] = field(default_factory=dict)
-    #: Every change (excluded ones too), in the order the Dockerfile renders them.
-    items: list[model.ChangeItem] = field(default_factory=list)
-    #: The change ids asked to be left out (some may match no current change).
-    excluded: tuple[str, ...] = ()
-    #: How many lines the command log had (what the next baseline starts after).
-    log_lines: int = 0
-    #: A pod's capture: where its files are read and what it was compared with.
-    pod: PodSource | None = None
-
-    @property
-    def key(self) -> str:
-        """What the container's baseline is kept under (a pod's: ``pod_key``)."""
-        if self.pod is not None:
-            return pod_key(self.pod.uid)
-        return str(self.engine()[1].id)
-
-    @property
-    def source(self) -> Container | ArchiveSource:
-        """Where the container's files are read from."""
-        return self.pod.archives if self.pod is not None else self.engine()[1]
-
-    def engine(self) -> tuple[docker.DockerClient, Container]:
-        """The engine and the Docker container; a pod has none: what needs them (a
-        snapshot, a push, a verify build) is refused with a clear message."""
-        if self.client is None or self.container is None:
-            raise BadRequest(
-                f"{self.info.name} is a pod on a Kubernetes host: it has no Docker engine "
-                "(its snapshot is built and pushed by the cluster)"
-            )
-        return self.client, self.container
-
-    @property
-    def held(self) -> list[str]:
-        """The ids of the current changes left out, in the items' order."""
-        asked = set(self.excluded)
-        return [item.id for item in self.items if item.id in asked]
-
-    @property
-    def excluded_unknown(self) -> list[str]:
-        """The ids asked to be left out that match no current change."""
-        current = {item.id for item in self.items}
-        return [i for i in self.excluded if i not in current]
-
-    def selection_json(self) -> dict[str, Any]:
-        """``items`` (every change), ``excluded`` (as asked) and ``excluded_unknown``."""
-        return {
-            "items": [item.to_json() for item in self.items],
-            "excluded": list(self.excluded),
-            "excluded_unknown": self.excluded_unknown,
-        }
-
-    def expected_packages(self) -> tuple[model.PackageState, dict[str, str | None]]:
-        """What an image rebuilt from this commit has (``changes.expected_state``)."""
-        return compare.expected_state(self.base.packages, self.packages, set(self.held))
-
-    def as_baseline(self, digests: Mapping[str, str] | None = None) -> Baseline:
-        """The container as it is now, less what a commit did not write (credentials, and the
-        changes left out, put back as the old baseline had them): those stay changes, reported
-        by the next diff and kept from a removal without force."""
-        held = self.held
-        left_out = set(held)
-        if self.pod is not None:
-            env = model.env_dict(self.pod.env)
-        else:
-            attrs = self.container.attrs if self.container is not None else {}
-            env = model.env_dict(attrs.get("Config", {}).get("Env") or [])
-        secrets = set(self.changes.files.secrets)
-        # Not copied (credentials, and what could not be: a FIFO, over the size limit): still
-        # changes after the commit.
-        not_copied = secrets | set(self.changes.files.skipped)
-        files = {str(d["Path"]): int(d["Kind"]) for d in self.diff if d["Path"] not in not_copied}
-        for name in self.changes.env_secrets:
-            env.pop(name, None)
-        for item in self.items:
-            if item.id not in left_out:
-                continue
-            if item.kind == "env":
-                name = item.id.removeprefix("env:")
-                env.pop(name, None)
-                if name in self.before_env:
-                    env[name] = self.before_env[name]
-            elif item.kind in ("file", "delete"):
-                path = item.id.split(":", 1)[1]
-                inside = path.rstrip("/") + "/"
-                for old in [p for p in files if p == path or p.startswith(inside)]:
-                    del files[old]
-                files.update(
-                    (p, k) for p, k in self.base.files.items() if p == path or p.startswith(inside)
-                )
-        packages = compare.revert_excluded(self.base.packages, self.packages, left_out)
-        # What the commit wrote is what an edit is compared with from now on; the rest keeps
-        # what it was compared with before.
-        known = {
-            p: d for p, d in self.base.digests.items() if files.get(p) == self.base.files.get(p)
-        }
-        known.update(digests or {})
-        kept = dict(sorted(known.items())[:DIGESTED_FILES])
-        return Baseline(packages, env, files, sorted(secrets), held, kept, self.log_lines)
 
 
 class ChangeCapture:
@@ -211,7 +80,7 @@ class ChangeCapture:
         env = container.attrs.get("Config", {}).get("Env") or []
         diff = list(container.diff() or [])
         files = {str(d["Path"]): int(d["Kind"]) for d in diff}
-        current = self._probe_current(container.client, container, diff)
+        current = self.probe_current(container.client, container, diff)
         for problem in current.problems:
             self.containers.log.warning("gpudev: baseline of %s: %s", container.name, problem)
         keepable = classify.file_changes(
@@ -222,7 +91,7 @@ class ChangeCapture:
         ).kept
         baseline = Baseline(current.result.state, model.env_dict(env), files)
         baseline.digests = self._digests(container, keepable, diff)
-        baseline.log_lines = len(self._commands(container))
+        baseline.log_lines = len(self.commands(container))
         self.baselines.save_container(str(container.id), baseline)
 
     def _digests(
@@ -234,7 +103,7 @@ class ChangeCapture:
         chosen = sorted(paths)[:DIGESTED_FILES]
         return read_digests(container, chosen, diff, self.file_size_limit).digests
 
-    def _commands(self, container: Container) -> list[str]:
+    def commands(self, container: Container) -> list[str]:
         """The command lines of the container's command log (``[]`` without one)."""
         try:
             data = packages.ContainerReader(container)(commandlog.LOG, commandlog.LOG_LIMIT)
@@ -258,98 +127,6 @@ class ChangeCapture:
             return []
         now = read_digests(container, sorted(same), diff, self.file_size_limit).digests
         return [d for path, d in sorted(same.items()) if now.get(path) != base.digests[path]]
-
-    # -- pods -------------------------------------------------------------------------------
-
-    def record_pod_baseline(self, host: Host, pod: dict[str, Any]) -> None:
-        """The packages of a pod that just ran its lifecycle commands, probed in it (see
-        ``podfiles.probe_pod``): what its changes are counted against, kept as the pod's
-        "image" (its start) and as its own baseline (moved forward by commits)."""
-        cluster = self.containers.pods(host).cluster
-        name = str(pod["metadata"]["name"])
-        probed = probe_pod(cluster, name, annotation(pod, A_NAME) or name)
-        for problem in probed.problems[:20]:
-            self.containers.log.info("gpudev: baseline of %s: %s", name, clean(problem))
-        key = pod_key(pod_uid(pod))
-        self.baselines.save_image(key, probed.state)
-        self.baselines.save_container(key, Baseline(probed.state, _pod_env(pod), {}))
-
-    def forget_pod(self, uid: str) -> None:
-        """Drop a deleted pod's baselines."""
-        key = pod_key(uid)
-        self.baselines.forget(key)
-        self.baselines.forget_image(key)
-
-    def pod_diff(self, host: Host, pod: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
-        """A pod's changes since it started, in ``docker diff``'s shape (its listing then
-        compared with one now), and what of the listings could not be read. A ``Conflict``
-        when it was not listed when it started."""
-        name = annotation(pod, A_NAME) or str(pod["metadata"]["name"])
-        before = self.containers.pod_listings.load(host.name, pod_uid(pod))
-        if before is None:
-            raise Conflict(
-                f"{name!r} runs in a pod on host {host.name!r} whose files were not listed when "
-                "it started, so its changes cannot be told from its image's files"
-            )
-        now = self.containers.pods(host).listing(str(pod["metadata"]["name"]))
-        first, second = parse_listing(before), parse_listing(now)
-        diff = compare_listings(first.entries, second.entries, skip=mount_paths(pod))
-        return diff, [*first.problems, *second.problems]
-
-    def pod_archives(self, host: Host, pod: dict[str, Any]) -> PodArchives:
-        name = annotation(pod, A_NAME) or str(pod["metadata"]["name"])
-        cluster = self.containers.pods(host).cluster
-        return PodArchives(cluster, str(pod["metadata"]["name"]), name)
-
-    def _capture_pod(self, host: Host, pod: dict[str, Any], excluded: tuple[str, ...]) -> Captured:
-        """``capture`` of a pod: its listings compared instead of ``docker diff``, its files
-        read by ``tar`` in it, its packages derived from its start's probe as a container's
-        are from its image's. A pod's variables are its spec's: they do not change."""
-        manager = self.containers
-        info = pod_info(pod, host.name)
-        whole_diff, problems = self.pod_diff(host, pod)  # first: says when it was not listed
-        key = pod_key(pod_uid(pod))
-        start = self.baselines.image(key)
-        base = self.baselines.container(key)
-        if start is None or base is None:
-            raise Conflict(
-                f"The packages of {info.name!r} were not probed when its pod started, so its "
-                "changes cannot be read: start a new pod of the environment to commit from"
-            )
-        environment = manager.environments.get(info.environment, manager.root_dir)
-        archives = self.pod_archives(host, pod)
-        diff = [d for d in whole_diff if base.files.get(str(d["Path"])) != int(d["Kind"])]
-        diff += self.edited(archives, base, whole_diff)
-        derived = packages.current_state(start, whole_diff, PodReader(archives))
-        current = derived.result
-        result = compare.package_changes(base.packages, current.state)
-        result.notes.extend(derived.problems)
-        result.notes.extend(clean(p) for p in problems[:20])
-        new_envs = [p.env.prefix for p in result.python if p.new_env]
-        result.files = classify.file_changes(diff, mount_paths(pod), current.owned_files, new_envs)
-        known = set(base.secrets)
-        result.files.secrets = sorted(
-            {*result.files.secrets, *known.intersection(result.files.kept)}
-        )
-        result.files.kept = [p for p in result.files.kept if p not in known]
-        result.files.owners = classify.home_owners(result.files.kept, current.state.accounts)
-        env = _pod_env(pod)
-        captured = Captured(
-            info,
-            environment,
-            result,
-            None,
-            current.state,
-            whole_diff,
-            None,
-            base=base,
-            before_env=dict(base.env) if base.env is not None else env,
-            items=change_items(result),
-            excluded=excluded,
-            pod=PodSource(host.name, pod_uid(pod), archives, [f"{k}={v}" for k, v in env.items()]),
-        )
-        captured.changes = result.without(set(captured.held))
-        return captured
 
     def _image_baseline(self, client: docker.DockerClient, image_id: str) -> model.PackageState:
         cached = self.baselines.image(image_id)
@@ -404,77 +181,19 @@ class ChangeCapture:
         """The change set of a dev container, running or stopped, less the changes whose ids
         are in ``exclude`` (``Captured.items`` lists them all)."""
         excluded = model.check_change_ids(exclude)
-        return self.containers.locate(name, host).read(
-            engine=lambda found, container: self._capture_container(
-                name, found, container, excluded
-            ),
-            pod=lambda found, pod: self._capture_pod(found, pod, excluded),
-        )
+        located = self.containers.locate(name, host)
+        return self.source(located.host).capture(located.native, name, excluded)
 
-    def _capture_container(
-        self, name: str, found_host: Host, container: Container, excluded: tuple[str, ...]
-    ) -> Captured:
-        """``capture`` of a Docker container: its ``docker diff`` against its baseline, its
-        packages derived from its image's, its files read through the engine."""
-        manager = self.containers
-        client = found_host.client()
-        info = manager.describe(found_host, container)
-        environment = manager.environments.get(info.environment, manager.root_dir)
-        with (
-            engine_errors(f"Reading the changes of {name!r}", manager.log),
-            ThreadPoolExecutor(1, "gpudev-capture") as pool,
-        ):
-            # The engine's diff takes most of a second (it walks the image's whole tree, on
-            # Docker 20.10 overlay2): the command log is read meanwhile.
-            reading = pool.submit(self._commands, container)
-            base = self.baseline(client, container)
-            whole_diff = list(container.diff() or [])
-            # A path the baseline already had, with the same kind, is not a new change.
-            diff = [d for d in whole_diff if base.files.get(str(d["Path"])) != int(d["Kind"])]
-            diff += self.edited(container, base, whole_diff)
-            derived = self._probe_current(client, container, whole_diff)
-            commands = reading.result()
-        current = derived.result
-        result = compare.package_changes(base.packages, current.state)
-        result.notes.extend(derived.problems)
-        # Shown, written into the Dockerfile as comments: never a credential typed in one.
-        result.commands = [classify.redact_command(c) for c in commands[base.log_lines :]]
-        mounts = classify.mount_targets(container.attrs)
-        new_envs = [p.env.prefix for p in result.python if p.new_env]
-        result.files = classify.file_changes(
-            diff, mounts, current.owned_files, new_envs, classify.engine_made(container.attrs)
-        )
-        known = set(base.secrets)  # found by content at an earlier commit
-        result.files.secrets = sorted(
-            {*result.files.secrets, *known.intersection(result.files.kept)}
-        )
-        result.files.kept = [p for p in result.files.kept if p not in known]
-        result.files.owners = classify.home_owners(result.files.kept, current.state.accounts)
-        image_env = client.images.get(str(container.attrs["Image"])).attrs["Config"].get("Env")
-        classify.env_changes(
-            container.attrs.get("Config", {}).get("Env") or [],
-            image_env or [],
-            base.env,
-            result,
-        )
-        captured = Captured(
-            info,
-            environment,
-            result,
-            container,
-            current.state,
-            whole_diff,
-            client,
-            base=base,
-            before_env=dict(base.env) if base.env is not None else model.env_dict(image_env or []),
-            items=change_items(result),
-            excluded=excluded,
-        )
-        captured.changes = result.without(set(captured.held))
-        captured.log_lines = len(commands)
-        return captured
+    def source(self, host: Host) -> ChangeSource:
+        """What the changes of the dev containers of ``host`` are read and committed with
+        (``kinds.source_type``)."""
+        return source_type(host)(self, host)
 
-    def _probe_current(
+    def source_of(self, captured: Captured) -> ChangeSource:
+        """``source`` of the host ``captured`` was read on."""
+        return self.source(self.containers.host_pool.get(captured.info.host))
+
+    def probe_current(
         self,
         client: docker.DockerClient,
         container: Container,
@@ -485,6 +204,21 @@ class ChangeCapture:
         files it names, read as data through the engine. Nothing runs in the container."""
         image = self._image_baseline(client, _check_id(str(container.attrs.get("Image", ""))))
         return packages.current_state(image, diff, packages.ContainerReader(container))
+
+    def container_uncommitted(self, container: Container, baseline: Baseline | None) -> list[str]:
+        """What removing ``container`` would lose (``classify.uncommitted``): the rule
+        ``remove`` refuses by and the panel's count shows; files the baseline had, edited
+        since, included."""
+        diff = list(container.diff() or [])
+        edited = self.edited(container, baseline, diff) if baseline is not None else []
+        return uncommitted(
+            diff,
+            mount_targets(container.attrs),
+            baseline.files if baseline else {},
+            made=engine_made(container.attrs),
+            held=baseline.held if baseline else (),
+            edited=[str(d["Path"]) for d in edited],
+        )
 
     # -- render -------------------------------------------------------------------------------
 
@@ -699,31 +433,6 @@ class ChangeCapture:
 
 
 @dataclass
-class Prepared:
-    """A commit ready to be written: the capture, its rendered diff, the Dockerfile and build
-    context it goes to, and the staging folder holding the kept files (``sources/``, ``files/``)."""
-
-    captured: Captured
-    rendered: RenderedDiff
-    dockerfile: Path
-    old_text: str | None
-    context: Path
-    staging: Path | None
-    #: What each staged kept path was in the container (``Exported.digests``).
-    digests: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def folder(self) -> Path:
-        """Where the kept files go in the build context (what the COPY lines read)."""
-        return self.context / "gpudev-context" / self.captured.info.name
-
-    def discard(self) -> None:
-        if self.staging is not None:
-            shutil.rmtree(self.staging, ignore_errors=True)
-            self.staging = None
-
-
-@dataclass
 class WriteResult:
     """What ``commit --write`` wrote: the Dockerfile (and its backup), the files copied into
     the build context, devcontainer.json when it was switched to the new Dockerfile."""
@@ -745,20 +454,6 @@ class WriteResult:
             "context_folder": str(self.context_folder) if self.context_folder else None,
             "devcontainer": str(self.devcontainer) if self.devcontainer else None,
         }
-
-
-def _pod_env(pod: dict[str, Any]) -> dict[str, str]:
-    """The variables the dev container of a pod's spec sets (values only: a reference to a
-    Secret or a field is not a value gpudev knows)."""
-    env: dict[str, str] = {}
-    containers = (pod.get("spec") or {}).get("containers") or []
-    for container in containers[:1]:
-        for item in (container or {}).get("env") or []:
-            if isinstance(item, dict) and isinstance(item.get("name"), str):
-                value = item.get("value")
-                if isinstance(value, str):
-                    env[item["name"]] = value
-    return env
 
 
 def _relative(path: Path, root: Path) -> str:

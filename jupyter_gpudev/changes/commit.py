@@ -76,8 +76,8 @@ from . import classify, compare, model
 from .export import digest_differences, read_digests
 from .helpers import inert
 from .layers import RemovalLayer, removal_layer
-from .podbuild import PodBuild
 from .snapshots import SnapshotRecords, SnapshotTags, snapshot_tags
+from .source import Build, ChangeSource, CommitAsk, EarlyCommit, Snapshot
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
@@ -166,33 +166,6 @@ class VerifyReport:
 
 
 @dataclass
-class Snapshot:
-    """A snapshot image: where it is (``reference``: its tag on the engine, or a pod's pushed
-    reference), its id, labels, the driver files left out, its tag on the engine (``local``,
-    ``None`` for a pod's), where it was pushed and the pushed digest."""
-
-    reference: str
-    image_id: str
-    labels: dict[str, str]
-    removed_driver_files: list[str]
-    pushed_digest: str | None = None
-    local: str | None = None
-    pushed_to: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "reference": self.reference,
-            "local": self.local,
-            "pushed_to": self.pushed_to,
-            "image_id": self.image_id,
-            "labels": dict(self.labels),
-            "removed_driver_files": list(self.removed_driver_files),
-            "pushed": self.pushed_digest is not None,
-            "digest": self.pushed_digest or None,
-        }
-
-
-@dataclass
 class CommitResult:
     prepared: Prepared
     written: WriteResult | None = None
@@ -235,15 +208,15 @@ class Committer:
         options.check()
         tags = self._tags(options)  # a tag that is not the user's is refused before any work
         say({"stage": "capture", "message": f"reading the changes of {name}"})
-        early, on_pod = (
+        early, first = (
             self._commit_early(name, host, start=bool(options.snapshot))
             if options.snapshot or options.verify
-            else (None, False)
+            else (None, None)
         )
-        if on_pod:  # refused before anything is read
-            self._check_pod_options(name, options)
-        # A pod's snapshot is built from the Dockerfile and the kept files: they are staged.
-        staged = options.write or options.verify or on_pod
+        if first is not None:  # refused before anything is read
+            first.check_commit(name, options)
+        # A snapshot built from the Dockerfile and the kept files (a pod's) has them staged.
+        staged = options.write or options.verify or (first is not None and first.stages_snapshot)
         try:
             prepared = self.capture.prepare(
                 name,
@@ -262,7 +235,8 @@ class Committer:
         captured = prepared.captured
         keep_verified = False
         try:
-            self._check_pod_commit(prepared, options)  # before anything is built or written
+            source = self.capture.source_of(captured)
+            source.check_prepared(prepared, options)  # before anything is built or written
             if options.verify:
                 result.verify = self._verify(captured.engine()[0], prepared, say)
                 if result.verify.differences:
@@ -275,12 +249,8 @@ class Committer:
                         details={"differences": result.verify.differences},
                     )
             if tags is not None:
-                result.snapshot = (
-                    self._pod_snapshot(prepared, options, say)
-                    if captured.pod is not None
-                    else self._snapshot(
-                        captured.engine()[0], prepared, options, tags, say, early=early
-                    )
+                result.snapshot = source.snapshot(
+                    self, prepared, options=options, tags=tags, say=say, early=early
                 )
             if options.write:
                 say({"stage": "write", "message": f"writing {prepared.dockerfile}"})
@@ -393,24 +363,20 @@ class Committer:
 
     def _commit_early(
         self, name: str, host: str | None, *, start: bool
-    ) -> tuple[_EarlyCommit | None, bool]:
-        """With ``start``, start the snapshot's ``docker commit`` (and the layer leaving
-        gpudev's own files out) now, in a worker thread, while the changes are read: the
-        engine's diff alone takes most of a second. ``None`` (the commit is made later) when
-        the container cannot be found now: the capture says why. And whether it is a pod
-        (built in its cluster)."""
+    ) -> tuple[EarlyCommit | None, ChangeSource | None]:
+        """The changes' source of the container (``ChangeCapture.source``) and, with
+        ``start``, the snapshot's ``docker commit`` (and the layer leaving gpudev's own files
+        out) started now where its kind makes one, in a worker thread, while the changes are
+        read: the engine's diff alone takes most of a second. ``None`` for both (the commit is
+        made later) when the container cannot be found now: the capture says why."""
         try:
-            return self.capture.containers.locate(name, host).read(
-                engine=lambda found, container: (
-                    self._early(found, container) if start else None,
-                    False,
-                ),
-                pod=lambda _host, _pod: (None, True),  # its snapshot is its cluster's build
-            )
+            located = self.capture.containers.locate(name, host)
+            source = self.capture.source(located.host)
+            return (source.early_commit(located.native, self) if start else None), source
         except FAILURES:
-            return None, False
+            return None, None
 
-    def _early(self, found: Host, container: Container) -> _EarlyCommit:
+    def early(self, found: Host, container: Container) -> _EarlyCommit:
         """The early ``docker commit`` of ``container`` on ``found`` (``_commit_early``)."""
         client = found.client()
         confinement = self.capture.containers.confinement()
@@ -420,31 +386,12 @@ class Committer:
         own = list(commandlog.OWN_PATHS) if with_log else []
         return _EarlyCommit(client, container, own, confinement)
 
-    # -- a pod's snapshot, built in its cluster ------------------------------------------------
-
-    def _check_pod_commit(self, prepared: Prepared, options: CommitOptions) -> None:
-        """A pod's commit: the options it allows, and its kept files staged for a build."""
-        name = prepared.captured.info.name
-        if prepared.captured.pod is None:
-            return
-        self._check_pod_options(name, options)
-        if options.snapshot and prepared.staging is None and prepared.rendered.files:
-            raise EngineError(f"The files of {name} were not copied out for its build: try again")
-
-    @staticmethod
-    def _check_pod_options(name: str, options: CommitOptions) -> None:
-        if options.verify:
-            raise BadRequest(
-                f"{name} is a pod on a Kubernetes host: a verify build needs a Docker engine; "
-                "commit it without verify (--snapshot TAG --push builds it in the cluster)"
-            )
-        if options.snapshot and not options.push:
-            raise BadRequest(
-                f"{name} is a pod on a Kubernetes host: its snapshot is built and pushed by "
-                "the cluster, so --snapshot needs --push"
-            )
-
-    def _pod_snapshot(self, prepared: Prepared, options: CommitOptions, say: Progress) -> Snapshot:
+    def built_snapshot(
+        self, prepared: Prepared, options: CommitAsk, say: Progress, build: Build
+    ) -> Snapshot:
+        """A snapshot built from the patched Dockerfile, the build context and the staged
+        files by ``build`` (a pod's: in its cluster), labelled as an engine's snapshot is, and
+        pushed to the tag asked for."""
         captured = prepared.captured
         tag = str(options.snapshot)
         labels = {
@@ -458,10 +405,24 @@ class Committer:
         if options.message:
             labels[OCI_DESCRIPTION] = options.message.strip()
         with _verify_context(prepared) as context:
-            digest = PodBuild(self.capture, self.registries).run(
+            digest = build(
                 prepared, tag, labels, say, context=context, dockerfile=VERIFY_DOCKERFILE
             )
         return Snapshot(tag, "", labels, [], pushed_digest=digest, pushed_to=tag)
+
+    def engine_snapshot(
+        self,
+        prepared: Prepared,
+        options: CommitAsk,
+        tags: SnapshotTags,
+        say: Progress,
+        *,
+        early: EarlyCommit | None,
+    ) -> Snapshot:
+        """The snapshot made on the container's engine (``_snapshot``)."""
+        return self._snapshot(
+            prepared.captured.engine()[0], prepared, options, tags, say, early=early
+        )
 
     def _tags(self, options: CommitOptions) -> SnapshotTags | None:
         """Where the snapshot goes: TAG, or in shared mode TAG under the user's repository
@@ -504,11 +465,11 @@ class Committer:
         self,
         client: docker.DockerClient,
         prepared: Prepared,
-        options: CommitOptions,
+        options: CommitAsk,
         tags: SnapshotTags,
         say: Progress,
         *,
-        early: _EarlyCommit | None = None,
+        early: EarlyCommit | None = None,
     ) -> Snapshot:
         reference = Reference.parse(tags.local)
         captured = prepared.captured

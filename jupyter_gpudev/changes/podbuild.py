@@ -37,7 +37,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from ..containers.pods import IMAGE_REASONS
 from ..engine import Progress, Reference, Registries
@@ -48,7 +48,8 @@ from ..k8s.status import pod_state
 from ..untrusted import as_dict, clean
 
 if TYPE_CHECKING:
-    from .capture import ChangeCapture, Prepared
+    from .podfiles import PodSource
+    from .source import CaptureParts, Prepared
 
 #: Where build contexts are written in the workspace claim (removed after each build).
 BUILD_FOLDER = ".gpudev-build"
@@ -116,7 +117,7 @@ class PodBuild:
 
     def __init__(
         self,
-        capture: ChangeCapture,
+        capture: CaptureParts,
         registries: Registries,
         *,
         poll: float = 2.0,
@@ -147,12 +148,13 @@ class PodBuild:
         captured = prepared.captured
         if captured.pod is None:
             raise BadRequest(f"{captured.info.name} is not a pod")
+        origin = cast("PodSource", captured.pod)
         self.registries.check_push(tag)  # in shared mode, only under the user's prefix
         manager = self.capture.containers
-        host = manager.host_pool.get(captured.pod.host)
+        host = manager.host_pool.get(origin.host)
         pods = manager.pods(host)
         pod = pods.find(captured.info.name)
-        if pod is None or str(as_dict(pod.get("metadata")).get("uid")) != captured.pod.uid:
+        if pod is None or str(as_dict(pod.get("metadata")).get("uid")) != origin.uid:
             raise Conflict(f"The pod of {captured.info.name!r} changed meanwhile: try again")
         mount, claim = workspace_of(pod)
         run_as = run_as_of(pod)

@@ -20,14 +20,21 @@ from __future__ import annotations
 import io
 import posixpath
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
+import docker
+
 from ..engine.cluster import Cluster
-from ..errors import EngineError, GPUDevError
+from ..errors import BadRequest, EngineError, GPUDevError
 from ..untrusted import clean
 from . import packages
 from . import probe as image_probe
+from .baselines import uid_key
 from .model import ProbeResult
+
+#: The name a pod's baselines are kept under (its uid's hex digits: a pod uid is a UUID).
+pod_key = uid_key
 
 #: The largest file read out of a pod: an exec's output is held in memory, so this is lower
 #: than a Docker container's (``export.FILE_SIZE_LIMIT``); a larger file is reported, not
@@ -39,14 +46,6 @@ _TAR_SLACK = 64 << 10
 EXEC_TIMEOUT = 120.0
 #: The most bytes of probe output read.
 PROBE_LIMIT = 32 << 20
-
-
-def pod_key(uid: str) -> str:
-    """The name a pod's baselines are kept under (its uid's hex digits: a pod uid is a UUID)."""
-    key = uid.replace("-", "").lower()
-    if len(key) != 32 or any(c not in "0123456789abcdef" for c in key):
-        raise EngineError(f"Unexpected pod uid {uid[:80]!r}")
-    return key
 
 
 class PodArchives:
@@ -129,3 +128,32 @@ def probe_pod(cluster: Cluster, pod: str, name: str) -> ProbeResult:
     if result.exit_code:
         raise EngineError(f"The package probe of {name} exited with {result.exit_code}")
     return image_probe.parse_probe(result.stdout.decode("utf-8", "replace"))
+
+
+@dataclass
+class PodSource:
+    """A pod whose changes were captured (``source.ChangeOrigin``): its host, uid, files
+    (``PodArchives``) and variables."""
+
+    host: str
+    uid: str
+    archives: PodArchives
+    env: list[str]
+
+    @property
+    def key(self) -> str:
+        return pod_key(self.uid)
+
+    @property
+    def files(self) -> PodArchives:
+        return self.archives
+
+    def variables(self) -> list[str]:
+        """Its spec's: a pod's variables do not change."""
+        return list(self.env)
+
+    def engine(self, name: str) -> tuple[docker.DockerClient, Any]:
+        raise BadRequest(
+            f"{name} is a pod on a Kubernetes host: it has no Docker engine "
+            "(its snapshot is built and pushed by the cluster)"
+        )

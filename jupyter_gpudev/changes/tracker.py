@@ -20,15 +20,11 @@ from typing import Any
 from docker.models.containers import Container
 
 from ..containers import STOPPED, DevContainers, user_name
-from ..containers.pods import annotation, mount_paths, pod_uid
 from ..engine import Host
 from ..errors import ENGINE_FAILURES, GPUDevError
-from ..labels import A_NAME, L_NAME
-from ..untrusted import clean
-from .baselines import Baseline, Baselines
+from ..labels import L_NAME
+from .baselines import Baseline, Baselines, uid_key
 from .capture import ChangeCapture
-from .classify import engine_made, mount_targets, uncommitted
-from .podfiles import pod_key
 
 
 @dataclass
@@ -166,23 +162,6 @@ class ChangeCounts:
                 future.set_result(None)
 
 
-def _uncommitted_changes(
-    capture: ChangeCapture, container: Container, baseline: Baseline | None
-) -> list[str]:
-    """What removing ``container`` would lose (``changes.uncommitted``): the rule ``remove``
-    refuses by and the panel's count shows; files the baseline had, edited since, included."""
-    diff = list(container.diff() or [])
-    edited = capture.edited(container, baseline, diff) if baseline is not None else []
-    return uncommitted(
-        diff,
-        mount_targets(container.attrs),
-        baseline.files if baseline else {},
-        made=engine_made(container.attrs),
-        held=baseline.held if baseline else (),
-        edited=[str(d["Path"]) for d in edited],
-    )
-
-
 class ChangeTracker:
     """What a container's removal would lose and how many changes it has, for ``DevContainers``."""
 
@@ -203,10 +182,14 @@ class ChangeTracker:
         self.capture.record_baseline(container)
 
     def record_pod_baseline(self, host: Host, pod: dict[str, Any]) -> None:
-        self.capture.record_pod_baseline(host, pod)
+        """A pod's baseline (its host's ``ChangeSource``'s ``record_baseline``)."""
+        self.capture.source(host).record_baseline(pod)
 
     def forget_pod(self, uid: str) -> None:
-        self.capture.forget_pod(uid)
+        """Drop a deleted pod's baselines (kept under its uid, ``baselines.uid_key``)."""
+        key = uid_key(uid)
+        self.baselines.forget(key)
+        self.baselines.forget_image(key)
 
     def close(self) -> None:
         self.counts.close()
@@ -219,36 +202,13 @@ class ChangeTracker:
     def uncommitted(self, name: str, host: Host, container: Container) -> list[str]:
         """What removing ``container`` would lose: its changed files (less what the baseline
         and the engine account for) and the changes a commit left out that still exist."""
-        baseline = self.baselines.container(str(container.id))
-        if baseline is not None and baseline.held:
-            baseline = self._prune_held(name, host.name, str(container.id), baseline)
-        return _uncommitted_changes(self.capture, container, baseline)
+        return self.capture.source(host).uncommitted(container, name, self._prune_held)
 
     def uncommitted_pod(self, host: Host, pod: dict[str, Any]) -> list[str]:
-        """What deleting a pod would lose (the rule ``uncommitted`` applies to a container):
-        its changes since it started less what its last commit wrote, files a commit wrote
-        and edited since, and the changes a commit left out. A ``Conflict`` when its files
-        were not listed when it started."""
-        capture = self.capture
-        diff, problems = capture.pod_diff(host, pod)
-        for problem in problems[:5]:
-            self.containers.log.info("gpudev: listing of a pod: %s", clean(problem))
-        key = pod_key(pod_uid(pod))
-        baseline = capture.baselines.container(key)
-        if baseline is not None and baseline.held:  # a change left out and undone since
-            baseline = self._prune_held(annotation(pod, A_NAME), host.name, key, baseline)
-        edited = (
-            capture.edited(capture.pod_archives(host, pod), baseline, diff)
-            if baseline is not None
-            else []
-        )
-        return uncommitted(
-            diff,
-            mount_paths(pod),
-            baseline.files if baseline else {},
-            held=baseline.held if baseline else (),
-            edited=[str(d["Path"]) for d in edited],
-        )
+        """What deleting a pod would lose (the rule ``uncommitted`` applies to a container;
+        its host's ``ChangeSource`` reads it). A ``Conflict`` when its files were not listed
+        when it started."""
+        return self.capture.source(host).uncommitted(pod, "", self._prune_held)
 
     def _prune_held(self, name: str, host: str, container_id: str, baseline: Baseline) -> Baseline:
         """The baseline with only the left-out changes that still exist (one undone in the
@@ -293,7 +253,7 @@ class ChangeTracker:
 
         def count() -> int | None:
             try:
-                changed = tuple(_uncommitted_changes(self.capture, container, baseline))
+                changed = tuple(self.capture.container_uncommitted(container, baseline))
                 if not changed:
                     return 0
                 kept = self._item_counts.get(container_id)

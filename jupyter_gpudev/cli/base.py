@@ -1,25 +1,30 @@
 """What every ``jupyter gpudev`` subcommand shares: the base app with ``--json`` and one error
-mapping, the container commands' manager and root folder, the progress bar and formatting
-(what a container wrote is shown through ``untrusted.printable``)."""
+mapping, the command line read by ``usage.UsageLoader`` (a bad option or value is a usage
+error: the option as typed, what it expects, the value given, the usage, exit status 2), the
+container commands' manager and root folder, the progress bar and formatting (what a
+container wrote is shown through ``untrusted.printable``)."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import sys
 from typing import Any
 
 from jupyter_core.application import JupyterApp, base_aliases, base_flags
-from traitlets import Bool, Unicode
-from traitlets.config import Configurable
+from traitlets import Bool, TraitError, Unicode
+from traitlets.config import Config, Configurable
+from traitlets.config.loader import KVArgParseConfigLoader
 
 from .._version import __version__
 from ..containers import DevContainers
-from ..errors import BadRequest, GPUDevError, engine_errors
+from ..errors import BadRequest, ConfigError, GPUDevError, engine_errors
 from ..services import CLASSES, Services
 from ..shared.service_api import ServiceAPI
 from ..untrusted import printable
 from .remote import RemoteContainers
+from .usage import UsageError, UsageLoader, check_config, got, one_line, shown
 
 _json_flag = {
     "json": (
@@ -29,7 +34,98 @@ _json_flag = {
 }
 
 
-class GPUDevSubcommand(JupyterApp):
+class GPUDevApplication(JupyterApp):
+    """What ``jupyter gpudev`` and each subcommand share: the command line read by
+    ``UsageLoader``, and a usage error answered with its one line, the usage, exit 2; each
+    config file's values checked as read (``usage.check_config``), a bad one answered with
+    its one line, exit 2."""
+
+    #: The usage line (after ``usage: ``); "" = the command and ``[options]``.
+    usage = ""
+
+    def command(self) -> str:
+        """``jupyter gpudev start`` for ``jupyter-gpudev-start``."""
+        return self.name.replace("-", " ")
+
+    def usage_line(self) -> str:
+        return self.usage or f"{self.command()} [options]"
+
+    def _create_loader(
+        self,
+        argv: list[str] | None,
+        aliases: dict[str, Any],
+        flags: dict[str, Any],
+        classes: list[type[Configurable]] | None,
+    ) -> KVArgParseConfigLoader:
+        return UsageLoader(
+            self,
+            argv,
+            aliases,
+            flags,
+            command=self.command(),
+            classes=list(classes or ()),
+            log=self.log,
+            subcommands=self.subcommands,
+        )
+
+    def load_config_file(self, suppress_errors: bool = True) -> None:  # type: ignore[override]
+        """jupyter_core's, except that a bad value (``check_config``) is a ``ConfigError``
+        that stops the command; a file that fails to run is still only warned of."""
+        try:
+            super().load_config_file(suppress_errors=False)
+        except ConfigError:
+            raise
+        except Exception:
+            if not suppress_errors or self.raise_config_file_errors:
+                raise
+            self.log.warning("Error loading config file: %s", self.config_file_name, exc_info=True)
+
+    def update_config(self, config: Config) -> None:
+        """Every value checked before it is taken (a config file's too; the command line's
+        were checked as read), so that a bad one is refused before anything is built."""
+        check_config(config, self, self.classes, self.loaded_config_files)
+        super().update_config(config)
+
+    def initialize(self, argv: Any = None) -> None:
+        try:
+            super().initialize(argv)
+        except (UsageError, ConfigError) as err:
+            args = [str(a) for a in (sys.argv[1:] if argv is None else argv)]
+            args = args[: args.index("--")] if "--" in args else args
+            self.report(err, as_json="json" in self.flags and "--json" in args)
+            self.exit(err.exit_code)
+
+    def start_subcommand(self) -> None:
+        """Start the subcommand given; a word that names none is a usage error (with the
+        closest name), and no word at all lists them; both exit 2."""
+        if self.subapp is None and self.extra_args:
+            word = str(self.extra_args[0])
+            close = difflib.get_close_matches(word, list(self.subcommands), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close else f"`{self.command()}` lists them"
+            self.report(
+                UsageError(f"{shown(word)} is not a subcommand of {self.command()} ({hint})"),
+                as_json=False,
+            )
+            self.exit(2)
+        if self.subapp is None:
+            self.print_subcommands()
+            self.exit(2)
+        super().start()
+
+    def report(self, err: GPUDevError, *, as_json: bool) -> None:
+        """An error on stderr (and as JSON on stdout with ``--json``); a usage error with
+        the command's usage after it."""
+        if isinstance(err, UsageError):
+            err.usage = err.usage or self.usage_line()
+            err.details["usage"] = err.usage
+        if as_json:
+            print(json.dumps(err.to_json(), indent=2))
+        print(f"error: {err.message}", file=sys.stderr)
+        if isinstance(err, UsageError):
+            print(f"usage: {err.usage} (--help lists the options)", file=sys.stderr)
+
+
+class GPUDevSubcommand(GPUDevApplication):
     """Shared plumbing: config loading, --json, and one place that maps errors to exit codes."""
 
     version = __version__
@@ -54,9 +150,7 @@ class GPUDevSubcommand(JupyterApp):
             print(text)
 
     def fail(self, err: GPUDevError) -> None:
-        if self.json_output:
-            print(json.dumps(err.to_json(), indent=2))
-        print(f"error: {err.message}", file=sys.stderr)
+        self.report(err, as_json=self.json_output)
         self.exit(err.exit_code)
 
     #: Works in client mode, through the shared service's REST API (``cli.remote``).
@@ -81,8 +175,19 @@ class GPUDevSubcommand(JupyterApp):
                 self.run()
         except GPUDevError as err:
             self.fail(err)
+        except TraitError as err:
+            # A value a part refused when it was built (the command line's and the config
+            # files' were checked as read; a part's own checks may need more): the trait's
+            # words, on one line.
+            self.fail(ConfigError(f"Bad configuration: {one_line(str(err), 400)}"))
         finally:
             self.close()
+
+    def no_args(self) -> None:
+        """Refuse arguments, for a subcommand that takes none."""
+        if self.extra_args:
+            args = [str(a) for a in self.extra_args]
+            raise UsageError(f"{self.command()} takes no arguments; got {got(args)}")
 
     def workspace_root(self) -> str:
         """The workspace root: c.ServerApp.root_dir if configured, else the current folder."""
@@ -141,7 +246,8 @@ class ContainerCommand(GPUDevSubcommand):
 
     def name_arg(self) -> str:
         if len(self.extra_args) != 1:
-            raise BadRequest(f"usage: jupyter gpudev {self.name.rsplit('-', 1)[-1]} NAME")
+            args = [str(a) for a in self.extra_args]
+            raise UsageError(f"{self.command()} expects one NAME; got {got(args)}")
         return str(self.extra_args[0])
 
     _bar: ProgressBar | None = None

@@ -36,6 +36,10 @@ class CommitApp(ContainerCommand):
         "container's baseline moves forward, so a diff right after is empty. The workspace is "
         "written last: a failed verify or push writes nothing."
     )
+    usage = (
+        "jupyter gpudev commit NAME [--write] [--verify] [--snapshot TAG] [--push] "
+        "[-m MESSAGE] [--exclude ID ...] [--expect DIGEST] [--host H] [--json]"
+    )
     write = Bool(False, help="Apply the diff to the Dockerfile.").tag(config=True)
     verify = Bool(
         False, help="Build the patched Dockerfile and compare its packages with the container's."
@@ -247,6 +251,7 @@ class DiffApp(CommitApp):
         "written. Credentials and installs a Dockerfile cannot repeat are listed on stderr, "
         "and each change with its id: --exclude ID (repeatable) shows the diff without it."
     )
+    usage = "jupyter gpudev diff NAME [--exclude ID ...] [--host H] [--json]"
     flags: dict[str, Any] = dict(GPUDevSubcommand.flags)
 
     aliases: dict[str, Any] = {**ContainerCommand.aliases, "exclude": "DiffApp.exclude"}

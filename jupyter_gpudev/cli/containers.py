@@ -13,6 +13,7 @@ from ..containers.plan import as_kubectl_list, plan_text
 from ..errors import BadRequest
 from ..untrusted import printable
 from .base import ContainerCommand, GPUDevSubcommand
+from .usage import UsageError, bad_value, got
 
 
 def format_containers(infos: list[DevContainerInfo]) -> str:
@@ -43,8 +44,10 @@ class EnvsApp(ContainerCommand):
 
     name = "jupyter-gpudev-envs"
     description = "List the environments (.devcontainer files, admin config, the default)."
+    usage = "jupyter gpudev envs [--root-dir DIR] [--host H] [--json]"
 
     def run(self) -> None:
+        self.no_args()
         if self.service_url():
             self.run_remote(self.remote().environments())
             return
@@ -88,9 +91,18 @@ class StartApp(ContainerCommand):
     left out, or on a Kubernetes host the manifests, which `kubectl apply -f -` reads; --json
     prints the whole plan, profile and notes included)."""
 
-    gpus = Int(-1, help="How many GPUs to lease (default: what the environment asks).").tag(
-        config=True
+    usage = (
+        "jupyter gpudev start ENV [--gpus N | --gpu UUID ...] [--host H] [--name NAME] "
+        "[--dry-run] [--json]"
     )
+
+    gpus = Int(
+        None,
+        allow_none=True,
+        min=0,
+        help="""How many GPUs to lease: 0 or more (0: none; refused for an environment that
+        requires a GPU). Default: what the environment asks.""",
+    ).tag(config=True)
     gpu = List(Unicode(), help="A GPU UUID to lease (repeat for more).").tag(config=True)
     container_name = Unicode("", help="The container's name (default: generated).").tag(config=True)
     dry_run = Bool(False, help="Print what a start would create; create nothing.").tag(config=True)
@@ -111,11 +123,13 @@ class StartApp(ContainerCommand):
 
     def run(self) -> None:
         environment = self.name_arg()
+        if self.gpus is not None and self.gpu:
+            raise UsageError("--gpus and --gpu cannot be given together", option="--gpus")
         request = StartRequest(
             environment=environment,
             host=self.host or None,
             name=self.container_name or None,
-            gpus=None if self.gpus < 0 else self.gpus,
+            gpus=self.gpus,
             gpu_uuids=tuple(self.gpu),
         )
         manager = self.manager()
@@ -142,6 +156,7 @@ class LsApp(ContainerCommand):
 
     name = "jupyter-gpudev-ls"
     description = "List running dev containers (--all: stopped ones too)."
+    usage = "jupyter gpudev ls [--all] [--host H] [--json]"
     all_states = Bool(False, help="Also list stopped containers.").tag(config=True)
     flags: dict[str, Any] = {
         **GPUDevSubcommand.flags,
@@ -149,6 +164,7 @@ class LsApp(ContainerCommand):
     }
 
     def run(self) -> None:
+        self.no_args()
         infos = self.manager().list(all_states=self.all_states, host=self.host or None)
         self.emit({"containers": [i.to_json() for i in infos]}, format_containers(infos))
 
@@ -158,9 +174,11 @@ class StopApp(ContainerCommand):
 
     name = "jupyter-gpudev-stop"
     description = "Stop a dev container (kept, with its changes) and release its GPU lease."
+    usage = "jupyter gpudev stop NAME [--host H] [--json]"
 
     def run(self) -> None:
-        info = self.manager().stop(self.name_arg(), host=self.host or None)
+        name = self.name_arg()
+        info = self.manager().stop(name, host=self.host or None)
         self.emit(info.to_json(), format_containers([info]))
 
 
@@ -169,9 +187,11 @@ class ResumeApp(ContainerCommand):
 
     name = "jupyter-gpudev-resume"
     description = "Start a stopped dev container again, with the same GPUs (exit 5 if taken)."
+    usage = "jupyter gpudev resume NAME [--host H] [--json]"
 
     def run(self) -> None:
-        info = self.manager().resume(self.name_arg(), host=self.host or None)
+        name = self.name_arg()
+        info = self.manager().resume(name, host=self.host or None)
         self.emit(info.to_json(), format_containers([info]))
 
 
@@ -184,10 +204,12 @@ class PinApp(ContainerCommand):
         "ends (unpinned ones stop then, after c.DevContainers.linger seconds; a pod is "
         "deleted then, unless files outside its workspace changed)."
     )
+    usage = "jupyter gpudev pin NAME [--host H] [--json]"
     pinned = True
 
     def run(self) -> None:
-        info = self.manager().pin(self.name_arg(), host=self.host or None, pinned=self.pinned)
+        name = self.name_arg()
+        info = self.manager().pin(name, host=self.host or None, pinned=self.pinned)
         self.emit(info.to_json(), format_containers([info]))
 
 
@@ -199,6 +221,7 @@ class UnpinApp(PinApp):
         "Unpin a dev container: it stops (a pod: is deleted, unless changed) when its last "
         "kernel ends."
     )
+    usage = "jupyter gpudev unpin NAME [--host H] [--json]"
     pinned = False
 
 
@@ -207,6 +230,7 @@ class RmApp(ContainerCommand):
 
     name = "jupyter-gpudev-rm"
     description = "Remove a dev container; one with uncommitted changes needs --force."
+    usage = "jupyter gpudev rm NAME [--force] [--host H] [--json]"
     force = Bool(False, help="Remove even with uncommitted changes.").tag(config=True)
     flags: dict[str, Any] = {
         **GPUDevSubcommand.flags,
@@ -226,6 +250,7 @@ class LogsApp(ContainerCommand):
     description = """Print a dev container's output (-f: follow it). Control characters in it
     are shown escaped (ESC as \\x1b), so that its terminal sequences are not run by yours;
     --raw writes it as it came (for a file, or a program that expects them)."""
+    usage = "jupyter gpudev logs NAME [-f] [--raw] [--host H] [--json]"
     follow = Bool(False, help="Keep printing new output.").tag(config=True)
     raw = Bool(
         False,
@@ -243,7 +268,8 @@ class LogsApp(ContainerCommand):
     }
 
     def run(self) -> None:
-        chunks = self.manager().logs(self.name_arg(), host=self.host or None, follow=self.follow)
+        name = self.name_arg()
+        chunks = self.manager().logs(name, host=self.host or None, follow=self.follow)
         if self.json_output and not self.follow:
             print(json.dumps({"logs": "".join(chunks)}))  # (JSON escapes control characters)
             return
@@ -259,16 +285,20 @@ class PortsApp(ContainerCommand):
     description = """`jupyter gpudev ports add NAME PORT` serves a port of a dev container (a
     TensorBoard started by hand, say) at /gpudev/proxy/NAME/PORT/ on the Jupyter server, like
     the environment's forwardPorts; `ports remove NAME PORT` stops serving it."""
+    usage = "jupyter gpudev ports add|remove NAME PORT [--host H] [--json]"
 
     def run(self) -> None:
-        usage = "usage: jupyter gpudev ports add|remove NAME PORT"
-        if len(self.extra_args) != 3 or self.extra_args[0] not in ("add", "remove"):
-            raise BadRequest(usage)
-        action, name, port = self.extra_args
-        if not str(port).isdigit():
-            raise BadRequest(f"Not a port number: {port!r}; {usage}")
+        args = [str(arg) for arg in self.extra_args]
+        if len(args) != 3:
+            raise UsageError(f"{self.command()} expects ACTION NAME PORT; got {got(args)}")
+        action, name, port = args
+        if action not in ("add", "remove"):
+            raise bad_value("ACTION", "one of add, remove", [action])
+        # ASCII digits only ("²" is a digit to str.isdigit, not to int), and few of them.
+        if not (port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536):
+            raise bad_value("PORT", "a port number, 1 to 65535", [port])
         info = self.manager().set_web_port(
-            str(name), int(port), host=self.host or None, add=action == "add"
+            name, int(port), host=self.host or None, add=action == "add"
         )
         ports = ", ".join(str(p) for p in info.web_ports) or "none"
         self.emit(info.to_json(), f"{info.name}: web ports {ports}")

@@ -6,20 +6,19 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from jupyter_core.application import JupyterApp
 from traitlets import Bool, Unicode
 from traitlets.config import Configurable
 
 from .._version import __version__
 from ..engine import HostInfo, ImageBootstrapper, Inventory, unreachable_summary
-from ..engine.cluster import ClusterInfo
+from ..engine.info import ClusterInfo
 from ..errors import BadRequest
 from ..k8s.objects import make_rbac
 from ..services import CLASSES
 
 if TYPE_CHECKING:
     pass
-from .base import GPUDevSubcommand
+from .base import GPUDevApplication, GPUDevSubcommand
 
 
 def _format_gpus(inventory: Inventory) -> list[str]:
@@ -282,10 +281,11 @@ class ImageBootstrapApp(GPUDevSubcommand):
         )
 
 
-class ImageApp(JupyterApp):
+class ImageApp(GPUDevApplication):
     """Images: ``jupyter gpudev image bootstrap``."""
 
     name = "jupyter-gpudev-image"
+    usage = "jupyter gpudev image SUBCOMMAND [options]"
     version = __version__
     description = "Manage the images jupyter-gpudev starts."
     classes: list[type[Configurable]] = [*CLASSES]
@@ -294,7 +294,4 @@ class ImageApp(JupyterApp):
     }
 
     def start(self) -> None:
-        if self.subapp is None:
-            self.print_subcommands()
-            self.exit(2)
-        super().start()
+        self.start_subcommand()

@@ -11,12 +11,12 @@ import signal
 import sys
 from typing import Any
 
-from jupyter_core.application import JupyterApp
 from traitlets.config import Configurable
 
 from .._version import __version__
 from ..services import CLASSES
 from ..shared.authority import GPUDevService
+from .base import GPUDevApplication
 from .commit import CommitApp, DiffApp
 from .containers import (
     EnvsApp,
@@ -34,10 +34,11 @@ from .hosts import HostsApp, ImageApp
 from .top import TopApp
 
 
-class GPUDevCLI(JupyterApp):
+class GPUDevCLI(GPUDevApplication):
     """``jupyter gpudev``: dev containers on GPU hosts."""
 
     name = "jupyter-gpudev"
+    usage = "jupyter gpudev SUBCOMMAND [options]"
     version = __version__
     description = "Dev containers on GPU hosts: hosts, GPUs and images."
     classes: list[type[Configurable]] = [*CLASSES, GPUDevService]
@@ -69,10 +70,7 @@ class GPUDevCLI(JupyterApp):
     }
 
     def start(self) -> None:
-        if self.subapp is None:
-            self.print_subcommands()
-            self.exit(2)
-        super().start()
+        self.start_subcommand()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..access import Caller
 from ..engine import Host, Progress
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
     from .create import Confinement
 
-T = TypeVar("T")
 
 #: Frees the lease and claims of a dev container that stopped or is gone (the lifecycle's).
 Release = Callable[[Host, Any], None]
@@ -166,16 +165,6 @@ class DevContainerBackend(Protocol):
         """How to ask the host for its CPUs (what a share of them is counted from); ``None``:
         no such default here."""
 
-    def read(
-        self,
-        native: Any,
-        *,
-        engine: Callable[[Host, Container], T],
-        pod: Callable[[Host, dict[str, Any]], T],
-    ) -> T:
-        """What ``engine`` (a Docker container) or ``pod`` (a pod's JSON) reads of it: for
-        the parts above whose reading differs by kind (``changes/``)."""
-
 
 @dataclass(frozen=True)
 class Located:
@@ -243,11 +232,3 @@ class Located:
         self.backend.remove(
             self.native, name, force=force, keep=keep, timeout=timeout, release=release
         )
-
-    def read(
-        self,
-        *,
-        engine: Callable[[Host, Container], T],
-        pod: Callable[[Host, dict[str, Any]], T],
-    ) -> T:
-        return self.backend.read(self.native, engine=engine, pod=pod)

@@ -10,7 +10,7 @@ calls).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import docker.errors
 from docker.models.containers import Container
@@ -27,8 +27,6 @@ from .ports import close_forwards, declared_ports
 from .reconcile import on_host, stop_orphan_kernel_containers
 from .reports import Known, container_info
 from .terminals import terminal_argv
-
-T = TypeVar("T")
 
 
 class EngineStarts(Protocol):
@@ -281,15 +279,6 @@ class DockerBackend:
 
     def host_cpus(self) -> Callable[[], int] | None:
         return lambda: _host_cpus(self.host, self.lookup.log)
-
-    def read(
-        self,
-        native: Container,
-        *,
-        engine: Callable[[Host, Container], T],
-        pod: Callable[[Host, dict[str, Any]], T],  # noqa: ARG002 - not a pod
-    ) -> T:
-        return engine(self.host, native)
 
 
 def _name_of(summary: dict[str, Any]) -> str:

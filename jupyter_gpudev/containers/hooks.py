@@ -3,10 +3,13 @@
 The lifecycle keeps its invariants (nothing lost on remove, kernel counts in the listing) but
 does not import change capture or the kernel registry: the services builder hands it objects
 that fit these protocols (``changes.tracker.ChangeTracker``, ``kernels.live.KernelRegistry``).
+GPU use (``usage.GPUUse``) is told the same way which kernel's process is which
+(``KernelProcessTracking``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -73,3 +76,27 @@ class KernelTracking(Protocol):
     def get(self, kernel_id: str) -> KernelPlacementView | None: ...
     def exists(self, kernel_id: str) -> bool: ...
     def usage(self, host: str, container: str) -> KernelUsageView: ...
+
+
+@dataclass(frozen=True)
+class LiveKernel:
+    """A kernel's process as the server started it: what tells its GPU processes."""
+
+    kernel_id: str
+    host: str
+    #: Its dev container's key (``DevContainerInfo.key``).
+    container: str
+    #: Its process's PID on the host, as the engine reported it when the exec started (the
+    #: container cannot forge it); ``None``: not known (a pod, or not read yet).
+    host_pid: int | None
+    last_activity: datetime | None = None
+    #: It ended (recently): a GPU process still under its PID was left behind.
+    ended: bool = False
+
+
+class KernelProcessTracking(Protocol):
+    """The host PIDs of the server's gpudev kernels (absent outside a server)."""
+
+    def processes(self, host: str) -> list[LiveKernel]:
+        """The live kernels on ``host``, and those that ended lately (``ended``)."""
+        ...

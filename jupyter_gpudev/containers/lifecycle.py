@@ -10,13 +10,13 @@ Invariants kept here, whatever fails:
   ``containerEnv``, the NVIDIA variables and (opt-in) the CA bundle variables.
 
 What differs between a Docker engine and a Kubernetes cluster is each host's backend
-(``backend.py``; ``backend_type`` below says which): a Docker engine's containers
-(``docker_backend.py``; their start is this module's own: placed, leased and claimed) or pods
-(``pod_lifecycle.py``). Each concern it wires in has a module of its own: where a start goes
-(``placement.py``), the new container's name, target and confinement (``targets.py``), its GPUs
-leased and claimed around its creation (``leasing/holding.py``), per-user limits
-(``limits.py``), the ports' firewall (``ports.py``), reconciliation and the orphan sweep
-(``reconcile.py``), the options (``options.py``).
+(``backend.py``; ``backend_type`` below looks it up by the host's kind in ``BACKENDS``): a Docker
+engine's containers (``docker_backend.py``; their start is this module's own: placed, leased and
+claimed) or pods (``pod_lifecycle.py``). Each concern it wires in has a module of its own: where
+a start goes (``placement.py``), the new container's name, target and confinement
+(``targets.py``), its GPUs leased and claimed around its creation (``leasing/holding.py``),
+per-user limits (``limits.py``), the ports' firewall (``ports.py``), reconciliation and the
+orphan sweep (``reconcile.py``), the options (``options.py``).
 
 Every method here blocks (Docker SDK calls): the server runs them in worker threads.
 """
@@ -64,12 +64,21 @@ from .ports import guard_ports
 from .reconcile import reconcile_host, stop_orphan_kernels
 from .targets import Targets, admin_confinement, check_free, confinement_for, new_name
 
+#: Each kind of host's ``DevContainerBackend``, by its backend's kind (``Host.backend.kind``):
+#: a Docker engine's containers, pods on a Kubernetes host.
+BACKENDS: dict[str, type[DockerBackend] | type[PodBackend]] = {
+    "docker": DockerBackend,
+    "kubernetes": PodBackend,
+}
+#: The kind whose start and plan a request that names no host gets: placement chooses among
+#: the hosts of that kind (it passes over the others).
+PLACED_KIND = "docker"
+
 
 def backend_type(host: Host | None) -> type[DockerBackend] | type[PodBackend]:
-    """Which ``DevContainerBackend`` the dev containers of ``host`` have: pods on a Kubernetes
-    host, else a Docker engine's containers. ``None`` (a start or plan that names no host):
-    the Docker engines', among which placement chooses (it passes over clusters)."""
-    return PodBackend if host is not None and host.cluster is not None else DockerBackend
+    """Which ``DevContainerBackend`` the dev containers of ``host`` have (``BACKENDS``);
+    ``None`` (a start or plan that names no host): ``PLACED_KIND``'s."""
+    return BACKENDS[host.backend.kind if host is not None else PLACED_KIND]
 
 
 class DevContainers(ContainerLookup):

@@ -107,8 +107,8 @@ class UserLimits(LoggingConfigurable):
         min=0,
         help="""The most GPUs one user's dev containers may hold at once (leased, on every
         Docker host together): a start or resume that would take more is refused (409), naming
-        the containers that hold them. 0: no limit. Pods on Kubernetes hosts are not counted
-        (a ResourceQuota limits GPUs there).""",
+        the containers that hold them (0 or more; 0: no limit). Pods on Kubernetes hosts are
+        not counted (a ResourceQuota limits GPUs there).""",
     ).tag(config=True)
 
     running = Int(
@@ -116,7 +116,7 @@ class UserLimits(LoggingConfigurable):
         min=0,
         help="""The most dev containers one user may have running (or starting) at once, on
         every host together, kernels' own containers and pods included: a start or resume
-        beyond it is refused (409). 0: no limit.""",
+        beyond it is refused (409; 0 or more; 0: no limit).""",
     ).tag(config=True)
 
     pinned = Int(
@@ -124,7 +124,7 @@ class UserLimits(LoggingConfigurable):
         min=0,
         help="""The most dev containers one user may have pinned (kept running after their
         last kernel: `jupyter gpudev pin`), stopped ones included until unpinned or removed: a
-        pin beyond it is refused (409). 0: no limit.""",
+        pin beyond it is refused (409; 0 or more; 0: no limit).""",
     ).tag(config=True)
 
     memory = Unicode(
@@ -149,9 +149,9 @@ class UserLimits(LoggingConfigurable):
         allow_none=True,
         min=0.0,
         help=f"""The most CPUs' worth of time one of a user's dev containers may use (4.5): an
-        environment asking for more (customizations.gpudev.cpus) is refused (409). 0: no
-        limit. Default: {SHARED_CPUS:g} in the shared service, no limit in single-user mode.
-        c.DevContainers.cpu_limit still caps every container.""",
+        environment asking for more (customizations.gpudev.cpus) is refused (409; 0 or more;
+        0: no limit). Default: {SHARED_CPUS:g} in the shared service, no limit in single-user
+        mode. c.DevContainers.cpu_limit still caps every container.""",
     ).tag(config=True)
 
     cpus_default = Float(
@@ -159,8 +159,8 @@ class UserLimits(LoggingConfigurable):
         allow_none=True,
         min=0.0,
         help="""The CPU limit of a dev container whose environment asks for none, never more
-        than cpus, nor than its host has. Default (or 0): cpus. Not applied on Kubernetes
-        hosts.""",
+        than cpus, nor than its host has (0 or more). Default (or 0): cpus. Not applied on
+        Kubernetes hosts.""",
     ).tag(config=True)
 
     groups = Dict(

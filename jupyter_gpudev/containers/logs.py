@@ -1,20 +1,19 @@
 """A dev container's output, as ``jupyter gpudev logs``, the REST API and the panel's Logs tab
-read it: a Docker container's from the engine, a pod's from its cluster's API server. Without
-``follow`` at most ``limit`` bytes are read (streamed, never the whole log at once), then a line
-says where the output was cut; ``tail``: only its last lines."""
+read it: a Docker container's from the engine (a pod's, from its cluster's API server, is
+``pods.pod_output``). Without ``follow`` at most ``limit`` bytes are read (streamed, never the
+whole log at once), then a line says where the output was cut (``cut_note``); ``tail``: only
+its last lines."""
 
 from __future__ import annotations
 
-import codecs
 from collections.abc import Iterator
 
 from docker.models.containers import Container
 
-from ..engine.cluster import Cluster
 from .commands import close_stream
 
 
-def _cut(limit: int) -> str:
+def cut_note(limit: int) -> str:
     return (
         f"\n[gpudev: the output is cut here, after {limit} bytes; ask for its last lines "
         "(tail) to see its end]\n"
@@ -34,7 +33,7 @@ def container_output(
             for chunk in stream:
                 if read + len(chunk) > limit:
                     yield chunk[: limit - read].decode(errors="replace")
-                    yield _cut(limit)
+                    yield cut_note(limit)
                     return
                 read += len(chunk)
                 yield chunk.decode(errors="replace")
@@ -43,23 +42,3 @@ def container_output(
         return
     for chunk in container.logs(stream=True, follow=True):
         yield chunk.decode(errors="replace")
-
-
-def pod_output(
-    cluster: Cluster, pod: str, *, follow: bool, tail: int | None, limit: int
-) -> Iterator[str]:
-    """The output of ``pod``'s dev container (``follow``: as it comes, until the pod ends or
-    the reader stops reading)."""
-    if follow:
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        chunks = cluster.follow_output(pod, tail=tail)
-        try:
-            for chunk in chunks:
-                yield decoder.decode(chunk)
-        finally:
-            chunks.close()
-        return
-    data = cluster.output(pod, tail=tail, limit=limit)
-    yield data[:limit].decode(errors="replace")
-    if len(data) > limit:
-        yield _cut(limit)

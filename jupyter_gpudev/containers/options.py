@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from traitlets import Bool, Enum, Float, Int, List, Unicode
 
+from ..traits import PositiveFloat
+
 # -- ContainerLookup -------------------------------------------------------------------------
 
 STATE_DIR = Unicode(
@@ -21,9 +23,11 @@ STATE_DIR = Unicode(
 
 MAX_LOG_BYTES = Int(
     16 << 20,
+    min=1,
     help="""The most bytes of a container's output one logs request reads (the REST API,
         the panel's Logs tab, ``jupyter gpudev logs`` without --follow); past it the answer says
-        where it was cut. Ask for the last lines (``tail``) to see the end of a longer log.""",
+        where it was cut (1 or more). Ask for the last lines (``tail``) to see the end of a
+        longer log.""",
 ).tag(config=True)
 
 NETWORK = Unicode(
@@ -50,29 +54,36 @@ DOCKER_CLI = Unicode(
 ).tag(config=True)
 
 
-def _moved(new: str) -> str:
-    return f"""Deprecated: use c.KubernetesHosts.{new}, which this sets (with a warning)."""
+def _moved(new: str, bounds: str = "") -> str:
+    return f"""Deprecated: use c.KubernetesHosts.{new}, which this sets (with a warning){bounds}."""
 
 
-POD_START_TIMEOUT = Float(600.0, help=_moved("start_timeout")).tag(config=True)
+POD_START_TIMEOUT = PositiveFloat(600.0, help=_moved("start_timeout", "; more than 0")).tag(
+    config=True
+)
 POD_PORT_FORWARD = Enum(("auto", "always", "never"), "auto", help=_moved("port_forward")).tag(
     config=True
 )
-POD_POLL_INTERVAL = Float(1.0, help=_moved("poll_interval")).tag(config=True)
+POD_POLL_INTERVAL = PositiveFloat(1.0, help=_moved("poll_interval", "; more than 0")).tag(
+    config=True
+)
 POD_WATCH = Bool(False, help=_moved("watch")).tag(config=True)
 
 # -- DevContainers ---------------------------------------------------------------------------
 
-LIFECYCLE_TIMEOUT = Float(
+LIFECYCLE_TIMEOUT = PositiveFloat(
     1800.0,
     help="""Seconds a start waits for each lifecycle command (postCreateCommand,
-        postStartCommand) of an environment; one still running then goes on in the container,
-        unwatched, and the start reports it. Only a command's last 20 lines are kept, whatever
-        it prints.""",
+        postStartCommand) of an environment (more than 0); one still running then goes on in
+        the container, unwatched, and the start reports it. Only a command's last 20 lines
+        are kept, whatever it prints.""",
 ).tag(config=True)
 
 STOP_TIMEOUT = Int(
-    5, help="Seconds a container gets to stop after SIGTERM before it is killed."
+    5,
+    min=0,
+    help="""Seconds a container gets to stop after SIGTERM before it is killed (0 or more;
+        0: killed at once).""",
 ).tag(config=True)
 
 RUN_AS_SERVER_USER = Bool(
@@ -113,18 +124,20 @@ PUBLISH_PORTS = Bool(
 
 RECONCILE_GRACE = Float(
     120.0,
+    min=0.0,
     help="""Seconds during which a new lease is never freed by reconciliation even though
         its container is not (yet) listed: a start in flight (lease taken, container being
-        created) in this or another process.""",
+        created) in this or another process (0 or more; 0: none).""",
 ).tag(config=True)
 
 LINGER = Float(
     0.0,
+    min=0.0,
     help="""Seconds a shared dev container (one that kernels were started in, not one
         dedicated to a kernel) keeps running after its last kernel ends before it is stopped
-        (a pod: deleted, unless files outside its workspace changed) and its GPUs released; 0
-        ends it at once. A pinned container is never ended this way (`jupyter gpudev pin
-        NAME`, the panel's Pin button).""",
+        (a pod: deleted, unless files outside its workspace changed) and its GPUs released (0
+        or more; 0 ends it at once). A pinned container is never ended this way (`jupyter
+        gpudev pin NAME`, the panel's Pin button).""",
 ).tag(config=True)
 
 COMMAND_LOG = Bool(
@@ -174,8 +187,9 @@ CAP_DROP = List(
 
 PIDS_LIMIT = Int(
     4096,
+    min=0,
     help="""The most processes (and threads) one dev container may run, against fork
-        bombs; 0: no limit.""",
+        bombs (0 or more; 0: no limit).""",
 ).tag(config=True)
 
 MEMORY_LIMIT = Unicode(
@@ -187,6 +201,7 @@ MEMORY_LIMIT = Unicode(
 
 CPU_LIMIT = Float(
     0.0,
-    help="""The most CPUs' worth of time one dev container may use (4.5); 0: no limit. An
-        environment may ask for less (customizations.gpudev.cpus), never more.""",
+    min=0.0,
+    help="""The most CPUs' worth of time one dev container may use (4.5; 0 or more; 0: no
+        limit). An environment may ask for less (customizations.gpudev.cpus), never more.""",
 ).tag(config=True)

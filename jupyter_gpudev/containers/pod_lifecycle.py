@@ -1,14 +1,15 @@
 """Dev containers as pods on a Kubernetes host (``PodBackend``, the
 ``backend.DevContainerBackend`` of a ``k8s://`` host): a pod started (the plan's objects created,
 the pod waited for, its lifecycle commands run, its files listed), planned, found, listed,
-reported, reached and removed.
+reported, reached and removed; the kernels' own pods a dead server left, deleted
+(``delete_orphan_kernel_pods``).
 
-The objects themselves are ``pods.py``'s (created in order, a failed start undone) and
-``plan.py``'s (the manifests). A pod is not stopped and kept: removing it deletes it (its Service
-and GPU claim too; the workspace claim is kept), which without ``force`` only happens when
-nothing outside its workspace claim changed since it started or was last committed. On a
-cluster the scheduler places a pod and holds its GPUs: no lease is written. Every method blocks
-(API server calls, execs).
+The objects themselves are ``pods.py``'s (created in order, a failed start undone, a pod's
+output read) and ``pod_plan.py``'s (the manifests). A pod is not stopped and kept: removing it
+deletes it (its Service and GPU claim too; the workspace claim is kept), which without
+``force`` only happens when nothing outside its workspace claim changed since it started or was
+last committed. On a cluster the scheduler places a pod and holds its GPUs: no lease is
+written. Every method blocks (API server calls, execs).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import socket
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..access import Caller
 from ..engine import Host, Progress
@@ -33,12 +34,11 @@ from ..errors import (
     EngineUnreachable,
     GPUDevError,
 )
-from ..labels import A_NAME, A_OWNER, STOPPED
+from ..labels import A_LEDGER, A_NAME, A_OWNER, A_PROCESS, STOPPED
 from ..untrusted import clean
-from . import plan as planning
+from . import pod_plan as planning
 from .backend import Located, Release, Skipped, Starting
 from .create import Confinement
-from .logs import pod_output
 from .lookup import ContainerLookup
 from .model import DevContainerInfo, StartRequest, creation_time, given_name, user_name
 from .pods import (
@@ -48,16 +48,15 @@ from .pods import (
     pod_changes,
     pod_info,
     pod_kernel,
+    pod_output,
     pod_uid,
 )
-from .reconcile import delete_orphan_kernel_pods
+from .reconcile import process_alive
 from .reports import Known
 from .terminals import pod_terminal_argv
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
-
-T = TypeVar("T")
 
 
 def start_pod(
@@ -239,6 +238,47 @@ def _pod_uncommitted(
     for problem in problems[:5]:
         lookup.log.info("gpudev: listing of %s: %s", user_name(name), clean(problem))
     return changed
+
+
+def delete_orphan_kernel_pods(
+    host: Host,
+    pods: Callable[[Host], Pods],
+    *,
+    machine: str,
+    ledger_id: str,
+    remove: Callable[[str, str], None],
+    log: Any,
+) -> list[str]:
+    """``stop_orphan_kernels`` on a Kubernetes host: the kernels' own pods a dead server
+    process of this machine left are deleted (their GPUs are the scheduler's until then);
+    ones whose files outside the workspace changed keep running until committed or removed
+    (a pod is never stopped and kept)."""
+    try:
+        managed = pods(host).managed()
+    except GPUDevError as err:
+        log.warning("gpudev: orphan kernels on %s not checked: %s", host.name, err)
+        return []
+    deleted: list[str] = []
+    for pod in managed:
+        where, _, pid = annotation(pod, A_PROCESS).partition(":")
+        if not pod_kernel(pod) or where != machine or not pid.isdigit():
+            continue
+        if annotation(pod, A_LEDGER) != ledger_id:
+            continue  # another server's (another user's) kernel pod
+        if process_alive(int(pid)):
+            continue
+        name = annotation(pod, A_NAME)
+        try:
+            remove(name, host.name)
+        except Conflict as err:
+            log.warning("gpudev: orphan kernel pod %s kept: %s", name, err.message)
+            continue
+        except GPUDevError as err:
+            log.warning("gpudev: orphan kernel pod %s: %s", name, err.message)
+            continue
+        log.info("gpudev: deleted %s, left by a server that is gone", name)
+        deleted.append(name)
+    return deleted
 
 
 class PodBackend:
@@ -458,15 +498,6 @@ class PodBackend:
 
     def host_cpus(self) -> Callable[[], int] | None:
         return None  # a pod's limits have no default share of a node
-
-    def read(
-        self,
-        native: dict[str, Any],
-        *,
-        engine: Callable[[Host, Container], T],  # noqa: ARG002 - not a Docker container
-        pod: Callable[[Host, dict[str, Any]], T],
-    ) -> T:
-        return pod(self.host, native)
 
 
 def _named(host: Host | None) -> Host:

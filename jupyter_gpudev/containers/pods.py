@@ -1,6 +1,7 @@
 """Dev containers as pods on a Kubernetes host: the objects of a plan created in
 order, the start waited for while saying why the pod is not running yet (the scheduler's and
-the kubelet's words), a start that cannot finish cleaned up, and pods listed and deleted.
+the kubelet's words), a start that cannot finish cleaned up, pods listed and deleted, and a
+pod's output (``pod_output``).
 
 On a cluster the scheduler is the authority on GPUs: no lease is written, the pod holds them
 while it exists. A start that gives up deletes what it created (a workspace claim it did not
@@ -15,19 +16,20 @@ checked, messages cleaned.
 
 from __future__ import annotations
 
+import codecs
 import ipaddress
 import os
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..engine import Host, Progress
-from ..engine.cluster import Cluster
+from ..engine.cluster import Cluster, cluster_of
 from ..environments import Environment
-from ..errors import BadRequest, Conflict, EngineError, GPUDevError, ImageError
+from ..errors import Conflict, EngineError, GPUDevError, ImageError
 from ..k8s import objects as k8s
 from ..k8s.listing import LISTING_ARGV, compare_listings, parse_listing
 from ..k8s.settings import KubernetesHosts
@@ -35,6 +37,7 @@ from ..k8s.status import PodState, pod_state
 from ..labels import A_CREATED, A_ENV, A_IMAGE, A_NAME, A_OWNER, A_PORTS, K_KERNEL, K_MANAGED
 from ..untrusted import as_dict, clean
 from .commands import lifecycle_steps
+from .logs import cut_note
 from .model import DevContainerInfo, engine_time, given_name
 
 #: The states of a pod as the container listing says them (Docker's words where they exist).
@@ -221,10 +224,8 @@ def _ref(manifest: dict[str, Any]) -> Created:
 def pods_of(host: Host, settings: KubernetesHosts, log: Any) -> Pods:
     """The dev container pods of ``host``, a Kubernetes host (``settings``: how long a start
     waits, how often a pod is read, whether listings are watched)."""
-    if host.cluster is None:
-        raise BadRequest(f"Host {host.name!r} is not a Kubernetes cluster")
     return Pods(
-        host.cluster,
+        cluster_of(host),
         timeout=settings.start_timeout,
         poll=settings.poll_interval,
         log=log,
@@ -461,3 +462,23 @@ class Pods:
             except GPUDevError:
                 continue  # a version the cluster does not serve
             return
+
+
+def pod_output(
+    cluster: Cluster, pod: str, *, follow: bool, tail: int | None, limit: int
+) -> Iterator[str]:
+    """The output of ``pod``'s dev container (``follow``: as it comes, until the pod ends or
+    the reader stops reading)."""
+    if follow:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        chunks = cluster.follow_output(pod, tail=tail)
+        try:
+            for chunk in chunks:
+                yield decoder.decode(chunk)
+        finally:
+            chunks.close()
+        return
+    data = cluster.output(pod, tail=tail, limit=limit)
+    yield data[:limit].decode(errors="replace")
+    if len(data) > limit:
+        yield cut_note(limit)

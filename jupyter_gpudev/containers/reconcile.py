@@ -1,6 +1,7 @@
 """The lease ledger made to agree with the containers that exist, and the orphan sweep: the
-kernel containers and kernel pods a dead server left behind, stopped or deleted through the
-lifecycle's ``remove`` (``DevContainers.stop_orphan_kernels``)."""
+kernel containers a dead server left behind, stopped through the lifecycle's ``remove``
+(``DevContainers.stop_orphan_kernels``; a Kubernetes host's kernel pods are deleted by
+``pod_lifecycle.delete_orphan_kernel_pods``)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,6 @@ from docker.models.containers import Container
 from ..engine import Host
 from ..errors import Conflict, GPUDevError, engine_errors
 from ..labels import (
-    A_LEDGER,
-    A_NAME,
-    A_PROCESS,
     L_HOST,
     L_KERNEL,
     L_LEDGER,
@@ -31,7 +29,6 @@ from ..labels import (
 )
 from ..leasing import EngineClaims, LeaseLedger
 from .model import user_name
-from .pods import Pods, annotation, pod_kernel
 
 if TYPE_CHECKING:
     from .backend import DevContainerBackend
@@ -182,44 +179,3 @@ def stop_orphan_kernel_containers(
         log.info("gpudev: stopped %s, left by a server that is gone", name)
         stopped.append(name)
     return stopped
-
-
-def delete_orphan_kernel_pods(
-    host: Host,
-    pods: Callable[[Host], Pods],
-    *,
-    machine: str,
-    ledger_id: str,
-    remove: Callable[[str, str], None],
-    log: Any,
-) -> list[str]:
-    """``stop_orphan_kernels`` on a Kubernetes host: the kernels' own pods a dead server
-    process of this machine left are deleted (their GPUs are the scheduler's until then);
-    ones whose files outside the workspace changed keep running until committed or removed
-    (a pod is never stopped and kept)."""
-    try:
-        managed = pods(host).managed()
-    except GPUDevError as err:
-        log.warning("gpudev: orphan kernels on %s not checked: %s", host.name, err)
-        return []
-    deleted: list[str] = []
-    for pod in managed:
-        where, _, pid = annotation(pod, A_PROCESS).partition(":")
-        if not pod_kernel(pod) or where != machine or not pid.isdigit():
-            continue
-        if annotation(pod, A_LEDGER) != ledger_id:
-            continue  # another server's (another user's) kernel pod
-        if process_alive(int(pid)):
-            continue
-        name = annotation(pod, A_NAME)
-        try:
-            remove(name, host.name)
-        except Conflict as err:
-            log.warning("gpudev: orphan kernel pod %s kept: %s", name, err.message)
-            continue
-        except GPUDevError as err:
-            log.warning("gpudev: orphan kernel pod %s: %s", name, err.message)
-            continue
-        log.info("gpudev: deleted %s, left by a server that is gone", name)
-        deleted.append(name)
-    return deleted

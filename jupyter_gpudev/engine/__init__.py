@@ -1,8 +1,9 @@
-"""The engine side: one Docker engine per host (``spec`` its configuration, ``hosts`` the
-connection, ``pool`` the hosts of a server), reached locally, over SSH (``ssh``, ``tunnels``) or
-TCP with TLS; its GPUs (``gpus``, ``driver``), the processes on them and their containers
-(``gpuprocs``, ``attribution``); images and registries (``images``,
-``registry``)."""
+"""The engine side: one Docker engine or Kubernetes cluster per host (``spec`` its
+configuration, ``hosts`` the connection, ``backend`` what kind of host it is, ``info`` what it
+reports, ``pool`` the hosts of a server), reached locally, over SSH (``ssh``, ``tunnels``) or
+TCP with TLS, a cluster through its API server (``cluster``); its GPUs (``gpus``, ``driver``),
+the processes on them and their containers (``gpuprocs``, ``attribution``); images and
+registries (``images``, ``registries``)."""
 
 from .attribution import (
     AttributedProcess,
@@ -20,6 +21,7 @@ from .attribution import (
     parse_proc_output,
     parse_status,
 )
+from .backend import HostBackend
 from .buildkit import BuildTrust, Progress
 from .driver import DriverInjectionError, LegacyGPUInjection, proc_bus_id
 from .gpuprocs import APPS_FIELDS, GPUProcess, GPUProcesses, parse_smi_apps, read_nvml_processes
@@ -36,8 +38,9 @@ from .gpus import (
     parse_smi_csv,
     parse_smi_list,
 )
-from .hosts import EngineInfo, HeldLease, Host, HostInfo, address_for_containers, bridge_address
+from .hosts import DockerEngine, Host, address_for_containers, bridge_address
 from .images import ImageBootstrapper, detect_mirror, mirror_from_sources, stream_build
+from .info import EngineInfo, HeldLease, HostInfo
 from .pool import HostPool, unreachable_summary
 from .registries import Reference, Registries, RegistryError
 from .spec import DEFAULT_LOCAL_URL, HostSpec, Transport
@@ -59,6 +62,7 @@ __all__ = [
     "Attribution",
     "BuildTrust",
     "CommandProcReader",
+    "DockerEngine",
     "DriverInjectionError",
     "EngineInfo",
     "GPUInventory",
@@ -67,6 +71,7 @@ __all__ = [
     "GPUUse",
     "HeldLease",
     "Host",
+    "HostBackend",
     "HostInfo",
     "HostPool",
     "HostSpec",

@@ -439,9 +439,15 @@ class Attribution:
     reason: str | None = None
     proc_reason: str | None = None
     warnings: tuple[str, ...] = ()
+    #: A GPU not in ``gpus`` runs no process (True) or was not read (False): ``GPUProcesses``'.
+    every_gpu: bool = False
 
     def gpu(self, uuid: str) -> GPUUse | None:
-        return next((g for g in self.gpus if g.uuid == uuid), None)
+        """``uuid``'s processes: as read, or none (listed) where the read covered every GPU."""
+        found = next((g for g in self.gpus if g.uuid == uuid), None)
+        if found is None and self.every_gpu and self.reason is None:
+            return GPUUse(uuid)
+        return found
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -481,6 +487,7 @@ def assign(
         reason=processes.reason,
         proc_reason=proc_reason,
         warnings=processes.warnings,
+        every_gpu=processes.every_gpu,
     )
 
 

@@ -19,17 +19,36 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Generator
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
 
 import urllib3
 
-from ..errors import BadRequest, ConfigError, Conflict, EngineError, EngineUnreachable, NotFound
+from ..errors import (
+    BadRequest,
+    ConfigError,
+    Conflict,
+    EngineError,
+    EngineUnreachable,
+    NotFound,
+)
 from ..labels import A_NAME, A_OWNER, GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, K_MANAGED
 from ..untrusted import as_dict, as_list, clean
 from .clusterwatch import WatchedPods
+from .gpus import Inventory
+from .info import ClusterInfo, ClusterNode, GPUAllocation, HostInfo, NodeGPUs
 from .spec import HostSpec
+
+
+class HostLike(Protocol):
+    """What ``cluster_of`` reads of a host (``hosts.Host``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def backend(self) -> object: ...
+
 
 #: Extended resources that are GPUs: whole GPUs and MIG profiles of NVIDIA's device plugin.
 GPU_RESOURCE_RE = re.compile(r"^nvidia\.com/(gpu|mig-[0-9]+g\.[0-9]+gb(\.[a-z0-9]+)?)\Z")
@@ -51,63 +70,6 @@ PLURALS = {
 }
 #: How much of an API server's own message an error shows.
 MAX_SAID = 400
-
-
-@dataclass(frozen=True)
-class NodeGPUs:
-    """One GPU resource of a node: what it has, what pods may get, what pods have now."""
-
-    resource: str
-    capacity: int
-    allocatable: int
-    allocated: int
-
-
-@dataclass(frozen=True)
-class ClusterNode:
-    name: str
-    ready: bool
-    #: False when cordoned (``spec.unschedulable``).
-    schedulable: bool
-    product: str | None = None
-    memory_mib: int | None = None
-    gpus: tuple[NodeGPUs, ...] = ()
-
-
-@dataclass(frozen=True)
-class GPUAllocation:
-    """GPUs a pod holds: gpudev's own (``container``, ``owner`` from its annotations) or
-    another workload's (only its namespace is said)."""
-
-    node: str
-    resource: str
-    count: int
-    namespace: str
-    container: str = ""
-    owner: str = ""
-
-
-@dataclass(frozen=True)
-class ClusterInfo:
-    version: str
-    namespace: str
-    context: str
-    nodes: tuple[ClusterNode, ...] = ()
-    allocations: tuple[GPUAllocation, ...] = ()
-    warnings: tuple[str, ...] = field(default=())
-
-    def seen_by(self, sees_owner: Callable[[str], bool], stand_in: str) -> ClusterInfo:
-        """As a viewer may see it: another user's dev container is held by ``stand_in``,
-        without its name."""
-        return replace(
-            self,
-            allocations=tuple(
-                a
-                if not a.container or sees_owner(a.owner)
-                else replace(a, container="", owner=stand_in)
-                for a in self.allocations
-            ),
-        )
 
 
 def _text(value: Any) -> str | None:
@@ -311,7 +273,11 @@ def _kubernetes() -> Any:
 
 class Cluster:
     """The API server of one ``k8s://`` host, reached as its kubeconfig context says (an
-    empty context: the service account of the pod gpudev runs in, else the current context)."""
+    empty context: the service account of the pod gpudev runs in, else the current context).
+    The ``backend.HostBackend`` of a Kubernetes host (``Host.backend``; ``cluster_of``)."""
+
+    #: What the parts above key their tables by (``backend.HostBackend.kind``).
+    kind = "kubernetes"
 
     def __init__(self, spec: HostSpec, *, timeout: float, log: Any) -> None:
         self.spec = spec
@@ -803,6 +769,42 @@ class Cluster:
             version, nodes, pods, namespace=self.spec.namespace, context=self.spec.context
         )
 
+    def report(self, origin: str) -> HostInfo:
+        """A Kubernetes host's report: its API server's version, nodes and GPU allocations
+        (the GPUs are per node there, not a host inventory)."""
+        info: ClusterInfo | None = None
+        reason: str | None = None
+        try:
+            info = self.describe()
+        except (EngineUnreachable, ConfigError) as exc:
+            reason = exc.message
+        return HostInfo(
+            name=self.spec.name,
+            url=self.spec.url,
+            transport=self.spec.transport,
+            is_local=False,
+            reachable=info is not None,
+            reason=reason,
+            gpus=Inventory(
+                source="none",
+                reason="a Kubernetes cluster: its GPUs are listed by node"
+                if info is not None
+                else "the cluster is unreachable",
+            ),
+            origin=origin,
+            cluster=info,
+        )
+
+    def no_engine(self) -> str:
+        return (
+            f"Host {self.spec.name!r} is a Kubernetes cluster ({self.spec.url}), not a Docker "
+            "engine: gpudev starts, lists and removes dev containers there as pods"
+        )
+
+    def proc_reader(self) -> None:
+        """None: a cluster's GPU processes are its nodes', not the host's."""
+        return
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -813,3 +815,12 @@ class Cluster:
             if self._api is not None:
                 self._api.close()
                 self._api = None
+
+
+def cluster_of(host: HostLike) -> Cluster:
+    """The cluster of a Kubernetes host (its ``backend``): what the parts of that kind use to
+    reach it. A ``BadRequest`` saying so for a host of another kind."""
+    backend = host.backend
+    if getattr(backend, "kind", None) == Cluster.kind:
+        return cast("Cluster", backend)
+    raise BadRequest(f"Host {host.name!r} is not a Kubernetes cluster")

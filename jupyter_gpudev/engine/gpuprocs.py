@@ -67,6 +67,9 @@ class GPUProcesses:
     sampled: tuple[str, ...] = ()
     reason: str | None = None
     warnings: tuple[str, ...] = field(default=())
+    #: True: the answer covers every GPU of the host, so a GPU named in neither ``listed`` nor
+    #: ``unknown`` runs no process (``nvidia-smi``'s one list); False: such a GPU is unknown.
+    every_gpu: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -140,6 +143,7 @@ def smi_processes(text: str) -> GPUProcesses:
         listed=tuple(dict.fromkeys(p.gpu_uuid for p in processes)),
         reason=reason,
         warnings=tuple(warnings),
+        every_gpu=reason is None,
     )
 
 

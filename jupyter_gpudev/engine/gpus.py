@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from traitlets import Enum, Float, Unicode
 from traitlets.config import LoggingConfigurable
 
+from ..traits import PositiveFloat
 from .gpuprocs import APPS_FIELDS, GPUProcesses, Source, read_nvml_processes, smi_processes
 
 #: The fields asked of ``nvidia-smi --query-gpu``, in this order.
@@ -495,14 +496,17 @@ class GPUInventory(LoggingConfigurable):
         help="The nvidia-smi executable: a name looked up on PATH, or an absolute path.",
     ).tag(config=True)
 
-    timeout = Float(
-        10.0, help="Seconds to wait for nvidia-smi before reporting it as not answering."
+    timeout = PositiveFloat(
+        10.0,
+        help="Seconds to wait for nvidia-smi before reporting it as not answering (more than 0).",
     ).tag(config=True)
 
     cache_seconds = Float(
         1.0,
+        min=0.0,
         help="""Reuse an inventory (or a list of the GPUs' processes) read less than this many
-        seconds ago, so that many panels polling at once cost one read. 0 reads every time.""",
+        seconds ago, so that many panels polling at once cost one read (0 or more; 0 reads
+        every time).""",
     ).tag(config=True)
 
     def __init__(

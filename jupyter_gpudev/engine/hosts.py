@@ -1,10 +1,15 @@
-"""Hosts: one Docker engine each, with its GPUs. ``HostPool`` holds every configured host.
+"""Hosts: one Docker engine or Kubernetes cluster each, with its GPUs. ``HostPool`` holds
+every configured host.
 
 The local engine (``DOCKER_HOST`` or the default socket) is the default host; more hosts come
 from ``c.HostPool.hosts`` and, at run time, from ``jupyter gpudev hosts add`` or the panel
 (persisted in ``c.HostPool.hosts_file``). ``ssh://`` hosts use one persistent SSH connection for
 the Docker API, their GPU inventory (``nvidia-smi`` there), path checks and port forwards (see
 ``jupyter_gpudev.ssh``); ``tcp://`` hosts use TLS client certificates.
+
+What differs by the kind of host is its ``backend`` (``backend.HostBackend``): a Docker engine's
+(``DockerEngine``, below) or a Kubernetes cluster's (``cluster.Cluster``); ``HOST_KINDS`` says
+which a host's URL gets.
 
 Every call here that talks to an engine blocks: the server runs them in worker threads."""
 
@@ -18,9 +23,8 @@ import shutil
 import stat
 import subprocess
 import threading
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 import docker
@@ -32,7 +36,6 @@ from docker.utils import version_lt
 from ..errors import (
     ENGINE_FAILURES,
     BadRequest,
-    ConfigError,
     EngineError,
     EngineUnreachable,
     GPUDevError,
@@ -40,73 +43,74 @@ from ..errors import (
 )
 from ..labels import L_MANAGED
 from .attribution import CommandProcReader, LocalProcReader, ProcReader
-from .cluster import Cluster, ClusterInfo
+from .backend import HostBackend
+from .cluster import Cluster
 from .gpus import GPUInventory, Inventory, ProbeUnavailable
+from .info import EngineInfo, HostInfo
 from .registries import withhold_build_credentials, withhold_credentials
-from .spec import HostSpec, Transport
+from .spec import HostSpec
 from .ssh import SSHConnection, SSHDockerAdapter, SSHTarget
 from .tunnels import Tunnels
 from .watch import ContainerStates
 
 
-class HeldLease(Protocol):
-    """What a host report needs of a lease (``leasing.Lease``; engines know nothing of leases)."""
+class DockerEngine:
+    """The ``backend.HostBackend`` of a Docker engine host: its report is the engine's, its
+    ``/proc`` is read here or over SSH."""
 
-    def held_json(self) -> dict[str, Any]: ...
+    kind = "docker"
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    def report(self, origin: str) -> HostInfo:
+        host = self.host
+        engine: EngineInfo | None = None
+        reason: str | None = None
+        try:
+            engine = host.engine_info()
+        except EngineUnreachable as exc:
+            reason = exc.message
+        return HostInfo(
+            name=host.name,
+            url=host.spec.url,
+            transport=host.spec.transport,
+            is_local=host.spec.is_local,
+            reachable=engine is not None,
+            reason=reason,
+            engine=engine,
+            gpus=host.gpus()
+            if engine is not None or host.spec.is_local
+            else Inventory(source="none", reason="the host is unreachable"),
+            origin=origin,
+            workspace=host.spec.workspace,
+        )
+
+    def no_engine(self) -> None:
+        return None
+
+    def proc_reader(self) -> ProcReader | None:
+        host = self.host
+        if host.ssh is not None:
+            return CommandProcReader(host.smi_runner, host.timeout, where=f"host {host.name!r}")
+        return LocalProcReader() if host.spec.is_local else None
+
+    def close(self) -> None:
+        """Nothing of its own: the host closes its clients and SSH connection."""
 
 
-@dataclass(frozen=True)
-class EngineInfo:
-    """What the engine says of itself."""
-
-    version: str
-    api_version: str
-    os: str
-    arch: str
-    kernel_version: str | None
-    operating_system: str | None
-    cgroup_driver: str | None
-    cgroup_version: str | None
-    runtimes: tuple[str, ...]
-    default_runtime: str | None
-    nvidia_runtime: bool
-    nvidia_hook: bool | None
-    cdi: bool
-    cdi_spec_dirs: tuple[str, ...]
+def _cluster(host: Host) -> HostBackend:
+    return Cluster(host.spec, timeout=host.timeout, log=host.log)
 
 
-@dataclass(frozen=True)
-class HostInfo:
-    """A host as the API and the CLI report it."""
-
-    name: str
-    url: str
-    transport: Transport
-    is_local: bool
-    reachable: bool
-    reason: str | None = None
-    engine: EngineInfo | None = None
-    gpus: Inventory = field(default_factory=lambda: Inventory(source="none"))
-    #: Where the host comes from: "local", "config" (c.HostPool.hosts) or "added" (at run
-    #: time: removable with `hosts remove`).
-    origin: str = "config"
-    #: Remote hosts: the folder of that host mounted as the workspace.
-    workspace: str | None = None
-    #: The active GPU leases on this host (set by ``DevContainers.describe_hosts``, which
-    #: has the ledger), reported as ``Lease.held_json``.
-    leases: tuple[HeldLease, ...] = ()
-    #: A Kubernetes host: its version, nodes and GPU allocations (``None`` otherwise, or
-    #: when it did not answer).
-    cluster: ClusterInfo | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(replace(self, leases=()))
-        data["leases"] = [lease.held_json() for lease in self.leases]
-        return data
+#: Each kind of host by its URL's transport (``HostSpec.transport``; a Docker engine where
+#: none is named): what ``Host.backend`` is made of.
+HOST_KINDS: dict[str, Callable[[Host], HostBackend]] = {"k8s": _cluster}
 
 
 class Host:
-    """One engine: a lazily opened, persistent Docker client plus the host's GPU inventory."""
+    """One host: its ``backend`` (what kind it is), a lazily opened, persistent Docker client
+    where it is an engine, plus the host's GPU inventory."""
 
     def __init__(
         self,
@@ -135,8 +139,6 @@ class Host:
         self._user_ids: str | None = None
         #: gpudev's containers on this engine as last inspected, kept by its event stream.
         self.containers = ContainerStates(f"{L_MANAGED}=1", log)
-        #: A Kubernetes host's API server (``None`` for a Docker engine).
-        self.cluster = Cluster(spec, timeout=timeout, log=log) if spec.is_kubernetes else None
         if spec.transport == "ssh":
             self.ssh = SSHConnection(
                 SSHTarget.from_url(
@@ -146,6 +148,8 @@ class Host:
                 log=log,
             )
             self.tunnels = Tunnels(self.ssh, log=log)
+        #: What kind of host it is (``backend.HostBackend``; ``HOST_KINDS``).
+        self.backend: HostBackend = HOST_KINDS.get(spec.transport, DockerEngine)(self)
 
     @property
     def name(self) -> str:
@@ -162,12 +166,9 @@ class Host:
             raise PermissionError(errno.EACCES, "Permission denied", path)
 
     def _connect(self, timeout: float) -> docker.DockerClient:
-        if self.spec.is_kubernetes:
-            raise EngineUnreachable(
-                f"Host {self.name!r} is a Kubernetes cluster ({self.spec.url}), not a Docker "
-                "engine: gpudev starts, lists and removes dev containers there as pods",
-                details={"host": self.name},
-            )
+        refused = self.backend.no_engine()
+        if refused is not None:
+            raise EngineUnreachable(refused, details={"host": self.name})
         if urlsplit(self.spec.url).scheme == "unix":
             self._check_socket()
         tls: TLSConfig | bool = False
@@ -299,8 +300,7 @@ class Host:
 
     def close(self) -> None:
         self._close_clients()
-        if self.cluster is not None:
-            self.cluster.close()
+        self.backend.close()
         if self.tunnels is not None:
             self.tunnels.close()
         if self.ssh is not None:
@@ -404,12 +404,8 @@ class Host:
     def proc_reader(self) -> ProcReader | None:
         """How the attribution of GPU processes reads this host's ``/proc``: directly here,
         by one command per read over SSH; ``None`` where commands cannot run (tcp://, and
-        Kubernetes, whose GPU processes are the nodes')."""
-        if self.cluster is not None:
-            return None
-        if self.ssh is not None:
-            return CommandProcReader(self.smi_runner, self.timeout, where=f"host {self.name!r}")
-        return LocalProcReader() if self.spec.is_local else None
+        Kubernetes, whose GPU processes are the nodes'): its ``backend``'s."""
+        return self.backend.proc_reader()
 
     def gpus(self) -> Inventory:
         if self.gpu_inventory is None:
@@ -423,55 +419,9 @@ class Host:
         return self.gpu_inventory.probe()
 
     def describe(self) -> HostInfo:
-        """The host's state; an unreachable engine is reported, not raised."""
-        if self.cluster is not None:
-            return self._describe_cluster(self.cluster)
-        engine: EngineInfo | None = None
-        reason: str | None = None
-        try:
-            engine = self.engine_info()
-        except EngineUnreachable as exc:
-            reason = exc.message
-        return HostInfo(
-            name=self.name,
-            url=self.spec.url,
-            transport=self.spec.transport,
-            is_local=self.spec.is_local,
-            reachable=engine is not None,
-            reason=reason,
-            engine=engine,
-            gpus=self.gpus()
-            if engine is not None or self.spec.is_local
-            else Inventory(source="none", reason="the host is unreachable"),
-            origin=self.origin,
-            workspace=self.spec.workspace,
-        )
-
-    def _describe_cluster(self, cluster: Cluster) -> HostInfo:
-        """A Kubernetes host: its API server's version, nodes and GPU allocations (the GPUs
-        are per node there, not a host inventory)."""
-        info: ClusterInfo | None = None
-        reason: str | None = None
-        try:
-            info = cluster.describe()
-        except (EngineUnreachable, ConfigError) as exc:
-            reason = exc.message
-        return HostInfo(
-            name=self.name,
-            url=self.spec.url,
-            transport=self.spec.transport,
-            is_local=False,
-            reachable=info is not None,
-            reason=reason,
-            gpus=Inventory(
-                source="none",
-                reason="a Kubernetes cluster: its GPUs are listed by node"
-                if info is not None
-                else "the cluster is unreachable",
-            ),
-            origin=self.origin,
-            cluster=info,
-        )
+        """The host's state, as its kind reports it; an unreachable host is reported, not
+        raised."""
+        return self.backend.report(self.origin)
 
 
 def address_for_containers(network: Mapping[str, Any]) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from jupyter_core.paths import jupyter_data_dir
-from traitlets import Bool, Dict, Float, Instance, TraitError, Unicode, default, validate
+from traitlets import Bool, Dict, Instance, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from ..errors import (
@@ -22,8 +22,10 @@ from ..errors import (
     GPUDevError,
     NotFound,
 )
+from ..traits import PositiveFloat
 from .gpus import GPUInventory
-from .hosts import Host, HostInfo
+from .hosts import Host
+from .info import HostInfo
 from .spec import DEFAULT_LOCAL_URL, HostSpec
 
 #: What a host added at run time never chooses itself (``c.HostPool.runtime_host_settings``).
@@ -65,16 +67,17 @@ class HostPool(LoggingConfigurable):
         refused.""",
     ).tag(config=True)
 
-    timeout = Float(
+    timeout = PositiveFloat(
         5.0,
         help="""Seconds to wait for a Docker engine to answer when probing it (the host list,
-        connecting). An engine slower than this is reported unreachable.""",
+        connecting; more than 0). An engine slower than this is reported unreachable.""",
     ).tag(config=True)
 
-    api_timeout = Float(
+    api_timeout = PositiveFloat(
         300.0,
         help="""Seconds to wait for a Docker engine to answer one operation (create, start,
-        stop, diff, remove). Builds and pulls stream and are not limited by it.""",
+        stop, diff, remove; more than 0). Builds and pulls stream and are not limited by
+        it.""",
     ).tag(config=True)
 
     hosts_file = Unicode(
@@ -106,13 +109,6 @@ class HostPool(LoggingConfigurable):
     @default("gpu_inventory")
     def _default_gpu_inventory(self) -> GPUInventory:
         return GPUInventory(parent=self)
-
-    @validate("timeout")
-    def _validate_timeout(self, proposal: Any) -> float:
-        value = float(proposal["value"])
-        if value <= 0:
-            raise TraitError("c.HostPool.timeout must be a positive number of seconds")
-        return value
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -459,7 +455,10 @@ class HostPool(LoggingConfigurable):
             for host in (self._hosts or {}).values():
                 host.close()
             self._hosts = None
-        self.gpu_inventory.close()
+        # Not built (a part refused its config first, or no local host was used): nothing to
+        # close, and building it now would only refuse that config again.
+        if self.trait_has_value("gpu_inventory"):
+            self.gpu_inventory.close()
 
 
 def unreachable_summary(infos: list[HostInfo]) -> EngineUnreachable | None:

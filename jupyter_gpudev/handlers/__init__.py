@@ -21,6 +21,8 @@ from .api import (
     KernelHandler,
     KernelKeepHandler,
     KernelReleaseHandler,
+    KernelUsageHandler,
+    MetricsHandler,
     ReclaimsHandler,
     UsageHandler,
 )
@@ -66,4 +68,8 @@ def routes() -> list[tuple[str, type[GPUDevHandler]]]:
         (rf"/gpudev/proxy/{NAME}/(?P<port>[0-9]{{1,5}})(?P<path>/.*)?", PortProxyHandler),
         (rf"/gpudev/app/(?P<capability>{_CAPABILITY})(?P<path>/.*)?", AppProxyHandler),
         (rf"{API}/kernels/{KERNEL}", KernelHandler),
+        (rf"{API}/kernels/{KERNEL}/usage", KernelUsageHandler),
+        # Prometheus: the server's own /metrics, gathered off the event loop (and in the
+        # shared service for administrators only).
+        (r"/metrics", MetricsHandler),
     ]

@@ -6,36 +6,94 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 from typing import Any
 
-from jupyter_server.auth.decorator import authorized
+from jupyter_server.auth.decorator import allow_unauthenticated, authorized
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from tornado import web
 
 from ..changes.commit import CommitOptions
 from ..changes.model import check_change_ids
 from ..containers import StartRequest
 from ..engine import unreachable_summary
-from ..errors import BadRequest, EngineError
+from ..errors import BadRequest, EngineError, Forbidden
 from ..kernels.placements import PLACEMENTS
-from .base import GPUDevHandler, authorized_to_execute, maps_errors
+from ..services import Services
+from .base import SETTINGS_KEY, GPUDevHandler, authorized_to_execute, maps_errors
 
 
 class UsageHandler(GPUDevHandler):
     """``GET /gpudev/api/usage[?host=NAME]``: what each GPU is doing, by dev container and
     owner (``containers.usage``): ``{"hosts": [{"host", "reason", "gpus": [{"uuid", "index",
     "name", "memory_total_mib", "memory_used_mib", "utilization_percent", "processes_listed",
-    "processes": [{"kind", "container", "owner", "pid", "uid", "memory_used_mib",
-    "sm_percent", "memory_percent"}]}]}]}``. Another user's processes are "another user",
-    without container or PID; a process of no dev container is "other" (its PID and user id
-    for administrators only). 404 for an unknown ``host``."""
+    "processes": [{"kind", "container", "owner", "pid", "uid", "kernel", "orphan",
+    "memory_used_mib", "sm_percent", "memory_percent"}]}], "kernels": [{"kernel",
+    "container", "owner", "idle_seconds"}]}]}``. Another user's processes are "another user",
+    without container, PID or kernel; a process of no dev container is "other" (its PID and
+    user id for administrators only). ``kernel``: the live gpudev kernel whose process tree
+    holds it; ``orphan``: left behind by a kernel that ended (leaked GPU memory). 404 for an
+    unknown ``host``.
+
+    ``GET /gpudev/api/usage?kernel=ID`` (also ``GET /gpudev/api/kernels/ID/usage``): what one
+    kernel of the caller's holds, for the notebook's badge: ``{"kernel": {"id", "host",
+    "container", "gpus": [{"uuid", "index", "name", "memory_used_mib", "sm_percent",
+    "memory_percent", "gpu_memory_used_mib", "gpu_memory_total_mib",
+    "gpu_utilization_percent"}], "reason"}}``: each GPU its processes are on or its container
+    leased, ``memory_used_mib`` the sum of its processes' (``sm_percent`` and
+    ``memory_percent`` theirs, ``null`` when not sampled), the ``gpu_*`` the whole GPU's;
+    ``reason``: why its processes are not known (``null``: they are). 404, with one message,
+    for a kernel that is unknown, ended, not a gpudev one or another user's."""
 
     @web.authenticated
     @authorized
     @maps_errors
     async def get(self) -> None:
+        kernel_id = self.get_argument("kernel", None)
+        if kernel_id is not None:
+            await self.finish_kernel(kernel_id)
+            return
         host = self.get_argument("host", None) or None
         hosts = await self.blocking(self.gpudev.usage.usage, host)
         self.finish(json.dumps({"hosts": [usage.to_json() for usage in hosts]}))
+
+    async def finish_kernel(self, kernel_id: str) -> None:
+        if not re.fullmatch(r"[0-9a-f-]{1,64}", kernel_id):
+            raise BadRequest('"kernel" must be a kernel id')
+        usage = await self.blocking(self.gpudev.usage.kernel_usage, kernel_id)
+        self.finish(json.dumps({"kernel": usage.to_json()}))
+
+
+class KernelUsageHandler(UsageHandler):
+    """``GET /gpudev/api/kernels/ID/usage``: ``GET /gpudev/api/usage?kernel=ID``."""
+
+    @web.authenticated
+    @authorized
+    @maps_errors
+    async def get(self, kernel_id: str) -> None:
+        await self.finish_kernel(kernel_id)
+
+
+class MetricsHandler(GPUDevHandler):
+    """``GET /metrics``, in place of the Jupyter server's own: the same Prometheus metrics
+    (prometheus_client's default registry, gpudev's gauges among them: ``containers.metrics``),
+    gathered off the event loop (a scrape reads the GPUs and the hosts' ``/proc``). A
+    single-user server answers as its own would (``c.ServerApp.authenticate_prometheus``: a
+    logged-in user, else 403); the shared service, which every Hub user may log in to, only
+    its administrators (403 for anyone else)."""
+
+    @allow_unauthenticated
+    @maps_errors
+    async def get(self) -> None:
+        if isinstance(self.settings[SETTINGS_KEY], Services):
+            if self.settings.get("authenticate_prometheus", True) and not self.logged_in:
+                raise web.HTTPError(403)
+        elif self.current_user is None or not self.gpudev.containers.access.local().admin:
+            raise Forbidden("The gpudev service's metrics are for its administrators")
+        data = await self.blocking(generate_latest, REGISTRY)
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        # Not APIHandler.finish: it would answer JSON's content type.
+        web.RequestHandler.finish(self, data)
 
 
 class HostsHandler(GPUDevHandler):

@@ -1,7 +1,7 @@
 """Could a cluster take a dev container's GPUs now?
 
 On a cluster the scheduler places pods; gpudev only looks first, from what the cluster said
-(``engine.cluster.ClusterInfo``), to say before creating anything which nodes could take the
+(``engine.info.ClusterInfo``), to say before creating anything which nodes could take the
 GPUs, or why none can ("gpu-a100-1: 1 free nvidia.com/gpu of 8; gpu-mig-1: cordoned"). The
 scheduler still decides (other limits, taints, quotas, a race with another pod): a pod it
 cannot place is reported with its own reason (``k8s.status``).
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..engine.cluster import ClusterInfo, ClusterNode
+from ..engine.info import ClusterInfo, ClusterNode
 from .objects import GPUAsk
 
 

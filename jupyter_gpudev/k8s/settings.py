@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
-from traitlets import Bool, Enum, Float
+from traitlets import Bool, Enum
 from traitlets.config import LoggingConfigurable
+
+from ..traits import PositiveFloat
 
 #: The options that moved here: their old name on ``ContainerLookup`` -> their name here.
 RENAMED = {
@@ -19,12 +21,12 @@ RENAMED = {
 class KubernetesHosts(LoggingConfigurable):
     """Dev containers as pods on Kubernetes hosts. Configure with ``c.KubernetesHosts.*``."""
 
-    start_timeout = Float(
+    start_timeout = PositiveFloat(
         600.0,
         help="""Seconds a start on a Kubernetes host waits for its pod to run (the scheduler
-        placing it, the node pulling the image). Meanwhile the start reports why the pod is
-        not running yet; past it, what the start created is deleted (a workspace claim from
-        before is kept) and the scheduler's last reason is the error.""",
+        placing it, the node pulling the image; more than 0). Meanwhile the start reports
+        why the pod is not running yet; past it, what the start created is deleted (a
+        workspace claim from before is kept) and the scheduler's last reason is the error.""",
     ).tag(config=True)
 
     port_forward = Enum(
@@ -37,9 +39,10 @@ class KubernetesHosts(LoggingConfigurable):
         empty context inside a cluster), else forwarded.""",
     ).tag(config=True)
 
-    poll_interval = Float(
+    poll_interval = PositiveFloat(
         1.0,
-        help="""Seconds between two reads of a starting pod on a Kubernetes host.""",
+        help="""Seconds between two reads of a starting pod on a Kubernetes host (more than
+        0).""",
     ).tag(config=True)
 
     watch = Bool(

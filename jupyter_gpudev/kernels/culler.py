@@ -7,6 +7,13 @@ environment's ``customizations.gpudev.idleTimeout``) is shut down, its container
 with its changes) and its GPUs freed. ``warning_seconds`` before that it is listed by
 ``GET /gpudev/api/reclaims`` so Lab can warn, and the user can keep it (``POST .../keep``),
 which counts as activity, or release it at once.
+
+Where GPU use is readable (``containers.usage``: a server's own engines), each look reads it
+once for every GPU kernel, and the warning says what the kernel holds ("4.2 GiB on NVIDIA H100
+(GPU 0), 0% for 25 min": ``Reclaim.holds``); elsewhere (client mode, a cluster) nothing changes.
+With ``gpu_idle_timeout`` an administrator also reclaims a kernel whose GPUs did no work for
+that long, even while a cell runs (one blocked on ``input()`` or a sleep), with the same warning
+and "keep".
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ from typing import Any
 from traitlets import Float
 from traitlets.config import LoggingConfigurable
 
+from ..containers.usage import GPUUse, HostUsage, KernelGPU, kernel_gpus
 from ..errors import NotFound
+from ..traits import PositiveFloat
 from .provisioner import GPUDevProvisioner
 from .remote import ServiceKernelProvisioner
 
@@ -43,6 +52,11 @@ class Reclaim:
     gpus: int
     idle_seconds: float
     reclaim_at: float
+    #: What it holds on its GPUs, for people ("4.2 GiB on NVIDIA H100 (GPU 0), 0% for 25 min");
+    #: ``None``: not known.
+    holds: str | None = None
+    #: Seconds its GPUs have done no work (as seen at each look); ``None``: not known.
+    gpu_idle_seconds: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,18 +67,33 @@ class GPUCuller(LoggingConfigurable):
 
     idle_timeout = Float(
         3600.0,
+        min=0.0,
         help="""Seconds a kernel that holds GPUs may stay idle (no message, not busy) before
-        it is shut down and its GPUs freed; its container is stopped and kept. An
-        environment's customizations.gpudev.idleTimeout overrides it. 0 turns reclaim off.""",
+        it is shut down and its GPUs freed; its container is stopped and kept (0 or more; 0
+        turns reclaim off). An environment's customizations.gpudev.idleTimeout overrides
+        it.""",
     ).tag(config=True)
 
     warning_seconds = Float(
         300.0,
-        help="How long before a reclaim Lab is told, so the user can keep the kernel.",
+        min=0.0,
+        help="""Seconds before a reclaim that Lab is told, so the user can keep the kernel (0
+        or more; 0: no warning).""",
     ).tag(config=True)
 
-    check_interval = Float(
-        30.0, help="Seconds between two looks at the GPU kernels' activity."
+    check_interval = PositiveFloat(
+        30.0,
+        help="Seconds between two looks at the GPU kernels' activity (more than 0).",
+    ).tag(config=True)
+
+    gpu_idle_timeout = Float(
+        0.0,
+        min=0.0,
+        help="""Seconds a kernel that holds GPUs may leave them without work (0 % utilization
+        at every look, every check_interval) before it is reclaimed as an idle one is, even
+        while a cell runs (a cell blocked on input() or a sleep): the same warning_seconds
+        warning first, and the same "keep". Needs GPU use per process (the local engine and
+        ssh:// hosts). 0 or more; 0 (the default) turns it off.""",
     ).tag(config=True)
 
     def __init__(
@@ -78,6 +107,11 @@ class GPUCuller(LoggingConfigurable):
         self._clock = clock
         self._kept: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
+        #: GPU use by kernel (``Services`` sets it; ``None``: not readable here).
+        self.usage: GPUUse | None = None
+        #: Per GPU kernel, at the last look: what it holds, and since when its GPUs are idle.
+        self._holds: dict[str, str] = {}
+        self._quiet: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------------------
 
@@ -106,16 +140,54 @@ class GPUCuller(LoggingConfigurable):
         )
         return max(stamp, self._kept.get(kernel_id, 0.0))
 
+    def read_gpu_use(self) -> None:
+        """Read GPU use once (blocking) and note, for each GPU kernel, what it holds and since
+        when its GPUs do no work; nothing when GPU use cannot be read."""
+        if self.usage is None:
+            return
+        kernels = [(k, p) for k, _, p in self._gpu_kernels() if isinstance(p, GPUDevProvisioner)]
+        if not kernels:
+            self._holds, self._quiet = {}, {}
+            return
+        local = self.usage.host_pool.local_name
+        hosts: dict[str, HostUsage] = {}
+        for name in sorted({p.host or local for _, p in kernels}):  # only their hosts, once
+            try:
+                hosts.update((read.host, read) for read in self.usage.usage(name))
+            except Exception as exc:  # a message without it is the old one
+                self.log.debug("gpudev: GPU use of %s not readable for reclaims: %r", name, exc)
+        now = self._clock()
+        holds: dict[str, str] = {}
+        quiet: dict[str, float] = {}
+        for kernel_id, provisioner in kernels:
+            host = hosts.get(provisioner.host or local)
+            gpus = _kernel_gpus(kernel_id, host, provisioner.gpu_uuids())
+            working = [_working(gpu) for gpu in gpus]
+            if gpus and None not in working and not any(working):
+                quiet[kernel_id] = self._quiet.get(kernel_id, now)
+            if gpus:
+                since = quiet.get(kernel_id)
+                holds[kernel_id] = holding(gpus, None if since is None else now - since)
+        self._holds, self._quiet = holds, quiet
+
     def pending(self) -> list[Reclaim]:
-        """GPU kernels within ``warning_seconds`` of their reclaim (what Lab warns about)."""
+        """GPU kernels within ``warning_seconds`` of their reclaim (what Lab warns about): idle
+        ones, and (``gpu_idle_timeout``) those whose GPUs did no work, busy or not."""
         now = self._clock()
         result = []
         for kernel_id, kernel, provisioner in self._gpu_kernels():
             timeout = self._timeout_for(provisioner)
-            if timeout <= 0 or getattr(kernel, "execution_state", "") == "busy":
-                continue
             last = self._last_activity(kernel_id, kernel)
-            reclaim_at = last + timeout
+            due = []
+            if timeout > 0 and getattr(kernel, "execution_state", "") != "busy":
+                due.append(last + timeout)
+            quiet = self._quiet.get(kernel_id)
+            gpu_idle = None if quiet is None else max(quiet, self._kept.get(kernel_id, 0.0))
+            if self.gpu_idle_timeout > 0 and gpu_idle is not None:
+                due.append(gpu_idle + self.gpu_idle_timeout)
+            if not due:
+                continue
+            reclaim_at = min(due)
             if reclaim_at - now <= self.warning_seconds:
                 result.append(
                     Reclaim(
@@ -126,9 +198,15 @@ class GPUCuller(LoggingConfigurable):
                         gpus=provisioner.gpu_count(),
                         idle_seconds=max(0.0, now - last),
                         reclaim_at=reclaim_at,
+                        holds=self._holds.get(kernel_id),
+                        gpu_idle_seconds=None if quiet is None else max(0.0, now - quiet),
                     )
                 )
         return sorted(result, key=lambda r: r.reclaim_at)
+
+    def _look(self) -> list[Reclaim]:
+        self.read_gpu_use()
+        return self.pending()
 
     def keep(self, kernel_id: str) -> None:
         """The user keeps the kernel: its idle time starts again from now."""
@@ -149,14 +227,19 @@ class GPUCuller(LoggingConfigurable):
         )
         provisioner.keep_container = True
         self._kept.pop(kernel_id, None)
-        self.log.info("gpudev: releasing the GPUs of idle kernel %s", kernel_id)
+        holds = self._holds.pop(kernel_id, None)
+        self._quiet.pop(kernel_id, None)
+        if holds:
+            self.log.info("gpudev: releasing the GPUs of idle kernel %s (%s)", kernel_id, holds)
+        else:
+            self.log.info("gpudev: releasing the GPUs of idle kernel %s", kernel_id)
         await self.kernel_manager.shutdown_kernel(kernel_id)
 
     async def check(self) -> list[str]:
         """One look: reclaim every GPU kernel past its timeout. Returns their ids."""
         reclaimed = []
         now = self._clock()
-        pending = await asyncio.get_running_loop().run_in_executor(None, self.pending)
+        pending = await asyncio.get_running_loop().run_in_executor(None, self._look)
         for reclaim in pending:
             if reclaim.reclaim_at <= now:
                 try:
@@ -185,3 +268,39 @@ class GPUCuller(LoggingConfigurable):
                 await self.check()
             except Exception:
                 self.log.exception("gpudev: the GPU culler failed; it goes on")
+
+
+def _kernel_gpus(
+    kernel_id: str, host: HostUsage | None, leased: tuple[str, ...]
+) -> tuple[KernelGPU, ...]:
+    if host is None or host.reason is not None:
+        return ()  # its processes are not known: nothing is said
+    return kernel_gpus(kernel_id, host.gpus, leased)
+
+
+def _working(gpu: KernelGPU) -> bool | None:
+    """Whether the kernel's processes (else the whole GPU, where they are not sampled) did work
+    on ``gpu``; ``None``: not known."""
+    share = gpu.sm_percent if gpu.sm_percent is not None else gpu.gpu_utilization_percent
+    return None if share is None else share > 0
+
+
+def _minutes(seconds: float) -> str:
+    minutes = int(seconds // 60)
+    return f"{minutes} min" if minutes < 120 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def holding(gpus: tuple[KernelGPU, ...], quiet_seconds: float | None) -> str:
+    """What a kernel holds, for people: "4.2 GiB on NVIDIA H100 (GPU 0), 0% for 25 min" per
+    GPU (its processes' memory and share, else the GPU's utilization)."""
+    parts = []
+    for gpu in gpus:
+        memory = "?" if gpu.memory_used_mib is None else f"{gpu.memory_used_mib / 1024:.1f} GiB"
+        text = f"{memory} on {gpu.name or gpu.uuid} (GPU {gpu.index})"
+        share = gpu.sm_percent if gpu.sm_percent is not None else gpu.gpu_utilization_percent
+        if share is not None:
+            text += f", {share}%"
+            if share == 0 and quiet_seconds is not None and quiet_seconds >= 60:
+                text += f" for {_minutes(quiet_seconds)}"
+        parts.append(text)
+    return "; ".join(parts)

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from ..containers import DevContainers
 from ..engine import Host
-from ..engine.cluster import Cluster, ExecResult
+from ..engine.cluster import Cluster, ExecResult, cluster_of
 from ..errors import EngineError, EngineUnreachable, GPUDevError, NotFound
 from ..k8s.objects import k8s_name
 from ..untrusted import clean
@@ -67,11 +67,10 @@ class PodProcesses:
     def of(cls, manager: DevContainers, host: Host, name: str, handle: str = "") -> PodProcesses:
         """The processes of the dev container ``name``'s pod on ``host`` (nothing is asked of
         the cluster); ``handle``, a kernel's, names its pod."""
-        if host.cluster is None:
-            raise EngineError(f"Host {host.name!r} is not a Kubernetes cluster")
+        cluster = cluster_of(host)
         if handle.startswith(POD_HANDLE):
-            return cls(manager, host, host.cluster, handle.removeprefix(POD_HANDLE))
-        return cls(manager, host, host.cluster, k8s_name(name))
+            return cls(manager, host, cluster, handle.removeprefix(POD_HANDLE))
+        return cls(manager, host, cluster, k8s_name(name))
 
     @property
     def instance(self) -> str:
@@ -154,6 +153,10 @@ class PodProcesses:
         """Checked once, after ``seconds``: each check is an exec."""
         time.sleep(seconds)
         return poll()
+
+    def host_pid(self, handle: str) -> int | None:  # noqa: ARG002
+        """Not known: a cluster's nodes give gpudev no per-process attribution."""
+        return None
 
     def send_signal(self, runtime_id: str, signum: int) -> None:
         self._exec(signal_argv(runtime_id, signum), 1024)

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from ..containers import DevContainers
 from ..engine import Host
+from ..engine.gpuprocs import PID_MAX
 from .placements import PLACEMENTS
 
 #: Where a kernel's connection file and pid file live inside the container.
@@ -68,6 +69,14 @@ def signal_argv(runtime_id: str, signum: int) -> list[str]:
     return ["/bin/sh", "-c", f'kill -{int(signum)} "$(cat {shlex.quote(pid_file)})"']
 
 
+def exec_pid(state: Any) -> int | None:
+    """The host PID of an exec the engine inspected, while it runs (else ``None``)."""
+    if not isinstance(state, dict) or not state.get("Running"):
+        return None
+    pid = state.get("Pid")
+    return pid if type(pid) is int and 0 < pid <= PID_MAX else None
+
+
 class ContainerProcesses:
     """The kernel processes of one Docker container (``kernels.runtime.KernelProcesses``):
     each one exec, polled by its exec id (the handle), reached at the container's address or
@@ -87,6 +96,8 @@ class ContainerProcesses:
         self.container_id = str(container.id)
         self._address_of = address_of
         self._address = ""
+        #: Each exec's process's PID on the host, as the engine last reported it.
+        self._pids: dict[str, int] = {}
 
     @classmethod
     def of(
@@ -179,7 +190,21 @@ class ContainerProcesses:
     def exit_code(self, handle: str, runtime_id: str) -> int | None:  # noqa: ARG002
         """Its exec's state: the kernel's exit code, ``None`` while it runs."""
         state = self.api.exec_inspect(handle)
+        pid = exec_pid(state)
+        if pid is not None:
+            self._pids[handle] = pid
         return None if state.get("Running") else int(state.get("ExitCode") or 0)
+
+    def host_pid(self, handle: str) -> int | None:
+        """The kernel's PID on the host: the engine's for its exec (whose shell ``exec``s the
+        kernel: the same process), which the container cannot forge; ``None`` once it ended.
+        The one ``exit_code`` read last is reused (a start's watch reads it)."""
+        pid = self._pids.get(handle)
+        if pid is None:
+            pid = exec_pid(self.api.exec_inspect(handle))
+            if pid is not None:
+                self._pids[handle] = pid
+        return pid
 
     def watch_start(self, poll: Callable[[], int | None], seconds: float) -> int | None:
         """Polled every ``START_POLL`` (an engine request, no exec) until it exits or

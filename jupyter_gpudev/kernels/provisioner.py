@@ -35,6 +35,7 @@ from ..containers import DevContainers, StartRequest
 from ..containers.placement import gpu_request
 from ..engine import Host
 from ..errors import ENGINE_FAILURES, Conflict, EngineUnreachable, GPUDevError, engine_error
+from ..traits import PositiveFloat
 from .live import KernelPlacement, KernelRegistry
 from .placements import PLACEMENTS
 from .process import PORT_NAMES, runtime_files
@@ -87,27 +88,35 @@ class GPUDevProvisioner(KernelProvisionerBase):
     container = Unicode(
         "", config=True, help="A running dev container to launch into (shared, left running)."
     )
-    gpus = Int(-1, config=True, help="GPUs a dedicated container leases (-1: the environment's).")
+    gpus = Int(
+        -1,
+        min=-1,
+        config=True,
+        help="GPUs a dedicated container leases (-1 or more; -1: the environment's).",
+    )
     host = Unicode("", config=True, help="The host (default: the local engine).")
     startup_check_seconds = Float(
         0.05,
+        min=0.0,
         config=True,
-        help="""After launching, watch the kernel this long: one that exits at once is
-        reported with its output and cleaned up, instead of a 'kernel died' restart loop.""",
+        help="""After launching, watch the kernel this long (seconds, 0 or more; 0: one look):
+        one that exits at once is reported with its output and cleaned up, instead of a
+        'kernel died' restart loop.""",
     )
     unreachable_grace = Float(
         60.0,
+        min=0.0,
         config=True,
         help="""Seconds a kernel on a remote host is still considered running while its host
-        cannot be reached (a dropped SSH connection is reopened on the next call); after that
-        it is reported dead, with the reason in the server log.""",
+        cannot be reached (a dropped SSH connection is reopened on the next call; 0 or more);
+        after that it is reported dead, with the reason in the server log.""",
     )
-    exit_poll_seconds = Float(
+    exit_poll_seconds = PositiveFloat(
         0.01,
         config=True,
         help="""After a shutdown request, how often the kernel's process is checked for its
-        exit (one engine request each): a dedicated container is stopped, and its GPUs
-        freed, right after.""",
+        exit (seconds, more than 0; one engine request each): a dedicated container is
+        stopped, and its GPUs freed, right after.""",
     )
     remove_unchanged = Bool(
         True,
@@ -598,8 +607,20 @@ class GPUDevProvisioner(KernelProvisionerBase):
                     host=self.host or self._manager.host_pool.local_name,
                     container=self._container_name,
                     dedicated=self._dedicated,
+                    host_pid=self._kernel_host_pid(),
                 )
             )
+
+    def _kernel_host_pid(self) -> int | None:
+        """The kernel's PID on its host, as the engine says (``KernelProcesses.host_pid``):
+        what its GPU processes are told by; ``None`` when not known."""
+        if self._processes is None or not self._exec_id:
+            return None
+        try:
+            return self._processes.host_pid(self._exec_id)
+        except _BEST_EFFORT as exc:
+            self.log.debug("gpudev kernel %s: no host PID: %r", self.kernel_id, exc)
+            return None
 
     def _cleanup_sync(self, restart: bool) -> None:
         self._exec_id = ""

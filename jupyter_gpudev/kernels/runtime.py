@@ -72,6 +72,10 @@ class KernelProcesses(Protocol):
         """Watch a kernel just started for about ``seconds`` with ``poll`` (the caller's
         ``exit_code``): its code if it exited, else ``None``."""
 
+    def host_pid(self, handle: str) -> int | None:
+        """The running kernel's PID on its host, from the engine (never from the container);
+        ``None`` where it is not known (a pod) or the kernel ended."""
+
     def send_signal(self, runtime_id: str, signum: int) -> None: ...
 
     def log_tail(self, runtime_id: str) -> list[str]:
@@ -81,10 +85,17 @@ class KernelProcesses(Protocol):
         """Remove the kernel's runtime files."""
 
 
+#: Each kind of host's ``KernelProcesses``, by its backend's kind (``Host.backend.kind``): a
+#: Docker container's, a pod's on a Kubernetes host.
+PROCESSES: dict[str, type[ContainerProcesses] | type[PodProcesses]] = {
+    "docker": ContainerProcesses,
+    "kubernetes": PodProcesses,
+}
+
+
 def processes_type(host: Host) -> type[ContainerProcesses] | type[PodProcesses]:
-    """Which ``KernelProcesses`` the dev containers of ``host`` have: a pod's on a Kubernetes
-    host, else a Docker container's."""
-    return PodProcesses if host.cluster is not None else ContainerProcesses
+    """Which ``KernelProcesses`` the dev containers of ``host`` have (``PROCESSES``)."""
+    return PROCESSES[host.backend.kind]
 
 
 def kernel_processes(

@@ -32,7 +32,7 @@ from typing import Any
 
 import zmq
 from jupyter_client.session import Session
-from traitlets import Float, Int
+from traitlets import Int
 from traitlets.config import LoggingConfigurable
 
 from .. import safefs
@@ -40,6 +40,7 @@ from ..containers import DevContainers
 from ..containers.reconcile import process_alive
 from ..errors import ENGINE_FAILURES, GPUDevError
 from ..labels import L_KERNEL
+from ..traits import PositiveFloat
 from .placements import PLACEMENTS, Key
 from .process import PORT_NAMES, ContainerProcesses
 from .runtime import KernelProcesses, processes_type
@@ -136,17 +137,18 @@ class WarmKernels(LoggingConfigurable):
 
     count = Int(
         1,
+        min=0,
         config=True,
         help="""Kernels kept started and ready in each running shared dev container that is
         pinned or has a kernel of this server, so that a kernel started in it from the picker
-        answers at once (each is handed out once; a fresh one is prepared after). 0: off.
-        They use the container's memory, never a GPU it does not already hold.""",
+        answers at once (each is handed out once; a fresh one is prepared after). 0 or more;
+        0: off. They use the container's memory, never a GPU it does not already hold.""",
     )
-    ready_timeout = Float(
+    ready_timeout = PositiveFloat(
         60.0,
         config=True,
-        help="Seconds a warm kernel may take to answer its first kernel_info; past that it is "
-        "stopped.",
+        help="Seconds a warm kernel may take to answer its first kernel_info (more than 0); "
+        "past that it is stopped.",
     )
 
     def __init__(self, **kwargs: Any) -> None:

@@ -67,5 +67,11 @@ export const DEFAULT_INTERVAL_MS = 5000;
 /** Time between two looks at the pending GPU reclaims, in milliseconds. */
 export const RECLAIMS_INTERVAL_MS = 10000;
 
+/**
+ * Time between two looks at the GPU use of a notebook's kernel, in
+ * milliseconds (while the notebook is shown).
+ */
+export const KERNEL_USAGE_INTERVAL_MS = 10000;
+
 /** The longest a poll waits between two attempts while failing, in milliseconds. */
 export const MAX_INTERVAL_MS = 60000;

@@ -19,7 +19,9 @@ export {
   fetchHost,
   fetchHosts,
   fetchKernelInfo,
+  fetchKernelUsage,
   fetchReclaims,
+  fetchUsage,
   keepKernel,
   openContainerTerminal,
   pinContainer,
@@ -38,7 +40,9 @@ export {
   CommitModel,
   ContainersModel,
   HostsModel,
-  ReclaimsModel
+  KernelUsages,
+  ReclaimsModel,
+  UsageModel
 } from './models';
 export type {
   ContainerAction,
@@ -49,6 +53,7 @@ export type {
   IHostsState,
   IReclaimsState,
   IStartState,
+  IUsageState,
   ReclaimAction
 } from './models';
 export { HostsPanel } from './components/hosts/HostsPanel';

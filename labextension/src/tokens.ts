@@ -7,6 +7,7 @@ import { Token } from '@lumino/coreutils';
 import type { ContainersModel } from './models/containers';
 import type { HostsModel } from './models/hosts';
 import type { ReclaimsModel } from './models/reclaims';
+import type { UsageModel } from './models/usage';
 
 /**
  * The polled models of the GPU Dev panel, provided by the main plugin
@@ -21,10 +22,15 @@ export interface IGPUDevModel {
   readonly containers: ContainersModel;
   /** The idle GPU kernels about to be reclaimed. */
   readonly reclaims: ReclaimsModel;
+  /**
+   * What each GPU is doing, by dev container and owner (one request for
+   * all hosts per poll, while the panel is shown).
+   */
+  readonly usage: UsageModel;
 }
 
 /** The token of the panel's polled models. */
 export const IGPUDevModel = new Token<IGPUDevModel>(
   'jupyter-gpudev:IGPUDevModel',
-  'The polled models of the GPU Dev panel: hosts, dev containers, pending GPU reclaims.'
+  'The polled models of the GPU Dev panel: hosts, dev containers, pending GPU reclaims, GPU use.'
 );

@@ -491,3 +491,84 @@ export interface IKernelInfo {
    */
   pod: boolean;
 }
+
+/**
+ * Whose a GPU process is: one of the caller's dev containers (`gpudev`; any
+ * user's for an administrator), another user's dev container, or a process
+ * of no dev container (`other`).
+ */
+export type GPUProcessKind = 'gpudev' | 'another user' | 'other';
+
+/** One process on one GPU, as the caller may see it (`GET /gpudev/api/usage`). */
+export interface IGPUProcessUse {
+  /** A `GPUProcessKind`; a kind this panel does not know is read as `other`. */
+  kind: GPUProcessKind;
+  memory_used_mib: number | null;
+  /** Its share of the GPU's SM time since the last read; `null`: not sampled. */
+  sm_percent: number | null;
+  /** Its share of the GPU's memory time since the last read; `null`: not sampled. */
+  memory_percent: number | null;
+  /** Its dev container, named as the caller names it (`gpudev` only). */
+  container: string | null;
+  /** The container's owner (`"another user"` for someone else's). */
+  owner: string | null;
+  /** Its PID on the host: the caller's own processes, and administrators'. */
+  pid: number | null;
+  /** Its user id on the host: administrators only, for a process of no dev container. */
+  uid: number | null;
+  /** The gpudev kernel whose process tree holds it; `null` for none (or unknown). */
+  kernel: string | null;
+  /** A process left behind in a dev container by a kernel that ended. */
+  orphan: boolean;
+}
+
+/** One GPU of a host: its total use, and its processes. */
+export interface IGPUUsage {
+  uuid: string;
+  index: number;
+  name: string;
+  memory_total_mib: number | null;
+  memory_used_mib: number | null;
+  utilization_percent: number | null;
+  /** False: the driver did not list this GPU's processes (unknown, not idle). */
+  processes_listed: boolean;
+  processes: IGPUProcessUse[];
+}
+
+/** A host's GPUs and their processes; `reason`: why processes (or all) are missing. */
+export interface IHostUsage {
+  host: string;
+  reason: string | null;
+  gpus: IGPUUsage[];
+}
+
+/** Body of `GET /gpudev/api/usage[?host=NAME]`. */
+export interface IUsageResponse {
+  hosts: IHostUsage[];
+}
+
+/** What one kernel holds on one GPU (`GET /gpudev/api/usage?kernel=ID`). */
+export interface IKernelGPUUse {
+  uuid: string;
+  /** The GPU's index on its host; `null` when not said. */
+  index: number | null;
+  name: string;
+  /** The kernel's processes on this GPU. */
+  memory_used_mib: number | null;
+  sm_percent: number | null;
+  memory_percent: number | null;
+  /** The whole GPU, every process on it. */
+  gpu_memory_used_mib: number | null;
+  gpu_memory_total_mib: number | null;
+  gpu_utilization_percent: number | null;
+}
+
+/** One kernel's GPU use: the `kernel` of `GET /gpudev/api/usage?kernel=ID`. */
+export interface IKernelUsage {
+  id: string;
+  host: string;
+  container: string;
+  gpus: IKernelGPUUse[];
+  /** Why its use is unknown (the host's processes cannot be read); else `null`. */
+  reason: string | null;
+}

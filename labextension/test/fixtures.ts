@@ -1,7 +1,7 @@
 /**
- * The server's documents the component tests render: a GPU, a host with its
- * leases, an environment, a dev container, a diff (the JSON of types.ts,
- * with a few fields set by each test).
+ * The server's documents the tests use: a GPU, a host with its leases, an
+ * environment, a dev container, a diff, a GPU's use by process and a
+ * kernel's (the JSON of types.ts, with a few fields set by each test).
  */
 import type {
   IContainerDiff,
@@ -9,7 +9,12 @@ import type {
   IEnvironment,
   IGPUInfo,
   IGPULease,
-  IHostInfo
+  IGPUProcessUse,
+  IGPUUsage,
+  IHostInfo,
+  IHostUsage,
+  IKernelGPUUse,
+  IKernelUsage
 } from '../src/types';
 
 export function gpu(
@@ -146,6 +151,90 @@ export function diff(
     empty: false,
     items: [{ id: 'apt:curl', kind: 'apt', label: 'curl', detail: '' }],
     excluded: [],
+    ...extra
+  };
+}
+
+/** A process of one of the caller's dev containers (`kind` gpudev). */
+export function processUse(
+  container: string | null,
+  extra: Partial<IGPUProcessUse> = {}
+): IGPUProcessUse {
+  return {
+    kind: 'gpudev',
+    memory_used_mib: 1024,
+    sm_percent: null,
+    memory_percent: null,
+    container,
+    owner: 'ada',
+    pid: 4242,
+    uid: null,
+    kernel: null,
+    orphan: false,
+    ...extra
+  };
+}
+
+/** One GPU's use: an 80 GiB H100 with `processes`. */
+export function gpuUsage(
+  uuid: string,
+  index: number,
+  processes: IGPUProcessUse[] = [],
+  extra: Partial<IGPUUsage> = {}
+): IGPUUsage {
+  return {
+    uuid,
+    index,
+    name: 'NVIDIA H100 80GB HBM3',
+    memory_total_mib: 81559,
+    memory_used_mib: 30000,
+    utilization_percent: 45,
+    processes_listed: true,
+    processes,
+    ...extra
+  };
+}
+
+/** A host's GPU use. */
+export function hostUsage(
+  name: string,
+  gpus: IGPUUsage[] = [],
+  reason: string | null = null
+): IHostUsage {
+  return { host: name, reason, gpus };
+}
+
+/** What a kernel holds on one GPU: 4.2 GiB of GPU 0, an H100, 37% of SM time. */
+export function kernelGPU(
+  uuid: string,
+  extra: Partial<IKernelGPUUse> = {}
+): IKernelGPUUse {
+  return {
+    uuid,
+    index: 0,
+    name: 'NVIDIA H100 80GB HBM3',
+    memory_used_mib: 4300,
+    sm_percent: 37,
+    memory_percent: 12,
+    gpu_memory_used_mib: 30000,
+    gpu_memory_total_mib: 81559,
+    gpu_utilization_percent: 45,
+    ...extra
+  };
+}
+
+/** A kernel's GPU use (`GET /gpudev/api/usage?kernel=ID`). */
+export function kernelUsage(
+  id: string,
+  gpus: IKernelGPUUse[] = [kernelGPU('GPU-1')],
+  extra: Partial<IKernelUsage> = {}
+): IKernelUsage {
+  return {
+    id,
+    host: 'local',
+    container: 'c1',
+    gpus,
+    reason: null,
     ...extra
   };
 }

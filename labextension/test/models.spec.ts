@@ -13,7 +13,9 @@ import {
   GPUIndexes,
   HostsModel,
   KernelBadgeModel,
-  ReclaimsModel
+  KernelUsages,
+  ReclaimsModel,
+  UsageModel
 } from '../src/models';
 import type {
   IContainerDiff,
@@ -21,75 +23,32 @@ import type {
   IHostInfo,
   IHostsResponse,
   IKernelInfo,
+  IKernelUsage,
   IReclaim
 } from '../src/types';
+import {
+  devContainer,
+  gpu,
+  gpuUsage,
+  host,
+  hostUsage,
+  kernelUsage
+} from './fixtures';
 
-function host(name: string, gpus: [string, number][] = []): IHostInfo {
-  return {
-    name,
-    url: `ssh://${name}`,
-    transport: 'ssh',
-    is_local: false,
-    reachable: true,
-    reason: null,
-    engine: null,
-    gpus: {
-      source: 'nvml',
-      gpus: gpus.map(([uuid, index]) => ({
-        uuid,
-        index,
-        name: 'GPU',
-        memory_total_mib: null,
-        memory_used_mib: null,
-        utilization_percent: null,
-        driver_version: null,
-        cuda_version: null,
-        pci_bus_id: null,
-        mig_enabled: false,
-        mig_devices: []
-      })),
-      driver_version: null,
-      cuda_version: null,
-      reason: null,
-      warnings: []
-    },
-    origin: 'added',
-    workspace: null,
-    cluster: null,
-    leases: []
-  };
-}
-
+/** A dev container as the models' tests read it: no GPU, nothing known yet. */
 function container(
   name: string,
   extra: Partial<IDevContainer> = {}
 ): IDevContainer {
-  return {
-    name,
+  return devContainer(name, {
     container_id: name,
-    host: 'local',
-    environment: 'gpu',
-    owner: 'me',
-    image: 'img',
-    state: 'running',
-    status: 'Up',
-    created: '',
     gpu_uuids: [],
     lease_id: null,
-    ports: {},
-    web_ports: [],
-    forward_ports: [],
-    warnings: [],
-    pinned: false,
-    kernel_id: null,
-    started_at: null,
-    finished_at: null,
     kernels: null,
-    last_activity: null,
     uncommitted: null,
-    pod: false,
+    started_at: null,
     ...extra
-  };
+  });
 }
 
 const unreachable = (): GPUDevAPIError =>
@@ -370,7 +329,8 @@ describe('ReclaimsModel', () => {
             idle_timeout: 3600,
             warning_seconds: 300
           }),
-        keepKernel: () => keep()
+        keepKernel: () => keep(),
+        fetchKernelUsage: () => Promise.reject(new Error('no usage route'))
       }
     });
     await model.refresh();
@@ -388,6 +348,157 @@ describe('ReclaimsModel', () => {
     keep = () => Promise.reject(new Error('nope'));
     await expect(model.keep('k1')).rejects.toBeInstanceOf(GPUDevAPIError);
     model.dispose();
+  });
+
+  it('asks what each pending kernel holds; a failure leaves it unknown', async () => {
+    // Given two pending reclaims, the server telling the use of the first only
+    const other = { ...reclaim, kernel_id: 'k2', container: 'c2' };
+    const fetchKernelUsage = jest.fn((kernelId: string) =>
+      kernelId === 'k1'
+        ? Promise.resolve(kernelUsage('k1'))
+        : Promise.reject(
+            new GPUDevAPIError({ status: 404, code: 'not_found', message: '' })
+          )
+    );
+    const model = new ReclaimsModel({
+      auto: false,
+      api: {
+        fetchReclaims: () =>
+          Promise.resolve({
+            reclaims: [reclaim, other],
+            idle_timeout: 3600,
+            warning_seconds: 300
+          }),
+        fetchKernelUsage
+      }
+    });
+    // When the list is read
+    await model.refresh();
+    // Then each kernel was asked about once, and only the first is known
+    expect(fetchKernelUsage.mock.calls.map(call => call[0]).sort()).toEqual([
+      'k1',
+      'k2'
+    ]);
+    expect(model.state.status).toBe('ready');
+    expect(model.state.holdings.get('k1')?.gpus[0]?.memory_used_mib).toBe(4300);
+    expect(model.state.holdings.has('k2')).toBe(false);
+    model.dispose();
+  });
+});
+
+describe('UsageModel', () => {
+  it("keeps each host's use by name, and the last one on a failure", async () => {
+    let fail = false;
+    const fetchUsage = jest.fn(() =>
+      fail
+        ? Promise.reject(new Error('down'))
+        : Promise.resolve({
+            hosts: [hostUsage('a', [gpuUsage('GPU-1', 0)]), hostUsage('b')]
+          })
+    );
+    const model = new UsageModel({ auto: false, fetchUsage });
+    await model.refresh();
+    expect(model.state.status).toBe('ready');
+    expect([...model.state.hosts.keys()]).toEqual(['a', 'b']);
+    expect(model.state.hosts.get('a')?.gpus[0]?.uuid).toBe('GPU-1');
+
+    fail = true;
+    await model.refresh();
+    expect(model.state.status).toBe('error');
+    expect(model.state.hosts.size).toBe(2);
+    model.dispose();
+  });
+
+  it('makes one request per poll, only while the panel is shown', async () => {
+    jest.useFakeTimers();
+    try {
+      const fetchUsage = jest.fn(() => Promise.resolve({ hosts: [] }));
+      const model = new UsageModel({ interval: 1000, fetchUsage });
+      await jest.advanceTimersByTimeAsync(5000);
+      expect(fetchUsage).not.toHaveBeenCalled();
+      model.visible = true;
+      await jest.advanceTimersByTimeAsync(3500);
+      expect(fetchUsage.mock.calls.length).toBeGreaterThanOrEqual(3);
+      expect(fetchUsage.mock.calls.length).toBeLessThanOrEqual(5);
+      model.visible = false;
+      const calls = fetchUsage.mock.calls.length;
+      await jest.advanceTimersByTimeAsync(5000);
+      expect(fetchUsage.mock.calls.length).toBe(calls);
+      model.dispose();
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+});
+
+describe('KernelUsages', () => {
+  beforeEach(() => {
+    jest.useFakeTimers();
+  });
+  afterEach(() => {
+    jest.useRealTimers();
+  });
+
+  it('polls a kernel once however many items watch it, while one is visible', async () => {
+    const fetchKernelUsage = jest.fn((id: string) =>
+      Promise.resolve(kernelUsage(id))
+    );
+    const usages = new KernelUsages({ interval: 1000, fetchKernelUsage });
+    // Given two notebooks of kernel k1, both hidden
+    const first = usages.watch('k1');
+    const second = usages.watch('k1');
+    expect(first.model).toBe(second.model);
+    expect(usages.size).toBe(1);
+    await jest.advanceTimersByTimeAsync(5000);
+    expect(fetchKernelUsage).not.toHaveBeenCalled();
+
+    // When both are shown, then one request per interval
+    first.visible = true;
+    second.visible = true;
+    await jest.advanceTimersByTimeAsync(3500);
+    const calls = fetchKernelUsage.mock.calls.length;
+    expect(calls).toBeGreaterThanOrEqual(3);
+    expect(calls).toBeLessThanOrEqual(5);
+    expect(first.model.state.usage?.id).toBe('k1');
+
+    // When the visible one goes, the hidden one stands by
+    second.dispose();
+    first.visible = false;
+    await jest.advanceTimersByTimeAsync(5000);
+    expect(fetchKernelUsage.mock.calls.length).toBe(calls);
+
+    // And the last watch's end ends the poll
+    first.dispose();
+    expect(usages.size).toBe(0);
+    expect((first.model as unknown as { isDisposed: boolean }).isDisposed).toBe(
+      true
+    );
+    usages.dispose();
+  });
+
+  it('forgets the use of a kernel the server no longer knows', async () => {
+    let gone = false;
+    const usages = new KernelUsages({
+      interval: 1000,
+      fetchKernelUsage: (id: string): Promise<IKernelUsage> =>
+        gone
+          ? Promise.reject(
+              new GPUDevAPIError({
+                status: 404,
+                code: 'not_found',
+                message: ''
+              })
+            )
+          : Promise.resolve(kernelUsage(id))
+    });
+    const watch = usages.watch('k1');
+    watch.visible = true;
+    await jest.advanceTimersByTimeAsync(10);
+    expect(watch.model.state.usage).not.toBeNull();
+    gone = true;
+    await jest.advanceTimersByTimeAsync(1500);
+    expect(watch.model.state.usage).toBeNull();
+    usages.dispose();
   });
 });
 
@@ -543,7 +654,10 @@ describe('KernelBadgeModel', () => {
     const changes = jest.fn();
     model.stateChanged.connect(changes);
     await hosts.refresh();
-    hosts['setState']({ ...hosts.state, hosts: [host('a', [['GPU-1', 3]])] });
+    hosts['setState']({
+      ...hosts.state,
+      hosts: [host('a', [gpu('GPU-1', 3)])]
+    });
     expect(model.state.indexes.get('GPU-1')).toBe(3);
     expect(changes).toHaveBeenCalled();
     model.dispose();
@@ -573,6 +687,75 @@ describe('KernelBadgeModel', () => {
     model.dispose();
     context.kernelChanged.emit(null);
     expect(fetchKernelInfo).toHaveBeenCalledTimes(1);
+  });
+
+  it("polls its kernel's GPU use only while visible, and stops on dispose", async () => {
+    jest.useFakeTimers();
+    try {
+      const fetchKernelUsage = jest.fn((id: string) =>
+        Promise.resolve(kernelUsage(id))
+      );
+      const usages = new KernelUsages({ interval: 1000, fetchKernelUsage });
+      const { sessionContext } = session('k1');
+      const model = new KernelBadgeModel({
+        sessionContext,
+        indexes: new GPUIndexes({ settings: {} as never }),
+        settings: {} as never,
+        usages,
+        fetchKernelInfo: () => Promise.resolve(info)
+      });
+      await model.refresh();
+      // Given a gpudev kernel with a GPU, in a notebook not shown: no request
+      await jest.advanceTimersByTimeAsync(3000);
+      expect(fetchKernelUsage).not.toHaveBeenCalled();
+      expect(model.state.usage).toBeNull();
+
+      // When the notebook is shown, its use is asked for and shown
+      model.visible = true;
+      await jest.advanceTimersByTimeAsync(10);
+      expect(fetchKernelUsage).toHaveBeenCalledWith('k1');
+      expect(model.state.usage?.gpus[0]?.memory_used_mib).toBe(4300);
+
+      // When it is disposed, the poll ends
+      model.dispose();
+      expect(usages.size).toBe(0);
+      const calls = fetchKernelUsage.mock.calls.length;
+      await jest.advanceTimersByTimeAsync(5000);
+      expect(fetchKernelUsage.mock.calls.length).toBe(calls);
+      usages.dispose();
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
+  it('never polls the use of a CPU-only kernel, nor of one not gpudev', async () => {
+    const fetchKernelUsage = jest.fn((id: string) =>
+      Promise.resolve(kernelUsage(id))
+    );
+    const usages = new KernelUsages({ fetchKernelUsage });
+    const { sessionContext } = session('k1');
+    let answer: Promise<IKernelInfo> = Promise.resolve({
+      ...info,
+      gpu_uuids: []
+    });
+    const model = new KernelBadgeModel({
+      sessionContext,
+      indexes: new GPUIndexes({ settings: {} as never }),
+      settings: {} as never,
+      usages,
+      fetchKernelInfo: () => answer
+    });
+    model.visible = true;
+    await model.refresh();
+    expect(usages.size).toBe(0);
+    answer = Promise.reject(
+      new GPUDevAPIError({ status: 404, code: 'not_found', message: 'no' })
+    );
+    await model.refresh();
+    expect(usages.size).toBe(0);
+    expect(fetchKernelUsage).not.toHaveBeenCalled();
+    model.dispose();
+    usages.dispose();
   });
 
   it('hides the item when the setting is off', async () => {

@@ -1,9 +1,10 @@
 """Jupyter server configuration for the Galata UI tests.
 
 The GPU inventory reads a fake nvidia-smi that prints two recorded A100 GPUs, so the
-tests see the same GPUs on any machine. Dev containers keep their GPU lease ledger, and the
-hosts added at run time their file, in a fresh folder per server, so a test run never sees
-another run's leases or hosts.
+tests see the same GPUs on any machine; their processes are the lines a test writes in
+``gpu-processes.csv`` of the served folder (none unless it does). Dev containers keep their
+GPU lease ledger, and the hosts added at run time their file, in a fresh folder per server,
+so a test run never sees another run's leases or hosts.
 
 The served folder gets a ``gpu`` environment (one GPU, the kernel image), a ``web``
 environment (no GPU, the kernel image, port 8000 in forwardPorts: served by the web port
@@ -32,6 +33,13 @@ c.ServerApp.allow_root = True  # noqa: F821
 c.GPUInventory.backend = "nvidia-smi"  # noqa: F821
 c.GPUInventory.nvidia_smi_path = str(FIXTURES / "fake-nvidia-smi")  # noqa: F821
 os.environ["FAKE_NVIDIA_SMI_DIR"] = str(FIXTURES / "smi" / "two-a100")
+
+# The GPUs' processes (--query-compute-apps) are those a test writes in this file of the served
+# folder (usage.spec.ts: the host PID of a real container's process); empty, there are none.
+GPU_PROCESSES = Path(c.ServerApp.root_dir) / "gpu-processes.csv"  # noqa: F821
+GPU_PROCESSES.parent.mkdir(parents=True, exist_ok=True)
+GPU_PROCESSES.write_text("")
+os.environ["FAKE_NVIDIA_SMI_APPS"] = str(GPU_PROCESSES)
 
 c.DevContainers.state_dir = tempfile.mkdtemp(prefix="gpudev-ui-tests-")  # noqa: F821
 # Hosts added from the panel go to a fresh file too, never to the user's Jupyter data dir.

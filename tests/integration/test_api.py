@@ -81,6 +81,23 @@ async def test_every_route_refuses_requests_without_a_token(jp_fetch: Fetch, pat
     assert caught.value.code in (401, 403)
 
 
+async def test_metrics_are_the_servers_own_with_gpudevs_gauges_and_need_a_login(
+    jp_fetch: Fetch,
+) -> None:
+    # Given a server with the extension: its /metrics (gpudev's handler in place of the
+    # server's) has the server's own metrics and gpudev's gauges, as Prometheus reads them
+    response = await jp_fetch("metrics")
+    assert response.headers["Content-Type"].startswith("text/plain")
+    text = response.body.decode()
+    assert "# TYPE gpudev_gpu_utilization_percent gauge" in text
+    assert "# TYPE gpudev_gpu_leases gauge" in text
+    assert "http_request_duration_seconds" in text or "process_" in text
+    # And as the server's own, it needs a login (c.ServerApp.authenticate_prometheus)
+    with pytest.raises(HTTPClientError) as caught:
+        await jp_fetch("metrics", headers={"Authorization": ""})
+    assert caught.value.code == 403
+
+
 async def test_every_route_refuses_a_wrong_token(jp_fetch: Fetch) -> None:
     with pytest.raises(HTTPClientError) as caught:
         await jp_fetch("gpudev", "api", "hosts", headers={"Authorization": "token wrong"})
@@ -93,7 +110,7 @@ def test_the_auth_tests_cover_every_route() -> None:
     # route, which a capability in its path authorises instead of the login (forged, altered,
     # expired, another user's: 404).
     sandboxed = "/gpudev/app/AAAAAAAA.BBBBBBBBBBBBBBBBBBBBBBBB/"
-    covered = {"hosts", "hosts/local", "usage", "/gpudev/proxy/x/8000/", sandboxed} | {
+    covered = {"hosts", "hosts/local", "usage", "/metrics", "/gpudev/proxy/x/8000/", sandboxed} | {
         path for _, path in CONTAINER_ROUTES
     }
     for pattern, _ in routes():

@@ -149,6 +149,7 @@ ROUTES = [
     ("POST", "kernels/abc-1/keep"),
     ("POST", "kernels/abc-1/release"),
     ("GET", "kernels/abc-1"),
+    ("GET", "kernels/abc-1/usage"),
     ("GET", "containers/x/logs"),
     ("POST", "containers/x/ports"),
     ("DELETE", "containers/x/ports/8000"),

@@ -112,6 +112,36 @@ def test_bad_config_is_a_clear_error(isolated_config: dict[str, str]) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_a_bad_option_or_subcommand_is_a_usage_error(isolated_config: dict[str, str]) -> None:
+    # An option's value its trait refuses, named as typed, with what it takes
+    result = gpudev("hosts", "--HostPool.timeout=soon", env=isolated_config)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "error: --HostPool.timeout expects a finite number, more than 0; got 'soon'",
+        "usage: jupyter gpudev hosts [options] (--help lists the options)",
+    ]
+    # An unknown option: an error, not a warning that lets the command go on
+    result = gpudev("hosts", "--verbose=1", env=isolated_config)
+    assert result.returncode == 2
+    assert (
+        result.stderr.splitlines()[0] == "error: --verbose is not an option of jupyter gpudev hosts"
+    )
+    # A misspelt subcommand
+    result = gpudev("hsots", env=isolated_config)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "error: 'hsots' is not a subcommand of jupyter gpudev (did you mean hosts?)",
+        "usage: jupyter gpudev SUBCOMMAND [options] (--help lists the options)",
+    ]
+    # A refresh interval that is no number: refused before the first refresh
+    result = gpudev("top", "--interval=nan", env=isolated_config)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[0] == (
+        "error: --interval expects a finite number, 0.2 or more; got 'nan'"
+    )
+    assert result.stdout == ""
+
+
 def test_no_subcommand_lists_them(isolated_config: dict[str, str]) -> None:
     result = subprocess.run(
         [str(BIN / "jupyter-gpudev")],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from subprocess import CompletedProcess
@@ -91,6 +92,46 @@ def test_unknown_environment_and_missing_name(cli: Run) -> None:
     usage = cli("stop")
     assert usage.returncode == 2
     assert "usage: jupyter gpudev stop NAME" in usage.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (["--gpus", "-3"], "error: --gpus expects a whole number, 0 or more; got '-3'"),
+        (["--gpus=abc"], "error: --gpus expects a whole number, 0 or more; got 'abc'"),
+        (["--gpus"], "error: --gpus expects a whole number, 0 or more; got nothing"),
+        (
+            ["--no-such-option=1"],
+            "error: --no-such-option is not an option of jupyter gpudev start",
+        ),
+        (["--gpus=1", "--gpu=GPU-0"], "error: --gpus and --gpu cannot be given together"),
+    ],
+)
+def test_a_bad_option_is_a_usage_error_and_starts_nothing(
+    cli: Run,
+    tmp_path: Path,
+    docker_client: docker.DockerClient,
+    options: list[str],
+    expected: str,
+) -> None:
+    # When a start is asked for with a bad option
+    name = f"bad-{uuid.uuid4().hex[:8]}"
+    result = cli("start", "default", f"--name={name}", *options)
+    # Then it is a usage error: the option as typed, what it takes, the value; the usage
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        expected,
+        "usage: jupyter gpudev start ENV [--gpus N | --gpu UUID ...] [--host H] [--name NAME] "
+        "[--dry-run] [--json] (--help lists the options)",
+    ]
+    assert result.stdout == ""
+    # And nothing was created: no container of this workspace, none of that name
+    workspace = (tmp_path / "work").resolve()
+    assert (
+        docker_client.containers.list(all=True, filters={"label": [f"{L_WORKSPACE}={workspace}"]})
+        == []
+    )
+    assert docker_client.containers.list(all=True, filters={"name": name}) == []
 
 
 def test_pin_unpin_and_a_cli_container_survives_the_orphan_sweep(

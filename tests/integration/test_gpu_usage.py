@@ -71,6 +71,8 @@ def test_a_containers_gpu_process_is_reported_as_its_own_and_hidden_from_others(
             "owner": info.owner,
             "pid": pid,
             "uid": None,
+            "kernel": None,
+            "orphan": False,
             "memory_used_mib": 4096,
             "sm_percent": None,
             "memory_percent": None,
@@ -84,6 +86,8 @@ def test_a_containers_gpu_process_is_reported_as_its_own_and_hidden_from_others(
             "owner": None,
             "pid": None,
             "uid": None,
+            "kernel": None,
+            "orphan": False,
             "memory_used_mib": 512,
             "sm_percent": None,
             "memory_percent": None,
@@ -126,3 +130,27 @@ def test_top_prints_it_and_its_json_is_the_apis(
     assert as_json.returncode == 0, as_json.stderr
     (process,) = processes_on(json.loads(as_json.stdout)["hosts"], info.gpu_uuids[0])
     assert (process["container"], process["memory_used_mib"]) == ("top-box", 2048)
+
+
+def test_a_gpu_with_no_process_in_nvidia_smis_list_is_idle_not_unknown(
+    manager: DevContainers,
+    gpu_engine: None,
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given nvidia-smi's process list naming a process on one GPU only (it lists every GPU's
+    # processes at once, so the other GPU has none)
+    info = manager.start(StartRequest(environment="default", name="idle-box", gpus=1))
+    (held,) = info.gpu_uuids
+    free = A100_1 if held == A100_0 else A100_0
+    listed_by_the_driver(
+        tmp_path, monkeypatch, (held, host_pid(docker_client, info.container_id), 64)
+    )
+    # When its owner asks what the GPUs are doing
+    hosts = [host.to_json() for host in GPUUse(manager).usage()]
+    gpus = {gpu["uuid"]: gpu for host in hosts for gpu in host["gpus"]}
+    # Then the other GPU is listed with no processes (idle), not "not listed" (unknown)
+    assert gpus[free]["processes"] == []
+    assert gpus[free]["processes_listed"] is True
+    assert gpus[held]["processes_listed"] is True

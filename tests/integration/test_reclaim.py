@@ -14,6 +14,8 @@ from tornado.httpclient import HTTPClientError, HTTPResponse
 
 from jupyter_gpudev.containers import docker_name
 from jupyter_gpudev.labels import L_MANAGED, L_WORKSPACE
+from tests.integration.test_gpu_usage import listed_by_the_driver
+from tests.integration.test_kernel_gpu_usage import wait_for_pid
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 
@@ -25,6 +27,8 @@ def gpudev_config(gpudev_config: dict[str, Any]) -> dict[str, Any]:
     return {
         **gpudev_config,
         "GPUCuller": {"idle_timeout": 6.0, "warning_seconds": 4.0, "check_interval": 0.25},
+        # Each look reads the GPUs' processes afresh (the test lists them once started).
+        "GPUInventory": {"cache_seconds": 0.0},
     }
 
 
@@ -109,3 +113,26 @@ async def test_release_now_and_unknown_kernels(
     with pytest.raises(HTTPClientError) as caught:
         await jp_fetch("gpudev", "api", "kernels", kernel_id, "keep", method="POST", body=b"")
     assert caught.value.code == 404
+
+
+async def test_the_warning_says_what_the_kernel_holds_on_its_gpu(
+    jp_fetch: Fetch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an idle GPU kernel whose process the driver lists as holding 4.2 GiB of its GPU
+    kernel_id = await start_gpu_kernel(jp_fetch)
+    pid = await wait_for_pid(f"/tmp/.gpudev/kernel-{kernel_id}.json")
+    (pending_gpu,) = json.loads((await jp_fetch("gpudev", "api", "kernels", kernel_id)).body)[
+        "gpu_uuids"
+    ]
+    listed_by_the_driver(tmp_path, monkeypatch, (pending_gpu, pid, 4300))
+
+    # When its reclaim is announced
+    async def announced() -> bool:
+        return [r["kernel_id"] for r in await reclaims(jp_fetch)] == [kernel_id]
+
+    await wait_for(announced)
+    # Then the warning says what it holds, on which GPU
+    (pending,) = await reclaims(jp_fetch)
+    assert pending["holds"].startswith("4.2 GiB on NVIDIA A100")
+    assert "(GPU " in pending["holds"]
+    await jp_fetch("api", "kernels", kernel_id, method="DELETE")

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import pytest
 
 from jupyter_gpudev.cli.hosts import format_hosts
-from jupyter_gpudev.containers.plan import cluster_note
+from jupyter_gpudev.containers.pod_plan import cluster_note
 from jupyter_gpudev.engine import Host, HostSpec
 from jupyter_gpudev.engine.cluster import Cluster, parse_cluster
 from jupyter_gpudev.errors import EngineUnreachable

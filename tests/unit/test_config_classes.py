@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from traitlets import TraitError
 from traitlets.config import Application, Config, Configurable
 
 import jupyter_gpudev
@@ -91,3 +93,34 @@ def test_services_build_every_part_from_one_config(tmp_path: Path) -> None:
         assert services.kernels is None  # no server: no kernels of its own
     finally:
         services.close()
+
+
+def test_a_dev_containers_limits_and_waits_take_0_where_it_means_something(
+    tmp_path: Path,
+) -> None:
+    # Given 0 where it means no limit, no wait or killed at once
+    config = Config()
+    config.GPUInventory.backend = "none"
+    for name in ("stop_timeout", "pids_limit", "cpu_limit", "linger", "reconcile_grace"):
+        config.DevContainers[name] = 0
+    services = Services(tmp_path, config=config)
+    try:
+        assert services.containers.stop_timeout == 0
+        assert services.containers.pids_limit == 0
+    finally:
+        services.close()
+    # Then below it, or 0 where a wait must be one (or a log must be read at all), is refused
+    for name, value, said in [
+        ("stop_timeout", -1, "not be less than 0"),
+        ("pids_limit", -1, "not be less than 0"),
+        ("cpu_limit", -0.5, "not be less than 0"),
+        ("linger", -1, "not be less than 0"),
+        ("reconcile_grace", -1, "not be less than 0"),
+        ("lifecycle_timeout", 0, "should be more than 0"),
+        ("max_log_bytes", 0, "not be less than 1"),
+    ]:
+        bad = Config()
+        bad.GPUInventory.backend = "none"
+        bad.DevContainers[name] = value
+        with pytest.raises(TraitError, match=rf"'{name}' trait of a DevContainers .* {said}"):
+            Services(tmp_path, config=bad)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from traitlets import TraitError
 
+from jupyter_gpudev.containers.usage import GPUUsage, GPUUse, HostUsage, ProcessUse
 from jupyter_gpudev.errors import NotFound
 from jupyter_gpudev.kernels.culler import GPUCuller
 from jupyter_gpudev.kernels.provisioner import GPUDevProvisioner
@@ -147,3 +149,101 @@ async def test_the_environment_timeout_wins_and_zero_turns_reclaim_off(
 def test_keep_of_an_unknown_kernel_is_not_found(clock: list[float]) -> None:
     with pytest.raises(NotFound):
         culler(KernelManager(), clock).keep("nope")
+
+
+class GPUUseOf:
+    """What the culler reads of ``GPUUse``: the hosts' GPUs, the kernel's processes on them
+    (``sm``: their share of the GPU, ``None``: not sampled), the local host's name."""
+
+    def __init__(self, kernel_id: str, mib: int, sm: int | None, gpu_busy: int = 0) -> None:
+        self.set(kernel_id, mib, sm, gpu_busy)
+        self.host_pool = type("Pool", (), {"local_name": "local"})()
+        self.broken = False
+
+    def set(self, kernel_id: str, mib: int, sm: int | None, gpu_busy: int = 0) -> None:
+        process = ProcessUse("gpudev", mib, sm, None, container="c", owner="u", kernel=kernel_id)
+        gpu = GPUUsage("GPU-a", 0, "NVIDIA H100", 81559, mib, gpu_busy, (process,))
+        self.hosts = [HostUsage("local", (gpu,))]
+
+    def usage(self, host: str | None = None) -> list[HostUsage]:
+        assert host == "local"  # the kernels' host only
+        if self.broken:
+            raise RuntimeError("no NVML")
+        return self.hosts
+
+
+async def test_the_warning_says_what_the_kernel_holds_and_for_how_long_its_gpu_did_nothing(
+    clock: list[float],
+) -> None:
+    # Given an idle GPU kernel holding 4.2 GiB of its GPU, which does no work
+    km = KernelManager({"gpu": Kernel(Provisioner(("GPU-a",)), at(0))})
+    gpus = culler(km, clock)
+    gpus.usage = cast(GPUUse, GPUUseOf("gpu", 4300, 0))
+    assert await gpus.check() == []
+    # When its reclaim is announced 25 minutes of looks later
+    clock[0] = T0 + 1500
+    gpus.idle_timeout = 1550
+    assert await gpus.check() == []
+    (reclaim,) = gpus.pending()
+    # Then it says what it holds, on which GPU, and since when the GPU is idle
+    assert reclaim.holds == "4.2 GiB on NVIDIA H100 (GPU 0), 0% for 25 min"
+    assert reclaim.gpu_idle_seconds == 1500
+    assert reclaim.to_json()["holds"] == reclaim.holds
+
+
+async def test_without_gpu_use_the_warning_is_as_before(clock: list[float]) -> None:
+    km = KernelManager({"gpu": Kernel(Provisioner(("GPU-a",)), at(0))})
+    gpus = culler(km, clock)
+    use = GPUUseOf("gpu", 4300, 0)
+    use.broken = True
+    gpus.usage = cast(GPUUse, use)
+    clock[0] = T0 + 590
+    assert await gpus.check() == []
+    (reclaim,) = gpus.pending()
+    assert (reclaim.holds, reclaim.gpu_idle_seconds) == (None, None)
+
+
+async def test_gpu_idle_reclaim_takes_a_busy_kernel_whose_gpu_does_nothing(
+    clock: list[float],
+) -> None:
+    # Given a kernel busy in a cell (blocked on input()) whose GPU does no work
+    km = KernelManager({"gpu": Kernel(Provisioner(("GPU-a",)), at(0), execution_state="busy")})
+    use = GPUUseOf("gpu", 1024, None, gpu_busy=0)
+    off = culler(km, clock)
+    off.usage = cast(GPUUse, use)
+    on = culler(km, clock, gpu_idle_timeout=300)
+    on.usage = cast(GPUUse, use)
+    assert await on.check() == []
+    assert await off.check() == []
+    # When its GPU stayed idle for 250 s: it is announced (off by default: not)
+    clock[0] = T0 + 250
+    assert await off.check() == []
+    assert off.pending() == []
+    assert await on.check() == []
+    assert [r.kernel_id for r in on.pending()] == ["gpu"]
+    # And keep starts its GPU idle time again
+    on.keep("gpu")
+    clock[0] = T0 + 400
+    assert await on.check() == []
+    # But work on its GPU does too, and once it is idle again for long enough, it is reclaimed
+    use.set("gpu", 1024, None, gpu_busy=40)
+    assert await on.check() == []
+    use.set("gpu", 1024, None, gpu_busy=0)
+    clock[0] = T0 + 500
+    assert await on.check() == []
+    clock[0] = T0 + 800
+    assert await on.check() == ["gpu"]
+
+
+def test_0_turns_a_reclaim_off_and_a_look_needs_an_interval() -> None:
+    km = KernelManager({})
+    # Given 0 for the timeouts and the warning: reclaim off, GPU idleness off, no warning
+    off = GPUCuller(km, idle_timeout=0, gpu_idle_timeout=0, warning_seconds=0)
+    assert (off.idle_timeout, off.gpu_idle_timeout, off.warning_seconds) == (0, 0, 0)
+    # Then a negative one means nothing and is refused, as is an interval of 0 (a loop that
+    # never rests)
+    for name in ("idle_timeout", "gpu_idle_timeout", "warning_seconds"):
+        with pytest.raises(TraitError, match=rf"'{name}' trait .* not be less than 0"):
+            GPUCuller(km, **dict[str, Any]({name: -1}))
+    with pytest.raises(TraitError, match=r"'check_interval' trait .* should be more than 0"):
+        GPUCuller(km, check_interval=0)

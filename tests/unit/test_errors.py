@@ -1,7 +1,9 @@
-"""``engine_errors``: the one conversion of Docker engine failures (no engine needed)."""
+"""``engine_errors``: the one conversion of Docker engine failures, and the sentences a failed
+connection becomes (``describe_connection_error``; no engine needed)."""
 
 from __future__ import annotations
 
+import errno
 import logging
 
 import docker.errors
@@ -14,6 +16,7 @@ from jupyter_gpudev.errors import (
     EngineUnreachable,
     GPUDevError,
     NotFound,
+    describe_connection_error,
     engine_errors,
 )
 
@@ -83,3 +86,31 @@ def test_other_errors_pass_through() -> None:
         with pytest.raises(type(error)) as caught, engine_errors("Looking up 'x'"):
             raise error
         assert caught.value is error
+
+
+@pytest.mark.parametrize(
+    ("exc", "text"),
+    [
+        (ConnectionRefusedError(errno.ECONNREFUSED, "refused"), "the connection was refused"),
+        (PermissionError(errno.EACCES, "denied"), "permission denied on the socket"),
+        (requests.exceptions.ReadTimeout("slow"), "did not answer in time"),
+        (
+            docker.errors.DockerException(
+                "Error while fetching server API version: "
+                "('Connection aborted.', FileNotFoundError(2, 'No such file or directory'))"
+            ),
+            "the engine did not answer",
+        ),
+    ],
+)
+def test_connection_errors_become_sentences(exc: BaseException, text: str) -> None:
+    message = describe_connection_error("tcp://box:2376", exc)
+    assert message.startswith("No Docker engine answered at tcp://box:2376: ")
+    assert text in message
+
+
+def test_chained_causes_are_followed() -> None:
+    inner = FileNotFoundError(errno.ENOENT, "No such file")
+    outer = docker.errors.DockerException("wrapped")
+    outer.__cause__ = inner
+    assert "the socket does not exist" in describe_connection_error("unix:///x", outer)

@@ -19,6 +19,7 @@ from jupyter_gpudev.engine import (
     NvidiaSmiProbe,
     parse_smi_apps,
 )
+from jupyter_gpudev.engine.attribution import ProcSnapshot, assign
 from jupyter_gpudev.engine.gpuprocs import smi_processes
 from tests.conftest import FIXTURES
 from tests.unit.test_gpus import NVMLError, fake_nvml
@@ -108,6 +109,19 @@ def test_good_lines_among_bad_ones_are_kept() -> None:
 def test_no_running_processes_line_is_no_process() -> None:
     assert smi_processes("No running processes found\n").processes == ()
     assert smi_processes("No running processes found\n").reason is None
+
+
+def test_nvidia_smis_one_list_says_every_gpu_it_does_not_name_is_idle() -> None:
+    # nvidia-smi lists every GPU's processes at once: a GPU it does not name runs none
+    listed = assign(smi_processes(f"{A100_0}, 12, 5\n"), ProcSnapshot())
+    idle = listed.gpu(A100_1)
+    assert idle is not None
+    assert idle.listed
+    assert idle.processes == ()
+    # an answer that could not be read says nothing of any GPU
+    unread = assign(smi_processes("garbage\n"), ProcSnapshot())
+    assert unread.gpu(A100_1) is None
+    assert unread.gpu(A100_0) is None
 
 
 def test_too_many_lines_are_cut_with_a_warning() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from traitlets import TraitError
 
 from jupyter_gpudev.engine import (
     GPU,
@@ -684,3 +685,13 @@ def test_a_remote_inventory_without_nvidia_smi_says_so_for_that_host() -> None:
         inventory.close()
     assert (result.source, result.gpus) == ("none", ())
     assert result.reason == "nvidia-smi: nvidia-smi was not found on host 'x'"
+
+
+def test_an_inventory_waits_more_than_0_and_caches_0_or_more_seconds() -> None:
+    # Given 0 s of cache: every read is a probe
+    assert GPUInventory(backend="none", cache_seconds=0).cache_seconds == 0
+    # Then a negative cache, or a wait of 0 s for nvidia-smi (never an answer), is refused
+    with pytest.raises(TraitError, match=r"'cache_seconds' trait .* not be less than 0"):
+        GPUInventory(backend="none", cache_seconds=-1)
+    with pytest.raises(TraitError, match=r"'timeout' trait .* should be more than 0"):
+        GPUInventory(backend="none", timeout=0)

@@ -1,6 +1,8 @@
-"""Hosts added at run time (``jupyter gpudev hosts add``, the REST API): what a user may add, the
-hosts file they are kept in, and pools in other processes that read it again. No engine: the
-hosts are ssh:// addresses where nothing listens."""
+"""The host pool (``engine/pool.py``): the configured hosts (the local engine first, at
+``DOCKER_HOST`` unless ``local_url`` says otherwise), unreachable hosts summed up, and hosts added
+at run time (``jupyter gpudev hosts add``, the REST API): what a user may add, the hosts file
+they are kept in, and pools in other processes that read it again. No engine: the hosts are
+addresses where nothing listens."""
 
 from __future__ import annotations
 
@@ -12,10 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from traitlets import TraitError
 from traitlets.config import Config
 
-from jupyter_gpudev.engine import HostPool
-from jupyter_gpudev.errors import BadRequest, ConfigError, Conflict, GPUDevError, NotFound
+from jupyter_gpudev.engine import DEFAULT_LOCAL_URL, HostInfo, HostPool, unreachable_summary
+from jupyter_gpudev.errors import (
+    BadRequest,
+    ConfigError,
+    Conflict,
+    EngineUnreachable,
+    GPUDevError,
+    NotFound,
+)
 
 LOG = logging.getLogger("tests.host_pool")
 
@@ -391,3 +401,97 @@ def test_the_hosts_file_cannot_widen_a_host_either(
     warnings = " ".join(r.getMessage() for r in caplog.records)
     assert "mount_roots, workspace of host 'old' ignored" in warnings
     assert "'agent'" in warnings
+
+
+def pool(**hostpool: Any) -> HostPool:
+    config = Config()
+    for key, value in hostpool.items():
+        setattr(config.HostPool, key, value)
+    config.GPUInventory.backend = "none"
+    return HostPool(config=config)
+
+
+def test_local_host_comes_first_and_follows_docker_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given DOCKER_HOST is set and one more host is configured
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/user/1000/docker.sock")
+    hosts = pool(hosts={"gpu-box": "ssh://me@gpu-box"})
+    # Then the local engine is first, at DOCKER_HOST, and the other follows
+    specs = hosts.specs()
+    assert [(s.name, s.url, s.is_local) for s in specs] == [
+        ("local", "unix:///run/user/1000/docker.sock", True),
+        ("gpu-box", "ssh://me@gpu-box", False),
+    ]
+
+
+def test_local_url_trait_wins_over_docker_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///elsewhere.sock")
+    assert pool(local_url="unix:///mine.sock").specs()[0].url == "unix:///mine.sock"
+
+
+def test_default_local_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    assert pool().specs()[0].url == DEFAULT_LOCAL_URL
+
+
+def test_duplicate_names_are_refused() -> None:
+    with pytest.raises(ConfigError, match="used twice"):
+        pool(hosts={"local": "tcp://box:2376"}).specs()
+
+
+def test_local_can_be_left_out() -> None:
+    assert [s.name for s in pool(include_local=False, hosts={"a": "tcp://a:1"}).specs()] == ["a"]
+
+
+def test_unknown_host_is_not_found() -> None:
+    with pytest.raises(NotFound, match="known hosts: local"):
+        pool().get("nope")
+
+
+@pytest.mark.parametrize("name", ["timeout", "api_timeout"])
+def test_timeouts_must_be_more_than_0(name: str) -> None:
+    # A wait of 0 s would call every engine unreachable (or fail every operation)
+    with pytest.raises(TraitError, match=f"'{name}' trait of a HostPool instance should be more"):
+        HostPool(**{name: 0})
+    assert getattr(HostPool(**{name: 0.5}), name) == 0.5
+
+
+def test_closing_a_pool_does_not_build_the_gpu_inventory_it_never_built() -> None:
+    # Given a pool whose GPU inventory's config is bad (a config file read before checks, or
+    # code), and nothing built yet
+    config = Config()
+    config.GPUInventory.timeout = -1
+    pool = HostPool(config=config)
+    # When it is closed (after the part that refused the value stopped the command)
+    pool.close()
+    # Then it does not build the inventory to close it, which would refuse the value again
+    assert not pool.trait_has_value("gpu_inventory")
+    with pytest.raises(TraitError, match="'timeout' trait of a GPUInventory instance"):
+        _ = pool.gpu_inventory
+
+
+def test_unreachable_socket_is_described_with_address_and_advice(tmp_path: Any) -> None:
+    # Given a pool whose local engine socket does not exist
+    url = f"unix://{tmp_path}/missing.sock"
+    hosts = pool(local_url=url)
+    # When it is described
+    (info,) = hosts.describe_all()
+    # Then it is unreachable, and the reason names the address and what to do
+    assert not info.reachable
+    assert info.engine is None
+    assert info.reason is not None
+    assert url in info.reason
+    assert "the socket does not exist" in info.reason
+    assert "DOCKER_HOST" in info.reason
+    # And the summary error for "nothing reachable" is a 503
+    error = unreachable_summary([info])
+    assert isinstance(error, EngineUnreachable)
+    assert error.status == 503
+    assert url in error.message
+
+
+def test_summary_is_none_when_any_host_answers() -> None:
+    up = HostInfo(name="a", url="u", transport="local", is_local=True, reachable=True)
+    down = HostInfo(name="b", url="v", transport="tcp", is_local=False, reachable=False)
+    assert unreachable_summary([up, down]) is None
+    assert unreachable_summary([]) is None
+    assert unreachable_summary([down]) is not None

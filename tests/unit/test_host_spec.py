@@ -1,5 +1,6 @@
-"""Host specs (``c.HostPool.hosts`` entries) with the keys of remote hosts: checked, kept, written
-back as the hosts file holds them. The other keys and transports: tests/unit/test_hosts.py."""
+"""Host specs (``c.HostPool.hosts`` entries): their transports and checks (the error names the
+trait and the problem, never a password), a Kubernetes host's context and namespace, and the
+keys of remote hosts: checked, kept, written back as the hosts file holds them."""
 
 from __future__ import annotations
 
@@ -147,3 +148,66 @@ def test_to_config_holds_only_the_keys_that_are_set() -> None:
         "url": SSH,
         "workspace": "/w",
     }
+
+
+@pytest.mark.parametrize(
+    ("url", "transport"),
+    [
+        ("unix:///var/run/docker.sock", "local"),
+        ("ssh://gpu@box.example.org:2222", "ssh"),
+        ("tcp://10.1.2.3:2376", "tcp"),
+        ("k8s://kind-dev/team-ml", "k8s"),
+        ("k8s:///team-ml", "k8s"),
+    ],
+)
+def test_transports(url: str, transport: str) -> None:
+    assert HostSpec.parse("h", url).transport == transport
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("Bad Name", "unix:///x", "host name is 1-63"),
+        ("h", "http://example.org", "unsupported URL"),
+        ("h", "ftp://x", "unsupported URL"),
+        ("h", "unix://", "needs a socket path"),
+        ("h", "ssh://", "has no host name"),
+        ("h", "ssh://me:secret@box", "do not put a password in the URL"),
+        ("h", {"url": "tcp://box:2376", "tls_client_cert": "/c.pem"}, "go together"),
+        ("h", {"url": "tcp://box:2376", "colour": "red"}, "unknown keys"),
+        ("h", {"tls_verify": True}, "'url' is required"),
+        ("h", 42, "expected a URL string"),
+        ("h", "k8s://kind-dev", "names no namespace"),
+        ("h", "k8s://kind-dev/Team_ML", "names no namespace"),
+        ("h", "k8s://kind-dev/a/b", "names no namespace"),
+        ("h", "k8s://kind-dev/ns?watch=1", "nothing more"),
+        ("h", "k8s://me:secret@kind-dev/ns", "nothing more"),
+        ("h", "k8s://bad%0Acontext/ns", "not a kubeconfig context"),
+        ("h", {"url": "k8s:///ns", "identity_file": "/k"}, "do not apply"),
+        ("h", {"url": "k8s:///ns", "workspace": "/w"}, "do not apply"),
+    ],
+)
+def test_bad_host_entries_name_the_trait_and_the_problem(
+    name: str, value: Any, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        HostSpec.parse(name, value)
+    assert "c.HostPool.hosts" in caught.value.message
+
+
+def test_password_is_never_echoed() -> None:
+    with pytest.raises(ConfigError) as caught:
+        HostSpec.parse("h", "ssh://me:hunter2@box")
+    assert "hunter2" not in caught.value.message
+
+
+def test_a_kubernetes_host_names_its_context_and_namespace() -> None:
+    # An EKS context holds ':' and '/': percent-encoded in the URL
+    spec = HostSpec.parse("eks", "k8s://arn%3Aaws%3Aeks%3Aeu-west-1%3A1%3Acluster%2Fgpu/ml")
+    assert spec.is_kubernetes
+    assert spec.context == "arn:aws:eks:eu-west-1:1:cluster/gpu"
+    assert spec.namespace == "ml"
+    # An empty context: the current one, or the cluster gpudev runs in
+    assert HostSpec.parse("here", "k8s:///ml").context == ""
+    assert not HostSpec.parse("d", "tcp://10.1.2.3:2376").is_kubernetes
+    assert HostSpec.parse("d", "tcp://10.1.2.3:2376").namespace == ""

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jupyter_gpudev.containers import StartRequest
-from jupyter_gpudev.containers import plan as planning
+from jupyter_gpudev.containers import pod_plan as planning
 from jupyter_gpudev.containers.create import Confinement
 from jupyter_gpudev.engine import HostSpec
 from jupyter_gpudev.environments import Environment

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+from traitlets import TraitError
 
 from jupyter_gpudev.containers import DevContainers
 from jupyter_gpudev.engine.cluster import ExecResult
@@ -27,6 +28,7 @@ class Cluster:
 
     answers: list[int | Exception] = field(default_factory=list)
     execs: list[tuple[str, list[str]]] = field(default_factory=list)
+    kind = "kubernetes"
 
     def exec(self, pod: str, argv: list[str], **_kwargs: Any) -> ExecResult:
         self.execs.append((pod, list(argv)))
@@ -50,13 +52,15 @@ class Api:
 
 def docker_host(api: Api) -> Any:
     container = SimpleNamespace(id="c0ffee", client=SimpleNamespace(api=api), attrs={})
-    host = SimpleNamespace(name="local", cluster=None, spec=SimpleNamespace(is_local=True))
+    host = SimpleNamespace(
+        name="local", backend=SimpleNamespace(kind="docker"), spec=SimpleNamespace(is_local=True)
+    )
     host.container = container
     return host
 
 
 def cluster_host(cluster: Cluster) -> Any:
-    return SimpleNamespace(name="lab", cluster=cluster, spec=SimpleNamespace(is_local=False))
+    return SimpleNamespace(name="lab", backend=cluster, spec=SimpleNamespace(is_local=False))
 
 
 class Manager:
@@ -146,7 +150,7 @@ def test_a_kernel_in_a_pod_saved_by_an_earlier_server_is_polled_in_its_pod(
     manager: Manager,
 ) -> None:
     # Given the provisioner info of a kernel in a pod, as servers before this one saved it
-    cluster = manager.hosts["lab"].cluster
+    cluster = manager.hosts["lab"].backend
     cluster.answers = [0, 1]
     provisioner = saved(
         host="lab",
@@ -187,3 +191,19 @@ def test_a_kernel_in_a_container_saved_by_an_earlier_server_is_polled_by_its_exe
     assert asyncio.run(provisioner.poll()) == 0
     assert api.inspected == ["f00d", "f00d"]
     assert manager.found == [("box", "local")]
+
+
+def test_a_kernelspecs_gpus_of_minus_1_is_the_environments_count_and_less_is_refused() -> None:
+    # Given kernelspec metadata (and config) that say -1: not given, the environment's count
+    assert GPUDevProvisioner(kernel_id="k", kernel_spec=None, gpus=-1).gpus == -1
+    assert GPUDevProvisioner(kernel_id="k", kernel_spec=None, gpus=0).gpus == 0
+    # Then a count below it means nothing and is refused, as is a shutdown poll of 0 s (a
+    # loop that never rests); a start watched 0 s is one look
+    with pytest.raises(TraitError, match=r"'gpus' trait .* not be less than -1"):
+        GPUDevProvisioner(kernel_id="k", kernel_spec=None, gpus=-2)
+    with pytest.raises(TraitError, match=r"'exit_poll_seconds' trait .* should be more than 0"):
+        GPUDevProvisioner(kernel_id="k", kernel_spec=None, exit_poll_seconds=0)
+    for name in ("startup_check_seconds", "unreachable_grace"):
+        assert getattr(GPUDevProvisioner(kernel_id="k", kernel_spec=None, **{name: 0}), name) == 0
+        with pytest.raises(TraitError, match=rf"'{name}' trait .* not be less than 0"):
+            GPUDevProvisioner(kernel_id="k", kernel_spec=None, **{name: -1})

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from traitlets import TraitError
 from traitlets.config import Config
 
 from jupyter_gpudev.containers import DevContainers
@@ -60,3 +61,23 @@ def test_the_defaults_are_unchanged_and_nothing_is_said(
     assert (settings.start_timeout, settings.port_forward) == (600.0, "auto")
     assert (settings.poll_interval, settings.watch) == (defaults.poll_interval, False)
     assert "deprecated" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("section", "name"),
+    [
+        ("KubernetesHosts", "start_timeout"),
+        ("KubernetesHosts", "poll_interval"),
+        ("ContainerLookup", "pod_start_timeout"),
+        ("DevContainers", "pod_poll_interval"),
+    ],
+)
+def test_a_wait_of_0_is_refused_under_the_new_name_and_the_old(
+    tmp_path: Path, section: str, name: str
+) -> None:
+    # Given a wait (or a poll interval) of 0, which would fail every start (or never rest)
+    config = Config()
+    config[section][name] = 0
+    # Then the part that reads it refuses it, naming it
+    with pytest.raises(TraitError, match=rf"'{name}' trait of a .* should be more than 0"):
+        _ = manager(tmp_path, config).kubernetes

@@ -28,6 +28,7 @@ RANKS = {
     "_version": 0,
     "errors": 0,
     "labels": 0,
+    "traits": 0,
     "untrusted": 0,
     "access": 1,
     "safefs": 1,
@@ -224,3 +225,85 @@ def test_no_import_cycle() -> None:
 def test_no_part_imports_a_part_above_it(layer: str) -> None:
     wrong = [edge for edge in upward(graph()) if part(edge.split(" -> ")[0]) == layer]
     assert wrong == []
+
+
+#: The modules that know one kind of host (a Kubernetes cluster, or only a Docker engine):
+#: each kind's side of an interface. A name ending in "*" names every module it begins.
+KIND_SPECIFIC = (
+    # Kubernetes: the pure builders and readers, the cluster, its watch and port-forwards ...
+    "k8s.*",
+    "engine.cluster",
+    "engine.clusterwatch",
+    "engine.podforward",
+    # ... dev containers as pods, their kernels, their files and builds.
+    "containers.pods",
+    "containers.pod_*",
+    "kernels.pods",
+    "changes.pod*",
+    # A Docker engine's side of the same interfaces.
+    "containers.docker_backend",
+    "changes.docker_changes",
+)
+
+#: Generic modules allowed to import a kind-specific one, and why. Nothing else may: a kind is
+#: reached through its host's backend (``Host.backend``) and the kind tables below.
+KIND_TABLES = {
+    # The tables from a host's kind to its implementation, one per part.
+    "engine.hosts": "the table of host kinds: which backend a host's URL gets",
+    "containers.lifecycle": "backend_type: the table of dev container backends by kind",
+    # What the lookup keeps per server for the pods of Kubernetes hosts, as public members of
+    # DevContainers: c.KubernetesHosts (a trait, set by its deprecated c.DevContainers.pod_*
+    # names), pods(), forwards_pods(), the start listings and port-forwards. A base class of
+    # their own would change the --help-all and --generate-config text.
+    "containers.lookup": "ContainerLookup keeps the pods' settings, listings and forwards",
+    "kernels.runtime": "processes_type: the table of kernel processes by kind",
+    "changes.kinds": "the table of change sources by kind",
+    # Faces and the builder.
+    "services": "c.KubernetesHosts is a configurable the builder lists (CLASSES)",
+    "cli.hosts": "`jupyter gpudev hosts rbac` prints the server's RBAC (k8s.objects.make_rbac)",
+}
+
+
+def kind_specific(module: str) -> bool:
+    rest = module.removeprefix(PACKAGE).lstrip(".")
+    return any(
+        rest.startswith(name[:-1]) if name.endswith("*") else rest == name for name in KIND_SPECIFIC
+    )
+
+
+def kind_imports(edges: Mapping[str, Iterable[str]]) -> list[str]:
+    """Imports of a kind-specific module by a generic one not in ``KIND_TABLES``."""
+    allowed = {f"{PACKAGE}.{name}" for name in KIND_TABLES}
+    return [
+        f"{source} -> {target}"
+        for source, targets in sorted(edges.items())
+        if not kind_specific(source) and source not in allowed
+        for target in sorted(targets)
+        if kind_specific(target)
+    ]
+
+
+def test_the_checker_finds_a_generic_module_importing_a_kind() -> None:
+    # Given a generic module importing the cluster, a pod module importing the cluster, and a
+    # kind table importing a backend
+    edges = {
+        f"{PACKAGE}.changes.capture": {f"{PACKAGE}.containers.pods", f"{PACKAGE}.changes.model"},
+        f"{PACKAGE}.containers.pod_lifecycle": {f"{PACKAGE}.engine.cluster"},
+        f"{PACKAGE}.containers.lifecycle": {f"{PACKAGE}.containers.pod_lifecycle"},
+        f"{PACKAGE}.containers.plan": {f"{PACKAGE}.k8s.objects"},
+    }
+    # Then only the generic modules' imports are reported
+    assert kind_imports(edges) == [
+        f"{PACKAGE}.changes.capture -> {PACKAGE}.containers.pods",
+        f"{PACKAGE}.containers.plan -> {PACKAGE}.k8s.objects",
+    ]
+
+
+def test_every_kind_table_exists() -> None:
+    # A table or face named as allowed is a module of the package (a rename updates it)
+    assert {f"{PACKAGE}.{name}" for name in KIND_TABLES} - set(modules()) == set()
+
+
+def test_no_generic_module_imports_a_kind_specific_one() -> None:
+    # A generic module reaches a kind only through its host's backend and the kind tables
+    assert kind_imports(graph()) == []

@@ -18,6 +18,7 @@ import pytest
 from jupyter_gpudev.access import Caller
 from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.engine import clusterwatch
+from jupyter_gpudev.engine.cluster import cluster_of
 from jupyter_gpudev.engine.clusterwatch import WatchedPods
 from jupyter_gpudev.errors import EngineUnreachable
 from jupyter_gpudev.labels import K_MANAGED
@@ -232,7 +233,7 @@ def test_a_server_lists_from_its_watch_what_another_server_did(
 ) -> None:
     # Given a server that watches the cluster's pods, listed once
     assert names(watching) == []
-    host = watching.host_pool.get("cluster").cluster
+    host = cluster_of(watching.host_pool.get("cluster"))
     assert host is not None
     listing = host.watched("v1", "Pod", f"{K_MANAGED}=1")
     for _ in range(3):

@@ -71,3 +71,39 @@ def test_a_host_without_gpus_or_processes_says_why() -> None:
 def test_names_from_containers_and_users_cannot_drive_the_terminal() -> None:
     hosts = [{"host": "local", "gpus": [{**GPU, "processes": [process(container="x\x1b[2Jy")]}]}]
     assert "\x1b" not in format_usage(hosts)
+
+
+def test_each_process_shows_its_kernel_short_id_its_idle_time_and_what_was_left_behind() -> None:
+    kernel = "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
+    hosts = [
+        {
+            "host": "local",
+            "reason": None,
+            "gpus": [
+                {
+                    **GPU,
+                    "processes": [
+                        process(kernel=kernel),
+                        process(pid=4343, orphan=True),
+                        process(container="other-box", pid=4444),
+                        process(kind="another user", container=None, pid=None, orphan=True),
+                    ],
+                }
+            ],
+            "kernels": [
+                {"kernel": kernel, "container": "train", "owner": "alice", "idle_seconds": 1530},
+                {"kernel": "ffff", "container": "other-box", "owner": "alice", "idle_seconds": 20},
+            ],
+        }
+    ]
+    assert format_usage(hosts).splitlines()[1:] == [
+        "  train (alice) kernel 1a2b3c4d pid 4242: 4.0 GiB, SM 70%, idle 25 min",
+        "  train (alice) left behind (no live kernel) pid 4343: 4.0 GiB, SM 70%, idle 25 min",
+        "  other-box (alice) pid 4444: 4.0 GiB, SM 70%, idle 20 s",
+        "  another user's dev container left behind (no live kernel): 4.0 GiB, SM 70%",
+    ]
+
+
+def test_a_kernel_id_from_the_server_cannot_drive_the_terminal() -> None:
+    hosts = [{"host": "local", "gpus": [{**GPU, "processes": [process(kernel="\x1b[2Jab")]}]}]
+    assert "\x1b" not in format_usage(hosts)

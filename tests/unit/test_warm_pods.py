@@ -5,6 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+from traitlets import TraitError
+
 from jupyter_gpudev.kernels.warm import WarmKernels
 
 
@@ -14,7 +17,7 @@ class Manager:
 
     host_pool = SimpleNamespace(
         get=lambda _name: SimpleNamespace(
-            cluster=object(), spec=SimpleNamespace(is_kubernetes=True)
+            backend=SimpleNamespace(kind="kubernetes"), spec=SimpleNamespace(is_kubernetes=True)
         )
     )
 
@@ -29,3 +32,16 @@ def test_no_warm_kernel_is_started_in_a_pinned_pod() -> None:
     warm.fill(Manager(), ("cluster", "spod"))  # type: ignore[arg-type]
     assert warm.ready(("cluster", "spod")) == 0
     warm.close()
+
+
+def test_0_warm_kernels_is_off_and_fewer_is_refused() -> None:
+    # Given c.WarmKernels.count = 0: none is kept, nothing is looked up
+    warm = WarmKernels(count=0)
+    warm.fill(Manager(), ("cluster", "spod"))  # type: ignore[arg-type]
+    assert warm.ready(("cluster", "spod")) == 0
+    warm.close()
+    # Then a negative count, or a wait of 0 for a warm kernel's answer, is refused
+    with pytest.raises(TraitError, match=r"'count' trait .* not be less than 0"):
+        WarmKernels(count=-1)
+    with pytest.raises(TraitError, match=r"'ready_timeout' trait .* should be more than 0"):
+        WarmKernels(ready_timeout=0)

@@ -47,3 +47,9 @@ export {
   keepKernel,
   releaseKernel
 } from './kernels';
+export {
+  fetchKernelUsage,
+  fetchUsage,
+  parseKernelUsage,
+  parseUsage
+} from './usage';

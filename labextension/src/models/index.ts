@@ -25,3 +25,13 @@ export { COMMIT_LOG_LINES, CommitModel } from './commit';
 export type { ICommitChoices, ICommitState } from './commit';
 export { GPUIndexes, KernelBadgeModel } from './kernelBadge';
 export type { IKernelBadgeState } from './kernelBadge';
+export { KernelUsages } from './kernelUsage';
+export type { IKernelUsageState } from './kernelUsage';
+export { containerGPUUse, holdersOf, sumUse, UsageModel } from './usage';
+export type {
+  Holder,
+  IContainerGPUUse,
+  IHolderUse,
+  IUsageState,
+  IUse
+} from './usage';

@@ -6,9 +6,10 @@ import type { ISignal } from '@lumino/signaling';
 import { GPUDevAPIError, NETWORK_ERROR } from '../api/errors';
 import { fetchHost } from '../api/hosts';
 import { fetchKernelInfo } from '../api/kernels';
-import type { IHostInfo, IKernelInfo } from '../types';
+import type { IHostInfo, IKernelInfo, IKernelUsage } from '../types';
 import { gpuIndexesOf } from './hosts';
 import type { IHostsState } from './hosts';
+import type { IKernelUsageState, KernelUsages } from './kernelUsage';
 import { StateModel } from './state';
 import type { IStateModel } from './state';
 
@@ -109,22 +110,30 @@ export interface IKernelBadgeState {
   readonly indexes: ReadonlyMap<string, number>;
   /** Whether a release is under way. */
   readonly releasing: boolean;
+  /**
+   * What the kernel holds on its GPUs, while the item is visible and the
+   * kernel has GPUs; `null` when not known (yet).
+   */
+  readonly usage: IKernelUsage | null;
 }
 
 /**
  * The state of the toolbar item of one notebook. It asks the server about
  * the notebook's kernel when the kernel changes, once the kernel is ready
- * after a start or restart, and when it dies; never on a timer.
+ * after a start or restart, and when it dies; never on a timer. The GPU
+ * use of a kernel with GPUs is polled (through the shared `usages`) only
+ * while the item is `visible`.
  */
 export class KernelBadgeModel extends StateModel<IKernelBadgeState> {
   constructor(options: KernelBadgeModel.IOptions) {
-    super({ info: null, indexes: new Map(), releasing: false });
+    super({ info: null, indexes: new Map(), releasing: false, usage: null });
     this._fetchKernelInfo =
       options.fetchKernelInfo ??
       (kernelId => fetchKernelInfo(kernelId, options.settings));
     this._sessionContext = options.sessionContext;
     this._indexes = options.indexes;
     this._enabled = options.enabled ?? true;
+    this._usages = options.usages ?? null;
     this._sessionContext.kernelChanged.connect(this._onKernelChanged);
     this._sessionContext.statusChanged.connect(this._onStatusChanged);
     this._indexes.changed.connect(this._onIndexesChanged);
@@ -148,6 +157,22 @@ export class KernelBadgeModel extends StateModel<IKernelBadgeState> {
   }
 
   /**
+   * Whether the item is shown on screen (its notebook is the visible tab).
+   * The kernel's GPU use is polled only while it is.
+   */
+  get visible(): boolean {
+    return this._visible;
+  }
+
+  set visible(value: boolean) {
+    if (value === this._visible) {
+      return;
+    }
+    this._visible = value;
+    this._syncUsage();
+  }
+
+  /**
    * Ask the server about the notebook's current kernel. A kernel that is
    * not a gpudev one (404), no kernel, or a server out of reach hides the
    * item, without a notification.
@@ -157,6 +182,7 @@ export class KernelBadgeModel extends StateModel<IKernelBadgeState> {
     const kernelId = this._sessionContext.session?.kernel?.id;
     if (!this._enabled || !kernelId) {
       this.patch({ info: null, indexes: new Map() });
+      this._syncUsage();
       return;
     }
     let info: IKernelInfo;
@@ -176,6 +202,7 @@ export class KernelBadgeModel extends StateModel<IKernelBadgeState> {
         );
       }
       this.patch({ info: null, indexes: new Map() });
+      this._syncUsage();
       return;
     }
     if (!this._isCurrent(generation)) {
@@ -183,6 +210,7 @@ export class KernelBadgeModel extends StateModel<IKernelBadgeState> {
     }
     const indexes = this._indexes.known(info.gpu_uuids);
     this.patch({ info, indexes });
+    this._syncUsage();
     if (indexes.size === info.gpu_uuids.length || !info.host) {
       return;
     }
@@ -217,10 +245,50 @@ export class KernelBadgeModel extends StateModel<IKernelBadgeState> {
 
   protected override onDispose(): void {
     this._generation++;
+    this._unwatch();
     this._sessionContext.kernelChanged.disconnect(this._onKernelChanged);
     this._sessionContext.statusChanged.disconnect(this._onStatusChanged);
     this._indexes.changed.disconnect(this._onIndexesChanged);
   }
+
+  /**
+   * Watch the GPU use of the kernel shown while it has GPUs, poll it while
+   * the item is visible, and stop watching any other kernel.
+   */
+  private _syncUsage(): void {
+    const info = this.state.info;
+    const wanted =
+      this._usages && !this._usages.isDisposed && info && info.gpu_uuids.length
+        ? info.kernel_id
+        : null;
+    if (this._watch && this._watch.kernelId !== wanted) {
+      this._unwatch();
+      this.patch({ usage: null });
+    }
+    if (wanted === null || !this._usages) {
+      return;
+    }
+    if (!this._watch) {
+      this._watch = this._usages.watch(wanted);
+      this._watch.model.stateChanged.connect(this._onUsage);
+      this._onUsage(this._watch.model, this._watch.model.state);
+    }
+    this._watch.visible = this._visible;
+  }
+
+  private _unwatch(): void {
+    if (this._watch) {
+      this._watch.model.stateChanged.disconnect(this._onUsage);
+      this._watch.dispose();
+      this._watch = null;
+    }
+  }
+
+  private readonly _onUsage = (_: unknown, state: IKernelUsageState): void => {
+    if (this.state.usage !== state.usage) {
+      this.patch({ usage: state.usage });
+    }
+  };
 
   /** Whether an answer to refresh `generation` is still wanted. */
   private _isCurrent(generation: number): boolean {
@@ -275,6 +343,9 @@ export class KernelBadgeModel extends StateModel<IKernelBadgeState> {
   private readonly _sessionContext: ISessionContext;
   private readonly _fetchKernelInfo: (kernelId: string) => Promise<IKernelInfo>;
   private readonly _indexes: GPUIndexes;
+  private readonly _usages: KernelUsages | null;
+  private _watch: KernelUsages.IWatch | null = null;
+  private _visible = false;
   private _enabled: boolean;
   /** Bumped by each refresh: an answer to an older one is dropped. */
   private _generation = 0;
@@ -292,6 +363,8 @@ export namespace KernelBadgeModel {
     settings: ServerConnection.ISettings;
     /** Whether the item is shown at all (default true). */
     enabled?: boolean;
+    /** The GPU use of the kernels, shared by every notebook's item. */
+    usages?: KernelUsages | null;
     /** Replaces the API call, for tests. */
     fetchKernelInfo?: (kernelId: string) => Promise<IKernelInfo>;
   }

@@ -1,8 +1,9 @@
 import type { ServerConnection } from '@jupyterlab/services';
 
 import { fetchReclaims, keepKernel, releaseKernel } from '../api/kernels';
+import { fetchKernelUsage } from '../api/usage';
 import { RECLAIMS_INTERVAL_MS } from '../constants';
-import type { IReclaim, IReclaimsResponse } from '../types';
+import type { IKernelUsage, IReclaim, IReclaimsResponse } from '../types';
 import { PolledModel } from './polled';
 import type { IActionsState } from './polled';
 
@@ -22,11 +23,24 @@ export interface IReclaimsState extends IActionsState<ReclaimAction> {
   readonly warningSeconds: number | null;
   /** Actions under way, by kernel id. */
   readonly pending: ReadonlyMap<string, ReclaimAction>;
+  /**
+   * What each kernel of `reclaims` holds on its GPUs, by kernel id, when the
+   * server could tell.
+   */
+  readonly holdings: ReadonlyMap<string, IKernelUsage>;
+}
+
+/** One answer of the poll: the reclaims, and what their kernels hold. */
+interface IReclaimsAnswer {
+  response: IReclaimsResponse;
+  holdings: Map<string, IKernelUsage>;
 }
 
 /**
  * The GPU kernels the server will shut down for idleness unless they are
- * used or kept, refreshed by a poll, and the actions on them.
+ * used or kept, refreshed by a poll, and the actions on them. Each poll
+ * also asks what each listed kernel holds on its GPUs (one request per
+ * pending reclaim: a failure only leaves it unknown).
  *
  * Unlike the other models it keeps polling while the panel is hidden: the
  * warning matters most when the user is elsewhere. It still stands by while
@@ -36,7 +50,7 @@ export interface IReclaimsState extends IActionsState<ReclaimAction> {
  */
 export class ReclaimsModel extends PolledModel<
   IReclaimsState,
-  IReclaimsResponse,
+  IReclaimsAnswer,
   ReclaimAction
 > {
   constructor(options: ReclaimsModel.IOptions = {}) {
@@ -50,7 +64,8 @@ export class ReclaimsModel extends PolledModel<
         warningSeconds: null,
         error: null,
         lastUpdated: null,
-        pending: new Map()
+        pending: new Map(),
+        holdings: new Map()
       }
     );
     const settings = options.serverSettings;
@@ -58,6 +73,7 @@ export class ReclaimsModel extends PolledModel<
       fetchReclaims: () => fetchReclaims(settings),
       keepKernel: kernelId => keepKernel(kernelId, settings),
       releaseKernel: kernelId => releaseKernel(kernelId, settings),
+      fetchKernelUsage: kernelId => fetchKernelUsage(kernelId, settings),
       ...options.api
     };
   }
@@ -80,15 +96,31 @@ export class ReclaimsModel extends PolledModel<
     return false;
   }
 
-  protected load(): Promise<IReclaimsResponse> {
-    return this._api.fetchReclaims();
+  protected async load(): Promise<IReclaimsAnswer> {
+    const response = await this._api.fetchReclaims();
+    const holdings = new Map<string, IKernelUsage>();
+    await Promise.all(
+      response.reclaims.map(async reclaim => {
+        try {
+          holdings.set(
+            reclaim.kernel_id,
+            await this._api.fetchKernelUsage(reclaim.kernel_id)
+          );
+        } catch {
+          // Unknown: the warning says what it can without it.
+        }
+      })
+    );
+    return { response, holdings };
   }
 
-  protected applyAnswer(answer: IReclaimsResponse): Partial<IReclaimsState> {
+  protected applyAnswer(answer: IReclaimsAnswer): Partial<IReclaimsState> {
+    const { response, holdings } = answer;
     return {
-      reclaims: answer.reclaims,
-      idleTimeout: answer.idle_timeout,
-      warningSeconds: answer.warning_seconds
+      reclaims: response.reclaims,
+      idleTimeout: response.idle_timeout,
+      warningSeconds: response.warning_seconds,
+      holdings
     };
   }
 
@@ -120,6 +152,7 @@ export namespace ReclaimsModel {
     fetchReclaims: () => Promise<IReclaimsResponse>;
     keepKernel: (kernelId: string) => Promise<void>;
     releaseKernel: (kernelId: string) => Promise<void>;
+    fetchKernelUsage: (kernelId: string) => Promise<IKernelUsage>;
   }
 
   export interface IOptions extends PolledModel.IOptions {

@@ -1,6 +1,8 @@
 /**
  * The notebook toolbar item of a gpudev kernel: the dev container and GPUs
- * the notebook's kernel runs with, and a "Release GPU" button. The state of
+ * the notebook's kernel runs with, what it holds on them (polled while the
+ * notebook is shown, one poll per kernel however many notebooks show it:
+ * `KernelUsages`, models/kernelUsage.ts), and a "Release GPU" button. The state of
  * each notebook's item is a `KernelBadgeModel` (models/kernelBadge.ts); the
  * item is drawn by components/notebook/KernelBadge.tsx.
  */
@@ -22,6 +24,7 @@ import {
   TRANSLATION_DOMAIN
 } from '../constants';
 import { GPUIndexes, KernelBadgeModel } from '../models/kernelBadge';
+import { KernelUsages } from '../models/kernelUsage';
 import { IGPUDevModel } from '../tokens';
 
 /**
@@ -58,7 +61,7 @@ function insertInToolbar(panel: NotebookPanel, badge: KernelBadge): void {
 export const notebookToolbarPlugin: JupyterFrontEndPlugin<void> = {
   id: NOTEBOOK_TOOLBAR_PLUGIN_ID,
   description:
-    "A notebook toolbar item showing the dev container and GPUs of the notebook's gpudev kernel, with a button releasing them.",
+    "A notebook toolbar item showing the dev container and GPUs of the notebook's gpudev kernel, what it holds on them, with a button releasing them.",
   autoStart: true,
   requires: [INotebookTracker],
   optional: [ITranslator, ISettingRegistry, IGPUDevModel],
@@ -74,6 +77,7 @@ export const notebookToolbarPlugin: JupyterFrontEndPlugin<void> = {
     // The GPU indexes come from the panel's host list when the main plugin
     // runs (no request of its own then), else from the host asked for.
     const indexes = new GPUIndexes({ settings, hosts: gpudev?.hosts });
+    const usages = new KernelUsages({ settings });
     const models = new Set<KernelBadgeModel>();
     const attached = new WeakSet<NotebookPanel>();
     let enabled = true;
@@ -87,6 +91,7 @@ export const notebookToolbarPlugin: JupyterFrontEndPlugin<void> = {
         sessionContext: panel.sessionContext,
         settings,
         indexes,
+        usages,
         enabled
       });
       const badge = new KernelBadge({ model, trans });

@@ -76,7 +76,8 @@ export function notifyOnReclaims(
       if (shown.has(reclaim.kernel_id)) {
         continue;
       }
-      const id = Notification.warning(reclaimMessage(reclaim, trans), {
+      const holding = state.holdings.get(reclaim.kernel_id);
+      const id = Notification.warning(reclaimMessage(reclaim, trans, holding), {
         autoClose: false,
         actions: [
           {

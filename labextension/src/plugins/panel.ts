@@ -33,6 +33,7 @@ import { CommitModel } from '../models/commit';
 import { ContainersModel } from '../models/containers';
 import { HostsModel } from '../models/hosts';
 import { ReclaimsModel } from '../models/reclaims';
+import { UsageModel } from '../models/usage';
 import { IGPUDevModel } from '../tokens';
 import { notifyOnReclaims, notifyOnTransitionToError } from './notifications';
 import {
@@ -73,6 +74,12 @@ export const panelPlugin: JupyterFrontEndPlugin<IGPUDevModel> = {
       serverSettings: app.serviceManager.serverSettings,
       interval: RECLAIMS_INTERVAL_MS
     });
+    // The GPUs' use by process, one request for all hosts per poll, while
+    // the panel is shown (no notification: a server without it shows none).
+    const usage = new UsageModel({
+      serverSettings: app.serviceManager.serverSettings,
+      interval: DEFAULT_INTERVAL_MS
+    });
     const preferences: IPreferences = { ...DEFAULT_PREFERENCES };
     const views = new Map<string, CommitPanel | LogsPanel>();
     const openView = (name: string, kind: OpenKind): void => {
@@ -110,6 +117,7 @@ export const panelPlugin: JupyterFrontEndPlugin<IGPUDevModel> = {
       model,
       containers,
       reclaims,
+      usage,
       openTerminal: name => openTerminal(app, name, trans),
       openView,
       translator: translator ?? nullTranslator
@@ -118,6 +126,7 @@ export const panelPlugin: JupyterFrontEndPlugin<IGPUDevModel> = {
       model.dispose();
       containers.dispose();
       reclaims.dispose();
+      usage.dispose();
     });
     app.shell.add(panel, 'left', { rank: 600 });
     if (restorer) {
@@ -217,6 +226,7 @@ export const panelPlugin: JupyterFrontEndPlugin<IGPUDevModel> = {
             const interval = readIntervalSeconds(settings) * 1000;
             model.interval = interval;
             containers.interval = interval;
+            usage.interval = interval;
             Object.assign(preferences, readPreferences(settings));
           };
           apply();
@@ -229,7 +239,7 @@ export const panelPlugin: JupyterFrontEndPlugin<IGPUDevModel> = {
           );
         });
     }
-    return { hosts: model, containers, reclaims };
+    return { hosts: model, containers, reclaims, usage };
   }
 };
 

@@ -95,3 +95,70 @@ export async function removeLeftovers(
     containers.delete(name);
   }
 }
+
+interface IKernelSpecs {
+  kernelspecs: Record<
+    string,
+    {
+      name: string;
+      spec: {
+        metadata?: { gpudev?: { environment?: string; container?: string } };
+      };
+    }
+  >;
+}
+
+interface ISession {
+  path: string;
+  kernel: { id: string; name: string } | null;
+}
+
+/** The name of the kernelspec of a new dev container of environment `gpu` (not a shared one). */
+export async function gpuKernelName(
+  request: APIRequestContext
+): Promise<string> {
+  const listed = await request.get('/api/kernelspecs');
+  expect(listed.ok()).toBe(true);
+  const body = (await listed.json()) as IKernelSpecs;
+  const names = Object.values(body.kernelspecs)
+    .filter(entry => {
+      const gpudev = entry.spec.metadata?.gpudev;
+      return gpudev?.environment === 'gpu' && gpudev.container === undefined;
+    })
+    .map(entry => entry.name);
+  expect(names).toHaveLength(1);
+  return names[0] ?? '';
+}
+
+/** The kernel named `name` of a session (a notebook's), once there is one. */
+export async function sessionKernel(
+  request: APIRequestContext,
+  name: string
+): Promise<{ id: string; name: string } | null> {
+  const listed = await request.get('/api/sessions');
+  expect(listed.ok()).toBe(true);
+  const sessions = (await listed.json()) as ISession[];
+  return (
+    sessions.find(session => session.kernel?.name === name)?.kernel ?? null
+  );
+}
+
+/**
+ * Keep the kernel of the notebook shown busy: the test server's GPU culler
+ * shuts an idle GPU kernel down after 20 s (jupyter_server_test_config.py),
+ * never a busy one.
+ */
+export async function keepBusy(page: IJupyterLabPageFixture): Promise<void> {
+  await page.evaluate(() => {
+    const widget = window.jupyterapp.shell.currentWidget as unknown as {
+      sessionContext: {
+        session: {
+          kernel: { requestExecute(content: { code: string }): unknown } | null;
+        } | null;
+      };
+    };
+    widget.sessionContext.session?.kernel?.requestExecute({
+      code: 'import time\ntime.sleep(600)'
+    });
+  });
+}

@@ -2,7 +2,12 @@ import { expect, test } from '@jupyterlab/galata';
 import type { IJupyterLabPageFixture } from '@jupyterlab/galata';
 import type { APIRequestContext, Page } from '@playwright/test';
 
-import { removeLeftovers as removeAll } from './helpers';
+import {
+  gpuKernelName,
+  keepBusy,
+  removeLeftovers as removeAll,
+  sessionKernel
+} from './helpers';
 
 /**
  * The notebook toolbar item of a gpudev kernel. A kernel of the `gpu`
@@ -26,23 +31,6 @@ const startedKernels = new Set<string>();
 /** Names of the containers the tests made, removed again after each. */
 const madeContainers = new Set<string>();
 
-interface IKernelSpecs {
-  kernelspecs: Record<
-    string,
-    {
-      name: string;
-      spec: {
-        metadata?: { gpudev?: { environment?: string; container?: string } };
-      };
-    }
-  >;
-}
-
-interface ISession {
-  path: string;
-  kernel: { id: string; name: string } | null;
-}
-
 interface IKernelInfo {
   kernel_id: string;
   container: string;
@@ -63,34 +51,6 @@ interface IListedHost {
   leases?: { container: string; gpu_uuids: string[] }[];
 }
 
-/** The name of the kernelspec of a new dev container of environment `gpu` (not a shared one). */
-async function gpuKernelName(request: APIRequestContext): Promise<string> {
-  const listed = await request.get('/api/kernelspecs');
-  expect(listed.ok()).toBe(true);
-  const body = (await listed.json()) as IKernelSpecs;
-  const names = Object.values(body.kernelspecs)
-    .filter(entry => {
-      const gpudev = entry.spec.metadata?.gpudev;
-      return gpudev?.environment === 'gpu' && gpudev.container === undefined;
-    })
-    .map(entry => entry.name);
-  expect(names).toHaveLength(1);
-  return names[0] ?? '';
-}
-
-/** The kernel named `name` of a session (a notebook's), once there is one. */
-async function sessionKernel(
-  request: APIRequestContext,
-  name: string
-): Promise<{ id: string; name: string } | null> {
-  const listed = await request.get('/api/sessions');
-  expect(listed.ok()).toBe(true);
-  const sessions = (await listed.json()) as ISession[];
-  return (
-    sessions.find(session => session.kernel?.name === name)?.kernel ?? null
-  );
-}
-
 /** The execution state of kernel `id` (`gone` once it ended). */
 async function executionState(
   request: APIRequestContext,
@@ -102,26 +62,6 @@ async function executionState(
   }
   expect(got.ok()).toBe(true);
   return ((await got.json()) as { execution_state: string }).execution_state;
-}
-
-/**
- * Keep the kernel of the notebook shown busy: the test server's GPU culler
- * shuts an idle GPU kernel down after 20 s (jupyter_server_test_config.py),
- * never a busy one.
- */
-async function keepBusy(page: IJupyterLabPageFixture): Promise<void> {
-  await page.evaluate(() => {
-    const widget = window.jupyterapp.shell.currentWidget as unknown as {
-      sessionContext: {
-        session: {
-          kernel: { requestExecute(content: { code: string }): unknown } | null;
-        } | null;
-      };
-    };
-    widget.sessionContext.session?.kernel?.requestExecute({
-      code: 'import time\ntime.sleep(600)'
-    });
-  });
 }
 
 /** The ids of the running kernels, through the API. */

@@ -1,8 +1,10 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
+import type { IContainerGPUUse } from '../../models/usage';
 import type { IDevContainer } from '../../types';
 import { durationSince, localTime } from '../common/time';
+import { ContainerGPUUse } from './ContainerGPUUse';
 
 /** `8000 -> 127.0.0.1:49153`, by container port. */
 export function portLines(ports: Readonly<Record<string, number>>): string[] {
@@ -11,14 +13,20 @@ export function portLines(ports: Readonly<Record<string, number>>): string[] {
     .map(([inside, outside]) => `${inside} -> 127.0.0.1:${outside}`);
 }
 
-/** The facts of a container: GPUs, uptime, kernels, idle time, ports, status. */
+/**
+ * The facts of a container: GPUs, their use (while it runs and the use is
+ * known), uptime, kernels, idle time, ports, status.
+ */
 export function ContainerFacts({
   container,
   running,
+  gpuUse = null,
   trans
 }: {
   container: IDevContainer;
   running: boolean;
+  /** How it uses each GPU; `null` when not known. */
+  gpuUse?: readonly IContainerGPUUse[] | null;
   trans: TranslationBundle;
 }): React.JSX.Element {
   const name = container.name;
@@ -34,6 +42,14 @@ export function ContainerFacts({
       >
         {gpus.length > 0 ? gpus.length : trans.__('none (CPU)')}
       </dd>
+      {running && gpuUse && gpuUse.length > 0 && (
+        <>
+          <dt>{trans.__('GPU use')}</dt>
+          <dd>
+            <ContainerGPUUse name={name} uses={gpuUse} trans={trans} />
+          </dd>
+        </>
+      )}
       {running && container.started_at && (
         <>
           <dt>{trans.__('Up')}</dt>

@@ -3,7 +3,8 @@ import * as React from 'react';
 
 import type { ContainerAction } from '../../models/containers';
 import type { ReclaimAction } from '../../models/reclaims';
-import type { IDevContainer, IReclaim } from '../../types';
+import type { IContainerGPUUse } from '../../models/usage';
+import type { IDevContainer, IKernelUsage, IReclaim } from '../../types';
 import { ContainerActions } from './ContainerActions';
 import { ContainerFacts } from './ContainerFacts';
 import { ReclaimWarning } from './Reclaims';
@@ -42,8 +43,10 @@ export function ContainerRow({
   onAction,
   onPort,
   reclaim,
+  reclaimHolding,
   reclaimPending,
   onReclaim,
+  gpuUse,
   trans
 }: {
   container: IDevContainer;
@@ -54,8 +57,12 @@ export function ContainerRow({
   onPort: OnPort;
   /** The pending reclaim of the container's idle GPU kernel, if any. */
   reclaim: IReclaim | undefined;
+  /** What the kernel of `reclaim` holds on its GPUs, when known. */
+  reclaimHolding?: IKernelUsage;
   reclaimPending: ReclaimAction | undefined;
   onReclaim: (reclaim: IReclaim, action: ReclaimAction) => void;
+  /** How the container uses each GPU; `null` when not known. */
+  gpuUse?: readonly IContainerGPUUse[] | null;
   trans: TranslationBundle;
 }): React.JSX.Element {
   const headingId = React.useId();
@@ -83,7 +90,12 @@ export function ContainerRow({
           ? trans.__('%1 on %2', container.environment, container.host)
           : container.environment}
       </p>
-      <ContainerFacts container={container} running={running} trans={trans} />
+      <ContainerFacts
+        container={container}
+        running={running}
+        gpuUse={gpuUse ?? null}
+        trans={trans}
+      />
       {container.state !== 'removing' && (
         <WebPorts
           container={container}
@@ -102,6 +114,7 @@ export function ContainerRow({
       {reclaim && (
         <ReclaimWarning
           reclaim={reclaim}
+          holding={reclaimHolding}
           pending={reclaimPending}
           onAction={onReclaim}
           trans={trans}

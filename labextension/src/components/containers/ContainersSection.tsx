@@ -7,7 +7,9 @@ import type {
   ReclaimAction,
   ReclaimsModel
 } from '../../models/reclaims';
-import type { IDevContainer, IReclaim } from '../../types';
+import { containerGPUUse } from '../../models/usage';
+import type { UsageModel } from '../../models/usage';
+import type { IDevContainer, IKernelUsage, IReclaim } from '../../types';
 import { notifyError } from '../common/ErrorDetails';
 import { useModelState } from '../common/hooks';
 import { actionFailedTitle, removeWithConfirmation } from './containerDialogs';
@@ -17,21 +19,25 @@ import type { OpenContainerView, OpenTerminal, ISectionProps } from './types';
 import type { PortAction } from './WebPorts';
 
 /**
- * The "Dev containers" section: every container with its state, GPUs,
- * ports and warnings, and the actions its state allows. Running containers
- * get a Terminal button when `openTerminal` is given, and those whose GPU
- * kernel is about to be released for idleness (given `reclaims`) a warning
- * with Keep and Release now buttons.
+ * The "Dev containers" section: every container with its state, GPUs (and,
+ * given `usage`, how it uses them), ports and warnings, and the actions its
+ * state allows. Running containers get a Terminal button when
+ * `openTerminal` is given, and those whose GPU kernel is about to be
+ * released for idleness (given `reclaims`) a warning, with what the kernel
+ * holds, and Keep and Release now buttons.
  */
 export function ContainersSection({
   model,
   reclaims,
+  usage,
   openTerminal,
   openView,
   trans
 }: ISectionProps & {
   /** The pending reclaims of idle GPU kernels, shown in their container's row. */
   reclaims?: ReclaimsModel | null;
+  /** The GPUs' use, shown per GPU in each running container's row. */
+  usage?: UsageModel | null;
   /** Opens the terminal made in a container; no Terminal button without it. */
   openTerminal?: OpenTerminal;
   /** Opens the commit dialog or the logs; no such buttons without it. */
@@ -39,6 +45,7 @@ export function ContainersSection({
 }): React.JSX.Element {
   const state = useModelState(model);
   const reclaimsState = useModelState(reclaims ?? null);
+  const usageState = useModelState(usage ?? null);
   const headingId = React.useId();
 
   const onAction = React.useCallback(
@@ -153,6 +160,19 @@ export function ContainersSection({
                 onAction={onAction}
                 onPort={onPort}
                 reclaim={reclaimByContainer.get(container.name)}
+                reclaimHolding={holdingOf(
+                  reclaimsState,
+                  reclaimByContainer.get(container.name)
+                )}
+                gpuUse={
+                  usageState
+                    ? containerGPUUse(
+                        usageState.hosts.get(container.host),
+                        container.name,
+                        container.gpu_uuids
+                      )
+                    : null
+                }
                 reclaimPending={reclaimPendingOf(
                   reclaimsState,
                   reclaimByContainer.get(container.name)
@@ -173,4 +193,11 @@ function reclaimPendingOf(
   reclaim: IReclaim | undefined
 ): ReclaimAction | undefined {
   return reclaim ? state?.pending.get(reclaim.kernel_id) : undefined;
+}
+
+function holdingOf(
+  state: IReclaimsState | null,
+  reclaim: IReclaim | undefined
+): IKernelUsage | undefined {
+  return reclaim ? state?.holdings.get(reclaim.kernel_id) : undefined;
 }

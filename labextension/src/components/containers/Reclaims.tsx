@@ -4,8 +4,9 @@ import * as React from 'react';
 import { toAPIError } from '../../api/errors';
 import type { ContainersModel } from '../../models/containers';
 import type { ReclaimAction, ReclaimsModel } from '../../models/reclaims';
-import type { IReclaim } from '../../types';
+import type { IKernelUsage, IReclaim } from '../../types';
 import { notifyError } from '../common/ErrorDetails';
+import { holdsText } from '../common/usageText';
 
 /** When the kernel will be released, as hours and minutes of the local time. */
 export function reclaimTime(reclaim: IReclaim): string {
@@ -21,18 +22,46 @@ export function idleText(reclaim: IReclaim, trans: TranslationBundle): string {
   return minutes < 1 ? trans.__('under 1 min') : trans.__('%1 min', minutes);
 }
 
-/** The warning shown for a pending reclaim (kept under the 140 characters of a toast). */
-export function reclaimMessage(
-  reclaim: IReclaim,
+/**
+ * What the kernel of a reclaim holds, `4.2 GiB on H100 GPU 0, 0% now`;
+ * empty when unknown.
+ */
+export function reclaimHolds(
+  holding: IKernelUsage | undefined,
   trans: TranslationBundle
 ): string {
-  return trans.__(
-    'GPU kernel in %1 (%2) has been idle for %3 and will be released at %4',
-    reclaim.container,
-    trans._n('%1 GPU', '%1 GPUs', reclaim.gpus),
-    idleText(reclaim, trans),
-    reclaimTime(reclaim)
-  );
+  return holding && holding.reason === null
+    ? holdsText(holding.gpus, trans)
+    : '';
+}
+
+/**
+ * The warning shown for a pending reclaim, with what the kernel holds when
+ * known (kept near the 140 characters of a toast).
+ */
+export function reclaimMessage(
+  reclaim: IReclaim,
+  trans: TranslationBundle,
+  holding?: IKernelUsage
+): string {
+  const holds = reclaimHolds(holding, trans);
+  const gpus = trans._n('%1 GPU', '%1 GPUs', reclaim.gpus);
+  return holds
+    ? trans.__(
+        'GPU kernel in %1 (%2) has been idle for %3 and will be released at %4; it holds %5',
+        reclaim.container,
+        gpus,
+        idleText(reclaim, trans),
+        reclaimTime(reclaim),
+        holds
+      )
+    : trans.__(
+        'GPU kernel in %1 (%2) has been idle for %3 and will be released at %4',
+        reclaim.container,
+        gpus,
+        idleText(reclaim, trans),
+        reclaimTime(reclaim)
+      );
 }
 
 /**
@@ -77,11 +106,14 @@ export async function runReclaimAction(
  */
 export function ReclaimWarning({
   reclaim,
+  holding,
   pending,
   onAction,
   trans
 }: {
   reclaim: IReclaim;
+  /** What the kernel holds on its GPUs, when known. */
+  holding?: IKernelUsage;
   pending: ReclaimAction | undefined;
   onAction: (reclaim: IReclaim, action: ReclaimAction) => void;
   trans: TranslationBundle;
@@ -89,6 +121,7 @@ export function ReclaimWarning({
   const name = reclaim.container;
   const busy = pending !== undefined;
   const time = reclaimTime(reclaim);
+  const holds = reclaimHolds(holding, trans);
   return (
     <div
       className="jp-gpudev-reclaim"
@@ -97,9 +130,15 @@ export function ReclaimWarning({
     >
       <p
         className="jp-gpudev-reclaim-text"
-        title={reclaimMessage(reclaim, trans)}
+        title={reclaimMessage(reclaim, trans, holding)}
       >
-        {trans.__('Idle GPU kernel: released at %1 unless kept', time)}
+        {holds
+          ? trans.__(
+              'Idle GPU kernel (%1): released at %2 unless kept',
+              holds,
+              time
+            )
+          : trans.__('Idle GPU kernel: released at %1 unless kept', time)}
       </p>
       <div
         className="jp-gpudev-actions"

@@ -6,20 +6,35 @@ import type {
   IGPUInfo,
   IGPUInventory,
   IGPULease,
-  IMigDevice
+  IGPUUsage,
+  IHostUsage
 } from '../../types';
+import { GPUUsers } from './GPUUsers';
+import { MigList } from './MigList';
 
+/**
+ * The GPUs of a host: each free or held (and by which lease), its memory
+ * and utilization, its use by owner (given the host's `usage`), its MIG
+ * instances and details.
+ */
 export function GPUSection({
   inventory,
   leases,
+  usage = null,
   trans
 }: {
   inventory: IGPUInventory;
   /** The host's active leases: who holds each GPU. */
   leases: readonly IGPULease[];
+  /** The host's GPU use by process; `null` when not known. */
+  usage?: IHostUsage | null;
   trans: TranslationBundle;
 }): React.JSX.Element {
   const holders = React.useMemo(() => leasesByGPU(leases), [leases]);
+  const used = React.useMemo(
+    () => new Map((usage?.gpus ?? []).map(gpu => [gpu.uuid, gpu])),
+    [usage]
+  );
   const versions = [
     inventory.driver_version && trans.__('driver %1', inventory.driver_version),
     inventory.cuda_version && trans.__('CUDA %1', inventory.cuda_version)
@@ -46,10 +61,19 @@ export function GPUSection({
               key={gpu.uuid}
               gpu={gpu}
               holders={gpuHolders(gpu, holders)}
+              usage={gpuUse(used.get(gpu.uuid), usage)}
               trans={trans}
             />
           ))}
         </ul>
+      )}
+      {inventory.gpus.length > 0 && usage?.reason && (
+        <p
+          className="jp-gpudev-muted jp-gpudev-usage-reason"
+          data-testid="gpudev-usage-reason"
+        >
+          {trans.__('GPU use by owner unavailable: %1', usage.reason)}
+        </p>
       )}
       {inventory.warnings.length > 0 && (
         <ul className="jp-gpudev-warnings">
@@ -60,6 +84,20 @@ export function GPUSection({
       )}
     </div>
   );
+}
+
+/**
+ * A GPU's processes to show: none when unknown, nor when the host's reason
+ * already says why they are not listed.
+ */
+function gpuUse(
+  gpu: IGPUUsage | undefined,
+  host: IHostUsage | null
+): IGPUUsage | null {
+  if (!gpu || (!gpu.processes_listed && host?.reason)) {
+    return null;
+  }
+  return gpu;
 }
 
 const numberFormat = new Intl.NumberFormat();
@@ -108,10 +146,13 @@ function holderText(lease: IGPULease, trans: TranslationBundle): string {
 function GPUItem({
   gpu,
   holders,
+  usage,
   trans
 }: {
   gpu: IGPUInfo;
   holders: readonly IGPULease[];
+  /** Its processes, when known. */
+  usage: IGPUUsage | null;
   trans: TranslationBundle;
 }): React.JSX.Element {
   return (
@@ -144,6 +185,7 @@ function GPUItem({
         </p>
       ))}
       <MemoryBar gpu={gpu} trans={trans} />
+      {usage && <GPUUsers gpu={usage} trans={trans} />}
       {(gpu.mig_enabled || gpu.mig_devices.length > 0) && (
         <MigList gpu={gpu} trans={trans} />
       )}
@@ -233,46 +275,5 @@ function MemoryBar({
         {utilisation}
       </div>
     </div>
-  );
-}
-
-function MigList({
-  gpu,
-  trans
-}: {
-  gpu: IGPUInfo;
-  trans: TranslationBundle;
-}): React.JSX.Element {
-  if (gpu.mig_devices.length === 0) {
-    return (
-      <p className="jp-gpudev-mig-empty">
-        {trans.__('MIG enabled, no instances')}
-      </p>
-    );
-  }
-  return (
-    <ul
-      className="jp-gpudev-migs"
-      aria-label={trans.__('MIG devices of GPU %1', gpu.index)}
-    >
-      {gpu.mig_devices.map((device: IMigDevice) => (
-        <li
-          key={device.uuid}
-          className="jp-gpudev-mig"
-          data-testid={`gpudev-mig-${device.uuid}`}
-          title={trans.__('UUID: %1', device.uuid)}
-        >
-          <span className="jp-gpudev-mig-index">
-            {trans.__('MIG %1', device.index)}
-          </span>
-          <span className="jp-gpudev-mig-profile">{device.profile}</span>
-          {device.memory_total_mib !== null && (
-            <span className="jp-gpudev-muted">
-              {trans.__('%1 MiB', mib(device.memory_total_mib, trans))}
-            </span>
-          )}
-        </li>
-      ))}
-    </ul>
   );
 }

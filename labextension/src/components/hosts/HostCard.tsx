@@ -4,7 +4,7 @@ import * as React from 'react';
 
 import { toAPIError } from '../../api/errors';
 import type { HostAction, HostsModel } from '../../models/hosts';
-import type { IEngineInfo, IHostInfo } from '../../types';
+import type { IEngineInfo, IHostInfo, IHostUsage } from '../../types';
 import { notifyError } from '../common/ErrorDetails';
 import { ClusterSection } from './ClusterSection';
 import { GPUSection } from './GPUSection';
@@ -91,12 +91,15 @@ export function HostCard({
   host,
   model,
   pending,
+  usage = null,
   onRemoved,
   trans
 }: {
   host: IHostInfo;
   model: HostsModel;
   pending: HostAction | undefined;
+  /** The host's GPU use by process; `null` when not known. */
+  usage?: IHostUsage | null;
   onRemoved: () => void;
   trans: TranslationBundle;
 }): React.JSX.Element {
@@ -163,7 +166,12 @@ export function HostCard({
         />
       )}
       {showGPUs && (
-        <GPUSection inventory={host.gpus} leases={host.leases} trans={trans} />
+        <GPUSection
+          inventory={host.gpus}
+          leases={host.leases}
+          usage={usage}
+          trans={trans}
+        />
       )}
       {host.origin === 'added' && (
         <div

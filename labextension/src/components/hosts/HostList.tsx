@@ -2,6 +2,7 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
 import type { HostsModel, IHostsState } from '../../models/hosts';
+import type { IHostUsage } from '../../types';
 import { HostCard } from './HostCard';
 
 /**
@@ -15,10 +16,13 @@ export function HostList({
   adding,
   onAddHost,
   onRemoved,
+  usage,
   trans
 }: {
   state: IHostsState;
   model: HostsModel;
+  /** Each host's GPU use by process, by host name, when known. */
+  usage?: ReadonlyMap<string, IHostUsage>;
   /** Whether the Add host form is open (its hint's button is then hidden). */
   adding: boolean;
   onAddHost: () => void;
@@ -83,6 +87,7 @@ export function HostList({
               host={host}
               model={model}
               pending={state.pending.get(host.name)}
+              usage={usage?.get(host.name) ?? null}
               onRemoved={onRemoved}
               trans={trans}
             />

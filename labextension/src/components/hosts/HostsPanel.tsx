@@ -9,6 +9,7 @@ import { chipIcon } from '../../icons';
 import type { ContainersModel } from '../../models/containers';
 import type { HostsModel } from '../../models/hosts';
 import type { ReclaimsModel } from '../../models/reclaims';
+import type { UsageModel } from '../../models/usage';
 import type { OpenContainerView, OpenTerminal } from '../containers/types';
 import { HostsView } from './HostsView';
 
@@ -22,6 +23,7 @@ export class HostsPanel extends ReactWidget {
     this.model = options.model;
     this.containers = options.containers ?? null;
     this.reclaims = options.reclaims ?? null;
+    this.usage = options.usage ?? null;
     this._openTerminal = options.openTerminal;
     this._openView = options.openView;
     this._trans = (options.translator ?? nullTranslator).load(
@@ -45,6 +47,12 @@ export class HostsPanel extends ReactWidget {
    * drive it).
    */
   readonly reclaims: ReclaimsModel | null;
+
+  /**
+   * The GPUs' use by process, shown on the host cards and in the dev
+   * containers' rows; polled while the panel is visible.
+   */
+  readonly usage: UsageModel | null;
 
   protected override onAfterAttach(msg: Message): void {
     super.onAfterAttach(msg);
@@ -74,6 +82,7 @@ export class HostsPanel extends ReactWidget {
         model={this.model}
         containers={this.containers}
         reclaims={this.reclaims}
+        usage={this.usage}
         openTerminal={this._openTerminal}
         openView={this._openView}
         trans={this._trans}
@@ -85,6 +94,9 @@ export class HostsPanel extends ReactWidget {
     this.model.visible = visible;
     if (this.containers) {
       this.containers.visible = visible;
+    }
+    if (this.usage) {
+      this.usage.visible = visible;
     }
   }
 
@@ -104,6 +116,11 @@ export namespace HostsPanel {
      * about to be released.
      */
     reclaims?: ReclaimsModel;
+    /**
+     * Adds each GPU's use by owner to the host cards, and each running
+     * container's use of its GPUs to its row.
+     */
+    usage?: UsageModel;
     /**
      * Opens a Jupyter terminal by its name in the main area; gives running
      * dev containers a Terminal button.

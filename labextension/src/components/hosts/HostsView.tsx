@@ -6,6 +6,7 @@ import * as React from 'react';
 import type { ContainersModel } from '../../models/containers';
 import type { HostsModel } from '../../models/hosts';
 import type { ReclaimsModel } from '../../models/reclaims';
+import type { UsageModel } from '../../models/usage';
 import type { IHostInfo } from '../../types';
 import { useModelState } from '../common/hooks';
 import { ContainersSection } from '../containers/ContainersSection';
@@ -18,6 +19,8 @@ interface IViewProps {
   model: HostsModel;
   containers?: ContainersModel | null;
   reclaims?: ReclaimsModel | null;
+  /** The GPUs' use by process: shown on the host cards and container rows. */
+  usage?: UsageModel | null;
   openTerminal?: OpenTerminal;
   openView?: OpenContainerView;
   trans: TranslationBundle;
@@ -31,11 +34,13 @@ export function HostsView({
   model,
   containers,
   reclaims,
+  usage,
   openTerminal,
   openView,
   trans
 }: IViewProps): React.JSX.Element {
   const state = useModelState(model);
+  const usageState = useModelState(usage ?? null);
   const [refreshing, setRefreshing] = React.useState(false);
   const [adding, setAdding] = React.useState(false);
   const hostsHeadingId = React.useId();
@@ -71,11 +76,12 @@ export function HostsView({
     void Promise.all([
       model.refresh(),
       containers?.refresh(),
-      reclaims?.refresh()
+      reclaims?.refresh(),
+      usage?.refresh()
     ]).finally(() => {
       setRefreshing(false);
     });
-  }, [model, containers, reclaims]);
+  }, [model, containers, reclaims, usage]);
 
   return (
     <div className="jp-gpudev-view">
@@ -152,6 +158,7 @@ export function HostsView({
             adding={adding}
             onAddHost={openForm}
             onRemoved={onRemoved}
+            usage={usageState?.hosts}
             trans={trans}
           />
         </div>
@@ -166,6 +173,7 @@ export function HostsView({
           <ContainersSection
             model={containers}
             reclaims={reclaims}
+            usage={usage}
             openTerminal={openTerminal}
             openView={openView}
             trans={trans}

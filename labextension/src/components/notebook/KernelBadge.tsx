@@ -1,11 +1,18 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { ReactWidget } from '@jupyterlab/ui-components';
+import type { Message } from '@lumino/messaging';
 import * as React from 'react';
 
 import { chipIcon } from '../../icons';
 import type { KernelBadgeModel } from '../../models/kernelBadge';
 import { useModelState } from '../common/hooks';
-import { gpusText, kernelTooltip, releaseLabel } from './kernelText';
+import {
+  gpusText,
+  kernelTooltip,
+  kernelUsageText,
+  kernelUsageTooltip,
+  releaseLabel
+} from './kernelText';
 import { confirmAndRelease } from './ReleaseDialog';
 
 /** The item: chip, container and GPUs (tooltip: the details), and the button. */
@@ -16,7 +23,7 @@ function KernelBadgeView({
   model: KernelBadgeModel;
   trans: TranslationBundle;
 }): React.JSX.Element | null {
-  const { info, indexes, releasing } = useModelState(model);
+  const { info, indexes, releasing, usage } = useModelState(model);
   if (!info) {
     return null;
   }
@@ -41,6 +48,18 @@ function KernelBadgeView({
         </span>
         <span className="jp-gpudev-kernel-gpus">{gpus}</span>
       </span>
+      {usage && info.gpu_uuids.length > 0 && (
+        <span
+          className={
+            'jp-gpudev-kernel-usage' +
+            (usage.reason === null ? '' : ' jp-gpudev-mod-unknown')
+          }
+          data-testid="gpudev-kernel-usage"
+          title={kernelUsageTooltip(usage, indexes, trans)}
+        >
+          {kernelUsageText(usage, trans)}
+        </span>
+      )}
       <button
         type="button"
         className="jp-gpudev-kernel-release"
@@ -77,7 +96,8 @@ function KernelBadgeView({
 
 /**
  * The notebook toolbar item of a gpudev kernel. It is hidden (not an empty
- * box) while the notebook's kernel is not a gpudev one.
+ * box) while the notebook's kernel is not a gpudev one. It tells its model
+ * whether it is on screen: the kernel's GPU use is polled only then.
  */
 export class KernelBadge extends ReactWidget {
   constructor(options: KernelBadge.IOptions) {
@@ -96,6 +116,26 @@ export class KernelBadge extends ReactWidget {
     }
     this._model.stateChanged.disconnect(this._syncHidden);
     super.dispose();
+  }
+
+  protected override onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    this._model.visible = this.isVisible;
+  }
+
+  protected override onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._model.visible = true;
+  }
+
+  protected override onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this._model.visible = false;
+  }
+
+  protected override onBeforeDetach(msg: Message): void {
+    this._model.visible = false;
+    super.onBeforeDetach(msg);
   }
 
   protected render(): React.JSX.Element {

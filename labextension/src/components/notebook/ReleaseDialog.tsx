@@ -4,22 +4,36 @@ import * as React from 'react';
 
 import { toAPIError } from '../../api/errors';
 import type { KernelBadgeModel } from '../../models/kernelBadge';
-import type { IKernelInfo } from '../../types';
+import type { IKernelInfo, IKernelUsage } from '../../types';
 import { notifyError } from '../common/ErrorDetails';
+import { holdsText } from '../common/usageText';
 import { gpusText, releaseLabel } from './kernelText';
 
 /** What the confirmation dialog of a release says will happen. */
-function ReleaseDialogBody({
+export function ReleaseDialogBody({
   info,
   indexes,
+  usage,
   trans
 }: {
   info: IKernelInfo;
   indexes: ReadonlyMap<string, number>;
+  /** What the kernel holds on its GPUs, when known. */
+  usage: IKernelUsage | null;
   trans: TranslationBundle;
 }): React.JSX.Element {
   const gpus = gpusText(info, indexes, trans);
   const hasGPUs = info.gpu_uuids.length > 0;
+  const holds =
+    hasGPUs && usage && usage.reason === null
+      ? holdsText(
+          usage.gpus.map(gpu => ({
+            ...gpu,
+            index: gpu.index ?? indexes.get(gpu.uuid) ?? null
+          })),
+          trans
+        )
+      : '';
   return (
     <div
       className="jp-gpudev-release-dialog"
@@ -30,6 +44,11 @@ function ReleaseDialogBody({
           "The notebook's kernel is shut down: what it holds in memory is lost."
         )}
       </p>
+      {holds && (
+        <p data-testid="gpudev-release-holds">
+          {trans.__('It holds %1.', holds)}
+        </p>
+      )}
       {info.pod ? (
         <p>
           {info.shared
@@ -81,7 +100,7 @@ export async function confirmAndRelease(
   model: KernelBadgeModel,
   trans: TranslationBundle
 ): Promise<void> {
-  const { info, indexes, releasing } = model.state;
+  const { info, indexes, releasing, usage } = model.state;
   if (!info || releasing) {
     return;
   }
@@ -91,7 +110,14 @@ export async function confirmAndRelease(
       info.gpu_uuids.length > 0
         ? trans.__('Release the GPUs of %1?', info.container)
         : trans.__('Shut down the kernel in %1?', info.container),
-    body: <ReleaseDialogBody info={info} indexes={indexes} trans={trans} />,
+    body: (
+      <ReleaseDialogBody
+        info={info}
+        indexes={indexes}
+        usage={usage}
+        trans={trans}
+      />
+    ),
     buttons: [
       Dialog.cancelButton({ label: trans.__('Cancel') }),
       Dialog.warnButton({ label })
