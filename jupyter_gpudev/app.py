@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+from collections.abc import Awaitable
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
@@ -12,6 +14,8 @@ from traitlets import Bool, Unicode, default
 from traitlets.config import Configurable
 
 from ._version import __version__
+from .containers import metrics
+from .errors import GPUDevError
 from .handlers import API, NAME, reclaim_routes, routes
 from .handlers.base import CULLER_KEY, SETTINGS_KEY
 from .kernels import provisioner
@@ -29,6 +33,7 @@ from .shared.client import (
     KeptConnections,
     ServiceClient,
 )
+from .shared.kernel_table import KernelTable
 from .shared.kernels import PROCESSES_KEY, KernelProcesses, kernel_routes
 from .shared.proxy import ISOLATE_KEY, proxy_routes, target_routes
 from .shared.terminals import terminal_routes
@@ -108,6 +113,8 @@ class GPUDevApp(ExtensionApp):
         self._loop_started = False
         self.services: Services | None = None
         self.authority: Authority | None = None
+        #: The shared service's kernels of clients (``shared.kernels``), kept in its table.
+        self.processes: KernelProcesses | None = None
         if self.mode == "client":
             self.settings[SERVICE_KEY] = self.service_url
             # gpudev kernels (kernels.remote) are placed and run by the service.
@@ -125,7 +132,10 @@ class GPUDevApp(ExtensionApp):
         if self.mode == "service":
             self.authority = Authority(root_dir, parent=self, log=self.log)
             self.settings[SETTINGS_KEY] = self.authority
-            self.settings[PROCESSES_KEY] = KernelProcesses(self.log)
+            self.processes = KernelProcesses(
+                self.log, table=self._kernel_table(self.authority), views=self.authority
+            )
+            self.settings[PROCESSES_KEY] = self.processes
             self._own = self.authority.service
         else:
             self.services = Services(
@@ -135,21 +145,44 @@ class GPUDevApp(ExtensionApp):
             self._own = self.services
             # gpudev kernels (provisioner instances made by jupyter_client) use this manager.
             provisioner.set_manager(self.services.containers)
+        # The gauges of GPU leases and use on the server's /metrics (handlers.api
+        # MetricsHandler: the service's for its administrators only).
+        metrics.install(self._own.metrics)
         # Once the event loop runs: clean up after a crash, then watch idle GPU kernels. A
         # started server calls _start_jupyter_server_extension; a server embedded in a running
         # loop (tests) gets the callback; whichever comes first does it.
         IOLoop.current().add_callback(self._on_loop_start)
 
-    async def _reconcile(self) -> None:
-        """After a crash, free the leases of containers that are gone (and re-lease orphans)."""
+    def _kernel_table(self, authority: Authority) -> KernelTable:
+        """The shared service's kernel table in its state folder, checked now: one that cannot
+        be used safely stops the start (its clients' kernels would not outlive a restart)."""
+        table = KernelTable(authority.service.containers.state_dir, log=self.log)
+        try:
+            table.check()
+        except GPUDevError as err:
+            raise SystemExit(f"jupyter gpudev serve: {err.message}") from None
+        return table
+
+    async def _reconcile(self, restoring: Awaitable[Any] | None = None) -> None:
+        """After a crash, free the leases of containers that are gone (and re-lease orphans).
+        ``restoring``: the shared service reaching its clients' kernels again, awaited first;
+        their containers, made by a process that is gone, are not a dead server's orphans."""
         loop = asyncio.get_running_loop()
         containers = self._own.containers
+        keep: frozenset[tuple[str, str]] = frozenset()
+        if restoring is not None and self.processes is not None:
+            await restoring
+            keep = self.processes.kept_containers()
         # Each step on its own: a failed sweep must not keep the leases unreconciled.
-        for step in (containers.stop_orphan_kernels, containers.reconcile):
+        steps = (
+            ("stop_orphan_kernels", functools.partial(containers.stop_orphan_kernels, keep)),
+            ("reconcile", containers.reconcile),
+        )
+        for name, step in steps:
             try:
                 await loop.run_in_executor(None, step)
             except Exception:
-                self.log.exception("gpudev: %s failed", step.__name__)
+                self.log.exception("gpudev: %s failed", name)
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:  # noqa: ARG002
         await self._on_loop_start()
@@ -161,7 +194,10 @@ class GPUDevApp(ExtensionApp):
         if self.mode == "client":  # nothing of its own to reconcile; its kernels to watch
             self.culler.start()
             return
-        self._reconcile_task = asyncio.ensure_future(self._reconcile())
+        # The shared service's kernels of clients reached again (calls for them wait), then
+        # the reconcile, which leaves their containers alone.
+        restoring = self.processes.start_restore() if self.processes is not None else None
+        self._reconcile_task = asyncio.ensure_future(self._reconcile(restoring))
         if self.services is not None:  # kernels run in single-user servers only
             self.services.culler.start()
             PLACEMENTS.warm = self.services.warm
@@ -204,6 +240,9 @@ class GPUDevApp(ExtensionApp):
         task = getattr(self, "_reconcile_task", None)
         if task is not None:
             await task
+        own = getattr(self, "_own", None)
+        if own is not None:
+            metrics.uninstall(own.metrics)
         if self.services is not None:
             await self.services.culler.stop()
             PLACEMENTS.warm = None

@@ -26,7 +26,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -79,6 +79,13 @@ def backend_type(host: Host | None) -> type[DockerBackend] | type[PodBackend]:
     """Which ``DevContainerBackend`` the dev containers of ``host`` have (``BACKENDS``);
     ``None`` (a start or plan that names no host): ``PLACED_KIND``'s."""
     return BACKENDS[host.backend.kind if host is not None else PLACED_KIND]
+
+
+class KernelKept(GPUDevError):
+    """An orphan sweep's container left alone: its kernel was reached again (``keep``)."""
+
+    status = 409
+    code = "conflict"
 
 
 class DevContainers(ContainerLookup):
@@ -453,12 +460,21 @@ class DevContainers(ContainerLookup):
 
     # -- Reconcile ---------------------------------------------------------------------------------
 
-    def stop_orphan_kernels(self) -> builtins.list[str]:
+    def stop_orphan_kernels(self, keep: Collection[tuple[str, str]] = ()) -> builtins.list[str]:
         """Stop the kernel containers (delete the kernel pods) a dead server left running, so
         they free their GPUs (``reconcile.stop_orphan_kernels``); ones with changes are kept,
-        stopped (a pod: running), until committed or removed."""
+        stopped (a pod: running), until committed or removed. ``keep``: ``(host, container)``
+        of those left alone (the shared service's kernels it reached again after a restart:
+        the process that made them is gone, they are not)."""
+        kept = frozenset(keep)
+
+        def remove(name: str, host: str) -> None:
+            if (host, name) in kept:
+                raise KernelKept("kept: its kernel was reached again after a restart")
+            self.remove(name, host)
+
         return stop_orphan_kernels(
-            self._hosts(None), backend=self.backend, ledger_id=self.ledger_id, remove=self.remove
+            self._hosts(None), backend=self.backend, ledger_id=self.ledger_id, remove=remove
         )
 
     def reconcile(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import contextlib
 import random
 import threading
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any, Protocol
 
 from ..containers import DevContainers
@@ -38,6 +39,9 @@ class KernelService(Protocol):
         """The kernel's exit code, ``None`` while it runs."""
 
     async def signal(self, kernel_id: str, signum: int) -> None: ...
+
+    async def activity(self, kernel_id: str, last_activity: datetime) -> None:
+        """The kernel's last activity as this server saw it (the service sees none)."""
 
     async def cleanup(self, kernel_id: str, *, restart: bool, keep_container: bool) -> None: ...
 
@@ -159,6 +163,12 @@ class KernelPlacements:
                     ports.append(port)
             used.update(ports)
             return tuple(ports)
+
+    def reserve_ports(self, container: str, ports: tuple[int, ...]) -> None:
+        """``ports`` are taken in ``container`` (a kernel reached again after a restart keeps
+        its own): ``choose_ports`` gives them to no other kernel until they are released."""
+        with self._lock:
+            self._ports_in_use.setdefault(container, set()).update(ports)
 
     def release_ports(self, container: str, ports: tuple[int, ...]) -> None:
         with self._lock:

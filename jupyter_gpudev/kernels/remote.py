@@ -7,23 +7,36 @@ kernel (a dedicated container of an environment, or a running shared one), to st
 this server's session key, and later to poll, signal and clean it up. The service decides
 leases and ownership exactly as for the REST API; the connection it answers is where this
 machine reaches the kernel's ports.
+
+Only this server sees the kernel's messages: while it runs, its polls tell the service the
+kernel's last activity (``ACTIVITY_EVERY``), which the service's GPU use shows as its idle time.
+
+The kernel outlives a restart of the service, which reaches it again from its kernel table;
+meanwhile (the service unreachable, at most ``unreachable_grace`` seconds) the kernel is taken
+for running, and its key, which only this server holds, goes with each launch again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import time
+from datetime import datetime
 from typing import Any, cast
 
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from tornado import web
-from traitlets import Int, Unicode
+from traitlets import Float, Int, Unicode
 
 from .placements import PLACEMENTS, KernelService
 
 #: The provisioner name of kernelspecs in client mode (an entry point of the package).
 SERVICE_PROVISIONER = "gpudev-service"
+#: The service's answers while it is down or restarting (``shared.client``: 503 unreachable).
+UNREACHABLE_STATUSES = frozenset({502, 503, 504})
+#: At most one report of a kernel's activity to the service in this many seconds.
+ACTIVITY_EVERY = 15.0
 
 
 class ServiceError(web.HTTPError):
@@ -41,6 +54,13 @@ class ServiceKernelProvisioner(KernelProvisionerBase):
     container = Unicode("", config=True, help="A running dev container to launch into.")
     gpus = Int(-1, config=True, help="GPUs a dedicated container leases (-1: the environment's).")
     host = Unicode("", config=True, help="The host (default: the service's local engine).")
+    unreachable_grace = Float(
+        300.0,
+        config=True,
+        help="""Seconds a kernel is still considered running while the gpudev service cannot
+        be reached (it restarts, and then reaches its kernels again); after that it is
+        reported dead, with the reason in the server log.""",
+    )
 
     _container_name: str = ""
     _dedicated: bool = False
@@ -49,6 +69,9 @@ class ServiceKernelProvisioner(KernelProvisionerBase):
     _exit_code: int | None = None
     _launched: bool = False
     _idle_timeout: float | None = None
+    _unreachable_since: float = 0.0
+    _activity_told: datetime | None = None
+    _activity_told_at: float = -ACTIVITY_EVERY
     #: Set by the GPU culler: at shutdown, stop the container but keep it (a reclaim).
     keep_container: bool = False
 
@@ -123,7 +146,48 @@ class ServiceKernelProvisioner(KernelProvisionerBase):
         if not self._launched:
             return 0
         if self._exit_code is None:
-            self._exit_code = await self.service.poll(str(self.kernel_id))
+            try:
+                self._exit_code = await self.service.poll(str(self.kernel_id))
+            except ServiceError as err:
+                if err.status_code not in UNREACHABLE_STATUSES:
+                    raise
+                return self._unreachable(err)
+            self._unreachable_since = 0.0
+            if self._exit_code is None:
+                await self._tell_activity()
+        return self._exit_code
+
+    async def _tell_activity(self) -> None:
+        """Tell the service the kernel's last activity (this server's kernel manager's), when
+        it changed, at most every ``ACTIVITY_EVERY`` seconds; a failure is only logged."""
+        stamp = getattr(self.parent, "last_activity", None)
+        now = time.monotonic()
+        if not isinstance(stamp, datetime) or stamp == self._activity_told:
+            return
+        if now - self._activity_told_at < ACTIVITY_EVERY:
+            return
+        self._activity_told_at = now
+        try:
+            await self.service.activity(str(self.kernel_id), stamp)
+        except ServiceError as err:  # an older service, or one restarting: the next poll's turn
+            self.log.debug("gpudev kernel %s: activity not told: %s", self.kernel_id, err.message)
+            return
+        self._activity_told = stamp
+
+    def _unreachable(self, err: ServiceError) -> int | None:
+        """The service is down (restarting): the kernel runs as far as is known, for
+        ``unreachable_grace`` seconds; after that it is reported dead."""
+        now = time.monotonic()
+        self._unreachable_since = self._unreachable_since or now
+        if now - self._unreachable_since < self.unreachable_grace:
+            return None
+        self.log.warning(
+            "gpudev kernel %s: the gpudev service unreachable for %.0f s, the kernel is lost: %s",
+            self.kernel_id,
+            now - self._unreachable_since,
+            err.message,
+        )
+        self._exit_code = -1
         return self._exit_code
 
     async def wait(self) -> int | None:

@@ -21,6 +21,7 @@ from traitlets.config import Configurable, LoggingConfigurable
 
 from ..access import Access
 from ..errors import Forbidden
+from ..kernels.live import KernelRegistry
 from ..services import Services, SharedParts
 from .folders import UserFolders
 from .identity import USER_NAME
@@ -75,8 +76,13 @@ class Authority:
         self.folders.check()
         #: ``c.Access.admin_users``: administrators besides the Hub's.
         self.admin_users = set(Access(parent=parent, log=log).admin_users)
+        #: The kernels the service runs for clients (``shared.kernels``), each under its owner:
+        #: each view adds and finds its user's, and sees every owner's GPU processes by them.
+        self.kernels = KernelRegistry()
         #: The view reconciling and sweeping runs as: an administrator, owning nothing.
-        self.service = Services(root_dir, parent=parent, log=log)
+        self.service = Services(
+            root_dir, parent=parent, log=log, kernels=self.kernels.scoped(SERVICE_USER)
+        )
         self.service.containers.access = self._access(SERVICE_USER, admin=True)
         self.service.containers.registries.user = SERVICE_USER
         containers = self.service.containers
@@ -114,7 +120,8 @@ class Authority:
     def _view(self, name: str, admin: bool, root: Path) -> Services:
         host_pool, ledger, server_id = self._parts
         parts = SharedParts(host_pool, ledger, server_id, self._access(name, admin=admin))
-        view = Services(root, parent=self._parent, log=self._log, shared=parts)
+        kernels = self.kernels.scoped(name)
+        view = Services(root, parent=self._parent, log=self._log, shared=parts, kernels=kernels)
         account = _account_of(name)
         if account is not None:  # what a commit writes in their folder is theirs
             view.containers.workspace_owner = (account.pw_uid, account.pw_gid)

@@ -16,13 +16,14 @@ import os
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from datetime import datetime
+from typing import Any, NoReturn
 from urllib.parse import quote, urlsplit
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import httputil, web
-from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from ..errors import GPUDevError
 from ..handlers.api import terminal_alive
@@ -332,13 +333,21 @@ class ServiceClient:
             request_timeout=3600.0,  # a launch may build an image
             connect_timeout=self.timeout,
         )
-        response = await AsyncHTTPClient().fetch(request, raise_error=False)
+        try:
+            response = await AsyncHTTPClient().fetch(request, raise_error=False)
+        except (OSError, HTTPClientError) as err:  # refused, reset, timed out (599)
+            self._unreachable(err)
         if response.code == 599:
-            self.log.warning("gpudev: the service at %s: %s", self.base, response.error)
-            raise ServiceError(503, UNREACHABLE)
+            self._unreachable(response.error)
         if response.code >= 400:
             raise ServiceError(response.code, _message(response.body))
         return json.loads(response.body) if response.body else None
+
+    def _unreachable(self, error: BaseException | None) -> NoReturn:
+        """The service is down or restarting: a 503 (a kernel's poll waits for it, see
+        ``kernels.remote``)."""
+        self.log.warning("gpudev: the service at %s: %s", self.base, error)
+        raise ServiceError(503, UNREACHABLE)
 
     async def container(self, name: str) -> dict[str, Any]:
         """One of the user's dev containers (``ServiceError`` 404 if not theirs)."""
@@ -366,7 +375,7 @@ class ServiceClient:
         try:
             answer = await self._call("GET", f"kernel-processes/{kernel_id}")
         except ServiceError as err:
-            if err.status_code == 404:  # the service no longer knows it (it restarted)
+            if err.status_code == 404:  # the service does not know it (it ended, or was lost)
                 return -1
             raise
         code = answer.get("exit_code") if isinstance(answer, dict) else -1
@@ -374,6 +383,10 @@ class ServiceClient:
 
     async def signal(self, kernel_id: str, signum: int) -> None:
         await self._call("POST", f"kernel-processes/{kernel_id}/signal", {"signum": signum})
+
+    async def activity(self, kernel_id: str, last_activity: datetime) -> None:
+        body = {"last_activity": last_activity.isoformat()}
+        await self._call("POST", f"kernel-processes/{kernel_id}/activity", body)
 
     async def cleanup(self, kernel_id: str, *, restart: bool, keep_container: bool) -> None:
         body = {"restart": restart, "keep_container": keep_container}

@@ -6,6 +6,11 @@ credentials, the lease ledger and the policies. Users' servers reach it in clien
 carries (``identity.HubIdentityProvider``). Nothing else a Jupyter server offers is served:
 no kernels, contents, files or terminals (they would run as the service's account, which
 has the engine), and no other server extension is loaded.
+
+The kernels it runs for clients outlive it: they are written in the kernel table of its state
+folder (``shared.kernel_table``), which ``GPUDevApp`` checks when it starts, and reached again
+once its event loop runs (``KernelProcesses.restore``), before its orphan sweep, which leaves
+their containers alone (``DevContainers.stop_orphan_kernels``' ``keep``).
 """
 
 from __future__ import annotations
