@@ -2,9 +2,10 @@
 # Set everything up (see scripts/setup.sh --test), then run the whole test suite:
 # ruff (lint + format), mypy --strict, the documentation (Sphinx, warnings as errors), eslint,
 # prettier, the TypeScript build, the jest unit tests of the Lab extension, the Galata UI tests in
-# real Chromium and pytest (unit and integration tests against the real Docker engine and a real
-# Jupyter server). Every check runs even when an earlier one fails; the exit code is
-# non-zero when any failed. Extra arguments go to pytest.
+# real Chromium, pytest (unit and integration tests against the real Docker engine and a real
+# Jupyter server) and the GPU end-to-end run without a GPU (scripts/gpu-e2e.sh --no-gpu, on an
+# engine of its own; results in .cache/gpu-e2e/). Every check runs even when an earlier one
+# fails; the exit code is non-zero when any failed. Extra arguments go to pytest.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # An engine started by the set-up for the tests gets the stand-in NVIDIA hook (no GPU here).
@@ -43,6 +44,7 @@ check "typescript" npm run --silent typecheck
 check "jest" npm run --silent test
 check "galata" npm run --silent test:ui
 check "pytest" pytest "$@"
+check "gpu-e2e --no-gpu" scripts/gpu-e2e.sh --no-gpu "$ROOT/.cache/gpu-e2e"
 
 echo
 if [ "$failed" -gt 0 ]; then
