@@ -14,8 +14,10 @@ from traitlets import Bool, Unicode, default
 from traitlets.config import Configurable
 
 from ._version import __version__
+from .changes.capture import sweep_staging
+from .configcheck import check_config
 from .containers import metrics
-from .errors import GPUDevError
+from .errors import ConfigError, GPUDevError
 from .handlers import API, NAME, reclaim_routes, routes
 from .handlers.base import CULLER_KEY, SETTINGS_KEY
 from .kernels import provisioner
@@ -103,7 +105,22 @@ class GPUDevApp(ExtensionApp):
             return "service"
         return "client" if self.service_url else "single"
 
+    def _check_config(self) -> None:
+        """Every gpudev setting (the command line's and the config files') checked before
+        anything is built, as the CLI checks them: a bad one stops the server with one line
+        naming it, rather than a server running on without gpudev."""
+        server = self.serverapp
+        config = server.config if server is not None else self.config
+        files = [str(f) for f in getattr(server, "loaded_config_files", None) or ()]
+        try:
+            check_config(config, self, self.classes, files)
+        except ConfigError as err:
+            self.log.critical("gpudev: %s", err.message)
+            raise SystemExit(f"jupyter_gpudev: {err.message}") from None
+
     def initialize_settings(self) -> None:
+        self._ready = False
+        self._check_config()
         if self.serverapp is not None:  # read by the Lab extension (untrusted-outputs plugin)
             page_config = self.serverapp.web_app.settings.setdefault("page_config_data", {})
             page_config[OUTPUTS_PAGE_CONFIG] = self.kernel_outputs
@@ -126,6 +143,7 @@ class GPUDevApp(ExtensionApp):
             self.settings[CULLER_KEY] = self.culler
             isolate = self.config.get("ContainerLookup", {}).get("isolate_web_apps", True)
             self.settings[ISOLATE_KEY] = bool(isolate)
+            self._ready = True
             IOLoop.current().add_callback(self._on_loop_start)
             self.log.info("gpudev: client mode, the shared service is %s", self.service_url)
             return
@@ -151,6 +169,7 @@ class GPUDevApp(ExtensionApp):
         # Once the event loop runs: clean up after a crash, then watch idle GPU kernels. A
         # started server calls _start_jupyter_server_extension; a server embedded in a running
         # loop (tests) gets the callback; whichever comes first does it.
+        self._ready = True
         IOLoop.current().add_callback(self._on_loop_start)
 
     def _kernel_table(self, authority: Authority) -> KernelTable:
@@ -177,6 +196,7 @@ class GPUDevApp(ExtensionApp):
         steps = (
             ("stop_orphan_kernels", functools.partial(containers.stop_orphan_kernels, keep)),
             ("reconcile", containers.reconcile),
+            ("sweep_staging", sweep_staging),
         )
         for name, step in steps:
             try:
@@ -188,8 +208,8 @@ class GPUDevApp(ExtensionApp):
         await self._on_loop_start()
 
     async def _on_loop_start(self) -> None:
-        if self._loop_started:
-            return
+        if self._loop_started or not getattr(self, "_ready", False):
+            return  # done, or the settings failed (the server logged why): nothing to start
         self._loop_started = True
         if self.mode == "client":  # nothing of its own to reconcile; its kernels to watch
             self.culler.start()
@@ -239,18 +259,23 @@ class GPUDevApp(ExtensionApp):
     async def stop_extension(self) -> None:
         task = getattr(self, "_reconcile_task", None)
         if task is not None:
-            await task
+            try:
+                await task
+            except Exception:  # logged as it failed; the server must still stop
+                self.log.exception("gpudev: the start-up reconcile failed")
         own = getattr(self, "_own", None)
         if own is not None:
             metrics.uninstall(own.metrics)
-        if self.services is not None:
-            await self.services.culler.stop()
+        services = getattr(self, "services", None)
+        if services is not None:
+            await services.culler.stop()
             PLACEMENTS.warm = None
             provisioner.set_manager(None)
-            self.services.close()
-        if self.authority is not None:
-            self.authority.close()
-        if self.mode == "client":
+            services.close()
+        authority = getattr(self, "authority", None)
+        if authority is not None:
+            authority.close()
+        if self.mode == "client" and getattr(self, "_ready", False):
             await self.culler.stop()
             PLACEMENTS.service = None
             self._connections.close()

@@ -1,6 +1,6 @@
 """Traits for options whose bounds traitlets cannot say: ``PositiveFloat``, a number of seconds
 that must be more than 0 (a wait, an interval), where 0 would mean no wait at all or a loop
-that never rests. ``Int(min=0)`` and ``Float(min=0)`` say the rest; ``cli.usage`` says each
+that never rests. ``Int(min=0)`` and ``Float(min=0)`` say the rest; ``configcheck`` says each
 bound in words."""
 
 from __future__ import annotations

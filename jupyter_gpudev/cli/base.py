@@ -18,13 +18,14 @@ from traitlets.config import Config, Configurable
 from traitlets.config.loader import KVArgParseConfigLoader
 
 from .._version import __version__
+from ..configcheck import check_config, one_line, shown
 from ..containers import DevContainers
 from ..errors import BadRequest, ConfigError, GPUDevError, engine_errors
 from ..services import CLASSES, Services
 from ..shared.service_api import ServiceAPI
 from ..untrusted import printable
 from .remote import RemoteContainers
-from .usage import UsageError, UsageLoader, check_config, got, one_line, shown
+from .usage import UsageError, UsageLoader, got
 
 _json_flag = {
     "json": (

@@ -29,6 +29,7 @@ RANKS = {
     "errors": 0,
     "labels": 0,
     "traits": 0,
+    "configcheck": 1,
     "untrusted": 0,
     "access": 1,
     "safefs": 1,
