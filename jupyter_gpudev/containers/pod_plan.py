@@ -43,7 +43,7 @@ def pod_target(
             "On a Kubernetes host the scheduler picks the GPUs: ask for a number of them "
             "(--gpus N), not for GPU UUIDs"
         )
-    notes: list[str] = []
+    notes: list[str] = list(env.notes)
     if env.build is not None:
         notes.append(
             f"the environment builds its image ({env.image_ref()}) from a Dockerfile: a cluster "

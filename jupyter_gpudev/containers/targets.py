@@ -192,7 +192,7 @@ class Targets:
         with engine_errors(f"Planning {name!r}", self.lookup.log):
             check_free(self.lookup, client, name, who, host)
             image = planned_image(client, env, mine)  # another user's image is refused here too
-            notes: list[str] = []
+            notes: list[str] = list(env.notes)
             try:
                 client.images.get(image)
             except docker.errors.ImageNotFound:

@@ -16,6 +16,7 @@ Everything here is parsing and validation: nothing runs, no engine is contacted.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import fnmatch
 import os
 from pathlib import Path
@@ -201,7 +202,7 @@ class EnvironmentManager(LoggingConfigurable):
                 )
                 return
             taken[env.name] = where
-            found.append(env)
+            found.append(dataclasses.replace(env, notes=tuple(notes)) if notes else env)
             problems.extend(
                 {"file": where, "name": env.name, "level": "warning", "message": note}
                 for note in notes

@@ -200,6 +200,9 @@ class Environment:
     #: The host its dev containers and kernels start on when none is named
     #: (``customizations.gpudev.host``; ``None``: placed automatically).
     host: str | None = None
+    #: What of its file gpudev does not do (``support.check_properties``, ``runArgs``...):
+    #: shown in the listing, a dry run, the panel's row and a start's progress.
+    notes: tuple[str, ...] = ()
 
     def image_ref(self) -> str:
         """The image to run: ``image``, or for a build ``gpudev-env-<name>:<12 hex>``."""
@@ -229,6 +232,7 @@ class Environment:
             "workspace_folder": self.workspace_folder,
             "idle_timeout": self.idle_timeout,
             "host": self.host,
+            "notes": list(self.notes),
         }
 
 

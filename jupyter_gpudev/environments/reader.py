@@ -30,6 +30,7 @@ from .model import (
     slugify,
 )
 from .runargs import _gpu_count_from_flag, parse_run_args
+from .support import check_properties
 
 GPUDEV_OPTIONS = (
     "gpus",
@@ -127,8 +128,9 @@ class _SpecReader:
         return BadRequest(f"{self.where}: {message}", details={"file": self.where})
 
     def read(self, *, name: str, display_name: str, source: str) -> Environment:
-        if "dockerComposeFile" in self.data:
-            raise self.fail("Docker Compose environments (dockerComposeFile) are not supported")
+        # Every property checked against the support table first: a refused one is an error
+        # here, an ignored one (or a name not in the specification) a note.
+        self.notes.extend(check_properties(self.data, self.where))
         custom = self._gpudev_options()
         build = self._build()
         image = self._image(build is not None)

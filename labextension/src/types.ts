@@ -213,6 +213,11 @@ export interface IEnvironment {
   workspace_folder: string;
   /** Seconds; `null` for no idle timeout. */
   idle_timeout: number | null;
+  /**
+   * What of its devcontainer.json gpudev does not do (a property ignored, a
+   * value left out), one sentence each; absent from older servers.
+   */
+  notes?: string[];
 }
 
 /** A devcontainer.json (or configured environment) that could not be used as is. */

@@ -96,6 +96,26 @@ describe('EnvironmentRow', () => {
     expect(text()).toContain('image built from a Dockerfile');
   });
 
+  it('lists what of its devcontainer.json gpudev does not do', () => {
+    // Given an environment whose file asks for features (not installed)
+    const note =
+      ".devcontainer/e/devcontainer.json: 'features' is ignored: not installed yet";
+    const { query } = renderRow(environment('e', {}, { notes: [note] }));
+    // Then its row says so, in a list of its own
+    const notes = query('gpudev-env-notes-e');
+    expect(notes?.textContent).toBe(note);
+    expect(notes?.getAttribute('aria-label')).toBe(
+      'What gpudev does not do of e'
+    );
+  });
+
+  it('shows no notes list when there is nothing to say', () => {
+    expect(
+      renderRow(environment('e', {}, { notes: [] })).query('gpudev-env-notes-e')
+    ).toBeNull();
+    expect(renderRow(environment('f')).query('gpudev-env-notes-f')).toBeNull();
+  });
+
   it("starts with the environment's own count, sending no count", () => {
     // Given an environment of one GPU and no hosts listed
     const { startButton, gpus, onStart } = renderRow(environment('gpu'));

@@ -67,4 +67,29 @@ test.describe('GPU Dev panel', () => {
     await expect(host).toBeVisible();
     await expect(host.getByTestId(`gpudev-gpu-${GPU0}`)).toBeVisible();
   });
+
+  test("an environment's row says what of its devcontainer.json gpudev does not do", async ({
+    page
+  }) => {
+    // Given the `noted` environment (jupyter_server_test_config.py): a feature
+    // and a misspelt postCreateCommand
+    const panel = await openPanel(page);
+    const row = panel.getByTestId('gpudev-env-noted');
+    await expect(row).toBeVisible({ timeout: 30000 });
+    // Then its row lists a note for each, naming the property
+    const notes = row
+      .getByTestId('gpudev-env-notes-noted')
+      .getByRole('listitem');
+    await expect(notes).toHaveCount(2);
+    await expect(
+      notes.filter({ hasText: "'features' is ignored" })
+    ).toContainText('Dev Container Features are not installed yet');
+    await expect(
+      notes.filter({
+        hasText: "'postCreateComand' is not a devcontainer.json property"
+      })
+    ).toHaveCount(1);
+    // And an environment without notes has no list
+    await expect(panel.getByTestId('gpudev-env-notes-web')).toHaveCount(0);
+  });
 });

@@ -159,6 +159,17 @@ export function EnvironmentRow({
       <p className="jp-gpudev-row-detail" title={env.image ?? undefined}>
         {env.image ?? trans.__('image built from a Dockerfile')}
       </p>
+      {env.notes !== undefined && env.notes.length > 0 && (
+        <ul
+          className="jp-gpudev-warnings"
+          data-testid={`gpudev-env-notes-${env.name}`}
+          aria-label={trans.__('What gpudev does not do of %1', env.name)}
+        >
+          {env.notes.map((note, i) => (
+            <li key={i}>{note}</li>
+          ))}
+        </ul>
+      )}
       <form
         className="jp-gpudev-env-controls"
         onSubmit={event => {
