@@ -8,6 +8,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import docker.errors
@@ -57,7 +58,9 @@ def close_stream(stream: Any) -> None:
     for part in (stream, getattr(stream, "_response", None), getattr(stream, "_sock", None)):
         close = getattr(part, "close", None)
         if close is not None:
-            with contextlib.suppress(OSError, ValueError):  # already closed by another part
+            # (already closed by another part; or docker-py's stream over an ssh:// host,
+            # which refuses to close itself: its response, next, is closed)
+            with contextlib.suppress(OSError, ValueError, docker.errors.DockerException):
                 close()
 
 
@@ -122,13 +125,30 @@ def _run_bounded(
 
 
 def lifecycle_steps(env: Environment) -> Iterator[tuple[str, str, list[str]]]:
-    """The environment's lifecycle commands in order: (stage, label, argv)."""
+    """The environment's lifecycle commands in the specification's order: (stage, label,
+    argv). The first three run once, after the container is created; the last two at each
+    start (a start is when kernels and terminals may attach: gpudev has no attach of its own)."""
     for stage, command in (
+        ("onCreateCommand", env.on_create_command),
+        ("updateContentCommand", env.update_content_command),
         ("postCreateCommand", env.post_create_command),
         ("postStartCommand", env.post_start_command),
+        ("postAttachCommand", env.post_attach_command),
     ):
         for label, argv in lifecycle_argvs(command):
             yield stage, label, argv
+
+
+def has_lifecycle_commands(env: Environment) -> bool:
+    """Whether a first start of ``env`` runs any lifecycle command."""
+    return next(lifecycle_steps(env), None) is not None
+
+
+def at_restart(env: Environment) -> Environment:
+    """``env`` as a second start runs it: without the commands that run once."""
+    return replace(
+        env, on_create_command=None, update_content_command=None, post_create_command=None
+    )
 
 
 def lifecycle_argvs(command: Any) -> Iterator[tuple[str, list[str]]]:

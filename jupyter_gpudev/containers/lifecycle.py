@@ -50,7 +50,7 @@ from ..labels import L_ENV, L_NAME, L_OWNER, labelled_gpus
 from ..leasing import Admit, GPUHolding, Leasable, Lease
 from . import options
 from .backend import DevContainerBackend, Starting
-from .commands import run_lifecycle_commands
+from .commands import at_restart, has_lifecycle_commands, run_lifecycle_commands
 from .create import Confinement
 from .docker_backend import DockerBackend
 from .images import ensure_image
@@ -184,7 +184,9 @@ class DevContainers(ContainerLookup):
         )
         if inventory is not None:
             check_cuda(image, image_env, host.name, inventory)
-        notes: list[str] = []
+        notes: list[str] = list(env.notes)
+        for note in env.notes:  # what of its file gpudev does not do, said as it starts
+            say({"stage": "environment", "message": note})
         holding, gpus = self._holding, placement.gpu_request
         create = functools.partial(
             self._targets.create,
@@ -231,7 +233,7 @@ class DevContainers(ContainerLookup):
             *notes,
             *run_lifecycle_commands(container, env, say, timeout=starting.timeout, log=self.log),
         )
-        if env.post_create_command or env.post_start_command:
+        if has_lifecycle_commands(env):
             warnings += self._record_baseline(container, say)
         say({"stage": "ready", "message": f"{given_name(name)} is running"})
         return self.describe(host, container, warnings=warnings)
@@ -344,14 +346,15 @@ class DevContainers(ContainerLookup):
         return self.describe(found_host, container, warnings=self._post_start(container, say))
 
     def _post_start(self, container: Container, say: Progress) -> tuple[str, ...]:
-        """postStartCommand runs at every start (postCreateCommand only at the first)."""
+        """postStartCommand and postAttachCommand run at every start (onCreateCommand,
+        updateContentCommand and postCreateCommand only at the first)."""
         try:
             env = self.environments.get(container.labels.get(L_ENV, ""), self.root_dir)
         except GPUDevError as err:
             return (f"postStartCommand not run: {err.message}",)
         return run_lifecycle_commands(
             container,
-            replace(env, post_create_command=None),
+            at_restart(env),
             say,
             timeout=self.lifecycle_timeout,
             log=self.log,

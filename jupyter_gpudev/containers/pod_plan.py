@@ -14,6 +14,7 @@ from ..environments import Environment
 from ..errors import BadRequest
 from ..k8s import objects as k8s
 from ..k8s.placement import fit
+from .commands import has_lifecycle_commands
 from .create import Confinement
 from .model import StartRequest
 from .placement import gpu_request
@@ -49,7 +50,7 @@ def pod_target(
             f"the environment builds its image ({env.image_ref()}) from a Dockerfile: a cluster "
             "pulls images, so the image must be pushed to a registry it reaches"
         )
-    if env.post_create_command or env.post_start_command:
+    if has_lifecycle_commands(env):
         notes.append("lifecycle commands run by exec once the pod is running")
     notes.append("the package-manager command log is not kept in pods yet")
     ask = k8s.GPUAsk(

@@ -418,7 +418,7 @@ class Pods:
     def run_lifecycle(
         self, pod_name: str, env: Environment, say: Progress, *, timeout: float
     ) -> list[str]:
-        """The environment's postCreateCommand and postStartCommand run by exec in the pod
+        """The environment's lifecycle commands (``lifecycle_steps``) run by exec in the pod
         (its working folder and variables are the pod's: the workspace and containerEnv), each
         bounded by ``timeout``; their last lines said; the warnings."""
         warnings: list[str] = []

@@ -192,8 +192,12 @@ class Environment:
     run_options: RunOptions = field(default_factory=RunOptions)
     gpu: GPURequirement = field(default_factory=GPURequirement)
     forward_ports: tuple[int, ...] = ()
+    #: The lifecycle commands, in the order a first start runs them (``containers.commands``).
+    on_create_command: Command = None
+    update_content_command: Command = None
     post_create_command: Command = None
     post_start_command: Command = None
+    post_attach_command: Command = None
     remote_user: str | None = None
     workspace_folder: str = "/workspace"
     idle_timeout: float | None = None
@@ -226,8 +230,11 @@ class Environment:
             "run_options": self.run_options.to_json(),
             "gpu": self.gpu.to_json(),
             "forward_ports": list(self.forward_ports),
+            "on_create_command": self.on_create_command,
+            "update_content_command": self.update_content_command,
             "post_create_command": self.post_create_command,
             "post_start_command": self.post_start_command,
+            "post_attach_command": self.post_attach_command,
             "remote_user": self.remote_user,
             "workspace_folder": self.workspace_folder,
             "idle_timeout": self.idle_timeout,

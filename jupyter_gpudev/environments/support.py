@@ -68,9 +68,6 @@ _FEATURES = (
     "Dev Container Features are not installed yet (the container starts without them); "
     "install the tools in a Dockerfile ('build.dockerfile') for now"
 )
-_NOT_RUN = (
-    "gpudev does not run this lifecycle command yet; use postCreateCommand or postStartCommand"
-)
 
 PROPERTIES: tuple[Property, ...] = (
     # What the container is made from.
@@ -195,16 +192,23 @@ PROPERTIES: tuple[Property, ...] = (
         "devcontainer.json outside the container",
         _falsy,
     ),
-    Property("onCreateCommand", "ignored", _NOT_RUN, _falsy),
-    Property("updateContentCommand", "ignored", _NOT_RUN, _falsy),
-    Property("postCreateCommand", "supported", "run once, after the container is created"),
+    Property("onCreateCommand", "supported", "run once, first, after the container is created"),
+    Property(
+        "updateContentCommand",
+        "supported",
+        "run once, after onCreateCommand (gpudev has no content update of its own)",
+    ),
+    Property("postCreateCommand", "supported", "run once, after updateContentCommand"),
     Property("postStartCommand", "supported", "run at each start"),
-    Property("postAttachCommand", "ignored", _NOT_RUN, _falsy),
+    Property(
+        "postAttachCommand",
+        "supported",
+        "run at each start, after postStartCommand: kernels and terminals attach after it",
+    ),
     Property(
         "waitFor",
-        "ignored",
-        "a start waits for every lifecycle command it runs before kernels start",
-        _one_of("postStartCommand", None),
+        "supported",
+        "a start waits for every lifecycle command, so no kernel starts before the step named",
     ),
     # The host.
     Property("hostRequirements", "partly", "gpu is honoured (see the hostRequirements.* rows)"),

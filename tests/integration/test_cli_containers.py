@@ -357,3 +357,35 @@ def test_logs_shows_a_containers_control_sequences_instead_of_running_them(
     raw = cli("logs", "cli-hostile", "--raw")
     assert raw.returncode == 0, raw.stderr
     assert "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\u009b31mred" in raw.stdout
+
+
+def test_what_gpudev_does_not_do_of_a_file_is_said_by_envs_a_dry_run_and_a_start(
+    cli: Run, tmp_path: Path
+) -> None:
+    # Given an environment whose devcontainer.json asks for a feature and remoteEnv
+    folder = tmp_path / "work" / ".devcontainer" / "noted"
+    folder.mkdir(parents=True)
+    (folder / "devcontainer.json").write_text(
+        json.dumps(
+            {
+                "image": "gpudev-python:bookworm",
+                "features": {"ghcr.io/devcontainers/features/node:1": {}},
+                "remoteEnv": {"A": "1"},
+            }
+        )
+    )
+    said = ("'features' is ignored", "'remoteEnv' is ignored")
+    # Then the listing says both
+    envs = cli("envs")
+    assert envs.returncode == 0, envs.stderr
+    assert all(words in envs.stdout for words in said)
+    # And a dry run prints both as notes
+    plan = cli("start", "noted", "--name=noted-dry", "--dry-run", "--json")
+    assert plan.returncode == 0, plan.stderr
+    notes = json.loads(plan.stdout)["notes"]
+    assert all(any(words in note for note in notes) for words in said)
+    # And a start reports them among its warnings
+    started = cli("start", "noted", "--name=noted-one", "--json")
+    assert started.returncode == 0, started.stderr
+    warnings = json.loads(started.stdout)["warnings"]
+    assert all(any(words in warning for warning in warnings) for words in said)

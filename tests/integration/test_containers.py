@@ -178,6 +178,40 @@ def test_devcontainer_with_a_dockerfile_is_built_with_progress_and_started(
     assert not any(e["stage"] == "build" for e in again)
 
 
+def test_the_five_lifecycle_commands_run_in_the_specifications_order(
+    manager: DevContainers, docker_client: docker.DockerClient, root: Path
+) -> None:
+    # Given an environment with every lifecycle command, each appending its name to a file
+    steps = (
+        "onCreateCommand",
+        "updateContentCommand",
+        "postCreateCommand",
+        "postStartCommand",
+        "postAttachCommand",
+    )
+    write_devcontainer(
+        root,
+        "steps",
+        {"image": BASE, **{step: f"echo {step} >> /tmp/steps" for step in steps}},
+    )
+    events: list[dict[str, Any]] = []
+    # When it is started
+    manager.start(StartRequest(environment="steps", name="steps-one"), events.append)
+    # Then each ran once, in the specification's order, each reported as it ran
+    container = docker_client.containers.get(docker_name("steps-one"))
+    assert container.exec_run(["cat", "/tmp/steps"]).output.decode().split() == list(steps)
+    assert [e["stage"] for e in events if e["stage"] in steps] == list(steps)
+    # And a stop and a resume run only the two that run at each start
+    manager.stop("steps-one")
+    manager.resume("steps-one")
+    container = docker_client.containers.get(docker_name("steps-one"))
+    assert container.exec_run(["cat", "/tmp/steps"]).output.decode().split() == [
+        *steps,
+        "postStartCommand",
+        "postAttachCommand",
+    ]
+
+
 def test_an_environment_image_is_built_again_when_its_base_changed_under_its_tag(
     manager: DevContainers, docker_client: docker.DockerClient, root: Path
 ) -> None:
