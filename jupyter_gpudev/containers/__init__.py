@@ -15,7 +15,7 @@ from .model import (
     engine_time,
     user_name,
 )
-from .placement import CudaMismatch, NoHostFits
+from .placement import CudaMismatch, HostTooSmall, NoHostFits
 
 __all__ = [
     "STOPPED",
@@ -25,6 +25,7 @@ __all__ = [
     "DevContainers",
     "KernelInfo",
     "KernelTracking",
+    "HostTooSmall",
     "NoHostFits",
     "StartRequest",
     "close_stream",

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from ..engine import Host, HostPool, Inventory, Progress
-from ..environments import Environment
+from ..engine.info import EngineInfo
+from ..environments import Environment, HostNeeds
 from ..errors import FAILURES, BadRequest, GPUDevError
 from ..leasing import GPURequest, Leasable, check_fit
 from .model import StartRequest
@@ -140,6 +141,58 @@ def check_cuda(image: str, image_env: list[str], host: str, inventory: Inventory
         )
 
 
+def host_short(
+    name: str, needs: HostNeeds, info: EngineInfo, free_storage_mib: int | None
+) -> tuple[str | None, list[str]]:
+    """What host ``name`` lacks of ``needs`` (``hostRequirements.cpus``, ``memory``,
+    ``storage``; ``None``: nothing) from what its engine said, and what could not be checked
+    (the engine or the host did not say). Memory is the machine's, storage what is free where
+    the engine keeps containers' files: a container may still find less when others use them."""
+    short: list[str] = []
+    unchecked: list[str] = []
+    checks = (
+        ("cpus", needs.cpus, info.cpus, "CPUs"),
+        ("memory", needs.memory_mib, info.memory_mib, "MiB of memory"),
+        ("storage", needs.storage_mib, free_storage_mib, "MiB free for containers"),
+    )
+    for key, wanted, has, unit in checks:
+        if wanted is None:
+            continue
+        if has is None:
+            unchecked.append(
+                f"hostRequirements.{key} was not checked: host {name!r} does not say how much "
+                "it has"
+            )
+        elif has < wanted:
+            short.append(
+                f"{has:,} {unit}, the environment needs {wanted:,} (hostRequirements.{key})"
+            )
+    return ("has " + "; ".join(short) if short else None), unchecked
+
+
+def _needs_of(
+    host: Host, needs: HostNeeds, info: EngineInfo | None = None
+) -> tuple[str | None, list[str]]:
+    """``host_short`` for ``host`` (its engine's ``info`` when already read), asking it only
+    what ``needs`` asks."""
+    if not needs:
+        return None, []
+    info = info if info is not None else host.engine_info()
+    free = None
+    if needs.storage_mib is not None and info.data_root:
+        free = host.free_storage_mib(info.data_root)
+    return host_short(host.name, needs, info, free)
+
+
+class HostTooSmall(GPUDevError):
+    """The host has fewer CPUs, less memory or less free storage than the environment's
+    ``hostRequirements`` ask for."""
+
+    status = 409
+    exit_code = 5
+    code = "host_too_small"
+
+
 def place(
     pool: HostPool,
     env: Environment,
@@ -160,6 +213,14 @@ def place(
     names = pool.names()
     if request.host or len(names) == 1:
         host = pool.get(request.host or names[0])
+        short, unchecked = _needs_of(host, env.needs)
+        if short is not None:
+            raise HostTooSmall(
+                f"Host {host.name!r} cannot start a container of {env.name!r}: it {short}",
+                details={"host": host.name, "reason": short},
+            )
+        for note in unchecked:
+            say({"stage": "place", "message": note})
         inventory = host.gpus() if wanted is not None else None
     else:
         seen: dict[str, Inventory | None] = {}
@@ -172,10 +233,15 @@ def place(
                     yield HostReport(name, reachable=False, reason=passed)
                     continue
                 try:
-                    candidate.engine_info()
+                    short, unchecked = _needs_of(candidate, env.needs, candidate.engine_info())
                 except GPUDevError as err:
                     yield HostReport(name, reachable=False, reason=err.message)
                     continue
+                if short is not None:
+                    yield HostReport(name, reachable=True, reason=short)
+                    continue
+                for note in unchecked:
+                    say({"stage": "place", "message": note})
                 seen[name] = candidate.gpus() if wanted is not None else None
                 reason = _cannot_place(candidate, env, wanted, seen[name], leasable)
                 yield HostReport(name, reachable=True, reason=reason)

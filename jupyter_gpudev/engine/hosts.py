@@ -54,6 +54,11 @@ from .tunnels import Tunnels
 from .watch import ContainerStates
 
 
+def _positive(value: object) -> int | None:
+    """A count the engine reported, when it is a positive whole number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 class DockerEngine:
     """The ``backend.HostBackend`` of a Docker engine host: its report is the engine's, its
     ``/proc`` is read here or over SSH."""
@@ -349,7 +354,26 @@ class Host:
             nvidia_hook=hook,
             cdi=bool(cdi_dirs),
             cdi_spec_dirs=cdi_dirs,
+            cpus=_positive(info.get("NCPU")),
+            memory_mib=(_positive(info.get("MemTotal")) or 0) // (1 << 20) or None,
+            data_root=str(info["DockerRootDir"]) if info.get("DockerRootDir") else None,
         )
+
+    def free_storage_mib(self, path: str) -> int | None:
+        """MiB free for unprivileged use in the file system of ``path`` on the host (``df``,
+        here or over SSH; its output read as untrusted); ``None`` where the host cannot tell
+        (a tcp:// engine runs no commands) or ``df`` did not answer."""
+        if self.ssh is None and not self.spec.is_local:
+            return None
+        try:
+            result = self.run(["df", "-Pk", "--", path], 10.0)
+        except (GPUDevError, OSError, subprocess.SubprocessError):
+            return None
+        lines = result.stdout.splitlines()[:3] if result.returncode == 0 else []
+        fields = lines[1].split() if len(lines) == 2 else []
+        if len(fields) < 6 or not fields[3].isdigit() or len(fields[3]) > 18:
+            return None
+        return int(fields[3]) // 1024
 
     def reach(self, address: str, port: int) -> tuple[str, int]:
         """Where this server connects to reach ``address:port`` on the host's side (a

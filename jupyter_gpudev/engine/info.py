@@ -96,6 +96,11 @@ class EngineInfo:
     nvidia_hook: bool | None
     cdi: bool
     cdi_spec_dirs: tuple[str, ...]
+    #: The machine's CPUs and memory as the engine counts them, and its data root (where
+    #: images and containers' files go); ``None`` where it does not say.
+    cpus: int | None = None
+    memory_mib: int | None = None
+    data_root: str | None = None
 
 
 @dataclass(frozen=True)

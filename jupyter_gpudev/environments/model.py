@@ -90,6 +90,23 @@ def parse_gpu_memory_mib(value: str) -> int:
 
 
 @dataclass(frozen=True)
+class HostNeeds:
+    """What an environment needs of its host besides GPUs (``hostRequirements.cpus``,
+    ``memory``, ``storage``), checked before a start where the host can tell
+    (``containers.placement.host_short``). ``None``: not asked."""
+
+    cpus: int | None = None
+    memory_mib: int | None = None
+    storage_mib: int | None = None
+
+    def __bool__(self) -> bool:
+        return any(v is not None for v in (self.cpus, self.memory_mib, self.storage_mib))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cpus": self.cpus, "memory_mib": self.memory_mib, "storage_mib": self.storage_mib}
+
+
+@dataclass(frozen=True)
 class GPURequirement:
     """How many GPUs an environment needs. ``count`` is the number of GPUs to lease."""
 
@@ -191,6 +208,7 @@ class Environment:
     mounts: tuple[DeclaredMount, ...] = ()
     run_options: RunOptions = field(default_factory=RunOptions)
     gpu: GPURequirement = field(default_factory=GPURequirement)
+    needs: HostNeeds = field(default_factory=HostNeeds)
     forward_ports: tuple[int, ...] = ()
     #: The lifecycle commands, in the order a first start runs them (``containers.commands``).
     on_create_command: Command = None
@@ -229,6 +247,7 @@ class Environment:
             "mounts": [mount.to_json() for mount in self.mounts],
             "run_options": self.run_options.to_json(),
             "gpu": self.gpu.to_json(),
+            "needs": self.needs.to_json(),
             "forward_ports": list(self.forward_ports),
             "on_create_command": self.on_create_command,
             "update_content_command": self.update_content_command,

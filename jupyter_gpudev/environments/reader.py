@@ -22,6 +22,7 @@ from .model import (
     Environment,
     GPUMode,
     GPURequirement,
+    HostNeeds,
     MountType,
     RunOptions,
     _file_sha256,
@@ -166,6 +167,7 @@ class _SpecReader:
             mounts=self._mounts(),
             run_options=run_options,
             gpu=self._gpu(run_options, custom),
+            needs=self._needs(),
             forward_ports=self._forward_ports(),
             on_create_command=self._command("onCreateCommand"),
             update_content_command=self._command("updateContentCommand"),
@@ -492,6 +494,21 @@ class _SpecReader:
         if mode == "none":
             return GPURequirement()
         return GPURequirement(mode=mode, count=count or 1, min_memory_mib=memory, model=model)
+
+    def _needs(self) -> HostNeeds:
+        """``hostRequirements.cpus``, ``memory`` and ``storage`` (sizes as ``gpu.memory``)."""
+        requirements = self.data.get("hostRequirements") or {}
+        if not isinstance(requirements, dict):
+            return HostNeeds()  # said by _host_gpu
+        cpus = requirements.get("cpus")
+        memory, storage = requirements.get("memory"), requirements.get("storage")
+        return HostNeeds(
+            cpus=None if cpus is None else self._count(cpus, "hostRequirements.cpus", minimum=1),
+            memory_mib=None if memory is None else self._memory(memory, "hostRequirements.memory"),
+            storage_mib=(
+                None if storage is None else self._memory(storage, "hostRequirements.storage")
+            ),
+        )
 
     def _count(self, value: Any, key: str, *, minimum: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

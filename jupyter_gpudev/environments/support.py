@@ -211,25 +211,25 @@ PROPERTIES: tuple[Property, ...] = (
         "a start waits for every lifecycle command, so no kernel starts before the step named",
     ),
     # The host.
-    Property("hostRequirements", "partly", "gpu is honoured (see the hostRequirements.* rows)"),
+    Property("hostRequirements", "supported", "checked before a start (the rows below)"),
     Property("hostRequirements.gpu", "supported", "true, 'optional' or {count, memory}"),
     Property(
         "hostRequirements.cpus",
-        "ignored",
-        "not checked against the host yet; customizations.gpudev.cpus limits the container",
-        _falsy,
+        "supported",
+        "the engine's CPU count, checked before a start (409 when short); "
+        "customizations.gpudev.cpus limits the container",
     ),
     Property(
         "hostRequirements.memory",
-        "ignored",
-        "not checked against the host yet; customizations.gpudev.memory limits the container",
-        _falsy,
+        "supported",
+        "the engine's machine memory, checked before a start (409 when short); "
+        "customizations.gpudev.memory limits the container",
     ),
     Property(
         "hostRequirements.storage",
-        "ignored",
-        "not checked against the host yet",
-        _falsy,
+        "supported",
+        "free space where the engine keeps containers' files (df on the host, here or over "
+        "SSH), checked before a start; not on tcp:// hosts, which say so as the start begins",
     ),
     # Other tools' settings.
     Property("customizations", "supported", "customizations.gpudev is read; other tools' kept"),

@@ -24,6 +24,7 @@ from jupyter_gpudev.changes.tracker import track_changes
 from jupyter_gpudev.containers import (
     CudaMismatch,
     DevContainers,
+    HostTooSmall,
     StartRequest,
     docker_name,
 )
@@ -210,6 +211,34 @@ def test_the_five_lifecycle_commands_run_in_the_specifications_order(
         "postStartCommand",
         "postAttachCommand",
     ]
+
+
+def test_host_requirements_are_checked_against_the_engine_before_a_start(
+    manager: DevContainers, docker_client: docker.DockerClient, root: Path
+) -> None:
+    # Given environments asking more CPUs than this machine has, and what it has
+    cpus = int(docker_client.info()["NCPU"])
+    write_devcontainer(root, "huge", {"image": BASE, "hostRequirements": {"cpus": cpus + 1}})
+    write_devcontainer(
+        root,
+        "fits",
+        {"image": BASE, "hostRequirements": {"cpus": cpus, "memory": "64mb", "storage": "64mb"}},
+    )
+    write_devcontainer(root, "disk", {"image": BASE, "hostRequirements": {"storage": "1000tb"}})
+    # When the first is started: a 409 naming what is short, and nothing made
+    with pytest.raises(HostTooSmall) as caught:
+        manager.start(StartRequest(environment="huge", name="huge-one"))
+    assert caught.value.status == 409
+    assert f"has {cpus} CPUs, the environment needs {cpus + 1}" in caught.value.message
+    assert not docker_client.containers.list(all=True, filters={"name": "gpudev-huge-one"})
+    # And storage is read on the host (df where the engine keeps containers' files)
+    with pytest.raises(HostTooSmall, match=r"MiB free for containers, the environment needs"):
+        manager.start(StartRequest(environment="disk", name="disk-one"))
+    # When the second is started: it fits, and every requirement was checked
+    events: list[dict[str, Any]] = []
+    manager.start(StartRequest(environment="fits", name="fits-one"), events.append)
+    assert docker_client.containers.get(docker_name("fits-one")).status == "running"
+    assert not [e for e in events if "was not checked" in e["message"]]
 
 
 def test_an_environment_image_is_built_again_when_its_base_changed_under_its_tag(

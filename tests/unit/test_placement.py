@@ -16,10 +16,12 @@ from jupyter_gpudev.containers.placement import (
     choose,
     gpu_request,
     gpus_optional,
+    host_short,
     required_cuda,
 )
 from jupyter_gpudev.engine import Inventory
-from jupyter_gpudev.environments import Environment, GPURequirement
+from jupyter_gpudev.engine.info import EngineInfo
+from jupyter_gpudev.environments import Environment, GPURequirement, HostNeeds
 from jupyter_gpudev.errors import BadRequest
 from jupyter_gpudev.leasing import GPURequest
 
@@ -111,3 +113,47 @@ def test_an_image_newer_than_the_driver_is_refused_with_what_to_do() -> None:
     # Same or older CUDA, or the check disabled by the image: accepted
     check_cuda("img", ["CUDA_VERSION=12.2.0"], "local", inventory)
     check_cuda("img", [*image_env, "NVIDIA_DISABLE_REQUIRE=1"], "local", inventory)
+
+
+def engine(cpus: int | None, memory_mib: int | None) -> EngineInfo:
+    return EngineInfo(
+        version="27",
+        api_version="1.47",
+        os="linux",
+        arch="x86_64",
+        kernel_version=None,
+        operating_system=None,
+        cgroup_driver=None,
+        cgroup_version=None,
+        runtimes=(),
+        default_runtime=None,
+        nvidia_runtime=False,
+        nvidia_hook=None,
+        cdi=False,
+        cdi_spec_dirs=(),
+        cpus=cpus,
+        memory_mib=memory_mib,
+    )
+
+
+def test_host_requirements_say_what_is_short_and_what_was_not_checked() -> None:
+    needs = HostNeeds(cpus=8, memory_mib=65536, storage_mib=1000)
+    # A host with enough of each: nothing short, everything checked
+    assert host_short("big", needs, engine(64, 512000), 50000) == (None, [])
+    # A host short of CPUs and storage: both named, with what it has and what is needed
+    short, unchecked = host_short("small", needs, engine(2, 512000), 10)
+    assert short == (
+        "has 2 CPUs, the environment needs 8 (hostRequirements.cpus); "
+        "10 MiB free for containers, the environment needs 1,000 (hostRequirements.storage)"
+    )
+    assert unchecked == []
+    # A host that does not say (a tcp:// engine's storage): not checked, and said so
+    short, unchecked = host_short("far", needs, engine(64, None), None)
+    assert short is None
+    assert unchecked == [
+        "hostRequirements.memory was not checked: host 'far' does not say how much it has",
+        "hostRequirements.storage was not checked: host 'far' does not say how much it has",
+    ]
+    # Nothing asked: nothing checked
+    assert host_short("any", HostNeeds(), engine(None, None), None) == (None, [])
+    assert not HostNeeds()
