@@ -449,3 +449,22 @@ def test_a_web_port_of_a_container_on_the_ssh_host_is_reached_through_a_forward(
     # When the container stops, its forwards close
     far_manager.stop("far-web")
     assert far.tunnels.active() == []
+
+
+def test_an_ssh_host_says_its_free_storage_by_df_over_its_connection(
+    far_manager: DevContainers,
+) -> None:
+    # Given the ssh:// host (this machine, reached over SSH) and its engine's data root
+    far = far_manager.host_pool.get("far")
+    info = far.engine_info()
+    assert info.data_root
+    assert info.cpus is not None
+    assert info.memory_mib is not None
+    # Then df over the connection answers what this machine's file system has free
+    free = far.free_storage_mib(info.data_root)
+    stats = os.statvfs(info.data_root)
+    here = stats.f_bavail * stats.f_frsize // (1 << 20)
+    assert free is not None
+    assert abs(free - here) < max(64, here // 100)  # other tests write meanwhile
+    # And a path that does not exist is no answer, not an error
+    assert far.free_storage_mib("/no/such/folder") is None
