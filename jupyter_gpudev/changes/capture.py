@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterable
@@ -28,6 +29,7 @@ import docker.errors
 
 from .. import safefs
 from ..containers import commandlog
+from ..containers.reconcile import process_alive
 from ..engine.context import read_checked_text
 from ..environments import MAX_FILE_BYTES, Environment, load_jsonc
 from ..errors import EngineError, GPUDevError, engine_errors
@@ -46,7 +48,27 @@ from .helpers import PROBE_OUTPUT_LIMIT, PROBE_TIMEOUT, run_probe, shown
 from .kinds import source_type
 from .source import Captured, ChangeSource, Prepared
 
-__all__ = ["Captured", "ChangeCapture", "DiffChanged", "Prepared", "WriteResult"]
+__all__ = ["Captured", "ChangeCapture", "DiffChanged", "Prepared", "WriteResult", "sweep_staging"]
+
+#: A commit's staging folder in the temporary folder: ``gpudev-stage-PID-...``, with the PID of
+#: the process that made it, so that one left by a process killed mid-commit can be told apart.
+STAGING = "gpudev-stage-"
+
+
+def sweep_staging() -> list[Path]:
+    """Remove the staging folders (ours) that processes of this machine left when they died
+    in the middle of a commit (the server's start-up does this); the ones removed."""
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{STAGING}*-*"):
+        pid = path.name.removeprefix(STAGING).partition("-")[0]
+        try:
+            mine = path.lstat().st_uid == os.geteuid() and path.is_dir() and not path.is_symlink()
+        except OSError:
+            continue
+        if mine and pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)  # never follows a link inside
+            removed.append(path)
+    return removed
 
 
 class DiffChanged(GPUDevError):
@@ -292,7 +314,9 @@ class ChangeCapture:
                 )
         dockerfile, old_text, context = self._targets(captured.environment)
         files = captured.changes.files
-        staging = Path(tempfile.mkdtemp(prefix="gpudev-stage-")) if files.kept and stage else None
+        staging = None
+        if files.kept and stage:
+            staging = Path(tempfile.mkdtemp(prefix=f"{STAGING}{os.getpid()}-"))
         try:
             if staging is not None:
                 exported = self._export(captured.source, files.kept, staging, captured.diff)
