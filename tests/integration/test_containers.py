@@ -18,6 +18,7 @@ from typing import Any
 
 import docker
 import pytest
+from docker.models.containers import Container
 from traitlets.config import Config
 
 from jupyter_gpudev.changes.tracker import track_changes
@@ -179,6 +180,13 @@ def test_devcontainer_with_a_dockerfile_is_built_with_progress_and_started(
     assert not any(e["stage"] == "build" for e in again)
 
 
+def ran(container: Container) -> list[str]:
+    """The steps the lifecycle commands wrote, in order."""
+    output = container.exec_run(["cat", "/tmp/steps"]).output
+    assert isinstance(output, bytes)
+    return output.decode().split()
+
+
 def test_the_five_lifecycle_commands_run_in_the_specifications_order(
     manager: DevContainers, docker_client: docker.DockerClient, root: Path
 ) -> None:
@@ -199,14 +207,12 @@ def test_the_five_lifecycle_commands_run_in_the_specifications_order(
     # When it is started
     manager.start(StartRequest(environment="steps", name="steps-one"), events.append)
     # Then each ran once, in the specification's order, each reported as it ran
-    container = docker_client.containers.get(docker_name("steps-one"))
-    assert container.exec_run(["cat", "/tmp/steps"]).output.decode().split() == list(steps)
+    assert ran(docker_client.containers.get(docker_name("steps-one"))) == list(steps)
     assert [e["stage"] for e in events if e["stage"] in steps] == list(steps)
     # And a stop and a resume run only the two that run at each start
     manager.stop("steps-one")
     manager.resume("steps-one")
-    container = docker_client.containers.get(docker_name("steps-one"))
-    assert container.exec_run(["cat", "/tmp/steps"]).output.decode().split() == [
+    assert ran(docker_client.containers.get(docker_name("steps-one"))) == [
         *steps,
         "postStartCommand",
         "postAttachCommand",

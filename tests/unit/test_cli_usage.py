@@ -18,7 +18,7 @@ from traitlets.config import Application
 from jupyter_gpudev.cli.base import ContainerCommand, GPUDevSubcommand
 from jupyter_gpudev.cli.containers import LsApp, StartApp
 from jupyter_gpudev.cli.main import GPUDevCLI, main
-from jupyter_gpudev.cli.usage import expects
+from jupyter_gpudev.configcheck import expects
 from jupyter_gpudev.services import CLASSES
 
 
