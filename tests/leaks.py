@@ -13,7 +13,10 @@ Take a :class:`Baseline` before the test acts (what existed then is not the test
 - a dangling image with gpudev's labels that was not dangling before.
 
 With ``server_id`` only that server's containers count (other tests may run beside it);
-without it, every gpudev container that was not there before.
+with ``workspace`` only those of that workspace folder (a CLI run makes a server id of its
+own each time); without either, every gpudev container that was not there before. With
+``ledger_id`` only the GPU claims made through that ledger count (an engine other tests use at
+the same time has theirs).
 """
 
 from __future__ import annotations
@@ -26,9 +29,18 @@ from pathlib import Path
 import docker
 import docker.errors
 from docker.models.containers import Container
+from docker.models.images import Image
 
 from jupyter_gpudev.containers import docker_name
-from jupyter_gpudev.labels import L_CLAIM, L_CLAIM_HOLDER, L_MANAGED, L_SERVER, LABEL
+from jupyter_gpudev.labels import (
+    L_CLAIM,
+    L_CLAIM_HOLDER,
+    L_LEDGER,
+    L_MANAGED,
+    L_SERVER,
+    L_WORKSPACE,
+    LABEL,
+)
 from jupyter_gpudev.leasing import LeaseLedger
 
 TEMPORARY = ("*.tmp", "*.part", ".*.part", "tmp*", ".tmp*")
@@ -59,19 +71,35 @@ class Baseline:
             containers={
                 c.id for c in client.containers.list(all=True, filters={"label": L_MANAGED}) if c.id
             },
-            dangling={i.id for i in client.images.list(filters={"dangling": True}) if i.id},
+            dangling={i.id for i in _dangling(client) if i.id},
             temporaries=_temporaries(state),
         )
 
 
+def _dangling(client: docker.DockerClient) -> list[Image]:
+    """The dangling images (listed again when one goes while it is read)."""
+    for _ in range(5):
+        try:
+            return client.images.list(filters={"dangling": True})
+        except docker.errors.ImageNotFound:
+            continue
+    return client.images.list(filters={"dangling": True})
+
+
 def _containers(
-    managed: list[Container], baseline: Baseline, server_id: str | None, kept: set[str]
+    managed: list[Container],
+    baseline: Baseline,
+    server_id: str | None,
+    kept: set[str],
+    workspace: Path | None = None,
 ) -> list[str]:
     found: list[str] = []
     for container in managed:
         labels = container.labels or {}
         if server_id is not None:
             mine = labels.get(L_SERVER) == server_id
+        elif workspace is not None:
+            mine = labels.get(L_WORKSPACE) == str(workspace.resolve())
         else:
             mine = container.id not in baseline.containers
         if not mine or L_CLAIM in labels:
@@ -98,9 +126,16 @@ def _kernels(managed: list[Container], kept: set[str]) -> list[str]:
     return found
 
 
-def _held(client: docker.DockerClient, state: Path | None, running: set[str]) -> list[str]:
+def _held(
+    client: docker.DockerClient,
+    state: Path | None,
+    running: set[str],
+    ledger_id: str | None = None,
+) -> list[str]:
     found: list[str] = []
-    for claim in client.containers.list(all=True, filters={"label": L_CLAIM}):
+    for claim in client.containers.list(all=True, filters={"label": L_CLAIM}, ignore_removed=True):
+        if ledger_id is not None and (claim.labels or {}).get(L_LEDGER) != ledger_id:
+            continue
         holder = (claim.labels or {}).get(L_CLAIM_HOLDER, "")
         if holder not in running:
             found.append(f"GPU claim {claim.name} held by {holder[:12] or 'nobody'} left behind")
@@ -118,17 +153,19 @@ def leftovers(
     state: Path | None = None,
     server_id: str | None = None,
     kept: Iterable[str] = (),
+    workspace: Path | None = None,
+    ledger_id: str | None = None,
 ) -> list[str]:
     """Every leftover, in words (empty when nothing leaked)."""
     kept_names = set(kept)
-    managed = client.containers.list(all=True, filters={"label": L_MANAGED})
+    managed = client.containers.list(all=True, filters={"label": L_MANAGED}, ignore_removed=True)
     running = {key for c in managed if c.status == "running" for key in (c.id or "", c.name or "")}
-    found = _containers(managed, baseline, server_id, kept_names)
-    found += _held(client, state, running)
+    found = _containers(managed, baseline, server_id, kept_names, workspace)
+    found += _held(client, state, running, ledger_id)
     found += _kernels(managed, kept_names)
     for name in sorted(_temporaries(state) - baseline.temporaries):
         found.append(f"temporary file {name} left in the state folder")
-    for image in client.images.list(filters={"dangling": True}):
+    for image in _dangling(client):
         labels = image.labels or {}
         if image.id not in baseline.dangling and any(key.startswith(LABEL) for key in labels):
             found.append(f"dangling gpudev image {image.short_id} left behind")
@@ -143,12 +180,22 @@ def assert_nothing_leaked(
     server_id: str | None = None,
     kept: Iterable[str] = (),
     settle: float = 10.0,
+    workspace: Path | None = None,
+    ledger_id: str | None = None,
 ) -> None:
     """Fail naming every leftover; waits up to ``settle`` seconds for cleanups in flight."""
     kept = tuple(kept)
     deadline = time.monotonic() + settle
     while True:
-        found = leftovers(client, baseline, state=state, server_id=server_id, kept=kept)
+        found = leftovers(
+            client,
+            baseline,
+            state=state,
+            server_id=server_id,
+            kept=kept,
+            workspace=workspace,
+            ledger_id=ledger_id,
+        )
         if not found or time.monotonic() > deadline:
             break
         time.sleep(0.25)

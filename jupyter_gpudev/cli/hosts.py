@@ -264,6 +264,7 @@ class ImageBootstrapApp(GPUDevSubcommand):
         print(f"[{event['stage']}] {event['message']}", file=sys.stderr, flush=True)
 
     def run(self) -> None:
+        self.no_args()
         services = self.services()
         host = services.host_pool.get(self.host or services.host_pool.local_name)
         bootstrapper = ImageBootstrapper(parent=self, log=self.log)

@@ -64,7 +64,7 @@ class GPUDevCLI(GPUDevApplication):
         "serve": (
             # By name: importing the server (jupyter_server's app) costs every other
             # subcommand about 1.8 s of start-up.
-            "jupyter_gpudev.shared.server.GPUDevServer",
+            "jupyter_gpudev.cli.serve.ServeApp",
             "Run the shared gpudev service (the engines, leases and policies of many users).",
         ),
     }

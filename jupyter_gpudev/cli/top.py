@@ -151,6 +151,7 @@ class TopApp(ContainerCommand):
         return use
 
     def run(self) -> None:
+        self.no_args()
         if self.once or self.json_output:
             hosts = self.read()
             self.emit({"hosts": hosts}, format_usage(hosts))

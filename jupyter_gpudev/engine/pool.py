@@ -433,9 +433,10 @@ class HostPool(LoggingConfigurable):
     def get(self, name: str) -> Host:
         hosts = self._all()
         if name not in hosts:
+            shown = repr(name) if len(name) <= 80 else f"{name[:80]!r}..."  # the caller's text
             raise NotFound(
-                f"No host named {name!r}; known hosts: {', '.join(hosts) or 'none'}",
-                details={"host": name},
+                f"No host named {shown}; known hosts: {', '.join(hosts) or 'none'}",
+                details={"host": name[:200]},
             )
         return hosts[name]
 

@@ -311,6 +311,8 @@ class HostSpec:
         for key in ("tls_ca_cert", "tls_client_cert", "tls_client_key", "identity_file"):
             if options.get(key) is not None and not isinstance(options[key], str):
                 raise ConfigError(f"{where}: {key!r} must be a file path")
+        if not isinstance(options.get("tls_verify", True), bool):  # "no" is not False
+            raise ConfigError(f"{where}: 'tls_verify' must be true or false")
         for key in ("known_hosts", "workspace", "nvidia_smi"):
             if options.get(key) is not None and not isinstance(options[key], str):
                 raise ConfigError(f"{where}: {key!r} must be a string")

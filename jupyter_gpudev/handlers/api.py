@@ -192,6 +192,12 @@ class EnvironmentsHandler(GPUDevHandler):
         )
 
 
+def _shown(value: Any) -> str:
+    """A value of a request's body for a message: as JSON, cut short."""
+    text = json.dumps(value, allow_nan=True)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
 def _start_request(body: Any) -> StartRequest:
     """Validate a start request's JSON body; every problem is a 400 naming the field."""
     if not isinstance(body, dict):
@@ -206,9 +212,10 @@ def _start_request(body: Any) -> StartRequest:
         if body.get(key) is not None and not isinstance(body[key], str):
             raise BadRequest(f"'{key}' must be a string")
     gpus = body.get("gpus")
-    if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool)):
-        raise BadRequest("'gpus' must be a whole number")
-    uuids = body.get("gpu_uuids") or []
+    if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0):
+        raise BadRequest(f"'gpus' must be a whole number, 0 or more; got {_shown(gpus)}")
+    uuids = body.get("gpu_uuids")
+    uuids = [] if uuids is None else uuids  # false, 0, "" are not "none asked for"
     if not isinstance(uuids, list) or not all(isinstance(u, str) for u in uuids):
         raise BadRequest("'gpu_uuids' must be a list of GPU UUIDs")
     return StartRequest(
@@ -335,7 +342,7 @@ class ContainerDiffHandler(GPUDevHandler):
     @authorized
     @maps_errors
     async def get(self, name: str) -> None:
-        exclude = check_change_ids(self.get_arguments("exclude"))
+        exclude = _change_ids(self.get_arguments("exclude"))
         diff = functools.partial(self.gpudev.capture.diff, exclude=exclude)
         captured, rendered = await self.blocking(diff, name)
         self.finish(
@@ -405,9 +412,17 @@ def _commit_options(raw: bytes | None) -> CommitOptions:
         snapshot=body.get("snapshot") or None,
         push=body.get("push", False),
         message=body.get("message") or None,
-        exclude=check_change_ids(exclude),
+        exclude=_change_ids(exclude),
         expect=body.get("expect") or None,
     )
+
+
+def _change_ids(values: list[Any]) -> tuple[str, ...]:
+    """``exclude``'s change ids; a bad one is a 400 that names ``exclude`` and the value."""
+    try:
+        return check_change_ids(values)
+    except BadRequest as err:
+        raise BadRequest(f'"exclude": {err.message}', details=err.details) from None
 
 
 class ContainerTerminalHandler(GPUDevHandler):
@@ -454,8 +469,11 @@ class ContainerLogsHandler(GPUDevHandler):
     @maps_errors
     async def get(self, name: str) -> None:
         raw = self.get_argument("tail", "")
-        if raw and not (raw.isdigit() and 1 <= int(raw) <= 100_000):
-            raise BadRequest('"tail" must be a number of lines from 1 to 100000')
+        # ASCII digits only: "¹" is a digit to str.isdigit, not to int (a 500 once).
+        if raw and not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= 100_000):
+            raise BadRequest(
+                f'"tail" must be a number of lines from 1 to 100000; got {_shown(raw)}'
+            )
         tail = int(raw) if raw else None
 
         def read() -> str:

@@ -52,14 +52,20 @@ class ServiceKernelProvisioner(KernelProvisionerBase):
 
     environment = Unicode("default", config=True, help="The environment of the container.")
     container = Unicode("", config=True, help="A running dev container to launch into.")
-    gpus = Int(-1, config=True, help="GPUs a dedicated container leases (-1: the environment's).")
+    gpus = Int(
+        -1,
+        min=-1,
+        config=True,
+        help="GPUs a dedicated container leases (-1 or more; -1: the environment's).",
+    )
     host = Unicode("", config=True, help="The host (default: the service's local engine).")
     unreachable_grace = Float(
         300.0,
+        min=0.0,
         config=True,
         help="""Seconds a kernel is still considered running while the gpudev service cannot
-        be reached (it restarts, and then reaches its kernels again); after that it is
-        reported dead, with the reason in the server log.""",
+        be reached (it restarts, and then reaches its kernels again; 0 or more); after that
+        it is reported dead, with the reason in the server log.""",
     )
 
     _container_name: str = ""

@@ -30,6 +30,8 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from traitlets import Float, Unicode, default
 
+from ..traits import PositiveFloat
+
 #: A user name the service accepts (it names folders: ``{user}`` in ``user_root``).
 USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
 
@@ -73,12 +75,15 @@ class HubIdentityProvider(IdentityProvider):
 
     cache_seconds = Float(
         5.0,
-        help="""How long the Hub's answer for one token is reused, never past the token's
-        expiry (a revoked token, or an administrator the Hub demoted, keeps the old rights at
-        most this long; 0: ask the Hub on every request).""",
+        min=0.0,
+        help="""How long the Hub's answer for one token is reused (seconds, 0 or more), never
+        past the token's expiry (a revoked token, or an administrator the Hub demoted, keeps
+        the old rights at most this long; 0: ask the Hub on every request).""",
     ).tag(config=True)
 
-    timeout = Float(10.0, help="Seconds to wait for the Hub's answer.").tag(config=True)
+    timeout = PositiveFloat(10.0, help="Seconds to wait for the Hub's answer (more than 0).").tag(
+        config=True
+    )
 
     @default("token")
     def _no_token(self) -> str:
@@ -98,8 +103,9 @@ class HubIdentityProvider(IdentityProvider):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        #: By token hash: (wall-clock time the answer stops being used, the answer).
-        self._cache: dict[str, tuple[float, HubUser | str | None]] = {}
+        #: By token hash: (when the answer stops being used: on the monotonic clock, then on
+        #: the wall clock (the token's expiry), the answer).
+        self._cache: dict[str, tuple[float, float, HubUser | str | None]] = {}
 
     @property
     def auth_enabled(self) -> bool:
@@ -137,15 +143,16 @@ class HubIdentityProvider(IdentityProvider):
         (not scoped to this service); ``None``: not a user's valid token."""
         key = hashlib.sha256(token.encode()).hexdigest()
         cached = self._cache.get(key)
-        if cached is not None and time.time() < cached[0]:
-            return cached[1]
+        # cache_seconds on the monotonic clock (a wall clock set back keeps no answer longer),
+        # the token's expiry on the wall clock (the Hub's time).
+        if cached is not None and time.monotonic() < cached[0] and time.time() < cached[1]:
+            return cached[2]
         answer, expires = await self._ask_hub(token)
-        until = min(time.time() + self.cache_seconds, expires)
-        if until > time.time():
+        if self.cache_seconds > 0 and expires > time.time():
             if len(self._cache) > 10_000:  # a bound, not a policy: drop the oldest half
                 for old in sorted(self._cache, key=lambda k: self._cache[k][0])[:5_000]:
                     del self._cache[old]
-            self._cache[key] = (until, answer)
+            self._cache[key] = (time.monotonic() + self.cache_seconds, expires, answer)
         else:
             self._cache.pop(key, None)
         return answer

@@ -1,0 +1,1 @@
+"""Property tests: arbitrary input through every REST route and every CLI subcommand."""
