@@ -4,7 +4,9 @@
   uncommitted-change counts), with N running containers: against the floor, one engine
   ``containers.list``; without counts; with every count to compute (a first listing); and with
   the counts kept (later listings: a running container's count past its 15 s is answered while
-  one background thread counts it again). The peer is what a panel would do without the cache:
+  one background thread counts it again); the first listing again with the changes read by the
+  engine's diff only (``DockerChanges.read_layer`` off), where a server cannot read the
+  containers' own layers. The peer is what a panel would do without the cache:
   one ``docker diff`` per container per listing.
 - the commit dialog's diff with one change left out (``ChangeCapture.diff(exclude=...)``)
   against the same diff with everything: the selection must not cost a second capture.
@@ -26,6 +28,7 @@ import docker
 from floor import median_ms as floor_median_ms
 from traitlets.config import Config
 
+from jupyter_gpudev.changes.docker_changes import DockerChanges
 from jupyter_gpudev.changes.tracker import ChangeCounts, ChangeTracker, track_changes
 from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
 from jupyter_gpudev.engine import HostPool
@@ -68,6 +71,11 @@ def main() -> None:
                 assert all(i.uncommitted for i in listed if i.name in names), listed
 
             cold_ms = median_ms(cold, runs=max(2, RUNS // 2))
+            # The same first listing with the changes read by the engine's diff only (as on a
+            # remote engine, or a server that cannot read the containers' layers).
+            DockerChanges.read_layer = False
+            cold_engine_ms = median_ms(cold, runs=max(2, RUNS // 2))
+            DockerChanges.read_layer = True
             tracker.counts = ChangeCounts()
             manager.list(count_changes=True)
             warm_ms = median_ms(lambda: manager.list(count_changes=True))
@@ -105,6 +113,7 @@ def main() -> None:
         ("ours, counts kept (fresh)", warm_ms),
         ("ours, counts past their time (answered, recounted in background)", stale_ms),
         ("ours, every count to compute (first listing)", cold_ms),
+        ("ours, every count to compute, engine's diff only (read_layer off)", cold_engine_ms),
         ("peer: one docker diff per container per listing", peer_ms),
     ]
     for label, value in rows:

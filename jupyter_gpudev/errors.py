@@ -17,11 +17,14 @@ from typing import Any
 
 import docker.errors
 import requests.exceptions
+import urllib3.exceptions
 
-#: What the Docker SDK raises when the engine fails a call or cannot be reached.
+#: What the Docker SDK raises when the engine fails a call or cannot be reached (a stream it
+#: reads, such as a build's log, raises urllib3's own errors when its connection breaks).
 ENGINE_FAILURES: tuple[type[Exception], ...] = (
     docker.errors.DockerException,
     requests.exceptions.RequestException,
+    urllib3.exceptions.HTTPError,
 )
 
 _log = logging.getLogger(__name__)
@@ -194,9 +197,9 @@ def engine_error(
         return Conflict(
             f"{what}: the engine reports a conflict (the name may be in use)", details=details
         )
-    if isinstance(exc, requests.exceptions.Timeout):
+    if isinstance(exc, (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError)):
         why = "the Docker engine did not answer in time"
-    elif isinstance(exc, requests.exceptions.ConnectionError):
+    elif isinstance(exc, (requests.exceptions.ConnectionError, urllib3.exceptions.ProtocolError)):
         why = "the connection to the Docker engine failed"
     else:
         why = f"the Docker engine refused it ({type(exc).__name__})"

@@ -35,6 +35,7 @@ from jupyter_gpudev.containers import docker_name
 from jupyter_gpudev.labels import (
     L_CLAIM,
     L_CLAIM_HOLDER,
+    L_ENV,
     L_LEDGER,
     L_MANAGED,
     L_SERVER,
@@ -66,11 +67,16 @@ class Baseline:
     temporaries: set[str] = field(default_factory=set)
 
     @classmethod
-    def take(cls, client: docker.DockerClient, state: Path | None = None) -> Baseline:
+    def take(
+        cls, client: docker.DockerClient, state: Path | None = None, *, ignore_removed: bool = False
+    ) -> Baseline:
+        """``ignore_removed``: a container removed (by another test) between the engine's list
+        and its inspection is left out instead of failing the test."""
+        listed = client.containers.list(
+            all=True, filters={"label": L_MANAGED}, ignore_removed=ignore_removed
+        )
         return cls(
-            containers={
-                c.id for c in client.containers.list(all=True, filters={"label": L_MANAGED}) if c.id
-            },
+            containers={c.id for c in listed if c.id},
             dangling={i.id for i in _dangling(client) if i.id},
             temporaries=_temporaries(state),
         )
@@ -155,8 +161,10 @@ def leftovers(
     kept: Iterable[str] = (),
     workspace: Path | None = None,
     ledger_id: str | None = None,
+    environments: Iterable[str] | None = None,
 ) -> list[str]:
-    """Every leftover, in words (empty when nothing leaked)."""
+    """Every leftover, in words (empty when nothing leaked). ``environments``: only the
+    dangling images of those environments (label ``L_ENV``) count."""
     kept_names = set(kept)
     managed = client.containers.list(all=True, filters={"label": L_MANAGED}, ignore_removed=True)
     running = {key for c in managed if c.status == "running" for key in (c.id or "", c.name or "")}
@@ -167,6 +175,8 @@ def leftovers(
         found.append(f"temporary file {name} left in the state folder")
     for image in _dangling(client):
         labels = image.labels or {}
+        if environments is not None and labels.get(L_ENV) not in set(environments):
+            continue
         if image.id not in baseline.dangling and any(key.startswith(LABEL) for key in labels):
             found.append(f"dangling gpudev image {image.short_id} left behind")
     return found
@@ -182,6 +192,7 @@ def assert_nothing_leaked(
     settle: float = 10.0,
     workspace: Path | None = None,
     ledger_id: str | None = None,
+    environments: Iterable[str] | None = None,
 ) -> None:
     """Fail naming every leftover; waits up to ``settle`` seconds for cleanups in flight."""
     kept = tuple(kept)
@@ -195,6 +206,7 @@ def assert_nothing_leaked(
             kept=kept,
             workspace=workspace,
             ledger_id=ledger_id,
+            environments=None if environments is None else tuple(environments),
         )
         if not found or time.monotonic() > deadline:
             break

@@ -94,13 +94,16 @@ class ChangeCapture:
 
     # -- baselines --------------------------------------------------------------------------
 
-    def record_baseline(self, container: Container) -> None:
+    def record_baseline(
+        self, container: Container, diff: list[dict[str, Any]] | None = None
+    ) -> None:
         """The packages of a container that just ran its lifecycle commands (read as data,
-        nothing run in it): its own baseline."""
+        nothing run in it): its own baseline. ``diff``: its ``docker diff`` where the caller
+        read it (``DockerChanges.diff``); else the engine's."""
         if container.client is None:
             raise EngineError(f"No engine client for {container.name}")
         env = container.attrs.get("Config", {}).get("Env") or []
-        diff = list(container.diff() or [])
+        diff = list(container.diff() or []) if diff is None else diff
         files = {str(d["Path"]): int(d["Kind"]) for d in diff}
         current = self.probe_current(container.client, container, diff)
         for problem in current.problems:
@@ -227,11 +230,16 @@ class ChangeCapture:
         image = self._image_baseline(client, _check_id(str(container.attrs.get("Image", ""))))
         return packages.current_state(image, diff, packages.ContainerReader(container))
 
-    def container_uncommitted(self, container: Container, baseline: Baseline | None) -> list[str]:
+    def container_uncommitted(
+        self,
+        container: Container,
+        baseline: Baseline | None,
+        diff: list[dict[str, Any]] | None = None,
+    ) -> list[str]:
         """What removing ``container`` would lose (``classify.uncommitted``): the rule
         ``remove`` refuses by and the panel's count shows; files the baseline had, edited
-        since, included."""
-        diff = list(container.diff() or [])
+        since, included. ``diff``: as ``record_baseline``'s."""
+        diff = list(container.diff() or []) if diff is None else diff
         edited = self.edited(container, baseline, diff) if baseline is not None else []
         return uncommitted(
             diff,

@@ -45,6 +45,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import docker
 import docker.errors
+import requests
 
 from ..containers import commandlog
 from ..containers.create import Confinement
@@ -73,9 +74,9 @@ from ..labels import (
     OCI_DESCRIPTION,
 )
 from . import classify, compare, model
-from .export import digest_differences, read_digests
+from .export import ArchiveSource, digest_differences, read_digests
 from .helpers import inert
-from .layers import RemovalLayer, removal_layer
+from .layers import RemovalLayer, folders_of, read_folders, removal_layer, targets, write_layer
 from .snapshots import SnapshotRecords, SnapshotTags, snapshot_tags
 from .source import Build, ChangeSource, CommitAsk, EarlyCommit, Snapshot
 
@@ -285,31 +286,32 @@ class Committer:
             mine.check_dockerfile(
                 client, prepared.rendered.new_text, build.args if build else {}, what
             )
-        with (
-            _verify_context(prepared) as context,
-            engine_errors(f"Building the patched Dockerfile of {env.name!r}", self.log),
-        ):
-            image_id = stream_build(
-                client,
-                f"the patched Dockerfile of {env.name!r}",
-                say,
-                self.capture.containers.mount_policy.build_trust(),
-                fileobj=context,
-                custom_context=True,
-                dockerfile=VERIFY_DOCKERFILE,
-                buildargs=dict(build.args) if build else None,
-                target=build.target if build else None,
-                labels={L_VERIFY: prepared.captured.info.name},
-            )
-        if not image_id:
-            raise EngineError("The engine built the patched Dockerfile but named no image")
-        report = VerifyReport(image_id, 0.0)
+        labels = {L_VERIFY: prepared.captured.info.name}
+        with engine_errors(f"Building the patched Dockerfile of {env.name!r}", self.log):
+            before = _dangling(client, labels)
         try:
+            with (
+                _verify_context(prepared) as context,
+                engine_errors(f"Building the patched Dockerfile of {env.name!r}", self.log),
+            ):
+                image_id = _built(
+                    client,
+                    f"the patched Dockerfile of {env.name!r}",
+                    say,
+                    self.capture.containers.mount_policy.build_trust(),
+                    fileobj=context,
+                    custom_context=True,
+                    dockerfile=VERIFY_DOCKERFILE,
+                    buildargs=dict(build.args) if build else None,
+                    target=build.target if build else None,
+                    labels=labels,
+                )
             say({"stage": "verify", "message": "comparing the packages of the rebuilt image"})
             rebuilt = self.capture.probe_image(client, image_id).state
-        except BaseException:
-            _remove_image(client, image_id)
+        except BaseException:  # what a build or probe the engine's restart cut left, too
+            _remove_cut_build(client, labels, before, self.log)
             raise
+        report = VerifyReport(image_id, 0.0)
         # The container's packages less the changes left out: what the rebuild should have.
         expected, loose = prepared.captured.expected_packages()
         report.differences = compare.package_differences(expected, rebuilt, loose)
@@ -376,15 +378,20 @@ class Committer:
         except FAILURES:
             return None, None
 
-    def early(self, found: Host, container: Container) -> _EarlyCommit:
-        """The early ``docker commit`` of ``container`` on ``found`` (``_commit_early``)."""
+    def early(
+        self, found: Host, container: Container, folders: ArchiveSource | None = None
+    ) -> _EarlyCommit:
+        """The early ``docker commit`` of ``container`` on ``found`` (``_commit_early``);
+        ``folders``: where the folders its layer leaving gpudev's own files out repeats are
+        read (``layer_diff.LayerFolders``; ``None``: from a container of the committed image
+        that never starts)."""
         client = found.client()
         confinement = self.capture.containers.confinement()
         env = container.attrs.get("Config", {}).get("Env") or []
         # The command-log wrappers are first on PATH when they were put into the container.
         with_log = any(e.startswith(f"PATH={commandlog.SHIMS}:") for e in env)
         own = list(commandlog.OWN_PATHS) if with_log else []
-        return _EarlyCommit(client, container, own, confinement)
+        return _EarlyCommit(client, container, own, confinement, folders)
 
     def built_snapshot(
         self, prepared: Prepared, options: CommitAsk, say: Progress, build: Build
@@ -500,7 +507,7 @@ class Committer:
                 if early is not None:
                     committed, early_removal = early.result()
                 else:
-                    committed, early_removal = str(container.commit().id), None
+                    committed, early_removal = _commit(client, container), None
                     temporary.append(committed)
                 reuse = early is not None and own == early.own and not drivers
                 removal = early_removal if reuse else None
@@ -520,7 +527,7 @@ class Committer:
             for image in reversed(temporary):
                 _remove_image(client, image)
             if early is not None:
-                early.discard()
+                early.discard_soon()  # while the push runs; the commit's end waits for it
         snapshot = Snapshot(tags.local, image_id, labels, drivers, local=tags.local)
         say({"stage": "snapshot", "message": f"tagged {tags.local} ({image_id[:19]})"})
         try:
@@ -530,7 +537,11 @@ class Committer:
                 snapshot.pushed_to = tags.push
         except BaseException:
             _restore_tag(client, reference, previous)
+            if previous is not None and previous != image_id:
+                _remove_if_nameless(client, image_id)  # its name given back to the earlier one
             raise
+        if previous is not None and previous != image_id:
+            _remove_if_nameless(client, previous)  # the earlier snapshot it replaced by name
         return snapshot
 
     def _push(
@@ -630,29 +641,47 @@ class _EarlyCommit:
     before)."""
 
     def __init__(
-        self, client: docker.DockerClient, container: Any, own: list[str], confinement: Confinement
+        self,
+        client: docker.DockerClient,
+        container: Any,
+        own: list[str],
+        confinement: Confinement,
+        folders: ArchiveSource | None = None,
     ) -> None:
         self.client = client
         self.own = own
         self.confinement = confinement
+        self.folders = folders
         self.images: list[str] = []
         self._pool = ThreadPoolExecutor(1, "gpudev-snapshot")
         self._future = self._pool.submit(self._run, container)
 
     def _run(self, container: Any) -> tuple[str, RemovalLayer | None]:
-        committed = str(container.commit().id)
+        committed = _commit(self.client, container)
         self.images.append(committed)
         if not self.own:
             return committed, None
+        if self.folders is not None:
+            chosen = targets(self.own)
+            return committed, write_layer(chosen, read_folders(self.folders, folders_of(chosen)))
         return committed, _removal(self.client, committed, self.own, self.confinement)
 
     def result(self) -> tuple[str, RemovalLayer | None]:
         return self._future.result()
 
+    def discard_soon(self) -> None:
+        """Begin ``discard``'s removal in the worker thread (the engine takes up to most of a
+        second to remove an image); ``discard`` waits for it."""
+        with contextlib.suppress(RuntimeError):  # discarded already
+            self._pool.submit(self._remove)
+
     def discard(self) -> None:
         with contextlib.suppress(Exception):
             self._future.result()
         self._pool.shutdown(wait=True)
+        self._remove()
+
+    def _remove(self) -> None:
         for image in reversed(self.images):
             _remove_image(self.client, image)
         self.images.clear()
@@ -693,9 +722,90 @@ def _image_id(client: docker.DockerClient, ref: str) -> str | None:
             return None
 
 
+#: Seconds a failed build waits for its engine to answer again (one restarting) to remove
+#: what the cut build left.
+CUT_BUILD_PATIENCE = 20.0
+
+
+def _commit(client: docker.DockerClient, container: Any) -> str:
+    """``docker commit`` of ``container``; when its answer is lost (the engine restarting),
+    the dangling commits of it are removed (an image made but never named is no one's)."""
+    try:
+        return str(container.commit().id)
+    except requests.exceptions.ConnectionError:
+        deadline = time.monotonic() + CUT_BUILD_PATIENCE
+        while True:
+            try:
+                for image in client.images.list(filters={"dangling": True}):
+                    if image.attrs.get("Container") == container.id:
+                        _remove_image(client, str(image.id))
+                break
+            except ENGINE_FAILURES:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.5)
+        raise
+
+
+def _dangling(client: docker.DockerClient, labels: dict[str, str]) -> set[str]:
+    """The ids of the dangling images with ``labels``."""
+    wanted = [f"{key}={value}" for key, value in labels.items()]
+    return {str(i.id) for i in client.images.list(filters={"dangling": True, "label": wanted})}
+
+
+def _remove_cut_build(
+    client: docker.DockerClient, labels: dict[str, str], before: set[str], log: Any
+) -> None:
+    """After a failed build (or a failed look at what it built): remove the dangling images
+    with ``labels`` that were not there ``before`` (a build the engine's restart cut keeps its
+    finished steps), waiting up to ``CUT_BUILD_PATIENCE`` seconds for an engine that does
+    not answer."""
+    deadline = time.monotonic() + CUT_BUILD_PATIENCE
+    while True:
+        try:
+            left = _dangling(client, labels) - before
+        except ENGINE_FAILURES as exc:
+            if time.monotonic() >= deadline:
+                log.warning("gpudev: the images of a cut build are left: %r", exc)
+                return
+            time.sleep(0.5)
+            continue
+        for image in left:
+            _remove_image(client, image)
+        return
+
+
+def _built(client: docker.DockerClient, what: str, *args: Any, **kwargs: Any) -> str:
+    """``stream_build``'s image id; an ``EngineError`` when the engine named none."""
+    image_id = stream_build(client, what, *args, **kwargs)
+    if not image_id:
+        raise EngineError(f"The engine built {what} but named no image")
+    return image_id
+
+
 def _remove_image(client: docker.DockerClient, image: str) -> None:
+    """Remove ``image`` (and its nameless parents) unless something uses it; waits up to
+    ``CUT_BUILD_PATIENCE`` seconds for an engine that does not answer (one restarting)."""
+    deadline = time.monotonic() + CUT_BUILD_PATIENCE
+    while True:
+        try:
+            client.images.remove(image, force=False, noprune=False)
+        except requests.exceptions.ConnectionError:
+            if time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
+        except ENGINE_FAILURES:
+            pass
+        return
+
+
+def _remove_if_nameless(client: docker.DockerClient, image: str) -> None:
+    """Remove the snapshot ``image`` once no name points at it (another snapshot took its
+    name): left, it would be a dangling image nobody can name. Kept while any name or
+    container uses it."""
     with contextlib.suppress(*ENGINE_FAILURES):
-        client.images.remove(image, force=False, noprune=False)
+        if not client.images.get(image).tags:
+            client.images.remove(image, force=False, noprune=False)
 
 
 def _restore_tag(client: docker.DockerClient, reference: Reference, previous: str | None) -> None:

@@ -2,23 +2,34 @@
 engine (its ``docker diff``, its archive API; nothing runs in the container), the packages
 derived from the image's, probed once in a helper container; a snapshot is a ``docker commit``
 of the container made on its engine (``commit.Committer``), begun while the changes are read.
+
+Where the server runs as root on the engine's own machine (a ``unix://`` engine, overlay2),
+the changed paths are read from the container's own layer instead of the engine's diff
+(``layer_diff.upper_changes``: the same entries, without walking the image's whole tree),
+and the changed files a commit checks or copies from there too (``layer_diff.LayerFiles``);
+``DockerChanges._changes`` is the one place that chooses.
 """
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from ..engine import Host, Progress
 from ..errors import engine_errors
-from . import classify, compare, model
+from . import classify, compare, layer_diff, model
 from .dockerfile import change_items
+from .export import ArchiveSource, EngineArchives
 from .snapshots import SnapshotTags
 from .source import (
     Captured,
     CaptureParts,
     CommitAsk,
     EarlyCommit,
+    EngineOrigin,
     Prepared,
     Prune,
     Snapshot,
@@ -26,21 +37,85 @@ from .source import (
 )
 
 if TYPE_CHECKING:
+    import docker
     from docker.models.containers import Container
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class LayerOrigin:
+    """A Docker container read through its engine, its changed files from its own layer
+    (``ChangeOrigin``; ``layer_diff.LayerFiles``, the engine's archives for the rest)."""
+
+    through_engine: EngineOrigin
+    archives: ArchiveSource
+
+    @property
+    def key(self) -> str:
+        return self.through_engine.key
+
+    @property
+    def files(self) -> ArchiveSource:
+        return self.archives
+
+    def variables(self) -> list[str]:
+        return self.through_engine.variables()
+
+    def engine(self, name: str) -> tuple[docker.DockerClient, Container]:
+        return self.through_engine.engine(name)
 
 
 class DockerChanges:
     """The changes of the dev containers of one Docker engine host (``source.ChangeSource``)."""
 
     stages_snapshot = False
+    #: Whether a local engine's containers have their changed paths read from their own
+    #: overlay2 layer where this server can (``layer_diff``); else always the engine's diff.
+    read_layer = True
 
     def __init__(self, parts: CaptureParts, host: Host) -> None:
         self.parts = parts
         self.host = host
 
+    def diff(self, container: Container) -> list[dict[str, Any]]:
+        """The container's ``docker diff`` (``Path``, ``Kind``): read from its own layer
+        (``layer_diff.upper_changes``) on a local engine where this server can read it, else
+        asked of the engine (a remote host, another storage driver, a server not root, a
+        layer the reader does not follow)."""
+        return self._changes(container)[0]
+
+    def _changes(self, container: Container) -> tuple[list[dict[str, Any]], ArchiveSource | None]:
+        """``diff``, and where it was read from the layer, the container's files as archives
+        read from there too (``layer_diff.LayerFiles``; ``None``: the engine's)."""
+        if self._local():
+            try:
+                files = layer_diff.LayerFiles(container.attrs, EngineArchives(container))
+                return layer_diff.upper_changes(container.attrs), files
+            except layer_diff.Unreadable as why:
+                _log.debug("gpudev: the engine's diff of %s: %s", container.name, why)
+        return list(container.diff() or []), None
+
+    def _folders(self, container: Container) -> ArchiveSource | None:
+        """Where a snapshot's layer leaving gpudev's files out reads the container's folders:
+        its own layers where ``_changes`` reads them (``layer_diff.LayerFolders``), else
+        ``None`` (a container of the committed image, through the engine)."""
+        if self._local():
+            try:
+                return layer_diff.LayerFolders(container.attrs, str(container.name))
+            except layer_diff.Unreadable:
+                pass
+        return None
+
+    def _local(self) -> bool:
+        """Whether the container's own layers may be read here: ``read_layer``, and the
+        engine on this machine's socket (``layer_diff`` then checks the rest)."""
+        return self.read_layer and urlsplit(self.host.spec.url).scheme == "unix"
+
     def capture(self, native: Container, name: str, excluded: tuple[str, ...]) -> Captured:
         """A Docker container's change set: its ``docker diff`` against its baseline, its
-        packages derived from its image's, its files read through the engine."""
+        packages derived from its image's, its files read through the engine (or, where
+        ``_changes`` reads its layer, its changed files from there)."""
         parts, found_host, container = self.parts, self.host, native
         manager = parts.containers
         client = found_host.client()
@@ -54,10 +129,10 @@ class DockerChanges:
             # Docker 20.10 overlay2): the command log is read meanwhile.
             reading = pool.submit(parts.commands, container)
             base = parts.baseline(client, container)
-            whole_diff = list(container.diff() or [])
+            whole_diff, files = self._changes(container)
             # A path the baseline already had, with the same kind, is not a new change.
             diff = [d for d in whole_diff if base.files.get(str(d["Path"])) != int(d["Kind"])]
-            diff += parts.edited(container, base, whole_diff)
+            diff += parts.edited(files or container, base, whole_diff)
             derived = parts.probe_current(client, container, whole_diff)
             commands = reading.result()
         current = derived.result
@@ -95,13 +170,14 @@ class DockerChanges:
             before_env=dict(base.env) if base.env is not None else model.env_dict(image_env or []),
             items=change_items(result),
             excluded=excluded,
+            origin=LayerOrigin(EngineOrigin(container, client), files) if files else None,
         )
         captured.changes = result.without(set(captured.held))
         captured.log_lines = len(commands)
         return captured
 
     def record_baseline(self, native: Container) -> None:
-        self.parts.record_baseline(native)
+        self.parts.record_baseline(native, self.diff(native))
 
     def uncommitted(self, native: Container, name: str, prune: Prune) -> list[str]:
         """Its changed files, less what the baseline and the engine account for, and the
@@ -110,13 +186,13 @@ class DockerChanges:
         baseline = self.parts.baselines.container(key)
         if baseline is not None and baseline.held:
             baseline = prune(name, self.host.name, key, baseline)
-        return self.parts.container_uncommitted(native, baseline)
+        return self.parts.container_uncommitted(native, baseline, self.diff(native))
 
     def check_commit(self, name: str, options: CommitAsk) -> None:
         """Nothing a commit asks for is refused here."""
 
     def early_commit(self, native: Container, commits: Snapshots) -> EarlyCommit:
-        return commits.early(self.host, native)
+        return commits.early(self.host, native, self._folders(native))
 
     def check_prepared(self, prepared: Prepared, options: CommitAsk) -> None:
         """Nothing is missing: the snapshot is the container's own layer."""

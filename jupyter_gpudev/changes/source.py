@@ -273,6 +273,9 @@ class EarlyCommit(Protocol):
     def discard(self) -> None:
         """Remove what it made."""
 
+    def discard_soon(self) -> None:
+        """Begin removing what it made, without waiting (``discard`` waits)."""
+
 
 class CommitAsk(Protocol):
     """What a commit asks for, as a kind checks it (``commit.CommitOptions``)."""
@@ -298,8 +301,11 @@ class Snapshots(Protocol):
     @property
     def registries(self) -> Registries: ...
 
-    def early(self, found: Host, container: Container) -> EarlyCommit:
-        """A snapshot's ``docker commit`` of ``container``, begun now."""
+    def early(
+        self, found: Host, container: Container, folders: ArchiveSource | None = None
+    ) -> EarlyCommit:
+        """A snapshot's ``docker commit`` of ``container``, begun now (``folders``: where its
+        folders are read from, ``None``: the committed image)."""
 
     def engine_snapshot(
         self,
@@ -336,9 +342,14 @@ class CaptureParts(Protocol):
     def probe_current(
         self, client: docker.DockerClient, container: Container, diff: list[dict[str, Any]]
     ) -> Any: ...
-    def record_baseline(self, container: Container) -> None: ...
+    def record_baseline(
+        self, container: Container, diff: list[dict[str, Any]] | None = None
+    ) -> None: ...
     def container_uncommitted(
-        self, container: Container, baseline: Baseline | None
+        self,
+        container: Container,
+        baseline: Baseline | None,
+        diff: list[dict[str, Any]] | None = None,
     ) -> list[str]: ...
 
 

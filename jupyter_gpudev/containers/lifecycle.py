@@ -70,6 +70,9 @@ BACKENDS: dict[str, type[DockerBackend] | type[PodBackend]] = {
     "docker": DockerBackend,
     "kubernetes": PodBackend,
 }
+#: Seconds (beyond the stop timeout) a failed start keeps trying to remove its container while
+#: the engine does not answer (one restarting), before it leaves it to the next reconcile.
+UNDO_PATIENCE = 30.0
 #: The kind whose start and plan a request that names no host gets: placement chooses among
 #: the hosts of that kind (it passes over the others).
 PLACED_KIND = "docker"
@@ -229,10 +232,26 @@ class DevContainers(ContainerLookup):
                 if isinstance(exc, ENGINE_FAILURES):
                     raise engine_error(f"Starting {name!r}", exc, self.log) from exc
                 raise
-        warnings = (
-            *notes,
-            *run_lifecycle_commands(container, env, say, timeout=starting.timeout, log=self.log),
-        )
+        try:
+            warnings = (
+                *notes,
+                *run_lifecycle_commands(
+                    container, env, say, timeout=starting.timeout, log=self.log
+                ),
+            )
+            self._check_still_running(name, container)
+        except BaseException as exc:  # the engine restarted (or the container died) meanwhile
+            holding.undo(container, lease, host, patience=self.stop_timeout + UNDO_PATIENCE)
+            if isinstance(exc, GPUDevError):
+                raise
+            if isinstance(exc, ENGINE_FAILURES):
+                raise engine_error(
+                    f"Running the lifecycle commands (postCreateCommand, postStartCommand) of "
+                    f"{given_name(name)!r}",
+                    exc,
+                    self.log,
+                ) from exc
+            raise
         if has_lifecycle_commands(env):
             warnings += self._record_baseline(container, say)
         say({"stage": "ready", "message": f"{given_name(name)} is running"})
@@ -281,6 +300,17 @@ class DevContainers(ContainerLookup):
                 "lifecycle commands installed",
             )
         return ()
+
+    @staticmethod
+    def _check_still_running(name: str, container: Container) -> None:
+        """After its lifecycle commands: one that no longer runs (the engine restarted, its
+        command exited) is a failed start, not a running container."""
+        container.reload()
+        if container.status != "running":
+            raise EngineError(
+                f"{given_name(name)!r} stopped while its lifecycle commands (postCreateCommand, "
+                "postStartCommand) ran (was the Docker engine restarted?); it was removed"
+            )
 
     @staticmethod
     def _start_and_check(name: str, container: Container) -> None:

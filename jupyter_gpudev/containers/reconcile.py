@@ -1,5 +1,6 @@
 """The lease ledger made to agree with the containers that exist, and the orphan sweep: the
-kernel containers a dead server left behind, stopped through the lifecycle's ``remove``
+kernel containers a dead server left behind (and the containers it created but never started),
+stopped through the lifecycle's ``remove``
 (``DevContainers.stop_orphan_kernels``; a Kubernetes host's kernel pods are deleted by
 ``pod_lifecycle.delete_orphan_kernel_pods``)."""
 
@@ -108,23 +109,21 @@ def reconcile_host(
 
 
 def orphan_kernel_containers(host: Host, ledger_id: str, machine: str) -> list[Container]:
-    """The containers dedicated to a kernel, made through this ledger by a server process of
-    ``machine`` that no longer runs (its kernels cannot be reached again)."""
+    """The containers made through this ledger by a server process of ``machine`` that no
+    longer runs and left behind: those dedicated to a kernel, running (its kernels cannot be
+    reached again), and any it created but never started (killed in the middle of a start:
+    nothing ran in it, only its lease is held)."""
     containers = host.client().containers.list(
-        filters={
-            "label": [
-                f"{L_MANAGED}=1",
-                L_KERNEL,
-                f"{L_LEDGER}={ledger_id}",
-                f"{L_HOST}={host.name}",
-            ]
-        },
+        all=True,
+        filters={"label": [f"{L_MANAGED}=1", f"{L_LEDGER}={ledger_id}", f"{L_HOST}={host.name}"]},
         ignore_removed=True,
     )
     orphans = []
     for container in containers:
-        if not container.labels.get(L_KERNEL):
-            continue  # a dev container kernels share (the label is set, empty)
+        # (a dev container kernels share has the kernel label set, empty)
+        kernel = bool(container.labels.get(L_KERNEL)) and container.status == "running"
+        if not kernel and container.status != "created":
+            continue
         where, _, pid = container.labels.get(L_PROCESS, "").partition(":")
         if where == machine and pid.isdigit() and not process_alive(int(pid)):
             orphans.append(container)
@@ -159,8 +158,9 @@ def stop_orphan_kernels(
 def stop_orphan_kernel_containers(
     host: Host, *, machine: str, ledger_id: str, remove: Callable[[str, str], None], log: Any
 ) -> list[str]:
-    """``stop_orphan_kernels`` on a Docker engine: the orphans removed, or stopped (their
-    lease freed) and kept when they have changes."""
+    """``stop_orphan_kernels`` on a Docker engine: the orphans (``orphan_kernel_containers``:
+    a dead server's kernel containers, and containers it never started) removed, or stopped
+    (their lease freed) and kept when they have changes."""
     try:
         orphans = orphan_kernel_containers(host, ledger_id, machine)
     except (GPUDevError, docker.errors.DockerException) as exc:

@@ -100,11 +100,24 @@ class GPUCuller(LoggingConfigurable):
         self,
         kernel_manager: Any,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] | None = None,
         **kwargs: Any,
     ) -> None:
+        """``clock``: the wall clock (kernels' activity stamps, the reclaim time shown);
+        ``monotonic``: the clock idle times are measured on (default ``time.monotonic``, or
+        ``clock`` when only that is given: a test's clock that does not jump)."""
         super().__init__(**kwargs)
         self.kernel_manager = kernel_manager
         self._clock = clock
+        if monotonic is None:
+            monotonic = time.monotonic if clock is time.time else clock
+        self._monotonic = monotonic
+        # Every time below is on the monotonic clock: a jump of the wall clock neither
+        # reclaims a kernel just used nor keeps an idle one.
+        #: Per kernel: its activity stamp as last seen, and when (monotonic) that activity was.
+        self._seen: dict[str, tuple[float | None, float]] = {}
+        #: When the previous look was (``None``: none yet).
+        self._looked_at: float | None = None
         self._kept: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
         #: GPU use by kernel (``Services`` sets it; ``None``: not readable here).
@@ -131,14 +144,22 @@ class GPUCuller(LoggingConfigurable):
         own = provisioner.idle_timeout()
         return own if own is not None else self.idle_timeout
 
-    def _last_activity(self, kernel_id: str, kernel: Any) -> float:
+    def _last_activity(self, kernel_id: str, kernel: Any, wall: float, now: float) -> float:
+        """When (monotonic) the kernel was last active. Its stamp is wall time: only a new
+        stamp counts, as that many seconds before ``now`` as the wall clock says (none for one
+        to come), and never before the previous look (it was not there then)."""
         activity = getattr(kernel, "last_activity", None)
-        stamp = (
-            activity.timestamp()
-            if isinstance(activity, datetime.datetime)
-            else self._clock()  # unknown: count from now, never reclaim on a guess
-        )
-        return max(stamp, self._kept.get(kernel_id, 0.0))
+        stamp = activity.timestamp() if isinstance(activity, datetime.datetime) else None
+        seen = self._seen.get(kernel_id)
+        if seen is not None and (stamp is None or stamp == seen[0]):
+            since = seen[1]
+        else:
+            ago = 0.0 if stamp is None else max(0.0, wall - stamp)  # unknown: from now
+            if self._looked_at is not None:
+                ago = min(ago, now - self._looked_at)
+            since = now - ago
+            self._seen[kernel_id] = (stamp, since)
+        return max(since, self._kept.get(kernel_id, float("-inf")))
 
     def read_gpu_use(self) -> None:
         """Read GPU use once (blocking) and note, for each GPU kernel, what it holds and since
@@ -156,7 +177,7 @@ class GPUCuller(LoggingConfigurable):
                 hosts.update((read.host, read) for read in self.usage.usage(name))
             except Exception as exc:  # a message without it is the old one
                 self.log.debug("gpudev: GPU use of %s not readable for reclaims: %r", name, exc)
-        now = self._clock()
+        now = self._monotonic()
         holds: dict[str, str] = {}
         quiet: dict[str, float] = {}
         for kernel_id, provisioner in kernels:
@@ -173,16 +194,25 @@ class GPUCuller(LoggingConfigurable):
     def pending(self) -> list[Reclaim]:
         """GPU kernels within ``warning_seconds`` of their reclaim (what Lab warns about): idle
         ones, and (``gpu_idle_timeout``) those whose GPUs did no work, busy or not."""
-        now = self._clock()
+        return [reclaim for reclaim, _ in self._pending()]
+
+    def _pending(self) -> list[tuple[Reclaim, float]]:
+        """``pending``, each with when (monotonic) it is due."""
+        wall, now = self._clock(), self._monotonic()
         result = []
-        for kernel_id, kernel, provisioner in self._gpu_kernels():
+        kernels = self._gpu_kernels()
+        for kernel_id in set(self._seen) - {k for k, _, _ in kernels}:
+            del self._seen[kernel_id]
+        for kernel_id, kernel, provisioner in kernels:
             timeout = self._timeout_for(provisioner)
-            last = self._last_activity(kernel_id, kernel)
+            last = self._last_activity(kernel_id, kernel, wall, now)
             due = []
             if timeout > 0 and getattr(kernel, "execution_state", "") != "busy":
                 due.append(last + timeout)
             quiet = self._quiet.get(kernel_id)
-            gpu_idle = None if quiet is None else max(quiet, self._kept.get(kernel_id, 0.0))
+            gpu_idle = (
+                None if quiet is None else max(quiet, self._kept.get(kernel_id, float("-inf")))
+            )
             if self.gpu_idle_timeout > 0 and gpu_idle is not None:
                 due.append(gpu_idle + self.gpu_idle_timeout)
             if not due:
@@ -190,28 +220,32 @@ class GPUCuller(LoggingConfigurable):
             reclaim_at = min(due)
             if reclaim_at - now <= self.warning_seconds:
                 result.append(
-                    Reclaim(
-                        kernel_id=kernel_id,
-                        container=provisioner.container_name,
-                        environment=provisioner.environment,
-                        gpu_uuids=provisioner.gpu_uuids(),
-                        gpus=provisioner.gpu_count(),
-                        idle_seconds=max(0.0, now - last),
-                        reclaim_at=reclaim_at,
-                        holds=self._holds.get(kernel_id),
-                        gpu_idle_seconds=None if quiet is None else max(0.0, now - quiet),
+                    (
+                        Reclaim(
+                            kernel_id=kernel_id,
+                            container=provisioner.container_name,
+                            environment=provisioner.environment,
+                            gpu_uuids=provisioner.gpu_uuids(),
+                            gpus=provisioner.gpu_count(),
+                            idle_seconds=max(0.0, now - last),
+                            reclaim_at=wall + (reclaim_at - now),  # shown: wall time
+                            holds=self._holds.get(kernel_id),
+                            gpu_idle_seconds=None if quiet is None else max(0.0, now - quiet),
+                        ),
+                        reclaim_at,
                     )
                 )
-        return sorted(result, key=lambda r: r.reclaim_at)
+        self._looked_at = now
+        return sorted(result, key=lambda pair: pair[1])
 
-    def _look(self) -> list[Reclaim]:
+    def _look(self) -> list[tuple[Reclaim, float]]:
         self.read_gpu_use()
-        return self.pending()
+        return self._pending()
 
     def keep(self, kernel_id: str) -> None:
         """The user keeps the kernel: its idle time starts again from now."""
         self._require(kernel_id)
-        self._kept[kernel_id] = self._clock()
+        self._kept[kernel_id] = self._monotonic()
 
     def _require(self, kernel_id: str) -> GPUKernel:
         for found_id, _, provisioner in self._gpu_kernels():
@@ -238,10 +272,10 @@ class GPUCuller(LoggingConfigurable):
     async def check(self) -> list[str]:
         """One look: reclaim every GPU kernel past its timeout. Returns their ids."""
         reclaimed = []
-        now = self._clock()
         pending = await asyncio.get_running_loop().run_in_executor(None, self._look)
-        for reclaim in pending:
-            if reclaim.reclaim_at <= now:
+        now = self._monotonic()
+        for reclaim, due in pending:
+            if due <= now:
                 try:
                     await self.release(reclaim.kernel_id)
                 except Exception:

@@ -117,7 +117,9 @@ def is_live(claim: Claim, holder: Holder | None, now: float, grace: float) -> bo
     if holder is None or claim.uuid not in holder.gpu_uuids:
         return False
     if holder.status in STOPPED:
-        return now - claim.at < grace
+        # Its time is stored wall time: one dated more than ``grace`` ahead is as stale as
+        # one that old (the clock went back), not live for as long as the clock jumped.
+        return abs(now - claim.at) < grace
     return True
 
 

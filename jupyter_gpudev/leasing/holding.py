@@ -18,7 +18,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from ..engine import Host, Inventory, Progress
-from ..errors import ENGINE_FAILURES, GPUDevError, LimitReached, engine_error
+from ..errors import ENGINE_FAILURES, FAILURES, GPUDevError, LimitReached, engine_error
 from ..labels import L_NAME, labelled_gpus
 from .claims import EngineClaims, GPUTaken
 from .ledger import LeaseLedger
@@ -202,15 +202,30 @@ class GPUHolding:
         return lease
 
     def undo(
-        self, container: Container | None, lease: Lease | None, host: Host | None = None
+        self,
+        container: Container | None,
+        lease: Lease | None,
+        host: Host | None = None,
+        *,
+        patience: float = 0.0,
     ) -> None:
-        """After a failed start: remove the container, then free its lease and claims."""
+        """After a failed start: remove the container, then free its lease and claims.
+        ``patience``: seconds to try the removal again while it fails (an engine restarting
+        does not answer for a while)."""
         if container is not None:
-            try:
-                container.remove(force=True)
-            except (docker.errors.DockerException, GPUDevError):
-                self.log.exception("Could not remove %s after a failed start", container.name)
-                return  # keep the lease: the container may still hold the GPUs
+            deadline = time.monotonic() + patience
+            while True:
+                try:
+                    container.remove(force=True)
+                    break
+                except docker.errors.NotFound:
+                    break  # gone already
+                except FAILURES:
+                    if time.monotonic() < deadline:
+                        time.sleep(0.5)
+                        continue
+                    self.log.exception("Could not remove %s after a failed start", container.name)
+                    return  # keep the lease: the container may still hold the GPUs
         if lease is not None:
             self.ledger.release(lease.lease_id)
             if container is not None and host is not None:

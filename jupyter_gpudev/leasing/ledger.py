@@ -16,7 +16,9 @@ first use."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import shutil
 import sqlite3
 import threading
 import time
@@ -94,6 +96,23 @@ _Row = tuple[str, str, str, str, float, float | None]
 def _from_row(row: _Row, gpu_uuids: tuple[str, ...]) -> Lease:
     lease_id, host, container, owner, created_at, released_at = row
     return Lease(lease_id, host, container, owner, gpu_uuids, created_at, released_at)
+
+
+#: Bytes free under which a failing ledger is said to be on a full disk (SQLite says "disk
+#: I/O error" when its shared-memory file cannot grow).
+LOW_ROOM = 64 * 1024
+
+
+def _no_room(folder: Path, exc: BaseException) -> bool:
+    """Whether ``exc`` (a ledger that could not be used) comes from a full disk."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return True
+    if "disk is full" in str(exc):  # SQLITE_FULL
+        return True
+    try:
+        return shutil.disk_usage(folder).free < LOW_ROOM
+    except OSError:
+        return False
 
 
 class LeaseLedger:
@@ -194,9 +213,14 @@ class LeaseLedger:
                 yield conn
         except (sqlite3.Error, OSError) as exc:  # OSError: its folder cannot be made
             self.log.exception("Lease database %s could not be used", self.path)
+            why = (
+                "the disk it is on is full; make room there"
+                if _no_room(self.path.parent, exc)
+                else "the server log has the details; check that the file is writable and "
+                "not held by a stuck process"
+            )
             raise LedgerUnavailable(
-                f"The lease database {self.path} could not be used (the server log has the "
-                "details); check that the file is writable and not held by a stuck process",
+                f"The lease database {self.path} could not be used: {why}",
                 details={"path": str(self.path)},
             ) from exc
 
@@ -457,8 +481,12 @@ class LeaseLedger:
         for lease in self._active(conn, host):
             if lease.container in containers:
                 leased[lease.container] = lease
-            elif created_before is not None and lease.created_at >= created_before:
-                in_flight.append(lease)  # taken after the listing: a start in flight
+            elif created_before is not None and (
+                created_before <= lease.created_at <= now + (now - created_before)
+            ):
+                # Taken after the listing: a start in flight. Not one dated further ahead than
+                # the grace: its (wall) time is from before the clock went back.
+                in_flight.append(lease)
             elif self._mark_released(conn, lease.lease_id, now):
                 freed.append(replace(lease, released_at=now))
         return leased, in_flight, freed

@@ -8,12 +8,7 @@ with no changes.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -23,81 +18,9 @@ import pytest
 from jupyter_gpudev.containers import docker_name
 from jupyter_gpudev.labels import L_KERNEL
 from jupyter_gpudev.leasing import LeaseLedger
-from tests.conftest import FAKE_SMI, FIXTURES
-from tests.ports import free_port
+from tests.servers import Server
 
 pytestmark = pytest.mark.integration
-
-TOKEN = "crash-test-token"  # noqa: S105 - a throwaway token for a loopback-only test server
-
-
-class Server:
-    """``jupyter server`` in its own process, as a user runs it."""
-
-    def __init__(self, root: Path, state: Path, config_dir: Path) -> None:
-        self.port = free_port()
-        self.log = root.parent / f"server-{self.port}.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "jupyter_server",
-            f"--port={self.port}",
-            "--ip=127.0.0.1",
-            f"--IdentityProvider.token={TOKEN}",
-            f"--ServerApp.root_dir={root}",
-            "--ServerApp.open_browser=False",
-            "--allow-root",
-            "--GPUInventory.backend=nvidia-smi",
-            f"--GPUInventory.nvidia_smi_path={FAKE_SMI}",
-            f"--DevContainers.state_dir={state}",
-            "--DevContainers.stop_timeout=2",
-        ]
-        env = {
-            **os.environ,
-            "FAKE_NVIDIA_SMI_DIR": str(FIXTURES / "smi" / "two-a100"),
-            "JUPYTER_CONFIG_DIR": str(config_dir),
-        }
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-        self.wait_ready()
-
-    def call(self, method: str, path: str, body: Any = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}{path}",
-            data=data,
-            method=method,
-            headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310 - loopback
-            raw = response.read()
-        return json.loads(raw) if raw else None
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + 60
-        while True:
-            if self.process.poll() is not None:
-                raise AssertionError(f"server exited: {self.log.read_text()[-2000:]}")
-            try:
-                self.call("GET", "/api/status")
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-            else:
-                return
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
 
 
 @pytest.fixture
