@@ -19,6 +19,7 @@ from .access import Access
 from .changes.capture import ChangeCapture
 from .changes.commit import Committer
 from .changes.tracker import ChangeTracker
+from .containers.features import Features
 from .containers.lifecycle import DevContainers
 from .containers.limits import UserLimits
 from .containers.lookup import ContainerLookup
@@ -49,6 +50,7 @@ CLASSES: tuple[type[Configurable], ...] = (
     MountPolicy,
     LegacyGPUInjection,
     Registries,
+    Features,
     GPUCuller,
     ImageBootstrapper,
     GPUDevProvisioner,

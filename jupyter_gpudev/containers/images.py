@@ -26,9 +26,10 @@ from ..engine import BuildTrust, Progress, Registries, RegistryError, stream_bui
 from ..engine.context import TEXT_LIMIT, folder_context
 from ..environments import Environment
 from ..environments.model import BuildSpec
-from ..errors import ImageError, engine_errors
+from ..errors import BadRequest, ImageError, engine_errors
 from ..labels import L_BUILD_BASES, L_ENV
 from . import references
+from .features import Features, install_features
 from .namespace import UserImages, build_digest, build_reference, context_digest
 
 #: A FROM line's image (``FROM [--platform=...] IMAGE [AS name]``).
@@ -44,11 +45,19 @@ def ensure_image(
     *,
     trust: BuildTrust | None = None,
     mine: UserImages | None = None,
+    features: Features | None = None,
 ) -> tuple[str, list[str]]:
     """Build or pull the environment's image when the host lacks it; returns its reference and
     its ``Config.Env`` (for the CUDA check). A build trusts ``trust``'s CA bundle. ``mine``:
-    shared mode's user (see the module)."""
+    shared mode's user (see the module). The environment's Dev Container Features are then
+    installed on it (``features.install_features``; ``features``: ``c.Features``, read from
+    ``registries``' configuration when not given)."""
     if mine is not None:
+        if env.features:
+            raise BadRequest(
+                f"The environment {env.name!r} names Dev Container Features, which the shared "
+                "gpudev service does not install yet; install the tools in a Dockerfile"
+            )
         ref, image = _ensure_own(
             client, env, say, log, registries=registries, trust=trust, mine=mine
         )
@@ -68,6 +77,18 @@ def ensure_image(
             build(client, env, ref, say, log, trust=trust)
         else:
             pull(client, registries, ref, say)
+        image = client.images.get(ref)
+    if env.features:
+        ref = install_features(
+            client,
+            env,
+            ref,
+            registries=registries,
+            say=say,
+            log=log,
+            trust=trust,
+            settings=features,
+        )
         image = client.images.get(ref)
     return ref, list(image.attrs.get("Config", {}).get("Env") or [])
 

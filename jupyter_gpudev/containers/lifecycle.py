@@ -278,8 +278,8 @@ class DevContainers(ContainerLookup):
         """The environment a start asks for (its image replaced by the request's), allowed;
         and the request, going to the environment's own host unless it names one."""
         env = self.environments.get(request.environment, self.root_dir)
-        if request.image:
-            env = replace(env, image=request.image, build=None)
+        if request.image:  # a snapshot of one of its containers: its features are in it
+            env = replace(env, image=request.image, build=None, features=())
         self.environments.check_image_allowed(env, self.root_dir)
         if request.host is None and env.host:
             request = replace(request, host=env.host)

@@ -78,6 +78,11 @@ def start_pod(
     ``name``: its key; ``command``: its main process; ``confinement``: the administrator's,
     within ``who``'s limits; ``room``: held while the pod is made (``who``'s running
     containers counted); ``timeout``: of each lifecycle command."""
+    if env.features:  # a cluster pulls its image: nothing here would install them
+        raise BadRequest(
+            f"The environment {env.name!r} names Dev Container Features, which gpudev installs "
+            "only on a Docker engine yet; on a Kubernetes host, use an image with the tools"
+        )
     target, notes = planning.pod_target(
         env,
         request,

@@ -193,6 +193,11 @@ class Targets:
             check_free(self.lookup, client, name, who, host)
             image = planned_image(client, env, mine)  # another user's image is refused here too
             notes: list[str] = list(env.notes)
+            if env.features:
+                notes.append(
+                    "Dev Container Features installed on the image at the start: "
+                    + ", ".join(feature.ref.written for feature in env.features)
+                )
             try:
                 client.images.get(image)
             except docker.errors.ImageNotFound:

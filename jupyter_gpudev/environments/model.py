@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 from ..errors import BadRequest, GPUDevError
+from .features import FeatureRequest
 
 GPUMode = Literal["none", "optional", "required"]
 
@@ -222,6 +223,12 @@ class Environment:
     #: The host its dev containers and kernels start on when none is named
     #: (``customizations.gpudev.host``; ``None``: placed automatically).
     host: str | None = None
+    #: Dev Container Features installed on its image (``containers.features``), as written,
+    #: ``overrideFeatureInstallOrder``, and the folder of its devcontainer.json (local features
+    #: and ``devcontainer-lock.json``; ``None`` for an environment of the configuration).
+    features: tuple[FeatureRequest, ...] = ()
+    feature_order: tuple[str, ...] = ()
+    config_dir: str | None = None
     #: What of its file gpudev does not do (``support.check_properties``, ``runArgs``...):
     #: shown in the listing, a dry run, the panel's row and a start's progress.
     notes: tuple[str, ...] = ()
@@ -258,6 +265,7 @@ class Environment:
             "workspace_folder": self.workspace_folder,
             "idle_timeout": self.idle_timeout,
             "host": self.host,
+            "features": [feature.to_json() for feature in self.features],
             "notes": list(self.notes),
         }
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BadRequest
+from .features import read_order, read_requests
 from .model import (
     _IMAGE_RE,
     BuildSpec,
@@ -178,7 +179,27 @@ class _SpecReader:
             workspace_folder=workspace,
             idle_timeout=self._idle_timeout(custom),
             host=self._host(custom),
+            features=read_requests(
+                self.data.get("features"),
+                self.where,
+                local_path=None if self.base_dir is None else self._local_feature,
+            ),
+            feature_order=read_order(self.data.get("overrideFeatureInstallOrder"), self.where),
+            config_dir=None if self.base_dir is None else os.path.realpath(self.base_dir),
         )
+
+    def _local_feature(self, value: str, key: str) -> str:
+        """A local feature's folder: its real path, under the root's ``.devcontainer``."""
+        real = os.path.realpath(os.path.join(self.base_dir or self.root_real, value))
+        folder = os.path.realpath(os.path.join(self.root_real, ".devcontainer"))
+        if not _inside(real, folder) or real == folder:
+            raise self.fail(
+                f"{key}: a local feature must be a folder under .devcontainer/ (after following "
+                "links)"
+            )
+        if not os.path.isdir(real):
+            raise self.fail(f"{key} is not a folder")
+        return real
 
     # -- helpers
 

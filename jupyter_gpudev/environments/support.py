@@ -64,10 +64,6 @@ class Property:
 
 
 _COMPOSE = "Docker Compose environments are not supported; use 'image' or 'build'"
-_FEATURES = (
-    "Dev Container Features are not installed yet (the container starts without them); "
-    "install the tools in a Dockerfile ('build.dockerfile') for now"
-)
 
 PROPERTIES: tuple[Property, ...] = (
     # What the container is made from.
@@ -92,8 +88,22 @@ PROPERTIES: tuple[Property, ...] = (
         "these are docker build flags, which gpudev does not pass (default-deny, as runArgs)",
         _falsy,
     ),
-    Property("features", "ignored", _FEATURES, _falsy),
-    Property("overrideFeatureInstallOrder", "ignored", _FEATURES, _falsy),
+    Property(
+        "features",
+        "partly",
+        "installed into the image on a Docker engine (one build per set of features, cached): "
+        "OCI references (tags, digests; c.Features.registry_mirrors; devcontainer-lock.json "
+        "pins), ./folders under .devcontainer/, tarball URLs only where "
+        "c.Features.allowed_urls allows; options, containerEnv, installsAfter, dependsOn "
+        "(listed, not added), legacyIds. Not yet: features' lifecycle commands, shared mode, "
+        "Kubernetes hosts (refused there). A feature asking for privileged, capAdd, "
+        "securityOpt, entrypoint or mounts is refused",
+    ),
+    Property(
+        "overrideFeatureInstallOrder",
+        "supported",
+        "these features install first, in this order (dependsOn still before them)",
+    ),
     # How it runs.
     Property("runArgs", "partly", "default-deny: the few flags allowed are listed above"),
     Property("containerEnv", "supported", "except variables that decide which code loads"),

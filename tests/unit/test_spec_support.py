@@ -195,15 +195,15 @@ def test_a_name_not_in_the_specification_is_a_note_not_silence(tmp_path: Path) -
 
 
 def test_notes_reach_the_listing_and_the_environment(tmp_path: Path) -> None:
-    # Given an environment with features (not installed yet)
-    spec = {"image": "python:3.12", "features": ASKING["features"]}
+    # Given an environment with a property gpudev ignores (remoteEnv)
+    spec = {"image": "python:3.12", "remoteEnv": ASKING["remoteEnv"]}
     notes, _ = read(tmp_path, spec)
     listing = EnvironmentManager().list(tmp_path)
     # Then the listing's warnings and the environment's JSON say the same
     (env,) = [e for e in listing.environments if e.name == "e"]
     assert env.to_json()["notes"] == notes
     assert [p["message"] for p in listing.problems if p["level"] == "warning"] == notes
-    assert "Dev Container Features are not installed yet" in notes[0]
+    assert "'remoteEnv' is ignored" in notes[0]
 
 
 def test_every_row_is_known_by_its_name() -> None:

@@ -1,0 +1,350 @@
+"""Dev Container Features installed into an environment's image (``environments.features``
+reads them, ``engine.oci`` fetches them).
+
+On a start, after the environment's image is pulled or built (``images.ensure_image``): each
+feature is fetched (an OCI one from its registry, through ``c.Features.registry_mirrors``,
+with the credentials of image pulls; a local one packed from the workspace without following
+a link) and its archive read as hostile input; the install order is worked out; a build
+context is generated (the image as ``FROM``, then per feature one ``COPY`` and one ``RUN`` of
+its ``install.sh``) and built as a Dockerfile is (BuildKit, ``RUN`` steps trusting the CA
+bundle where configured), tagged ``gpudev-features-<env>:<digest>`` where the digest covers
+the base image's id, the Dockerfile and every feature's files: an unchanged environment is not
+built again.
+
+``devcontainer-lock.json`` next to the devcontainer.json pins each OCI feature to a manifest
+digest: a pinned one is fetched by that digest (and its layer checked against the pin's
+``integrity``); the file is written, when missing, through the workspace's no-follow writes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import json
+import os
+import re
+import threading
+import urllib.parse
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import docker
+import docker.errors
+from traitlets import Dict, List, TraitError, Unicode, validate
+from traitlets.config import LoggingConfigurable
+
+from .. import safefs
+from ..engine import BuildTrust, Progress, Registries, stream_build
+from ..engine.context import pack_context
+from ..engine.oci import OCIClient
+from ..environments import Environment
+from ..environments import feature_archives as archives
+from ..environments import features as spec
+from ..errors import BadRequest, ImageError, engine_errors
+from ..labels import L_BUILD_BASES, L_ENV
+from . import feature_build as build
+
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[a-z0-9._-]+)*\Z")
+
+
+class Features(LoggingConfigurable):
+    """Dev Container Features: where they are fetched from (``c.Features.*``)."""
+
+    registry_mirrors = Dict(
+        per_key_traits=None,
+        value_trait=Unicode(),
+        default_value={},
+        help="""Registries features are fetched from instead of the ones their references
+        name: a registry/namespace prefix -> another, e.g.
+        {"ghcr.io/devcontainers/features": "registry.example.com/mirror/features"}. The
+        longest matching prefix wins; the mirror's credentials are those of image pulls
+        (c.Registries.credentials or docker login). devcontainer-lock.json keeps the names
+        as written.""",
+    ).tag(config=True)
+
+    allowed_urls = List(
+        Unicode(),
+        default_value=[],
+        help="""Tarball URLs a devcontainer.json may name as features, as fnmatch patterns,
+        e.g. ["https://features.example.com/*.tgz"]. A tarball has no digest to pin and is
+        fetched from wherever the URL says: none is allowed by default (features come from
+        OCI registries or the workspace). HTTPS only, but to a loopback address; a redirect
+        to a non-public address is refused.""",
+    ).tag(config=True)
+
+    @validate("registry_mirrors")
+    def _valid_mirrors(self, proposal: Any) -> dict[str, str]:
+        value = dict(proposal["value"])
+        for key, target in value.items():
+            if not _PREFIX_RE.match(str(key)) or not _PREFIX_RE.match(str(target)):
+                raise TraitError(
+                    "c.Features.registry_mirrors maps REGISTRY[/NAMESPACE] to "
+                    f"REGISTRY[/NAMESPACE], not {key!r}: {target!r}"
+                )
+        return value
+
+    def mirrored(self, registry: str, repository: str) -> tuple[str, str]:
+        """(registry, repository) to fetch ``registry/repository`` from."""
+        full = f"{registry}/{repository}"
+        best = ""
+        for prefix in self.registry_mirrors:
+            trimmed = prefix.rstrip("/")
+            if (full == trimmed or full.startswith(trimmed + "/")) and len(trimmed) > len(best):
+                best = trimmed
+        if not best:
+            return registry, repository
+        moved = self.registry_mirrors[best].rstrip("/") + full[len(best) :]
+        host, _, path = moved.partition("/")
+        return host.lower(), path
+
+
+def install_features(
+    client: docker.DockerClient,
+    env: Environment,
+    base: str,
+    *,
+    registries: Registries,
+    say: Progress,
+    log: Any,
+    trust: BuildTrust | None = None,
+    settings: Features | None = None,
+) -> str:
+    """The image of ``env`` with its features installed on ``base`` (built when missing);
+    returns its reference."""
+    settings = settings if settings is not None else Features(parent=registries)
+    pins = _read_pins(env)
+    fetched = [_fetch(request, settings, registries, pins, say) for request in env.features]
+    ordered = spec.install_order(fetched, env.feature_order)
+    for feature in ordered:
+        if feature.meta.commands:
+            say(
+                {
+                    "stage": "features",
+                    "message": f"{feature.what}: its {', '.join(feature.meta.commands)} "
+                    "are not run (not supported yet)",
+                }
+            )
+    try:
+        image = client.images.get(base)
+    except docker.errors.ImageNotFound:
+        raise ImageError(f"The image {base} to install features on is missing") from None
+    config = image.attrs.get("Config") or {}
+    image_user = str(config.get("User") or "")
+    if image_user:
+        build.check_user(image_user, f"The image {base}")
+    container_user = image_user.split(":", 1)[0] or "root"
+    remote_user = build.check_user(
+        env.remote_user or container_user, f"The environment {env.name!r}"
+    )
+    text = build.dockerfile(
+        base,
+        ordered,
+        remote_user=remote_user,
+        container_user=container_user,
+        image_user=image_user,
+    )
+    digest = build.build_digest(str(image.id), text, ordered)
+    repository = re.sub(r"[_.-]{2,}", "-", env.name).strip("_.-") or "unnamed"
+    ref = f"gpudev-features-{repository}:{digest[:12]}"
+    _write_lockfile(env, fetched, pins, say)
+    try:
+        client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        pass
+    else:
+        say({"stage": "features", "message": f"features unchanged: using {ref}"})
+        return ref
+    names = ", ".join(f.request.ref.written for f in ordered)
+    say({"stage": "build", "message": f"installing the features {names} into {ref}"})
+    with engine_errors(f"Installing the features of {env.name!r}", log):
+        stream_build(
+            client,
+            f"the features of {env.name!r}",
+            say,
+            trust,
+            fileobj=build.context_tar(text, ordered),
+            custom_context=True,
+            dockerfile="Dockerfile",
+            tag=ref,
+            labels={L_ENV: env.name, L_BUILD_BASES: f"{base}@{image.id}"},
+        )
+    return ref
+
+
+def _fetch(
+    request: spec.FeatureRequest,
+    settings: Features,
+    registries: Registries,
+    pins: Mapping[str, spec.Pin],
+    say: Progress,
+) -> spec.Resolved:
+    ref = request.ref
+    what = f"the feature {ref.written!r}"
+    if ref.kind == "local":
+        with pack_context(ref.path) as packed:
+            archive = archives.read_archive(packed, what)
+        return spec.Resolved(request, spec.meta_of(archive, what), archive)
+    if ref.kind == "url":
+        return _fetch_url(request, settings, say)
+    pin = pins.get(ref.written)
+    reference, integrity = ref.reference, ""
+    if pin is not None:
+        pinned = spec.parse_oci(pin.resolved)
+        if pinned is None or pinned.resource.lower() != ref.resource.lower():
+            raise BadRequest(f"devcontainer-lock.json pins {what} to another feature")
+        reference, integrity = pinned.digest, pin.integrity
+    manifest_digest, layer_digest, data = _fetch_oci(ref, reference, settings, registries, say)
+    if integrity and integrity != layer_digest:
+        raise BadRequest(
+            f"{what}: its layer is not the one devcontainer-lock.json pins ({integrity})"
+        )
+    archive = archives.read_archive(io.BytesIO(data), what)
+    meta = spec.meta_of(archive, what)
+    if meta.id != ref.id and ref.id not in meta.legacy_ids:
+        raise BadRequest(f"{what}: its devcontainer-feature.json names the id {meta.id!r}")
+    return spec.Resolved(request, meta, archive, manifest_digest, layer_digest)
+
+
+def _fetch_oci(
+    ref: spec.FeatureRef,
+    reference: str,
+    settings: Features,
+    registries: Registries,
+    say: Progress,
+) -> tuple[str, str, bytes]:
+    """The manifest's and the layer's digests and the layer's bytes of ``ref`` at
+    ``reference`` (a tag or a digest): from ``_CACHE`` for a digest fetched before, else
+    from its registry (mirrored) with the credentials of image pulls."""
+    what = f"the feature {ref.written!r}"
+    if reference.startswith("sha256:"):
+        manifest = _CACHE.get(reference)
+        layer_digest = _layer(manifest, what) if manifest is not None else ""
+        layer = _CACHE.get(layer_digest) if layer_digest else None
+        if layer is not None:
+            say({"stage": "features", "message": f"{ref.written} ({reference}): fetched before"})
+            return reference, layer_digest, layer
+    registry, repository = settings.mirrored(ref.registry, ref.repository)
+    auth: dict[str, str] = {}
+    if registries.pulls_with_credentials(ref.written):
+        auth, _ = registries.auth_for(registry)
+    say({"stage": "features", "message": f"fetching {ref.written} ({reference})"})
+    oci = OCIClient(registry, auth, what=what)
+    try:
+        fetched = oci.manifest(repository, reference, spec.MANIFEST_TYPE)
+        layer_digest = _layer(fetched.data, what)
+        blob = oci.blob(repository, layer_digest, archives.MAX_TOTAL_BYTES + (1 << 20))
+    finally:
+        oci.close()
+    _CACHE.put(fetched.digest, fetched.data)
+    _CACHE.put(blob.digest, blob.data)
+    return fetched.digest, layer_digest, blob.data
+
+
+class _Cache:
+    """Manifests and layers by their digests, as fetched (and checked against them): a feature
+    pinned by digest (as devcontainer-lock.json pins them) is not fetched again by this
+    process, so an unchanged environment starts while its registry is away. Bounded; the
+    oldest go first. (Shared across the users of a process: the shared service refuses
+    features, see ``images.ensure_image``.)"""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.items: OrderedDict[str, bytes] = OrderedDict()
+        self.size = 0
+        self.lock = threading.Lock()
+
+    def get(self, digest: str) -> bytes | None:
+        with self.lock:
+            data = self.items.get(digest)
+            if data is not None:
+                self.items.move_to_end(digest)
+            return data
+
+    def put(self, digest: str, data: bytes) -> None:
+        if len(data) > self.limit:
+            return
+        with self.lock:
+            old = self.items.pop(digest, None)
+            self.size += len(data) - (len(old) if old is not None else 0)
+            self.items[digest] = data
+            while self.size > self.limit:
+                _, dropped = self.items.popitem(last=False)
+                self.size -= len(dropped)
+
+
+_CACHE = _Cache(256 << 20)
+
+
+def _fetch_url(request: spec.FeatureRequest, settings: Features, say: Progress) -> spec.Resolved:
+    ref = request.ref
+    what = f"the feature {ref.written!r}"
+    if not any(fnmatch.fnmatchcase(ref.written, pattern) for pattern in settings.allowed_urls):
+        raise BadRequest(
+            f"{what}: features from tarball URLs are fetched only where an administrator allows "
+            "them (c.Features.allowed_urls); publish it to an OCI registry, or copy it under "
+            ".devcontainer/ and name it './folder'",
+            details={"feature": ref.written, "trait": "c.Features.allowed_urls"},
+        )
+    netloc = urllib.parse.urlsplit(ref.written).netloc
+    say({"stage": "features", "message": f"fetching {ref.written}"})
+    client = OCIClient(netloc, {}, what=what)
+    try:
+        data = client.download(ref.written, archives.MAX_TOTAL_BYTES + (1 << 20))
+    finally:
+        client.close()
+    archive = archives.read_archive(io.BytesIO(data), what, compressed=True)
+    return spec.Resolved(request, spec.meta_of(archive, what), archive)
+
+
+def _layer(data: bytes, what: str) -> str:
+    try:
+        manifest = json.loads(data)
+    except ValueError:
+        raise BadRequest(f"{what}: the registry's manifest is not JSON") from None
+    layers = manifest.get("layers") if isinstance(manifest, dict) else None
+    found = [
+        layer
+        for layer in layers or []
+        if isinstance(layer, dict) and layer.get("mediaType") == spec.LAYER_TYPE
+    ]
+    if len(found) != 1 or not isinstance(found[0].get("digest"), str):
+        raise BadRequest(
+            f"{what}: the registry's manifest has no one layer of type {spec.LAYER_TYPE}: is it "
+            "a feature (the features-distribution specification)?"
+        )
+    digest = str(found[0]["digest"])
+    if not re.match(r"^sha256:[a-f0-9]{64}\Z", digest):
+        raise BadRequest(f"{what}: the layer's digest {digest[:80]!r} is not a sha256 digest")
+    return digest
+
+
+def _read_pins(env: Environment) -> dict[str, spec.Pin]:
+    if env.config_dir is None:
+        return {}
+    where = os.path.join(env.source.rsplit("/", 1)[0], spec.LOCKFILE)
+    with safefs.Folder.open_checked(env.config_dir) as folder:
+        try:
+            data = folder.read_bytes(spec.LOCKFILE, spec.MAX_METADATA_BYTES)
+        except ValueError:
+            raise BadRequest(f"{where} is over 1 MiB") from None
+    return {} if data is None else spec.read_lockfile(data, where)
+
+
+def _write_lockfile(
+    env: Environment,
+    fetched: list[spec.Resolved],
+    pins: Mapping[str, spec.Pin],
+    say: Progress,
+) -> None:
+    """Write the lockfile when there is none and some feature came from a registry."""
+    if env.config_dir is None or pins or not any(f.manifest_digest for f in fetched):
+        return
+    with safefs.Folder.open_checked(env.config_dir) as folder:
+        if folder.kind(spec.LOCKFILE) is not None:
+            return
+        try:
+            folder.write_new(spec.LOCKFILE, [spec.render_lockfile(fetched)])
+        except FileExistsError:
+            return
+    say({"stage": "features", "message": f"wrote {spec.LOCKFILE}: the features' digests pinned"})

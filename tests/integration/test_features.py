@@ -1,0 +1,416 @@
+"""Dev Container Features on the real engine and the real registry (with authentication):
+features published in the specification's OCI layout (manifest and layer media types) with
+plain HTTP calls, a local feature in the workspace, installed by ``DevContainers.start``."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import http.server
+import io
+import json
+import secrets
+import tarfile
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+import requests
+from traitlets.config import Config
+
+from jupyter_gpudev.containers import DevContainers, StartRequest
+from jupyter_gpudev.environments import features as spec
+from jupyter_gpudev.errors import BadRequest, GPUDevError
+from tests.leaks import Baseline, assert_nothing_leaked
+from tests.registry import Registry
+
+pytestmark = pytest.mark.integration
+
+BASE = "gpudev-base:bookworm"
+MIRRORED = "ghcr.io/gpudev-test/features"
+LOG = "/opt/features.log"
+
+
+def layer(files: dict[str, str], extra: tuple[tarfile.TarInfo, ...] = ()) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        top = tarfile.TarInfo("./")
+        top.type, top.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(top)
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"./{name}")
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+        for info in extra:
+            tar.addfile(info, io.BytesIO(b"x" * info.size) if info.isreg() else None)
+    return out.getvalue()
+
+
+def publish(
+    registry: Registry, name: str, tag: str, files: dict[str, str], **more: Any
+) -> tuple[str, str]:
+    """Push a feature as the features-distribution specification lays it out: a config blob,
+    one layer of type application/vnd.devcontainers.layer.v1+tar, an OCI manifest; returns
+    (manifest digest, layer digest)."""
+    session = requests.Session()
+    session.auth = (registry.username, registry.password)
+    root = f"http://{registry.address}"
+
+    def blob(data: bytes) -> dict[str, Any]:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        started = session.post(f"{root}/v2/features/{name}/blobs/uploads/", timeout=10)
+        assert started.status_code == 202, started.text
+        location = urllib.parse.urljoin(root, started.headers["Location"])
+        glue = "&" if "?" in location else "?"
+        done = session.put(
+            f"{location}{glue}digest={digest}",
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+            timeout=10,
+        )
+        assert done.status_code == 201, done.text
+        return {"digest": digest, "size": len(data)}
+
+    data = layer(files, more.get("extra", ()))
+    config = {"mediaType": "application/vnd.devcontainers", **blob(b"{}")}
+    layer_desc = {
+        "mediaType": spec.LAYER_TYPE,
+        **blob(data),
+        "annotations": {"org.opencontainers.image.title": f"devcontainer-feature-{name}.tgz"},
+    }
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": spec.MANIFEST_TYPE,
+            "config": config,
+            "layers": [layer_desc],
+        }
+    ).encode()
+    put = session.put(
+        f"{root}/v2/features/{name}/manifests/{tag}",
+        data=manifest,
+        headers={"Content-Type": spec.MANIFEST_TYPE},
+        timeout=10,
+    )
+    assert put.status_code == 201, put.text
+    return "sha256:" + hashlib.sha256(manifest).hexdigest(), str(layer_desc["digest"])
+
+
+def feature_json(ident: str, **data: Any) -> str:
+    return json.dumps({"id": ident, "version": "1.0.0", **data})
+
+
+def features_config(registry: Registry) -> Config:
+    """Registry credentials and a feature mirror naming the test registry; builds trusting the
+    CA bundle (BuildKit); no GPUs."""
+    config = Config()
+    config.GPUInventory.backend = "none"
+    config.Registries.credentials = {
+        registry.address: {"username": registry.username, "password": registry.password}
+    }
+    config.Features.registry_mirrors = {MIRRORED: f"{registry.address}/features"}
+    config.MountPolicy.mount_ca_bundle = True
+    return config
+
+
+@pytest.fixture
+def features_manager(
+    tmp_path: Path,
+    registry: Registry,
+    dev_containers: Callable[..., DevContainers],
+    docker_client: docker.DockerClient,
+) -> Iterator[tuple[DevContainers, Path, str]]:
+    """A manager of ``features_config``: (manager, workspace, a fresh environment name). The
+    features images of that environment are removed after the test."""
+    root = tmp_path / "work"
+    manager = dev_containers(root, features_config(registry))
+    name = f"feat{secrets.token_hex(4)}"
+    yield manager, root, name
+    for image in docker_client.images.list(name=f"gpudev-features-{name}"):
+        docker_client.images.remove(str(image.id), force=True)
+
+
+def write_env(root: Path, name: str, data: dict[str, Any]) -> Path:
+    folder = root / ".devcontainer" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "devcontainer.json").write_text(json.dumps({"image": BASE, **data}))
+    return folder
+
+
+def leaked_nothing(
+    client: docker.DockerClient, baseline: Baseline, manager: DevContainers, env: str
+) -> None:
+    """``assert_nothing_leaked`` for this test's manager: its containers, its ledger's GPU
+    claims, its environment's dangling images (other tests run beside it)."""
+    assert_nothing_leaked(
+        client,
+        baseline,
+        server_id=manager.server_id,
+        ledger_id=manager.ledger_id,
+        environments=[env],
+    )
+
+
+def start(
+    manager: DevContainers, client: docker.DockerClient, env: str, name: str
+) -> tuple[list[str], str, float]:
+    """Start, read the features' log in it, remove it: (progress messages, log, seconds)."""
+    events: list[dict[str, Any]] = []
+    began = time.monotonic()
+    info = manager.start(StartRequest(environment=env, name=name), events.append)
+    took = time.monotonic() - began
+    try:
+        container = client.containers.get(info.container_id)
+        code, out = container.exec_run(["sh", "-c", f"cat {LOG}; echo BETA_HOME=$BETA_HOME"])
+        assert code == 0, out
+    finally:
+        manager.remove(name, force=True)
+    assert isinstance(out, bytes)
+    return [str(e.get("message", "")) for e in events], out.decode(), took
+
+
+def test_features_install_in_order_with_options_cached_and_pinned(
+    features_manager: tuple[DevContainers, Path, str],
+    docker_client: docker.DockerClient,
+    registry: Registry,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    manager, root, env = features_manager
+    baseline = Baseline.take(docker_client, ignore_removed=True)
+    nonce = secrets.token_hex(8)  # this run's features are new to the engine
+    # Given alpha (options, installs after beta) and beta (containerEnv) in the registry
+    alpha_v1, alpha_layer = publish(
+        registry,
+        "alpha",
+        "1",
+        {
+            "devcontainer-feature.json": feature_json(
+                "alpha",
+                options={
+                    "greeting": {"type": "string", "default": "hi", "proposals": ["hello"]},
+                    "loud": {"type": "boolean", "default": False},
+                    "flavour": {"type": "string", "enum": ["mild", "hot"], "default": "mild"},
+                },
+                installsAfter=[f"{MIRRORED}/beta"],
+            ),
+            "install.sh": f"#!/bin/sh\n# {nonce}\n"
+            f'echo "alpha-v1 [$GREETING] $LOUD $FLAVOUR $_REMOTE_USER $_REMOTE_USER_HOME"'
+            f" >> {LOG}\n",
+        },
+    )
+    publish(
+        registry,
+        "beta",
+        "1",
+        {
+            "devcontainer-feature.json": feature_json(
+                "beta", containerEnv={"BETA_HOME": "/opt/beta"}
+            ),
+            "install.sh": f"#!/bin/sh\n# {nonce}\necho beta $BETA_HOME >> {LOG}\n",
+        },
+    )
+    # And a local feature in the workspace, named first by overrideFeatureInstallOrder
+    folder = write_env(
+        root,
+        env,
+        {
+            "features": {
+                f"{MIRRORED}/alpha:1": {"greeting": "a 'b' \"c\" $(id) `x`", "loud": True},
+                f"{MIRRORED}/beta:1": {},
+                "./gamma": {},
+            },
+            "overrideFeatureInstallOrder": ["./gamma"],
+        },
+    )
+    (folder / "gamma").mkdir()
+    (folder / "gamma" / "devcontainer-feature.json").write_text(feature_json("gamma"))
+    (folder / "gamma" / "install.sh").write_text(f"#!/bin/sh\n# {nonce}\necho gamma >> {LOG}\n")
+
+    # When a start is planned, the plan names the features it installs
+    planned = manager.plan(StartRequest(environment=env, name=f"{env}-plan"))
+    assert any(
+        note.startswith("Dev Container Features installed on the image at the start: ")
+        and "./gamma" in note
+        for note in planned["notes"]
+    )
+    # When a container of it starts
+    said, log, first = start(manager, docker_client, env, f"{env}-1")
+    # Then each install.sh ran, in order, with its options as given (no shell read them)
+    assert log.splitlines() == [
+        "gamma",
+        "beta /opt/beta",
+        "alpha-v1 [a 'b' \"c\" $(id) `x`] true mild root /root",
+        "BETA_HOME=/opt/beta",
+    ]
+    assert any("installing the features" in m for m in said)
+    assert any("BuildKit" in m for m in said)
+    # And the lockfile pins what was fetched, by the names as written
+    lock = json.loads((folder / spec.LOCKFILE).read_text())
+    assert lock["features"][f"{MIRRORED}/alpha:1"] == {
+        "version": "1.0.0",
+        "resolved": f"{MIRRORED}/alpha@{alpha_v1}",
+        "integrity": alpha_layer,
+    }
+    assert "./gamma" not in lock["features"]
+
+    # When it starts again, unchanged, while the registry is away: no fetch, no build
+    registry.stop()
+    try:
+        said, log, cached = start(manager, docker_client, env, f"{env}-2")
+    finally:
+        registry.start()
+    assert any(f"({alpha_v1}): fetched before" in m for m in said)
+    assert any("features unchanged" in m for m in said)
+    assert not any("installing the features" in m for m in said)
+
+    # When alpha's tag 1 moves to a new version, the lockfile still pins the first
+    publish(
+        registry,
+        "alpha",
+        "1",
+        {
+            "devcontainer-feature.json": feature_json(
+                "alpha", options={"greeting": {"type": "string", "default": ""}}
+            ),
+            "install.sh": f"#!/bin/sh\n# {nonce}\necho alpha-v2 >> {LOG}\n",
+        },
+    )
+    said, log, _ = start(manager, docker_client, env, f"{env}-3")
+    assert any(f"({alpha_v1})" in m for m in said)  # fetched by the pinned digest
+    assert any("features unchanged" in m for m in said)
+    assert "alpha-v1" in log
+
+    # When the lockfile is removed, the tag's new version is fetched and built
+    (folder / spec.LOCKFILE).unlink()
+    (folder / "devcontainer.json").write_text(
+        (folder / "devcontainer.json").read_text().replace(', "loud": true', "")
+    )
+    said, log, _ = start(manager, docker_client, env, f"{env}-4")
+    assert any("installing the features" in m for m in said)
+    assert "alpha-v2" in log
+    assert "alpha-v1" not in log
+    lock = json.loads((folder / spec.LOCKFILE).read_text())
+    assert lock["features"][f"{MIRRORED}/alpha:1"]["resolved"] != f"{MIRRORED}/alpha@{alpha_v1}"
+    with capsys.disabled():
+        print(f"\nfeatures: first start (fetch + build) {first:.2f} s, cached {cached:.2f} s")
+    leaked_nothing(docker_client, baseline, manager, env)
+
+
+def test_a_feature_asking_for_privileged_is_refused(
+    features_manager: tuple[DevContainers, Path, str],
+    docker_client: docker.DockerClient,
+    registry: Registry,
+) -> None:
+    manager, root, env = features_manager
+    baseline = Baseline.take(docker_client, ignore_removed=True)
+    # Given a feature that asks for a privileged container
+    publish(
+        registry,
+        "dind",
+        "2",
+        {
+            "devcontainer-feature.json": feature_json("dind", privileged=True),
+            "install.sh": "#!/bin/sh\ntouch /opt/dind\n",
+        },
+    )
+    write_env(root, env, {"features": {f"{MIRRORED}/dind:2": {}}})
+    # When a container of it starts: refused, naming the feature, nothing left
+    with pytest.raises(BadRequest, match=rf"feature '{MIRRORED}/dind:2' asks for 'privileged'"):
+        manager.start(StartRequest(environment=env, name=f"{env}-p"), lambda _e: None)
+    assert not docker_client.images.list(name=f"gpudev-features-{env}")
+    leaked_nothing(docker_client, baseline, manager, env)
+
+
+def test_a_hostile_archive_is_refused(
+    features_manager: tuple[DevContainers, Path, str],
+    docker_client: docker.DockerClient,
+    registry: Registry,
+) -> None:
+    manager, root, env = features_manager
+    baseline = Baseline.take(docker_client, ignore_removed=True)
+    # Given a feature whose archive writes above itself
+    escape = tarfile.TarInfo("../../etc/cron.d/evil")
+    escape.size = 4
+    publish(
+        registry,
+        "evil",
+        "1",
+        {"devcontainer-feature.json": feature_json("evil"), "install.sh": "#!/bin/sh\n"},
+        extra=(escape,),
+    )
+    write_env(root, env, {"features": {f"{MIRRORED}/evil:1": {}}})
+    # When a container of it starts: refused with what is wrong
+    with pytest.raises(BadRequest, match=r"its archive is refused: .*climbs out with '\.\.'"):
+        manager.start(StartRequest(environment=env, name=f"{env}-e"), lambda _e: None)
+    # And a wrong password is said as such
+    manager.registries.credentials = {
+        registry.address: {"username": registry.username, "password": "wrong"}
+    }
+    with pytest.raises(GPUDevError, match="refused the credentials"):
+        manager.start(StartRequest(environment=env, name=f"{env}-w"), lambda _e: None)
+    leaked_nothing(docker_client, baseline, manager, env)
+
+
+@contextlib.contextmanager
+def serve(files: dict[str, bytes]) -> Iterator[str]:
+    """An HTTP server on loopback serving ``files`` by path; yields its base URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = files.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *_args: Any) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_a_tarball_url_feature_installs_only_where_allowed(
+    features_manager: tuple[DevContainers, Path, str],
+    docker_client: docker.DockerClient,
+    registry: Registry,
+    dev_containers: Callable[..., DevContainers],
+) -> None:
+    manager, root, env = features_manager
+    baseline = Baseline.take(docker_client, ignore_removed=True)
+    nonce = secrets.token_hex(8)
+    # Given a feature as a .tgz behind a URL
+    files = {
+        "devcontainer-feature.json": feature_json("tarred"),
+        "install.sh": f"#!/bin/sh\n# {nonce}\necho tarred >> {LOG}\n",
+    }
+    tgz = gzip.compress(layer(files))
+    with serve({"/devcontainer-feature-tarred.tgz": tgz}) as base:
+        url = f"{base}/devcontainer-feature-tarred.tgz"
+        write_env(root, env, {"features": {url: {}}})
+        # When no administrator allows it: refused, naming the setting
+        with pytest.raises(BadRequest, match=r"c\.Features\.allowed_urls"):
+            manager.start(StartRequest(environment=env, name=f"{env}-u"), lambda _e: None)
+        # When an administrator allows it, it is fetched and installed
+        config = features_config(registry)
+        config.Features.allowed_urls = [f"{base}/*.tgz"]
+        allowed = dev_containers(root, config)
+        said, log, _ = start(allowed, docker_client, env, f"{env}-v")
+    assert log.splitlines()[0] == "tarred"
+    assert any(f"fetching {url}" in m for m in said)
+    for made in (manager, allowed):
+        leaked_nothing(docker_client, baseline, made, env)
