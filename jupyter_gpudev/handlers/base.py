@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar, cast
 
 from jupyter_server.auth.decorator import authorized
@@ -27,6 +29,19 @@ SETTINGS_KEY = "gpudev"
 CULLER_KEY = "gpudev_culler"
 
 T = TypeVar("T")
+
+#: Workers for the calls of reading requests (GET, HEAD) and of the rest (starts, stops,
+#: commits: seconds each), apart: a listing never queues behind starts (measured in
+#: benchmarks/results/load.md: 50 users' polls waited up to seconds behind 16 users' starts
+#: in one shared pool of 6 workers). Each as many as Python's default pool would be.
+_WORKERS = min(32, (os.cpu_count() or 1) + 4)
+_READS = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="gpudev-reads")
+_WRITES = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="gpudev-writes")
+
+
+def executor_for(method: str) -> ThreadPoolExecutor:
+    """The workers a request's blocking calls run in: reads apart from everything else."""
+    return _READS if method.upper() in ("GET", "HEAD") else _WRITES
 
 
 F = TypeVar("F", bound=Callable[..., Awaitable[None]])
@@ -106,8 +121,10 @@ class GPUDevHandler(APIHandler):
             raise Forbidden("Only administrators add or remove hosts of the shared gpudev service")
 
     async def blocking(self, func: Callable[..., T], *args: Any) -> T:
-        """Run a blocking call (Docker SDK, NVML, nvidia-smi) off the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(None, func, *args)
+        """Run a blocking call (Docker SDK, NVML, nvidia-smi) off the event loop, in the
+        workers of its kind of request (``executor_for``)."""
+        executor = executor_for(self.request.method or "GET")
+        return await asyncio.get_running_loop().run_in_executor(executor, func, *args)
 
     def wants_events(self) -> bool:
         return "text/event-stream" in self.request.headers.get("Accept", "")
