@@ -9,6 +9,7 @@ so that a terminal shows it and never acts on it).
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import Any
 
@@ -56,3 +57,20 @@ def printable(text: str) -> str:
     ``ESC ]52;...`` cannot set the clipboard), newlines, tabs and the carriage return of a
     CRLF kept, and the rest, any script's text, as it is."""
     return _UNPRINTABLE_RE.sub(_escaped, text)
+
+
+def link_stays_inside(path: str, target: str) -> bool:
+    """Whether the link ``path`` -> ``target`` (names read from an archive or a container) is
+    relative and, resolved lexically from the link's folder, stays inside the tree it is in
+    (never climbs above its root)."""
+    if target.startswith("/"):
+        return False
+    depth = len([p for p in posixpath.dirname(path).split("/") if p])
+    for part in target.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return False
+        elif part not in ("", "."):
+            depth += 1
+    return True

@@ -18,6 +18,7 @@ import docker.errors
 
 from .. import safefs
 from ..errors import EngineError, engine_errors
+from ..untrusted import link_stays_inside
 from . import classify, packages
 from .dockerfile import is_source_path
 
@@ -243,7 +244,7 @@ class _Exporter:
             return
         if self.digests:
             self.result.digests[path] = f"link {target}"
-        if _stays_inside(path, target):
+        if link_stays_inside(path, target):
             if self.stage is not None:
                 folder, name = self._place(path)
                 folder.symlink(target, name)
@@ -336,22 +337,6 @@ def _member_name(name: str) -> str | None:
 
 def _printable(text: str) -> bool:
     return not any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
-
-
-def _stays_inside(path: str, target: str) -> bool:
-    """Whether the link ``path`` -> ``target`` is relative and, resolved lexically from the
-    link's folder, stays inside the container's tree (never climbs above ``/``)."""
-    if target.startswith("/"):
-        return False
-    depth = len([p for p in posixpath.dirname(path).split("/") if p])
-    for part in target.split("/"):
-        if part == "..":
-            depth -= 1
-            if depth < 0:
-                return False
-        elif part not in ("", "."):
-            depth += 1
-    return True
 
 
 def _ancestors(path: str) -> list[str]:

@@ -10,13 +10,13 @@ context under a folder of their own (``containers/feature_build.py``).
 from __future__ import annotations
 
 import hashlib
-import posixpath
 import tarfile
 import zlib
 from dataclasses import dataclass
 from typing import IO, Literal
 
 from ..errors import BadRequest
+from ..untrusted import link_stays_inside
 
 #: Bounds on one feature's archive.
 MAX_MEMBERS = 2000
@@ -64,17 +64,7 @@ def _member_name(name: str) -> str | None:
 
 
 def _stays_inside(path: str, target: str) -> bool:
-    if target.startswith("/") or not target or not _printable(target):
-        return False
-    depth = len([p for p in posixpath.dirname(path).split("/") if p])
-    for part in target.split("/"):
-        if part == "..":
-            depth -= 1
-            if depth < 0:
-                return False
-        elif part not in ("", "."):
-            depth += 1
-    return True
+    return bool(target) and _printable(target) and link_stays_inside(path, target)
 
 
 def read_archive(source: IO[bytes], what: str, *, compressed: bool = False) -> Archive:
