@@ -19,7 +19,7 @@ author = "jupyter-gpudev contributors"
 copyright = "jupyter-gpudev contributors"
 release = version = json.loads((ROOT / "package.json").read_text())["version"]
 
-extensions = ["myst_parser", "gpudev_config", "gpudev_spec"]
+extensions = ["myst_parser", "gpudev_config"]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build", "_ext", "Thumbs.db", ".DS_Store"]

@@ -1,4 +1,5 @@
-"""The configuration reference, generated from the traits.
+"""The configuration reference, generated from the traits, and the devcontainer.json support
+table, generated from the reader's (``environments/support.py``).
 
 Every option's help is written once, in the code, on the trait (``help=``). This extension walks
 the configurable classes (the faces' and ``jupyter_gpudev.services.CLASSES``) and puts one
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jupyter_gpudev.app import GPUDevApp
+from jupyter_gpudev.environments.support import PROPERTIES, SPEC
 from jupyter_gpudev.services import CLASSES
 from jupyter_gpudev.shared.server import SHARED_CLASSES
 
@@ -28,6 +30,16 @@ if TYPE_CHECKING:
 #: The page that holds the reference, and the line in it that the reference replaces.
 PAGE = "configuration"
 MARKER = "<!-- gpudev:config-reference -->"
+#: The page that holds the devcontainer.json support table, and its marker line.
+SUPPORT_PAGE = "environments"
+SUPPORT_MARKER = "<!-- gpudev:devcontainer-support -->"
+#: How each kind of support reads in the table.
+WORDS = {
+    "supported": "supported",
+    "partly": "partly",
+    "ignored": "ignored, with a note",
+    "refused": "refused",
+}
 
 _PACKAGE = "jupyter_gpudev"
 _CODE = re.compile(r"``(.+?)``|`([^`\n]+)`", re.DOTALL)
@@ -185,11 +197,34 @@ def reference_markdown(classes: list[type[Configurable]] | None = None) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def support_markdown() -> str:
+    """The devcontainer.json support table (``environments.support.PROPERTIES``, the rows the
+    reader checks files against) as MyST Markdown: one row per property, in the table's order."""
+    lines = [
+        f"Following {SPEC}.",
+        "",
+        "| property | gpudev | what gpudev does |",
+        "| -------- | ------ | ---------------- |",
+    ]
+    for prop in PROPERTIES:
+        says = prop.says.replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| `{prop.name}` | {WORDS[prop.support]} | {says} |")
+    return "\n".join(lines) + "\n"
+
+
+#: Each generated page: its marker line and what replaces it.
+GENERATED = {
+    PAGE: (MARKER, reference_markdown),
+    SUPPORT_PAGE: (SUPPORT_MARKER, support_markdown),
+}
+
+
 def _insert_reference(_app: Sphinx, docname: str, source: list[str]) -> None:
-    if docname == PAGE:
-        if MARKER not in source[0]:
-            raise ValueError(f"{PAGE}.md lost its marker line {MARKER}")
-        source[0] = source[0].replace(MARKER, reference_markdown())
+    if docname in GENERATED:
+        marker, generate = GENERATED[docname]
+        if marker not in source[0]:
+            raise ValueError(f"{docname}.md lost its marker line {marker}")
+        source[0] = source[0].replace(marker, generate())
 
 
 def _always_reread(
@@ -199,8 +234,8 @@ def _always_reread(
     _changed: set[str],
     _removed: set[str],
 ) -> list[str]:
-    # The reference follows the code, which Sphinx does not watch: read the page every build.
-    return [PAGE] if PAGE in env.found_docs else []
+    # The generated parts follow the code, which Sphinx does not watch: read them every build.
+    return [page for page in GENERATED if page in env.found_docs]
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
