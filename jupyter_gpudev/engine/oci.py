@@ -18,6 +18,7 @@ import ipaddress
 import json
 import re
 import socket
+import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from ..errors import GPUDevError
 
 MANIFEST_LIMIT = 4 << 20
 TIMEOUT = 30.0
+#: Seconds a whole answer may take to arrive (a manifest, a blob, a token).
+DEADLINE = 300.0
 MAX_REDIRECTS = 4
 
 _CHALLENGE_RE = re.compile(r'(\w+)="([^"]*)"')
@@ -122,8 +125,10 @@ class OCIClient:
     # -- transport ------------------------------------------------------------------------------
 
     def _own(self, url: str) -> bool:
+        """Whether ``url`` is the registry itself: its host and port, and its scheme (an
+        ``http://`` URL on an HTTPS registry's host never gets its credentials)."""
         parts = urllib.parse.urlsplit(url)
-        return parts.netloc.lower() == self.registry.lower()
+        return parts.netloc.lower() == self.registry.lower() and parts.scheme == self.scheme
 
     def _check_target(self, url: str) -> None:
         parts = urllib.parse.urlsplit(url)
@@ -139,7 +144,9 @@ class OCIClient:
 
     def _get(self, url: str, headers: Mapping[str, str], limit: int, repository: str) -> bytes:
         answer = self._request(url, headers)
-        if answer.status_code == 401 and self._authorization is None:
+        # Only the registry itself may ask for its credentials: a 401 from a host it redirected
+        # to is that host's refusal.
+        if answer.status_code == 401 and self._authorization is None and self._own(answer.url):
             answer.close()
             self._authenticate(answer.headers.get("WWW-Authenticate", ""), repository)
             answer = self._request(url, headers)
@@ -175,12 +182,17 @@ class OCIClient:
         raise self.fail("the registry redirected it too many times")
 
     def _read(self, answer: requests.Response, limit: int) -> bytes:
+        """The answer's body, at most ``limit`` bytes, within ``DEADLINE`` seconds in all (a
+        registry sending a byte now and then does not hold a worker for ever)."""
         chunks: list[bytes] = []
         size = 0
+        deadline = time.monotonic() + DEADLINE
         for chunk in answer.iter_content(1 << 16):
             size += len(chunk)
             if size > limit:
                 raise self.fail(f"the registry's answer is over {limit >> 20} MiB")
+            if time.monotonic() > deadline:
+                raise self.fail(f"the registry's answer took over {DEADLINE:g} s")
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -202,10 +214,16 @@ class OCIClient:
         query = {"scope": params.get("scope") or f"repository:{repository}:pull"}
         if params.get("service"):
             query["service"] = params["service"]
-        headers = {"Authorization": self._basic} if self._basic else {}
+        # The registry's credentials go to a token service on its own host only.
+        headers = {"Authorization": self._basic} if self._basic and self._own(realm) else {}
         try:
             answer = self.session.get(
-                realm, params=query, headers=headers, allow_redirects=False, timeout=TIMEOUT
+                realm,
+                params=query,
+                headers=headers,
+                allow_redirects=False,
+                stream=True,  # read within _read's bound, not whole before it
+                timeout=TIMEOUT,
             )
         except requests.RequestException as exc:
             raise self.fail(f"the registry's token service cannot be reached ({exc})") from None

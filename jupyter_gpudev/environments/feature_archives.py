@@ -10,8 +10,10 @@ context under a folder of their own (``containers/feature_build.py``).
 from __future__ import annotations
 
 import hashlib
+import io
 import tarfile
 import zlib
+from collections import deque
 from dataclasses import dataclass
 from typing import IO, Literal
 
@@ -67,6 +69,59 @@ def _stays_inside(path: str, target: str) -> bool:
     return bool(target) and _printable(target) and link_stays_inside(path, target)
 
 
+#: How many links one resolution may pass through (as the kernel's limit).
+MAX_LINK_HOPS = 40
+
+
+def _resolves_inside(members: dict[str, Member], name: str, target: str) -> bool:
+    """Whether the link ``name`` -> ``target``, resolved through the archive's own links
+    (a chain of links each inside when read alone may lead out: ``c -> .`` then
+    ``z -> c/c/../..``), stays inside the feature."""
+    stack = [p for p in name.split("/")[:-1] if p]
+    queue = deque(target.split("/"))
+    hops = 0
+    while queue:
+        part = queue.popleft()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not stack:
+                return False
+            stack.pop()
+            continue
+        stack.append(part)
+        member = members.get("/".join(stack))
+        if member is not None and member.kind == "symlink":
+            hops += 1
+            if hops > MAX_LINK_HOPS or member.target.startswith("/"):
+                return False
+            stack.pop()
+            queue.extendleft(reversed(member.target.split("/")))
+    return True
+
+
+#: What a compressed archive (a tarball URL's) may grow to as it is decompressed: its files'
+#: bound and room for the tar headers.
+MAX_DECOMPRESSED_BYTES = MAX_TOTAL_BYTES + (8 << 20)
+
+
+def _decompressed(source: IO[bytes], what: str) -> IO[bytes]:
+    """A gzip archive decompressed here, bounded (tarfile would read a header of any size it
+    declares); a plain one as it is. Other compressions are refused."""
+    data = source.read(MAX_DECOMPRESSED_BYTES + 1)
+    if not data.startswith(b"\x1f\x8b"):
+        if data.startswith((b"BZh", b"\xfd7zXZ")):
+            raise _ArchiveReader(what).refuse("only gzip compression is read")
+        return io.BytesIO(data)
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    plain = inflate.decompress(data, MAX_DECOMPRESSED_BYTES + 1)
+    if len(plain) > MAX_DECOMPRESSED_BYTES or inflate.unconsumed_tail:
+        raise _ArchiveReader(what).refuse(
+            f"it decompresses to over {MAX_DECOMPRESSED_BYTES >> 20} MiB"
+        )
+    return io.BytesIO(plain)
+
+
 def read_archive(source: IO[bytes], what: str, *, compressed: bool = False) -> Archive:
     """A feature's tar archive (plain, uncompressed) read as hostile input: ``BadRequest``
     naming ``what`` and the member for an absolute name, a ``..``, a link leaving it or a
@@ -75,7 +130,9 @@ def read_archive(source: IO[bytes], what: str, *, compressed: bool = False) -> A
     gzip or plain (a tarball URL's ``.tgz``), read as it is decompressed."""
     reader = _ArchiveReader(what)
     try:
-        with tarfile.open(fileobj=source, mode="r:*" if compressed else "r:") as tar:
+        if compressed:
+            source = _decompressed(source, what)
+        with tarfile.open(fileobj=source, mode="r:") as tar:
             for count, info in enumerate(tar, start=1):
                 if count > MAX_MEMBERS:
                     raise reader.refuse(f"more than {MAX_MEMBERS} members")
@@ -83,6 +140,17 @@ def read_archive(source: IO[bytes], what: str, *, compressed: bool = False) -> A
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise reader.refuse(f"it is not a tar archive ({exc})") from None
     members = reader.members
+    # No member under a file or a link, whatever order the archive lists them in (a member
+    # listed before the link above it would be written through that link).
+    for name in members:
+        parts = name.split("/")
+        for depth in range(1, len(parts)):
+            above = members.get("/".join(parts[:depth]))
+            if above is not None and above.kind != "dir":
+                raise reader.refuse(f"{name[:200]!a} is under a file or a link")
+        member = members[name]
+        if member.kind == "symlink" and not _resolves_inside(members, name, member.target):
+            raise reader.refuse(f"the link {name[:200]!a} leads out of the feature")
     ordered = tuple(members[name] for name in sorted(members))
     hasher = hashlib.sha256()
     for member in ordered:
