@@ -19,6 +19,13 @@ L_ENV = f"{LABEL}.environment"
 #: On an environment's built image: the local images its FROM lines named, with their ids
 #: then (``ref@id`` separated by spaces): a base rebuilt under the same tag rebuilds it.
 L_BUILD_BASES = f"{LABEL}.build.bases"
+#: On an image with Dev Container Features installed (and so on its containers): the features'
+#: lifecycle commands, JSON (``environments.features.commands_record``); read back only for an
+#: environment with features, whose features build always sets it.
+L_FEATURE_COMMANDS = f"{LABEL}.features.commands"
+#: On the same image: the capabilities its features add (capAdd), comma separated, each one
+#: allowed when they were read; checked again against the setting at each create.
+L_FEATURE_CAPS = f"{LABEL}.features.capabilities"
 L_HOST = f"{LABEL}.host"
 #: The lease id and the leased GPU UUIDs (comma separated).
 L_LEASE = f"{LABEL}.lease"
@@ -32,6 +39,9 @@ L_KERNEL = f"{LABEL}.kernel"
 #: Which server process made it: "<machine>:<pid>", and which lease ledger it used.
 L_PROCESS = f"{LABEL}.process"
 L_LEDGER = f"{LABEL}.ledger"
+#: Who kernels, terminals and lifecycle commands run as in it (``remoteUser`` where the
+#: container does not run as the server's user; empty: the container's user).
+L_REMOTE_USER = f"{LABEL}.remote-user"
 #: The web ports the environment declared (``forwardPorts``), comma separated.
 L_PORTS = f"{LABEL}.ports"
 

@@ -49,6 +49,7 @@ import requests
 
 from ..containers import commandlog
 from ..containers.create import Confinement
+from ..containers.features import install_features
 from ..containers.namespace import user_images
 from ..engine import Progress, Reference, Registries, stream_build
 from ..engine.context import pack_context
@@ -73,7 +74,7 @@ from ..labels import (
     OCI_CREATED,
     OCI_DESCRIPTION,
 )
-from . import classify, compare, model
+from . import classify, compare, layer_diff, model
 from .export import ArchiveSource, digest_differences, read_digests
 from .helpers import inert
 from .layers import RemovalLayer, folders_of, read_folders, removal_layer, targets, write_layer
@@ -84,6 +85,7 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
 
     from ..engine import Host
+    from ..environments import Environment
     from .capture import ChangeCapture, Prepared, WriteResult
 
 #: The Dockerfile a verify build reads (added to the build context, not written anywhere).
@@ -156,6 +158,11 @@ class VerifyReport:
     image_id: str
     seconds: float
     differences: list[str] = field(default_factory=list)
+    #: With Dev Container Features: the image of them installed on ``image_id`` (as a start
+    #: installs them), which was compared, and the name ``image_id`` had for that build (the
+    #: engine's BuildKit builds FROM a name, not an id); both removed after the commit.
+    features_image_id: str = ""
+    name: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -264,8 +271,8 @@ class Committer:
             prepared.discard()
             if early is not None:
                 early.discard()
-            if result.verify is not None and not keep_verified:
-                _remove_image(captured.engine()[0], result.verify.image_id)
+            if result.verify is not None:
+                _remove_verified(captured.engine()[0], result.verify, keep=keep_verified)
         say({"stage": "done", "message": f"commit of {name} done"})
         return result
 
@@ -289,6 +296,7 @@ class Committer:
         labels = {L_VERIFY: prepared.captured.info.name}
         with engine_errors(f"Building the patched Dockerfile of {env.name!r}", self.log):
             before = _dangling(client, labels)
+        image_id = checked = named = ""
         try:
             with (
                 _verify_context(prepared) as context,
@@ -306,18 +314,26 @@ class Committer:
                     target=build.target if build else None,
                     labels=labels,
                 )
+            checked = image_id
+            if env.features:  # installed on the rebuilt image as a start installs them
+                named = _verify_name(env.name, image_id)
+                with engine_errors(f"Naming the rebuilt image of {env.name!r}", self.log):
+                    repository, tag = named.rsplit(":", 1)
+                    client.api.tag(image_id, repository, tag)
+                checked = self._with_features(client, env, named, say)
             say({"stage": "verify", "message": "comparing the packages of the rebuilt image"})
-            rebuilt = self.capture.probe_image(client, image_id).state
+            rebuilt = self.capture.probe_image(client, checked).state
         except BaseException:  # what a build or probe the engine's restart cut left, too
+            _remove_verified(client, VerifyReport(image_id, 0.0, [], checked, named))
             _remove_cut_build(client, labels, before, self.log)
             raise
-        report = VerifyReport(image_id, 0.0)
+        report = VerifyReport(image_id, 0.0, features_image_id=checked, name=named)
         # The container's packages less the changes left out: what the rebuild should have.
         expected, loose = prepared.captured.expected_packages()
         report.differences = compare.package_differences(expected, rebuilt, loose)
         if prepared.digests:
             say({"stage": "verify", "message": "comparing the kept files of the rebuilt image"})
-            report.differences += self._file_differences(client, prepared, image_id)
+            report.differences += self._file_differences(client, prepared, checked)
         report.seconds = time.monotonic() - started
         verdict = (
             "the rebuilt image has the container's packages"
@@ -326,6 +342,25 @@ class Committer:
         )
         say({"stage": "verify", "message": verdict})
         return report
+
+    def _with_features(
+        self, client: docker.DockerClient, env: Environment, image: str, say: Progress
+    ) -> str:
+        """The id of the image of ``env``'s features installed on the rebuilt ``image``,
+        by the build a start runs (``containers.features``: fetched, ordered, built the same
+        way, ``c.Features`` read from the configuration)."""
+        say({"stage": "verify", "message": "installing the features on the rebuilt image"})
+        ref = install_features(
+            client,
+            env,
+            image,
+            registries=self.registries,
+            say=say,
+            log=self.log,
+            trust=self.capture.containers.mount_policy.build_trust(),
+        )
+        with engine_errors(f"Installing the features of {env.name!r}", self.log):
+            return str(client.images.get(ref).id)
 
     def _file_differences(
         self, client: docker.DockerClient, prepared: Prepared, image_id: str
@@ -663,7 +698,12 @@ class _EarlyCommit:
             return committed, None
         if self.folders is not None:
             chosen = targets(self.own)
-            return committed, write_layer(chosen, read_folders(self.folders, folders_of(chosen)))
+            try:
+                folders = read_folders(self.folders, folders_of(chosen))
+            except layer_diff.Unreadable:
+                pass  # the container's layers cannot be read now: from the committed image
+            else:
+                return committed, write_layer(chosen, folders)
         return committed, _removal(self.client, committed, self.own, self.confinement)
 
     def result(self) -> tuple[str, RemovalLayer | None]:
@@ -797,6 +837,26 @@ def _remove_image(client: docker.DockerClient, image: str) -> None:
         except ENGINE_FAILURES:
             pass
         return
+
+
+def _verify_name(environment: str, image_id: str) -> str:
+    """The name a verify build's image has while the features are installed on it."""
+    repository = re.sub(r"[^a-z0-9_.-]+", "-", environment.lower())
+    repository = re.sub(r"[_.-]{2,}", "-", repository).strip("_.-") or "unnamed"
+    return f"gpudev-verify-{repository}:{image_id.removeprefix('sha256:')[:12]}"
+
+
+def _remove_verified(
+    client: docker.DockerClient, report: VerifyReport, *, keep: bool = False
+) -> None:
+    """Remove what a verify build made: the features image, the name given for it, and the
+    rebuilt image itself unless ``keep`` (it became the environment's image)."""
+    if report.features_image_id and report.features_image_id != report.image_id:
+        _remove_image(client, report.features_image_id)
+    if report.name:  # a name only: the image stays while another names it
+        _remove_image(client, report.name)
+    if report.image_id and not keep:
+        _remove_image(client, report.image_id)
 
 
 def _remove_if_nameless(client: docker.DockerClient, image: str) -> None:

@@ -1,13 +1,16 @@
-"""Commands gpudev runs in a dev container: the environment's lifecycle commands, bounded in
-time and in the output kept, and closing the engine's streams."""
+"""Commands gpudev runs in a dev container: the environment's lifecycle commands, and those of
+its Dev Container Features (each before the environment's own of the same step, in install
+order; recorded on the features' image, ``labels.L_FEATURE_COMMANDS``), bounded in time and in
+the output kept, and closing the engine's streams."""
 
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -17,16 +20,24 @@ from docker.utils import socket as docker_socket
 
 from ..engine import Progress
 from ..environments import Environment
-from ..errors import ENGINE_FAILURES, EngineError, GPUDevError
+from ..environments.features import read_commands_record
+from ..errors import ENGINE_FAILURES, BadRequest, EngineError, GPUDevError
+from ..labels import L_FEATURE_COMMANDS, L_REMOTE_USER
 
 
 def run_lifecycle_commands(
     container: Container, env: Environment, say: Progress, *, timeout: float, log: Any
 ) -> tuple[str, ...]:
-    """Run the environment's postCreateCommand and postStartCommand in ``container`` (each
-    bounded by ``timeout`` seconds, its last lines reported); returns the warnings."""
+    """Run the lifecycle commands of the environment and of its features
+    (``lifecycle_steps``) in ``container`` (each bounded by ``timeout`` seconds, its last lines
+    reported); returns the warnings."""
     warnings: list[str] = []
-    for stage, label, argv in lifecycle_steps(env):
+    try:
+        features = feature_commands(container, env)
+    except BadRequest as err:
+        features = []
+        warnings.append(f"the features' lifecycle commands were not run: {err.message}")
+    for stage, label, argv in lifecycle_steps(env, features):
         say({"stage": stage, "message": " ".join(argv)})
         try:
             code, lines = _run_bounded(
@@ -49,6 +60,25 @@ def run_lifecycle_commands(
         elif code != 0:
             warnings.append(f"{stage}{label} exited with {code}")
     return tuple(warnings)
+
+
+_USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?\Z")
+
+
+def exec_user(container: Any) -> str:
+    """Who gpudev's execs in ``container`` (kernels, terminals, lifecycle commands) run as: the
+    user its create recorded (``labels.L_REMOTE_USER``, set on every container gpudev creates,
+    so an image's label of that name is never the one read; see ``targets.exec_user``); ``""``
+    (the container's own user) when none or not a user's name. A container object without its
+    configuration (made from an id) is inspected first."""
+    attrs = getattr(container, "attrs", None) or {}
+    if "Config" not in attrs:
+        with contextlib.suppress(*ENGINE_FAILURES):
+            container.reload()
+        attrs = getattr(container, "attrs", None) or {}
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    value = str(labels.get(L_REMOTE_USER) or "")
+    return value if _USER_RE.match(value) else ""
 
 
 def close_stream(stream: Any) -> None:
@@ -86,9 +116,13 @@ def _run_bounded(
     if container.client is None:
         raise EngineError(f"No engine client for {container.name}")
     api = container.client.api
-    exec_id = api.exec_create(str(container.id), argv, workdir=workdir, environment=environment)[
-        "Id"
-    ]
+    exec_id = api.exec_create(
+        str(container.id),
+        argv,
+        workdir=workdir,
+        environment=environment,
+        user=exec_user(container),
+    )["Id"]
     last: deque[str] = deque(maxlen=_LAST_LINES)
     partial = [""]
 
@@ -124,10 +158,29 @@ def _run_bounded(
     return (code if isinstance(code, int) else -1), list(last)
 
 
-def lifecycle_steps(env: Environment) -> Iterator[tuple[str, str, list[str]]]:
-    """The environment's lifecycle commands in the specification's order: (stage, label,
-    argv). The first three run once, after the container is created; the last two at each
-    start (a start is when kernels and terminals may attach: gpudev has no attach of its own)."""
+#: The steps that run at every start; the others run once, after the container is created.
+_EVERY_START = ("postStartCommand", "postAttachCommand")
+
+
+def feature_commands(container: Container, env: Environment) -> list[tuple[str, dict[str, Any]]]:
+    """The lifecycle commands of ``env``'s features, as recorded on the image ``container``
+    runs (its labels include its image's): (reference, {step: command}) in install order.
+    Read only for an environment with features, whose features build always sets the label;
+    ``BadRequest`` when the record is not one."""
+    if not env.features:
+        return []
+    text = (container.labels or {}).get(L_FEATURE_COMMANDS)
+    return [] if not text else read_commands_record(str(text))
+
+
+def lifecycle_steps(
+    env: Environment, features: Sequence[tuple[str, Mapping[str, Any]]] = ()
+) -> Iterator[tuple[str, str, list[str]]]:
+    """The lifecycle commands in the specification's order: (stage, label, argv); per step,
+    each feature's (``features``: (reference, {step: command}) in install order) before the
+    environment's own. The first three steps run once, after the container is created; the
+    last two at each start (a start is when kernels and terminals may attach: gpudev has no
+    attach of its own). At a restart (``at_restart``) only the last two."""
     for stage, command in (
         ("onCreateCommand", env.on_create_command),
         ("updateContentCommand", env.update_content_command),
@@ -135,19 +188,30 @@ def lifecycle_steps(env: Environment) -> Iterator[tuple[str, str, list[str]]]:
         ("postStartCommand", env.post_start_command),
         ("postAttachCommand", env.post_attach_command),
     ):
+        if env.restarting and stage not in _EVERY_START:
+            continue
+        for reference, steps in features:
+            for label, argv in lifecycle_argvs(steps.get(stage)):
+                yield stage, f" of the feature {reference!r}{label}", argv
         for label, argv in lifecycle_argvs(command):
             yield stage, label, argv
 
 
 def has_lifecycle_commands(env: Environment) -> bool:
-    """Whether a first start of ``env`` runs any lifecycle command."""
-    return next(lifecycle_steps(env), None) is not None
+    """Whether a first start of ``env`` may run a lifecycle command (with features: those
+    may have some, known once they are fetched)."""
+    return bool(env.features) or next(lifecycle_steps(env), None) is not None
 
 
 def at_restart(env: Environment) -> Environment:
-    """``env`` as a second start runs it: without the commands that run once."""
+    """``env`` as a second start runs it: without the commands that run once (its features'
+    too)."""
     return replace(
-        env, on_create_command=None, update_content_command=None, post_create_command=None
+        env,
+        on_create_command=None,
+        update_content_command=None,
+        post_create_command=None,
+        restarting=True,
     )
 
 

@@ -33,6 +33,7 @@ from ..labels import (
     L_PORTS,
     L_PROBE,
     L_PROCESS,
+    L_REMOTE_USER,
     L_SERVER,
     L_WORKSPACE,
 )
@@ -88,6 +89,10 @@ class Target:
     injection: Injection | None = None
     #: Publish the environment's forwardPorts on the host's loopback (``c.DevContainers``).
     publish_ports: bool = False
+    #: Capabilities its image's Dev Container Features add (capAdd), each one allowed.
+    cap_add: tuple[str, ...] = ()
+    #: Who kernels, terminals and lifecycle commands run as ('': the container's user).
+    remote_user: str = ""
 
 
 #: A helper container's own limits (``helper_args``): far more than reading an image's
@@ -121,6 +126,7 @@ def labels(env: Environment, target: Target) -> dict[str, str]:
         L_LEDGER: target.ledger_id,
         L_KERNEL: target.kernel_id or "",
         L_PORTS: ",".join(str(port) for port in env.forward_ports),
+        L_REMOTE_USER: target.remote_user,
     }
 
 
@@ -171,7 +177,21 @@ def create_args(env: Environment, target: Target, confinement: Confinement) -> d
         ]
     _run_options(args, env, target.network)
     _confine(args, env, confinement)
+    _capabilities(args, env, target)
     return args
+
+
+def _capabilities(args: dict[str, Any], env: Environment, target: Target) -> None:
+    """The capabilities the environment and its features add: each one the administrator
+    allows (c.EnvironmentManager.allowed_capabilities, checked as they were read); any other
+    is left out here too. An added one is taken off the dropped ones."""
+    asked = dict.fromkeys((*env.run_options.cap_add, *target.cap_add))
+    added = [c for c in asked if c in env.allowed_caps]
+    if not added:
+        return
+    args["cap_add"] = added
+    if "cap_drop" in args:
+        args["cap_drop"] = [c for c in args["cap_drop"] if c not in added]
 
 
 def _run_options(args: dict[str, Any], env: Environment, network: str | None) -> None:

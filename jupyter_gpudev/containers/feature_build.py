@@ -110,10 +110,11 @@ def context_tar(text: str, ordered: Sequence[Resolved]) -> IO[bytes]:
     return out
 
 
-def build_digest(base_id: str, text: str, ordered: Sequence[Resolved]) -> str:
-    """sha256 over the base image's id, the Dockerfile and every feature's files."""
+def build_digest(base_id: str, text: str, ordered: Sequence[Resolved], *, labels: str = "") -> str:
+    """sha256 over the base image's id, the Dockerfile, the labels the image gets (``labels``,
+    as text) and every feature's files."""
     hasher = hashlib.sha256()
-    hasher.update(f"{base_id}\0{text}\0".encode())
+    hasher.update(f"{base_id}\0{text}\0{labels}\0".encode())
     for feature in ordered:
         hasher.update(f"{feature.archive.digest}\0".encode())
     return hasher.hexdigest()

@@ -8,8 +8,10 @@ a link) and its archive read as hostile input; the install order is worked out; 
 context is generated (the image as ``FROM``, then per feature one ``COPY`` and one ``RUN`` of
 its ``install.sh``) and built as a Dockerfile is (BuildKit, ``RUN`` steps trusting the CA
 bundle where configured), tagged ``gpudev-features-<env>:<digest>`` where the digest covers
-the base image's id, the Dockerfile and every feature's files: an unchanged environment is not
-built again.
+the base image's id, the Dockerfile, the labels and every feature's files: an unchanged
+environment is not built again. The features' lifecycle commands are recorded on that image
+(``labels.L_FEATURE_COMMANDS``), where every start of its containers reads them
+(``commands.run_lifecycle_commands``).
 
 ``devcontainer-lock.json`` next to the devcontainer.json pins each OCI feature to a manifest
 digest: a pinned one is fetched by that digest (and its layer checked against the pin's
@@ -42,7 +44,7 @@ from ..environments import Environment
 from ..environments import feature_archives as archives
 from ..environments import features as spec
 from ..errors import BadRequest, ImageError, engine_errors
-from ..labels import L_BUILD_BASES, L_ENV
+from ..labels import L_BUILD_BASES, L_ENV, L_FEATURE_CAPS, L_FEATURE_COMMANDS
 from . import feature_build as build
 
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[a-z0-9._-]+)*\Z")
@@ -114,17 +116,13 @@ def install_features(
     returns its reference."""
     settings = settings if settings is not None else Features(parent=registries)
     pins = _read_pins(env)
-    fetched = [_fetch(request, settings, registries, pins, say) for request in env.features]
+    fetched = [
+        _fetch(request, settings, registries, pins, say, caps=env.allowed_caps)
+        for request in env.features
+    ]
     ordered = spec.install_order(fetched, env.feature_order)
-    for feature in ordered:
-        if feature.meta.commands:
-            say(
-                {
-                    "stage": "features",
-                    "message": f"{feature.what}: its {', '.join(feature.meta.commands)} "
-                    "are not run (not supported yet)",
-                }
-            )
+    commands = spec.commands_record(ordered)
+    caps = ",".join(dict.fromkeys(cap for f in ordered for cap in f.meta.cap_add))
     try:
         image = client.images.get(base)
     except docker.errors.ImageNotFound:
@@ -144,7 +142,7 @@ def install_features(
         container_user=container_user,
         image_user=image_user,
     )
-    digest = build.build_digest(str(image.id), text, ordered)
+    digest = build.build_digest(str(image.id), text, ordered, labels=f"{commands}\0{caps}")
     repository = re.sub(r"[_.-]{2,}", "-", env.name).strip("_.-") or "unnamed"
     ref = f"gpudev-features-{repository}:{digest[:12]}"
     _write_lockfile(env, fetched, pins, say)
@@ -167,7 +165,13 @@ def install_features(
             custom_context=True,
             dockerfile="Dockerfile",
             tag=ref,
-            labels={L_ENV: env.name, L_BUILD_BASES: f"{base}@{image.id}"},
+            # (the commands' label always set: one a base image carries is not taken)
+            labels={
+                L_ENV: env.name,
+                L_BUILD_BASES: f"{base}@{image.id}",
+                L_FEATURE_COMMANDS: commands,
+                L_FEATURE_CAPS: caps,
+            },
         )
     return ref
 
@@ -178,15 +182,18 @@ def _fetch(
     registries: Registries,
     pins: Mapping[str, spec.Pin],
     say: Progress,
+    *,
+    caps: tuple[str, ...],
 ) -> spec.Resolved:
+    """``request`` fetched and read; its capAdd may name only ``caps`` (the administrator's)."""
     ref = request.ref
     what = f"the feature {ref.written!r}"
     if ref.kind == "local":
         with pack_context(ref.path) as packed:
             archive = archives.read_archive(packed, what)
-        return spec.Resolved(request, spec.meta_of(archive, what), archive)
+        return spec.Resolved(request, spec.meta_of(archive, what, allowed_caps=caps), archive)
     if ref.kind == "url":
-        return _fetch_url(request, settings, say)
+        return _fetch_url(request, settings, say, caps)
     pin = pins.get(ref.written)
     reference, integrity = ref.reference, ""
     if pin is not None:
@@ -200,7 +207,7 @@ def _fetch(
             f"{what}: its layer is not the one devcontainer-lock.json pins ({integrity})"
         )
     archive = archives.read_archive(io.BytesIO(data), what)
-    meta = spec.meta_of(archive, what)
+    meta = spec.meta_of(archive, what, allowed_caps=caps)
     if meta.id != ref.id and ref.id not in meta.legacy_ids:
         raise BadRequest(f"{what}: its devcontainer-feature.json names the id {meta.id!r}")
     return spec.Resolved(request, meta, archive, manifest_digest, layer_digest)
@@ -276,7 +283,9 @@ class _Cache:
 _CACHE = _Cache(256 << 20)
 
 
-def _fetch_url(request: spec.FeatureRequest, settings: Features, say: Progress) -> spec.Resolved:
+def _fetch_url(
+    request: spec.FeatureRequest, settings: Features, say: Progress, caps: tuple[str, ...] = ()
+) -> spec.Resolved:
     ref = request.ref
     what = f"the feature {ref.written!r}"
     if not any(fnmatch.fnmatchcase(ref.written, pattern) for pattern in settings.allowed_urls):
@@ -294,7 +303,7 @@ def _fetch_url(request: spec.FeatureRequest, settings: Features, say: Progress) 
     finally:
         client.close()
     archive = archives.read_archive(io.BytesIO(data), what, compressed=True)
-    return spec.Resolved(request, spec.meta_of(archive, what), archive)
+    return spec.Resolved(request, spec.meta_of(archive, what, allowed_caps=caps), archive)
 
 
 def _layer(data: bytes, what: str) -> str:

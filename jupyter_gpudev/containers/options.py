@@ -182,7 +182,8 @@ CAP_DROP = List(
         SETUID, SETGID, KILL, ...) and removes device nodes (MKNOD: a device node in the
         workspace would be a device on the host), file capabilities (SETFCAP), keeping
         setuid bits on files it writes (FSETID), raw sockets (NET_RAW), SETPCAP and
-        AUDIT_WRITE. An environment cannot add capabilities (--cap-add is refused).""",
+        AUDIT_WRITE. An environment adds only the capabilities
+        c.EnvironmentManager.allowed_capabilities names (none by default).""",
 ).tag(config=True)
 
 PIDS_LIMIT = Int(

@@ -38,8 +38,9 @@ from ..environments import (
     check_target,
     parse_docker_size,
 )
+from ..environments.capabilities import capability_name
 from ..errors import BadRequest, ConfigError, Conflict, Forbidden, engine_error, engine_errors
-from ..labels import L_MANAGED
+from ..labels import L_FEATURE_CAPS, L_MANAGED
 from ..leasing import GPUHolding, Lease, NoFreeGPU
 from . import commandlog, seccomp
 from . import plan as planning
@@ -90,6 +91,20 @@ def check_free(
             raise Conflict(
                 f"A container named {given_name(key)!r} already exists on host {host.name!r}"
             )
+
+
+def feature_caps(client: docker.DockerClient, env: Environment, image: str) -> tuple[str, ...]:
+    """The capabilities the Dev Container Features installed on ``image`` add (its label, set
+    by the features build: ``features.install_features``), less any the administrator does not
+    allow now; none for an environment without features (an image's own label is not read)."""
+    if not env.features:
+        return ()
+    try:
+        found = client.images.get(image).labels or {}
+    except docker.errors.ImageNotFound:
+        return ()
+    names = (capability_name(n) for n in str(found.get(L_FEATURE_CAPS) or "").split(","))
+    return tuple(dict.fromkeys(n for n in names if n is not None and n in env.allowed_caps))
 
 
 @dataclass(frozen=True)
@@ -150,6 +165,8 @@ class Targets:
             network = lookup.network if dry_run else self.ensure_network(client)
         user, groups = self.run_as(host, env)
         return Target(
+            remote_user=self.exec_user(env),
+            cap_add=feature_caps(client, env, image),
             name=name,
             owner=owner,
             host=host.name,
@@ -294,7 +311,8 @@ class Targets:
         asks for root gets it there only with ``allow_root``."""
         access, workspace_owner = self.lookup.access, self.lookup.workspace_owner
         if workspace_owner is None or access.single_user:
-            return (host.user_ids() if self.run_as_server_user else None), ()
+            # containerUser only where the server's user is not imposed
+            return (host.user_ids() if self.run_as_server_user else env.container_user), ()
         if env.remote_user in ("root", "0"):
             if not self.allow_root:
                 raise Forbidden(
@@ -309,6 +327,18 @@ class Targets:
         name = access.user
         groups = tuple(sorted(set(os.getgrouplist(name, gid)) - {gid})) if name else ()
         return f"{uid}:{gid}", groups
+
+    def exec_user(self, env: Environment) -> str:
+        """Who kernels, terminals and lifecycle commands run as in a new container (recorded
+        on it, ``labels.L_REMOTE_USER``): ``remoteUser`` where the container does not run as
+        the server's user in single-user mode (``run_as_server_user`` off); else ``""``, the
+        container's own user. In shared mode always ``""``: a name from a file never makes a
+        process run as another account than ``run_as`` allows."""
+        access, workspace_owner = self.lookup.access, self.lookup.workspace_owner
+        single = workspace_owner is None or access.single_user
+        if single and not self.run_as_server_user and env.remote_user:
+            return env.remote_user
+        return ""
 
     def mounts(self, host: Host, env: Environment) -> tuple[list[ResolvedMount], str]:
         """The workspace and declared mounts, checked on the host they are paths of: this

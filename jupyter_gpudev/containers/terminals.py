@@ -12,6 +12,7 @@ from docker.models.containers import Container
 
 from ..engine import Host
 from ..errors import EngineError
+from .commands import exec_user
 
 SHELL = "if command -v bash >/dev/null 2>&1; then exec bash; else exec sh; fi"
 
@@ -23,7 +24,11 @@ def terminal_argv(host: Host, container: Container, docker_cli: str) -> list[str
     container is addressed by its id, its working folder is the one it was created with.
     """
     workdir = str(container.attrs.get("Config", {}).get("WorkingDir") or "/")
-    inside = ["exec", "-it", "-e", "TERM=xterm-256color", "-w", workdir, str(container.id)]
+    inside = ["exec", "-it", "-e", "TERM=xterm-256color", "-w", workdir]
+    user = exec_user(container)  # remoteUser, where the container does not run as the server's
+    if user:
+        inside += ["-u", user]
+    inside.append(str(container.id))
     inside += ["/bin/sh", "-c", SHELL]
     if host.ssh is not None:
         return ssh_terminal(host, inside)

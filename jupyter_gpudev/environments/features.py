@@ -12,11 +12,12 @@ import json
 import posixpath
 import re
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import BadRequest
+from .capabilities import allowed_capabilities
 from .feature_archives import Archive
 from .jsonc import load_jsonc
 
@@ -30,9 +31,12 @@ MAX_METADATA_BYTES = 1 << 20
 LOCKFILE = "devcontainer-lock.json"
 
 #: What a feature may ask of the container that gpudev does not give; ``init`` is not among
-#: them: gpudev always runs an init process.
-REFUSED_ASKS = ("privileged", "capAdd", "securityOpt", "entrypoint", "mounts")
-#: Lifecycle commands a feature may carry: not run (said as the build starts).
+#: them: gpudev always runs an init process. (``capAdd``: only the capabilities
+#: c.EnvironmentManager.allowed_capabilities names, see ``read_meta``.)
+REFUSED_ASKS = ("privileged", "securityOpt", "entrypoint", "mounts")
+#: Lifecycle commands a feature may carry, in the order a first start runs them: each runs
+#: before the environment's own command of the same step, features in install order
+#: (``containers.commands``).
 FEATURE_COMMANDS = (
     "onCreateCommand",
     "updateContentCommand",
@@ -240,12 +244,21 @@ class FeatureMeta:
     installs_after: tuple[str, ...] = ()
     depends_on: tuple[str, ...] = ()
     legacy_ids: tuple[str, ...] = ()
-    commands: tuple[str, ...] = ()
+    #: Its lifecycle commands: (step, command) in ``FEATURE_COMMANDS``' order; ``commands``
+    #: the steps alone.
+    lifecycle: tuple[tuple[str, Any], ...] = ()
+    #: The capabilities it adds (``capAdd``), each one the administrator allows.
+    cap_add: tuple[str, ...] = ()
+
+    @property
+    def commands(self) -> tuple[str, ...]:
+        return tuple(step for step, _ in self.lifecycle)
 
 
-def read_meta(text: bytes, what: str) -> FeatureMeta:
+def read_meta(text: bytes, what: str, *, allowed_caps: Collection[str] = ()) -> FeatureMeta:
     """Parse a ``devcontainer-feature.json`` (``what``: the feature, for messages); a feature
-    asking for what gpudev refuses (``REFUSED_ASKS``) is a ``BadRequest`` naming it."""
+    asking for what gpudev refuses (``REFUSED_ASKS``, a capability ``allowed_caps`` does not
+    name) is a ``BadRequest`` naming it."""
     try:
         data = load_jsonc(text.decode("utf-8"), f"{what}: devcontainer-feature.json")
     except UnicodeDecodeError:
@@ -267,6 +280,9 @@ def read_meta(text: bytes, what: str) -> FeatureMeta:
                 "or install what it installs in a Dockerfile",
                 details={"feature": what, "property": ask},
             )
+    cap_add: tuple[str, ...] = ()
+    if data.get("capAdd"):
+        cap_add = allowed_capabilities(data["capAdd"], allowed_caps, f"{what} asks for 'capAdd'")
     ident, version = data.get("id"), data.get("version", "")
     if not isinstance(ident, str) or not _ID_RE.match(ident):
         raise fail("'id' must be a feature id (letters, digits, '_', '.', '-')")
@@ -284,8 +300,32 @@ def read_meta(text: bytes, what: str) -> FeatureMeta:
             fail,
         ),
         legacy_ids=_names(data.get("legacyIds"), "legacyIds", fail),
-        commands=tuple(k for k in FEATURE_COMMANDS if data.get(k)),
+        cap_add=cap_add,
+        lifecycle=tuple(
+            (step, read_command(data[step], step, fail))
+            for step in FEATURE_COMMANDS
+            if data.get(step)
+        ),
     )
+
+
+def read_command(value: Any, key: str, fail: Any) -> Any:
+    """A lifecycle command as the specification writes it: a string, a list of strings, or an
+    object of those (named steps); anything else is ``fail(message)``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(arg, str) for arg in value):
+        return list(value)
+    if isinstance(value, dict) and all(
+        isinstance(name, str)
+        and (
+            isinstance(step, str)
+            or (isinstance(step, list) and all(isinstance(a, str) for a in step))
+        )
+        for name, step in value.items()
+    ):
+        return {str(k): (v if isinstance(v, str) else list(v)) for k, v in value.items()}
+    raise fail(f"'{key}' must be a string, a list of strings, or an object of those (named steps)")
 
 
 def _options(value: Any, fail: Any) -> dict[str, Option]:
@@ -453,14 +493,68 @@ def install_order(features: Sequence[Resolved], override: Sequence[str]) -> list
     return [features[i] for i in order]
 
 
-def meta_of(archive: Archive, what: str) -> FeatureMeta:
-    """The archive's ``devcontainer-feature.json``, read; it must have an ``install.sh``."""
+def meta_of(archive: Archive, what: str, *, allowed_caps: Collection[str] = ()) -> FeatureMeta:
+    """The archive's ``devcontainer-feature.json``, read (``read_meta``); it must have an
+    ``install.sh``."""
     text = archive.file("devcontainer-feature.json")
     if text is None or len(text) > MAX_METADATA_BYTES:
         raise BadRequest(f"{what} has no devcontainer-feature.json (of at most 1 MiB)")
     if archive.file("install.sh") is None:
         raise BadRequest(f"{what} has no install.sh")
-    return read_meta(text, what)
+    return read_meta(text, what, allowed_caps=allowed_caps)
+
+
+# -- the lifecycle commands recorded on the features' image ---------------------------------
+
+#: The most the record of the features' lifecycle commands may weigh, read back.
+MAX_COMMANDS_BYTES = 256 << 10
+
+
+def commands_record(ordered: Sequence[Resolved]) -> str:
+    """The features' lifecycle commands in install order, as the JSON the features' image
+    carries (``labels.L_FEATURE_COMMANDS``): ``[[reference, {step: command}], ...]``, only the
+    features that have some."""
+    found = [
+        [feature.request.ref.written, dict(feature.meta.lifecycle)]
+        for feature in ordered
+        if feature.meta.lifecycle
+    ]
+    return json.dumps(found, separators=(",", ":"), sort_keys=True)
+
+
+def read_commands_record(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """``commands_record``'s JSON read back as hostile input: (reference, {step: command})
+    in install order; ``BadRequest`` when it is not that."""
+
+    def fail(message: str) -> BadRequest:
+        return BadRequest(f"The features' recorded lifecycle commands: {message}")
+
+    if len(text) > MAX_COMMANDS_BYTES:
+        raise fail("over 256 KiB")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise fail("not JSON") from None
+    if not isinstance(data, list):
+        raise fail("not a list")
+    found: list[tuple[str, dict[str, Any]]] = []
+    for entry in data:
+        if (
+            not isinstance(entry, list)
+            or len(entry) != 2
+            or not isinstance(entry[0], str)
+            or not _printable(entry[0])
+            or not isinstance(entry[1], dict)
+        ):
+            raise fail("an entry is not [reference, {step: command}]")
+        steps: dict[str, Any] = {}
+        for step in FEATURE_COMMANDS:
+            if step in entry[1]:
+                steps[step] = read_command(entry[1][step], step, fail)
+        if set(entry[1]) - set(steps):
+            raise fail(f"{entry[0]!r} names a step that is not a lifecycle command")
+        found.append((entry[0], steps))
+    return found
 
 
 # -- devcontainer-lock.json -----------------------------------------------------------------

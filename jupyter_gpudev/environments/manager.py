@@ -22,11 +22,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from traitlets import Bool, Dict, List, Unicode
+from traitlets import Bool, Dict, List, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
 from ..engine.registries import normalize_image_ref
 from ..errors import BadRequest, ConfigError, NotFound
+from .capabilities import capability_name
 from .jsonc import read_jsonc_file
 from .model import (
     DEFAULT_NAME,
@@ -109,6 +110,30 @@ class EnvironmentManager(LoggingConfigurable):
         declared in c.EnvironmentManager.environments may always set them.""",
     ).tag(config=True)
 
+    allowed_capabilities = List(
+        Unicode(),
+        default_value=[],
+        help="""Linux capabilities an environment may add to its dev container (capAdd,
+        runArgs --cap-add=NAME, a Dev Container Feature's capAdd), by name, e.g.
+        ['SYS_PTRACE'] for debuggers; none by default, and any capability not named here is
+        refused. A capability widens what root in the container can do to the host's kernel:
+        name only those your users need. In shared mode this is the service's configuration,
+        the administrator's: no user's file can widen it.""",
+    ).tag(config=True)
+
+    @validate("allowed_capabilities")
+    def _valid_capabilities(self, proposal: Any) -> list[str]:
+        names: list[str] = []
+        for item in proposal["value"]:
+            name = capability_name(item)
+            if name is None:
+                raise TraitError(
+                    "c.EnvironmentManager.allowed_capabilities lists capability names such as "
+                    f"'SYS_PTRACE', not {item!r}"
+                )
+            names.append(name)
+        return names
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._last_root: Path | None = None
@@ -125,6 +150,7 @@ class EnvironmentManager(LoggingConfigurable):
             allow_host_pid=self.allow_host_pid,
             allow_host_ipc=self.allow_host_ipc,
             allowed_env=tuple(self.allowed_env_vars),
+            allowed_caps=tuple(self.allowed_capabilities),
         )
 
     def _read_file(

@@ -183,12 +183,16 @@ class RunOptions:
     #: From customizations.gpudev: memory and CPU limits (None: none asked for).
     memory_bytes: int | None = None
     nano_cpus: int | None = None
+    #: Capabilities added (capAdd, --cap-add): each one c.EnvironmentManager.allowed_capabilities
+    #: names.
+    cap_add: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
         body["ulimits"] = [
             {"name": name, "soft": soft, "hard": hard} for name, soft, hard in self.ulimits
         ]
+        body["cap_add"] = list(self.cap_add)
         return body
 
 
@@ -217,7 +221,11 @@ class Environment:
     post_create_command: Command = None
     post_start_command: Command = None
     post_attach_command: Command = None
+    #: ``remoteUser`` and ``containerUser``: a user name or ``uid[:gid]`` (checked by the
+    #: reader); used where the container does not run as the server's user
+    #: (``containers.targets.Targets.run_as``).
     remote_user: str | None = None
+    container_user: str | None = None
     workspace_folder: str = "/workspace"
     idle_timeout: float | None = None
     #: The host its dev containers and kernels start on when none is named
@@ -229,6 +237,12 @@ class Environment:
     features: tuple[FeatureRequest, ...] = ()
     feature_order: tuple[str, ...] = ()
     config_dir: str | None = None
+    #: Set by ``containers.commands.at_restart`` only: a start of a container made before,
+    #: which runs only the commands of each start (postStartCommand, postAttachCommand).
+    restarting: bool = False
+    #: The capabilities the administrator allows (c.EnvironmentManager.allowed_capabilities)
+    #: when it was read: its features' capAdd may name only these.
+    allowed_caps: tuple[str, ...] = ()
     #: What of its file gpudev does not do (``support.check_properties``, ``runArgs``...):
     #: shown in the listing, a dry run, the panel's row and a start's progress.
     notes: tuple[str, ...] = ()
@@ -262,6 +276,7 @@ class Environment:
             "post_start_command": self.post_start_command,
             "post_attach_command": self.post_attach_command,
             "remote_user": self.remote_user,
+            "container_user": self.container_user,
             "workspace_folder": self.workspace_folder,
             "idle_timeout": self.idle_timeout,
             "host": self.host,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BadRequest
+from .capabilities import allowed_capabilities
 from .features import read_order, read_requests
 from .model import (
     _IMAGE_RE,
@@ -33,6 +34,10 @@ from .model import (
 )
 from .runargs import _gpu_count_from_flag, parse_run_args
 from .support import check_properties
+
+#: A user as ``remoteUser`` and ``containerUser`` name one: ``name`` or ``uid``, optionally
+#: ``:group`` or ``:gid``.
+USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?\Z")
 
 GPUDEV_OPTIONS = (
     "gpus",
@@ -111,6 +116,7 @@ class _SpecReader:
         allow_host_pid: bool,
         allow_host_ipc: bool = False,
         allowed_env: tuple[str, ...] = (),
+        allowed_caps: tuple[str, ...] = (),
     ) -> None:
         self.data = data
         self.where = where
@@ -120,6 +126,7 @@ class _SpecReader:
         self.allow_host_pid = allow_host_pid
         self.allow_host_ipc = allow_host_ipc
         self.allowed_env = allowed_env
+        self.allowed_caps = allowed_caps
         self.notes: list[str] = []
         self.variables = {
             "localWorkspaceFolder": root_real,
@@ -147,8 +154,15 @@ class _SpecReader:
             allow_host_network=self.allow_host_network,
             allow_host_pid=self.allow_host_pid,
             allow_host_ipc=self.allow_host_ipc,
+            allowed_caps=self.allowed_caps,
         )
         self.notes.extend(notes)
+        if self.data.get("capAdd"):
+            added = allowed_capabilities(
+                self.data["capAdd"], self.allowed_caps, f"{self.where}: 'capAdd'"
+            )
+            caps = run_options.cap_add + tuple(c for c in added if c not in run_options.cap_add)
+            run_options = replace(run_options, cap_add=caps)
         if "shmSize" in custom:
             try:
                 shm = parse_docker_size(custom["shmSize"])
@@ -175,7 +189,8 @@ class _SpecReader:
             post_create_command=self._command("postCreateCommand"),
             post_start_command=self._command("postStartCommand"),
             post_attach_command=self._command("postAttachCommand"),
-            remote_user=self._optional_str("remoteUser"),
+            remote_user=self._user("remoteUser"),
+            container_user=self._user("containerUser"),
             workspace_folder=workspace,
             idle_timeout=self._idle_timeout(custom),
             host=self._host(custom),
@@ -186,6 +201,7 @@ class _SpecReader:
             ),
             feature_order=read_order(self.data.get("overrideFeatureInstallOrder"), self.where),
             config_dir=None if self.base_dir is None else os.path.realpath(self.base_dir),
+            allowed_caps=self.allowed_caps,
         )
 
     def _local_feature(self, value: str, key: str) -> str:
@@ -202,6 +218,16 @@ class _SpecReader:
         return real
 
     # -- helpers
+
+    def _user(self, key: str) -> str | None:
+        """``remoteUser`` or ``containerUser``: a user's name or ``uid[:gid]`` (as the engine's
+        ``--user`` takes it; nothing else, as it reaches the engine's exec)."""
+        value = self._optional_str(key)
+        if value is not None and not USER_RE.match(value):
+            raise self.fail(
+                f"'{key}' must be a user's name or UID (optionally ':GROUP'), not {value[:80]!r}"
+            )
+        return value
 
     def _optional_str(
         self, key: str, data: Mapping[str, Any] | None = None, label: str | None = None

@@ -4,9 +4,11 @@ other flag is refused with the reason and what to use instead."""
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import Any
 
 from ..errors import BadRequest
+from .capabilities import allowed_capabilities
 from .model import RunOptions, parse_docker_size
 
 ULIMIT_NAMES = frozenset({"memlock", "stack", "nofile", "core", "nproc"})
@@ -28,7 +30,6 @@ _NAMESPACE = "it shares or changes a namespace of the host"
 
 _REFUSED_RUN_ARGS: dict[str, str] = {
     "--privileged": "it gives the container every device and capability of the host",
-    "--cap-add": "it adds Linux capabilities to the container",
     "--device": (
         "it passes host devices through; request GPUs with hostRequirements.gpu or "
         "customizations.gpudev.gpus"
@@ -55,13 +56,13 @@ _REFUSED_RUN_ARGS: dict[str, str] = {
 
 
 _VALUE_RUN_ARGS = frozenset(
-    {"--gpus", "--shm-size", "--ipc", "--ulimit", "--network", "--net", "--pid"}
+    {"--gpus", "--shm-size", "--ipc", "--ulimit", "--network", "--net", "--pid", "--cap-add"}
 )
 
 
 _ALLOWED_RUN_ARGS = (
-    "--gpus, --shm-size, --ipc, --ulimit and --init; --network=host, --pid=host and --ipc=host "
-    "where the administrator enables them"
+    "--gpus, --shm-size, --ipc, --ulimit and --init; --network=host, --pid=host, --ipc=host "
+    "and --cap-add=NAME where the administrator enables them"
 )
 
 
@@ -80,13 +81,16 @@ def parse_run_args(
     allow_host_network: bool = False,
     allow_host_pid: bool = False,
     allow_host_ipc: bool = False,
+    allowed_caps: Collection[str] = (),
 ) -> tuple[RunOptions, list[str]]:
-    """Typed options from ``runArgs``; default-deny. Returns the options and warnings."""
+    """Typed options from ``runArgs``; default-deny. Returns the options and warnings.
+    ``--cap-add=NAME`` only for a capability ``allowed_caps`` names."""
     if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
         raise BadRequest(f"{where}: 'runArgs' must be a list of strings")
     notes: list[str] = []
     options: dict[str, Any] = {}
     ulimits: list[tuple[str, int, int]] = []
+    caps: list[str] = []
     i = 0
     while i < len(args):
         flag, has_value, inline = _split_run_arg(args[i].strip(), where)
@@ -105,6 +109,9 @@ def parse_run_args(
             raise BadRequest(f"{where}: runArgs: {flag} needs a value")
         if flag == "--ulimit":
             ulimits.append(_parse_ulimit(value, where))
+        elif flag == "--cap-add":
+            what = f"{where}: runArgs: --cap-add"
+            caps += [c for c in allowed_capabilities([value], allowed_caps, what) if c not in caps]
         else:
             key, parsed = _run_arg_option(
                 flag,
@@ -116,7 +123,7 @@ def parse_run_args(
                 allow_host_ipc=allow_host_ipc,
             )
             options[key] = parsed
-    return RunOptions(ulimits=tuple(ulimits), **options), notes
+    return RunOptions(ulimits=tuple(ulimits), cap_add=tuple(caps), **options), notes
 
 
 def _split_run_arg(token: str, where: str) -> tuple[str, bool, str]:

@@ -95,9 +95,11 @@ PROPERTIES: tuple[Property, ...] = (
         "OCI references (tags, digests; c.Features.registry_mirrors; devcontainer-lock.json "
         "pins), ./folders under .devcontainer/, tarball URLs only where "
         "c.Features.allowed_urls allows; options, containerEnv, installsAfter, dependsOn "
-        "(listed, not added), legacyIds. Not yet: features' lifecycle commands, shared mode, "
-        "Kubernetes hosts (refused there). A feature asking for privileged, capAdd, "
-        "securityOpt, entrypoint or mounts is refused",
+        "(listed, not added), legacyIds, lifecycle commands (each before the environment's "
+        "own of the same step, in install order). Not yet: shared mode, "
+        "Kubernetes hosts (refused there). A feature asking for privileged, "
+        "securityOpt, entrypoint or mounts, or capAdd beyond "
+        "c.EnvironmentManager.allowed_capabilities, is refused",
     ),
     Property(
         "overrideFeatureInstallOrder",
@@ -127,7 +129,13 @@ PROPERTIES: tuple[Property, ...] = (
         "it gives the container every device and capability of the host",
         _one_of(False, None),
     ),
-    Property("capAdd", "refused", "it adds Linux capabilities to the container", _falsy),
+    Property(
+        "capAdd",
+        "partly",
+        "only capabilities c.EnvironmentManager.allowed_capabilities names (none by default; "
+        "runArgs --cap-add=NAME and a feature's capAdd alike); any other is refused: it adds "
+        "Linux capabilities to the container",
+    ),
     Property("securityOpt", "refused", "it weakens the container's confinement", _falsy),
     Property(
         "overrideCommand",
@@ -164,22 +172,26 @@ PROPERTIES: tuple[Property, ...] = (
     # Who it runs as.
     Property(
         "containerUser",
-        "ignored",
-        "the container runs as the server's user (c.DevContainers.run_as_server_user) or the "
-        "image's user",
-        _falsy,
+        "partly",
+        "the container's user where gpudev does not run it as the server's user "
+        "(c.DevContainers.run_as_server_user off, single-user mode); by default it runs as the "
+        "server's UID and GID, and in shared mode as the calling user",
     ),
     Property(
         "remoteUser",
         "partly",
-        "read in shared mode only, as a request to run as root (c.DevContainers.allow_root); "
-        "kernels, terminals and lifecycle commands run as the container's user",
+        "kernels, terminals and lifecycle commands run as it where the container does not run "
+        "as the server's user (c.DevContainers.run_as_server_user off, single-user mode); "
+        "otherwise they run as the container's user. In shared mode they run as the calling "
+        "user, and remoteUser is read only as a request to run as root "
+        "(c.DevContainers.allow_root)",
     ),
     Property(
         "updateRemoteUserUID",
         "ignored",
-        "gpudev runs the container as the server's user instead of changing the image user's "
-        "UID (c.DevContainers.run_as_server_user)",
+        "true (the default) is what gpudev does already with c.DevContainers.run_as_server_user "
+        "(on by default): the container runs as the server's UID and GID, so the workspace's "
+        "files keep their owner; the image's users are not changed",
         _one_of(True, None),
     ),
     Property(

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ..containers import DevContainers
+from ..containers.commands import exec_user
 from ..engine import Host
 from ..engine.gpuprocs import PID_MAX
 from .placements import PLACEMENTS
@@ -98,6 +99,15 @@ class ContainerProcesses:
         self._address = ""
         #: Each exec's process's PID on the host, as the engine last reported it.
         self._pids: dict[str, int] = {}
+        self._user: str | None = None
+
+    @property
+    def user(self) -> str:
+        """Who its kernels run as (``containers.commands.exec_user``: remoteUser where the
+        container does not run as the server's user; ``""``: the container's user)."""
+        if self._user is None:
+            self._user = exec_user(self.container)
+        return self._user
 
     @classmethod
     def of(
@@ -182,6 +192,7 @@ class ContainerProcesses:
                 ["/bin/sh", "-c", script, "kernel", *argv],
                 workdir=workdir,
                 environment={**environment, "GPUDEV_CONNECTION": json.dumps(connection)},
+                user=self.user,
             )["Id"]
         )
         self.api.exec_start(exec_id, detach=True)
@@ -220,14 +231,16 @@ class ContainerProcesses:
     def send_signal(self, runtime_id: str, signum: int) -> None:
         """Signal the kernel through a detached exec: its effect is what the kernel does next,
         which the caller watches; waiting for the ``kill`` itself would add a round trip."""
-        exec_id = self.api.exec_create(self.container_id, signal_argv(runtime_id, signum))["Id"]
+        exec_id = self.api.exec_create(
+            self.container_id, signal_argv(runtime_id, signum), user=self.user
+        )["Id"]
         self.api.exec_start(exec_id, detach=True)
 
     def log_tail(self, runtime_id: str) -> list[str]:
         _, _, log_file = runtime_files(runtime_id)
-        _, output = self.container.exec_run(["tail", "-n", "20", log_file])
+        _, output = self.container.exec_run(["tail", "-n", "20", log_file], user=self.user)
         tail = output.decode(errors="replace").strip() if isinstance(output, bytes) else ""
         return tail.splitlines()
 
     def remove_files(self, runtime_id: str) -> None:
-        self.container.exec_run(["rm", "-f", *runtime_files(runtime_id)])
+        self.container.exec_run(["rm", "-f", *runtime_files(runtime_id)], user=self.user)

@@ -24,9 +24,12 @@ import pytest
 import requests
 from traitlets.config import Config
 
+from jupyter_gpudev.changes.capture import ChangeCapture
+from jupyter_gpudev.changes.commit import CommitOptions, Committer
 from jupyter_gpudev.containers import DevContainers, StartRequest
 from jupyter_gpudev.environments import features as spec
 from jupyter_gpudev.errors import BadRequest, GPUDevError
+from tests.integration.test_diff import sh
 from tests.leaks import Baseline, assert_nothing_leaked
 from tests.registry import Registry
 
@@ -414,3 +417,123 @@ def test_a_tarball_url_feature_installs_only_where_allowed(
     assert any(f"fetching {url}" in m for m in said)
     for made in (manager, allowed):
         leaked_nothing(docker_client, baseline, made, env)
+
+
+def test_features_lifecycle_commands_run_before_the_environments_in_install_order(
+    features_manager: tuple[DevContainers, Path, str],
+    docker_client: docker.DockerClient,
+) -> None:
+    manager, root, env = features_manager
+    baseline = Baseline.take(docker_client, ignore_removed=True)
+    out = "/tmp/lifecycle.log"
+
+    def echo(word: str) -> str:
+        return f"echo {word} >> {out}"
+
+    # Given two local features, 'two' installed first, with lifecycle commands in each form
+    folder = write_env(
+        root,
+        env,
+        {
+            "features": {"./one": {}, "./two": {}},
+            "overrideFeatureInstallOrder": ["./two"],
+            "onCreateCommand": echo("env-onCreate"),
+            "postCreateCommand": echo("env-postCreate"),
+            "postStartCommand": ["sh", "-c", echo("env-postStart")],
+        },
+    )
+    features: dict[str, dict[str, Any]] = {
+        "one": {
+            "onCreateCommand": {"a": echo("one-onCreate")},
+            "postStartCommand": ["sh", "-c", echo("one-postStart")],
+        },
+        "two": {"postCreateCommand": echo("two-postCreate"), "postStartCommand": echo("two-start")},
+    }
+    for ident, commands in features.items():
+        (folder / ident).mkdir()
+        (folder / ident / "devcontainer-feature.json").write_text(feature_json(ident, **commands))
+        (folder / ident / "install.sh").write_text("#!/bin/sh\ntrue\n")
+    name = f"{env}-l"
+    events: list[dict[str, Any]] = []
+    try:
+        # When a container of it starts
+        info = manager.start(StartRequest(environment=env, name=name), events.append)
+        container = docker_client.containers.get(info.container_id)
+        code, log = container.exec_run(["cat", out])
+        assert isinstance(log, bytes)
+        # Then each step ran the features' commands first, in install order, then the
+        # environment's; nothing said they are not run
+        assert code == 0, log
+        first = [
+            "one-onCreate",
+            "env-onCreate",
+            "two-postCreate",
+            "env-postCreate",
+            "two-start",
+            "one-postStart",
+            "env-postStart",
+        ]
+        assert log.decode().splitlines() == first
+        assert not info.warnings
+        assert not any("not run" in str(e.get("message")) for e in events)
+        assert any(
+            e.get("stage") == "postCreateCommand" and "two-postCreate" in str(e.get("message"))
+            for e in events
+        )
+        # When it is stopped and started again: only the steps of every start, same order
+        manager.stop(name)
+        manager.resume(name)
+        code, log = container.exec_run(["cat", out])
+        assert code == 0, log
+        assert isinstance(log, bytes)
+        assert log.decode().splitlines() == [*first, "two-start", "one-postStart", "env-postStart"]
+    finally:
+        with contextlib.suppress(GPUDevError):
+            manager.remove(name, force=True)
+    leaked_nothing(docker_client, baseline, manager, env)
+
+
+def test_verify_installs_the_features_on_the_rebuilt_image_as_a_start_does(
+    features_manager: tuple[DevContainers, Path, str],
+    docker_client: docker.DockerClient,
+) -> None:
+    manager, root, env = features_manager
+    baseline = Baseline.take(docker_client, ignore_removed=True)
+    # Given an environment built from a Dockerfile, with a local feature adding an account
+    folder = root / ".devcontainer" / env
+    (folder / "svc").mkdir(parents=True)
+    (folder / "Dockerfile").write_text(f"FROM {BASE}\n")
+    (folder / "devcontainer.json").write_text(
+        json.dumps({"build": {"dockerfile": "Dockerfile"}, "features": {"./svc": {}}})
+    )
+    (folder / "svc" / "devcontainer-feature.json").write_text(feature_json("svc"))
+    (folder / "svc" / "install.sh").write_text(
+        "#!/bin/sh\nset -e\nuseradd --system --no-create-home featsvc\n"
+    )
+    name = f"{env}-v"
+    events: list[dict[str, Any]] = []
+    try:
+        manager.start(StartRequest(environment=env, name=name))
+        # And a change in its container
+        sh(docker_client, name, "echo 'Welcome to the feature box' >> /etc/motd")
+        # When it is committed with --verify --write
+        committer = Committer(ChangeCapture(manager), manager.registries)
+        result = committer.commit(name, CommitOptions(verify=True, write=True), None, events.append)
+        # Then the rebuild has the feature's account, as the container has: no difference
+        assert result.verify is not None
+        assert result.verify.differences == []
+        assert result.verify.features_image_id
+        said = [str(e.get("message")) for e in events if e.get("stage") == "verify"]
+        assert "installing the features on the rebuilt image" in said
+        # And the features image the verify built is removed; the verified image is the
+        # environment's, from which the next start installs the features again
+        with pytest.raises(docker.errors.ImageNotFound):
+            docker_client.images.get(result.verify.features_image_id)
+        adopted = manager.environments.get(env, manager.root_dir)
+        assert docker_client.images.get(adopted.image_ref()).id == result.verify.image_id
+    finally:
+        with contextlib.suppress(GPUDevError):
+            manager.remove(name, force=True)
+        for image in docker_client.images.list(name=f"gpudev-env-{env}"):
+            docker_client.images.remove(str(image.id), force=True)
+    leaked_nothing(docker_client, baseline, manager, env)

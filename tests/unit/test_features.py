@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,15 @@ from jupyter_gpudev.access import Caller
 from jupyter_gpudev.containers import StartRequest
 from jupyter_gpudev.containers import feature_build as build
 from jupyter_gpudev.containers import features as features_module
+from jupyter_gpudev.containers.commands import at_restart, lifecycle_steps
+from jupyter_gpudev.containers.create import Confinement, Target, create_args
 from jupyter_gpudev.containers.features import Features
 from jupyter_gpudev.containers.images import ensure_image
 from jupyter_gpudev.engine.oci import OCIClient, OCIError
-from jupyter_gpudev.environments import EnvironmentManager
+from jupyter_gpudev.environments import Environment, EnvironmentManager
 from jupyter_gpudev.environments import feature_archives as archives
 from jupyter_gpudev.environments import features as spec
+from jupyter_gpudev.environments.model import RunOptions
 from jupyter_gpudev.errors import BadRequest
 
 DIGEST = "sha256:" + "ab" * 32
@@ -524,3 +528,113 @@ def test_the_fetch_cache_is_bounded_oldest_first() -> None:
     cache.put("big", b"x" * 11)
     assert cache.get("big") is None
     assert cache.size == 8
+
+
+def test_a_features_lifecycle_commands_are_read_in_the_specifications_order() -> None:
+    feature = meta(
+        postStartCommand=["echo", "b"],
+        onCreateCommand={"x": "echo a", "y": ["echo", "c"]},
+        postAttachCommand="",
+    )
+    assert feature.lifecycle == (
+        ("onCreateCommand", {"x": "echo a", "y": ["echo", "c"]}),
+        ("postStartCommand", ["echo", "b"]),
+    )
+    assert feature.commands == ("onCreateCommand", "postStartCommand")
+    with pytest.raises(BadRequest, match="'postCreateCommand' must be a string"):
+        meta(postCreateCommand=["echo", 1])
+
+
+def test_the_commands_record_round_trips_and_a_hostile_one_is_refused() -> None:
+    one = resolved("./one", postStartCommand="echo one")
+    two = resolved("./two", postCreateCommand=["echo", "two"])
+    plain = resolved("./three")
+    record = spec.commands_record([two, plain, one])
+    assert spec.read_commands_record(record) == [
+        ("./two", {"postCreateCommand": ["echo", "two"]}),
+        ("./one", {"postStartCommand": "echo one"}),
+    ]
+    for hostile in (
+        "{}",
+        "not json",
+        '[["./x", {"initializeCommand": "echo"}]]',
+        '[["./x", {"postStartCommand": 3}]]',
+        '[["./x"]]',
+        "[" + "0," * (spec.MAX_COMMANDS_BYTES // 2) + "0]",
+    ):
+        with pytest.raises(BadRequest):
+            spec.read_commands_record(hostile)
+
+
+def test_features_commands_come_before_the_environments_and_once_only_at_the_first_start() -> None:
+    env = Environment(
+        "e",
+        "e",
+        "x",
+        image="i",
+        post_create_command="env-create",
+        post_start_command="env-start",
+    )
+    features: list[tuple[str, dict[str, Any]]] = [
+        ("./two", {"postCreateCommand": "two-create", "postStartCommand": ["two", "start"]}),
+        ("./one", {"postStartCommand": {"k": "one-start"}}),
+    ]
+    steps = [(stage, label, argv[-1]) for stage, label, argv in lifecycle_steps(env, features)]
+    assert steps == [
+        ("postCreateCommand", " of the feature './two'", "two-create"),
+        ("postCreateCommand", "", "env-create"),
+        ("postStartCommand", " of the feature './two'", "start"),
+        ("postStartCommand", " of the feature './one' (k)", "one-start"),
+        ("postStartCommand", "", "env-start"),
+    ]
+    again = [argv[-1] for _, _, argv in lifecycle_steps(at_restart(env), features)]
+    assert again == ["start", "one-start", "env-start"]
+
+
+def test_a_features_capabilities_are_those_the_administrator_allows() -> None:
+    # Given a feature adding SYS_PTRACE
+    text = json.dumps({"id": "dbg", "capAdd": ["SYS_PTRACE"]}).encode()
+    # Then it is refused by default, and read where SYS_PTRACE is allowed
+    with pytest.raises(BadRequest, match=r"SYS_PTRACE is not allowed.*allowed_capabilities"):
+        spec.read_meta(text, "the feature 'dbg'")
+    assert spec.read_meta(text, "dbg", allowed_caps=("SYS_PTRACE",)).cap_add == ("SYS_PTRACE",)
+    # And one more it names is still refused
+    wider = json.dumps({"id": "dbg", "capAdd": ["SYS_PTRACE", "SYS_ADMIN"]}).encode()
+    with pytest.raises(BadRequest, match="SYS_ADMIN is not allowed"):
+        spec.read_meta(wider, "dbg", allowed_caps=("SYS_PTRACE",))
+
+
+def test_the_create_arguments_add_only_allowed_capabilities() -> None:
+    # Given an environment adding NET_RAW (dropped by default) and a target whose features
+    # add SYS_PTRACE and, recorded before the administrator changed their mind, SYS_ADMIN
+    env = Environment(
+        "e",
+        "e",
+        "x",
+        image="i",
+        run_options=RunOptions(cap_add=("NET_RAW",)),
+        allowed_caps=("NET_RAW", "SYS_PTRACE"),
+    )
+    target = Target(
+        name="n",
+        owner="o",
+        host="h",
+        image="i",
+        workspace="",
+        mounts=(),
+        command=("sleep",),
+        server_id="s",
+        ledger_id="l",
+        process="p",
+        created="c",
+        cap_add=("SYS_PTRACE", "SYS_ADMIN"),
+    )
+    args = create_args(env, target, Confinement(cap_drop=("MKNOD", "NET_RAW")))
+    # Then the allowed ones are added (and no longer dropped), the other is not
+    assert args["cap_add"] == ["NET_RAW", "SYS_PTRACE"]
+    assert args["cap_drop"] == ["MKNOD"]
+    # And without any, nothing is added
+    plain = create_args(
+        replace(env, run_options=RunOptions()), replace(target, cap_add=()), Confinement()
+    )
+    assert "cap_add" not in plain

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from jupyter_gpudev import safefs
-from jupyter_gpudev.changes.export import _Exporter, _stays_inside
+from jupyter_gpudev.changes.export import _Exporter
+from jupyter_gpudev.untrusted import link_stays_inside
 
 
 def test_a_folder_on_the_way_that_is_a_link_is_refused(tmp_path: Path) -> None:
@@ -258,7 +259,7 @@ def test_a_crafted_archive_writes_nothing_outside_the_staging_folder(tmp_path: P
 def test_a_link_stays_inside_only_when_relative_and_never_above_root(
     path: str, target: str, inside: bool
 ) -> None:
-    assert _stays_inside(path, target) is inside
+    assert link_stays_inside(path, target) is inside
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving files to another uid needs root")

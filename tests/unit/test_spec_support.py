@@ -7,11 +7,14 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
+from traitlets import TraitError
 
-from jupyter_gpudev.environments import EnvironmentManager
+from jupyter_gpudev.containers.targets import Targets
+from jupyter_gpudev.environments import Environment, EnvironmentManager
 from jupyter_gpudev.environments.support import BY_NAME, NESTED, PROPERTIES, SPEC
 from jupyter_gpudev.errors import BadRequest
 from tests.conftest import FIXTURES
@@ -89,13 +92,14 @@ def test_every_property_of_the_specification_has_a_row() -> None:
     assert set(NESTED) <= wanted
 
 
-def read(root: Path, data: dict[str, Any]) -> tuple[list[str], BadRequest | None]:
-    """The notes the listing has for ``data``, or the error a start would raise."""
+def read(root: Path, data: dict[str, Any], **settings: Any) -> tuple[list[str], BadRequest | None]:
+    """The notes the listing has for ``data``, or the error a start would raise, with
+    ``settings`` as ``c.EnvironmentManager``'s."""
     folder = root / ".devcontainer" / "e"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "devcontainer.json").write_text(json.dumps(data))
     (folder / "Dockerfile").write_text("FROM python:3.12 AS base\n")
-    manager = EnvironmentManager()
+    manager = EnvironmentManager(**settings)
     try:
         env = manager.get("e", root)
     except BadRequest as err:
@@ -125,7 +129,9 @@ def spec_with(name: str) -> dict[str, Any]:
 def test_each_rows_behaviour_is_what_the_reader_does(tmp_path: Path, prop: Any) -> None:
     # Given a devcontainer.json asking for the property
     assert not prop.quiet(ASKING[prop.name]), "ASKING must ask for something"
-    notes, error = read(tmp_path, spec_with(prop.name))
+    # (capAdd, partly: with the capability it asks allowed by the administrator; refused
+    # otherwise, see test_capabilities_are_added_only_where_the_administrator_names_them)
+    notes, error = read(tmp_path, spec_with(prop.name), allowed_capabilities=["SYS_PTRACE"])
     said = [note for note in notes if f"'{prop.name}' is ignored" in note]
     if prop.support == "refused":
         # Then a refused one is an error naming it and saying why
@@ -227,3 +233,97 @@ def test_the_documentation_shows_every_row_as_the_reader_reads_it() -> None:
         says = prop.says.replace("|", "\\|")
         assert f"| `{prop.name}` | {module.WORDS[prop.support]} | {says} |" in table
     assert SPEC in table
+
+
+def test_capabilities_are_added_only_where_the_administrator_names_them(tmp_path: Path) -> None:
+    # Given capAdd and runArgs --cap-add asking for SYS_PTRACE
+    for data in (
+        {"image": "python:3.12", "capAdd": ["SYS_PTRACE"]},
+        {"image": "python:3.12", "runArgs": ["--cap-add=SYS_PTRACE"]},
+        {"image": "python:3.12", "runArgs": ["--cap-add", "cap_sys_ptrace"]},
+    ):
+        # Then by default it is refused, naming the capability and the setting
+        _, error = read(tmp_path, data)
+        assert error is not None
+        assert "SYS_PTRACE is not allowed: it adds Linux capabilities to the container" in (
+            error.message
+        )
+        assert "c.EnvironmentManager.allowed_capabilities" in error.message
+        # And where the administrator names it, it is the environment's, once
+        _, error = read(tmp_path, data, allowed_capabilities=["SYS_PTRACE", "NET_ADMIN"])
+        assert error is None
+        env = EnvironmentManager(allowed_capabilities=["cap_sys_ptrace"]).get("e", tmp_path)
+        assert env.run_options.cap_add == ("SYS_PTRACE",)
+        assert env.allowed_caps == ("SYS_PTRACE",)
+    # And one not named is still refused, as are ALL and what is not a name
+    for asked in (["SYS_PTRACE", "SYS_ADMIN"], ["ALL"], ["SYS PTRACE"], "SYS_PTRACE"):
+        _, error = read(
+            tmp_path, {"image": "python:3.12", "capAdd": asked}, allowed_capabilities=["SYS_PTRACE"]
+        )
+        assert error is not None, asked
+    _, error = read(
+        tmp_path,
+        {"image": "python:3.12", "runArgs": ["--cap-add=SYS_ADMIN"]},
+        allowed_capabilities=["SYS_PTRACE"],
+    )
+    assert error is not None
+    assert "SYS_ADMIN is not allowed" in error.message
+
+
+def test_the_allowed_capabilities_setting_takes_names_only() -> None:
+    assert EnvironmentManager(allowed_capabilities=["Sys_Ptrace"]).allowed_capabilities == [
+        "SYS_PTRACE"
+    ]
+    for bad in ("ALL", "SYS PTRACE", "", "x" * 40):
+        with pytest.raises(TraitError):
+            EnvironmentManager(allowed_capabilities=[bad])
+
+
+def _targets(*, single_user: bool, as_server: bool) -> Targets:
+    lookup = SimpleNamespace(
+        access=SimpleNamespace(single_user=single_user), workspace_owner=(1000, 1000)
+    )
+    return Targets(
+        lookup=cast(Any, lookup),
+        mount_policy=cast(Any, None),
+        legacy_gpus=cast(Any, None),
+        command=("sleep",),
+        command_log=False,
+        publish_ports=False,
+        run_as_server_user=as_server,
+        allow_root=True,
+    )
+
+
+def test_remote_and_container_user_apply_only_where_the_server_user_is_not_imposed() -> None:
+    # Given an environment naming both users
+    env = Environment("e", "e", "x", image="i", remote_user="dev", container_user="svc:svc")
+    host = cast(
+        Any, SimpleNamespace(user_ids=lambda: "1000:1000", spec=SimpleNamespace(is_local=True))
+    )
+    # Then in single-user mode without run_as_server_user they are the container's and the
+    # processes' users
+    own = _targets(single_user=True, as_server=False)
+    assert own.run_as(host, env) == ("svc:svc", ())
+    assert own.exec_user(env) == "dev"
+    # And with run_as_server_user (the default) the server's user is the container's, and
+    # processes run as it
+    server = _targets(single_user=True, as_server=True)
+    assert server.run_as(host, env) == ("1000:1000", ())
+    assert server.exec_user(env) == ""
+    # And in shared mode a name from the file never picks the processes' account
+    for as_server in (True, False):
+        assert _targets(single_user=False, as_server=as_server).exec_user(env) == ""
+
+
+def test_a_user_name_is_checked_as_it_is_read(tmp_path: Path) -> None:
+    for value in ("dev", "1000", "1000:1000", "dev:staff"):
+        _, error = read(
+            tmp_path, {"image": "python:3.12", "remoteUser": value, "containerUser": value}
+        )
+        assert error is None, value
+    for value in ("dev --privileged", "-u", "a:b:c", "dev\n"):
+        _, error = read(tmp_path, {"image": "python:3.12", "remoteUser": value})
+        assert error is not None, value
+        _, error = read(tmp_path, {"image": "python:3.12", "containerUser": value})
+        assert error is not None, value
