@@ -289,6 +289,12 @@ class Committer:
         if mine := user_images(
             manager.access, manager.state_dir, manager.environments.allowed_images
         ):
+            if env.features:  # as a start there: the file may have gained them since
+                raise BadRequest(
+                    f"The environment {env.name!r} names Dev Container Features, which the "
+                    "shared gpudev service does not install yet: a verify build cannot run; "
+                    "install the tools in a Dockerfile"
+                )
             what = f"The patched Dockerfile of {env.name!r}"  # no other user's image is read
             mine.check_dockerfile(
                 client, prepared.rendered.new_text, build.args if build else {}, what
