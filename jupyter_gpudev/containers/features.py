@@ -283,12 +283,28 @@ class _Cache:
 _CACHE = _Cache(256 << 20)
 
 
+def url_allowed(url: str, pattern: str) -> bool:
+    """Whether ``url`` matches the allow-list entry ``pattern``: the same scheme and host
+    (``*.example.com`` matches a subdomain, never another host whose path holds the name),
+    and the path matching the pattern's path (fnmatch)."""
+    given, allowed = urllib.parse.urlsplit(url), urllib.parse.urlsplit(pattern)
+    if given.scheme != allowed.scheme or given.username or given.password:
+        return False
+    host, wanted = (given.netloc or "").lower(), (allowed.netloc or "").lower()
+    if wanted.startswith("*."):
+        if not host.endswith(wanted[1:]) or "/" in host:
+            return False
+    elif host != wanted:
+        return False
+    return fnmatch.fnmatchcase(given.path, allowed.path or "/")
+
+
 def _fetch_url(
     request: spec.FeatureRequest, settings: Features, say: Progress, caps: tuple[str, ...] = ()
 ) -> spec.Resolved:
     ref = request.ref
     what = f"the feature {ref.written!r}"
-    if not any(fnmatch.fnmatchcase(ref.written, pattern) for pattern in settings.allowed_urls):
+    if not any(url_allowed(ref.written, pattern) for pattern in settings.allowed_urls):
         raise BadRequest(
             f"{what}: features from tarball URLs are fetched only where an administrator allows "
             "them (c.Features.allowed_urls); publish it to an OCI registry, or copy it under "

@@ -146,6 +146,10 @@ class FeatureRequest:
         return {"ref": self.ref.written, "options": dict(self.options)}
 
 
+#: The most features one environment may name (each is fetched and held while it builds).
+MAX_FEATURES = 32
+
+
 def read_requests(
     value: Any,
     where: str,
@@ -159,6 +163,11 @@ def read_requests(
         return ()
     if not isinstance(value, dict):
         raise BadRequest(f"{where}: 'features' must be an object", details={"file": where})
+    if len(value) > MAX_FEATURES:
+        raise BadRequest(
+            f"{where}: 'features' names {len(value)} features; at most {MAX_FEATURES}",
+            details={"file": where},
+        )
     found: list[FeatureRequest] = []
     for written, given in value.items():
         key = f"features[{written!r}]"

@@ -11,7 +11,9 @@ import tarfile
 
 import pytest
 
+from jupyter_gpudev.containers.features import url_allowed
 from jupyter_gpudev.environments.feature_archives import MAX_DECOMPRESSED_BYTES, read_archive
+from jupyter_gpudev.environments.features import MAX_FEATURES, read_requests
 from jupyter_gpudev.errors import BadRequest
 
 
@@ -87,3 +89,31 @@ def test_other_compressions_are_refused_and_gzip_is_read() -> None:
         read_archive(io.BytesIO(bz2.compress(plain)), "feature x", compressed=True)
     read = read_archive(io.BytesIO(gzip.compress(plain)), "feature x", compressed=True)
     assert read.file("install.sh") == b"echo hi"
+
+
+@pytest.mark.parametrize(
+    ("url", "pattern", "allowed"),
+    [
+        ("https://features.example.com/a.tgz", "https://features.example.com/*.tgz", True),
+        ("https://cdn.example.com/a.tgz", "https://*.example.com/*", True),
+        # The pattern's host appears in another host's path: not that host
+        ("https://evil.com/x.example.com/a.tgz", "https://*.example.com/*", False),
+        ("https://evil.com/features.example.com/a.tgz", "https://features.example.com*", False),
+        ("http://features.example.com/a.tgz", "https://features.example.com/*", False),
+        ("https://user:pw@features.example.com/a.tgz", "https://features.example.com/*", False),
+        ("https://features.example.com.evil.com/a.tgz", "https://features.example.com/*", False),
+    ],
+)
+def test_an_allowed_url_pattern_matches_its_host_only(
+    url: str, pattern: str, allowed: bool
+) -> None:
+    assert url_allowed(url, pattern) is allowed
+
+
+def test_an_environment_names_at_most_so_many_features() -> None:
+    many: dict[str, object] = {
+        f"ghcr.io/example/features/f{n}:1": {} for n in range(MAX_FEATURES + 1)
+    }
+    with pytest.raises(BadRequest, match=rf"at most {MAX_FEATURES}"):
+        read_requests(many, "devcontainer.json")
+    assert len(read_requests(dict(list(many.items())[:MAX_FEATURES]), "x")) == MAX_FEATURES
