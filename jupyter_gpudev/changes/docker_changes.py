@@ -3,7 +3,8 @@ engine (its ``docker diff``, its archive API; nothing runs in the container), th
 derived from the image's, probed once in a helper container; a snapshot is a ``docker commit``
 of the container made on its engine (``commit.Committer``), begun while the changes are read.
 
-Where the server runs as root on the engine's own machine (a ``unix://`` engine, overlay2),
+Where the server runs as root on the engine's own machine (a ``unix://`` engine, overlay2 in
+its data root, not rootless nor remapping users),
 the changed paths are read from the container's own layer instead of the engine's diff
 (``layer_diff.upper_changes``: the same entries, without walking the image's whole tree),
 and the changed files a commit checks or copies from there too (``layer_diff.LayerFiles``);
@@ -15,7 +16,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from ..engine import Host, Progress
@@ -73,6 +74,10 @@ class DockerChanges:
     #: Whether a local engine's containers have their changed paths read from their own
     #: overlay2 layer where this server can (``layer_diff``); else always the engine's diff.
     read_layer = True
+    #: Why the engine's diff was used instead of a layer, each said once (at info level).
+    _said: ClassVar[set[str]] = set()
+    #: The most reasons remembered (then they are said at debug level only).
+    MAX_SAID = 64
 
     def __init__(self, parts: CaptureParts, host: Host) -> None:
         self.parts = parts
@@ -88,29 +93,58 @@ class DockerChanges:
     def _changes(self, container: Container) -> tuple[list[dict[str, Any]], ArchiveSource | None]:
         """``diff``, and where it was read from the layer, the container's files as archives
         read from there too (``layer_diff.LayerFiles``; ``None``: the engine's)."""
-        if self._local():
+        root = self._local()
+        if root is not None:
             try:
-                files = layer_diff.LayerFiles(container.attrs, EngineArchives(container))
-                return layer_diff.upper_changes(container.attrs), files
-            except layer_diff.Unreadable as why:
-                _log.debug("gpudev: the engine's diff of %s: %s", container.name, why)
+                files = layer_diff.LayerFiles(container.attrs, EngineArchives(container), root=root)
+                return layer_diff.upper_changes(container.attrs, root=root), files
+            except Exception as why:  # any failure of the reader: the engine's diff is right
+                self._fallback(why)
         return list(container.diff() or []), None
 
     def _folders(self, container: Container) -> ArchiveSource | None:
         """Where a snapshot's layer leaving gpudev's files out reads the container's folders:
         its own layers where ``_changes`` reads them (``layer_diff.LayerFolders``), else
         ``None`` (a container of the committed image, through the engine)."""
-        if self._local():
+        root = self._local()
+        if root is not None:
             try:
-                return layer_diff.LayerFolders(container.attrs, str(container.name))
-            except layer_diff.Unreadable:
-                pass
+                return layer_diff.LayerFolders(container.attrs, str(container.name), root=root)
+            except Exception as why:
+                self._fallback(why)
         return None
 
-    def _local(self) -> bool:
-        """Whether the container's own layers may be read here: ``read_layer``, and the
-        engine on this machine's socket (``layer_diff`` then checks the rest)."""
-        return self.read_layer and urlsplit(self.host.spec.url).scheme == "unix"
+    def _local(self) -> str | None:
+        """The engine's data root where the container's own layers may be read here:
+        ``read_layer``, the engine on this machine's socket, saying its data root, neither
+        rootless nor remapping users (its folders would not be root's, its ids not the
+        files'); ``layer_diff`` checks the rest. ``None``: ask the engine."""
+        if not self.read_layer or urlsplit(self.host.spec.url).scheme != "unix":
+            return None
+        try:
+            info = self.host.engine_info()
+        except Exception as why:
+            self._fallback(why)
+            return None
+        if not info.data_root:
+            self._fallback("the engine names no data root")
+            return None
+        for option in info.security_options:
+            fields = dict(f.partition("=")[::2] for f in str(option).split(","))
+            if fields.get("name") in ("rootless", "userns"):
+                self._fallback(f"the engine runs with {fields['name']}")
+                return None
+        return info.data_root
+
+    @classmethod
+    def _fallback(cls, why: object) -> None:
+        """Say (once per reason, at info level) why the engine's diff is used instead."""
+        reason = f"{type(why).__name__}: {why}" if isinstance(why, BaseException) else str(why)
+        if reason in cls._said or len(cls._said) >= cls.MAX_SAID:
+            _log.debug("gpudev: the engine's diff, not the layer's: %s", reason)
+            return
+        cls._said.add(reason)
+        _log.info("gpudev: reading changes through the engine's diff, not the layer: %s", reason)
 
     def capture(self, native: Container, name: str, excluded: tuple[str, ...]) -> Captured:
         """A Docker container's change set: its ``docker diff`` against its baseline, its

@@ -5,16 +5,22 @@ container's whole mounted tree with its image's (both walked: most of a second f
 image, whatever the change). What changed is all in the container's overlay2 upper directory
 (``GraphDriver.Data.UpperDir``): ``upper_changes`` walks that directory alone and looks each
 entry up in the layers under it (``LowerDir``: the container's init layer, then the image's,
-top first), and gives what the engine's diff gives, entry for entry:
+top first), and gives what the engine's diff gives, entry for entry, and more only where that
+diff is naive (it compares size and time; ``docker commit`` takes the upper directory whole):
 
 - an entry the layers below do not have: ``A``, and everything under it ``A``;
-- an entry they have: ``C`` when its type, mode, owner, device, or (not a folder) size or
-  modification time differ, or its ``security.capability``; a folder with changes inside
-  is ``C`` too;
+- an entry they have: ``C`` when it is not a folder (overlay copies a file up only to
+  change it: its content may differ with the same size and time, as ``docker commit``, the
+  native diff of this directory, has it; the engine's ``docker diff`` may use the naive rule
+  and miss it, so this is the safer superset); a folder when its type, mode, owner or device
+  differ; a folder with changes inside is ``C`` too;
 - a whiteout (a character device 0/0): ``D`` of the entry it hides; an opaque folder
   (``trusted.overlay.opaque``: removed and made again): ``D`` of each entry it had below.
 
-Only a server running as root on the engine's own machine can read these folders; anything
+Only a server running as root on the engine's own machine, with ``CAP_SYS_ADMIN`` in the
+initial user namespace (else ``trusted.*`` attributes read as absent), can read these folders;
+given the engine's data root (``root=``), the driver home must be ``ROOT/overlay2``, and
+every folder from ``/`` down to each layer's ``HOME/NAME`` root's alone to write; anything
 else (another storage driver, a remote engine, a folder that is not there, overlay features
 this reader does not know: redirected folders, metadata-only copies, names that are not UTF-8,
 more entries or depth than the bounds) is ``Unreadable``, and the caller asks the engine
@@ -28,6 +34,7 @@ The image's layers are looked up the same way.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import posixpath
@@ -58,7 +65,6 @@ MAX_OPEN = 768
 
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPAQUE = "trusted.overlay.opaque"
-_CAPABILITY = "security.capability"
 #: Overlay features whose meaning this reader does not follow: the engine is asked instead.
 _UNKNOWN_XATTRS = ("trusted.overlay.redirect", "trusted.overlay.metacopy")
 _LAYER_DIR = re.compile(r"^[0-9a-zA-Z]{1,128}(-init)?\Z")
@@ -68,6 +74,42 @@ class Unreadable(Exception):
     """This reader cannot give the container's changes (why, in words); the engine's diff can."""
 
 
+#: ``CAP_SYS_ADMIN``'s bit in a capability set.
+_CAP_SYS_ADMIN = 21
+#: The initial user namespace's ``uid_map``: every id, unmapped.
+_INITIAL_UID_MAP = ["0", "0", "4294967295"]
+
+
+def _proc_self(name: str) -> str:
+    try:
+        with open(f"/proc/self/{name}", encoding="ascii", errors="replace") as file:
+            return file.read(65536)
+    except OSError as exc:
+        raise Unreadable(f"/proc/self/{name}: {exc.strerror}") from exc
+
+
+def check_privileges() -> None:
+    """``Unreadable`` unless this process is root with ``CAP_SYS_ADMIN`` in the initial user
+    namespace: without it ``trusted.overlay.*`` attributes read as absent (an opaque folder
+    would look merged, a redirect or a metadata-only copy go unseen)."""
+    if os.geteuid() != 0:
+        raise Unreadable("the server is not root: the overlay2 attributes cannot be read")
+    effective = [
+        line.split(":", 1)[1].strip()
+        for line in _proc_self("status").splitlines()
+        if line.startswith("CapEff:")
+    ]
+    try:
+        admin = len(effective) == 1 and bool(int(effective[0], 16) >> _CAP_SYS_ADMIN & 1)
+    except ValueError:
+        admin = False
+    if not admin:
+        raise Unreadable("the server has no CAP_SYS_ADMIN: the overlay2 attributes cannot be read")
+    lines = _proc_self("uid_map").splitlines()
+    if len(lines) != 1 or lines[0].split() != _INITIAL_UID_MAP:
+        raise Unreadable("the server is in a user namespace: the overlay2 attributes are hidden")
+
+
 @dataclass(frozen=True)
 class Layers:
     """A container's overlay2 folders, as its inspect names them: the upper directory and
@@ -75,12 +117,16 @@ class Layers:
 
     upper: str
     lower: tuple[str, ...]
+    #: Whether the driver home was checked to be the engine's (``of``'s ``root``): each
+    #: layer is then opened from ``/`` through folders only root may change.
+    trusted: bool = False
 
     @classmethod
-    def of(cls, attrs: Mapping[str, Any]) -> Layers:
+    def of(cls, attrs: Mapping[str, Any], root: str | None = None) -> Layers:
         """The folders of a container's inspect (``attrs``), checked for shape: overlay2, the
         upper directory ``HOME/ID/diff`` with ``HOME/ID-init/diff`` first under it, every
-        layer ``HOME/NAME/diff`` in the same driver home; else ``Unreadable``."""
+        layer ``HOME/NAME/diff`` in the same driver home, that home ``ROOT/overlay2`` where
+        the engine's data root ``root`` is given; else ``Unreadable``."""
         driver = attrs.get("GraphDriver")
         if not isinstance(driver, Mapping) or driver.get("Name") != "overlay2":
             raise Unreadable("the storage driver is not overlay2")
@@ -102,7 +148,17 @@ class Layers:
                 raise Unreadable("the layers are not in one driver home")
             if (index == 0) != (layer == f"{name}-init"):
                 raise Unreadable("the first layer under the container is not its init layer")
-        return cls(upper, lowers)
+        if root is not None and (
+            not root.startswith("/")
+            or posixpath.normpath(root) != root
+            or home != posixpath.join(root, "overlay2")
+        ):
+            raise Unreadable("the driver home is not overlay2 in the engine's data root")
+        return cls(upper, lowers, root is not None)
+
+    def opened(self, path: str) -> contextlib.AbstractContextManager[int]:
+        """One of its layer folders' handle (``_opened``)."""
+        return _opened(path, trusted=self.trusted)
 
 
 def _layer_dir(path: str) -> tuple[str, str]:
@@ -116,17 +172,16 @@ def _layer_dir(path: str) -> tuple[str, str]:
     return home, name
 
 
-def upper_changes(attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
+def upper_changes(attrs: Mapping[str, Any], *, root: str | None = None) -> list[dict[str, Any]]:
     """The container's changes as the engine's ``docker diff`` gives them (``Path``,
-    ``Kind``), read from its overlay2 upper directory; ``Unreadable`` (why) where this
-    reader cannot (see the module's docstring). Sorted by path."""
-    layers = Layers.of(attrs)
-    if os.geteuid() != 0:
-        # trusted.* attributes read as absent to others: an opaque folder would look merged.
-        raise Unreadable("the server is not root: the overlay2 attributes cannot be read")
+    ``Kind``; a superset where its diff is naive: see the module's docstring), read from its
+    overlay2 upper directory; ``Unreadable`` (why) where this reader cannot. ``root``: the
+    engine's data root (``Layers.of``). Sorted by path."""
+    layers = Layers.of(attrs, root)
+    check_privileges()
     with ExitStack() as stack:
-        upper = stack.enter_context(_opened(layers.upper))
-        lower = [stack.enter_context(_opened(path)) for path in layers.lower]
+        upper = stack.enter_context(layers.opened(layers.upper))
+        lower = [stack.enter_context(layers.opened(path)) for path in layers.lower]
         walk = _Walk()
         walk.handles = 1 + len(lower)
         changes = walk.folder(upper, "/", lower, 0, opaque=False)
@@ -134,16 +189,59 @@ def upper_changes(attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def _opened(path: str) -> Iterator[int]:
-    """A layer folder's handle (the path is the engine's; its last part is not followed)."""
-    try:
-        handle = os.open(path, _OPEN_DIR)
-    except OSError as exc:
-        raise Unreadable(f"{path}: {exc.strerror}") from exc
+def _opened(path: str, *, trusted: bool = False) -> Iterator[int]:
+    """A layer folder's handle: ``_open_layer``, closed at the end."""
+    handle = _open_layer(path, trusted=trusted)
     try:
         yield handle
     finally:
         os.close(handle)
+
+
+def _open_layer(path: str, *, trusted: bool = False) -> int:
+    """The layer folder ``HOME/NAME/diff``'s handle, its last part not followed; ``trusted``:
+    ``HOME/NAME`` opened from ``/`` by ``_open_trusted``. ``Unreadable`` where it cannot be."""
+    try:
+        if not trusted:
+            return os.open(path, _OPEN_DIR)
+        folder = _open_trusted(posixpath.dirname(path))
+        try:
+            return os.open(posixpath.basename(path), _OPEN_DIR, dir_fd=folder)
+        finally:
+            os.close(folder)
+    except OSError as exc:
+        raise Unreadable(f"{path}: {exc.strerror}") from exc
+
+
+def _open_trusted(path: str) -> int:
+    """The folder ``path`` (absolute, normal) opened from ``/`` one part at a time, no link
+    followed, each part owned by root and writable by neither its group nor others (else
+    someone else could swap what is under it); else ``Unreadable``."""
+    handle = os.open("/", _OPEN_DIR)
+    try:
+        _check_trusted(handle, "/")
+        for part in [p for p in path.split("/") if p]:
+            try:
+                inner = os.open(part, _OPEN_DIR, dir_fd=handle)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise Unreadable(f"{path}: {part} is a link or not a folder") from exc
+                raise
+            os.close(handle)
+            handle = inner
+            _check_trusted(handle, part)
+    except BaseException:
+        os.close(handle)
+        raise
+    return handle
+
+
+def _check_trusted(handle: int, part: str) -> None:
+    info = os.fstat(handle)
+    if info.st_uid != 0:
+        raise Unreadable(f"{part} on the way to the driver home is not owned by root")
+    if info.st_mode & 0o022:
+        raise Unreadable(f"{part} on the way to the driver home is group or other writable")
 
 
 def _whiteout(info: os.stat_result) -> bool:
@@ -159,9 +257,10 @@ def _same_time(old: int, new: int) -> bool:
 
 
 def _different(old: os.stat_result, new: os.stat_result) -> bool:
-    """The engine's ``statDifferent``: mode (type included), owner, group, device; size and
-    modification time unless the old mode has the folder bit (folders, and as the engine's
-    test has it, sockets and block devices too)."""
+    """The engine's ``statDifferent`` (its naive diff), used here for an upper folder only:
+    mode (type included), owner, group, device; size and modification time unless the old
+    mode has the folder bit (folders, and as the engine's test has it, sockets and block
+    devices too)."""
     if (old.st_mode, old.st_uid, old.st_gid, old.st_rdev) != (
         new.st_mode,
         new.st_uid,
@@ -299,6 +398,7 @@ class _Walk:
         changes: list[tuple[str, int]] = []
         present: set[str] = set()
         for name, info in self._list(upper):
+            present.add(name)  # a whiteout too: its deletion is said once, here
             child = f"{path.rstrip('/')}/{name}"
             if len(child.encode()) > MAX_PATH:
                 raise Unreadable(f"a path longer than {MAX_PATH} bytes")
@@ -309,15 +409,10 @@ class _Walk:
                 if self._old(lower, name) is not None:
                     changes.append((child, DELETED))
                 continue
-            present.add(name)
             old = self._old(lower, name)
-            changed = old is None or _different(old[1], info)
-            if (
-                old is not None
-                and not changed
-                and _CAPABILITY in attributes + _attributes(old[0], name)
-            ):
-                changed = _xattr(old[0], name, _CAPABILITY) != _xattr(upper, name, _CAPABILITY)
+            # Not a folder, and below too: overlay copied it up to change it (its content,
+            # its metadata or its capabilities), whatever its size and time now.
+            changed = old is None or not stat.S_ISDIR(info.st_mode) or _different(old[1], info)
             if changed:
                 changes.append((child, ADDED if old is None else MODIFIED))
             if not stat.S_ISDIR(info.st_mode):
@@ -381,10 +476,12 @@ class LayerFiles:
     the file by an ``O_PATH`` handle, checked to be a regular file, then reopened through that
     handle, so a file swapped for a device or a FIFO meanwhile is never opened."""
 
-    def __init__(self, attrs: Mapping[str, Any], fallback: ArchiveSource) -> None:
-        self.layers = Layers.of(attrs)
-        if os.geteuid() != 0:
-            raise Unreadable("the server is not root: the overlay2 folders cannot be read")
+    def __init__(
+        self, attrs: Mapping[str, Any], fallback: ArchiveSource, *, root: str | None = None
+    ) -> None:
+        self.layers = Layers.of(attrs, root)
+        check_privileges()
+        os.close(_open_layer(self.layers.upper, trusted=self.layers.trusted))
         self.fallback = fallback
         self.name = fallback.name
 
@@ -402,8 +499,8 @@ class LayerFiles:
         ):
             return None
         try:
-            folder = os.open(self.layers.upper, _OPEN_DIR)
-        except OSError:
+            folder = _open_layer(self.layers.upper, trusted=self.layers.trusted)
+        except Unreadable:
             return None
         try:
             for part in parts[1:-1]:
@@ -440,11 +537,17 @@ def _entry(folder: int, name: str) -> tuple[Iterator[bytes], dict[str, Any]] | N
         return None
     finally:
         os.close(handle)
-    now = os.fstat(content)
-    if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino) or not stat.S_ISREG(now.st_mode):
+    try:
+        now = os.fstat(content)
+        same = (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino)
+        header = _header(name, now, tarfile.REGTYPE, now.st_size, "") if same else b""
+    except BaseException:
+        os.close(content)
+        raise
+    if not same or not stat.S_ISREG(now.st_mode):
         os.close(content)
         return None
-    archive = _FileArchive(content, _header(name, now, tarfile.REGTYPE, now.st_size, ""), now)
+    archive = _FileArchive(content, header, now)
     return archive, {"name": name, "size": now.st_size, "mode": now.st_mode & 0o7777}
 
 
@@ -516,12 +619,13 @@ class LayerFolders:
     ``layers.read_folders`` reads them: an archive of the folder's own entry, mode, owner and
     time), read from its upper directory and the layers under it as overlay merges them: the
     first layer having the path decides, a whiteout or anything but a folder hides the rest,
-    an opaque folder the layers under it. ``None`` where it is not a folder."""
+    an opaque folder the layers under it. ``None`` where it is not a folder (not there, not a
+    folder, hidden by a whiteout); ``Unreadable`` where it cannot be read (the caller asks the
+    engine instead)."""
 
-    def __init__(self, attrs: Mapping[str, Any], name: str) -> None:
-        self.layers = Layers.of(attrs)
-        if os.geteuid() != 0:
-            raise Unreadable("the server is not root: the overlay2 folders cannot be read")
+    def __init__(self, attrs: Mapping[str, Any], name: str, *, root: str | None = None) -> None:
+        self.layers = Layers.of(attrs, root)
+        check_privileges()
         self.name = name
 
     def get(self, path: str) -> tuple[Iterator[bytes], dict[str, Any]] | None:
@@ -530,17 +634,19 @@ class LayerFolders:
             return None
         walk = _Walk()
         with ExitStack() as stack:
+            roots = [self.layers.upper, *self.layers.lower]
+            current = [stack.enter_context(self.layers.opened(p)) for p in roots]
             try:
-                roots = [self.layers.upper, *self.layers.lower]
-                current = [stack.enter_context(_opened(p)) for p in roots]
                 for part in parts:
                     below = walk._below(current, part)
                     stack.callback(walk._close, below)
                     if not below:
                         return None
+                    if any(a in os.listxattr(below[0]) for a in _UNKNOWN_XATTRS):
+                        raise Unreadable("a redirected folder or a metadata-only copy")
                     current = below
                 info = os.fstat(current[0])
-            except (OSError, Unreadable):
-                return None
+            except OSError as exc:
+                raise Unreadable(f"reading a folder: {exc.strerror}") from exc
         header = _header(parts[-1] if parts else "/", info, tarfile.DIRTYPE, 0, "")
         return iter([header, bytes(2 * tarfile.BLOCKSIZE)]), {"name": parts[-1]}

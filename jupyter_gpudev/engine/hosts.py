@@ -357,6 +357,7 @@ class Host:
             cpus=_positive(info.get("NCPU")),
             memory_mib=(_positive(info.get("MemTotal")) or 0) // (1 << 20) or None,
             data_root=str(info["DockerRootDir"]) if info.get("DockerRootDir") else None,
+            security_options=tuple(str(o) for o in info.get("SecurityOptions") or ()),
         )
 
     def free_storage_mib(self, path: str) -> int | None:

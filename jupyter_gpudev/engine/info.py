@@ -101,6 +101,8 @@ class EngineInfo:
     cpus: int | None = None
     memory_mib: int | None = None
     data_root: str | None = None
+    #: ``docker info``'s ``SecurityOptions`` (``name=seccomp,profile=default``, ``name=rootless``).
+    security_options: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,21 @@ that are not UTF-8, too many entries, too deep, inspect data that points elsewhe
 from __future__ import annotations
 
 import io
+import logging
 import os
+import shutil
 import stat
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from jupyter_gpudev.changes import layer_diff
+from jupyter_gpudev.changes import commit, docker_changes, layer_diff
+from jupyter_gpudev.changes.docker_changes import DockerChanges
 from jupyter_gpudev.changes.layer_diff import (
     LayerFiles,
     LayerFolders,
@@ -100,15 +105,16 @@ def test_added_changed_and_deleted_entries_are_the_engines_kinds(overlay: Overla
     overlay.file(image, "/etc/issue")
     overlay.file(image, "/etc/same", b"same")
     overlay.file(upper, "/etc/motd", b"new!", mtime=1_800_000_000)
-    overlay.file(upper, "/etc/same", b"same")  # copied up, nothing changed
+    overlay.file(upper, "/etc/same", b"same")  # copied up: a change, whatever it holds
     overlay.file(upper, "/opt/new/a/b")
     overlay.whiteout(upper, "/etc/issue")
     overlay.whiteout(upper, "/etc/never-there")  # hides nothing: not a deletion
-    # Then the edit is C, the new tree A, the removal D, the folders holding them C
+    # Then the edits are C, the new tree A, the removal D, the folders holding them C
     assert overlay.changes() == {
         "/etc": "C",
         "/etc/issue": "D",
         "/etc/motd": "C",
+        "/etc/same": "C",
         "/opt": "A",
         "/opt/new": "A",
         "/opt/new/a": "A",
@@ -137,8 +143,9 @@ def test_metadata_changes_count_as_the_engine_counts_them(overlay: Overlay) -> N
 def test_a_capability_set_on_an_unchanged_file_is_a_change(overlay: Overlay) -> None:
     image, upper = overlay.lower[1], overlay.upper
     overlay.file(image, "/bin/tool")
+    (upper / "bin").mkdir()
+    assert overlay.changes() == {}  # a folder copied up, nothing changed: no change
     copied = overlay.file(upper, "/bin/tool")
-    assert overlay.changes() == {}
     # struct vfs_cap_data, revision 2: effective, CAP_NET_BIND_SERVICE permitted
     blob = (0x02000001).to_bytes(4, "little") + (1 << 10).to_bytes(4, "little") + bytes(12)
     os.setxattr(copied, "security.capability", blob)
@@ -452,3 +459,266 @@ def test_a_folder_is_what_overlay_merges_from_the_layers(overlay: Overlay) -> No
     assert folders.get("/opt/below") is None
     assert folders.get("/nothing") is None
     assert folders.get("/var/../usr") is None
+
+
+# --- The review's findings (each test failed before its fix) -------------------------------
+
+
+def test_a_same_size_write_with_its_time_reset_is_a_change(overlay: Overlay) -> None:
+    # Given an image file, and the container's copy of it rewritten with the same size, mode,
+    # owner and time (``touch -r``): the naive rule's metadata is all the same
+    image, upper = overlay.lower[1], overlay.upper
+    overlay.file(image, "/etc/debian_version", b"12.4")
+    overlay.file(upper, "/etc/debian_version", b"SECR")
+    (upper / "etc" / "new-folder").mkdir()
+    # Then it is a change, as ``docker commit`` (the native diff) has it; a file with no
+    # counterpart below is still an addition
+    assert overlay.changes() == {
+        "/etc": "C",
+        "/etc/debian_version": "C",
+        "/etc/new-folder": "A",
+    }
+
+
+@pytest.mark.parametrize(
+    ("status", "uid_map", "why"),
+    [
+        # CAP_SYS_ADMIN (bit 21) missing from the effective set
+        ("CapEff:\t000001fffedfffff\n", "0 0 4294967295\n", "CAP_SYS_ADMIN"),
+        ("Name:\tx\n", "0 0 4294967295\n", "CAP_SYS_ADMIN"),
+        # root in a user namespace (rootless, userns-remap, a container)
+        ("CapEff:\t000001ffffffffff\n", "0 100000 65536\n", "user namespace"),
+        ("CapEff:\t000001ffffffffff\n", "", "user namespace"),
+    ],
+)
+def test_root_without_the_initial_namespaces_admin_capability_is_refused(
+    overlay: Overlay, monkeypatch: pytest.MonkeyPatch, status: str, uid_map: str, why: str
+) -> None:
+    # trusted.* attributes read as absent without CAP_SYS_ADMIN in the initial user namespace:
+    # an opaque folder would look merged, a redirect unseen
+    overlay.file(overlay.upper, "/etc/motd")
+    proc = {"status": status, "uid_map": uid_map}
+    monkeypatch.setattr(layer_diff, "_proc_self", lambda name: proc[name])
+    with pytest.raises(Unreadable, match=why):
+        upper_changes(overlay.attrs)
+    with pytest.raises(Unreadable, match=why):
+        LayerFiles(overlay.attrs, Engine())
+    with pytest.raises(Unreadable, match=why):
+        LayerFolders(overlay.attrs, "box")
+
+
+def test_this_process_has_the_initial_namespaces_admin_capability() -> None:
+    # The real /proc/self read as the reader reads it: the suite runs as the engine's root
+    layer_diff.check_privileges()
+
+
+@pytest.fixture
+def root_owned() -> Iterator[Path]:
+    """A folder only root can write, on a path from ``/`` that only root can write (``/run``)."""
+    info = os.stat("/run")
+    if info.st_uid != 0 or info.st_mode & 0o022:
+        pytest.skip("/run is not root's alone here")
+    path = Path(tempfile.mkdtemp(prefix="gpudev-layer-", dir="/run"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+def test_a_driver_home_under_the_engines_data_root_is_read(root_owned: Path) -> None:
+    overlay = Overlay(root_owned / "docker" / "overlay2")
+    overlay.file(overlay.lower[1], "/etc/motd", b"old")
+    overlay.file(overlay.upper, "/etc/motd", b"new")
+    root = str(root_owned / "docker")
+    assert {c["Path"] for c in upper_changes(overlay.attrs, root=root)} == {"/etc", "/etc/motd"}
+    assert members(LayerFiles(overlay.attrs, Engine(), root=root).get("/etc/motd")) == [
+        ("motd", "", b"new")
+    ]
+    assert LayerFolders(overlay.attrs, "box", root=root).get("/etc") is not None
+
+
+def test_a_driver_home_elsewhere_than_the_data_root_is_refused(root_owned: Path) -> None:
+    overlay = Overlay(root_owned / "docker" / "overlay2")
+    for root in (str(root_owned / "other"), str(root_owned), "/var/lib/docker", "relative"):
+        with pytest.raises(Unreadable, match="data root"):
+            upper_changes(overlay.attrs, root=root)
+        with pytest.raises(Unreadable, match="data root"):
+            LayerFiles(overlay.attrs, Engine(), root=root)
+        with pytest.raises(Unreadable, match="data root"):
+            LayerFolders(overlay.attrs, "box", root=root)
+
+
+@pytest.mark.parametrize("how", ["link", "owner", "group-writable", "other-writable"])
+def test_a_driver_home_others_could_change_is_refused(root_owned: Path, how: str) -> None:
+    docker = root_owned / "docker"
+    overlay = Overlay(docker / "overlay2")
+    overlay.file(overlay.upper, "/etc/motd")
+    if how == "link":  # the data root a link to a folder elsewhere
+        docker.rename(root_owned / "real")
+        docker.symlink_to(root_owned / "real")
+    elif how == "owner":
+        os.chown(overlay.home, 1000, 0)
+    elif how == "group-writable":
+        (overlay.home / ID).chmod(0o775)
+    else:
+        docker.chmod(0o757)
+    why = {"link": "a link", "owner": "not owned by root"}.get(how, "group or other writable")
+    with pytest.raises(Unreadable, match=why):
+        upper_changes(overlay.attrs, root=str(docker))
+    with pytest.raises(Unreadable, match=why):
+        LayerFiles(overlay.attrs, Engine(), root=str(docker))
+    with pytest.raises(Unreadable, match=why):
+        LayerFolders(overlay.attrs, "box", root=str(docker)).get("/etc")
+
+
+def test_the_tests_temporary_folders_are_not_trusted(overlay: Overlay) -> None:
+    # /tmp is anyone's to write: a driver home under it could be swapped
+    with pytest.raises(Unreadable, match="writable"):
+        upper_changes(overlay.attrs, root=str(overlay.home.parent))
+
+
+def test_a_folder_that_cannot_be_read_is_an_error_not_a_missing_folder(overlay: Overlay) -> None:
+    (overlay.upper / "var" / "log").mkdir(parents=True)
+    (overlay.upper / "moved").mkdir()
+    os.setxattr(overlay.upper / "moved", "trusted.overlay.redirect", b"/old")
+    folders = LayerFolders(overlay.attrs, "box")
+    assert folders.get("/var/log") is not None
+    assert folders.get("/var/nothing") is None  # ENOENT: not a folder
+    # A folder overlay redirects: the reader does not follow it
+    with pytest.raises(Unreadable, match="redirected"):
+        folders.get("/moved")
+    # The layers gone (the container removed meanwhile): not "not a folder"
+    shutil.rmtree(overlay.upper)
+    with pytest.raises(Unreadable):
+        folders.get("/var/log")
+
+
+def test_a_whiteout_in_an_opaque_folder_is_one_deletion(overlay: Overlay) -> None:
+    # Given a folder the container removed and made again, and in it a whiteout of a file
+    # the layers below had (overlay may keep both markers)
+    overlay.file(overlay.lower[1], "/doc/README")
+    overlay.file(overlay.lower[1], "/doc/NEWS")
+    overlay.opaque(overlay.upper, "/doc")
+    overlay.whiteout(overlay.upper, "/doc/README")
+    # Then each file is deleted once (``changes`` checks each path is there once)
+    assert overlay.changes() == {"/doc": "C", "/doc/NEWS": "D", "/doc/README": "D"}
+
+
+def test_a_files_handle_is_closed_when_its_header_cannot_be_made(
+    overlay: Overlay, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    overlay.file(overlay.upper, "/etc/motd")
+    files = LayerFiles(overlay.attrs, Engine())
+
+    def broken(*_args: Any) -> bytes:
+        raise ValueError("no header")
+
+    monkeypatch.setattr(layer_diff, "_header", broken)
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(ValueError, match="no header"):
+        files.get("/etc/motd")
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+class Container:
+    """A container as ``DockerChanges`` reads it: its inspect, and the engine's diff."""
+
+    name = "box"
+    client = SimpleNamespace(api=None)
+    id = "c" * 64
+
+    def __init__(self, attrs: dict[str, Any]) -> None:
+        self.attrs = attrs
+        self.diffs = 0
+
+    def diff(self) -> list[dict[str, Any]]:
+        self.diffs += 1
+        return [{"Path": "/from-the-engine", "Kind": 1}]
+
+
+def source(data_root: str | None, options: tuple[str, ...] = ()) -> DockerChanges:
+    info = SimpleNamespace(data_root=data_root, security_options=options)
+    host = SimpleNamespace(
+        spec=SimpleNamespace(url="unix:///var/run/docker.sock"), engine_info=lambda: info
+    )
+    return DockerChanges(None, host)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("data_root", "options"),
+    [
+        (None, ()),
+        ("docker", ("name=seccomp,profile=default", "name=rootless")),
+        ("docker", ("name=userns",)),
+    ],
+)
+def test_a_rootless_or_remapped_engine_or_one_without_a_data_root_is_asked(
+    root_owned: Path, data_root: str | None, options: tuple[str, ...]
+) -> None:
+    # Given folders the reader could read, under the data root the engine names
+    overlay = Overlay(root_owned / "docker" / "overlay2")
+    overlay.file(overlay.upper, "/etc/motd")
+    container = Container(overlay.attrs)
+    root = str(root_owned / data_root) if data_root else None
+    # When the engine is rootless or remaps users, or names no data root: the engine is asked
+    changes, files = source(root, options)._changes(container)  # type: ignore[arg-type]
+    assert (changes, files, container.diffs) == ([{"Path": "/from-the-engine", "Kind": 1}], None, 1)
+    assert source(root, options)._folders(container) is None  # type: ignore[arg-type]
+
+
+def test_the_engines_data_root_bounds_what_is_read(
+    monkeypatch: pytest.MonkeyPatch, root_owned: Path
+) -> None:
+    overlay = Overlay(root_owned / "docker" / "overlay2")
+    overlay.file(overlay.upper, "/etc/motd")
+    container = Container(overlay.attrs)
+    changes, files = source(str(root_owned / "docker"))._changes(container)  # type: ignore[arg-type]
+    assert [c["Path"] for c in changes] == ["/etc", "/etc/motd"]
+    assert files is not None
+    assert container.diffs == 0
+    # The same folders, the engine saying its data root is elsewhere: the engine is asked
+    changes, files = source("/var/lib/docker")._changes(container)  # type: ignore[arg-type]
+    assert (changes, files, container.diffs) == ([{"Path": "/from-the-engine", "Kind": 1}], None, 1)
+
+
+def test_any_failure_of_the_reader_falls_back_to_the_engine_and_is_said_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(attrs: Any, *, root: str | None = None) -> list[dict[str, Any]]:
+        raise RuntimeError("a reader bug")
+
+    monkeypatch.setattr(layer_diff, "LayerFiles", lambda *_a, **_k: None)
+    monkeypatch.setattr(layer_diff, "upper_changes", broken)
+    monkeypatch.setattr(docker_changes, "EngineArchives", lambda _c: None)
+    container = Container({})
+    with caplog.at_level(logging.INFO, logger=docker_changes.__name__):
+        for _ in range(3):
+            changes, files = source("/var/lib/docker")._changes(container)  # type: ignore[arg-type]
+            assert (changes, files) == ([{"Path": "/from-the-engine", "Kind": 1}], None)
+    said = [r for r in caplog.records if "a reader bug" in r.getMessage()]
+    assert len(said) == 1
+    assert said[0].levelno == logging.INFO
+
+
+def test_folders_that_cannot_be_read_make_the_commit_read_them_from_its_image(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given an early commit whose folders come from the container's layers, unreadable now
+    class Gone:
+        name = "box"
+
+        def get(self, path: str) -> tuple[Iterator[bytes], dict[str, Any]] | None:
+            raise Unreadable(f"{path}: the layers are gone")
+
+    removal = object()
+    monkeypatch.setattr(commit, "_commit", lambda _client, _container: "sha256:committed")
+    monkeypatch.setattr(commit, "_removal", lambda *_args: removal)
+    early = commit._EarlyCommit(
+        None,  # type: ignore[arg-type]
+        None,
+        ["/var/log/gpudev"],
+        None,  # type: ignore[arg-type]
+        Gone(),
+    )
+    # Then the layer is written from a container of the committed image instead
+    assert early.result() == ("sha256:committed", removal)
