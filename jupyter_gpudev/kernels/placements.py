@@ -172,7 +172,11 @@ class KernelPlacements:
 
     def release_ports(self, container: str, ports: tuple[int, ...]) -> None:
         with self._lock:
-            self._ports_in_use.get(container, set()).difference_update(ports)
+            used = self._ports_in_use.get(container)
+            if used is not None:
+                used.difference_update(ports)
+                if not used:  # a container gone is not kept
+                    del self._ports_in_use[container]
 
     def argv(self, image_id: str) -> list[str] | None:
         with self._lock:

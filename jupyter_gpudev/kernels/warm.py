@@ -174,6 +174,8 @@ class WarmKernels(LoggingConfigurable):
                 if not kept:
                     return None
                 warm = kept.pop(0)
+                if not kept:
+                    del self._ready[key]
             same = warm.processes.instance == processes.instance
             if same and list(warm.argv) == list(argv) and _running(warm):
                 if self._record is not None:
@@ -230,6 +232,25 @@ class WarmKernels(LoggingConfigurable):
             pool = self._pool
         for _ in range(missing):
             pool.submit(self._start_one, manager, key)
+        pool.submit(self._drop_gone)
+
+    def _drop_gone(self) -> None:
+        """Stop and forget the ready warm kernels that no longer run (their container removed,
+        or stopped after its last kernel): ``take`` drops such a kernel only when a kernel
+        starts in the same container again, and a removed one never does."""
+        with self._lock:
+            ready = [(key, warm) for key, kernels in self._ready.items() for warm in kernels]
+        for key, warm in ready:
+            if _running(warm):
+                continue
+            with self._lock:
+                kept = self._ready.get(key, [])
+                if not any(other is warm for other in kept):
+                    continue  # taken meanwhile
+                kept[:] = [other for other in kept if other is not warm]
+                if not kept:
+                    del self._ready[key]
+            self._stop(warm)
 
     def fill_pinned(self, manager: DevContainers) -> None:
         """``fill`` every pinned shared container (at the server's start): the ones a user
@@ -275,7 +296,10 @@ class WarmKernels(LoggingConfigurable):
             self.log.info("gpudev: no warm kernel in %s: %s", key[1], exc)
         finally:
             with self._lock:
-                self._starting[key] = max(0, self._starting.get(key, 0) - 1)
+                if self._starting.get(key, 0) > 1:
+                    self._starting[key] -= 1
+                else:
+                    self._starting.pop(key, None)
                 if warm is not None and not self._closed:
                     self._ready.setdefault(key, []).append(warm)
                     ready, warm = warm, None
