@@ -110,7 +110,9 @@ def guard_ports(host: Host, network: str, log: Any, *, unless_hooked: bool = Fal
         config = client.networks.get(network).attrs.get("IPAM", {}).get("Config") or []
         subnets = [str(c["Subnet"]) for c in config if c.get("Subnet")]
         per_address: dict[str, set[int]] = {}
-        running = client.containers.list(filters={"label": L_MANAGED, "network": network})
+        running = client.containers.list(
+            filters={"label": L_MANAGED, "network": network}, ignore_removed=True
+        )
         for one in running:
             networks = one.attrs.get("NetworkSettings", {}).get("Networks") or {}
             address = (networks.get(network) or {}).get("IPAddress")
