@@ -96,8 +96,8 @@ OUTPUTS_ENVIRONMENT = (
 OUTPUTS_ENVIRONMENT.parent.mkdir(parents=True, exist_ok=True)
 OUTPUTS_ENVIRONMENT.write_text(json.dumps({"image": "gpudev-python:bookworm"}, indent=2) + "\n")
 
-# An environment asking for what gpudev does not do (gpudev.spec.ts): a Dev Container Feature
-# (not installed yet) and a misspelt lifecycle command; its row lists both notes.
+# An environment asking for what gpudev does not do (gpudev.spec.ts): remoteEnv (not applied)
+# and a misspelt lifecycle command; its row lists both notes.
 NOTED_ENVIRONMENT = (
     Path(c.ServerApp.root_dir) / ".devcontainer" / "noted" / "devcontainer.json"  # noqa: F821
 )
@@ -106,7 +106,7 @@ NOTED_ENVIRONMENT.write_text(
     json.dumps(
         {
             "image": "gpudev-python:bookworm",
-            "features": {"ghcr.io/devcontainers/features/node:1": {"version": "20"}},
+            "remoteEnv": {"NODE_OPTIONS": "--max-old-space-size=4096"},
             "postCreateComand": "npm install",
         },
         indent=2,

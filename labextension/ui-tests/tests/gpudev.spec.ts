@@ -71,8 +71,8 @@ test.describe('GPU Dev panel', () => {
   test("an environment's row says what of its devcontainer.json gpudev does not do", async ({
     page
   }) => {
-    // Given the `noted` environment (jupyter_server_test_config.py): a feature
-    // and a misspelt postCreateCommand
+    // Given the `noted` environment (jupyter_server_test_config.py): remoteEnv
+    // (not applied) and a misspelt postCreateCommand
     const panel = await openPanel(page);
     const row = panel.getByTestId('gpudev-env-noted');
     await expect(row).toBeVisible({ timeout: 30000 });
@@ -82,8 +82,8 @@ test.describe('GPU Dev panel', () => {
       .getByRole('listitem');
     await expect(notes).toHaveCount(2);
     await expect(
-      notes.filter({ hasText: "'features' is ignored" })
-    ).toContainText('Dev Container Features are not installed yet');
+      notes.filter({ hasText: "'remoteEnv' is ignored" })
+    ).toContainText('kernels and terminals get containerEnv');
     await expect(
       notes.filter({
         hasText: "'postCreateComand' is not a devcontainer.json property"
