@@ -362,19 +362,19 @@ def test_logs_shows_a_containers_control_sequences_instead_of_running_them(
 def test_what_gpudev_does_not_do_of_a_file_is_said_by_envs_a_dry_run_and_a_start(
     cli: Run, tmp_path: Path
 ) -> None:
-    # Given an environment whose devcontainer.json asks for a feature and remoteEnv
+    # Given an environment whose devcontainer.json asks for portsAttributes and remoteEnv
     folder = tmp_path / "work" / ".devcontainer" / "noted"
     folder.mkdir(parents=True)
     (folder / "devcontainer.json").write_text(
         json.dumps(
             {
                 "image": "gpudev-python:bookworm",
-                "features": {"ghcr.io/devcontainers/features/node:1": {}},
+                "portsAttributes": {"8888": {"label": "lab"}},
                 "remoteEnv": {"A": "1"},
             }
         )
     )
-    said = ("'features' is ignored", "'remoteEnv' is ignored")
+    said = ("'portsAttributes' is ignored", "'remoteEnv' is ignored")
     # Then the listing says both
     envs = cli("envs")
     assert envs.returncode == 0, envs.stderr
