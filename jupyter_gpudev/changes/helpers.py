@@ -160,5 +160,26 @@ def inert(client: docker.DockerClient, image: str, confinement: Confinement) -> 
     try:
         yield helper
     finally:
-        with contextlib.suppress(*ENGINE_FAILURES):
+        remove_patiently(helper)
+
+
+#: Seconds a helper container's removal keeps trying while its engine does not answer (one
+#: restarting), before it is left to the next sweep.
+REMOVAL_PATIENCE = 20.0
+
+
+def remove_patiently(helper: Container) -> None:
+    """Remove ``helper``, retrying while its engine does not answer (a restart cut what it was
+    used for) for up to ``REMOVAL_PATIENCE`` seconds; one already gone is removed."""
+    deadline = time.monotonic() + REMOVAL_PATIENCE
+    while True:
+        try:
             helper.remove(force=True, v=True)
+        except docker.errors.NotFound:
+            return
+        except ENGINE_FAILURES:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.5)
+        else:
+            return
