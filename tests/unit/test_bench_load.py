@@ -131,7 +131,7 @@ def test_the_memory_comparison_names_what_grew() -> None:
 def test_where_shows_the_innermost_frame_and_gpudev_s() -> None:
     frames = [
         ("/x/site-packages/json/decoder.py", 353),
-        ("/work/main/jupyter_gpudev/containers/docker_backend.py", 74),
+        (f"{bench_load.ROOT}/jupyter_gpudev/containers/docker_backend.py", 74),
         ("/x/site-packages/jupyter_client/manager.py", 31),
         ("/usr/lib/python3.11/threading.py", 1002),
     ]
