@@ -15,6 +15,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -26,7 +27,7 @@ import docker.errors
 from traitlets import Bool, List, Unicode
 from traitlets.config import LoggingConfigurable
 
-from ..errors import BadRequest, ImageError
+from ..errors import ENGINE_FAILURES, BadRequest, ImageError
 from ..labels import L_BOOTSTRAP, L_BOOTSTRAP_KERNEL
 from .buildkit import (
     BuildTrust,
@@ -49,6 +50,13 @@ _REQUIREMENT_RE = re.compile(
     r"((==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!-]{1,50}(,(==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!-]{1,50})*)?\Z"
 )
 _TAG_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,200}\Z")
+#: The classic builder's line naming the image a step made (or found in its cache).
+_STEP_IMAGE_RE = re.compile(r"^ ---> ([0-9a-f]{12})\Z")
+#: The classic builder's error when a step's own command failed (not the engine).
+_COMMAND_FAILED_RE = re.compile(r"returned a non-zero code: \d+")
+#: Seconds the removal of what a cut build made keeps trying while its engine does not
+#: answer (one restarting), in the background.
+CUT_STEPS_PATIENCE = 20.0
 
 
 def stream_build(
@@ -84,6 +92,21 @@ def stream_build(
                 dockerfile=name,
                 **build_args,
             )
+    made = _StepImages()
+    try:
+        return _classic_build(client, what, say, made, build_args)
+    except BaseException:
+        remove_cut_steps(client, made.ids)
+        raise
+
+
+def _classic_build(
+    client: docker.DockerClient,
+    what: str,
+    say: Progress,
+    made: _StepImages,
+    build_args: dict[str, Any],
+) -> str | None:
     tail: list[str] = []
     image_id: str | None = None
     for event in client.api.build(rm=True, forcerm=True, decode=True, **build_args):
@@ -91,15 +114,81 @@ def stream_build(
         if isinstance(aux, dict) and aux.get("ID"):
             image_id = str(aux["ID"])
         if "error" in event:
-            detail = event.get("errorDetail", {}).get("message") or event["error"]
-            raise ImageError(
-                f"Building {what} failed: {str(detail).strip()}", details={"log": tail}
-            )
+            detail = str(event.get("errorDetail", {}).get("message") or event["error"])
+            if _COMMAND_FAILED_RE.search(detail):
+                made.ids.clear()  # the finished steps stay the engine's cache for a retry
+            raise ImageError(f"Building {what} failed: {detail.strip()}", details={"log": tail})
         text = str(event.get("stream") or event.get("status") or "")
         for line in filter(None, (part.rstrip() for part in text.splitlines())):
             tail = [*tail[-29:], line]
+            made.read(line)
             say({"stage": "build", "message": line})
     return image_id
+
+
+class _StepImages:
+    """The images a classic build made as it went, from its log: each step's ``---> ID``
+    line, except a ``FROM`` step's (an image it did not make) and a step found in the cache
+    (``---> Using cache``: another build's)."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self._skip_next = False
+
+    def read(self, line: str) -> None:
+        if line.startswith("Step ") and " : " in line:
+            self._skip_next = line.split(" : ", 1)[1].lstrip().upper().startswith("FROM ")
+        elif line == " ---> Using cache":
+            self._skip_next = True
+        elif match := _STEP_IMAGE_RE.match(line):
+            if not self._skip_next:
+                self.ids.append(match.group(1))
+            self._skip_next = False
+
+
+def remove_cut_steps(client: docker.DockerClient, made: list[str]) -> None:
+    """After a build that failed for another reason than a step's own command (the engine
+    restarting, a dropped SSH host; a step that fails only then is the engine's doing, its
+    error saying anything): remove the images its steps ``made`` that nothing names now
+    (dangling: a finished step's image is left when the next step never ran), and one a step
+    made on one of them that the log never named (the cut came first). Nothing named or used
+    by a container is removed (``force`` off); at worst, an id a step's output forged in the log
+    names another dangling image of the engine. Tried at once; while the engine does not
+    answer, again in the background for up to ``CUT_STEPS_PATIENCE`` seconds."""
+    if not made:
+        return
+    if not _remove_steps(client, set(made)):
+        threading.Thread(
+            target=_remove_steps_patiently,
+            args=(client, set(made)),
+            name="gpudev-cut-build",
+            daemon=True,
+        ).start()
+
+
+def _remove_steps_patiently(client: docker.DockerClient, made: set[str]) -> None:
+    deadline = time.monotonic() + CUT_STEPS_PATIENCE
+    while not _remove_steps(client, made) and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def _remove_steps(client: docker.DockerClient, made: set[str]) -> bool:
+    """One try; ``False`` when the engine did not answer."""
+    try:
+        dangling = client.api.images(filters={"dangling": True})
+    except ENGINE_FAILURES:
+        return False
+    for image in dangling:
+        short = str(image.get("Id", "")).removeprefix("sha256:")[:12]
+        parent = str(image.get("ParentId", "")).removeprefix("sha256:")[:12]
+        if short in made or parent in made:
+            try:
+                client.api.remove_image(str(image["Id"]), force=False, noprune=False)
+            except docker.errors.APIError:
+                continue  # used meanwhile, or gone
+            except ENGINE_FAILURES:
+                return False
+    return True
 
 
 def _trusted_build(

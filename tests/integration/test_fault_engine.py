@@ -313,6 +313,56 @@ def test_a_start_cut_in_its_image_build_fails_and_leaves_nothing(
     remove_new_images(engine, images)
 
 
+def test_a_build_cut_after_a_finished_step_leaves_no_image_of_it(
+    make: Callable[..., DevContainers], engine: Engine, tmp_path: Path
+) -> None:
+    # A build cut once a step of its own is done keeps that step's image: nameless, a leaf
+    # (dangling), with the base image's gpudev labels; found in CI, where a commit's verify
+    # build (its first step cached) ran on past the cut's moment.
+    manager = make(
+        {"build": {"dockerfile": "Dockerfile"}},
+        {
+            "Dockerfile": "FROM gpudev-python:bookworm\nRUN echo cut-one > /one\n"
+            "RUN echo cut-two > /two\n"
+        },
+    )
+    state = tmp_path / "state"
+    baseline = Baseline.take(engine.client(), state)
+    images = {str(i.id) for i in engine.client().images.list(all=True)}
+    # When the engine restarts as the build's third step begins (its second is done)
+    cut = CutAt(engine, prefix="Step 3/", restart=True)
+    with pytest.raises(GPUDevError) as caught:
+        manager.start(StartRequest(environment="env", name="built3"), progress=cut)
+    assert "env" in caught.value.message
+    cut.back()
+    # Then no image of the build is left, dangling or not
+    assert_nothing_leaked(engine.client(), baseline, state=state, server_id=manager.server_id)
+    assert {str(i.id) for i in engine.client().images.list(all=True)} == images
+
+
+def test_a_build_whose_own_command_fails_keeps_its_finished_steps_as_cache(
+    make: Callable[..., DevContainers], engine: Engine
+) -> None:
+    # Given an environment whose build's third step fails (the user's command, not the engine)
+    manager = make(
+        {"build": {"dockerfile": "Dockerfile"}},
+        {"Dockerfile": "FROM gpudev-python:bookworm\nRUN echo kept > /kept\nRUN exit 3\n"},
+    )
+    dangling = {str(i.id) for i in engine.client().images.list(filters={"dangling": True})}
+    with pytest.raises(GPUDevError, match="non-zero code: 3"):
+        manager.start(StartRequest(environment="env", name="failing"))
+    # When it is built again, its second step comes from the cache (as `docker build` keeps it)
+    events: list[dict[str, Any]] = []
+    with pytest.raises(GPUDevError):
+        manager.start(StartRequest(environment="env", name="failing"), progress=events.append)
+    lines = [str(e.get("message")) for e in events if e.get("stage") == "build"]
+    step = next(i for i, line in enumerate(lines) if line.endswith("RUN echo kept > /kept"))
+    assert lines[step + 1] == " ---> Using cache", lines
+    for image in engine.client().images.list(filters={"dangling": True}):
+        if str(image.id) not in dangling:
+            engine.client().images.remove(str(image.id))
+
+
 def test_a_commit_cut_by_a_restart_leaves_nothing_and_runs_again(
     make: Callable[..., DevContainers], engine: Engine, tmp_path: Path
 ) -> None:
