@@ -128,7 +128,13 @@ class DevContainers(ContainerLookup):
 
     @default("environments")
     def _default_environments(self) -> EnvironmentManager:
-        return EnvironmentManager(parent=self)
+        manager = EnvironmentManager(parent=self)
+
+        def user_notes(env: Environment) -> list[str]:  # this configuration's, when listed
+            return self._targets.user_notes(env)
+
+        manager.user_notes = user_notes
+        return manager
 
     @default("mount_policy")
     def _default_mount_policy(self) -> MountPolicy:

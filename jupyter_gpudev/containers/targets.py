@@ -328,6 +328,30 @@ class Targets:
         groups = tuple(sorted(set(os.getgrouplist(name, gid)) - {gid})) if name else ()
         return f"{uid}:{gid}", groups
 
+    def user_notes(self, env: Environment) -> list[str]:
+        """What ``run_as`` and ``exec_user`` leave unused of the environment's users, in words:
+        its ``containerUser`` and ``remoteUser`` where the server's user is imposed
+        (``run_as_server_user``) or in shared mode (the calling user); root asked in shared
+        mode is a request for root, allowed or refused at the start, not a note."""
+        access, workspace_owner = self.lookup.access, self.lookup.workspace_owner
+        single = workspace_owner is None or access.single_user
+        if single and not self.run_as_server_user:
+            return []
+        why = (
+            "the container runs as the server's user (c.DevContainers.run_as_server_user)"
+            if single
+            else "in the shared service the container runs as you"
+        )
+        notes = []
+        if env.container_user:
+            notes.append(f"'containerUser' {env.container_user} is not used: {why}")
+        if env.remote_user and (single or env.remote_user not in ("root", "0")):
+            notes.append(
+                f"'remoteUser' {env.remote_user} is not used: {why}, and kernels, terminals "
+                "and lifecycle commands with it"
+            )
+        return notes
+
     def exec_user(self, env: Environment) -> str:
         """Who kernels, terminals and lifecycle commands run as in a new container (recorded
         on it, ``labels.L_REMOTE_USER``): ``remoteUser`` where the container does not run as

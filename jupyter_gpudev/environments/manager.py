@@ -19,6 +19,7 @@ import builtins
 import dataclasses
 import fnmatch
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,9 @@ class EnvironmentManager(LoggingConfigurable):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._last_root: Path | None = None
+        #: What the server does not use of an environment (its users, where it imposes its
+        #: own), in words: notes of each environment listed; set by ``DevContainers``.
+        self.user_notes: Callable[[Environment], builtins.list[str]] = lambda _env: []
 
     def _reader(
         self, data: dict[str, Any], *, where: str, root_real: str, base_dir: str | None
@@ -228,6 +232,7 @@ class EnvironmentManager(LoggingConfigurable):
                 )
                 return
             taken[env.name] = where
+            notes = [*notes, *(f"{where}: {note}" for note in self.user_notes(env))]
             found.append(dataclasses.replace(env, notes=tuple(notes)) if notes else env)
             problems.extend(
                 {"file": where, "name": env.name, "level": "warning", "message": note}

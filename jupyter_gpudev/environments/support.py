@@ -175,16 +175,17 @@ PROPERTIES: tuple[Property, ...] = (
         "partly",
         "the container's user where gpudev does not run it as the server's user "
         "(c.DevContainers.run_as_server_user off, single-user mode); by default it runs as the "
-        "server's UID and GID, and in shared mode as the calling user",
+        "server's UID and GID, and in shared mode as the calling user (a note says it is not "
+        "used)",
     ),
     Property(
         "remoteUser",
         "partly",
         "kernels, terminals and lifecycle commands run as it where the container does not run "
         "as the server's user (c.DevContainers.run_as_server_user off, single-user mode); "
-        "otherwise they run as the container's user. In shared mode they run as the calling "
-        "user, and remoteUser is read only as a request to run as root "
-        "(c.DevContainers.allow_root)",
+        "otherwise they run as the container's user, and a note says it is not used. In shared "
+        "mode they run as the calling user, and remoteUser is read only as a request to run as "
+        "root (c.DevContainers.allow_root)",
     ),
     Property(
         "updateRemoteUserUID",

@@ -27,6 +27,7 @@ from traitlets.config import Config
 from jupyter_gpudev.changes.capture import ChangeCapture
 from jupyter_gpudev.changes.commit import CommitOptions, Committer
 from jupyter_gpudev.containers import DevContainers, StartRequest
+from jupyter_gpudev.containers.commands import exec_user
 from jupyter_gpudev.environments import features as spec
 from jupyter_gpudev.errors import BadRequest, GPUDevError
 from tests.integration.test_diff import sh
@@ -36,6 +37,8 @@ from tests.registry import Registry
 pytestmark = pytest.mark.integration
 
 BASE = "gpudev-base:bookworm"
+#: The public features' example and the offline stand-ins of common-utils, node and python.
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "features-offline"
 MIRRORED = "ghcr.io/gpudev-test/features"
 LOG = "/opt/features.log"
 
@@ -57,18 +60,23 @@ def layer(files: dict[str, str], extra: tuple[tarfile.TarInfo, ...] = ()) -> byt
 
 
 def publish(
-    registry: Registry, name: str, tag: str, files: dict[str, str], **more: Any
+    registry: Registry,
+    name: str,
+    tag: str,
+    files: dict[str, str],
+    namespace: str = "features",
+    **more: Any,
 ) -> tuple[str, str]:
     """Push a feature as the features-distribution specification lays it out: a config blob,
-    one layer of type application/vnd.devcontainers.layer.v1+tar, an OCI manifest; returns
-    (manifest digest, layer digest)."""
+    one layer of type application/vnd.devcontainers.layer.v1+tar, an OCI manifest, as
+    ``namespace/name:tag``; returns (manifest digest, layer digest)."""
     session = requests.Session()
     session.auth = (registry.username, registry.password)
     root = f"http://{registry.address}"
 
     def blob(data: bytes) -> dict[str, Any]:
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        started = session.post(f"{root}/v2/features/{name}/blobs/uploads/", timeout=10)
+        started = session.post(f"{root}/v2/{namespace}/{name}/blobs/uploads/", timeout=10)
         assert started.status_code == 202, started.text
         location = urllib.parse.urljoin(root, started.headers["Location"])
         glue = "&" if "?" in location else "?"
@@ -97,7 +105,7 @@ def publish(
         }
     ).encode()
     put = session.put(
-        f"{root}/v2/features/{name}/manifests/{tag}",
+        f"{root}/v2/{namespace}/{name}/manifests/{tag}",
         data=manifest,
         headers={"Content-Type": spec.MANIFEST_TYPE},
         timeout=10,
@@ -535,5 +543,66 @@ def test_verify_installs_the_features_on_the_rebuilt_image_as_a_start_does(
         with contextlib.suppress(GPUDevError):
             manager.remove(name, force=True)
         for image in docker_client.images.list(name=f"gpudev-env-{env}"):
+            docker_client.images.remove(str(image.id), force=True)
+    leaked_nothing(docker_client, baseline, manager, env)
+
+
+def test_the_public_features_example_works_offline_from_the_local_registry(
+    tmp_path: Path,
+    registry: Registry,
+    dev_containers: Callable[..., DevContainers],
+    docker_client: docker.DockerClient,
+) -> None:
+    # Given the stand-ins of common-utils:2, node:1 and python:1 in the local registry, where
+    # the public features' namespace is mirrored (no registry on the internet is reached)
+    for name, tag in (("common-utils", "2"), ("node", "1"), ("python", "1")):
+        folder = EXAMPLE / "features" / name
+        files = {entry.name: entry.read_text() for entry in sorted(folder.iterdir())}
+        publish(registry, name, tag, files, namespace="devcontainers/features")
+    config = features_config(registry)
+    config.Features.registry_mirrors = {
+        "ghcr.io/devcontainers/features": f"{registry.address}/devcontainers/features"
+    }
+    config.DevContainers.run_as_server_user = False  # remoteUser used, as other tools use it
+    root = tmp_path / "work"
+    manager = dev_containers(root, config)
+    env = f"example{secrets.token_hex(4)}"
+    (root / ".devcontainer" / env).mkdir(parents=True)
+    example = (EXAMPLE / ".devcontainer" / "devcontainer.json").read_text()
+    (root / ".devcontainer" / env / "devcontainer.json").write_text(example)
+    baseline = Baseline.take(docker_client, ignore_removed=True)
+    try:
+        # When the example's environment starts, as written
+        events: list[dict[str, Any]] = []
+        info = manager.start(StartRequest(environment=env, name=env), events.append)
+        container = docker_client.containers.get(info.container_id)
+
+        def run(*argv: str, user: str = "") -> str:
+            code, out = container.exec_run(list(argv), user=user)
+            assert code == 0, (argv, out)
+            assert isinstance(out, bytes)
+            return out.decode().strip()
+
+        # Then every feature is installed with the options it was given
+        assert run("node", "--version").startswith("v18.")
+        assert run("npm", "--version")
+        assert run("python3", "-m", "venv", "--help").startswith("usage")
+        assert run("pipx", "--version")
+        assert run("flake8", "--version")
+        assert run("getent", "passwd", "vscode").endswith(":/home/vscode:/bin/zsh")
+        assert run("cat", "/etc/sudoers.d/vscode") == "vscode ALL=(root) NOPASSWD:ALL"
+        # But sudo does not make the user root: the container runs with no-new-privileges
+        code, out = container.exec_run(["sudo", "-n", "id", "-u"], user="vscode")
+        assert code != 0
+        assert b"no new privileges" in out, out
+        # And the environment runs as its remoteUser, its postCreateCommand saw the tools
+        assert run("id", "-un", user=exec_user(container)) == "vscode"
+        messages = [str(e.get("message", "")) for e in events]
+        assert any(m.startswith("v18.") for m in messages), messages
+        # And nothing in it was ignored without a note
+        assert not [e for e in events if e.get("stage") == "environment"], events
+    finally:
+        manager.remove(env, force=True)
+        for image in docker_client.images.list(name=f"gpudev-features-{env}"):
             docker_client.images.remove(str(image.id), force=True)
     leaked_nothing(docker_client, baseline, manager, env)

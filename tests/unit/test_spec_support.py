@@ -327,3 +327,33 @@ def test_a_user_name_is_checked_as_it_is_read(tmp_path: Path) -> None:
         assert error is not None, value
         _, error = read(tmp_path, {"image": "python:3.12", "containerUser": value})
         assert error is not None, value
+
+
+def test_a_user_the_container_does_not_run_as_is_a_note() -> None:
+    env = Environment("e", "e", "x", image="i", remote_user="dev", container_user="svc")
+    # Given run_as_server_user (the default): neither user is used, and each says so
+    notes = _targets(single_user=True, as_server=True).user_notes(env)
+    used = [n.split(" is not used")[0] for n in notes]
+    assert used == ["'containerUser' svc", "'remoteUser' dev"]
+    assert all("c.DevContainers.run_as_server_user" in n for n in notes)
+    # And in shared mode they are not used either: the container runs as the calling user
+    shared = _targets(single_user=False, as_server=False).user_notes(env)
+    assert len(shared) == 2
+    assert all("as you" in n for n in shared)
+    # But where they are used, or not asked for, nothing is said
+    assert _targets(single_user=True, as_server=False).user_notes(env) == []
+    plain = Environment("e", "e", "x", image="i")
+    assert _targets(single_user=True, as_server=True).user_notes(plain) == []
+    # And root in shared mode is a request for root (allowed or refused at the start)
+    root = Environment("e", "e", "x", image="i", remote_user="root")
+    assert _targets(single_user=False, as_server=True).user_notes(root) == []
+
+
+def test_the_environment_listing_shows_the_user_notes_of_the_server(tmp_path: Path) -> None:
+    folder = tmp_path / ".devcontainer" / "u"
+    folder.mkdir(parents=True)
+    (folder / "devcontainer.json").write_text('{"image": "python:3.12", "remoteUser": "dev"}')
+    manager = EnvironmentManager()
+    manager.user_notes = lambda env: [f"about {env.remote_user}"]
+    [env] = [e for e in manager.list(tmp_path).environments if e.name == "u"]
+    assert env.notes == (".devcontainer/u/devcontainer.json: about dev",)
