@@ -92,14 +92,16 @@ class Folder:
         return cls(fd, os.fspath(path), owner)
 
     @classmethod
-    def open_checked(cls, path: str | os.PathLike[str]) -> Folder:
+    def open_checked(
+        cls, path: str | os.PathLike[str], owner: tuple[int, int] | None = None
+    ) -> Folder:
         """The folder at the absolute ``path``, checked earlier to hold no link (a real path),
         opened from ``/`` down without following one: a link on it now (the path changed
-        since) is ``LinkRefused``."""
+        since) is ``LinkRefused``. What it makes goes to ``owner``."""
         shown = os.fspath(path)
         if not os.path.isabs(shown):
             raise ValueError(f"not an absolute path: {shown!r}")
-        with cls.open("/") as top:
+        with cls.open("/", owner) as top:
             return top.folder(shown)
 
     def _give(self, name: str) -> None:

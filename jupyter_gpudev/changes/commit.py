@@ -50,7 +50,7 @@ import requests
 from ..containers import commandlog
 from ..containers.create import Confinement
 from ..containers.features import install_features
-from ..containers.namespace import user_images
+from ..containers.namespace import UserImages, user_images
 from ..engine import Progress, Reference, Registries, stream_build
 from ..engine.context import pack_context
 from ..errors import (
@@ -286,15 +286,8 @@ class Committer:
         started = time.monotonic()
         build = env.build
         manager = self.capture.containers
-        if mine := user_images(
-            manager.access, manager.state_dir, manager.environments.allowed_images
-        ):
-            if env.features:  # as a start there: the file may have gained them since
-                raise BadRequest(
-                    f"The environment {env.name!r} names Dev Container Features, which the "
-                    "shared gpudev service does not install yet: a verify build cannot run; "
-                    "install the tools in a Dockerfile"
-                )
+        mine = user_images(manager.access, manager.state_dir, manager.environments.allowed_images)
+        if mine is not None:
             what = f"The patched Dockerfile of {env.name!r}"  # no other user's image is read
             mine.check_dockerfile(
                 client, prepared.rendered.new_text, build.args if build else {}, what
@@ -326,7 +319,7 @@ class Committer:
                 with engine_errors(f"Naming the rebuilt image of {env.name!r}", self.log):
                     repository, tag = named.rsplit(":", 1)
                     client.api.tag(image_id, repository, tag)
-                checked = self._with_features(client, env, named, say)
+                checked = self._with_features(client, env, named, say, mine)
             say({"stage": "verify", "message": "comparing the packages of the rebuilt image"})
             rebuilt = self.capture.probe_image(client, checked).state
         except BaseException:  # what a build or probe the engine's restart cut left, too
@@ -350,12 +343,19 @@ class Committer:
         return report
 
     def _with_features(
-        self, client: docker.DockerClient, env: Environment, image: str, say: Progress
+        self,
+        client: docker.DockerClient,
+        env: Environment,
+        image: str,
+        say: Progress,
+        mine: UserImages | None,
     ) -> str:
         """The id of the image of ``env``'s features installed on the rebuilt ``image``,
         by the build a start runs (``containers.features``: fetched, ordered, built the same
-        way, ``c.Features`` read from the configuration)."""
+        way, ``c.Features`` read from the configuration; in shared mode, ``mine``, in the
+        user's own repository)."""
         say({"stage": "verify", "message": "installing the features on the rebuilt image"})
+        manager = self.capture.containers
         ref = install_features(
             client,
             env,
@@ -363,7 +363,9 @@ class Committer:
             registries=self.registries,
             say=say,
             log=self.log,
-            trust=self.capture.containers.mount_policy.build_trust(),
+            trust=manager.mount_policy.build_trust(),
+            mine=mine,
+            owner=manager.workspace_owner,
         )
         with engine_errors(f"Installing the features of {env.name!r}", self.log):
             return str(client.images.get(ref).id)

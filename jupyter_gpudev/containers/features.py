@@ -46,6 +46,7 @@ from ..environments import features as spec
 from ..errors import BadRequest, ImageError, engine_errors
 from ..labels import L_BUILD_BASES, L_ENV, L_FEATURE_CAPS, L_FEATURE_COMMANDS
 from . import feature_build as build
+from .namespace import UserImages, build_reference
 
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[a-z0-9._-]+)*\Z")
 
@@ -111,9 +112,14 @@ def install_features(
     log: Any,
     trust: BuildTrust | None = None,
     settings: Features | None = None,
+    mine: UserImages | None = None,
+    owner: tuple[int, int] | None = None,
 ) -> str:
     """The image of ``env`` with its features installed on ``base`` (built when missing);
-    returns its reference."""
+    returns its reference. ``mine``: shared mode's user, whose own repository the image is
+    tagged in (``namespace.build_reference``) and who reuses only an image built for them from
+    the same digest (``UserImages.reusable``); ``owner``: who a lockfile written in the
+    workspace belongs to (the user's uid and gid in shared mode)."""
     settings = settings if settings is not None else Features(parent=registries)
     pins = _read_pins(env)
     fetched = [
@@ -143,14 +149,15 @@ def install_features(
         image_user=image_user,
     )
     digest = build.build_digest(str(image.id), text, ordered, labels=f"{commands}\0{caps}")
-    repository = re.sub(r"[_.-]{2,}", "-", env.name).strip("_.-") or "unnamed"
-    ref = f"gpudev-features-{repository}:{digest[:12]}"
-    _write_lockfile(env, fetched, pins, say)
-    try:
-        client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        pass
+    if mine is None:
+        repository = re.sub(r"[_.-]{2,}", "-", env.name).strip("_.-") or "unnamed"
+        ref = f"gpudev-features-{repository}:{digest[:12]}"
+        built = _present(client, ref)
     else:
+        ref = build_reference(f"features-{env.name}", mine.user, digest)
+        built = mine.reusable(client, ref, digest) is not None
+    _write_lockfile(env, fetched, pins, say, owner)
+    if built:
         say({"stage": "features", "message": f"features unchanged: using {ref}"})
         return ref
     names = ", ".join(f.request.ref.written for f in ordered)
@@ -173,7 +180,20 @@ def install_features(
                 L_FEATURE_CAPS: caps,
             },
         )
+        if mine is not None:
+            image_id = str(client.images.get(ref).id)
+            mine.builds.record(
+                image_id, mine.user, environment=env.name, digest=digest, reference=ref
+            )
     return ref
+
+
+def _present(client: docker.DockerClient, ref: str) -> bool:
+    try:
+        client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
 
 
 def _fetch(
@@ -224,27 +244,34 @@ def _fetch_oci(
     ``reference`` (a tag or a digest): from ``_CACHE`` for a digest fetched before, else
     from its registry (mirrored) with the credentials of image pulls."""
     what = f"the feature {ref.written!r}"
+    scope = registries.user or ""  # in shared mode, what one user fetched is not another's
     if reference.startswith("sha256:"):
-        manifest = _CACHE.get(reference)
+        manifest = _CACHE.get(scope, reference)
         layer_digest = _layer(manifest, what) if manifest is not None else ""
-        layer = _CACHE.get(layer_digest) if layer_digest else None
+        layer = _CACHE.get(scope, layer_digest) if layer_digest else None
         if layer is not None:
             say({"stage": "features", "message": f"{ref.written} ({reference}): fetched before"})
             return reference, layer_digest, layer
     registry, repository = settings.mirrored(ref.registry, ref.repository)
     auth: dict[str, str] = {}
+    withheld = ""
     if registries.pulls_with_credentials(ref.written):
         auth, _ = registries.auth_for(registry)
+    else:
+        withheld = (
+            "the gpudev service's credentials fetch only what c.Registries.shared_pull_images "
+            "names for you"
+        )
     say({"stage": "features", "message": f"fetching {ref.written} ({reference})"})
-    oci = OCIClient(registry, auth, what=what)
+    oci = OCIClient(registry, auth, what=what, withheld=withheld)
     try:
         fetched = oci.manifest(repository, reference, spec.MANIFEST_TYPE)
         layer_digest = _layer(fetched.data, what)
         blob = oci.blob(repository, layer_digest, archives.MAX_TOTAL_BYTES + (1 << 20))
     finally:
         oci.close()
-    _CACHE.put(fetched.digest, fetched.data)
-    _CACHE.put(blob.digest, blob.data)
+    _CACHE.put(scope, fetched.digest, fetched.data)
+    _CACHE.put(scope, blob.digest, blob.data)
     return fetched.digest, layer_digest, blob.data
 
 
@@ -252,29 +279,31 @@ class _Cache:
     """Manifests and layers by their digests, as fetched (and checked against them): a feature
     pinned by digest (as devcontainer-lock.json pins them) is not fetched again by this
     process, so an unchanged environment starts while its registry is away. Bounded; the
-    oldest go first. (Shared across the users of a process: the shared service refuses
-    features, see ``images.ensure_image``.)"""
+    oldest go first. Each entry is one user's (``scope``: their name in shared mode, where
+    the service's credentials may fetch for one user what another may not read; "" in
+    single-user mode): a digest another user fetched is fetched again, with this user's
+    rights."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.items: OrderedDict[str, bytes] = OrderedDict()
+        self.items: OrderedDict[tuple[str, str], bytes] = OrderedDict()
         self.size = 0
         self.lock = threading.Lock()
 
-    def get(self, digest: str) -> bytes | None:
+    def get(self, scope: str, digest: str) -> bytes | None:
         with self.lock:
-            data = self.items.get(digest)
+            data = self.items.get((scope, digest))
             if data is not None:
-                self.items.move_to_end(digest)
+                self.items.move_to_end((scope, digest))
             return data
 
-    def put(self, digest: str, data: bytes) -> None:
+    def put(self, scope: str, digest: str, data: bytes) -> None:
         if len(data) > self.limit:
             return
         with self.lock:
-            old = self.items.pop(digest, None)
+            old = self.items.pop((scope, digest), None)
             self.size += len(data) - (len(old) if old is not None else 0)
-            self.items[digest] = data
+            self.items[(scope, digest)] = data
             while self.size > self.limit:
                 _, dropped = self.items.popitem(last=False)
                 self.size -= len(dropped)
@@ -361,11 +390,13 @@ def _write_lockfile(
     fetched: list[spec.Resolved],
     pins: Mapping[str, spec.Pin],
     say: Progress,
+    owner: tuple[int, int] | None = None,
 ) -> None:
-    """Write the lockfile when there is none and some feature came from a registry."""
+    """Write the lockfile when there is none and some feature came from a registry (given to
+    ``owner``, the workspace's user, where the shared service writes it)."""
     if env.config_dir is None or pins or not any(f.manifest_digest for f in fetched):
         return
-    with safefs.Folder.open_checked(env.config_dir) as folder:
+    with safefs.Folder.open_checked(env.config_dir, owner) as folder:
         if folder.kind(spec.LOCKFILE) is not None:
             return
         try:

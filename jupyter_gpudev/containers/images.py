@@ -26,7 +26,7 @@ from ..engine import BuildTrust, Progress, Registries, RegistryError, stream_bui
 from ..engine.context import TEXT_LIMIT, folder_context
 from ..environments import Environment
 from ..environments.model import BuildSpec
-from ..errors import BadRequest, ImageError, engine_errors
+from ..errors import ImageError, engine_errors
 from ..labels import L_BUILD_BASES, L_ENV
 from . import references
 from .features import Features, install_features
@@ -46,22 +46,47 @@ def ensure_image(
     trust: BuildTrust | None = None,
     mine: UserImages | None = None,
     features: Features | None = None,
+    owner: tuple[int, int] | None = None,
 ) -> tuple[str, list[str]]:
     """Build or pull the environment's image when the host lacks it; returns its reference and
     its ``Config.Env`` (for the CUDA check). A build trusts ``trust``'s CA bundle. ``mine``:
     shared mode's user (see the module). The environment's Dev Container Features are then
     installed on it (``features.install_features``; ``features``: ``c.Features``, read from
-    ``registries``' configuration when not given)."""
+    ``registries``' configuration when not given; ``owner``: who a lockfile it writes in the
+    workspace belongs to)."""
     if mine is not None:
-        if env.features:
-            raise BadRequest(
-                f"The environment {env.name!r} names Dev Container Features, which the shared "
-                "gpudev service does not install yet; install the tools in a Dockerfile"
-            )
         ref, image = _ensure_own(
             client, env, say, log, registries=registries, trust=trust, mine=mine
         )
-        return ref, list(image.attrs.get("Config", {}).get("Env") or [])
+    else:
+        ref, image = _ensure_single(client, env, registries, say, log, trust=trust)
+    if env.features:
+        ref = install_features(
+            client,
+            env,
+            ref,
+            registries=registries,
+            say=say,
+            log=log,
+            trust=trust,
+            settings=features,
+            mine=mine,
+            owner=owner,
+        )
+        image = client.images.get(ref)
+    return ref, list(image.attrs.get("Config", {}).get("Env") or [])
+
+
+def _ensure_single(
+    client: docker.DockerClient,
+    env: Environment,
+    registries: Registries,
+    say: Progress,
+    log: Any,
+    *,
+    trust: BuildTrust | None,
+) -> tuple[str, Any]:
+    """``ensure_image`` in single-user mode: the reference and the image."""
     ref = env.image_ref()
     try:
         image = client.images.get(ref)
@@ -78,19 +103,7 @@ def ensure_image(
         else:
             pull(client, registries, ref, say)
         image = client.images.get(ref)
-    if env.features:
-        ref = install_features(
-            client,
-            env,
-            ref,
-            registries=registries,
-            say=say,
-            log=log,
-            trust=trust,
-            settings=features,
-        )
-        image = client.images.get(ref)
-    return ref, list(image.attrs.get("Config", {}).get("Env") or [])
+    return ref, image
 
 
 def _ensure_own(

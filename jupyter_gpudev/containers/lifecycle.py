@@ -189,7 +189,14 @@ class DevContainers(ContainerLookup):
         trust = self.mount_policy.build_trust()
         mine = user_images(self.access, self.state_dir, self.environments.allowed_images)
         image, image_env = ensure_image(
-            client, env, self.registries, say, self.log, trust=trust, mine=mine
+            client,
+            env,
+            self.registries,
+            say,
+            self.log,
+            trust=trust,
+            mine=mine,
+            owner=self.workspace_owner,
         )
         if inventory is not None:
             check_cuda(image, image_env, host.name, inventory)

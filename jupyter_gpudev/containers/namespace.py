@@ -63,6 +63,10 @@ if TYPE_CHECKING:
 LOCAL_ROOT = "localhost/gpudev"
 #: The repositories of single-user mode's environment builds (``gpudev-env-NAME``).
 SINGLE_USER_BUILDS = "gpudev-env-"
+#: The repositories of images gpudev makes outside users' own: single-user builds, features
+#: images of single-user mode, and the name a verify build's image has while features are
+#: installed on it (``changes.commit``), whose user is not in the name.
+UNOWNED_BUILDS = (SINGLE_USER_BUILDS, "gpudev-features-", "gpudev-verify-")
 _IMAGE_ID_RE = re.compile(r"sha256:([0-9a-f]{64})\Z")
 #: The name a build's Dockerfile has in a context digest (a Dockerfile added to the context
 #: from outside it has a random name there); no file in a context can have it.
@@ -342,12 +346,13 @@ class UserImages:
                     f"images; yours are under {self.repository}/)",
                     {"image": reference},
                 )
-        elif repository.startswith(SINGLE_USER_BUILDS):
+        elif repository.startswith(UNOWNED_BUILDS):
             raise self._refused(
                 where,
-                f"{reference}, an environment build of a single-user server (or of an "
-                "earlier gpudev service): whose it is is not known, and it may be another "
-                "user's. Build your environment from its Dockerfile instead",
+                f"{reference}, an image gpudev built outside users' own repositories (a "
+                "single-user server's environment or features build, or a verify build in "
+                "progress): whose it is is not known, and it may be another user's. Build your "
+                "environment from its Dockerfile instead",
                 {"image": reference},
             )
 

@@ -79,8 +79,14 @@ class OCIClient:
     """Reads from one registry (``registry``: ``host[:port]``) with ``auth`` (docker's auth
     config: ``username`` and ``password``; empty: anonymous)."""
 
-    def __init__(self, registry: str, auth: Mapping[str, str], *, what: str) -> None:
+    def __init__(
+        self, registry: str, auth: Mapping[str, str], *, what: str, withheld: str = ""
+    ) -> None:
+        """``withheld``: why no credentials are sent although some are known (the shared
+        service's, which fetch for a user only what its administrator says), said when the
+        registry asks for them."""
         self.registry = registry
+        self.withheld = withheld
         self.host = urllib.parse.urlsplit(f"//{registry}").hostname or registry
         self.scheme = "http" if _loopback(self.host) else "https"
         self.what = what
@@ -202,8 +208,8 @@ class OCIClient:
         if scheme.lower() == "basic":
             if self._basic is None:
                 raise self.fail(
-                    f"the registry {self.registry} asks for credentials and none are known "
-                    "(c.Registries.credentials or docker login)"
+                    f"the registry {self.registry} asks for credentials and "
+                    + (self.withheld or "none are known (c.Registries.credentials or docker login)")
                 )
             self._authorization = self._basic
             return

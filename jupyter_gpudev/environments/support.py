@@ -96,8 +96,10 @@ PROPERTIES: tuple[Property, ...] = (
         "pins), ./folders under .devcontainer/, tarball URLs only where "
         "c.Features.allowed_urls allows; options, containerEnv, installsAfter, dependsOn "
         "(listed, not added), legacyIds, lifecycle commands (each before the environment's "
-        "own of the same step, in install order). Not yet: shared mode, "
-        "Kubernetes hosts (refused there). A feature asking for privileged, "
+        "own of the same step, in install order). In shared mode on an image of the "
+        "user's own, fetched with the service's credentials only where "
+        "c.Registries.shared_pull_images names it for them. Not yet: Kubernetes hosts "
+        "(refused there). A feature asking for privileged, "
         "securityOpt, entrypoint or mounts, or capAdd beyond "
         "c.EnvironmentManager.allowed_capabilities, is refused",
     ),

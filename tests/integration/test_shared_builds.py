@@ -226,38 +226,3 @@ def test_the_administrators_allow_list_may_share_a_users_image(
     bob.containers.start(StartRequest(environment="shared", name=f"b-{names.part}"))
     # Then his container runs it
     assert sh(docker_client, f"b-{names.part}", "cat /etc/who-made-me", owner=BOB).strip() == ALICE
-
-
-def test_a_verify_in_shared_mode_installs_no_features_added_after_the_start(
-    authority: Authority, names: Names, docker_client: docker.DockerClient
-) -> None:
-    # Given bob's container of an environment without features, with a change of his
-    bob = authority.for_user(BOB)
-    env = f"feat-{names.part}"
-    environment(bob, env, {"image": PYTHON})
-    box = f"b-{names.part}"
-    bob.containers.start(StartRequest(environment=env, name=box))
-    sh(docker_client, box, "echo mine > /etc/mine", owner=BOB)
-    # And features added to its file since (the shared service does not install features:
-    # a feature's archive is built as root with the service's builder)
-    marker = f"gpudev-feature-ran-{names.part}"
-    (bob.containers.root_dir / ".devcontainer" / env / "x").mkdir()
-    environment(
-        bob,
-        env,
-        {"image": PYTHON, "features": {"./x": {}}},
-        **{
-            "x/devcontainer-feature__json": json.dumps({"id": "x", "version": "1.0.0"}),
-            "x/install__sh": f"#!/bin/sh\nlabel={marker}\ntouch /{marker}\n",
-        },
-    )
-    # When he commits with a verify build
-    refused = attempt(lambda: bob.committer.commit(box, CommitOptions(verify=True)))
-    # Then it is refused, saying why, and no image of the feature was built
-    assert isinstance(refused, Exception), refused
-    assert "Dev Container Features" in str(refused)
-    assert not [
-        image
-        for image in docker_client.images.list(filters={"label": "org.jupyter.gpudev.verify"})
-        if marker in json.dumps(image.attrs.get("ContainerConfig") or {})
-    ]

@@ -21,7 +21,6 @@ from jupyter_gpudev.containers import features as features_module
 from jupyter_gpudev.containers.commands import at_restart, lifecycle_steps
 from jupyter_gpudev.containers.create import Confinement, Target, create_args
 from jupyter_gpudev.containers.features import Features
-from jupyter_gpudev.containers.images import ensure_image
 from jupyter_gpudev.engine.oci import OCIClient, OCIError
 from jupyter_gpudev.environments import Environment, EnvironmentManager
 from jupyter_gpudev.environments import feature_archives as archives
@@ -509,24 +508,24 @@ def test_a_start_on_a_kubernetes_host_refuses_features(
         assert cluster.names("pods") == []
 
 
-def test_the_shared_service_refuses_features_before_touching_the_engine(tmp_path: Path) -> None:
-    (tmp_path / ".devcontainer" / "mine").mkdir(parents=True)
-    write_env(tmp_path, {"image": "python:3.12", "features": {"ghcr.io/a/b/go:1": {}}})
-    env = EnvironmentManager().get("e", tmp_path)
-    mine: Any = object()  # a user's images: never reached
-    with pytest.raises(BadRequest, match="the shared gpudev service does not install yet"):
-        ensure_image(None, env, None, lambda _e: None, None, mine=mine)  # type: ignore[arg-type]
+def test_the_fetch_cache_keeps_each_users_fetches_apart() -> None:
+    # What the service's credentials fetched for one user is not served to another by digest
+    cache = features_module._Cache(100)
+    cache.put("gpudev-alice", "sha256:1", b"private")
+    assert cache.get("gpudev-alice", "sha256:1") == b"private"
+    assert cache.get("gpudev-bob", "sha256:1") is None
+    assert cache.get("", "sha256:1") is None
 
 
 def test_the_fetch_cache_is_bounded_oldest_first() -> None:
     cache = features_module._Cache(10)
-    cache.put("a", b"1234")
-    cache.put("b", b"5678")
-    assert cache.get("a") == b"1234"  # now the newest
-    cache.put("c", b"90ab")
-    assert (cache.get("a"), cache.get("b"), cache.get("c")) == (b"1234", None, b"90ab")
-    cache.put("big", b"x" * 11)
-    assert cache.get("big") is None
+    cache.put("", "a", b"1234")
+    cache.put("", "b", b"5678")
+    assert cache.get("", "a") == b"1234"  # now the newest
+    cache.put("", "c", b"90ab")
+    assert (cache.get("", "a"), cache.get("", "b"), cache.get("", "c")) == (b"1234", None, b"90ab")
+    cache.put("", "big", b"x" * 11)
+    assert cache.get("", "big") is None
     assert cache.size == 8
 
 

@@ -174,6 +174,9 @@ def bob(tmp_path: Path) -> UserImages:
         "localhost/gpudev:1",
         "gpudev-env-web:0123456789ab",
         "docker.io/library/gpudev-env-web:0123456789ab",
+        # what a verify build of another user's environment with features is named meanwhile
+        "gpudev-verify-web:0123456789ab",
+        "gpudev-features-web:0123456789ab",
     ],
 )
 def test_another_users_repository_cannot_be_named(bob: UserImages, reference: str) -> None:
