@@ -288,6 +288,7 @@ class Committer:
         manager = self.capture.containers
         mine = user_images(manager.access, manager.state_dir, manager.environments.allowed_images)
         if mine is not None:
+            mine.check_build_args(build.args if build else {}, f"The build of {env.name!r}")
             what = f"The patched Dockerfile of {env.name!r}"  # no other user's image is read
             mine.check_dockerfile(
                 client, prepared.rendered.new_text, build.args if build else {}, what

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
 
 _log = logging.getLogger(__name__)
+#: Seconds the engine's data root and security options read for one capture serve the next
+#: ones (a listing counts every container's changes; they change only with a restart).
+ENGINE_INFO_AGE = 10.0
 
 
 @dataclass
@@ -122,7 +125,7 @@ class DockerChanges:
         if not self.read_layer or urlsplit(self.host.spec.url).scheme != "unix":
             return None
         try:
-            info = self.host.engine_info()
+            info = self.host.engine_info(max_age=ENGINE_INFO_AGE)
         except Exception as why:
             self._fallback(why)
             return None

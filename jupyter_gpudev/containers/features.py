@@ -39,7 +39,7 @@ from traitlets.config import LoggingConfigurable
 from .. import safefs
 from ..engine import BuildTrust, Progress, Registries, stream_build
 from ..engine.context import pack_context
-from ..engine.oci import OCIClient
+from ..engine.oci import OCIClient, public_host
 from ..environments import Environment
 from ..environments import feature_archives as archives
 from ..environments import features as spec
@@ -48,6 +48,9 @@ from ..labels import L_BUILD_BASES, L_ENV, L_FEATURE_CAPS, L_FEATURE_COMMANDS
 from . import feature_build as build
 from .namespace import UserImages, build_reference
 
+#: The most bytes of files all the features of one environment hold together (each is read
+#: whole into memory, up to ``feature_archives.MAX_TOTAL_BYTES``).
+MAX_FEATURES_BYTES = 128 << 20
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[a-z0-9._-]+)*\Z")
 
 
@@ -122,10 +125,17 @@ def install_features(
     workspace belongs to (the user's uid and gid in shared mode)."""
     settings = settings if settings is not None else Features(parent=registries)
     pins = _read_pins(env)
-    fetched = [
-        _fetch(request, settings, registries, pins, say, caps=env.allowed_caps)
-        for request in env.features
-    ]
+    fetched: list[spec.Resolved] = []
+    held = 0  # bytes of the features' files, held in memory until the build
+    for request in env.features:
+        fetched.append(_fetch(request, settings, registries, pins, say, caps=env.allowed_caps))
+        held += sum(len(member.data) for member in fetched[-1].archive.members)
+        if held > MAX_FEATURES_BYTES:
+            raise BadRequest(
+                f"The features of {env.name!r} hold more than {MAX_FEATURES_BYTES >> 20} MiB "
+                "of files together: not installed",
+                details={"environment": env.name},
+            )
     ordered = spec.install_order(fetched, env.feature_order)
     commands = spec.commands_record(ordered)
     caps = ",".join(dict.fromkeys(cap for f in ordered for cap in f.meta.cap_add))
@@ -209,7 +219,8 @@ def _fetch(
     ref = request.ref
     what = f"the feature {ref.written!r}"
     if ref.kind == "local":
-        with pack_context(ref.path) as packed:
+        limits = (archives.MAX_TOTAL_BYTES, archives.MAX_MEMBERS)
+        with pack_context(ref.path, limits=limits) as packed:
             archive = archives.read_archive(packed, what)
         return spec.Resolved(request, spec.meta_of(archive, what, allowed_caps=caps), archive)
     if ref.kind == "url":
@@ -253,9 +264,14 @@ def _fetch_oci(
             say({"stage": "features", "message": f"{ref.written} ({reference}): fetched before"})
             return reference, layer_digest, layer
     registry, repository = settings.mirrored(ref.registry, ref.repository)
+    if registries.user is not None:  # shared mode: no request to the service's own network
+        _check_reachable(registry, settings, registries, what)
     auth: dict[str, str] = {}
     withheld = ""
-    if registries.pulls_with_credentials(ref.written):
+    # The rule is asked of what is fetched (a mirror's name), whose registry the credentials
+    # are for: not of the name as written
+    fetched_name = f"{registry}/{repository}{'@' if ':' in reference else ':'}{reference}"
+    if registries.pulls_with_credentials(fetched_name):
         auth, _ = registries.auth_for(registry)
     else:
         withheld = (
@@ -273,6 +289,23 @@ def _fetch_oci(
     _CACHE.put(scope, fetched.digest, fetched.data)
     _CACHE.put(scope, blob.digest, blob.data)
     return fetched.digest, layer_digest, blob.data
+
+
+def _check_reachable(registry: str, settings: Features, registries: Registries, what: str) -> None:
+    """In shared mode, a feature's registry is one the administrator configured (a mirror's,
+    one with credentials) or at public addresses only: a user's reference must not make the
+    service (root, on the engine's machine) send requests to its loopback or private network.
+    (The name is resolved here and again when the request is made.)"""
+    configured = {target.split("/", 1)[0].lower() for target in settings.registry_mirrors.values()}
+    configured |= {str(name).lower() for name in registries.credentials}
+    host = urllib.parse.urlsplit(f"//{registry}").hostname or registry
+    if registry.lower() not in configured and not public_host(host):
+        raise BadRequest(
+            f"{what}: its registry {registry} is not a public address, and the gpudev "
+            "service's administrator has not configured it (c.Features.registry_mirrors, "
+            "c.Registries.credentials)",
+            details={"registry": registry},
+        )
 
 
 class _Cache:

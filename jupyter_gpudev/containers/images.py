@@ -132,6 +132,7 @@ def _ensure_own(
     with archive:
         text = _member_text(archive, name)
         what = f"The Dockerfile of {env.name!r}"
+        mine.check_build_args(spec.args, f"The build of {env.name!r}")
         mine.check_dockerfile(client, text, dict(spec.args), what)
         digest = build_digest(dict(spec.args), spec.target, context_digest(archive, name))
         ref = build_reference(env.name, mine.user, digest)

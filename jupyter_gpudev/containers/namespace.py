@@ -40,7 +40,7 @@ import json
 import os
 import re
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -52,7 +52,7 @@ from .. import safefs
 from ..engine.context import read_checked_text
 from ..engine.registries import repository_component
 from ..environments import Environment, ImageNotAllowed, normalize_image_ref
-from ..errors import ConfigError
+from ..errors import BadRequest, ConfigError
 from . import references
 from .references import Named
 
@@ -67,6 +67,8 @@ SINGLE_USER_BUILDS = "gpudev-env-"
 #: images of single-user mode, and the name a verify build's image has while features are
 #: installed on it (``changes.commit``), whose user is not in the name.
 UNOWNED_BUILDS = (SINGLE_USER_BUILDS, "gpudev-features-", "gpudev-verify-")
+#: The build arguments the engine predefines and leaves out of its build cache (lower case).
+PROXY_ARGS = frozenset(f"{scheme}_proxy" for scheme in ("http", "https", "ftp", "no", "all"))
 _IMAGE_ID_RE = re.compile(r"sha256:([0-9a-f]{64})\Z")
 #: The name a build's Dockerfile has in a context digest (a Dockerfile added to the context
 #: from outside it has a random name there); no file in a context can have it.
@@ -288,6 +290,20 @@ class UserImages:
         text = read_checked_text(env.build.dockerfile)
         what = f"The Dockerfile of {env.name!r}"
         self.check_dockerfile(client, text, dict(env.build.args), what)
+
+    def check_build_args(self, args: Mapping[str, str], what: str) -> None:
+        """``BadRequest`` for a proxy build argument: the engine leaves those out of its build
+        cache (classic and BuildKit), so a step run through one user's proxy would be the
+        cached step of another user's build of the same lines."""
+        proxies = sorted(name for name in args if name.lower() in PROXY_ARGS)
+        if proxies:
+            raise BadRequest(
+                f"{what} sets {proxies[0]}: the gpudev service does not take proxy build "
+                "arguments, which the engine leaves out of its build cache (a step through your "
+                "proxy would be the cached step of another user's build). Ask the administrator "
+                "for the engine's proxy",
+                details={"argument": proxies[0]},
+            )
 
     def check_dockerfile(
         self, client: docker.DockerClient | None, text: str, args: dict[str, str], what: str

@@ -89,12 +89,14 @@ def pack_context(
     dockerfile: str = "Dockerfile",
     *,
     added: str | None = None,
+    limits: tuple[int, int] | None = None,
 ) -> IO[bytes]:
     """The build context folder ``path`` as a tar file, at its start (a temporary file the
     caller closes), its ``.dockerignore`` applied, ``dockerfile`` (its name in the context)
     kept; ``added``: that Dockerfile's text, put in the context over what is there (see the
     module). ``path`` is a real path (as the environment reader checked it): it is opened
-    from ``/`` down, and nothing is followed from there."""
+    from ``/`` down, and nothing is followed from there. ``limits``: the most bytes of file
+    content and entries packed (``BadRequest`` past either, before a file over it is read)."""
     with safefs.Folder.open_checked(path) as folder:
         patterns = _patterns(folder)
         extra: dict[str, bytes] = {}
@@ -105,7 +107,7 @@ def pack_context(
         archive = tempfile.TemporaryFile()  # noqa: SIM115 - the caller closes it
         try:
             with tarfile.open(fileobj=archive, mode="w") as tar:
-                _Packer(tar, matcher, set(extra)).pack(folder, "")
+                _Packer(tar, matcher, set(extra), limits, str(path)).pack(folder, "")
                 for name, data in extra.items():
                     info = tarfile.TarInfo(name)
                     info.size, info.mode = len(data), 0o644
@@ -134,11 +136,35 @@ def _patterns(folder: safefs.Folder) -> list[str]:
 class _Packer:
     """Walks an open context folder into ``tar`` (see the module)."""
 
-    def __init__(self, tar: tarfile.TarFile, matcher: PatternMatcher, replaced: set[str]):
+    def __init__(
+        self,
+        tar: tarfile.TarFile,
+        matcher: PatternMatcher,
+        replaced: set[str],
+        limits: tuple[int, int] | None = None,
+        shown: str = "",
+    ):
         self.tar = tar
         self.matcher = matcher
         #: Names the added files take (what the context has there is left out).
         self.replaced = replaced
+        self.limits = limits
+        self.shown = shown
+        self.bytes = self.entries = 0
+
+    def _count(self, size: int) -> None:
+        """Count one entry of ``size`` bytes against ``limits`` before it is added."""
+        self.bytes += size
+        self.entries += 1
+        if self.limits is None:
+            return
+        most_bytes, most_entries = self.limits
+        if self.bytes > most_bytes or self.entries > most_entries:
+            raise BadRequest(
+                f"{self.shown} is over {most_bytes >> 20} MiB or {most_entries} entries: "
+                "not packed",
+                details={"path": self.shown},
+            )
 
     def pack(self, folder: safefs.Folder, prefix: str) -> None:
         for name in sorted(os.listdir(folder.fd)):
@@ -174,6 +200,7 @@ class _Packer:
             raise _changed(folder, name, "a folder") from None
         with inner:
             if not excluded:
+                self._count(0)
                 self.tar.addfile(_info(path, os.fstat(inner.fd)))
             self.pack(inner, f"{path}/")
 
@@ -182,6 +209,7 @@ class _Packer:
             target = folder.readlink(name)
         except OSError:
             raise _changed(folder, name, "a link") from None
+        self._count(0)
         self.tar.addfile(_info(path, st, target))
 
     def _file(self, folder: safefs.Folder, name: str, path: str) -> None:
@@ -191,6 +219,7 @@ class _Packer:
             raise _changed(folder, name, "a file") from None
         with handle:
             info = _info(path, os.fstat(handle.fileno()))
+            self._count(info.size)
             try:
                 self.tar.addfile(info, _Exact(handle))
             except _Shrunk:

@@ -23,6 +23,7 @@ import shutil
 import stat
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -138,6 +139,8 @@ class Host:
         self._client: docker.DockerClient | None = None
         self._probe_client: docker.DockerClient | None = None
         self._lock = threading.Lock()
+        #: The last ``engine_info`` read, and when (``time.monotonic``).
+        self._info: tuple[float, EngineInfo] | None = None
         #: ssh:// hosts: the one connection everything goes through, and its port forwards.
         self.ssh: SSHConnection | None = None
         self.tunnels: Tunnels | None = None
@@ -320,9 +323,22 @@ class Host:
             details={"host": self.name, "url": self.spec.url},
         )
 
-    def engine_info(self) -> EngineInfo:
+    def engine_info(self, max_age: float = 0.0) -> EngineInfo:
         """Ask the engine for its version and features (``timeout`` per call); raises
-        ``EngineUnreachable``."""
+        ``EngineUnreachable``. ``max_age``: seconds an earlier answer may be old to be
+        returned instead (what a change count reads for each container: its data root and
+        security options, which change only with a restart of the engine)."""
+        with self._lock:
+            cached = self._info
+        now = time.monotonic()
+        if max_age > 0 and cached is not None and 0 <= now - cached[0] < max_age:
+            return cached[1]
+        info = self._read_engine_info()
+        with self._lock:
+            self._info = (now, info)
+        return info
+
+    def _read_engine_info(self) -> EngineInfo:
         client = self._connected(probe=True)
         try:
             with self._unreachable():

@@ -62,7 +62,7 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def _public(host: str) -> bool:
+def public_host(host: str) -> bool:
     """Whether every address ``host`` resolves to is a public one."""
     try:
         infos = socket.getaddrinfo(host.strip("[]"), None)
@@ -142,7 +142,7 @@ class OCIClient:
             raise self.fail(f"the registry sent it to {parts.scheme or '?'}: URLs, refused")
         if self._own(url):
             return
-        if parts.scheme != "https" or not _public(parts.hostname):
+        if parts.scheme != "https" or not public_host(parts.hostname):
             raise self.fail(
                 f"the registry sent it to {parts.hostname}, which is not a public HTTPS "
                 "address: refused"

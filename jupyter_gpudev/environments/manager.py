@@ -240,6 +240,17 @@ class EnvironmentManager(LoggingConfigurable):
             )
 
         if self.discover and os.path.isdir(root_real):
+            linked = os.path.join(root_real, ".devcontainer")
+            if os.path.islink(linked) and not _inside(os.path.realpath(linked), root_real):
+                problems.append(
+                    {
+                        "file": ".devcontainer",
+                        "name": "",
+                        "level": "warning",
+                        "message": ".devcontainer links to a folder outside the Jupyter root "
+                        "directory: none of its files is read",
+                    }
+                )
             for path, guess, top_level in _candidate_files(root_real):
                 where = path.relative_to(root_real).as_posix()
                 try:

@@ -208,7 +208,9 @@ class _SpecReader:
         """A local feature's folder: its real path, under the root's ``.devcontainer``."""
         real = os.path.realpath(os.path.join(self.base_dir or self.root_real, value))
         folder = os.path.realpath(os.path.join(self.root_real, ".devcontainer"))
-        if not _inside(real, folder) or real == folder:
+        # .devcontainer a link out of the workspace (to the folder of every user's, in shared
+        # mode) would make the root service read another's feature: both inside the root
+        if not _inside(folder, self.root_real) or not _inside(real, folder) or real == folder:
             raise self.fail(
                 f"{key}: a local feature must be a folder under .devcontainer/ (after following "
                 "links)"
@@ -638,6 +640,8 @@ def _candidate_files(root_real: str) -> list[tuple[Path, str, bool]]:
     otherwise, whether it is the top-level ``.devcontainer/devcontainer.json``)."""
     folder = Path(root_real) / ".devcontainer"
     found: list[tuple[Path, str, bool]] = []
+    if not _inside(os.path.realpath(folder), root_real):  # a link out: none of its files
+        return found
     if os.path.lexists(folder / "devcontainer.json"):
         found.append((folder / "devcontainer.json", slugify(os.path.basename(root_real)), True))
     try:

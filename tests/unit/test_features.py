@@ -9,7 +9,7 @@ import json
 import tarfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from traitlets import TraitError
@@ -145,6 +145,35 @@ def test_a_local_feature_through_a_link_out_is_refused(tmp_path: Path) -> None:
     write_env(tmp_path, {"image": "python:3.12", "features": {"./linked": {}}})
     listing = EnvironmentManager().list(tmp_path)
     assert any("must be a folder under .devcontainer/" in p["message"] for p in listing.problems)
+
+
+def test_a_devcontainer_folder_linked_out_of_the_workspace_reaches_no_other_users_feature(
+    tmp_path: Path,
+) -> None:
+    # Given bob's local feature in his folder, and alice's folder beside it, where alice made
+    # .devcontainer a link to the folder of every user's (shared mode's user_root)
+    users = tmp_path / "users"
+    secret = users / "bob" / ".devcontainer" / "env" / "secretfeat"
+    secret.mkdir(parents=True)
+    (secret / "devcontainer-feature.json").write_text('{"id": "secretfeat", "version": "1"}')
+    (secret / "install.sh").write_text("TOKEN=bob-secret\n")
+    alice = users / "alice"
+    alice.mkdir()
+    (alice / ".devcontainer").symlink_to(users)
+    (alice / "devcontainer.json").write_text(
+        json.dumps(
+            {"image": "python:3.12", "features": {"../bob/.devcontainer/env/secretfeat": {}}}
+        )
+    )
+    # When alice's environments are listed
+    listing = EnvironmentManager().list(alice)
+    # Then none of them names bob's folder as a feature, and no file of his is listed
+    for env in listing.environments:
+        for feature in env.features:
+            assert "bob" not in feature.ref.path, feature
+    assert not [p for p in listing.problems if "bob" in p["file"]], listing.problems
+    # And alice is told why her .devcontainer is not read
+    assert any("links to a folder outside" in p["message"] for p in listing.problems)
 
 
 def test_configuration_environments_cannot_name_local_features(tmp_path: Path) -> None:
@@ -637,3 +666,142 @@ def test_the_create_arguments_add_only_allowed_capabilities() -> None:
         replace(env, run_options=RunOptions()), replace(target, cap_add=()), Confinement()
     )
     assert "cap_add" not in plain
+
+
+class _Stop(Exception):
+    """Raised by the stand-in registry client: what it was made with is all the test needs."""
+
+
+def test_the_services_credentials_are_checked_against_the_registry_fetched_from(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a shared service mirroring ghcr.io to its registry, its credentials allowed for
+    # what it fetches from ghcr.io/* (written names) but not for its mirror's bob/ repository
+    features = Features(registry_mirrors={"ghcr.io": "registry.example.com"})
+    asked: list[str] = []
+    made: list[dict[str, str]] = []
+
+    class Registries:
+        user = "gpudev-alice"
+        credentials: ClassVar[dict[str, Any]] = {}
+
+        def pulls_with_credentials(self, ref: str) -> bool:
+            asked.append(ref)
+            return ref.startswith(("ghcr.io/", "registry.example.com/public/"))
+
+        def auth_for(self, registry: str) -> tuple[dict[str, str], str]:
+            assert registry == "registry.example.com"  # the mirror's, where the fetch goes
+            return {"username": "service", "password": "s3cret"}, "configured"
+
+    def client(registry: str, auth: dict[str, str], **_: Any) -> Any:
+        made.append(dict(auth))
+        raise _Stop
+
+    monkeypatch.setattr(features_module, "OCIClient", client)
+    ref = spec.parse_oci("ghcr.io/bob/private-feature:1")
+    assert ref is not None
+    # When alice names ghcr.io/bob/private-feature (fetched from registry.example.com/bob/...)
+    with pytest.raises(_Stop):
+        features_module._fetch_oci(ref, "1", features, Registries(), lambda _e: None)  # type: ignore[arg-type]
+    # Then the rule is asked of the name fetched, and no credentials go with it
+    assert asked == ["registry.example.com/bob/private-feature:1"]
+    assert made == [{}]
+    # But a feature the mirror serves from an allowed repository is fetched with them
+    public = spec.parse_oci("ghcr.io/public/tool:1")
+    assert public is not None
+    with pytest.raises(_Stop):
+        features_module._fetch_oci(public, "1", features, Registries(), lambda _e: None)  # type: ignore[arg-type]
+    assert made[-1] == {"username": "service", "password": "s3cret"}
+
+
+@pytest.mark.parametrize(
+    "written", ["127.0.0.1:2375/x/feature:1", "10.0.0.7/x/feature:1", "localhost:5000/x/f:1"]
+)
+def test_the_shared_service_fetches_no_feature_from_a_private_address_it_was_not_given(
+    monkeypatch: pytest.MonkeyPatch, written: str
+) -> None:
+    # Given the shared service, and a registry at a loopback or private address that its
+    # administrator configured nowhere (the service's own ports, the machine's network)
+    made: list[str] = []
+
+    class Registries:
+        user = "gpudev-alice"
+        credentials: ClassVar[dict[str, Any]] = {"registry.internal:5000": {}}
+
+        def pulls_with_credentials(self, _ref: str) -> bool:
+            return False
+
+    def client(registry: str, auth: dict[str, str], **_: Any) -> Any:
+        made.append(registry)
+        raise _Stop
+
+    monkeypatch.setattr(features_module, "OCIClient", client)
+    ref = spec.parse_oci(written)
+    assert ref is not None
+    # When alice names a feature there: refused before any request
+    with pytest.raises(BadRequest, match="not a public address"):
+        features_module._fetch_oci(ref, "1", Features(), Registries(), lambda _e: None)  # type: ignore[arg-type]
+    assert made == []
+    # But a registry the administrator configured (credentials, a mirror) is asked
+    mirrored = Features(registry_mirrors={ref.registry: "registry.internal:5000"})
+    with pytest.raises(_Stop):
+        features_module._fetch_oci(ref, "1", mirrored, Registries(), lambda _e: None)  # type: ignore[arg-type]
+    assert made == ["registry.internal:5000"]
+
+
+def test_a_local_feature_is_bounded_as_it_is_packed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a local feature holding a sparse file of 1 TiB (no disk used, read as zeros)
+    folder = tmp_path / ".devcontainer" / "huge"
+    folder.mkdir(parents=True)
+    (folder / "devcontainer-feature.json").write_text('{"id": "huge", "version": "1"}')
+    with (folder / "blob").open("wb") as blob:
+        blob.truncate(1 << 40)
+    ref = spec.FeatureRef("./huge", "local", path=str(folder))
+    request = spec.FeatureRequest(ref, {})
+    packed: list[int] = []
+    real = features_module.pack_context  # type: ignore[attr-defined]
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        archive = real(*args, **kwargs)
+        packed.append(archive.seek(0, 2))
+        archive.seek(0)
+        return archive
+
+    monkeypatch.setattr(features_module, "pack_context", watched)
+    # When it is fetched: refused while packing, before the temporary file grows past the limit
+    with pytest.raises(BadRequest, match="over"):
+        features_module._fetch(request, Features(), None, {}, lambda _e: None, caps=())  # type: ignore[arg-type]
+    assert packed == []
+
+
+def test_the_features_of_an_environment_are_bounded_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an environment of three features of 60 MiB each (each under its own limit)
+    write_env(
+        tmp_path,
+        {"image": "python:3.12", "features": {f"ghcr.io/a/b/f{i}:1": {} for i in range(3)}},
+    )
+    env = EnvironmentManager().get("e", tmp_path)
+    big = archives.Archive((archives.Member("install.sh", "file", 0o755, b"x" * (60 << 20)),), "d")
+    fetched: list[str] = []
+
+    def fetch(request: spec.FeatureRequest, *_: Any, **__: Any) -> spec.Resolved:
+        fetched.append(request.ref.written)
+        return spec.Resolved(request, spec.FeatureMeta(request.ref.id, "1", {}, {}), big)
+
+    monkeypatch.setattr(features_module, "_fetch", fetch)
+    # When their image is made: refused once they hold more than the limit, before the third
+    with pytest.raises(BadRequest, match="more than 128 MiB"):
+        features_module.install_features(
+            None,  # type: ignore[arg-type]
+            env,
+            "python:3.12",
+            registries=None,  # type: ignore[arg-type]
+            say=lambda _e: None,
+            log=None,
+            settings=Features(),
+        )
+    assert len(fetched) == 3

@@ -116,3 +116,45 @@ def test_a_second_unix_host_is_not_called_tcp() -> None:
         assert "local://" not in reason
     finally:
         host.close()
+
+
+class _CountingEngine:
+    """The two calls ``engine_info`` makes, counted."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def version(self) -> dict[str, str]:
+        self.calls += 1
+        return {"Version": "20.10.24", "ApiVersion": "1.41"}
+
+    def info(self) -> dict[str, Any]:
+        return {"DockerRootDir": "/var/lib/docker", "SecurityOptions": ["name=seccomp"]}
+
+
+def test_engine_info_is_asked_again_only_when_older_than_the_caller_accepts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a host whose engine answers and counts
+    host = make_host(HostSpec.parse("local", "unix:///var/run/docker.sock", is_local=True))
+    engine = _CountingEngine()
+    monkeypatch.setattr(host, "_connected", lambda **_: engine)
+    clock = [100.0]
+    monkeypatch.setattr("jupyter_gpudev.engine.hosts.time.monotonic", lambda: clock[0])
+    try:
+        # When a capture asks for it many times within its max_age
+        first = host.engine_info(max_age=10.0)
+        for _ in range(40):
+            assert host.engine_info(max_age=10.0) == first
+        # Then the engine was asked once
+        assert engine.calls == 1
+        assert first.data_root == "/var/lib/docker"
+        # And a caller that accepts no age (the default) asks the engine
+        host.engine_info()
+        assert engine.calls == 2
+        # And once older than max_age, it is asked again
+        clock[0] += 10.5
+        host.engine_info(max_age=10.0)
+        assert engine.calls == 3
+    finally:
+        host.close()

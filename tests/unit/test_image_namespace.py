@@ -27,7 +27,7 @@ from jupyter_gpudev.containers.namespace import (
 from jupyter_gpudev.containers.references import images, trigger_images
 from jupyter_gpudev.engine.context import folder_context
 from jupyter_gpudev.environments import ImageNotAllowed
-from jupyter_gpudev.errors import ConfigError
+from jupyter_gpudev.errors import BadRequest, ConfigError
 
 ALICE, BOB = "gpudev-alice", "gpudev-bob"
 THEIRS = f"localhost/gpudev/{ALICE}/x:1"
@@ -408,3 +408,14 @@ def test_a_context_digest_reads_the_archive_from_its_start_and_leaves_it_there()
     digest = context_digest(archive, "Dockerfile")
     assert archive.tell() == 0
     assert context_digest(archive, "Dockerfile") == digest
+
+
+@pytest.mark.parametrize("name", ["http_proxy", "HTTPS_PROXY", "no_proxy", "ALL_PROXY"])
+def test_a_build_through_a_users_proxy_is_refused(bob: UserImages, name: str) -> None:
+    # The engine leaves the proxy arguments out of its build cache: a step run through bob's
+    # proxy would be the cached step of the next user's build of the same lines
+    with pytest.raises(BadRequest) as refused:
+        bob.check_build_args({name: "http://bob.example:3128", "VERSION": "1"}, "The build")
+    assert name in refused.value.message
+    assert "cache" in refused.value.message
+    bob.check_build_args({"VERSION": "1", "proxy": "x"}, "The build")  # other names are taken

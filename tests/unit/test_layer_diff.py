@@ -638,8 +638,13 @@ class Container:
 
 def source(data_root: str | None, options: tuple[str, ...] = ()) -> DockerChanges:
     info = SimpleNamespace(data_root=data_root, security_options=options)
+
+    def engine_info(max_age: float = 0.0) -> SimpleNamespace:
+        assert max_age > 0  # a count may use an answer some seconds old
+        return info
+
     host = SimpleNamespace(
-        spec=SimpleNamespace(url="unix:///var/run/docker.sock"), engine_info=lambda: info
+        spec=SimpleNamespace(url="unix:///var/run/docker.sock"), engine_info=engine_info
     )
     return DockerChanges(None, host)  # type: ignore[arg-type]
 
