@@ -128,10 +128,16 @@ class ChangeCapture:
         chosen = sorted(paths)[:DIGESTED_FILES]
         return read_digests(container, chosen, diff, self.file_size_limit).digests
 
-    def commands(self, container: Container) -> list[str]:
-        """The command lines of the container's command log (``[]`` without one)."""
+    def commands(self, container: Container | ArchiveSource) -> list[str]:
+        """The command lines of the container's command log (``[]`` without one): through the
+        engine, or from ``container``'s files where they are read from its own layer."""
+        reader = (
+            packages.SourceReader(container)
+            if isinstance(container, ArchiveSource)
+            else packages.ContainerReader(container)
+        )
         try:
-            data = packages.ContainerReader(container)(commandlog.LOG, commandlog.LOG_LIMIT)
+            data = reader(commandlog.LOG, commandlog.LOG_LIMIT)
         except packages.Unreadable as exc:
             self.containers.log.info("gpudev: the command log of %s: %s", container.name, exc)
             return []

@@ -163,15 +163,19 @@ class DockerChanges:
             ThreadPoolExecutor(1, "gpudev-capture") as pool,
         ):
             # The engine's diff takes most of a second (it walks the image's whole tree, on
-            # Docker 20.10 overlay2): the command log is read meanwhile.
-            reading = pool.submit(parts.commands, container)
+            # Docker 20.10 overlay2): the command log is read meanwhile. Where the container's
+            # own layer is read, the log is read from there after it (no engine request).
+            layer = self._local() is not None
+            reading = None if layer else pool.submit(parts.commands, container)
             base = parts.baseline(client, container)
             whole_diff, files = self._changes(container)
             # A path the baseline already had, with the same kind, is not a new change.
             diff = [d for d in whole_diff if base.files.get(str(d["Path"])) != int(d["Kind"])]
             diff += parts.edited(files or container, base, whole_diff)
             derived = parts.probe_current(client, container, whole_diff)
-            commands = reading.result()
+            commands = (
+                reading.result() if reading is not None else parts.commands(files or container)
+            )
         current = derived.result
         result = compare.package_changes(base.packages, current.state)
         result.notes.extend(derived.problems)

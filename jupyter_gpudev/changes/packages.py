@@ -632,6 +632,30 @@ class ContainerReader:
             response.close()  # what is left unread is not read
 
 
+class SourceReader:
+    """``ContainerReader``'s reads from an ``export.ArchiveSource`` (a container's own layer,
+    ``layer_diff.LayerFiles``, which asks the engine for what its layer does not hold): the
+    same answers, the same checks."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+
+    def __call__(self, path: str, limit: int) -> bytes | None:
+        found = self.source.get(path)
+        if found is None:
+            return None
+        chunks, stat = found
+        try:
+            size = stat.get("size")
+            if isinstance(size, int) and size > limit:
+                raise Unreadable(f"{size} bytes, over the limit of {limit}")
+            return read_single_file(ChunkStream(chunks), os.path.basename(path), limit)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+
 def read_single_file(stream: io.IOBase, name: str, limit: int) -> bytes:
     """The content of the one regular file an archive of ``name`` holds (``Unreadable``:
     anything else, or over ``limit`` bytes)."""

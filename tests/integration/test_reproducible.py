@@ -20,9 +20,10 @@ import docker.errors
 import pytest
 from traitlets.config import Config
 
+from jupyter_gpudev.changes import packages
 from jupyter_gpudev.changes.capture import ChangeCapture, Prepared
 from jupyter_gpudev.changes.commit import CommitOptions, CommitResult, Committer, VerifyFailed
-from jupyter_gpudev.containers import DevContainers, StartRequest
+from jupyter_gpudev.containers import DevContainers, StartRequest, commandlog
 from jupyter_gpudev.engine import stream_build
 from jupyter_gpudev.engine.buildkit import CA_TARGET
 from jupyter_gpudev.environments import MountPolicy
@@ -397,3 +398,29 @@ def test_the_package_manager_commands_run_are_shown_as_comments(
     assert capture.capture("logbox").changes.commands == [
         "pip uninstall -q -y --break-system-packages iniconfig"
     ]
+
+
+def test_the_command_log_is_read_from_the_containers_own_layer_and_never_through_a_link(
+    allowed_image_manager: DevContainers,
+    docker_client: docker.DockerClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a command run in a container (this server reads the containers' own layers)
+    allowed_image_manager.start(StartRequest(environment="repro", name="loglayer"))
+    sh(docker_client, "loglayer", "pip --version >/dev/null")
+    asked: list[str] = []
+    real = packages.ContainerReader.__call__
+
+    def through_engine(self: packages.ContainerReader, path: str, limit: int) -> bytes | None:
+        asked.append(path)
+        return real(self, path, limit)
+
+    monkeypatch.setattr(packages.ContainerReader, "__call__", through_engine)
+    capture = ChangeCapture(allowed_image_manager)
+    # When its changes are counted, then the log is read without asking the engine for it
+    assert capture.capture("loglayer").changes.commands == ["pip --version"]
+    assert commandlog.LOG not in asked
+    # When the user swaps the log for a link to a host-looking file
+    sh(docker_client, "loglayer", f"ln -sf /etc/shadow {commandlog.LOG}")
+    # Then no command is read through it
+    assert capture.capture("loglayer").changes.commands == []

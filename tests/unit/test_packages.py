@@ -426,3 +426,33 @@ def test_a_legacy_editable_install_is_an_editable_install_not_an_index_one() -> 
     assert derived.problems == [
         f"{LOCAL}/evil.egg-link: not an egg-link naming a project folder, skipped"
     ]
+
+
+class _Source:
+    """An ``ArchiveSource`` of fixed archives (as a container's own layer answers)."""
+
+    name = "box"
+
+    def __init__(self, archives: dict[str, tuple[io.BytesIO, dict[str, object]]]) -> None:
+        self.archives = archives
+
+    def get(self, path: str) -> tuple[list[bytes], dict[str, object]] | None:
+        found = self.archives.get(path)
+        return None if found is None else ([found[0].getvalue()], found[1])
+
+
+def test_a_file_is_read_from_an_archive_source_as_from_the_engine() -> None:
+    source = _Source(
+        {
+            "/var/log/gpudev/commands.log": (tar_of(("commands.log", b"pip install x\n")), {}),
+            "/big": (tar_of(("big", b"x" * 20)), {"size": 20}),
+            "/link": (tar_of(("link", None)), {"size": 11}),
+        }
+    )
+    read = package_state.SourceReader(source)
+    assert read("/var/log/gpudev/commands.log", 100) == b"pip install x\n"
+    assert read("/missing", 100) is None
+    with pytest.raises(package_state.Unreadable):
+        read("/big", 10)  # over the limit, said before its content is read
+    with pytest.raises(package_state.Unreadable):
+        read("/link", 100)  # a link the container put there is not followed
