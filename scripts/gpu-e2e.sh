@@ -18,6 +18,11 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CARRIED="$ROOT/.gpu-e2e"
 POOL="base=10.213.0.0/16,size=24"
+# The default bridge of its engine where this machine has an engine of its own: dockerd
+# started with --bridge=none deletes docker0, that engine's bridge (the test command runs this
+# script with --no-gpu beside the machine's engine). On the GPU machine there is none.
+BRIDGE="gpue2e0"
+BRIDGE_ADDRESS="10.212.255.1/24"
 
 usage() {
   echo "usage: $0 prepare | run RESULTS_DIR | --no-gpu RESULTS_DIR" >&2
@@ -54,6 +59,7 @@ cleanup() {
   { ip -o -4 addr show 2>/dev/null || true; } |
     awk '$4 ~ /^10\.213\./ && $2 ~ /^br-/ {print $2}' | sort -u |
     while read -r bridge; do ip link delete "$bridge" 2>/dev/null || true; done
+  ip link delete "$BRIDGE" 2>/dev/null || true
   if [ -n "${RESULTS:-}" ] && [ -d "$RESULTS" ]; then
     cat "$WORK/containerd.log" "$WORK/dockerd.log" >"$RESULTS/engine.log" 2>/dev/null || true
   fi
@@ -98,11 +104,15 @@ EOF
     [ -S "$WORK/containerd.sock" ] && break
     sleep 0.1
   done
+  local bridge="none"
+  if ip link show docker0 >/dev/null 2>&1 && ip link add "$BRIDGE" type bridge 2>/dev/null; then
+    ip addr add "$BRIDGE_ADDRESS" dev "$BRIDGE" && ip link set "$BRIDGE" up && bridge="$BRIDGE"
+  fi
   PATH="$bin:$PATH" LD_LIBRARY_PATH="$bin/lib" "$bin/dockerd" \
     --config-file "$WORK/daemon.json" \
     --data-root "$data/docker" --exec-root "$WORK/exec" --pidfile "$WORK/dockerd.pid" \
     --host "unix://$WORK/docker.sock" --containerd "$WORK/containerd.sock" \
-    --iptables=false --ip-masq=false --bridge=none --default-address-pool "$POOL" \
+    --iptables=false --ip-masq=false --bridge="$bridge" --default-address-pool "$POOL" \
     --userland-proxy-path "$bin/docker-proxy" >"$WORK/dockerd.log" 2>&1 &
   ENGINE_PIDS=("$!" "${ENGINE_PIDS[@]}")
   export DOCKER_HOST="unix://$WORK/docker.sock"

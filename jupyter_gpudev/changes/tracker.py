@@ -286,7 +286,8 @@ class ChangeTracker:
                 kept = self._item_counts.get(container_id)
                 if kept is not None and kept[0] == changed:
                     return kept[1]
-                items = len(self.capture.capture(name, host.name).items)
+                # the container the listing found: not looked up again by its name
+                items = len(source.capture(container, name, ()).items)
             except ENGINE_FAILURES as exc:
                 log.warning("gpudev: changes of %s not counted: %r", container.name, exc)
                 return None
