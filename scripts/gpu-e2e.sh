@@ -105,8 +105,14 @@ EOF
     sleep 0.1
   done
   local bridge="none"
-  if ip link show docker0 >/dev/null 2>&1 && ip link add "$BRIDGE" type bridge 2>/dev/null; then
-    ip addr add "$BRIDGE_ADDRESS" dev "$BRIDGE" && ip link set "$BRIDGE" up && bridge="$BRIDGE"
+  if ip link show docker0 >/dev/null 2>&1; then
+    ip link delete "$BRIDGE" 2>/dev/null || true # one a killed run left
+    if ! { ip link add "$BRIDGE" type bridge && ip addr add "$BRIDGE_ADDRESS" dev "$BRIDGE" &&
+      ip link set "$BRIDGE" up; }; then
+      echo "gpu-e2e: cannot make the bridge $BRIDGE; without it dockerd deletes docker0" >&2
+      exit 1
+    fi
+    bridge="$BRIDGE"
   fi
   PATH="$bin:$PATH" LD_LIBRARY_PATH="$bin/lib" "$bin/dockerd" \
     --config-file "$WORK/daemon.json" \

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import shutil
+import tarfile
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -138,7 +139,7 @@ class ChangeCapture:
         )
         try:
             data = reader(commandlog.LOG, commandlog.LOG_LIMIT)
-        except packages.Unreadable as exc:
+        except (packages.Unreadable, tarfile.TarError) as exc:  # e.g. cut short as it was read
             self.containers.log.info("gpudev: the command log of %s: %s", container.name, exc)
             return []
         return commandlog.commands(data.decode("utf-8", "replace")) if data else []

@@ -17,7 +17,8 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,10 @@ _COMMAND_FAILED_RE = re.compile(r"returned a non-zero code: \d+")
 #: Seconds the removal of what a cut build made keeps trying while its engine does not
 #: answer (one restarting), in the background.
 CUT_STEPS_PATIENCE = 20.0
+#: Seconds an image a cut build removes may seem older than the build (the engine's clock).
+CUT_STEPS_SLACK = 60.0
+#: The most step images a build's log is read for (the last ones count).
+MAX_STEP_IDS = 256
 
 
 def stream_build(
@@ -96,7 +101,7 @@ def stream_build(
     try:
         return _classic_build(client, what, say, made, build_args)
     except BaseException:
-        remove_cut_steps(client, made.ids)
+        remove_cut_steps(client, list(made.ids), made.started)
         raise
 
 
@@ -132,7 +137,10 @@ class _StepImages:
     (``---> Using cache``: another build's)."""
 
     def __init__(self) -> None:
-        self.ids: list[str] = []
+        #: The last ``MAX_STEP_IDS`` (a step's output may print lines like these, any number).
+        self.ids: deque[str] = deque(maxlen=MAX_STEP_IDS)
+        #: When the build began (``time.time``): an image made before is not its own.
+        self.started = time.time()
         self._skip_next = False
 
     def read(self, line: str) -> None:
@@ -146,33 +154,42 @@ class _StepImages:
             self._skip_next = False
 
 
-def remove_cut_steps(client: docker.DockerClient, made: list[str]) -> None:
+def remove_cut_steps(client: docker.DockerClient, made: list[str], since: float) -> None:
     """After a build that failed for another reason than a step's own command (the engine
     restarting, a dropped SSH host; a step that fails only then is the engine's doing, its
     error saying anything): remove the images its steps ``made`` that nothing names now
     (dangling: a finished step's image is left when the next step never ran), and one a step
-    made on one of them that the log never named (the cut came first). Nothing named or used
-    by a container is removed (``force`` off); at worst, an id a step's output forged in the log
-    names another dangling image of the engine. Tried at once; while the engine does not
-    answer, again in the background for up to ``CUT_STEPS_PATIENCE`` seconds."""
+    made on one of them that the log never named (the cut came first). The log is the
+    build's output, which its steps write too: an image is removed only when nothing names it
+    (no tag, no digest), it was made ``since`` the build began (less ``CUT_STEPS_SLACK``
+    seconds, another machine's clock), and no container uses it (``force`` off). Tried at once;
+    while the engine does not answer, again in the background for up to
+    ``CUT_STEPS_PATIENCE`` seconds."""
     if not made:
         return
-    if not _remove_steps(client, set(made)):
+    if not _remove_steps(client, set(made), since):
         threading.Thread(
             target=_remove_steps_patiently,
-            args=(client, set(made)),
+            args=(client, set(made), since),
             name="gpudev-cut-build",
             daemon=True,
         ).start()
 
 
-def _remove_steps_patiently(client: docker.DockerClient, made: set[str]) -> None:
+def _remove_steps_patiently(client: docker.DockerClient, made: set[str], since: float) -> None:
     deadline = time.monotonic() + CUT_STEPS_PATIENCE
-    while not _remove_steps(client, made) and time.monotonic() < deadline:
+    while not _remove_steps(client, made, since) and time.monotonic() < deadline:
         time.sleep(0.5)
 
 
-def _remove_steps(client: docker.DockerClient, made: set[str]) -> bool:
+def _named(image: Mapping[str, Any]) -> bool:
+    """Whether the engine's listing names ``image`` (a tag, or a digest: the engine's dangling
+    filter lists an image pulled by digest only)."""
+    names = [*(image.get("RepoTags") or []), *(image.get("RepoDigests") or [])]
+    return any(not str(name).startswith("<none>") for name in names)
+
+
+def _remove_steps(client: docker.DockerClient, made: set[str], since: float) -> bool:
     """One try; ``False`` when the engine did not answer."""
     try:
         dangling = client.api.images(filters={"dangling": True})
@@ -181,7 +198,13 @@ def _remove_steps(client: docker.DockerClient, made: set[str]) -> bool:
     for image in dangling:
         short = str(image.get("Id", "")).removeprefix("sha256:")[:12]
         parent = str(image.get("ParentId", "")).removeprefix("sha256:")[:12]
-        if short in made or parent in made:
+        created = image.get("Created")
+        if (
+            (short in made or parent in made)
+            and not _named(image)
+            and isinstance(created, int)
+            and created >= since - CUT_STEPS_SLACK
+        ):
             try:
                 client.api.remove_image(str(image["Id"]), force=False, noprune=False)
             except docker.errors.APIError:

@@ -3,7 +3,9 @@ what a build cut by its engine removes (``remove_cut_steps``)."""
 
 from __future__ import annotations
 
-from jupyter_gpudev.engine.images import _StepImages
+import time
+
+from jupyter_gpudev.engine.images import MAX_STEP_IDS, _remove_steps, _StepImages
 
 LOG = """Step 1/5 : FROM gpudev-python:bookworm
  ---> 1111111111aa
@@ -28,7 +30,7 @@ def read(text: str) -> list[str]:
     steps = _StepImages()
     for line in text.splitlines():
         steps.read(line)
-    return steps.ids
+    return list(steps.ids)
 
 
 def test_only_the_images_the_build_made_are_its_own() -> None:
@@ -38,3 +40,58 @@ def test_only_the_images_the_build_made_are_its_own() -> None:
 
 def test_a_line_that_only_looks_like_a_step_image_is_not_one() -> None:
     assert read(" ---> 12345\n --> 3333333333cc\n ---> 3333333333CC\n ---> 3333333333ccdd") == []
+
+
+class _Engine:
+    """The two calls ``_remove_steps`` makes, on a fixed image list."""
+
+    def __init__(self, images: list[dict[str, object]]) -> None:
+        self.listed = images
+        self.removed: list[str] = []
+        self.api = self
+
+    def images(self, filters: dict[str, object]) -> list[dict[str, object]]:
+        assert filters == {"dangling": True}
+        return self.listed
+
+    def remove_image(self, image: str, force: bool, noprune: bool) -> None:
+        assert not force
+        assert not noprune
+        self.removed.append(image)
+
+
+def image(
+    short: str, created: float, parent: str = "", digests: list[str] | None = None
+) -> dict[str, object]:
+    return {
+        "Id": f"sha256:{short}{'0' * 52}",
+        "ParentId": f"sha256:{parent}{'0' * 52}" if parent else "",
+        "Created": int(created),
+        "RepoTags": None,
+        "RepoDigests": digests if digests is not None else ["<none>@<none>"],
+    }
+
+
+def test_only_the_builds_own_nameless_images_are_removed() -> None:
+    now = time.time()
+    engine = _Engine(
+        [
+            image("3333333333cc", now),  # the build's finished step, left dangling
+            image("4444444444dd", now, parent="3333333333cc"),  # made on it, never logged
+            # ids a step's output forged in the log:
+            image("5555555555ee", now - 86400 * 400),  # an old nameless image of the engine
+            image("6666666666ff", now, digests=["nvidia/cuda@sha256:" + "1" * 64]),  # by digest
+            image("7777777777aa", now - 86400 * 400, parent="5555555555ee"),
+        ]
+    )
+    made = {"3333333333cc", "5555555555ee", "6666666666ff"}
+    assert _remove_steps(engine, made, since=now - 5)  # type: ignore[arg-type]
+    assert [r[7:19] for r in engine.removed] == ["3333333333cc", "4444444444dd"]
+
+
+def test_a_log_of_forged_step_lines_is_kept_bounded() -> None:
+    steps = _StepImages()
+    steps.read("Step 2/3 : RUN yes")
+    for n in range(100_000):
+        steps.read(f" ---> {n:012x}")
+    assert len(steps.ids) <= MAX_STEP_IDS
