@@ -162,18 +162,18 @@ def remove_cut_steps(client: docker.DockerClient, made: list[str], since: float)
     made on one of them that the log never named (the cut came first). The log is the
     build's output, which its steps write too: an image is removed only when nothing names it
     (no tag, no digest), it was made ``since`` the build began (less ``CUT_STEPS_SLACK``
-    seconds, another machine's clock), and no container uses it (``force`` off). Tried at once;
-    while the engine does not answer, again in the background for up to
+    seconds, another machine's clock), and no container uses it (``force`` off). In the
+    background (the failure is said at once: over a dropped SSH connection an engine request
+    may hang), tried again while the engine does not answer, for up to
     ``CUT_STEPS_PATIENCE`` seconds."""
     if not made:
         return
-    if not _remove_steps(client, set(made), since):
-        threading.Thread(
-            target=_remove_steps_patiently,
-            args=(client, set(made), since),
-            name="gpudev-cut-build",
-            daemon=True,
-        ).start()
+    threading.Thread(
+        target=_remove_steps_patiently,
+        args=(client, set(made), since),
+        name="gpudev-cut-build",
+        daemon=True,
+    ).start()
 
 
 def _remove_steps_patiently(client: docker.DockerClient, made: set[str], since: float) -> None:
