@@ -25,6 +25,9 @@ from ..errors import GPUDevError
 from .ssh import SSHConnection
 
 _CHUNK = 65536
+# What a copy loop sees when either side goes away: a closed socket (OSError), or an SSH
+# transport that dropped under a send (paramiko raises EOFError or SSHException).
+_DROPPED = (OSError, EOFError, paramiko.SSHException)
 
 
 def local_listener() -> tuple[socket.socket, int]:
@@ -129,7 +132,7 @@ def _pump(client: socket.socket, channel: paramiko.Channel) -> None:
             if not data:
                 return
             client.sendall(data)
-    except OSError:
+    except _DROPPED:
         return
     finally:
         with contextlib.suppress(OSError):
@@ -145,11 +148,11 @@ def _copy_up(client: socket.socket, channel: paramiko.Channel) -> None:
             if not data:
                 return
             channel.sendall(data)
-    except OSError:
+    except _DROPPED:
         return
     finally:
         # Half-close: the host's side may still answer (an HTTP client that shut its write side).
-        with contextlib.suppress(OSError, EOFError):
+        with contextlib.suppress(*_DROPPED):
             channel.shutdown_write()
 
 
