@@ -56,13 +56,30 @@ from .docker_backend import DockerBackend
 from .images import ensure_image
 from .limits import Limits, UserLimits, Whose, admit_gpus, check_room, room
 from .lookup import ContainerLookup
-from .model import DevContainerInfo, StartRequest, docker_name, given_name, user_name
+from .model import (
+    DevContainerInfo,
+    FirstProcess,
+    StartRequest,
+    docker_name,
+    given_name,
+    user_name,
+)
 from .namespace import user_images
 from .placement import Placement, check_cuda, gpus_optional, place
 from .pod_lifecycle import PodBackend
 from .ports import guard_ports
 from .reconcile import reconcile_host, stop_orphan_kernels
-from .targets import Targets, admin_confinement, check_free, confinement_for, new_name
+from .targets import (
+    Targets,
+    admin_confinement,
+    attach_input,
+    check_free,
+    confinement_for,
+    new_name,
+)
+
+#: What keeps a container's input from being attached (docker-py's socket of another shape).
+_ATTACH_FAILURES: tuple[type[Exception], ...] = (*ENGINE_FAILURES, AttributeError, OSError)
 
 #: Each kind of host's ``DevContainerBackend``, by its backend's kind (``Host.backend.kind``):
 #: a Docker engine's containers, pods on a Kubernetes host.
@@ -204,6 +221,7 @@ class DevContainers(ContainerLookup):
         for note in env.notes:  # what of its file gpudev does not do, said as it starts
             say({"stage": "environment", "message": note})
         holding, gpus = self._holding, placement.gpu_request
+        first = self._first_process(env, request, client)
         create = functools.partial(
             self._targets.create,
             host=host,
@@ -214,6 +232,7 @@ class DevContainers(ContainerLookup):
             kernel_id=request.kernel_id,
             confinement=lambda: starting.confinement(host),
             say=say,
+            first=first,
         )
         with starting.room():  # until it runs, counted by the next
             container, lease = holding.hold(  # nothing left behind on failure
@@ -236,7 +255,7 @@ class DevContainers(ContainerLookup):
             try:
                 say({"stage": "start", "message": f"starting {docker_name(name)}"})
                 self._guard_ports(host, unless_hooked=True)  # closed before it runs
-                self._start_and_check(name, container)
+                self._start_and_check(name, container, first, host)
                 self._guard_ports(host)
             except BaseException as exc:
                 holding.undo(container, lease, host)
@@ -325,10 +344,52 @@ class DevContainers(ContainerLookup):
                 "postStartCommand) ran (was the Docker engine restarted?); it was removed"
             )
 
-    @staticmethod
-    def _start_and_check(name: str, container: Container) -> None:
-        """Start the container; one that exits at once is an error, with its last output."""
-        container.start()
+    def _first_process(
+        self, env: Environment, request: StartRequest, client: docker.DockerClient
+    ) -> FirstProcess | None:
+        """``request``'s first process where this start can give it its input: none where
+        lifecycle commands run first (they run before any kernel), where kernels run as
+        another user than the container's (``exec_user``), or over SSH."""
+        first = request.first_process
+        if first is None or has_lifecycle_commands(env) or self._targets.exec_user(env):
+            return None
+        if str(client.api.base_url).startswith("http+docker://ssh"):
+            return None
+        return first
+
+    def _start_and_check(
+        self,
+        name: str,
+        container: Container,
+        first: FirstProcess | None = None,
+        host: Host | None = None,
+    ) -> None:
+        """Start the container; one that exits at once is an error, with its last output.
+        With ``first``, its input is attached before and ``first``'s instructions written to it
+        after; where it cannot be attached, its command waits on it and only keeps the
+        container up (the kernel is then exec'd, as in any container)."""
+        given = None
+        if first is not None:
+            try:
+                given = attach_input(container)
+            except _ATTACH_FAILURES as exc:
+                self.log.info("gpudev: %s: no input to attach (%r): no first process", name, exc)
+        try:
+            container.start()
+        except BaseException:
+            if given is not None:
+                given.close()
+            raise
+        if first is not None and given is not None:
+            data = b""
+            try:
+                data = first.instructions(host, container)
+            finally:
+                given.deliver(data)
+            if data:
+                first.delivered()
+        if first is not None:  # while its first process starts, not before
+            self._targets.put_wrappers(container)
         container.reload()
         if container.status == "running":
             return

@@ -7,11 +7,28 @@ import hashlib
 import re
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from ..leasing import iso_utc
 
 PREFIX = "gpudev-"
+
+
+class FirstProcess(Protocol):
+    """A process a new container starts with beside its main one, told what to run on the
+    container's standard input as it starts (a kernel whose connection key must never be in
+    the container's configuration: ``kernels.first``). Docker hosts only; others ignore it."""
+
+    def command(self, keep_alive: tuple[str, ...]) -> tuple[str, ...]:
+        """The container's command: reads its standard input, starts what it is told, then
+        runs ``keep_alive``; with nothing to read (an empty line, the input closed), at once."""
+
+    def instructions(self, host: Any, container: Any) -> bytes:
+        """What the command reads, for the container just created on ``host`` (its engine
+        object); ``b""``: nothing to start (the command then only keeps the container up)."""
+
+    def delivered(self) -> None:
+        """The instructions reached the started container."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +44,9 @@ class StartRequest:
     image: str | None = None
     #: Set by the kernel provisioner for a container dedicated to that kernel.
     kernel_id: str | None = None
+    #: Started with the container on its engine where the start allows it (set by the kernel
+    #: provisioner: the dedicated container's kernel, without an exec).
+    first_process: FirstProcess | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

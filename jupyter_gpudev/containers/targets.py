@@ -47,7 +47,15 @@ from . import plan as planning
 from .create import Confinement, Target, create_args, tightest
 from .limits import Limits, Whose, container_resources
 from .lookup import ContainerLookup
-from .model import PREFIX, StartRequest, container_key, creation_time, docker_name, given_name
+from .model import (
+    PREFIX,
+    FirstProcess,
+    StartRequest,
+    container_key,
+    creation_time,
+    docker_name,
+    given_name,
+)
 from .namespace import UserImages, planned_image
 from .placement import Placement, gpus_optional
 
@@ -259,10 +267,13 @@ class Targets:
         kernel_id: str | None,
         confinement: Callable[[], Confinement],
         say: Progress,
+        first: FirstProcess | None = None,
     ) -> Container:
         """The container created (not started) with the GPUs of ``lease``, where ``target``
         says and as ``create_args`` builds it, with the package-manager wrappers put in it
-        (``command_log``); removed if they cannot be."""
+        (``command_log``); removed if they cannot be. With ``first``, its command is
+        ``first``'s, reading its standard input, and the wrappers are put in once it runs
+        (``put_wrappers``: while its first process starts, not before)."""
         say({"stage": "create", "message": f"creating {docker_name(name)}"})
         client = host.client()
         target = self.target(
@@ -277,15 +288,25 @@ class Targets:
             inventory=inventory,
             kernel_id=kernel_id,
         )
-        container = client.containers.create(image, **create_args(env, target, confinement()))
-        if self.command_log:
+        args = create_args(env, target, confinement())
+        if first is not None:
+            args["command"] = list(first.command(target.command))
+            args["stdin_open"] = True
+        container = client.containers.create(image, **args)
+        if self.command_log and first is None:
             try:
-                container.put_archive("/", commandlog.archive())  # raises when it fails
+                self.put_wrappers(container)
             except BaseException:
                 with contextlib.suppress(docker.errors.DockerException):
                     container.remove(force=True)
                 raise
         return container
+
+    def put_wrappers(self, container: Container) -> None:
+        """The package-manager wrappers and the command log (``commandlog``) put in
+        ``container``; raises when they cannot be."""
+        if self.command_log:
+            container.put_archive("/", commandlog.archive())
 
     def ensure_network(self, client: docker.DockerClient) -> str:
         """The isolated bridge network of dev containers, created if missing."""
@@ -464,3 +485,45 @@ def confinement_for(
         memory_bytes=tightest(confinement.memory_bytes, memory),
         nano_cpus=tightest(confinement.nano_cpus, nano_cpus),
     )
+
+
+class ContainerInput:
+    """The write end of a container's standard input, attached through the engine's API."""
+
+    def __init__(self, raw: Any, sock: socket.socket) -> None:
+        self._raw = raw  # docker-py's object, which holds the HTTP response
+        self._sock = sock
+
+    def deliver(self, data: bytes) -> None:
+        """``data`` written (an empty line for none: the container's input stays open, so
+        ``data`` says where it ends), and the attachment closed."""
+        try:
+            self._sock.sendall(data or b"\n")
+            self._sock.shutdown(socket.SHUT_WR)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        response = getattr(self._raw, "_response", None)
+        if response is not None:  # its file is the socket's: the flush on close may fail
+            with contextlib.suppress(ValueError, OSError):
+                response.close()
+        with contextlib.suppress(OSError):
+            self._raw.close()
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+
+def attach_input(container: Container) -> ContainerInput | None:
+    """``container``'s standard input (``OpenStdin``), attached before it starts; ``None``
+    where the engine's client gives no socket."""
+    client = container.client
+    if client is None or container.id is None:
+        return None
+    raw = client.api.attach_socket(container.id, params={"stdin": 1, "stream": 1})
+    sock = getattr(raw, "_sock", raw)
+    if isinstance(sock, socket.socket):
+        return ContainerInput(raw, sock)
+    with contextlib.suppress(OSError, AttributeError):
+        raw.close()
+    return None

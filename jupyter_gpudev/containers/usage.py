@@ -302,8 +302,14 @@ def kernel_of(
     if any(k.ended and k.host_pid in lineage for k in mine):
         return None, True
     outermost = process.lineage[-1] if process.lineage else None
+    # Re-parented to the container's init. Where the live kernels' PIDs are not known, only a
+    # process whose parent is init counts: a dedicated container's first kernel runs under
+    # the container's own command, a child of init too (``kernels.first``).
     reparented = (
-        outermost is not None and outermost.pid != process.pid and outermost.container_pid == 1
+        outermost is not None
+        and outermost.pid != process.pid
+        and outermost.container_pid == 1
+        and (tracked or len(process.lineage) == 2)
     )
     if reparented and (mine or info.kernel_id):
         return None, True

@@ -8,6 +8,7 @@ handed to the provisioner later, runtime files and all).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import time
@@ -31,6 +32,20 @@ IMAGE_KERNELSPECS = (
 PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 #: Seconds between two checks of a kernel just started (an engine request each).
 START_POLL = 0.02
+#: The same for a first kernel (``kernels.first``): each check lists the container's processes,
+#: which the engine does by running ``ps`` (about 10 ms).
+FIRST_POLL = 0.1
+#: Seconds a first kernel's host PID is waited for while its launcher has not forked it.
+FIRST_FORK_WAIT = 2.0
+#: The handle (``start``'s) of a dedicated container's first kernel: not an exec id.
+FIRST_HANDLE = "first"
+#: The first line of the first kernel's launcher (``kernels.first.LAUNCHER``) while it runs
+#: the kernel, and of the shell it becomes after (with the kernel's exit code): the engine
+#: lists these processes' arguments as ``/bin/sh -c`` and the script.
+FIRST_RUNNING = "#gpudev-kernel-running"
+FIRST_ENDED = "#gpudev-kernel-ended="
+FIRST_LISTED = f"/bin/sh -c {FIRST_RUNNING}"
+_ENDED_LISTED = f"/bin/sh -c {FIRST_ENDED}"
 
 
 def runtime_files(runtime_id: str) -> tuple[str, str, str]:
@@ -39,6 +54,35 @@ def runtime_files(runtime_id: str) -> tuple[str, str, str]:
         f"{RUNTIME_DIR}/{runtime_id}.{ext}" for ext in ("json", "pid", "log")
     )
     return kernel_file, pid_file, log_file
+
+
+def first_kernel(processes: list[Any]) -> tuple[bool, int | None, int]:
+    """A first kernel as its container's processes say, listed by the engine's ``top`` with
+    ``-o pid,ppid,args`` (host PIDs): whether its launcher still runs it, the kernel's host PID
+    (the launcher's child) when listed, and its exit code once it ended (-1 where none is
+    listed). What the container's processes say is read as data: a process of the
+    container's that calls itself the launcher only misleads gpudev about the container's own
+    kernel."""
+    rows = [row for row in processes if isinstance(row, list) and len(row) >= 3]
+    marked = {row[0]: row[1] for row in rows if str(row[2]).startswith(FIRST_LISTED)}
+    if not marked:
+        for row in rows:
+            args = str(row[2])
+            if args.startswith(_ENDED_LISTED):
+                rest = args[len(_ENDED_LISTED) : len(_ENDED_LISTED) + 4]
+                digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]
+                return False, None, int(digits) if 0 < len(digits) <= 3 else -1
+        return False, None, -1
+    # The launcher is the marked process whose parent is not marked; its one child is the
+    # kernel, from its fork (marked too: the subshell that becomes the kernel, same PID).
+    launchers = {pid for pid, ppid in marked.items() if ppid not in marked}
+    for pid, ppid, *_ in rows:
+        if ppid in launchers:
+            with contextlib.suppress(ValueError):
+                number = int(pid)
+                if 0 < number <= PID_MAX:
+                    return True, number, -1
+    return True, None, -1
 
 
 def kernelspec_argv(data: Any) -> list[str] | None:
@@ -100,6 +144,8 @@ class ContainerProcesses:
         #: Each exec's process's PID on the host, as the engine last reported it.
         self._pids: dict[str, int] = {}
         self._user: str | None = None
+        #: A first kernel is watched (``_first``: a process listing per check).
+        self._watching_first = False
 
     @property
     def user(self) -> str:
@@ -199,7 +245,13 @@ class ContainerProcesses:
         return exec_id
 
     def exit_code(self, handle: str, runtime_id: str) -> int | None:  # noqa: ARG002
-        """Its exec's state: the kernel's exit code, ``None`` while it runs."""
+        """Its exec's state: the kernel's exit code, ``None`` while it runs. A first kernel
+        (``kernels.first``) runs while its launcher is listed, and its code is then listed too
+        (``first_kernel``)."""
+        if handle == FIRST_HANDLE:
+            self._watching_first = True
+            running, _, code = self._first()
+            return None if running else code
         state = self.api.exec_inspect(handle)
         pid = exec_pid(state)
         if pid is not None:
@@ -211,7 +263,14 @@ class ContainerProcesses:
         kernel: the same process), which the container cannot forge; ``None`` once it ended.
         The one ``exit_code`` read last is reused (a start's watch reads it)."""
         pid = self._pids.get(handle)
-        if pid is None:
+        if pid is None and handle == FIRST_HANDLE:
+            # Its launcher forks it once it has read its input: just after the start.
+            deadline = time.monotonic() + FIRST_FORK_WAIT
+            running, pid, _ = self._first()
+            while running and pid is None and time.monotonic() < deadline:
+                time.sleep(START_POLL)
+                running, pid, _ = self._first()
+        elif pid is None:
             pid = exec_pid(self.api.exec_inspect(handle))
             if pid is not None:
                 self._pids[handle] = pid
@@ -225,8 +284,17 @@ class ContainerProcesses:
             code = poll()
             if code is not None:
                 return code
-            time.sleep(START_POLL)
+            time.sleep(FIRST_POLL if self._watching_first else START_POLL)
         return None
+
+    def _first(self) -> tuple[bool, int | None, int]:
+        """``first_kernel`` of this container's processes now (the kernel's PID kept)."""
+        listed = self.api.top(self.container_id, ps_args="-o pid,ppid,args")
+        rows = listed.get("Processes") if isinstance(listed, dict) else None
+        running, pid, code = first_kernel(rows if isinstance(rows, list) else [])
+        if pid is not None:
+            self._pids[FIRST_HANDLE] = pid
+        return running, pid, code
 
     def send_signal(self, runtime_id: str, signum: int) -> None:
         """Signal the kernel through a detached exec: its effect is what the kernel does next,

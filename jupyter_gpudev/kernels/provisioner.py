@@ -36,9 +36,11 @@ from ..containers.placement import gpu_request
 from ..engine import Host
 from ..errors import ENGINE_FAILURES, Conflict, EngineUnreachable, GPUDevError, engine_error
 from ..traits import PositiveFloat
+from .first import FirstKernel
+from .first import instructions as first_instructions
 from .live import KernelPlacement, KernelRegistry
 from .placements import PLACEMENTS
-from .process import PORT_NAMES, runtime_files
+from .process import FIRST_HANDLE, PORT_NAMES, runtime_files
 from .runtime import KernelProcesses, kernel_processes, processes_type
 
 T = TypeVar("T")
@@ -143,6 +145,8 @@ class GPUDevProvisioner(KernelProvisionerBase):
     _processes: KernelProcesses | None = None
     #: The ones ``_kernel_argv`` looked up, for the launch that follows.
     _launching: KernelProcesses | None = None
+    #: The dedicated container's first kernel, started with it, until the launch adopts it.
+    _first: FirstKernel | None = None
     #: The kernel has started once (a later failed launch is a restart's: the container stays).
     _launched: bool = False
     #: Counted among the kernels of a shared container.
@@ -256,14 +260,24 @@ class GPUDevProvisioner(KernelProvisionerBase):
             # Joined first: a pending linger stop is cancelled before the container is checked.
             await self._run(self._ensure_running)
         else:
+            name = f"kernel-{self.kernel_id}"[:63] if self.kernel_id else None
+            first = self._first_kernel(name, kwargs) if name else None
             request = StartRequest(
                 environment=self.environment,
                 host=self.host or None,
                 gpus=None if self.gpus < 0 else self.gpus,
-                name=f"kernel-{self.kernel_id}"[:63] if self.kernel_id else None,
+                name=name,
                 kernel_id=self.kernel_id or None,
+                first_process=first,
             )
-            info = await self._run(self._manager.start, request, self._log_progress)
+            try:
+                info = await self._run(self._manager.start, request, self._log_progress)
+            finally:
+                if name and self._ports:
+                    PLACEMENTS.release_ports(name, self._ports)
+            if self._ports:
+                PLACEMENTS.reserve_ports(info.key, self._ports)
+            self._first = first if first is not None and first.started else None
             self._container_name = info.key
             self.host = info.host  # where placement put it
             self._dedicated = True
@@ -277,6 +291,27 @@ class GPUDevProvisioner(KernelProvisionerBase):
         # The kernel's own launch command is built in launch_kernel (it runs in the container).
         kwargs["cmd"] = await self._run(self._kernel_argv)
         return kwargs
+
+    def _first_kernel(self, name: str, kwargs: dict[str, Any]) -> FirstKernel:
+        """The dedicated container's first kernel (``kernels.first``), started by the
+        container's own start where the start allows it; its ports chosen now."""
+        self._ports = PLACEMENTS.choose_ports(name, len(PORT_NAMES))
+        inside, _ = self._connections([("", port) for port in self._ports])
+        environment = self._kernel_env(kwargs.get("env") or {})
+        cwd = kwargs.get("cwd")
+
+        def lines(host: Host, container: Any, runtime_id: str, argv: list[str]) -> bytes:
+            base = str((container.attrs.get("Config") or {}).get("WorkingDir") or "/")
+            kernel_file, _, _ = runtime_files(runtime_id)
+            return first_instructions(
+                connection=inside,
+                runtime_id=runtime_id,
+                workdir=self._folder(base, host, cwd),
+                environment=environment,
+                argv=[kernel_file if arg == "{connection_file}" else arg for arg in argv],
+            )
+
+        return FirstKernel(f"kernel-{self.kernel_id}", lines)
 
     def _shared_key(self) -> tuple[str, str]:
         return (self.host or self._manager.host_pool.local_name, self._container_name)
@@ -346,6 +381,9 @@ class GPUDevProvisioner(KernelProvisionerBase):
     def _launch(self, cmd: list[str], kwargs: dict[str, Any]) -> KernelConnectionInfo:
         processes, self._launching = self._launching or self._located(), None
         self._processes = processes
+        if self._first is not None:
+            first, self._first = self._first, None
+            return self._adopt_first(processes, first)
         warm = self._launch_warm(processes, kwargs)
         if warm is not None:
             return warm
@@ -377,6 +415,28 @@ class GPUDevProvisioner(KernelProvisionerBase):
             reached,
         )
         self._keep_warm()
+        return connection
+
+    def _adopt_first(self, processes: KernelProcesses, first: FirstKernel) -> KernelConnectionInfo:
+        """The kernel the dedicated container started with (``kernels.first``) becomes this
+        kernel: checked as a kernel just exec'd is, then registered."""
+        self._runtime_id = first.runtime_id
+        reached = processes.reach(self._ports)
+        _, connection = self._connections(reached)
+        self._exec_id = FIRST_HANDLE
+        kernel_file, _, _ = runtime_files(self._runtime_id)
+        argv = [kernel_file if arg == "{connection_file}" else arg for arg in first.argv]
+        self._exit_code = None
+        self._check_started(processes, argv)
+        self._launched = True
+        self._register()
+        self.log.info(
+            "gpudev kernel %s started with %s (%s), reached at %s",
+            self.kernel_id,
+            self._container_name,
+            " ".join(argv),
+            reached,
+        )
         return connection
 
     def _connections(
@@ -487,9 +547,12 @@ class GPUDevProvisioner(KernelProvisionerBase):
         """The notebook's folder, as seen inside the container (the workspace mount). On a
         remote host the workspace is that host's folder, which need not have this machine's
         layout: the kernel starts at its root. ``None``: where the exec starts (a pod's)."""
+        return self._folder(processes.working_dir, processes.host, cwd)
+
+    def _folder(self, base: str | None, host: Host, cwd: str | None) -> str | None:
+        """``_workdir`` from the container's working folder and its host."""
         manager = self._manager
-        base = processes.working_dir
-        if base is None or not cwd or not processes.host.spec.is_local:
+        if base is None or not cwd or not host.spec.is_local:
             return base
         try:
             relative = Path(cwd).resolve().relative_to(manager.root_dir)

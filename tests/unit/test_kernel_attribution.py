@@ -179,3 +179,27 @@ def test_where_processes_are_not_known_a_kernels_memory_is_unknown_not_zero() ->
     assert [g.memory_used_mib for g in listed] == [None, 0]
     unknown = kernel_gpus("k-1", gpus, leased=("GPU-1", "GPU-2"), known=False)
     assert [g.memory_used_mib for g in unknown] == [None, None]
+
+
+def test_a_first_kernel_under_its_launcher_is_its_containers_kernel_outside_a_server() -> None:
+    # A dedicated container's first kernel (kernels.first) runs under the container's own
+    # command, the launcher, a child of init: it was not re-parented
+    own = info("kernel-k-9", kernel_id="k-9")
+    init = status(4000, SHIM, 1)
+    launcher = status(4007, 4000, 7)
+    kernel = status(4008, 4007, 8)
+    assert kernel_of(gpu_process(kernel, launcher, init), own, [], tracked=False) == (
+        "k-9",
+        False,
+    )
+    child = status(4010, 4008, 10)
+    assert kernel_of(gpu_process(child, kernel, launcher, init), own, [], tracked=False) == (
+        "k-9",
+        False,
+    )
+    # In a server, which knows the kernel's host PID, it is that kernel's too
+    kernels = [live("k-9", kernel.pid, "kernel-k-9")]
+    assert kernel_of(gpu_process(kernel, launcher, init), own, kernels) == ("k-9", False)
+    # And a process of it left behind after it ended is re-parented to init
+    orphan = status(4010, 4000, 10)
+    assert kernel_of(gpu_process(orphan, init), own, [], tracked=False) == (None, True)

@@ -1,0 +1,118 @@
+"""A dedicated kernel container's first kernel, started by the container's own start.
+
+A kernel started by an exec into a running container costs that exec (about 50 ms on this
+project's machine) after the container's start; ``docker run`` of a kernel does not. A dedicated
+container's command is therefore a small launcher (``LAUNCHER``) that reads, from the
+container's standard input, the kernel's connection, runtime id, folder, environment and
+argv, one per line, writes the connection file (``umask 077``, as the exec does), runs the
+kernel as its child, and then runs the container's usual keep-alive command. gpudev attaches
+to the input before the start and writes the lines right after it (``containers.lifecycle``);
+the key is never in the container's configuration (its ``Cmd`` and ``Env`` hold no
+connection), and no string of a user's reaches a shell: the script is fixed, the values are
+read into variables.
+
+The container outlives the kernel: a restart is an exec into it, as in a shared container, and
+its GPUs stay leased throughout (a container that stopped with its kernel would be one whose
+lease the ledger may free, see ``containers.reconcile``). While the launcher runs the kernel,
+its process is listed by the engine (``top``) with ``process.FIRST_RUNNING`` first in its
+script; after, the shell that runs the keep-alive command lists ``process.FIRST_ENDED`` and
+the kernel's exit code. That is how the first kernel is watched, without an exec
+(``process.ContainerProcesses``).
+
+With nothing to read (the image's kernel command not known yet, a value that cannot be sent
+as a line, an input the engine did not attach), the launcher runs only the keep-alive
+command and the kernel is started by an exec as before.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from .placements import PLACEMENTS
+from .process import FIRST_ENDED, FIRST_RUNNING, RUNTIME_DIR
+
+LAUNCHER = f"""{FIRST_RUNNING}
+IFS= read -r connection || connection=
+if [ -n "$connection" ] && IFS= read -r id && IFS= read -r dir; then
+  (
+    umask 077
+    mkdir -p {RUNTIME_DIR} && printf '%s' "$connection" > "{RUNTIME_DIR}/$id.json" || exit 126
+    unset connection
+    while IFS= read -r pair && [ -n "$pair" ]; do export "$pair"; done
+    set --
+    while IFS= read -r arg && [ -n "$arg" ]; do set -- "$@" "$arg"; done
+    if [ -n "$dir" ]; then cd -- "$dir" || exit 126; fi
+    exec /bin/sh -c 'echo $$ > "$0"; exec "$@"' "{RUNTIME_DIR}/$id.pid" "$@" \\
+      < /dev/null >> "{RUNTIME_DIR}/$id.log" 2>&1
+  )
+  exec /bin/sh -c "{FIRST_ENDED}$?
+\\"\\$@\\"
+exit" gpudev-kernel "$@"
+fi
+unset connection
+exec "$@"
+"""
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_RUNTIME_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+
+
+def _line(value: str) -> bool:
+    """Whether ``value`` can be sent as one line the launcher reads back unchanged."""
+    return "\n" not in value and "\r" not in value and "\0" not in value
+
+
+def instructions(
+    *,
+    connection: dict[str, Any],
+    runtime_id: str,
+    workdir: str | None,
+    environment: dict[str, str],
+    argv: list[str],
+) -> bytes:
+    """The lines the launcher reads; ``b""`` when one of the values cannot be sent as a line
+    (the kernel is then started by an exec, which takes any value)."""
+    text = json.dumps(connection, separators=(",", ":"))
+    if not _RUNTIME_ID.match(runtime_id) or not argv:
+        return b""
+    pairs = [f"{name}={value}" for name, value in environment.items()]
+    if not all(_NAME.match(name) for name in environment):
+        return b""
+    values = [text, runtime_id, workdir or "", *pairs, *argv]
+    if not all(_line(value) for value in values) or not all(argv):
+        return b""
+    return "\n".join([text, runtime_id, workdir or "", *pairs, "", *argv, "", ""]).encode()
+
+
+class FirstKernel:
+    """A dedicated container's first kernel (``containers.model.FirstProcess``), as the
+    provisioner describes it before the container exists: the lines are made once the engine
+    has created the container (its image, hence the kernel command; its folder)."""
+
+    def __init__(self, runtime_id: str, lines: Callable[[Any, Any, str, list[str]], bytes]) -> None:
+        self.runtime_id = runtime_id
+        self._lines = lines
+        #: The image kernel argv sent (``{connection_file}`` not filled in), once delivered.
+        self.argv: tuple[str, ...] = ()
+        self._sent: tuple[str, ...] = ()
+        #: The launcher read its instructions (the container started with them).
+        self.started = False
+
+    def command(self, keep_alive: tuple[str, ...]) -> tuple[str, ...]:
+        return ("/bin/sh", "-c", LAUNCHER, "gpudev-kernel", *keep_alive)
+
+    def instructions(self, host: Any, container: Any) -> bytes:
+        image_id = str((getattr(container, "attrs", None) or {}).get("Image", ""))
+        argv = PLACEMENTS.argv(image_id) if image_id else None
+        if argv is None:  # not known before a kernel of this image was started by an exec
+            return b""
+        data = self._lines(host, container, self.runtime_id, list(argv))
+        self._sent = tuple(argv) if data else ()
+        return data
+
+    def delivered(self) -> None:
+        self.argv = self._sent
+        self.started = bool(self._sent)

@@ -1,0 +1,238 @@
+"""A dedicated container's first kernel starts with the container (``kernels.first``), not by
+an exec after it, on the real engine: what it is told reaches it through the container's
+input only, and it is a kernel like any other (folder, environment, wrappers, interrupt,
+restart, its GPUs leased throughout, shut down and released)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import docker
+import pytest
+
+from jupyter_gpudev.containers import DevContainers, docker_name
+from jupyter_gpudev.containers.commandlog import LOG, SHIMS
+from jupyter_gpudev.containers.targets import attach_input
+from jupyter_gpudev.engine import HostPool
+from jupyter_gpudev.kernels import provisioner
+from jupyter_gpudev.kernels.first import LAUNCHER, FirstKernel, instructions
+from jupyter_gpudev.kernels.process import (
+    FIRST_HANDLE,
+    FIRST_LISTED,
+    FIRST_RUNNING,
+    ContainerProcesses,
+)
+from tests.integration.test_kernels import A100_1, kernel_manager, run
+
+pytestmark = pytest.mark.integration
+
+IMAGE = "gpudev-python:bookworm"
+
+
+@pytest.fixture
+def manager(manager: DevContainers) -> Iterator[DevContainers]:
+    (manager.root_dir / "notebooks").mkdir()
+    provisioner.set_manager(manager)
+    yield manager
+    provisioner.set_manager(None)
+
+
+def output(container: Any, argv: list[str]) -> bytes:
+    _, out = container.exec_run(argv)
+    assert isinstance(out, bytes)
+    return out
+
+
+async def learn_the_image_kernel(manager: DevContainers, name: str) -> None:
+    """One kernel of the image started (by an exec, the first time in this process): its
+    kernel command is then known, and the next dedicated container starts with its kernel."""
+    km = kernel_manager(manager, name)
+    await km.start_kernel()
+    await km.shutdown_kernel(now=True)
+
+
+async def test_a_dedicated_kernel_starts_with_its_container_and_behaves_as_any_kernel(
+    manager: DevContainers, docker_client: docker.DockerClient, gpu_engine: None
+) -> None:
+    # Given an environment with one GPU whose image's kernel command is known
+    folder = manager.root_dir / ".devcontainer" / "gpu"
+    folder.mkdir(parents=True)
+    (folder / "devcontainer.json").write_text(
+        json.dumps({"image": IMAGE, "hostRequirements": {"gpu": True}})
+    )
+    await learn_the_image_kernel(manager, "gpudev-gpu")
+    # When its kernel starts from a notebook in notebooks/, with the server's environment
+    km = kernel_manager(manager, "gpudev-gpu")
+    await km.start_kernel(
+        cwd=str(manager.root_dir / "notebooks"),
+        env={"JPY_SESSION_NAME": "/n/notebooks/a b.ipynb", "SERVER_SECRET": "not-for-kernels"},
+    )
+    name = f"kernel-{km.kernel_id}"
+    container = docker_client.containers.get(docker_name(name))
+    client = km.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        # Then the container's own command started it: no exec into the container
+        config = container.attrs["Config"]
+        assert config["Cmd"][:3] == ["/bin/sh", "-c", LAUNCHER]
+        assert config["OpenStdin"] is True
+        assert not docker_client.containers.get(str(container.id)).attrs.get("ExecIDs")
+        # And the key reached it through the input only: never in the configuration
+        key = km.session.key.decode()
+        assert key not in json.dumps(config)
+        # And it is a kernel as an exec'd one is: the notebook's folder, only what the kernel
+        # needs of the server's environment, the leased GPU, the wrappers first on PATH
+        out, reply = await run(
+            client,
+            "import os, shutil, subprocess\n"
+            "subprocess.run(['apt-get', '--version'], capture_output=True)\n"
+            "print(os.getcwd(), os.environ.get('JPY_SESSION_NAME'), "
+            "os.environ.get('SERVER_SECRET'), os.environ['NVIDIA_VISIBLE_DEVICES'], "
+            "shutil.which('apt-get'), sep='|')\n"
+            "print(open(f'/proc/{os.getppid()}/cmdline', 'rb').read().split(b'\\0')[2][:20])",
+        )
+        assert reply["status"] == "ok", reply
+        first, parent = out.strip().split("\n")
+        cwd, session, leaked, visible, apt = first.split("|")
+        assert cwd == f"/workspaces/{manager.root_dir.name}/notebooks"
+        assert session == "/n/notebooks/a b.ipynb"
+        assert leaked == "None"
+        assert visible == A100_1
+        assert apt == f"{SHIMS}/apt-get"
+        assert parent == repr(FIRST_RUNNING.encode()[:20])  # the launcher's child
+        logged = output(container, ["cat", LOG])
+        assert b"apt-get --version" in logged
+        lease = manager.ledger.for_container("local", name)
+        assert lease is not None
+        assert lease.gpu_uuids == (A100_1,)
+        # When a long cell is interrupted
+        sleeping = client.execute("import time; time.sleep(60)")
+        await asyncio.sleep(1)
+        await km.interrupt_kernel()
+        while True:
+            msg = await client.get_iopub_msg(timeout=10)
+            if msg["msg_type"] == "error":
+                assert msg["content"]["ename"] == "KeyboardInterrupt"
+                break
+        while (await client.get_shell_msg(timeout=10))["parent_header"].get("msg_id") != sleeping:
+            pass
+        await asyncio.sleep(0.5)
+        await run(client, "x = 42")
+        # And the kernel is restarted
+        await km.restart_kernel()
+        await client.wait_for_ready(timeout=60)
+        # Then a new kernel runs in the same container (an exec now), the GPU still leased
+        out, reply = await run(client, "import socket; print('x' in dir(), socket.gethostname())")
+        assert reply["status"] == "ok", reply
+        assert out.split() == ["False", config["Hostname"]]
+        assert docker_client.containers.get(str(container.id)).attrs.get("ExecIDs")
+        assert manager.ledger.for_container("local", name) == lease
+    finally:
+        client.stop_channels()
+        await km.shutdown_kernel()
+    # And at shutdown its GPU is freed and the unchanged container removed
+    assert manager.ledger.active("local") == []
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(str(container.id))
+
+
+async def test_an_environment_with_lifecycle_commands_starts_its_kernel_by_an_exec(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given an environment whose postStartCommand must run before any kernel
+    folder = manager.root_dir / ".devcontainer" / "hooks"
+    folder.mkdir(parents=True)
+    (folder / "devcontainer.json").write_text(
+        json.dumps({"image": IMAGE, "postStartCommand": "touch /tmp/started"})
+    )
+    await learn_the_image_kernel(manager, "gpudev-hooks")
+    km = kernel_manager(manager, "gpudev-hooks")
+    await km.start_kernel()
+    client = km.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        # Then the container runs the keep-alive command, and the kernel sees the command's file
+        container = docker_client.containers.get(docker_name(f"kernel-{km.kernel_id}"))
+        assert LAUNCHER not in container.attrs["Config"]["Cmd"]
+        out, _ = await run(client, "import os; print(os.path.exists('/tmp/started'))")
+        assert out.strip() == "True"
+    finally:
+        client.stop_channels()
+        await km.shutdown_kernel(now=True)
+
+
+def test_the_launcher_notes_its_kernel_exit_and_keeps_the_container_up(
+    docker_client: docker.DockerClient,
+) -> None:
+    # Given a container made with the launcher, its input attached, told to run a command
+    # that fails
+    first = FirstKernel("kernel-t", lambda *_: b"")
+    container = docker_client.containers.create(
+        IMAGE, list(first.command(("sleep", "infinity"))), stdin_open=True, init=True
+    )
+    try:
+        given = attach_input(container)
+        assert given is not None
+        container.start()
+        told = instructions(
+            connection={"key": "k3y"},
+            runtime_id="kernel-t",
+            workdir="/tmp",
+            environment={"ANSWER": "42"},
+            argv=["/bin/sh", "-c", 'echo "$ANSWER $(pwd)"; sleep 1; exit 3'],
+        )
+        given.deliver(told)
+        processes = ContainerProcesses(HostPool().get("local"), container)
+        # Then the kernel runs while the launcher is listed, with its host PID known
+        assert processes.exit_code(FIRST_HANDLE, "kernel-t") is None
+        assert processes.host_pid(FIRST_HANDLE) is not None
+        # And when it ends, its exit code is the one the launcher wrote
+        deadline = time.monotonic() + 20
+        code = None
+        while code is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            code = processes.exit_code(FIRST_HANDLE, "kernel-t")
+        assert code == 3
+        # And its output went to its log, its connection file is its user's only
+        assert processes.log_tail("kernel-t") == ["42 /tmp"]
+        mode = output(container, ["stat", "-c", "%a", "/tmp/.gpudev/kernel-t.json"])
+        assert mode.strip() == b"600"
+        # And the container still runs the keep-alive command
+        container.reload()
+        assert container.status == "running"
+        rows = docker_client.api.top(str(container.id), ps_args="-o pid,args")["Processes"]
+        assert "sleep infinity" in [row[1] for row in rows]
+        # And the launcher's environment never held the connection
+        assert b"k3y" not in output(container, ["cat", "/proc/1/environ"])
+    finally:
+        container.remove(force=True)
+
+
+def test_a_launcher_given_nothing_only_keeps_the_container_up(
+    docker_client: docker.DockerClient,
+) -> None:
+    first = FirstKernel("kernel-t", lambda *_: b"")
+    container = docker_client.containers.create(
+        IMAGE, list(first.command(("sleep", "infinity"))), stdin_open=True, init=True
+    )
+    try:
+        given = attach_input(container)
+        assert given is not None
+        container.start()
+        given.deliver(b"")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            rows = docker_client.api.top(str(container.id), ps_args="-o pid,args")["Processes"]
+            if "sleep infinity" in [row[1] for row in rows]:
+                break
+            time.sleep(0.1)
+        assert "sleep infinity" in [row[1] for row in rows]
+        assert not any(row[1].startswith(FIRST_LISTED) for row in rows)
+    finally:
+        container.remove(force=True)
