@@ -221,7 +221,7 @@ class DevContainers(ContainerLookup):
         for note in env.notes:  # what of its file gpudev does not do, said as it starts
             say({"stage": "environment", "message": note})
         holding, gpus = self._holding, placement.gpu_request
-        first = self._first_process(env, request, client)
+        first = self._first_process(env, request, client, image)
         create = functools.partial(
             self._targets.create,
             host=host,
@@ -345,17 +345,19 @@ class DevContainers(ContainerLookup):
             )
 
     def _first_process(
-        self, env: Environment, request: StartRequest, client: docker.DockerClient
+        self, env: Environment, request: StartRequest, client: docker.DockerClient, image: str
     ) -> FirstProcess | None:
         """``request``'s first process where this start can give it its input: none where
         lifecycle commands run first (they run before any kernel), where kernels run as
-        another user than the container's (``exec_user``), or over SSH."""
+        another user than the container's (``exec_user``), over SSH, or where the image has
+        an ENTRYPOINT (it may read the input, or run the command late or never)."""
         first = request.first_process
         if first is None or has_lifecycle_commands(env) or self._targets.exec_user(env):
             return None
         if str(client.api.base_url).startswith("http+docker://ssh"):
             return None
-        return first
+        config = client.images.get(image).attrs.get("Config") or {}
+        return None if config.get("Entrypoint") else first
 
     def _start_and_check(
         self,
@@ -367,9 +369,11 @@ class DevContainers(ContainerLookup):
         """Start the container; one that exits at once is an error, with its last output.
         With ``first``, its input is attached before and ``first``'s instructions written to it
         after; where it cannot be attached, its command waits on it and only keeps the
-        container up (the kernel is then exec'd, as in any container)."""
+        container up (the kernel is then exec'd, as in any container). A container made with
+        a first process that starts again (``resume``) is told nothing: its command only keeps
+        it up."""
         given = None
-        if first is not None:
+        if first is not None or (container.attrs.get("Config") or {}).get("OpenStdin"):
             try:
                 given = attach_input(container)
             except _ATTACH_FAILURES as exc:
@@ -380,13 +384,13 @@ class DevContainers(ContainerLookup):
             if given is not None:
                 given.close()
             raise
-        if first is not None and given is not None:
+        if given is not None:
             data = b""
             try:
-                data = first.instructions(host, container)
+                data = first.instructions(host, container) if first is not None else b""
             finally:
                 given.deliver(data)
-            if data:
+            if data and first is not None:
                 first.delivered()
         if first is not None:  # while its first process starts, not before
             self._targets.put_wrappers(container)

@@ -291,7 +291,9 @@ class Targets:
         args = create_args(env, target, confinement())
         if first is not None:
             args["command"] = list(first.command(target.command))
-            args["stdin_open"] = True
+            # Attached (docker-py's ``detach`` off): its input closes when gpudev's attachment
+            # does (``StdinOnce``), so the command never waits on it.
+            args["stdin_open"], args["detach"] = True, False
         container = client.containers.create(image, **args)
         if self.command_log and first is None:
             try:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .placements import PLACEMENTS
-from .process import FIRST_ENDED, FIRST_RUNNING, RUNTIME_DIR
+from .process import FIRST_ENDED, FIRST_RUNNING, RUNTIME_DIR, argv_key
 
 LAUNCHER = f"""{FIRST_RUNNING}
 IFS= read -r connection || connection=
@@ -84,7 +84,10 @@ def instructions(
     values = [text, runtime_id, workdir or "", *pairs, *argv]
     if not all(_line(value) for value in values) or not all(argv):
         return b""
-    return "\n".join([text, runtime_id, workdir or "", *pairs, "", *argv, "", ""]).encode()
+    try:
+        return "\n".join([text, runtime_id, workdir or "", *pairs, "", *argv, "", ""]).encode()
+    except UnicodeEncodeError:  # a name that is not UTF-8 (surrogates): an exec takes it
+        return b""
 
 
 class FirstKernel:
@@ -105,8 +108,7 @@ class FirstKernel:
         return ("/bin/sh", "-c", LAUNCHER, "gpudev-kernel", *keep_alive)
 
     def instructions(self, host: Any, container: Any) -> bytes:
-        image_id = str((getattr(container, "attrs", None) or {}).get("Image", ""))
-        argv = PLACEMENTS.argv(image_id) if image_id else None
+        argv = PLACEMENTS.argv(argv_key(container))
         if argv is None:  # not known before a kernel of this image was started by an exec
             return b""
         data = self._lines(host, container, self.runtime_id, list(argv))

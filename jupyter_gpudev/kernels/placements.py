@@ -178,14 +178,16 @@ class KernelPlacements:
                 if not used:  # a container gone is not kept
                     del self._ports_in_use[container]
 
-    def argv(self, image_id: str) -> list[str] | None:
+    def argv(self, key: str) -> list[str] | None:
+        """The image kernel argv remembered under ``key`` (``process.argv_key``: an image and
+        an owner)."""
         with self._lock:
-            cached = self._argv_by_image.get(image_id)
+            cached = self._argv_by_image.get(key)
         return list(cached) if cached is not None else None
 
-    def remember_argv(self, image_id: str, argv: list[str]) -> None:
+    def remember_argv(self, key: str, argv: list[str]) -> None:
         with self._lock:
-            self._argv_by_image[image_id] = list(argv)
+            self._argv_by_image[key] = list(argv)
 
 
 #: The one per process.

@@ -19,6 +19,7 @@ from ..containers import DevContainers
 from ..containers.commands import exec_user
 from ..engine import Host
 from ..engine.gpuprocs import PID_MAX
+from ..labels import L_OWNER
 from .placements import PLACEMENTS
 
 #: Where a kernel's connection file and pid file live inside the container.
@@ -35,6 +36,8 @@ START_POLL = 0.02
 #: The same for a first kernel (``kernels.first``): each check lists the container's processes,
 #: which the engine does by running ``ps`` (about 10 ms).
 FIRST_POLL = 0.1
+#: The width of the engine's process listing a first kernel is watched through.
+TOP_COLUMNS = 120
 #: Seconds a first kernel's host PID is waited for while its launcher has not forked it.
 FIRST_FORK_WAIT = 2.0
 #: The handle (``start``'s) of a dedicated container's first kernel: not an exec id.
@@ -106,6 +109,15 @@ def image_argv(container: Any) -> list[str]:
         if argv is not None:
             return argv
     return list(DEFAULT_ARGV)
+
+
+def argv_key(container: Any) -> str:
+    """Whose image kernel argv a container's is (``KernelPlacements.argv``): its image's id and
+    its owner's name. The argv is read in a container, whose user may have changed the file:
+    it is never another owner's (in shared mode one process starts every user's kernels)."""
+    attrs = getattr(container, "attrs", None) or {}
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    return f"{attrs.get('Image', '')}\0{labels.get(L_OWNER, '')}"
 
 
 def signal_argv(runtime_id: str, signum: int) -> list[str]:
@@ -193,13 +205,13 @@ class ContainerProcesses:
         return self._address
 
     def kernel_argv(self) -> list[str]:
-        """The image's kernel argv, looked up once per image: an exec costs tens of
+        """The image's kernel argv, looked up once per image and owner: an exec costs tens of
         milliseconds."""
-        image_id = str(self.container.attrs.get("Image", ""))
-        argv = PLACEMENTS.argv(image_id)
+        key = argv_key(self.container)
+        argv = PLACEMENTS.argv(key)
         if argv is None:
             argv = image_argv(self.container)
-            PLACEMENTS.remember_argv(image_id, argv)
+            PLACEMENTS.remember_argv(key, argv)
         return argv
 
     def reach(self, ports: tuple[int, ...]) -> list[tuple[str, int]]:
@@ -289,7 +301,9 @@ class ContainerProcesses:
 
     def _first(self) -> tuple[bool, int | None, int]:
         """``first_kernel`` of this container's processes now (the kernel's PID kept)."""
-        listed = self.api.top(self.container_id, ps_args="-o pid,ppid,args")
+        # The arguments cut to a width: the container's processes choose them (in shared mode
+        # one service polls every user's containers).
+        listed = self.api.top(self.container_id, ps_args=f"-o pid,ppid,args --cols {TOP_COLUMNS}")
         rows = listed.get("Processes") if isinstance(listed, dict) else None
         running, pid, code = first_kernel(rows if isinstance(rows, list) else [])
         if pid is not None:

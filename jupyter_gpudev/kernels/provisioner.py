@@ -296,8 +296,13 @@ class GPUDevProvisioner(KernelProvisionerBase):
         """The dedicated container's first kernel (``kernels.first``), started by the
         container's own start where the start allows it; its ports chosen now."""
         self._ports = PLACEMENTS.choose_ports(name, len(PORT_NAMES))
-        inside, _ = self._connections([("", port) for port in self._ports])
-        environment = self._kernel_env(kwargs.get("env") or {})
+        try:
+            inside, _ = self._connections([("", port) for port in self._ports])
+            environment = self._kernel_env(kwargs.get("env") or {})
+        except BaseException:
+            PLACEMENTS.release_ports(name, self._ports)
+            self._ports = ()
+            raise
         cwd = kwargs.get("cwd")
 
         def lines(host: Host, container: Any, runtime_id: str, argv: list[str]) -> bytes:

@@ -14,6 +14,8 @@ from typing import Any
 import docker
 import pytest
 
+from jupyter_gpudev.changes.capture import ChangeCapture
+from jupyter_gpudev.changes.commit import CommitOptions, Committer
 from jupyter_gpudev.containers import DevContainers, docker_name
 from jupyter_gpudev.containers.commandlog import LOG, SHIMS
 from jupyter_gpudev.containers.targets import attach_input
@@ -24,8 +26,10 @@ from jupyter_gpudev.kernels.process import (
     FIRST_HANDLE,
     FIRST_LISTED,
     FIRST_RUNNING,
+    IMAGE_KERNELSPECS,
     ContainerProcesses,
 )
+from jupyter_gpudev.labels import L_OWNER
 from tests.integration.test_kernels import A100_1, kernel_manager, run
 
 pytestmark = pytest.mark.integration
@@ -236,3 +240,152 @@ def test_a_launcher_given_nothing_only_keeps_the_container_up(
         assert not any(row[1].startswith(FIRST_LISTED) for row in rows)
     finally:
         container.remove(force=True)
+
+
+async def test_a_snapshot_of_a_first_kernels_container_has_its_images_command(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given a dedicated container whose kernel started with it, and a change made from it
+    await learn_the_image_kernel(manager, "gpudev-default")
+    km = kernel_manager(manager)
+    await km.start_kernel()
+    name = f"kernel-{km.kernel_id}"
+    client = km.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        container = docker_client.containers.get(docker_name(name))
+        assert container.attrs["Config"]["Cmd"][2] == LAUNCHER
+        _, reply = await run(
+            client,
+            "import subprocess; subprocess.run(['pip', '--version'], capture_output=True)\n"
+            "open('/etc/first.conf', 'w').write('first\\n')",
+        )
+        assert reply["status"] == "ok", reply
+        # When its changes are shown and committed as a snapshot
+        capture = ChangeCapture(manager)
+        _, diff = capture.diff(name)
+        result = Committer(capture, manager.registries).commit(
+            name, CommitOptions(snapshot="gpudev-test/first:v1")
+        )
+    finally:
+        client.stop_channels()
+        await km.shutdown_kernel(now=True)
+    # Then the diff has the change and the logged command, not the launcher
+    rendered = diff.diff + "\n".join(diff.files)
+    assert "/etc/first.conf" in rendered
+    assert "pip --version" in rendered
+    assert "gpudev-kernel" not in rendered
+    # And the snapshot has the change, with the image's command and no open input
+    assert result.snapshot is not None
+    config = docker_client.images.get("gpudev-test/first:v1").attrs["Config"]
+    assert config["Cmd"] == docker_client.images.get(IMAGE).attrs["Config"]["Cmd"]
+    assert not config.get("OpenStdin")
+    out = docker_client.containers.run(
+        "gpudev-test/first:v1", ["cat", "/etc/first.conf"], remove=True
+    )
+    assert out == b"first\n"
+    docker_client.images.remove("gpudev-test/first:v1")
+
+
+def test_a_kernel_command_read_in_one_owners_container_is_never_anothers(
+    docker_client: docker.DockerClient,
+) -> None:
+    # Given two containers of one image, alice's and bob's (shared mode: the service's one
+    # process starts both users' kernels), and alice changed the image's kernelspec in hers
+    host = HostPool().get("local")
+    made = []
+    try:
+        for owner in ("alice", "bob"):
+            made.append(
+                docker_client.containers.run(
+                    IMAGE,
+                    ["sleep", "60"],
+                    detach=True,
+                    init=True,
+                    labels={L_OWNER: owner},
+                )
+            )
+        alice, bob = made
+        spec = '{"argv": ["sh", "-c", "echo owned > /tmp/owned", "{connection_file}"]}'
+        code, _ = alice.exec_run(
+            [
+                "sh",
+                "-c",
+                f"for f in {' '.join(IMAGE_KERNELSPECS)}; do "
+                f"mkdir -p $(dirname $f) && printf '%s' '{spec}' > $f; done",
+            ],
+            user="root",
+        )
+        assert code == 0
+        # When alice's kernel command is looked up first, then bob's
+        alices = ContainerProcesses(host, docker_client.containers.get(str(alice.id)))
+        assert alices.kernel_argv()[:2] == ["sh", "-c"]
+        bobs = ContainerProcesses(host, docker_client.containers.get(str(bob.id)))
+        # Then bob's is read in his own container: the image's, not alice's
+        assert bobs.kernel_argv()[:2] != ["sh", "-c"]
+    finally:
+        for container in made:
+            container.remove(force=True)
+
+
+async def test_a_kept_first_kernel_container_resumes_with_its_keep_alive_command(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given a dedicated container whose kernel started with it, with a change: kept at shutdown
+    await learn_the_image_kernel(manager, "gpudev-default")
+    km = kernel_manager(manager)
+    await km.start_kernel()
+    name = f"kernel-{km.kernel_id}"
+    client = km.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        _, reply = await run(client, "open('/etc/kept.conf', 'w').write('kept')")
+        assert reply["status"] == "ok", reply
+    finally:
+        client.stop_channels()
+        await km.shutdown_kernel()
+    container = docker_client.containers.get(docker_name(name))
+    assert container.status == "exited"
+    # When it is started again (the panel's or the command line's start), with nothing told
+    manager.resume(name)
+    # Then its command only keeps it up: no launcher left waiting on its input
+    deadline = time.monotonic() + 10
+    while True:
+        rows = docker_client.api.top(str(container.id), ps_args="-o pid,args")["Processes"]
+        if "sleep infinity" in [row[1] for row in rows] or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.1)
+    assert "sleep infinity" in [row[1] for row in rows]
+    assert not any(row[1].startswith(FIRST_LISTED) for row in rows)
+    manager.remove(name, force=True)
+
+
+async def test_an_image_with_an_entrypoint_starts_its_kernel_by_an_exec(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given an environment whose image has an ENTRYPOINT (it could read the container's input,
+    # or run its command late)
+    folder = manager.root_dir / ".devcontainer" / "entry"
+    folder.mkdir(parents=True)
+    (folder / "Dockerfile").write_text(
+        f'FROM {IMAGE}\nENTRYPOINT ["/bin/sh", "-c", "sleep 0.5; exec \\"$@\\"", "entry"]\n'
+    )
+    (folder / "devcontainer.json").write_text(json.dumps({"build": {"dockerfile": "Dockerfile"}}))
+    await learn_the_image_kernel(manager, "gpudev-entry")
+    # When its kernel starts
+    km = kernel_manager(manager, "gpudev-entry")
+    await km.start_kernel()
+    client = km.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        # Then the container runs its usual command and the kernel works
+        container = docker_client.containers.get(docker_name(f"kernel-{km.kernel_id}"))
+        assert LAUNCHER not in container.attrs["Config"]["Cmd"]
+        out, _ = await run(client, "print(6 * 7)")
+        assert out.strip() == "42"
+    finally:
+        client.stop_channels()
+        await km.shutdown_kernel(now=True)

@@ -10,7 +10,14 @@ import pytest
 
 from jupyter_gpudev.kernels.first import LAUNCHER, FirstKernel, instructions
 from jupyter_gpudev.kernels.placements import PLACEMENTS
-from jupyter_gpudev.kernels.process import FIRST_ENDED, FIRST_LISTED, FIRST_RUNNING, first_kernel
+from jupyter_gpudev.kernels.process import (
+    FIRST_ENDED,
+    FIRST_LISTED,
+    FIRST_RUNNING,
+    argv_key,
+    first_kernel,
+)
+from jupyter_gpudev.labels import L_OWNER
 
 CONNECTION = {"shell_port": 40001, "key": "s3cret", "ip": "0.0.0.0"}
 ARGV = ["python3", "-m", "ipykernel_launcher", "-f", "/tmp/.gpudev/kernel-a.json"]
@@ -78,7 +85,7 @@ def test_the_key_is_in_the_input_never_in_the_command() -> None:
 
 class _Created:
     def __init__(self, image: str) -> None:
-        self.attrs = {"Image": image, "Config": {"WorkingDir": "/w"}}
+        self.attrs = {"Image": image, "Config": {"WorkingDir": "/w", "Labels": {L_OWNER: "a"}}}
 
 
 def test_an_image_whose_kernel_command_is_not_known_gets_no_first_kernel() -> None:
@@ -98,7 +105,8 @@ def test_an_image_whose_kernel_command_is_not_known_gets_no_first_kernel() -> No
 def test_a_known_image_gets_its_kernel_command_and_counts_as_started_once_delivered() -> None:
     image = "sha256:" + "1" * 64
     PLACEMENTS.remember_argv(
-        image, ["python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        argv_key(_Created(image)),
+        ["python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
     )
     first = FirstKernel(
         "kernel-a", lambda _host, _container, runtime, argv: f"{runtime} {argv}".encode()
@@ -166,3 +174,8 @@ def test_no_launcher_listed_means_the_first_kernel_ended() -> None:
 )
 def test_hostile_rows_give_no_pid(rows: list[Any]) -> None:
     assert first_kernel(rows) == (True, None, -1)
+
+
+def test_a_value_that_is_not_utf8_leaves_the_kernel_to_an_exec() -> None:
+    # a notebook folder whose name is not UTF-8 (os.fsdecode's surrogates)
+    assert told(workdir="/w/\udcff") == b""
