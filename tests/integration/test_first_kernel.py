@@ -6,13 +6,15 @@ restart, its GPUs leased throughout, shut down and released)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import docker
 import pytest
+from jupyter_client.manager import AsyncKernelManager
 
 from jupyter_gpudev.changes.capture import ChangeCapture
 from jupyter_gpudev.changes.commit import CommitOptions, Committer
@@ -49,6 +51,23 @@ def output(container: Any, argv: list[str]) -> bytes:
     _, out = container.exec_run(argv)
     assert isinstance(out, bytes)
     return out
+
+
+@contextlib.asynccontextmanager
+async def running_kernel(
+    manager: DevContainers, name: str = "gpudev-default", *, now: bool = True
+) -> AsyncIterator[tuple[AsyncKernelManager, Any]]:
+    """A kernel of ``name`` started and answering, and its client; shut down after."""
+    km = kernel_manager(manager, name)
+    await km.start_kernel()
+    client = km.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        yield km, client
+    finally:
+        client.stop_channels()
+        await km.shutdown_kernel(now=now)
 
 
 async def learn_the_image_kernel(manager: DevContainers, name: str) -> None:
@@ -155,20 +174,12 @@ async def test_an_environment_with_lifecycle_commands_starts_its_kernel_by_an_ex
         json.dumps({"image": IMAGE, "postStartCommand": "touch /tmp/started"})
     )
     await learn_the_image_kernel(manager, "gpudev-hooks")
-    km = kernel_manager(manager, "gpudev-hooks")
-    await km.start_kernel()
-    client = km.client()
-    client.start_channels()
-    try:
-        await client.wait_for_ready(timeout=60)
+    async with running_kernel(manager, "gpudev-hooks") as (km, client):
         # Then the container runs the keep-alive command, and the kernel sees the command's file
         container = docker_client.containers.get(docker_name(f"kernel-{km.kernel_id}"))
         assert LAUNCHER not in container.attrs["Config"]["Cmd"]
         out, _ = await run(client, "import os; print(os.path.exists('/tmp/started'))")
         assert out.strip() == "True"
-    finally:
-        client.stop_channels()
-        await km.shutdown_kernel(now=True)
 
 
 def test_the_launcher_notes_its_kernel_exit_and_keeps_the_container_up(
@@ -247,13 +258,8 @@ async def test_a_snapshot_of_a_first_kernels_container_has_its_images_command(
 ) -> None:
     # Given a dedicated container whose kernel started with it, and a change made from it
     await learn_the_image_kernel(manager, "gpudev-default")
-    km = kernel_manager(manager)
-    await km.start_kernel()
-    name = f"kernel-{km.kernel_id}"
-    client = km.client()
-    client.start_channels()
-    try:
-        await client.wait_for_ready(timeout=60)
+    async with running_kernel(manager) as (km, client):
+        name = f"kernel-{km.kernel_id}"
         container = docker_client.containers.get(docker_name(name))
         assert container.attrs["Config"]["Cmd"][2] == LAUNCHER
         _, reply = await run(
@@ -268,9 +274,6 @@ async def test_a_snapshot_of_a_first_kernels_container_has_its_images_command(
         result = Committer(capture, manager.registries).commit(
             name, CommitOptions(snapshot="gpudev-test/first:v1")
         )
-    finally:
-        client.stop_channels()
-        await km.shutdown_kernel(now=True)
     # Then the diff has the change and the logged command, not the launcher
     rendered = diff.diff + "\n".join(diff.files)
     assert "/etc/first.conf" in rendered
@@ -334,18 +337,10 @@ async def test_a_kept_first_kernel_container_resumes_with_its_keep_alive_command
 ) -> None:
     # Given a dedicated container whose kernel started with it, with a change: kept at shutdown
     await learn_the_image_kernel(manager, "gpudev-default")
-    km = kernel_manager(manager)
-    await km.start_kernel()
-    name = f"kernel-{km.kernel_id}"
-    client = km.client()
-    client.start_channels()
-    try:
-        await client.wait_for_ready(timeout=60)
+    async with running_kernel(manager, now=False) as (km, client):
+        name = f"kernel-{km.kernel_id}"
         _, reply = await run(client, "open('/etc/kept.conf', 'w').write('kept')")
         assert reply["status"] == "ok", reply
-    finally:
-        client.stop_channels()
-        await km.shutdown_kernel()
     container = docker_client.containers.get(docker_name(name))
     assert container.status == "exited"
     # When it is started again (the panel's or the command line's start), with nothing told
@@ -375,17 +370,9 @@ async def test_an_image_with_an_entrypoint_starts_its_kernel_by_an_exec(
     (folder / "devcontainer.json").write_text(json.dumps({"build": {"dockerfile": "Dockerfile"}}))
     await learn_the_image_kernel(manager, "gpudev-entry")
     # When its kernel starts
-    km = kernel_manager(manager, "gpudev-entry")
-    await km.start_kernel()
-    client = km.client()
-    client.start_channels()
-    try:
-        await client.wait_for_ready(timeout=60)
+    async with running_kernel(manager, "gpudev-entry") as (km, client):
         # Then the container runs its usual command and the kernel works
         container = docker_client.containers.get(docker_name(f"kernel-{km.kernel_id}"))
         assert LAUNCHER not in container.attrs["Config"]["Cmd"]
         out, _ = await run(client, "print(6 * 7)")
         assert out.strip() == "42"
-    finally:
-        client.stop_channels()
-        await km.shutdown_kernel(now=True)
