@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import docker.errors
+
 from ..containers import DevContainers
 from ..containers.commands import exec_user
 from ..engine import Host
@@ -36,6 +38,9 @@ START_POLL = 0.02
 #: The same for a first kernel (``kernels.first``): each check lists the container's processes,
 #: which the engine does by running ``ps`` (about 10 ms).
 FIRST_POLL = 0.1
+#: Listings that must show neither a first kernel's launcher nor its end before it is taken
+#: for gone.
+FIRST_LOOKS = 3
 #: The width of the engine's process listing a first kernel is watched through.
 TOP_COLUMNS = 120
 #: Seconds a first kernel's host PID is waited for while its launcher has not forked it.
@@ -262,8 +267,7 @@ class ContainerProcesses:
         (``first_kernel``)."""
         if handle == FIRST_HANDLE:
             self._watching_first = True
-            running, _, code = self._first()
-            return None if running else code
+            return self._first_exit()
         state = self.api.exec_inspect(handle)
         pid = exec_pid(state)
         if pid is not None:
@@ -298,6 +302,28 @@ class ContainerProcesses:
                 return code
             time.sleep(FIRST_POLL if self._watching_first else START_POLL)
         return None
+
+    def _first_exit(self) -> int | None:
+        """A first kernel's exit code, ``None`` while it runs. Only a listing that shows it
+        ended gives a code at once; one that shows neither its launcher nor the shell after is
+        looked at again (a listing is the engine running ``ps``), and a listing the engine
+        cannot give leaves it running while the container runs: a kernel is never taken for
+        dead on one reading (jupyter_client would start another on its ports)."""
+        for attempt in range(FIRST_LOOKS):
+            if attempt:
+                time.sleep(START_POLL)
+            try:
+                running, _, code = self._first()
+            except docker.errors.APIError:
+                state = self.api.inspect_container(self.container_id).get("State") or {}
+                if state.get("Running"):
+                    return None
+                return -1
+            if running:
+                return None
+            if code >= 0:
+                return code
+        return -1
 
     def _first(self) -> tuple[bool, int | None, int]:
         """``first_kernel`` of this container's processes now (the kernel's PID kept)."""

@@ -593,6 +593,13 @@ class GPUDevProvisioner(KernelProvisionerBase):
             self._exit_code = -1
             return self._exit_code
         self._unreachable_since = 0.0
+        if code is not None and self._exec_id == FIRST_HANDLE and self._launched:
+            self.log.info(
+                "gpudev kernel %s: its first process in %s ended (%s)",
+                self.kernel_id,
+                self._container_name,
+                code,
+            )
         self._exit_code = code
         return code
 

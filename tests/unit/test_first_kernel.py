@@ -4,16 +4,20 @@ how its process is recognised in the engine's process listing."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
+import docker.errors
 import pytest
 
 from jupyter_gpudev.kernels.first import LAUNCHER, FirstKernel, instructions
 from jupyter_gpudev.kernels.placements import PLACEMENTS
 from jupyter_gpudev.kernels.process import (
     FIRST_ENDED,
+    FIRST_HANDLE,
     FIRST_LISTED,
     FIRST_RUNNING,
+    ContainerProcesses,
     argv_key,
     first_kernel,
 )
@@ -179,3 +183,56 @@ def test_hostile_rows_give_no_pid(rows: list[Any]) -> None:
 def test_a_value_that_is_not_utf8_leaves_the_kernel_to_an_exec() -> None:
     # a notebook folder whose name is not UTF-8 (os.fsdecode's surrogates)
     assert told(workdir="/w/\udcff") == b""
+
+
+class _Engine:
+    """The engine's answers to ``top`` (a list, one per call; an exception is raised) and to
+    an inspect (running or not)."""
+
+    def __init__(self, listings: list[Any], running: bool = True) -> None:
+        self.listings = listings
+        self.running = running
+        self.tops = 0
+
+    def top(self, _container: str, ps_args: str) -> dict[str, Any]:
+        assert "--cols" in ps_args  # the container chooses its processes' arguments
+        self.tops += 1
+        answer = self.listings.pop(0) if len(self.listings) > 1 else self.listings[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return {"Processes": answer}
+
+    def inspect_container(self, _container: str) -> dict[str, Any]:
+        return {"State": {"Running": self.running}}
+
+
+def watched(engine: _Engine) -> ContainerProcesses:
+    container = SimpleNamespace(id="c" * 64, attrs={}, client=SimpleNamespace(api=engine))
+    return ContainerProcesses(cast(Any, None), container)
+
+
+RUNNING = [LAUNCHER_ROW, ["101", "100", "python3 -m ipykernel_launcher"]]
+NOTHING = [["90", "80", "/sbin/docker-init -- /bin/sh -c ..."]]
+
+
+def test_a_first_kernel_is_not_taken_for_dead_on_one_listing_without_it() -> None:
+    engine = _Engine([NOTHING, NOTHING, RUNNING])
+    assert watched(engine).exit_code(FIRST_HANDLE, "kernel-a") is None
+    assert engine.tops == 3
+
+
+def test_a_first_kernel_never_listed_again_is_gone() -> None:
+    assert watched(_Engine([NOTHING])).exit_code(FIRST_HANDLE, "kernel-a") == -1
+
+
+def test_a_first_kernels_end_is_taken_at_once() -> None:
+    ended = [["100", "90", f"/bin/sh -c {FIRST_ENDED}0?x"]]
+    engine = _Engine([ended])
+    assert watched(engine).exit_code(FIRST_HANDLE, "kernel-a") == 0
+    assert engine.tops == 1
+
+
+def test_a_listing_the_engine_cannot_give_leaves_a_running_containers_kernel_running() -> None:
+    failing = docker.errors.APIError("Unexpected pid")
+    assert watched(_Engine([failing])).exit_code(FIRST_HANDLE, "kernel-a") is None
+    assert watched(_Engine([failing], running=False)).exit_code(FIRST_HANDLE, "kernel-a") == -1
