@@ -32,14 +32,15 @@ from collections.abc import Callable
 from typing import Any
 
 from .placements import PLACEMENTS
-from .process import FIRST_ENDED, FIRST_RUNNING, RUNTIME_DIR, argv_key
+from .process import FIRST_ENDED, FIRST_RUNNING, RUNTIME_DIR, argv_key, write_unlisted
 
 LAUNCHER = f"""{FIRST_RUNNING}
 IFS= read -r connection || connection=
 if [ -n "$connection" ] && IFS= read -r id && IFS= read -r dir; then
   (
     umask 077
-    mkdir -p {RUNTIME_DIR} && printf '%s' "$connection" > "{RUNTIME_DIR}/$id.json" || exit 126
+    mkdir -p {RUNTIME_DIR} || exit 126
+{write_unlisted("connection", f'"{RUNTIME_DIR}/$id.json"')} || exit 126
     unset connection
     while IFS= read -r pair && [ -n "$pair" ]; do export "$pair"; done
     set --

@@ -56,6 +56,23 @@ FIRST_LISTED = f"/bin/sh -c {FIRST_RUNNING}"
 _ENDED_LISTED = f"/bin/sh -c {FIRST_ENDED}"
 
 
+def write_unlisted(variable: str, path: str) -> str:
+    """Shell text writing the shell variable ``variable``'s value to ``path`` (a shell word)
+    without the value ever being a program's argument (``/proc/PID/cmdline`` is readable by
+    every account of the host): with the shell's builtin ``printf``, or, where the image's
+    ``/bin/sh`` has none (mksh, some busybox builds), a here-document on ``cat``'s input. Its
+    status is the write's."""
+    return (
+        'case "$(command -V printf 2>/dev/null)" in\n'
+        f"  *builtin*) printf '%s' \"${variable}\" > {path} ;;\n"
+        f"  *) cat > {path} <<GPUDEV_UNLISTED\n"
+        f"${{{variable}}}\n"
+        "GPUDEV_UNLISTED\n"
+        "  ;;\n"
+        "esac"
+    )
+
+
 def runtime_files(runtime_id: str) -> tuple[str, str, str]:
     """The kernel's connection, pid and log files inside the container."""
     kernel_file, pid_file, log_file = (
@@ -243,10 +260,10 @@ class ContainerProcesses:
         kernel_file, pid_file, log_file = runtime_files(runtime_id)
         argv = [kernel_file if arg == "{connection_file}" else arg for arg in argv]
         script = (
-            f"umask 077; mkdir -p {RUNTIME_DIR}; "
-            f'printf "%s" "$GPUDEV_CONNECTION" > {shlex.quote(kernel_file)}; '
-            "unset GPUDEV_CONNECTION; "
-            f"echo $$ > {shlex.quote(pid_file)}; "
+            f"umask 077; mkdir -p {RUNTIME_DIR}\n"
+            f"{write_unlisted('GPUDEV_CONNECTION', shlex.quote(kernel_file))}\n"
+            "unset GPUDEV_CONNECTION\n"
+            f"echo $$ > {shlex.quote(pid_file)}\n"
             f'exec "$@" >> {shlex.quote(log_file)} 2>&1'
         )
         exec_id = str(

@@ -376,3 +376,55 @@ async def test_an_image_with_an_entrypoint_starts_its_kernel_by_an_exec(
         assert LAUNCHER not in container.attrs["Config"]["Cmd"]
         out, _ = await run(client, "print(6 * 7)")
         assert out.strip() == "42"
+
+
+#: An image whose ``/bin/sh`` has no builtin ``printf`` (bash with it disabled after the
+#: script's first line, so that gpudev's launcher is listed as usual), and whose ``printf``
+#: program notes every argument it is given.
+NO_BUILTIN_PRINTF = {
+    "Dockerfile": f"""FROM {IMAGE}
+COPY sh /tmp/sh
+COPY printf /tmp/printf
+RUN chmod 755 /tmp/sh /tmp/printf && mv /usr/bin/printf /usr/bin/printf.real \\
+ && mv /tmp/printf /usr/bin/printf && rm /bin/sh && mv /tmp/sh /bin/sh
+""",
+    "sh": """#!/bin/bash
+if [ "$1" = -c ] && [ $# -ge 2 ]; then
+  s=$2; shift 2
+  nl=$'\\n'
+  case $s in
+    *"$nl"*) s="${s%%"$nl"*}${nl}enable -n printf${nl}${s#*"$nl"}" ;;
+    *) s="enable -n printf${nl}$s" ;;
+  esac
+  exec -a /bin/sh /bin/bash -c "$s" "$@"
+fi
+exec -a /bin/sh /bin/bash "$@"
+""",
+    "printf": """#!/bin/bash
+echo "$*" >> /tmp/printf-args
+exec /usr/bin/printf.real "$@"
+""",
+}
+
+
+async def test_a_kernel_key_is_never_an_argument_where_the_shell_has_no_builtin_printf(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given an image whose /bin/sh has no builtin printf: a program's arguments are seen by
+    # every account of the host (/proc/PID/cmdline)
+    folder = manager.root_dir / ".devcontainer" / "noprintf"
+    folder.mkdir(parents=True)
+    for file, text in NO_BUILTIN_PRINTF.items():
+        (folder / file).write_text(text)
+    (folder / "devcontainer.json").write_text(json.dumps({"build": {"dockerfile": "Dockerfile"}}))
+    for launched in (False, True):  # the first by an exec, the second by the launcher
+        # When a kernel starts in it
+        async with running_kernel(manager, "gpudev-noprintf") as (km, client):
+            container = docker_client.containers.get(docker_name(f"kernel-{km.kernel_id}"))
+            assert bool(container.attrs.get("ExecIDs")) is not launched
+            out, _ = await run(client, "print(6 * 7)")
+            assert out.strip() == "42"
+            # Then its key was never given to a program as an argument
+            noted = output(container, ["sh", "-c", "cat /tmp/printf-args 2>/dev/null; true"])
+            assert km.session.key not in noted
+            assert b"sha256" not in noted  # (the connection's signature scheme)
