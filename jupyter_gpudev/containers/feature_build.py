@@ -14,6 +14,7 @@ import io
 import json
 import re
 import tarfile
+import tempfile
 from collections.abc import Sequence
 from typing import IO
 
@@ -83,8 +84,9 @@ def dockerfile(
 
 def context_tar(text: str, ordered: Sequence[Resolved]) -> IO[bytes]:
     """The build context: the Dockerfile, and each feature's members under
-    ``features/<number>/`` (owned by root, modes normalised)."""
-    out = io.BytesIO()
+    ``features/<number>/`` (owned by root, modes normalised), in a temporary file (the
+    caller closes it): the features' files need not stay in memory for the build."""
+    out = tempfile.TemporaryFile()  # noqa: SIM115 - the caller closes it
     with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
         data = text.encode()
         info = tarfile.TarInfo("Dockerfile")

@@ -20,15 +20,17 @@ digest: a pinned one is fetched by that digest (and its layer checked against th
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import io
 import json
 import os
 import re
+import secrets
 import threading
 import urllib.parse
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import docker
@@ -51,6 +53,13 @@ from .namespace import UserImages, build_reference
 #: The most bytes of files all the features of one environment hold together (each is read
 #: whole into memory, up to ``feature_archives.MAX_TOTAL_BYTES``).
 MAX_FEATURES_BYTES = 128 << 20
+#: The most features installs holding their files in memory at once in this process (from
+#: the first fetch until the build context is written to a temporary file); one per user.
+MAX_FEATURES_INSTALLS = 4
+#: The repository of the temporary names a features build's base has during the build (a
+#: random tag each, removed after): the build is ``FROM`` the very image read, not from
+#: whatever the base's name is by then. Users cannot name it (``namespace.UNOWNED_BUILDS``).
+BASE_REPOSITORY = "gpudev-features-base"
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[a-z0-9._-]+)*\Z")
 
 
@@ -122,80 +131,128 @@ def install_features(
     returns its reference. ``mine``: shared mode's user, whose own repository the image is
     tagged in (``namespace.build_reference``) and who reuses only an image built for them from
     the same digest (``UserImages.reusable``); ``owner``: who a lockfile written in the
-    workspace belongs to (the user's uid and gid in shared mode)."""
+    workspace belongs to (the user's uid and gid in shared mode).
+
+    The features' files are held in memory from their fetch until the build context is
+    written to a temporary file: by one install per user and ``MAX_FEATURES_INSTALLS`` in the
+    process at once (``_INSTALLS``; a start waiting for that says so). The build is ``FROM``
+    the very image read as ``base`` (whose id the digest and the labels name), under a
+    temporary name of its own (``BASE_REPOSITORY``): not from whatever ``base`` names by
+    then."""
     settings = settings if settings is not None else Features(parent=registries)
-    pins = _read_pins(env)
-    fetched: list[spec.Resolved] = []
-    held = 0  # bytes of the features' files, held in memory until the build
-    for request in env.features:
-        fetched.append(_fetch(request, settings, registries, pins, say, caps=env.allowed_caps))
-        held += sum(len(member.data) for member in fetched[-1].archive.members)
-        if held > MAX_FEATURES_BYTES:
-            raise BadRequest(
-                f"The features of {env.name!r} hold more than {MAX_FEATURES_BYTES >> 20} MiB "
-                "of files together: not installed",
-                details={"environment": env.name},
-            )
-    ordered = spec.install_order(fetched, env.feature_order)
-    commands = spec.commands_record(ordered)
-    caps = ",".join(dict.fromkeys(cap for f in ordered for cap in f.meta.cap_add))
-    try:
-        image = client.images.get(base)
-    except docker.errors.ImageNotFound:
-        raise ImageError(f"The image {base} to install features on is missing") from None
-    config = image.attrs.get("Config") or {}
-    image_user = str(config.get("User") or "")
-    if image_user:
-        build.check_user(image_user, f"The image {base}")
-    container_user = image_user.split(":", 1)[0] or "root"
-    remote_user = build.check_user(
-        env.remote_user or container_user, f"The environment {env.name!r}"
-    )
-    text = build.dockerfile(
-        base,
-        ordered,
-        remote_user=remote_user,
-        container_user=container_user,
-        image_user=image_user,
-    )
-    digest = build.build_digest(str(image.id), text, ordered, labels=f"{commands}\0{caps}")
-    if mine is None:
-        repository = re.sub(r"[_.-]{2,}", "-", env.name).strip("_.-") or "unnamed"
-        ref = f"gpudev-features-{repository}:{digest[:12]}"
-        built = _present(client, ref)
-    else:
-        ref = build_reference(f"features-{env.name}", mine.user, digest)
-        built = mine.reusable(client, ref, digest) is not None
-    _write_lockfile(env, fetched, pins, say, owner)
-    if built:
-        say({"stage": "features", "message": f"features unchanged: using {ref}"})
-        return ref
-    names = ", ".join(f.request.ref.written for f in ordered)
+    user = mine.user if mine is not None else (registries.user or "")
+    with _INSTALLS.held(user, say):
+        pins = _read_pins(env)
+        fetched: list[spec.Resolved] = []
+        held = 0  # bytes of the features' files, held in memory until the build context
+        for request in env.features:
+            fetched.append(_fetch(request, settings, registries, pins, say, caps=env.allowed_caps))
+            held += sum(len(member.data) for member in fetched[-1].archive.members)
+            if held > MAX_FEATURES_BYTES:
+                raise BadRequest(
+                    f"The features of {env.name!r} hold more than {MAX_FEATURES_BYTES >> 20} "
+                    "MiB of files together: not installed",
+                    details={"environment": env.name},
+                )
+        ordered = spec.install_order(fetched, env.feature_order)
+        commands = spec.commands_record(ordered)
+        caps = ",".join(dict.fromkeys(cap for f in ordered for cap in f.meta.cap_add))
+        try:
+            image = client.images.get(base)
+        except docker.errors.ImageNotFound:
+            raise ImageError(f"The image {base} to install features on is missing") from None
+        config = image.attrs.get("Config") or {}
+        image_user = str(config.get("User") or "")
+        if image_user:
+            build.check_user(image_user, f"The image {base}")
+        container_user = image_user.split(":", 1)[0] or "root"
+        users = {
+            "remote_user": build.check_user(
+                env.remote_user or container_user, f"The environment {env.name!r}"
+            ),
+            "container_user": container_user,
+            "image_user": image_user,
+        }
+        # (the digest is of the Dockerfile naming ``base``: an unchanged environment is reused)
+        text = build.dockerfile(base, ordered, **users)
+        digest = build.build_digest(str(image.id), text, ordered, labels=f"{commands}\0{caps}")
+        if mine is None:
+            repository = re.sub(r"[_.-]{2,}", "-", env.name).strip("_.-") or "unnamed"
+            ref = f"gpudev-features-{repository}:{digest[:12]}"
+            built = _present(client, ref)
+        else:
+            ref = build_reference(f"features-{env.name}", mine.user, digest)
+            built = mine.reusable(client, ref, digest) is not None
+        _write_lockfile(env, fetched, pins, say, owner)
+        if built:
+            say({"stage": "features", "message": f"features unchanged: using {ref}"})
+            return ref
+        names = ", ".join(f.request.ref.written for f in ordered)
+        # (built FROM that image: ``base`` if it is its id, else a temporary name of it)
+        temporary = f"{BASE_REPOSITORY}:{secrets.token_hex(16)}"
+        if _is_id(base, str(image.id)):
+            temporary = ""
+        pinned = build.dockerfile(temporary or base, ordered, **users)
+        context = build.context_tar(pinned, ordered)
+        del fetched, ordered  # (their files are in the temporary file now)
     say({"stage": "build", "message": f"installing the features {names} into {ref}"})
-    with engine_errors(f"Installing the features of {env.name!r}", log):
-        stream_build(
-            client,
-            f"the features of {env.name!r}",
-            say,
-            trust,
-            fileobj=build.context_tar(text, ordered),
-            custom_context=True,
-            dockerfile="Dockerfile",
-            tag=ref,
-            # (the commands' label always set: one a base image carries is not taken)
-            labels={
-                L_ENV: env.name,
-                L_BUILD_BASES: f"{base}@{image.id}",
-                L_FEATURE_COMMANDS: commands,
-                L_FEATURE_CAPS: caps,
-            },
-        )
+    with context, engine_errors(f"Installing the features of {env.name!r}", log):
+        with _named(client, str(image.id), temporary, log):
+            stream_build(
+                client,
+                f"the features of {env.name!r}",
+                say,
+                trust,
+                fileobj=context,
+                custom_context=True,
+                dockerfile="Dockerfile",
+                tag=ref,
+                # (the commands' label always set: one a base image carries is not taken)
+                labels={
+                    L_ENV: env.name,
+                    L_BUILD_BASES: f"{base}@{image.id}",
+                    L_FEATURE_COMMANDS: commands,
+                    L_FEATURE_CAPS: caps,
+                },
+            )
         if mine is not None:
             image_id = str(client.images.get(ref).id)
             mine.builds.record(
                 image_id, mine.user, environment=env.name, digest=digest, reference=ref
             )
     return ref
+
+
+@contextlib.contextmanager
+def _named(client: docker.DockerClient, image_id: str, reference: str, log: Any) -> Iterator[None]:
+    """``image_id`` tagged ``reference`` for the time of the block (none when ``""``), the tag
+    removed after. (Where it is the image's last name, its other names moved meanwhile, the
+    engine removes the image with it unless a container or a child image uses it, as it
+    would prune that dangling image; where a container uses it, the engine keeps the tag.)"""
+    if not reference:
+        yield
+        return
+    repository, tag = reference.rsplit(":", 1)
+    client.api.tag(image_id, repository, tag)
+    try:
+        yield
+    finally:
+        try:
+            client.api.remove_image(reference, noprune=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if log is not None:
+                log.warning("Removing the temporary name %s failed: %s", reference, exc)
+
+
+def _is_id(base: str, image_id: str) -> bool:
+    """Whether ``base`` is ``image_id`` (in full or shortened, with or without its ``sha256:``):
+    an id always names the same image, and may have no name to keep."""
+    written = base.removeprefix("sha256:")
+    return bool(re.fullmatch(r"[0-9a-f]{12,64}", written)) and image_id.removeprefix(
+        "sha256:"
+    ).startswith(written)
 
 
 def _present(client: docker.DockerClient, ref: str) -> bool:
@@ -264,8 +321,11 @@ def _fetch_oci(
             say({"stage": "features", "message": f"{ref.written} ({reference}): fetched before"})
             return reference, layer_digest, layer
     registry, repository = settings.mirrored(ref.registry, ref.repository)
-    if registries.user is not None:  # shared mode: no request to the service's own network
-        _check_reachable(registry, settings, registries, what)
+    # shared mode: no request to the service's own network (the client connects only to the
+    # public addresses it checked, never to what the name resolves to later)
+    public_only = registries.user is not None and _check_reachable(
+        registry, settings, registries, what
+    )
     auth: dict[str, str] = {}
     withheld = ""
     # The rule is asked of what is fetched (a mirror's name), whose registry the credentials
@@ -279,7 +339,7 @@ def _fetch_oci(
             "names for you"
         )
     say({"stage": "features", "message": f"fetching {ref.written} ({reference})"})
-    oci = OCIClient(registry, auth, what=what, withheld=withheld)
+    oci = OCIClient(registry, auth, what=what, withheld=withheld, public_only=public_only)
     try:
         fetched = oci.manifest(repository, reference, spec.MANIFEST_TYPE)
         layer_digest = _layer(fetched.data, what)
@@ -291,58 +351,128 @@ def _fetch_oci(
     return fetched.digest, layer_digest, blob.data
 
 
-def _check_reachable(registry: str, settings: Features, registries: Registries, what: str) -> None:
+def _check_reachable(registry: str, settings: Features, registries: Registries, what: str) -> bool:
     """In shared mode, a feature's registry is one the administrator configured (a mirror's,
     one with credentials) or at public addresses only: a user's reference must not make the
     service (root, on the engine's machine) send requests to its loopback or private network.
-    (The name is resolved here and again when the request is made.)"""
+    Whether it must be public (not configured): its client is then made ``public_only``,
+    which resolves the name once more, checks those addresses and connects to them only (a
+    name resolved again by the connection could answer a loopback address: DNS rebinding);
+    this check refuses early, with what to configure."""
     configured = {target.split("/", 1)[0].lower() for target in settings.registry_mirrors.values()}
     configured |= {str(name).lower() for name in registries.credentials}
+    if registry.lower() in configured:
+        return False
     host = urllib.parse.urlsplit(f"//{registry}").hostname or registry
-    if registry.lower() not in configured and not public_host(host):
+    if not public_host(host):
         raise BadRequest(
             f"{what}: its registry {registry} is not a public address, and the gpudev "
             "service's administrator has not configured it (c.Features.registry_mirrors, "
             "c.Registries.credentials)",
             details={"registry": registry},
         )
+    return True
 
 
 class _Cache:
     """Manifests and layers by their digests, as fetched (and checked against them): a feature
     pinned by digest (as devcontainer-lock.json pins them) is not fetched again by this
-    process, so an unchanged environment starts while its registry is away. Bounded; the
-    oldest go first. Each entry is one user's (``scope``: their name in shared mode, where
-    the service's credentials may fetch for one user what another may not read; "" in
-    single-user mode): a digest another user fetched is fetched again, with this user's
-    rights."""
+    process, so an unchanged environment starts while its registry is away. Each entry is one
+    user's (``scope``: their name in shared mode, where the service's credentials may fetch
+    for one user what another may not read; "" in single-user mode): a digest another user
+    fetched is fetched again, with this user's rights. Bounded, fairly between users: over the
+    limit, the least recently used entry of the scope holding the most bytes goes (on a tie,
+    the one putting's own), so a user evicts another's entries only while that other holds
+    more, and one fetching much evicts their own."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.items: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+        self.scopes: dict[str, OrderedDict[str, bytes]] = {}
+        self.held: dict[str, int] = {}  # bytes per scope
         self.size = 0
         self.lock = threading.Lock()
 
+    @property
+    def items(self) -> dict[tuple[str, str], bytes]:
+        """Every entry, by (scope, digest)."""
+        with self.lock:
+            return {
+                (scope, digest): data
+                for scope, entries in self.scopes.items()
+                for digest, data in entries.items()
+            }
+
     def get(self, scope: str, digest: str) -> bytes | None:
         with self.lock:
-            data = self.items.get((scope, digest))
-            if data is not None:
-                self.items.move_to_end((scope, digest))
+            entries = self.scopes.get(scope)
+            data = entries.get(digest) if entries is not None else None
+            if entries is not None and data is not None:
+                entries.move_to_end(digest)
             return data
 
     def put(self, scope: str, digest: str, data: bytes) -> None:
         if len(data) > self.limit:
             return
         with self.lock:
-            old = self.items.pop((scope, digest), None)
-            self.size += len(data) - (len(old) if old is not None else 0)
-            self.items[(scope, digest)] = data
+            entries = self.scopes.setdefault(scope, OrderedDict())
+            old = entries.pop(digest, None)
+            change = len(data) - (len(old) if old is not None else 0)
+            entries[digest] = data
+            self.held[scope] = self.held.get(scope, 0) + change
+            self.size += change
             while self.size > self.limit:
-                _, dropped = self.items.popitem(last=False)
+                fullest = max(self.held, key=lambda s: (self.held[s], s == scope))
+                _, dropped = self.scopes[fullest].popitem(last=False)
+                self.held[fullest] -= len(dropped)
                 self.size -= len(dropped)
+                if not self.scopes[fullest]:
+                    del self.scopes[fullest], self.held[fullest]
 
 
 _CACHE = _Cache(256 << 20)
+
+
+class _Slots:
+    """Features installs in flight: one per user (``""`` in single-user mode) and at most
+    ``limit`` in the process."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.users: set[str] = set()
+        self.changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def held(self, user: str, say: Progress) -> Iterator[None]:
+        """Waits (saying so, once) until ``user`` may install, then holds a slot for the block."""
+        with self.changed:
+            busy = self._busy(user)
+            if not busy:
+                self.users.add(user)
+        if busy:
+            say({"stage": "features", "message": f"waiting for {busy}"})
+            with self.changed:
+                self.changed.wait_for(lambda: not self._busy(user))
+                self.users.add(user)
+        try:
+            yield
+        finally:
+            with self.changed:
+                self.users.discard(user)
+                self.changed.notify_all()
+
+    def _busy(self, user: str) -> str:
+        """What ``user``'s install waits for (held lock), or ``""``."""
+        if user in self.users:
+            return "your other start's features install to finish"
+        if len(self.users) >= self.limit:
+            return (
+                "other starts' features installs to finish "
+                f"(at most {self.limit} at once on this service)"
+            )
+        return ""
+
+
+_INSTALLS = _Slots(MAX_FEATURES_INSTALLS)
 
 
 def url_allowed(url: str, pattern: str) -> bool:

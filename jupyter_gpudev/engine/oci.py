@@ -7,6 +7,11 @@ Container features-distribution specification publishes features.
 - redirects (a blob is often served from elsewhere) followed by hand, at most a few: never to
   a loopback, private, link-local or otherwise non-public address unless it is the registry's
   own host, never with the registry's credentials, and the token realm checked the same way;
+- a host that must be public (a redirect's or a token realm's elsewhere; the registry's own
+  with ``public_only``) is resolved once, every address checked, and connected to at exactly
+  those addresses (under its name: Host header, TLS server name and certificate check): a
+  DNS server answering a public address at the check and a loopback one at the connection
+  (DNS rebinding) reaches no service on the engine's machine;
 - bounded reads, and every blob checked against its digest.
 """
 
@@ -20,11 +25,17 @@ import re
 import socket
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import requests
+import requests.adapters
+import urllib3
+import urllib3.connection
+import urllib3.connectionpool
+import urllib3.exceptions
+import urllib3.util.connection
 
 from ..errors import GPUDevError
 
@@ -62,17 +73,125 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def public_host(host: str) -> bool:
-    """Whether every address ``host`` resolves to is a public one."""
+def public_addresses(host: str) -> tuple[str, ...] | None:
+    """The addresses ``host`` resolves to (resolved once), if every one is public; else None."""
     try:
-        infos = socket.getaddrinfo(host.strip("[]"), None)
+        infos = socket.getaddrinfo(host.strip("[]"), None, type=socket.SOCK_STREAM)
     except OSError:
-        return False
+        return None
+    addresses: list[str] = []
     for info in infos:
         address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
         if not address.is_global or address.is_multicast:
-            return False
-    return bool(infos)
+            return None
+        if str(address) not in addresses:
+            addresses.append(str(address))
+    return tuple(addresses) or None
+
+
+def public_host(host: str) -> bool:
+    """Whether every address ``host`` resolves to is a public one."""
+    return public_addresses(host) is not None
+
+
+def _normal(host: str) -> str:
+    return host.strip("[]").rstrip(".").lower()
+
+
+#: ``(scheme, host, port)`` -> the addresses to connect to, or None for the usual resolution.
+_Route = Callable[[str, str, int], tuple[str, ...] | None]
+
+
+class _Unchecked(Exception):
+    """A connection to a host that must be public and was not checked: refused (never an
+    ``OSError``, which urllib3 would retry or wrap)."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(host)
+        self.host = host
+
+
+class _PinnedMixin:
+    """Connects to the addresses ``route`` gives (checked ones) instead of resolving the name
+    again; the name stays the connection's ``host``: its Host header, its TLS server name and
+    the name its certificate is checked against."""
+
+    host: str
+    port: int
+    timeout: Any
+    source_address: tuple[str, int] | None
+    socket_options: Any
+
+    def __init__(self, *args: Any, route: _Route, scheme: str, **kwargs: Any) -> None:
+        self._route = route
+        self._scheme = scheme
+        super().__init__(*args, **kwargs)
+
+    def _new_conn(self) -> socket.socket:
+        addresses = self._route(self._scheme, self.host, self.port)
+        if addresses is None:
+            sock: socket.socket = super()._new_conn()  # type: ignore[misc]
+            return sock
+        error: OSError | None = None
+        for address in addresses:
+            try:
+                return urllib3.util.connection.create_connection(
+                    (address, self.port),
+                    self.timeout,
+                    source_address=self.source_address,
+                    socket_options=self.socket_options,
+                )
+            except OSError as exc:
+                error = exc
+        if isinstance(error, TimeoutError):
+            raise urllib3.exceptions.ConnectTimeoutError(
+                self, f"Connection to {self.host} timed out. (connect timeout={self.timeout})"
+            ) from error
+        raise urllib3.exceptions.NewConnectionError(
+            self,  # type: ignore[arg-type]
+            f"Failed to establish a new connection to {self.host} at "
+            f"{', '.join(addresses)}: {error}",
+        ) from error
+
+
+class _PinnedHTTPConnection(_PinnedMixin, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _PinnedHTTPSConnection(_PinnedMixin, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _PinnedPoolManager(urllib3.PoolManager):
+    def __init__(self, *args: Any, route: _Route, **kwargs: Any) -> None:
+        self._route = route
+        super().__init__(*args, **kwargs)
+
+    def _new_pool(
+        self, scheme: str, host: str, port: int, request_context: dict[str, Any] | None = None
+    ) -> urllib3.connectionpool.HTTPConnectionPool:
+        pool = super()._new_pool(scheme, host, port, request_context)
+        pool.ConnectionCls = _PinnedHTTPSConnection if scheme == "https" else _PinnedHTTPConnection
+        pool.conn_kw = {**pool.conn_kw, "route": self._route, "scheme": scheme}
+        return pool
+
+
+class _PinnedAdapter(requests.adapters.HTTPAdapter):
+    """requests' transport, its connections going where ``route`` says."""
+
+    def __init__(self, route: _Route) -> None:
+        self._route = route  # before the base class makes its pool manager
+        super().__init__()
+
+    def init_poolmanager(
+        self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
+    ) -> None:
+        self._pool_connections = connections
+        self._pool_maxsize = maxsize
+        self._pool_block = block
+        self.poolmanager = _PinnedPoolManager(
+            num_pools=connections, maxsize=maxsize, block=block, route=self._route, **pool_kwargs
+        )
 
 
 class OCIClient:
@@ -80,23 +199,39 @@ class OCIClient:
     config: ``username`` and ``password``; empty: anonymous)."""
 
     def __init__(
-        self, registry: str, auth: Mapping[str, str], *, what: str, withheld: str = ""
+        self,
+        registry: str,
+        auth: Mapping[str, str],
+        *,
+        what: str,
+        withheld: str = "",
+        public_only: bool = False,
     ) -> None:
         """``withheld``: why no credentials are sent although some are known (the shared
         service's, which fetch for a user only what its administrator says), said when the
-        registry asks for them."""
+        registry asks for them. ``public_only``: the registry itself too is reached only at
+        public addresses, those checked (the shared service, for a registry its administrator
+        did not configure)."""
         self.registry = registry
         self.withheld = withheld
+        self.public_only = public_only
         self.host = urllib.parse.urlsplit(f"//{registry}").hostname or registry
         self.scheme = "http" if _loopback(self.host) else "https"
+        default = 80 if self.scheme == "http" else 443
+        self._port = urllib.parse.urlsplit(f"//{registry}").port or default
         self.what = what
         self._basic: str | None = None
         if auth.get("username") and auth.get("password"):
             pair = f"{auth['username']}:{auth['password']}".encode()
             self._basic = "Basic " + base64.b64encode(pair).decode()
         self._authorization: str | None = None
+        #: Each host that must be public: the addresses checked, the only ones connected to.
+        self._pinned: dict[str, tuple[str, ...]] = {}
         self.session = requests.Session()
         self.session.trust_env = False  # no proxy from the environment sees the credentials
+        adapter = _PinnedAdapter(self._route)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
 
     def close(self) -> None:
         self.session.close()
@@ -136,17 +271,68 @@ class OCIClient:
         parts = urllib.parse.urlsplit(url)
         return parts.netloc.lower() == self.registry.lower() and parts.scheme == self.scheme
 
+    def _pin(self, host: str) -> bool:
+        """Resolves ``host`` once for this client and keeps its addresses, the ones its
+        connections go to, if all are public; whether they are."""
+        key = _normal(host)
+        if key not in self._pinned:
+            addresses = public_addresses(host)
+            if addresses is None:
+                return False
+            self._pinned[key] = addresses
+        return True
+
+    def _unpinned(self, scheme: str, host: str, port: int) -> bool:
+        """Whether a connection to ``host:port`` resolves the name as usual: the registry's
+        own host (configured by the administrator, or the user's own engine's), unless
+        ``public_only``."""
+        own = (scheme, _normal(host), port) == (self.scheme, _normal(self.host), self._port)
+        return own and not self.public_only
+
+    def _route(self, scheme: str, host: str, port: int) -> tuple[str, ...] | None:
+        """Where a connection to ``host:port`` goes (the transport asks): its checked
+        addresses, or None for the usual resolution; refused for a host never checked."""
+        pinned = self._pinned.get(_normal(host))
+        if pinned is not None:
+            return pinned
+        if self._unpinned(scheme, host, port):
+            return None
+        raise _Unchecked(host)
+
+    def _check_connect(self, url: str) -> None:
+        """Before a request to ``url``: a host that must be public is resolved and checked
+        now, and its connections pinned to the addresses checked."""
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        try:
+            port = parts.port or (80 if parts.scheme == "http" else 443)
+        except ValueError:
+            raise self.fail(f"{url} has no valid port: refused") from None
+        if self._unpinned(parts.scheme, host, port) or self._pin(host):
+            return
+        if self._own(url) or _normal(host) == _normal(self.host):
+            raise self.fail(f"the registry {self.registry} is not a public address: refused")
+        raise self.fail(f"{host} is not a public address: refused")
+
     def _check_target(self, url: str) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise self.fail(f"the registry sent it to {parts.scheme or '?'}: URLs, refused")
-        if self._own(url):
+        if self._own(url) and not self.public_only:
             return
-        if parts.scheme != "https" or not public_host(parts.hostname):
+        if (parts.scheme != "https" and not self._own(url)) or not self._pin(parts.hostname):
             raise self.fail(
                 f"the registry sent it to {parts.hostname}, which is not a public HTTPS "
                 "address: refused"
             )
+
+    def _unreachable(self, url: str, exc: Exception) -> OCIError:
+        if isinstance(exc, _Unchecked):
+            return self.fail(f"{exc.host} was not checked to be a public address: refused")
+        if self._own(url):
+            return self.fail(f"the registry {self.registry} cannot be reached ({exc})")
+        host = urllib.parse.urlsplit(url).hostname
+        return self.fail(f"{host}, where the registry sent it, cannot be reached ({exc})")
 
     def _get(self, url: str, headers: Mapping[str, str], limit: int, repository: str) -> bytes:
         answer = self._request(url, headers)
@@ -173,12 +359,13 @@ class OCIClient:
             sent = dict(headers)
             if self._own(url) and self._authorization:
                 sent["Authorization"] = self._authorization
+            self._check_connect(url)
             try:
                 answer = self.session.get(
                     url, headers=sent, allow_redirects=False, stream=True, timeout=TIMEOUT
                 )
-            except requests.RequestException as exc:
-                raise self.fail(f"the registry {self.registry} cannot be reached ({exc})") from None
+            except (requests.RequestException, _Unchecked) as exc:
+                raise self._unreachable(url, exc) from None
             if answer.status_code not in (301, 302, 303, 307, 308):
                 return answer
             location = answer.headers.get("Location", "")
@@ -222,6 +409,7 @@ class OCIClient:
             query["service"] = params["service"]
         # The registry's credentials go to a token service on its own host only.
         headers = {"Authorization": self._basic} if self._basic and self._own(realm) else {}
+        self._check_connect(realm)
         try:
             answer = self.session.get(
                 realm,
@@ -231,7 +419,9 @@ class OCIClient:
                 stream=True,  # read within _read's bound, not whole before it
                 timeout=TIMEOUT,
             )
-        except requests.RequestException as exc:
+        except (requests.RequestException, _Unchecked) as exc:
+            if isinstance(exc, _Unchecked):
+                raise self._unreachable(realm, exc) from None
             raise self.fail(f"the registry's token service cannot be reached ({exc})") from None
         with answer:
             if answer.status_code != 200:

@@ -21,6 +21,7 @@ from jupyter_gpudev.containers import features as features_module
 from jupyter_gpudev.containers.commands import at_restart, lifecycle_steps
 from jupyter_gpudev.containers.create import Confinement, Target, create_args
 from jupyter_gpudev.containers.features import Features
+from jupyter_gpudev.engine import Registries
 from jupyter_gpudev.engine.oci import OCIClient, OCIError
 from jupyter_gpudev.environments import Environment, EnvironmentManager
 from jupyter_gpudev.environments import feature_archives as archives
@@ -435,7 +436,7 @@ def test_the_dockerfile_passes_values_as_words_never_as_code() -> None:
     assert "$(id)" not in argv[2]
     assert lines[-1] == "USER 1000:1000"
     # And the context holds the Dockerfile and the feature's files under their number
-    with tarfile.open(fileobj=build.context_tar(text, [one])) as tar:
+    with build.context_tar(text, [one]) as context, tarfile.open(fileobj=context) as tar:
         names = tar.getnames()
     assert names[0] == "Dockerfile"
     assert "features/1/install.sh" in names
@@ -799,9 +800,27 @@ def test_the_features_of_an_environment_are_bounded_together(
             None,  # type: ignore[arg-type]
             env,
             "python:3.12",
-            registries=None,  # type: ignore[arg-type]
+            registries=Registries(),
             say=lambda _e: None,
             log=None,
             settings=Features(),
         )
     assert len(fetched) == 3
+
+
+@pytest.mark.parametrize(
+    ("base", "is_id"),
+    [
+        ("sha256:" + "ab" * 32, True),
+        ("ab" * 6, True),
+        ("sha256:" + "ab" * 6, True),
+        ("abab", False),  # too short to be an id
+        ("cd" * 6, False),  # another image's
+        ("python:3.12", False),
+        ("gpudev-env-x:" + "ab" * 6, False),
+    ],
+)
+def test_a_features_base_written_as_its_id_is_built_from_as_it_is(base: str, is_id: bool) -> None:
+    # An id cannot move: the build is FROM it, without a temporary name (which, as the last
+    # name of a nameless image, would take the image with it when removed)
+    assert features_module._is_id(base, "sha256:" + "ab" * 32) is is_id
