@@ -36,7 +36,9 @@ L_CREATED = f"{LABEL}.created"
 L_WORKSPACE = f"{LABEL}.workspace"
 #: On a container dedicated to one kernel: the kernel's id.
 L_KERNEL = f"{LABEL}.kernel"
-#: Which server process made it: "<machine>:<pid>", and which lease ledger it used.
+#: Which server process made it: "<machine>:<pid>:<start>:<boot>" (its start time in clock
+#: ticks since the boot, the boot id's first part: a PID reused later is not taken for it;
+#: "<machine>:<pid>" without /proc, and from earlier versions), and which lease ledger it used.
 L_PROCESS = f"{LABEL}.process"
 L_LEDGER = f"{LABEL}.ledger"
 #: Who kernels, terminals and lifecycle commands run as in it (``remoteUser`` where the
@@ -90,8 +92,8 @@ A_CREATED = f"{K8S_PREFIX}/created"
 A_IMAGE = f"{K8S_PREFIX}/image"
 A_ENV = f"{K8S_PREFIX}/environment"
 A_PORTS = f"{K8S_PREFIX}/ports"
-#: ``"<machine>:<pid>"`` of the server process that made a kernel's own pod (orphans after a
-#: crash are found by it, as containers are by ``L_PROCESS``).
+#: The server process that made a kernel's own pod, as ``L_PROCESS`` names it (orphans after
+#: a crash are found by it, as containers are by ``L_PROCESS``).
 A_PROCESS = f"{K8S_PREFIX}/process"
 #: The lease ledger of the server that made a kernel's own pod (the orphan sweep's own only).
 A_LEDGER = f"{K8S_PREFIX}/ledger"

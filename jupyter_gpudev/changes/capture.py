@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import shutil
+import socket
 import tarfile
 import tempfile
 from collections.abc import Iterable
@@ -30,7 +31,7 @@ import docker.errors
 
 from .. import safefs
 from ..containers import commandlog
-from ..containers.reconcile import process_alive
+from ..containers.reconcile import process_gone, process_identity
 from ..engine.context import read_checked_text
 from ..environments import MAX_FILE_BYTES, Environment, load_jsonc
 from ..errors import EngineError, GPUDevError, engine_errors
@@ -51,22 +52,31 @@ from .source import Captured, ChangeSource, Prepared
 
 __all__ = ["Captured", "ChangeCapture", "DiffChanged", "Prepared", "WriteResult", "sweep_staging"]
 
-#: A commit's staging folder in the temporary folder: ``gpudev-stage-PID-...``, with the PID of
-#: the process that made it, so that one left by a process killed mid-commit can be told apart.
+#: A commit's staging folder in the temporary folder: ``gpudev-stage-PID.START.BOOT-...``, the
+#: process that made it (``process_identity``: its PID, start time and boot; ``PID`` alone
+#: without ``/proc``, and from earlier versions), so that one left by a process killed
+#: mid-commit can be told apart, even once another process has its PID.
 STAGING = "gpudev-stage-"
+
+
+def staging_prefix() -> str:
+    """The name a staging folder of this process starts with (``STAGING``)."""
+    process = process_identity().partition(":")[2]
+    return f"{STAGING}{process.replace(':', '.')}-"
 
 
 def sweep_staging() -> list[Path]:
     """Remove the staging folders (ours) that processes of this machine left when they died
     in the middle of a commit (the server's start-up does this); the ones removed."""
     removed = []
+    machine = socket.gethostname()
     for path in Path(tempfile.gettempdir()).glob(f"{STAGING}*-*"):
-        pid = path.name.removeprefix(STAGING).partition("-")[0]
+        process = path.name.removeprefix(STAGING).partition("-")[0]
         try:
             mine = path.lstat().st_uid == os.geteuid() and path.is_dir() and not path.is_symlink()
         except OSError:
             continue
-        if mine and pid.isdigit() and not process_alive(int(pid)):
+        if mine and process_gone(f"{machine}:{process.replace('.', ':')}", machine):
             shutil.rmtree(path, ignore_errors=True)  # never follows a link inside
             removed.append(path)
     return removed
@@ -331,7 +341,7 @@ class ChangeCapture:
         files = captured.changes.files
         staging = None
         if files.kept and stage:
-            staging = Path(tempfile.mkdtemp(prefix=f"{STAGING}{os.getpid()}-"))
+            staging = Path(tempfile.mkdtemp(prefix=staging_prefix()))
         try:
             if staging is not None:
                 exported = self._export(captured.source, files.kept, staging, captured.diff)

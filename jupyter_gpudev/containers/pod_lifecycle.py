@@ -15,8 +15,6 @@ written. Every method blocks (API server calls, execs).
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -51,7 +49,7 @@ from .pods import (
     pod_output,
     pod_uid,
 )
-from .reconcile import process_alive
+from .reconcile import process_gone, process_identity
 from .reports import Known
 from .terminals import pod_terminal_argv
 
@@ -92,7 +90,7 @@ def start_pod(
         command=command,
         server_id=lookup.server_id,
         created=creation_time(),
-        process=f"{socket.gethostname()}:{os.getpid()}",
+        process=process_identity(),
         ledger=lookup.ledger_id,
     )
     made = planning.pod_objects(env, target, confinement())
@@ -265,12 +263,9 @@ def delete_orphan_kernel_pods(
         return []
     deleted: list[str] = []
     for pod in managed:
-        where, _, pid = annotation(pod, A_PROCESS).partition(":")
-        if not pod_kernel(pod) or where != machine or not pid.isdigit():
-            continue
-        if annotation(pod, A_LEDGER) != ledger_id:
+        if not pod_kernel(pod) or annotation(pod, A_LEDGER) != ledger_id:
             continue  # another server's (another user's) kernel pod
-        if process_alive(int(pid)):
+        if not process_gone(annotation(pod, A_PROCESS), machine):
             continue
         name = annotation(pod, A_NAME)
         try:

@@ -10,6 +10,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import docker.errors
@@ -41,14 +42,86 @@ def on_host(container: Container, host: Host) -> bool:
     return container.labels.get(L_HOST, host.name) == host.name
 
 
-def process_alive(pid: int) -> bool:
+#: Where the kernel tells a process's start time (``PID/stat``) and the boot
+#: (``sys/kernel/random/boot_id``); absent off Linux, where a PID alone tells a process.
+PROC = Path("/proc")
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since the boot (field 22 of its stat file);
+    ``None`` where it cannot be read (gone, or no ``/proc``). The name (field 2) is in
+    parentheses and may hold spaces and ")": the fields are counted after the last ")"."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 1 :].split()
+    # fields[0] is field 3 (the state): field 22 is fields[19]
+    if len(fields) < 20 or not fields[19].isdigit():
+        return None
+    return int(fields[19])
+
+
+def boot_id() -> str | None:
+    """The first part of this boot's id (it changes at each boot); ``None`` without ``/proc``."""
+    try:
+        text = (PROC / "sys" / "kernel" / "random" / "boot_id").read_text()
+    except OSError:
+        return None
+    first = text.strip().split("-")[0]
+    return first if first.isalnum() else None
+
+
+def process_identity(pid: int | None = None) -> str:
+    """The ``L_PROCESS`` (and ``A_PROCESS``) value of a process of this machine, this one by
+    default: ``MACHINE:PID:START:BOOT``, its start time in clock ticks since the boot and the
+    first part of the boot id, so that another process that gets its PID later (PIDs are
+    reused: a process in any user's container may get it) is not taken for it. Where neither
+    can be read (no ``/proc``): ``MACHINE:PID``, as earlier versions wrote it."""
+    pid = os.getpid() if pid is None else pid
+    start, boot = process_start(pid), boot_id()
+    if start is None or boot is None:
+        return f"{socket.gethostname()}:{pid}"
+    return f"{socket.gethostname()}:{pid}:{start}:{boot}"
+
+
+def process_alive(pid: int, start: int | None = None, boot: str | None = None) -> bool:
+    """Whether process ``pid`` runs; with ``start`` and ``boot`` (``process_identity``'s), only
+    if it is that process: started at that time in that boot. Without ``/proc`` (not Linux)
+    the PID alone decides."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # (a PID no process can have)
         return False
     except PermissionError:
-        return True  # someone else's process
-    return True
+        pass  # someone else's process: its start time decides
+    if start is None or boot is None:
+        return True
+    now = boot_id()
+    if now is None:
+        return True  # no /proc: the PID alone decides
+    if now != boot:
+        return False  # the process was of an earlier boot
+    started = process_start(pid)
+    # (unreadable while it runs: a /proc that hides other users' processes; the PID decides)
+    return started is None or started == start
+
+
+def process_gone(value: str, machine: str) -> bool:
+    """Whether ``value`` (an ``L_PROCESS`` or ``A_PROCESS`` value, ``process_identity``'s) names
+    a process of ``machine`` that no longer runs: its PID ended, or is another process's now
+    (another start time, another boot). An earlier version's ``MACHINE:PID`` is judged by its
+    PID alone. Another machine's process, or a value that is not one, is not judged: False."""
+    where, _, rest = value.partition(":")
+    pid, _, identity = rest.partition(":")
+    if where != machine or not pid.isdecimal():
+        return False
+    if not identity:
+        return not process_alive(int(pid))
+    start, _, boot = identity.partition(":")
+    if not start.isdecimal() or not boot.isalnum():
+        return False
+    return not process_alive(int(pid), int(start), boot)
 
 
 def reconcile_host(
@@ -124,8 +197,7 @@ def orphan_kernel_containers(host: Host, ledger_id: str, machine: str) -> list[C
         kernel = bool(container.labels.get(L_KERNEL)) and container.status == "running"
         if not kernel and container.status != "created":
             continue
-        where, _, pid = container.labels.get(L_PROCESS, "").partition(":")
-        if where == machine and pid.isdigit() and not process_alive(int(pid)):
+        if process_gone(container.labels.get(L_PROCESS, ""), machine):
             orphans.append(container)
     return orphans
 

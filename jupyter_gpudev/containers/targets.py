@@ -58,6 +58,7 @@ from .model import (
 )
 from .namespace import UserImages, planned_image
 from .placement import Placement, gpus_optional
+from .reconcile import process_identity
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
 
@@ -184,7 +185,7 @@ class Targets:
             command=self.command,
             server_id=lookup.server_id,
             ledger_id=lookup.ledger_id,
-            process=f"{socket.gethostname()}:{os.getpid()}",
+            process=process_identity(),
             created=creation_time(),
             lease_id=lease_id,
             gpu_uuids=uuids,

@@ -20,6 +20,12 @@ Reading is what the inventory reads plus one read of ``/proc`` (one command on a
 host) and one listing of the dev containers per host; the process list is cached with the
 inventory (``c.GPUInventory.cache_seconds``), so viewers polling together share one read. A
 host whose commands gpudev cannot run (``tcp://``, a Kubernetes cluster) says so.
+
+In the shared service a user who is not an administrator is told ``HOST_FAILURE`` in place of
+a host's failure (to reach it, to run nvidia-smi or read ``/proc`` there, to list its
+containers): its words name the service's SSH account, the host's address and port and its
+key files. Reasons that name nothing of the setup (no GPU, inventory off, a kind of host
+gpudev runs no command on, this machine's driver) are told as they are.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from ..access import ANOTHER_USER, Caller
 from ..engine import Host, HostPool
 from ..engine.attribution import AttributedProcess, attribute
 from ..engine.gpus import GPU
-from ..errors import GPUDevError, NotFound
+from ..errors import EngineUnreachable, GPUDevError, NotFound
 from .hooks import KernelProcessTracking, LiveKernel
 from .lookup import ContainerLookup
 from .model import DevContainerInfo
@@ -47,6 +53,10 @@ NO_PROCESSES = (
     "GPU use per process needs commands on the host: available for the local engine and "
     "ssh:// hosts"
 )
+
+#: What a user who is not an administrator of the shared service is told in place of a host's
+#: failure: the hosts listing's words (``reports.hosts_seen``).
+HOST_FAILURE = "This host cannot be reached now (the administrators' log says why)"
 
 
 @dataclass(frozen=True)
@@ -167,20 +177,29 @@ class GPUUse:
     def host_pool(self) -> HostPool:
         return self.containers.host_pool
 
+    def hides_failures(self, who: Caller) -> bool:
+        """Whether ``who`` is told ``HOST_FAILURE`` in place of a host's failure: a user who is
+        not an administrator of the shared service (as the hosts listing)."""
+        return not (self.containers.access.single_user or who.admin)
+
     def usage(self, host: str | None = None, *, caller: Caller | None = None) -> list[HostUsage]:
         """Every host's GPU use (or one host's), as ``caller`` may see it. A host that cannot
         be read is reported with its reason, not raised, unless it is the one asked for."""
         who = self.containers.access.resolve(caller)
+        hidden = self.hides_failures(who)
         names = [host] if host else self.host_pool.names()
         found: list[HostUsage] = []
         for name in names:
             target = self.host_pool.get(name)
             try:
-                found.append(self._host_usage(target, who).usage)
+                found.append(self._host_usage(target, who, hidden=hidden).usage)
             except GPUDevError as err:
+                if host and hidden:
+                    raise EngineUnreachable(HOST_FAILURE) from err
                 if host:
                     raise
-                found.append(HostUsage(target.name, reason=err.message))
+                reason = HOST_FAILURE if hidden else err.message
+                found.append(HostUsage(target.name, reason=reason))
         return found
 
     def kernel_usage(self, kernel_id: str, *, caller: Caller | None = None) -> KernelUsage:
@@ -197,7 +216,13 @@ class GPUUse:
         except NotFound as err:
             raise missing from err
         host = self.host_pool.get(placement.host)
-        found = self._host_usage(host, who)
+        hidden = self.hides_failures(who)
+        try:
+            found = self._host_usage(host, who, hidden=hidden)
+        except GPUDevError as err:
+            if hidden:  # its details too may name the host's address
+                raise EngineUnreachable(HOST_FAILURE) from err
+            raise
         # ``kernel`` found it as the server's user sees it; another caller must see its owner
         # (a host whose GPUs cannot be read lists none: its reason is the answer).
         info = next((c for c in found.containers if c.name == placement.container), None)
@@ -215,10 +240,12 @@ class GPUUse:
             reason=found.usage.reason,
         )
 
-    def _host_usage(self, host: Host, who: Caller) -> _Read:
+    def _host_usage(self, host: Host, who: Caller, *, hidden: bool = False) -> _Read:
+        """``host``'s use as ``who`` sees it; ``hidden``: a host's failure is ``HOST_FAILURE``."""
         inventory = host.gpus()
         if inventory.reason is not None and not inventory.gpus:
-            return _Read(HostUsage(host.name, reason=inventory.reason))
+            reason = _read_reason(host, inventory.source, inventory.reason, hidden=hidden)
+            return _Read(HostUsage(host.name, reason=reason))
         # Every dev container of the host, to tell another user's from no one's; shown below
         # as the caller may see it.
         everyone = Caller(who.name, admin=True)
@@ -243,7 +270,10 @@ class GPUUse:
             for gpu in inventory.gpus
             if (use := attribution.gpu(gpu.uuid)) is not None
         }
-        reason = attribution.reason or attribution.proc_reason
+        reason = _read_reason(host, attribution.source, attribution.reason, hidden=hidden)
+        if not reason and attribution.proc_reason is not None:
+            # Only reading another host's /proc over its connection fails (``attribute``).
+            reason = HOST_FAILURE if hidden else attribution.proc_reason
         usage = HostUsage(host.name, _gpus(inventory.gpus, seen), reason, seen_kernels)
         return _Read(usage, listed)
 
@@ -254,6 +284,21 @@ class _Read:
 
     usage: HostUsage
     containers: Sequence[DevContainerInfo] = ()
+
+
+def _read_reason(host: Host, source: str, reason: str | None, *, hidden: bool) -> str | None:
+    """Why ``host``'s GPUs (or their processes) were not read, as the caller is told it.
+    Kept when ``hidden`` too: what a driver that answered said (``source``: no GPU, output
+    it could not read), a host without an inventory gpudev reads (the sentence names its
+    scheme: tcp://, Kubernetes), an inventory off by configuration, and probes that failed on
+    this machine (NVML or nvidia-smi here: no driver, not loaded). Probes run on another
+    host fail with its connection's words (``Host.smi_runner``): ``HOST_FAILURE``."""
+    inventory = host.gpu_inventory
+    if reason is None or not hidden or source != "none" or inventory is None:
+        return reason
+    if inventory.backend == "none" or inventory.runner is None:
+        return reason
+    return HOST_FAILURE
 
 
 def _idle(stamp: datetime | None, now: datetime) -> float | None:

@@ -37,7 +37,7 @@ from traitlets.config import LoggingConfigurable
 
 from .. import safefs
 from ..containers import DevContainers
-from ..containers.reconcile import process_alive
+from ..containers.reconcile import process_alive, process_gone, process_identity
 from ..errors import ENGINE_FAILURES, GPUDevError
 from ..labels import L_KERNEL
 from ..traits import PositiveFloat
@@ -114,6 +114,7 @@ class _Record:
             "container_id": warm.processes.container_id,
             "machine": socket.gethostname(),
             "pid": os.getpid(),
+            "process": process_identity(),
         }
         self._change(lambda entries: entries.__setitem__(warm.runtime_id, entry))
 
@@ -128,8 +129,18 @@ class _Record:
             for runtime_id, entry in self._read().items()
             if entry.get("machine") == machine
             and isinstance(entry.get("pid"), int)
-            and not process_alive(entry["pid"])
+            and _gone(entry, machine)
         }
+
+
+def _gone(entry: dict[str, Any], machine: str) -> bool:
+    """Whether the server that recorded ``entry`` ended: by its identity (PID, start time,
+    boot: a PID reused by another process does not keep it), or its PID alone where an
+    earlier version recorded no identity."""
+    identity = entry.get("process")
+    if isinstance(identity, str) and identity:
+        return process_gone(identity, machine)
+    return not process_alive(entry["pid"])
 
 
 class WarmKernels(LoggingConfigurable):

@@ -140,7 +140,7 @@ async def test_a_clients_kernel_survives_a_service_restart_with_its_state(
     assert await again.poll(ALICE, kernel_id) is None
     # And the orphan sweep of the restarted service, for which the process that made its
     # container is gone, leaves it alone: it is among the containers kept
-    monkeypatch.setattr(reconcile, "process_alive", lambda _pid: False)
+    monkeypatch.setattr(reconcile, "process_alive", lambda *_process: False)
     local = second.service.containers.host_pool.get("local")
     ledger_id = second.service.containers.ledger_id
     orphans = reconcile.orphan_kernel_containers(local, ledger_id, socket.gethostname())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ import docker
 import pytest
 from tornado.httpclient import HTTPResponse
 
-from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name
+from jupyter_gpudev.containers import DevContainers, StartRequest, docker_name, reconcile
 from jupyter_gpudev.kernels import provisioner
 from jupyter_gpudev.kernels.kernelspecs import SHARED_PREFIX
 from jupyter_gpudev.kernels.placements import PLACEMENTS
@@ -178,7 +179,10 @@ def test_warm_kernels_a_crashed_server_left_are_stopped_by_the_next(
     record = Path(manager.state_dir) / "warm-kernels.json"
     entries = json.loads(record.read_text())
     assert len(entries) == 1
-    record.write_text(json.dumps({k: {**v, "pid": dead.pid} for k, v in entries.items()}))
+    gone = f"{socket.gethostname()}:{dead.pid}:0:{reconcile.boot_id()}"
+    record.write_text(
+        json.dumps({k: {**v, "pid": dead.pid, "process": gone} for k, v in entries.items()})
+    )
     # Then the next server stops it when it starts, and forgets it
     assert WarmKernels().stop_orphans(manager) == list(entries)
     deadline = time.monotonic() + 10

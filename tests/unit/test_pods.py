@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import socket
 import subprocess
 import threading
@@ -20,6 +19,7 @@ import pytest
 
 from jupyter_gpudev.access import Caller
 from jupyter_gpudev.containers import DevContainers, StartRequest
+from jupyter_gpudev.containers.reconcile import process_identity
 from jupyter_gpudev.engine import Host, HostPool, HostSpec
 from jupyter_gpudev.errors import Conflict, EngineError, GPUDevError, ImageError, NotFound
 from jupyter_gpudev.k8s.listing import LISTING_ARGV
@@ -457,7 +457,7 @@ def test_kernel_pods_a_dead_server_left_are_deleted_unless_changed(
     for kernel in ("k1", "k2", "k3"):
         pod_manager.start(StartRequest("onk8s", name=f"kernel-{kernel}", kernel_id=kernel), None)
     pod_manager.start(StartRequest("onk8s", name="shared"), None)
-    process = f"{socket.gethostname()}:{os.getpid()}"
+    process = process_identity()  # this process: machine, PID, start time, boot
     pods = {name: cluster.objects[("pods", "team-ml", name)] for name in cluster.names("pods")}
     assert pods["gpudev-kernel-k1"]["metadata"]["annotations"][A_PROCESS] == process
     assert A_PROCESS not in pods["gpudev-shared"]["metadata"]["annotations"]
