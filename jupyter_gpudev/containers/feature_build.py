@@ -87,6 +87,16 @@ def context_tar(text: str, ordered: Sequence[Resolved]) -> IO[bytes]:
     ``features/<number>/`` (owned by root, modes normalised), in a temporary file (the
     caller closes it): the features' files need not stay in memory for the build."""
     out = tempfile.TemporaryFile()  # noqa: SIM115 - the caller closes it
+    try:
+        _pack(out, text, ordered)
+    except BaseException:
+        out.close()  # (a full disk: the file and its space go now)
+        raise
+    out.seek(0)
+    return out
+
+
+def _pack(out: IO[bytes], text: str, ordered: Sequence[Resolved]) -> None:
     with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
         data = text.encode()
         info = tarfile.TarInfo("Dockerfile")
@@ -108,8 +118,6 @@ def context_tar(text: str, ordered: Sequence[Resolved]) -> IO[bytes]:
                 else:
                     info.size = len(member.data)
                     tar.addfile(info, io.BytesIO(member.data))
-    out.seek(0)
-    return out
 
 
 def build_digest(base_id: str, text: str, ordered: Sequence[Resolved], *, labels: str = "") -> str:

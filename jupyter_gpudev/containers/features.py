@@ -28,6 +28,7 @@ import os
 import re
 import secrets
 import threading
+import time
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -35,6 +36,7 @@ from typing import Any
 
 import docker
 import docker.errors
+import requests
 from traitlets import Dict, List, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
@@ -45,7 +47,7 @@ from ..engine.oci import OCIClient, public_host
 from ..environments import Environment
 from ..environments import feature_archives as archives
 from ..environments import features as spec
-from ..errors import BadRequest, ImageError, engine_errors
+from ..errors import BadRequest, Conflict, ImageError, engine_errors
 from ..labels import L_BUILD_BASES, L_ENV, L_FEATURE_CAPS, L_FEATURE_COMMANDS
 from . import feature_build as build
 from .namespace import UserImages, build_reference
@@ -59,7 +61,13 @@ MAX_FEATURES_INSTALLS = 4
 #: The repository of the temporary names a features build's base has during the build (a
 #: random tag each, removed after): the build is ``FROM`` the very image read, not from
 #: whatever the base's name is by then. Users cannot name it (``namespace.UNOWNED_BUILDS``).
-BASE_REPOSITORY = "gpudev-features-base"
+#: (Two dashes: no environment's features image, ``gpudev-features-NAME``, is named so.) A
+#: tag is ``SECONDS-RANDOM``: one a killed server left is removed by a later build after a day.
+BASE_REPOSITORY = "gpudev-features--base"
+#: Seconds after which a temporary base name is taken for left behind.
+BASE_NAME_STALE = 86400.0
+#: Seconds a features install waits for a slot (``MAX_FEATURES_INSTALLS``) before it is refused.
+SLOT_WAIT = 600.0
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[a-z0-9._-]+)*\Z")
 
 
@@ -189,14 +197,14 @@ def install_features(
             return ref
         names = ", ".join(f.request.ref.written for f in ordered)
         # (built FROM that image: ``base`` if it is its id, else a temporary name of it)
-        temporary = f"{BASE_REPOSITORY}:{secrets.token_hex(16)}"
+        temporary = f"{BASE_REPOSITORY}:{int(time.time())}-{secrets.token_hex(16)}"
         if _is_id(base, str(image.id)):
             temporary = ""
         pinned = build.dockerfile(temporary or base, ordered, **users)
         context = build.context_tar(pinned, ordered)
         del fetched, ordered  # (their files are in the temporary file now)
-    say({"stage": "build", "message": f"installing the features {names} into {ref}"})
     with context, engine_errors(f"Installing the features of {env.name!r}", log):
+        say({"stage": "build", "message": f"installing the features {names} into {ref}"})
         with _named(client, str(image.id), temporary, log):
             stream_build(
                 client,
@@ -232,18 +240,42 @@ def _named(client: docker.DockerClient, image_id: str, reference: str, log: Any)
     if not reference:
         yield
         return
+    _remove_stale_names(client, log)
     repository, tag = reference.rsplit(":", 1)
     client.api.tag(image_id, repository, tag)
     try:
         yield
     finally:
-        try:
-            client.api.remove_image(reference, noprune=True)
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            if log is not None:
-                log.warning("Removing the temporary name %s failed: %s", reference, exc)
+        _untag(client, reference, log)
+
+
+def _untag(client: docker.DockerClient, reference: str, log: Any) -> None:
+    """``reference`` removed, never the image it names while anything uses it (``noprune``, no
+    force); a failure is logged, never raised over what the caller raises."""
+    try:
+        client.api.remove_image(reference, noprune=True)
+    except docker.errors.NotFound:
+        pass
+    except (docker.errors.DockerException, requests.RequestException) as exc:
+        if log is not None:
+            log.warning("Removing the temporary name %s failed: %s", reference, exc)
+
+
+def _remove_stale_names(client: docker.DockerClient, log: Any) -> None:
+    """The temporary base names older than ``BASE_NAME_STALE`` removed (a server killed during
+    a features build left them)."""
+    try:
+        listed = client.api.images(name=BASE_REPOSITORY)
+    except (docker.errors.DockerException, requests.RequestException):
+        return
+    oldest = time.time() - BASE_NAME_STALE
+    for image in listed if isinstance(listed, list) else []:
+        tags = image.get("RepoTags") if isinstance(image, dict) else None
+        for reference in tags if isinstance(tags, list) else []:
+            repository, _, tag = str(reference).rpartition(":")
+            seconds = tag.split("-", 1)[0]
+            if repository == BASE_REPOSITORY and seconds.isdecimal() and int(seconds) < oldest:
+                _untag(client, str(reference), log)
 
 
 def _is_id(base: str, image_id: str) -> bool:
@@ -281,7 +313,7 @@ def _fetch(
             archive = archives.read_archive(packed, what)
         return spec.Resolved(request, spec.meta_of(archive, what, allowed_caps=caps), archive)
     if ref.kind == "url":
-        return _fetch_url(request, settings, say, caps)
+        return _fetch_url(request, settings, say, caps, shared=registries.user is not None)
     pin = pins.get(ref.written)
     reference, integrity = ref.reference, ""
     if pin is not None:
@@ -443,7 +475,9 @@ class _Slots:
 
     @contextlib.contextmanager
     def held(self, user: str, say: Progress) -> Iterator[None]:
-        """Waits (saying so, once) until ``user`` may install, then holds a slot for the block."""
+        """Waits (saying so, once) until ``user`` may install, then holds a slot for the block;
+        ``Conflict`` after ``SLOT_WAIT`` seconds (slow registries of others' features hold
+        the slots: this start is refused, not left waiting)."""
         with self.changed:
             busy = self._busy(user)
             if not busy:
@@ -451,7 +485,11 @@ class _Slots:
         if busy:
             say({"stage": "features", "message": f"waiting for {busy}"})
             with self.changed:
-                self.changed.wait_for(lambda: not self._busy(user))
+                if not self.changed.wait_for(lambda: not self._busy(user), timeout=SLOT_WAIT):
+                    raise Conflict(
+                        f"Installing features waited {SLOT_WAIT / 60:g} minutes for {busy}: "
+                        "not started; try again later"
+                    )
                 self.users.add(user)
         try:
             yield
@@ -492,8 +530,17 @@ def url_allowed(url: str, pattern: str) -> bool:
 
 
 def _fetch_url(
-    request: spec.FeatureRequest, settings: Features, say: Progress, caps: tuple[str, ...] = ()
+    request: spec.FeatureRequest,
+    settings: Features,
+    say: Progress,
+    caps: tuple[str, ...] = (),
+    *,
+    shared: bool = False,
 ) -> spec.Resolved:
+    """A feature from a tarball URL ``c.Features.allowed_urls`` allows. In shared mode, a URL
+    only a wildcard entry allows (``https://*.example.org/...``: the user chose the host) is
+    fetched from public addresses only, those checked (as a registry no administrator
+    configured); a host the administrator named is fetched as configured."""
     ref = request.ref
     what = f"the feature {ref.written!r}"
     if not any(url_allowed(ref.written, pattern) for pattern in settings.allowed_urls):
@@ -504,8 +551,13 @@ def _fetch_url(
             details={"feature": ref.written, "trait": "c.Features.allowed_urls"},
         )
     netloc = urllib.parse.urlsplit(ref.written).netloc
+    named = any(
+        url_allowed(ref.written, pattern)
+        for pattern in settings.allowed_urls
+        if not urllib.parse.urlsplit(pattern).netloc.startswith("*.")
+    )
     say({"stage": "features", "message": f"fetching {ref.written}"})
-    client = OCIClient(netloc, {}, what=what)
+    client = OCIClient(netloc, {}, what=what, public_only=shared and not named)
     try:
         data = client.download(ref.written, archives.MAX_TOTAL_BYTES + (1 << 20))
     finally:

@@ -218,7 +218,13 @@ class OCIClient:
         self.host = urllib.parse.urlsplit(f"//{registry}").hostname or registry
         self.scheme = "http" if _loopback(self.host) else "https"
         default = 80 if self.scheme == "http" else 443
-        self._port = urllib.parse.urlsplit(f"//{registry}").port or default
+        try:
+            self._port = urllib.parse.urlsplit(f"//{registry}").port or default
+        except ValueError:  # (over 65535)
+            raise OCIError(
+                f"{what}: the registry {registry[:100]} has no valid port",
+                details={"registry": registry[:100]},
+            ) from None
         self.what = what
         self._basic: str | None = None
         if auth.get("username") and auth.get("password"):

@@ -59,12 +59,13 @@ _ENDED_LISTED = f"/bin/sh -c {FIRST_ENDED}"
 def write_unlisted(variable: str, path: str) -> str:
     """Shell text writing the shell variable ``variable``'s value to ``path`` (a shell word)
     without the value ever being a program's argument (``/proc/PID/cmdline`` is readable by
-    every account of the host): with the shell's builtin ``printf``, or, where the image's
+    every account of the host): with the shell's builtin ``printf`` (said so in those words:
+    a function, even one whose text says "builtin", is not taken), or, where the image's
     ``/bin/sh`` has none (mksh, some busybox builds), a here-document on ``cat``'s input. Its
     status is the write's."""
     return (
         'case "$(command -V printf 2>/dev/null)" in\n'
-        f"  *builtin*) printf '%s' \"${variable}\" > {path} ;;\n"
+        f"  'printf is a shell builtin') command printf '%s' \"${variable}\" > {path} ;;\n"
         f"  *) cat > {path} <<GPUDEV_UNLISTED\n"
         f"${{{variable}}}\n"
         "GPUDEV_UNLISTED\n"
@@ -261,7 +262,7 @@ class ContainerProcesses:
         argv = [kernel_file if arg == "{connection_file}" else arg for arg in argv]
         script = (
             f"umask 077; mkdir -p {RUNTIME_DIR}\n"
-            f"{write_unlisted('GPUDEV_CONNECTION', shlex.quote(kernel_file))}\n"
+            f"{write_unlisted('GPUDEV_CONNECTION', shlex.quote(kernel_file))} || exit 126\n"
             "unset GPUDEV_CONNECTION\n"
             f"echo $$ > {shlex.quote(pid_file)}\n"
             f'exec "$@" >> {shlex.quote(log_file)} 2>&1'

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from traitlets import Unicode
+from traitlets import Int, Unicode
 from traitlets.config import Configurable, LoggingConfigurable
 
 from ..access import Access
@@ -49,6 +49,25 @@ class GPUDevService(LoggingConfigurable):
         home folder) is allowed, but a home holds ~/.ssh and the like, which are never
         mounted (c.MountPolicy): a folder inside the home ("{home}/projects") is refused,
         as the user could rename it.""",
+    ).tag(config=True)
+
+    terminals_per_user = Int(
+        16,
+        min=0,
+        help="""The most terminals into dev containers one user may have open at once in the
+        service (each a `docker exec -it` in a pseudo-terminal of the service's machine, whose
+        file descriptors and ptys every user and login shares): one more is refused (429)
+        until one of theirs is closed (0 or more; 0: no limit). Administrators are limited
+        like everyone else.""",
+    ).tag(config=True)
+
+    terminals_total = Int(
+        256,
+        min=0,
+        help="""The most terminals into dev containers the service has open at once, every
+        user's together: one more is refused (429) until one is closed (0 or more; 0: no
+        limit). Keep it below the service's open-file limit (each takes a few file
+        descriptors) and the host's ptys (/proc/sys/kernel/pty/max).""",
     ).tag(config=True)
 
     def folders(self) -> UserFolders:

@@ -7,6 +7,10 @@ over a websocket, ``/gpudev/api/containers/NAME/tty``, in terminado's message fo
 server attaches to it from an ordinary Jupyter terminal (``python -m
 jupyter_gpudev.shared.attach NAME``), so Lab's terminal works unchanged and the user's server
 needs no Docker command line or socket.
+
+Each terminal holds a process and a pty of the service's machine until it ends, so the service
+counts them (``TerminalCount``): at most ``c.GPUDevService.terminals_per_user`` per user and
+``terminals_total`` in all; one more is refused (429) before the websocket opens.
 """
 
 from __future__ import annotations
@@ -26,16 +30,68 @@ from tornado import web
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from ..errors import GPUDevError
-from ..handlers.base import GPUDevHandler
+from ..handlers.base import SETTINGS_KEY, GPUDevHandler
+from .authority import Authority
 
 #: The most a client may ask a terminal to be (rows, columns).
 MAX_SIZE = (1000, 1000)
+
+#: Where the service keeps its ``TerminalCount`` (its web application's settings).
+COUNT_KEY = "gpudev_terminals"
+
+
+class TerminalCount:
+    """The terminals the service has open, by user. A terminal is counted before its process
+    is spawned and given back once, when it ends. Only the service's event loop uses it (its
+    handlers' methods): no lock."""
+
+    def __init__(self) -> None:
+        self.by_user: dict[str, int] = {}
+        self.total = 0
+
+    @classmethod
+    def of(cls, settings: dict[str, Any]) -> TerminalCount:
+        """The count of the web application whose ``settings`` these are."""
+        count = settings.get(COUNT_KEY)
+        if not isinstance(count, cls):
+            count = settings[COUNT_KEY] = cls()
+        return count
+
+    def take(self, user: str, *, per_user: int, total: int) -> None:
+        """Count one more terminal of ``user``; a 429 naming the setting when it would be
+        more than ``per_user`` of theirs or ``total`` in all (0: no limit)."""
+        held = self.by_user.get(user, 0)
+        if per_user and held >= per_user:
+            raise web.HTTPError(
+                429,
+                f"You have {held} terminals open in the gpudev service, the most one user may "
+                "(c.GPUDevService.terminals_per_user): close one first",
+            )
+        if total and self.total >= total:
+            raise web.HTTPError(
+                429,
+                f"The gpudev service has {self.total} terminals open, the most it allows "
+                "(c.GPUDevService.terminals_total): try again once one is closed",
+            )
+        self.by_user[user] = held + 1
+        self.total += 1
+
+    def give_back(self, user: str) -> None:
+        """One terminal of ``user`` has ended."""
+        left = self.by_user.get(user, 0) - 1
+        if left > 0:
+            self.by_user[user] = left
+        else:
+            self.by_user.pop(user, None)
+        self.total = max(self.total - 1, 0)
 
 
 class ContainerTTYHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
     """``/gpudev/api/containers/NAME/tty``: a shell in the caller's container, as a websocket."""
 
     _process: PtyProcess | None = None
+    #: The user whose count this terminal holds, until ``_end`` gives it back.
+    _counted: str | None = None
 
     async def prepare(self) -> None:  # type: ignore[override]
         await JupyterHandler.prepare(self, _redirect_to_login=False)
@@ -47,15 +103,31 @@ class ContainerTTYHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
     async def get(self, name: str) -> None:  # type: ignore[override]
         if self.request.headers.get("Upgrade", "").lower() != "websocket":
             raise web.HTTPError(400, "A websocket is expected here")
-        containers = self.gpudev.containers
+        held = self.settings.get(SETTINGS_KEY)
+        if not isinstance(held, Authority):  # routed in the shared service only
+            raise web.HTTPError(404)
+        user = self.current_user.username
+        limits = held.settings
+        TerminalCount.of(self.settings).take(
+            user, per_user=limits.terminals_per_user, total=limits.terminals_total
+        )
+        self._counted = user
         try:
-            argv = await self.blocking(containers.terminal_command, name)
-        except GPUDevError as err:  # 404 for another user's, 409 for a stopped one
-            raise web.HTTPError(err.status, err.message.replace("%", "%%")) from None
-        self._argv = argv
-        await WebSocketHandler.get(self, name)
+            containers = self.gpudev.containers
+            try:
+                argv = await self.blocking(containers.terminal_command, name)
+            except GPUDevError as err:  # 404 for another user's, 409 for a stopped one
+                raise web.HTTPError(err.status, err.message.replace("%", "%%")) from None
+            self._argv = argv
+            # Returns once the websocket is closed (or was never opened: a refusal).
+            await WebSocketHandler.get(self, name)
+        finally:
+            self._end()
 
     def open(self, name: str) -> None:
+        if self._counted is None:  # closed (``on_close``) before it opened: nothing to run
+            self.close()
+            return
         env = {"TERM": "xterm-256color", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         # A pod's terminal reaches its cluster as the service does (its kubeconfig, or the
         # service account inside a cluster); nothing else of the service's environment.
@@ -67,7 +139,11 @@ class ContainerTTYHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
         ):
             if variable in os.environ:
                 env[variable] = os.environ[variable]
-        self._process = PtyProcess.spawn(self._argv, env=env, dimensions=(24, 80))
+        try:
+            self._process = PtyProcess.spawn(self._argv, env=env, dimensions=(24, 80))
+        except BaseException:
+            self._end()  # tornado logs it and closes the websocket
+            raise
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         fd = self._process.fd
         asyncio.get_running_loop().add_reader(fd, self._readable)
@@ -110,7 +186,13 @@ class ContainerTTYHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
                     process.setwinsize(rows, cols)
 
     def _end(self) -> None:
+        """End the terminal: its process killed, its count given back. Called by whichever
+        comes first (the shell's end, the websocket's close, a failed spawn, ``get``
+        returning); the others find nothing left to do."""
         process, self._process = self._process, None
+        counted, self._counted = self._counted, None
+        if counted is not None:
+            TerminalCount.of(self.settings).give_back(counted)
         if process is None:
             return
         with contextlib.suppress(ValueError, OSError):
@@ -126,8 +208,8 @@ class ContainerTTYHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
     def on_close(self) -> None:
         self._end()
 
-    def on_finish(self) -> None:
-        self._end()
+    # No ``on_finish``: tornado calls it at the upgrade (101), before ``open``; a terminal that
+    # never opened ends in ``get``'s ``finally``.
 
     def check_origin(self, origin: str | None = None) -> bool:
         # Called by servers, not browsers: a request with an Origin is a browser's, refused.

@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,10 @@ from typing import Any
 import docker
 import docker.errors
 import pytest
+import requests
 
-from jupyter_gpudev.containers.features import Features, install_features
+from jupyter_gpudev.containers import features as features_module
+from jupyter_gpudev.containers.features import BASE_REPOSITORY, Features, install_features
 from jupyter_gpudev.engine import Registries
 from jupyter_gpudev.environments import EnvironmentManager
 from jupyter_gpudev.environments.mounts import MountPolicy
@@ -27,7 +30,7 @@ from tests.leaks import Baseline, assert_nothing_leaked
 pytestmark = pytest.mark.integration
 
 BASE = "gpudev-base:bookworm"
-TEMPORARY = "gpudev-features-base"
+TEMPORARY = BASE_REPOSITORY
 
 
 class _Images:
@@ -153,3 +156,49 @@ def test_the_features_are_installed_on_the_base_read_even_when_its_tag_moves(
             assert not [tag for tag in tags if tag.startswith(TEMPORARY)], tags
     assert docker_client.images.get(other).tags == [name]
     assert_nothing_leaked(docker_client, baseline, environments=[env_name])
+
+
+def test_temporary_base_names_a_killed_server_left_are_removed_by_a_later_build(
+    docker_client: docker.DockerClient,
+) -> None:
+    # Given temporary base names left by builds a killed server ran, one over a day ago
+    old = f"{int(time.time()) - 2 * 86400}-{secrets.token_hex(4)}"
+    young = f"{int(time.time()) - 60}-{secrets.token_hex(4)}"
+    for tag in (old, young):
+        docker_client.api.tag(BASE, BASE_REPOSITORY, tag)
+    try:
+        # When a later build sweeps them
+        features_module._remove_stale_names(docker_client, logging.getLogger("test"))
+        # Then the old one is gone, the young one (a build running now) and the base kept
+        tags = docker_client.images.get(BASE).tags
+        assert f"{BASE_REPOSITORY}:{old}" not in tags
+        assert f"{BASE_REPOSITORY}:{young}" in tags
+        assert BASE in tags
+    finally:
+        for tag in (old, young):
+            with contextlib.suppress(docker.errors.NotFound):
+                docker_client.api.remove_image(f"{BASE_REPOSITORY}:{tag}", noprune=True)
+
+
+def test_a_temporary_name_that_cannot_be_removed_does_not_hide_the_builds_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given an engine that goes away at the end of a build
+    class Api:
+        def tag(self, *_: Any) -> None:
+            pass
+
+        def images(self, **_: Any) -> list[Any]:
+            return []
+
+        def remove_image(self, *_: Any, **__: Any) -> None:
+            raise requests.ConnectionError("the engine went away")
+
+    client: Any = type("Client", (), {"api": Api()})()
+    # When the build fails, then its own error reaches the caller, the untag is logged
+    with (
+        pytest.raises(RuntimeError, match="the build's"),
+        features_module._named(client, "sha256:x", f"{BASE_REPOSITORY}:1-a", logging.getLogger()),
+    ):
+        raise RuntimeError("the build's own error")
+    assert "the engine went away" in caplog.text

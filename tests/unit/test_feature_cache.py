@@ -5,6 +5,8 @@ fair between users, and the features installs in flight (each holding up to
 from __future__ import annotations
 
 import json
+import tarfile
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -14,10 +16,12 @@ from typing import Any
 
 import pytest
 
+from jupyter_gpudev.containers import feature_build
 from jupyter_gpudev.containers import features as features_module
 from jupyter_gpudev.containers.features import Features
 from jupyter_gpudev.environments import EnvironmentManager
 from jupyter_gpudev.environments import features as spec
+from jupyter_gpudev.errors import Conflict
 
 
 def held_by(cache: features_module._Cache, scope: str) -> int:
@@ -177,3 +181,47 @@ def test_features_installs_are_bounded_per_user_and_in_the_process(
     others = [waiting(user) for user in users]
     assert sorted(len(found) for found in others) == [0] * (limit - 1) + [1] * 2
     assert all("other starts" in found[0] for found in others if found)
+
+
+def test_a_start_waiting_too_long_for_a_features_slot_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given every features slot of the process held (slow registries of other users' features)
+    monkeypatch.setattr(features_module, "SLOT_WAIT", 0.2)
+    slots = features_module._Slots(2)
+    said: list[str] = []
+    with slots.held("a", said.append), slots.held("b", said.append):  # type: ignore[arg-type]
+        # When another user's install asks for one
+        began = time.monotonic()
+        with (
+            pytest.raises(Conflict, match="try again later"),
+            slots.held("c", said.append),  # type: ignore[arg-type]
+        ):
+            pass
+        # Then it is refused after the wait, having said it waits, and holds nothing
+        assert 0.2 <= time.monotonic() - began < 5
+    assert len(said) == 1
+    assert slots.users == set()
+
+
+def test_a_build_context_is_closed_when_it_cannot_be_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a temporary file that fills up as the context is written (a full disk)
+    opened: list[Any] = []
+    real = tempfile.TemporaryFile
+
+    def temporary() -> Any:
+        opened.append(real())
+        return opened[-1]
+
+    def full(*_: Any, **__: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", temporary)
+    monkeypatch.setattr(tarfile.TarFile, "addfile", full)
+    # When the context is made, then the error reaches the caller and the file is closed
+    with pytest.raises(OSError, match="No space"):
+        feature_build.context_tar("FROM x\n", [])
+    assert len(opened) == 1
+    assert opened[0].closed

@@ -253,3 +253,37 @@ def test_a_connection_to_a_host_never_checked_is_refused_by_the_transport() -> N
     with pytest.raises(_Unchecked):
         client.session.get("http://127.0.0.1:5001/v2/", timeout=5)
     client.close()
+
+
+def test_a_registry_port_out_of_range_is_a_registry_error() -> None:
+    with pytest.raises(OCIError, match="no valid port"):
+        OCIClient("example.com:99999", {}, what="the feature")
+
+
+def test_a_tarball_url_a_wildcard_allows_is_fetched_from_public_addresses_only(
+    monkeypatch: pytest.MonkeyPatch, victim: _Victim
+) -> None:
+    # Given the shared service allowing tarball features from any host under gpudev.test, and
+    # a name there that resolves to the service's loopback (an internal host)
+    port = victim.server_address[1]
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, service: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "internal.gpudev.test":
+            number = int(service) if service else 0
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", number))]
+        return real(host, service, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    url = f"https://internal.gpudev.test:{port}/f.tgz"
+    request = spec.FeatureRequest(spec.FeatureRef(url, "url"), {})
+    settings = Features(allowed_urls=[f"https://*.gpudev.test:{port}/*"])
+    # When a user's feature names it
+    with pytest.raises(OCIError, match="not a public address"):
+        features_module._fetch_url(request, settings, lambda _e: None, shared=True)
+    # Then nothing reaches the loopback; a host the administrator named is fetched as set
+    assert victim.received == []
+    named = Features(allowed_urls=[f"https://internal.gpudev.test:{port}/*"])
+    with pytest.raises(OCIError):
+        features_module._fetch_url(request, named, lambda _e: None, shared=True)
+    assert len(victim.received) == 1
