@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -555,13 +556,19 @@ class GPUDevProvisioner(KernelProvisionerBase):
         return self._folder(processes.working_dir, processes.host, cwd)
 
     def _folder(self, base: str | None, host: Host, cwd: str | None) -> str | None:
-        """``_workdir`` from the container's working folder and its host."""
+        """``_workdir`` from the container's working folder and its host. In the shared service
+        ``cwd`` (a client's) is resolved only when it is under the user's folder as written: no
+        link is followed, nor a folder looked at, elsewhere (another user's, an automount)."""
         manager = self._manager
         if base is None or not cwd or not host.spec.is_local:
             return base
+        root = Path(manager.root_dir)
+        lexical = Path(os.path.normpath(cwd)).is_relative_to(root)
+        if not manager.access.single_user and not lexical:
+            return base
         try:
-            relative = Path(cwd).resolve().relative_to(manager.root_dir)
-        except ValueError:
+            relative = Path(cwd).resolve().relative_to(root)
+        except (ValueError, OSError, RuntimeError):  # (a link loop: RuntimeError until 3.13)
             return base
         return str(Path(base) / relative) if str(relative) != "." else base
 
