@@ -3,6 +3,10 @@
 added at run time (``container_info``; a pod's is ``pods.pod_info``), what a listing reads once
 for all the containers of a host (``Known``), and the hosts as a user sees them
 (``hosts_seen``). ``ContainerLookup`` reads; these only shape, without an engine call.
+
+What a user of the shared service who is not an administrator is told in place of a host's
+failure (``HOST_FAILURE``), and which reasons of a GPU probe are kept for them
+(``probe_reason_seen``), are here for the hosts listing and GPU use (``usage``) alike.
 """
 
 from __future__ import annotations
@@ -28,6 +32,27 @@ from ..leasing import Lease, iso_utc
 from .hooks import KernelUsageView
 from .model import DevContainerInfo, engine_time
 from .ports import declared_ports, web_ports
+
+#: What a user who is not an administrator of the shared service is told in place of a host's
+#: failure (to reach it, to run a command there): its words name the service's SSH account,
+#: the host's address and port and its key files.
+HOST_FAILURE = "This host cannot be reached now (the administrators' log says why)"
+
+
+def probe_reason_seen(
+    source: str, reason: str | None, *, elsewhere: bool, hidden: bool
+) -> str | None:
+    """Why a host's GPUs (or their processes) were not read, as the caller is told it
+    (``source``, ``reason``: the probe's). Kept when ``hidden`` too: what a driver that
+    answered said (``source`` not "none": no GPU, output it could not read), and a probe
+    that did not run on another machine (``elsewhere`` false): a host without an inventory
+    gpudev reads (the sentence names its scheme: tcp://, Kubernetes), an inventory off by
+    configuration, NVML or nvidia-smi on this machine (no driver, not loaded). A probe run on
+    another host that failed does so with its connection's words (``Host.smi_runner``):
+    ``HOST_FAILURE``."""
+    if reason is None or not hidden or source != "none" or not elsewhere:
+        return reason
+    return HOST_FAILURE
 
 
 @dataclass(frozen=True)
@@ -138,9 +163,15 @@ def hosts_seen(
 def _seen_by_users(info: HostInfo) -> HostInfo:
     """A host as the shared service's users see it: its name, kind, engine and GPUs, not its
     address, the account gpudev logs in as, its folders or the words of a failure (which
-    may name them): those are the administrators'."""
+    may name them): those are the administrators'. The GPU inventory of an ``ssh://`` host
+    is nvidia-smi run over its connection (``HostPool``): a failure there is the
+    connection's (``probe_reason_seen``)."""
     scheme = info.url.split("://", 1)[0] + "://" if "://" in info.url else ""
-    reason = None
-    if info.reason is not None:
-        reason = "This host cannot be reached now (the administrators' log says why)"
-    return replace(info, url=scheme, workspace=None, reason=reason)
+    reason = HOST_FAILURE if info.reason is not None else None
+    gpus = replace(
+        info.gpus,
+        reason=probe_reason_seen(
+            info.gpus.source, info.gpus.reason, elsewhere=info.transport == "ssh", hidden=True
+        ),
+    )
+    return replace(info, url=scheme, workspace=None, reason=reason, gpus=gpus)

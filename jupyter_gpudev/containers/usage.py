@@ -21,11 +21,12 @@ host) and one listing of the dev containers per host; the process list is cached
 inventory (``c.GPUInventory.cache_seconds``), so viewers polling together share one read. A
 host whose commands gpudev cannot run (``tcp://``, a Kubernetes cluster) says so.
 
-In the shared service a user who is not an administrator is told ``HOST_FAILURE`` in place of
-a host's failure (to reach it, to run nvidia-smi or read ``/proc`` there, to list its
-containers): its words name the service's SSH account, the host's address and port and its
-key files. Reasons that name nothing of the setup (no GPU, inventory off, a kind of host
-gpudev runs no command on, this machine's driver) are told as they are.
+In the shared service a user who is not an administrator is told ``HOST_FAILURE`` (the hosts
+listing's words, ``reports``) in place of a host's failure (to reach it, to run nvidia-smi or
+read ``/proc`` there, to list its containers): its words name the service's SSH account, the
+host's address and port and its key files. Reasons that name nothing of the setup (no GPU,
+inventory off, a kind of host gpudev runs no command on, this machine's driver) are told as
+they are (``reports.probe_reason_seen``, as the hosts listing tells a GPU probe's reason).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from ..errors import EngineUnreachable, GPUDevError, NotFound
 from .hooks import KernelProcessTracking, LiveKernel
 from .lookup import ContainerLookup
 from .model import DevContainerInfo
+from .reports import HOST_FAILURE, probe_reason_seen
 
 #: Whose a GPU process is: a dev container's (the caller's, or anyone's for an
 #: administrator), another user's dev container's, or no dev container's.
@@ -53,10 +55,6 @@ NO_PROCESSES = (
     "GPU use per process needs commands on the host: available for the local engine and "
     "ssh:// hosts"
 )
-
-#: What a user who is not an administrator of the shared service is told in place of a host's
-#: failure: the hosts listing's words (``reports.hosts_seen``).
-HOST_FAILURE = "This host cannot be reached now (the administrators' log says why)"
 
 
 @dataclass(frozen=True)
@@ -287,18 +285,14 @@ class _Read:
 
 
 def _read_reason(host: Host, source: str, reason: str | None, *, hidden: bool) -> str | None:
-    """Why ``host``'s GPUs (or their processes) were not read, as the caller is told it.
-    Kept when ``hidden`` too: what a driver that answered said (``source``: no GPU, output
-    it could not read), a host without an inventory gpudev reads (the sentence names its
-    scheme: tcp://, Kubernetes), an inventory off by configuration, and probes that failed on
-    this machine (NVML or nvidia-smi here: no driver, not loaded). Probes run on another
-    host fail with its connection's words (``Host.smi_runner``): ``HOST_FAILURE``."""
+    """Why ``host``'s GPUs (or their processes) were not read, as the caller is told it
+    (``reports.probe_reason_seen``, as the hosts listing tells it): the probe ran on another
+    machine where ``host``'s inventory runs nvidia-smi through a runner (over SSH)."""
     inventory = host.gpu_inventory
-    if reason is None or not hidden or source != "none" or inventory is None:
-        return reason
-    if inventory.backend == "none" or inventory.runner is None:
-        return reason
-    return HOST_FAILURE
+    elsewhere = (
+        inventory is not None and inventory.backend != "none" and inventory.runner is not None
+    )
+    return probe_reason_seen(source, reason, elsewhere=elsewhere, hidden=hidden)
 
 
 def _idle(stamp: datetime | None, now: datetime) -> float | None:
@@ -434,10 +428,8 @@ def _process(
             return ProcessUse("other", memory, sm, memory_time, pid=process.pid, uid=process.uid)
         return ProcessUse("other", memory, sm, memory_time)
     kernel, orphan = kernel_of(process, info, (kernels or {}).get(info.key, ()), tracked=tracked)
-    if not who.sees_owner(info.owner):
-        return ProcessUse(
-            "another user", memory, sm, memory_time, owner=ANOTHER_USER, orphan=orphan
-        )
+    if not who.sees_owner(info.owner):  # (nor whether their kernel left it behind)
+        return ProcessUse("another user", memory, sm, memory_time, owner=ANOTHER_USER)
     return ProcessUse(
         "gpudev",
         memory,

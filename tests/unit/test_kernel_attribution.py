@@ -135,6 +135,19 @@ def test_another_user_sees_no_kernel_and_the_owner_does() -> None:
     assert theirs == ProcessUse("another user", 4096, None, None, owner=ANOTHER_USER)
 
 
+def test_another_user_is_not_told_what_a_users_kernel_left_behind() -> None:
+    # Given a process an ended kernel of alice's left behind, holding GPU memory
+    containers = {CID: info()}
+    ended = [LiveKernel("k-gone", "local", "box", KERNEL.pid, ended=True)]
+    process = gpu_process(CHILD, KERNEL)
+    mine = _process(process, containers, Caller("alice"), {"box": ended}, True)
+    theirs = _process(process, containers, Caller("bob"), {"box": ended}, True)
+    # Then alice (and administrators) see it left behind; bob sees only another user's memory
+    assert mine.orphan
+    assert _process(process, containers, Caller("root", admin=True), {"box": ended}, True).orphan
+    assert theirs == ProcessUse("another user", 4096, None, None, owner=ANOTHER_USER)
+
+
 def test_kernels_listed_with_their_idle_time_for_those_who_may_see_them() -> None:
     an_hour_ago = datetime.now(timezone.utc) - timedelta(hours=1)
     kernels = [
