@@ -34,7 +34,7 @@ from ..containers import commandlog
 from ..containers.reconcile import process_gone, process_identity
 from ..engine.context import read_checked_text
 from ..environments import MAX_FILE_BYTES, Environment, load_jsonc
-from ..errors import EngineError, GPUDevError, engine_errors
+from ..errors import EngineError, Forbidden, GPUDevError, engine_errors
 from . import classify, model, packages, probe
 from .dockerfile import RenderedDiff, render
 
@@ -445,13 +445,34 @@ class ChangeCapture:
                 exporter.close()
         return exporter.result
 
+    def check_writable(self, prepared: Prepared) -> None:
+        """``Forbidden`` when ``apply`` would write outside the user's folder in the shared
+        service: an administrator's environment (its Dockerfile and build context are every
+        user's; the service writes as root, and every user's next start would build what one
+        user put there)."""
+        if self.containers.access.single_user:
+            return
+        root = self.containers.root_dir
+        for path in (prepared.dockerfile.parent, prepared.context):
+            if safefs.relative_inside(path, root) is None:
+                raise Forbidden(
+                    f"The environment {prepared.captured.environment.name!r} is the "
+                    "administrator's (its Dockerfile is outside your folder): a commit writes "
+                    "only into your folder. Read the diff, or make a snapshot (--snapshot); to "
+                    "keep changing it, copy it into your .devcontainer folder first.",
+                    details={"environment": prepared.captured.environment.name},
+                )
+
     def _workspace_folder(self, folder: Path) -> safefs.Folder:
         """``folder`` opened for writing (made when missing) from the Jupyter root directory
         down, no link followed on the way (``safefs.LinkRefused`` names one); a folder outside
-        the root (an administrator's environment) is opened as configured."""
+        the root (an administrator's environment) is opened as configured, in a single-user
+        server only (``check_writable``)."""
         root = self.containers.root_dir
         inside = safefs.relative_inside(folder, root)
         if inside is None:
+            if not self.containers.access.single_user:
+                raise Forbidden(f"{folder} is outside your folder: nothing is written there")
             folder.mkdir(parents=True, exist_ok=True)
             return safefs.Folder.open(folder)
         # What is written in the workspace is its owner's (the shared service writes as root).

@@ -245,6 +245,8 @@ class Committer:
         try:
             source = self.capture.source_of(captured)
             source.check_prepared(prepared, options)  # before anything is built or written
+            if options.write:
+                self.capture.check_writable(prepared)
             if options.verify:
                 result.verify = self._verify(captured.engine()[0], prepared, say)
                 if result.verify.differences:

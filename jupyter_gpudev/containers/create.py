@@ -235,7 +235,8 @@ def helper_args(confinement: Confinement) -> dict[str, Any]:
     the containers whose files the engine reads), but for the image and its command: a dev
     container's confinement and more. The administrator's security options (the seccomp
     profile) with no-new-privileges always; no capability; a read-only root; no network, no
-    mount, no log kept by the engine (gpudev reads what it needs as it comes); the tighter of
+    mount, no log kept by the engine (gpudev reads what it needs as it comes), no health check
+    (the image's would be a program of the container's run by the engine); the tighter of
     the administrator's and ``HELPER_PIDS``/``HELPER_MEMORY`` limits, the administrator's CPU
     limit. Labelled a probe, and not managed (an image may carry gpudev's labels: its helper is
     never taken for a dev container)."""
@@ -251,6 +252,8 @@ def helper_args(confinement: Confinement) -> dict[str, Any]:
         "log_config": LogConfig(type=LogConfig.types.NONE),
         "pids_limit": tightest(pids, HELPER_PIDS),
         "mem_limit": tightest(confinement.memory_bytes, HELPER_MEMORY),
+        # (an image's HEALTHCHECK would have the engine exec the image's program in it)
+        "healthcheck": {"test": ["NONE"]},
     }
     if confinement.nano_cpus is not None:
         args["nano_cpus"] = confinement.nano_cpus

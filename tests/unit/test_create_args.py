@@ -218,6 +218,8 @@ def test_a_helper_container_is_confined_as_a_dev_container_and_more() -> None:
     assert args["network_disabled"] is True
     assert args["network_mode"] == "none"
     assert args["log_config"]["Type"] == "none"
+    # And no health check of the image's (a program of the container's, run by the engine)
+    assert args["healthcheck"] == {"test": ["NONE"]}
     # And the helper's own limits where they are tighter, the administrator's CPU limit
     assert args["pids_limit"] == HELPER_PIDS
     assert args["mem_limit"] == HELPER_MEMORY
