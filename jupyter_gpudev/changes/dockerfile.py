@@ -29,6 +29,8 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..containers.references import escape_character
+from ..errors import BadRequest
 from . import accounts as user_accounts
 from . import model, names
 from . import tools as tool_state
@@ -735,6 +737,13 @@ def render(
     """The Dockerfile diff of ``changes``: appended to ``old_text`` (the environment's
     Dockerfile), or a new Dockerfile ``FROM image`` when ``old_text`` is ``None``."""
     created = old_text is None
+    if old_text is not None and escape_character(old_text) != "\\":
+        raise BadRequest(
+            f"{dockerfile} sets its escape character to a backtick (# escape=`): the lines "
+            "gpudev adds continue and quote with backslashes, so they cannot be appended to it. "
+            "Remove the directive (or write the changes into another Dockerfile)",
+            details={"dockerfile": dockerfile},
+        )
     base = old_text if old_text is not None else f"FROM {image}\n"
     lines, files, reported = change_lines(
         changes, container, environment, context_folder, _last_user(base), message=message

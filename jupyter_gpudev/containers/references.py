@@ -105,6 +105,13 @@ def images(text: str, args: Mapping[str, str]) -> list[Named]:
     return found
 
 
+def escape_character(text: str) -> str:
+    """The escape character of the Dockerfile ``text``: the backtick where its ``escape``
+    parser directive says so, else the backslash."""
+    physical = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return "`" if _directives(physical)[0].get("escape") == "`" else "\\"
+
+
 def trigger_images(triggers: list[str], base: str) -> list[Named]:
     """The images the ``ONBUILD`` triggers of the image ``base`` name (its ``Config.OnBuild``:
     instructions a build from it runs): no variable of theirs is known, and no stage name."""

@@ -10,7 +10,7 @@ from jupyter_gpudev.changes import classify, compare, model
 from jupyter_gpudev.changes import probe as image_probe
 from jupyter_gpudev.changes.dockerfile import RenderedDiff, render
 from jupyter_gpudev.changes.export import digest_differences
-from jupyter_gpudev.errors import EngineError
+from jupyter_gpudev.errors import BadRequest, EngineError
 
 PY = json.dumps(
     {
@@ -287,6 +287,24 @@ def test_render_appends_one_layer_per_kind_in_a_stable_order() -> None:
     again = render_box(full_changes(), "gpu", ".devcontainer/gpu/Dockerfile", old, None)
     assert again.diff == rendered.diff
     assert again.digest == rendered.digest
+
+
+@pytest.mark.parametrize("directive", ["# escape=`", "#ESCAPE = `", "# syntax=x\n# escape=`"])
+def test_a_dockerfile_whose_escape_is_a_backtick_is_not_patched(directive: str) -> None:
+    # Given a Dockerfile whose parser directive makes the backtick its escape character (the
+    # lines gpudev writes continue and quote with backslashes: they would read otherwise)
+    old = f"{directive}\nFROM gpudev-python:bookworm\nUSER jovyan\n"
+    # When its container's changes are rendered, then it is refused, saying why
+    with pytest.raises(BadRequest, match="escape"):
+        render_box(full_changes(), "gpu", ".devcontainer/gpu/Dockerfile", old, None)
+
+
+def test_a_backslash_escape_or_a_late_directive_like_comment_is_patched() -> None:
+    for old in (
+        "# escape=\\\nFROM gpudev-python:bookworm\n",
+        "FROM gpudev-python:bookworm\n# escape=`\n",
+    ):
+        assert render_box(full_changes(), "gpu", "Dockerfile", old, None).diff
 
 
 def test_render_a_new_dockerfile_from_an_image_and_nothing_for_no_changes() -> None:
