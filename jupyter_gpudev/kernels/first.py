@@ -17,7 +17,12 @@ lease the ledger may free, see ``containers.reconcile``). While the launcher run
 its process is listed by the engine (``top``) with ``process.FIRST_RUNNING`` first in its
 script; after, the shell that runs the keep-alive command lists ``process.FIRST_ENDED`` and
 the kernel's exit code. That is how the first kernel is watched, without an exec
-(``process.ContainerProcesses``).
+(``process.ContainerProcesses``). Any process of the container can list itself so (the
+kernel runs its user's code): the launcher's host PID is taken right after the start, before
+it is told anything, while the container's processes are its init and the launcher only
+(``pin_launcher``); from then on only that process counts (``process.first_kernel``), its PID
+kept in the kernel's handle (``process.first_handle``). A launcher not seen then is told
+nothing.
 
 With nothing to read (the image's kernel command not known yet, a value that cannot be sent
 as a line, an input the engine did not attach), the launcher runs only the keep-alive
@@ -28,11 +33,27 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import ENGINE_FAILURES
 from .placements import PLACEMENTS
-from .process import FIRST_ENDED, FIRST_RUNNING, RUNTIME_DIR, argv_key, write_unlisted
+from .process import (
+    FIRST_ENDED,
+    FIRST_RUNNING,
+    RUNTIME_DIR,
+    START_POLL,
+    argv_key,
+    first_handle,
+    launcher_of,
+    list_processes,
+    write_unlisted,
+)
+
+#: Seconds the launcher of a container just started is waited for in its process listing
+#: (its init runs it within milliseconds of the start).
+FIRST_PIN_WAIT = 1.0
 
 LAUNCHER = f"""{FIRST_RUNNING}
 IFS= read -r connection || connection=
@@ -91,6 +112,23 @@ def instructions(
         return b""
 
 
+def pin_launcher(container: Any) -> int | None:
+    """The host PID of the launcher of ``container``, started and not told anything yet
+    (``process.launcher_of``); ``None`` when the engine does not list it within
+    ``FIRST_PIN_WAIT`` seconds, or lists several."""
+    api, container_id = container.client.api, str(container.id)
+    deadline = time.monotonic() + FIRST_PIN_WAIT
+    while True:
+        try:
+            rows = list_processes(api, container_id)
+        except ENGINE_FAILURES:
+            return None
+        launcher = launcher_of(rows)
+        if launcher is not None or len(rows) > 2 or time.monotonic() >= deadline:
+            return launcher
+        time.sleep(START_POLL)
+
+
 class FirstKernel:
     """A dedicated container's first kernel (``containers.model.FirstProcess``), as the
     provisioner describes it before the container exists: the lines are made once the engine
@@ -104,6 +142,13 @@ class FirstKernel:
         self._sent: tuple[str, ...] = ()
         #: The launcher read its instructions (the container started with them).
         self.started = False
+        #: The launcher's host PID, taken before it was told anything (``pin_launcher``).
+        self.launcher: int | None = None
+
+    @property
+    def handle(self) -> str:
+        """The kernel's handle (``process.first_handle``): its launcher's PID in it."""
+        return first_handle(self.launcher)
 
     def command(self, keep_alive: tuple[str, ...]) -> tuple[str, ...]:
         return ("/bin/sh", "-c", LAUNCHER, "gpudev-kernel", *keep_alive)
@@ -113,6 +158,10 @@ class FirstKernel:
         if argv is None:  # not known before a kernel of this image was started by an exec
             return b""
         data = self._lines(host, container, self.runtime_id, list(argv))
+        # Last before the launcher is told: until then no process of the user's runs.
+        self.launcher = pin_launcher(container) if data else None
+        if self.launcher is None:
+            data = b""
         self._sent = tuple(argv) if data else ()
         return data
 

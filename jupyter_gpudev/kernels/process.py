@@ -8,7 +8,6 @@ handed to the provisioner later, runtime files and all).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shlex
 import time
@@ -43,9 +42,12 @@ FIRST_POLL = 0.1
 FIRST_LOOKS = 3
 #: The width of the engine's process listing a first kernel is watched through.
 TOP_COLUMNS = 120
-#: Seconds a first kernel's host PID is waited for while its launcher has not forked it.
+#: Seconds a first kernel's host PID is waited for while its launcher has not forked it, right
+#: after its start (``watch_start``); a kernel reached again is looked up once.
 FIRST_FORK_WAIT = 2.0
-#: The handle (``start``'s) of a dedicated container's first kernel: not an exec id.
+#: The handle (``start``'s) of a dedicated container's first kernel: not an exec id. Followed
+#: by ``:`` and its launcher's host PID where that was taken at the container's start
+#: (``first_handle``); without (an earlier version's), any launcher listed counts.
 FIRST_HANDLE = "first"
 #: The first line of the first kernel's launcher (``kernels.first.LAUNCHER``) while it runs
 #: the kernel, and of the shell it becomes after (with the kernel's exit code): the engine
@@ -82,33 +84,111 @@ def runtime_files(runtime_id: str) -> tuple[str, str, str]:
     return kernel_file, pid_file, log_file
 
 
-def first_kernel(processes: list[Any]) -> tuple[bool, int | None, int]:
+def first_handle(launcher: int | None) -> str:
+    """The handle of a first kernel whose launcher has the host PID ``launcher`` (``None``:
+    not known, ``FIRST_HANDLE`` alone)."""
+    return FIRST_HANDLE if launcher is None else f"{FIRST_HANDLE}:{int(launcher)}"
+
+
+def is_first(handle: str) -> bool:
+    """Whether ``handle`` is a first kernel's (``first_handle``), not an exec id."""
+    return handle == FIRST_HANDLE or handle.startswith(f"{FIRST_HANDLE}:")
+
+
+def first_launcher(handle: str) -> int | None:
+    """The launcher's host PID a first kernel's handle names; ``None`` where it names none."""
+    if not handle.startswith(f"{FIRST_HANDLE}:"):
+        return None
+    digits = handle[len(FIRST_HANDLE) + 1 :]
+    if not digits.isascii() or not digits.isdigit() or len(digits) > len(str(PID_MAX)):
+        return None
+    number = int(digits)
+    return number if 0 < number <= PID_MAX else None
+
+
+def _pid(value: Any) -> int | None:
+    """A listed PID, ``None`` where it is not one."""
+    try:
+        number = int(str(value))
+    except ValueError:
+        return None
+    return number if 0 < number <= PID_MAX else None
+
+
+def launcher_of(processes: list[Any]) -> int | None:
+    """The launcher's host PID in the listing (``first_kernel``'s) of a container just
+    started, before its launcher was told anything: its processes are then its init and the
+    launcher, the one process listed as the launcher (none or several: ``None``)."""
+    rows = [row for row in processes if isinstance(row, list) and len(row) >= 3]
+    marked = [row[0] for row in rows if str(row[2]).startswith(FIRST_LISTED)]
+    return _pid(marked[0]) if len(marked) == 1 else None
+
+
+def first_kernel(processes: list[Any], launcher: int | None = None) -> tuple[bool, int | None, int]:
     """A first kernel as its container's processes say, listed by the engine's ``top`` with
     ``-o pid,ppid,args`` (host PIDs): whether its launcher still runs it, the kernel's host PID
     (the launcher's child) when listed, and its exit code once it ended (-1 where none is
-    listed). What the container's processes say is read as data: a process of the
-    container's that calls itself the launcher only misleads gpudev about the container's own
-    kernel."""
+    listed). What the container's processes say is read as data.
+
+    ``launcher``: the launcher's host PID, taken when the container started, before any
+    process of its user ran (``launcher_of``): only that process counts. It runs the kernel
+    while it is listed as the launcher; it ended, with its code, when it is listed as the
+    shell after; listed otherwise or not at all, it ended (-1). A process of the user's that
+    calls itself the launcher (a decoy) is not looked at. Without it (a kernel an earlier
+    version started), any process listed as the launcher counts: a decoy misleads gpudev
+    about that container's own kernel."""
     rows = [row for row in processes if isinstance(row, list) and len(row) >= 3]
+    if launcher is not None:
+        return _pinned(rows, launcher)
     marked = {row[0]: row[1] for row in rows if str(row[2]).startswith(FIRST_LISTED)}
     if not marked:
         for row in rows:
-            args = str(row[2])
-            if args.startswith(_ENDED_LISTED):
-                rest = args[len(_ENDED_LISTED) : len(_ENDED_LISTED) + 4]
-                digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]
-                return False, None, int(digits) if 0 < len(digits) <= 3 else -1
+            code = _ended_code(str(row[2]))
+            if code is not None:
+                return False, None, code
         return False, None, -1
     # The launcher is the marked process whose parent is not marked; its one child is the
     # kernel, from its fork (marked too: the subshell that becomes the kernel, same PID).
     launchers = {pid for pid, ppid in marked.items() if ppid not in marked}
     for pid, ppid, *_ in rows:
         if ppid in launchers:
-            with contextlib.suppress(ValueError):
-                number = int(pid)
-                if 0 < number <= PID_MAX:
-                    return True, number, -1
+            number = _pid(pid)
+            if number is not None:
+                return True, number, -1
     return True, None, -1
+
+
+def _pinned(rows: list[list[Any]], launcher: int) -> tuple[bool, int | None, int]:
+    """``first_kernel`` by the launcher's PID alone."""
+    args = next((str(row[2]) for row in rows if _pid(row[0]) == launcher), None)
+    if args is None or not args.startswith(FIRST_LISTED):
+        code = _ended_code(args) if args is not None else None
+        return False, None, -1 if code is None else code
+    for pid, ppid, *_ in rows:
+        if _pid(ppid) == launcher:
+            number = _pid(pid)
+            if number is not None:
+                return True, number, -1
+    return True, None, -1
+
+
+def _ended_code(args: str) -> int | None:
+    """The exit code the shell the launcher becomes lists (-1: not readable); ``None`` where
+    ``args`` are not that shell's."""
+    if not args.startswith(_ENDED_LISTED):
+        return None
+    rest = args[len(_ENDED_LISTED) : len(_ENDED_LISTED) + 4]
+    digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]
+    return int(digits) if 0 < len(digits) <= 3 else -1
+
+
+def list_processes(api: Any, container_id: str) -> list[Any]:
+    """The container's processes as ``first_kernel`` reads them (the engine's ``top``)."""
+    # The arguments cut to a width: the container's processes choose them (in shared mode
+    # one service polls every user's containers).
+    listed = api.top(container_id, ps_args=f"-o pid,ppid,args --cols {TOP_COLUMNS}")
+    rows = listed.get("Processes") if isinstance(listed, dict) else None
+    return rows if isinstance(rows, list) else []
 
 
 def kernelspec_argv(data: Any) -> list[str] | None:
@@ -181,6 +261,9 @@ class ContainerProcesses:
         self._user: str | None = None
         #: A first kernel is watched (``_first``: a process listing per check).
         self._watching_first = False
+        #: A kernel was just started here (``watch_start``): a first kernel's launcher may not
+        #: have forked it yet (``host_pid`` waits for it then, and only then).
+        self._just_started = False
 
     @property
     def user(self) -> str:
@@ -283,9 +366,9 @@ class ContainerProcesses:
         """Its exec's state: the kernel's exit code, ``None`` while it runs. A first kernel
         (``kernels.first``) runs while its launcher is listed, and its code is then listed too
         (``first_kernel``)."""
-        if handle == FIRST_HANDLE:
+        if is_first(handle):
             self._watching_first = True
-            return self._first_exit()
+            return self._first_exit(handle)
         state = self.api.exec_inspect(handle)
         pid = exec_pid(state)
         if pid is not None:
@@ -295,15 +378,16 @@ class ContainerProcesses:
     def host_pid(self, handle: str) -> int | None:
         """The kernel's PID on the host: the engine's for its exec (whose shell ``exec``s the
         kernel: the same process), which the container cannot forge; ``None`` once it ended.
-        The one ``exit_code`` read last is reused (a start's watch reads it)."""
+        The one ``exit_code`` read last is reused (a start's watch reads it). A first kernel's
+        is its launcher's child: waited for right after its start (the launcher forks it once
+        it has read its input), else looked up once (one reached again was forked long ago)."""
         pid = self._pids.get(handle)
-        if pid is None and handle == FIRST_HANDLE:
-            # Its launcher forks it once it has read its input: just after the start.
-            deadline = time.monotonic() + FIRST_FORK_WAIT
-            running, pid, _ = self._first()
+        if pid is None and is_first(handle):
+            deadline = time.monotonic() + (FIRST_FORK_WAIT if self._just_started else 0.0)
+            running, pid, _ = self._first(handle)
             while running and pid is None and time.monotonic() < deadline:
                 time.sleep(START_POLL)
-                running, pid, _ = self._first()
+                running, pid, _ = self._first(handle)
         elif pid is None:
             pid = exec_pid(self.api.exec_inspect(handle))
             if pid is not None:
@@ -313,6 +397,7 @@ class ContainerProcesses:
     def watch_start(self, poll: Callable[[], int | None], seconds: float) -> int | None:
         """Polled every ``START_POLL`` (an engine request, no exec) until it exits or
         ``seconds`` have passed."""
+        self._just_started = True
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             code = poll()
@@ -321,7 +406,7 @@ class ContainerProcesses:
             time.sleep(FIRST_POLL if self._watching_first else START_POLL)
         return None
 
-    def _first_exit(self) -> int | None:
+    def _first_exit(self, handle: str) -> int | None:
         """A first kernel's exit code, ``None`` while it runs. Only a listing that shows it
         ended gives a code at once; one that shows neither its launcher nor the shell after is
         looked at again (a listing is the engine running ``ps``), and a listing the engine
@@ -331,7 +416,7 @@ class ContainerProcesses:
             if attempt:
                 time.sleep(START_POLL)
             try:
-                running, _, code = self._first()
+                running, _, code = self._first(handle)
             except docker.errors.APIError:
                 state = self.api.inspect_container(self.container_id).get("State") or {}
                 if state.get("Running"):
@@ -343,15 +428,13 @@ class ContainerProcesses:
                 return code
         return -1
 
-    def _first(self) -> tuple[bool, int | None, int]:
-        """``first_kernel`` of this container's processes now (the kernel's PID kept)."""
-        # The arguments cut to a width: the container's processes choose them (in shared mode
-        # one service polls every user's containers).
-        listed = self.api.top(self.container_id, ps_args=f"-o pid,ppid,args --cols {TOP_COLUMNS}")
-        rows = listed.get("Processes") if isinstance(listed, dict) else None
-        running, pid, code = first_kernel(rows if isinstance(rows, list) else [])
+    def _first(self, handle: str) -> tuple[bool, int | None, int]:
+        """``first_kernel`` of this container's processes now, by the launcher ``handle``
+        names if any (the kernel's PID kept)."""
+        rows = list_processes(self.api, self.container_id)
+        running, pid, code = first_kernel(rows, first_launcher(handle))
         if pid is not None:
-            self._pids[FIRST_HANDLE] = pid
+            self._pids[handle] = pid
         return running, pid, code
 
     def send_signal(self, runtime_id: str, signum: int) -> None:

@@ -41,7 +41,7 @@ from .first import FirstKernel
 from .first import instructions as first_instructions
 from .live import KernelPlacement, KernelRegistry
 from .placements import PLACEMENTS
-from .process import FIRST_HANDLE, PORT_NAMES, runtime_files
+from .process import PORT_NAMES, is_first, runtime_files
 from .runtime import KernelProcesses, kernel_processes, processes_type
 
 T = TypeVar("T")
@@ -133,8 +133,8 @@ class GPUDevProvisioner(KernelProvisionerBase):
     # State, persisted through get/load_provisioner_info for reconnection after a restart.
     _container_name: str = ""
     _dedicated: bool = False
-    #: The kernel's handle (``KernelProcesses.start``): a Docker exec id, or ``pod:`` and its
-    #: pod's name.
+    #: The kernel's handle (``KernelProcesses.start``): a Docker exec id, ``pod:`` and its
+    #: pod's name, or a dedicated container's first kernel's (``process.first_handle``).
     _exec_id: str = ""
     #: The stem of its runtime files (a kernel handed over from the warm pool keeps its own).
     _runtime_id: str = ""
@@ -429,7 +429,9 @@ class GPUDevProvisioner(KernelProvisionerBase):
         self._runtime_id = first.runtime_id
         reached = processes.reach(self._ports)
         _, connection = self._connections(reached)
-        self._exec_id = FIRST_HANDLE
+        # Its launcher's host PID, taken at the container's start, in it: kept across a
+        # server's restart with the handle (``process.first_handle``).
+        self._exec_id = first.handle
         kernel_file, _, _ = runtime_files(self._runtime_id)
         argv = [kernel_file if arg == "{connection_file}" else arg for arg in first.argv]
         self._exit_code = None
@@ -600,7 +602,7 @@ class GPUDevProvisioner(KernelProvisionerBase):
             self._exit_code = -1
             return self._exit_code
         self._unreachable_since = 0.0
-        if code is not None and self._exec_id == FIRST_HANDLE and self._launched:
+        if code is not None and is_first(self._exec_id) and self._launched:
             self.log.info(
                 "gpudev kernel %s: its first process in %s ended (%s)",
                 self.kernel_id,

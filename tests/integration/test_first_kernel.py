@@ -23,16 +23,19 @@ from jupyter_gpudev.containers.commandlog import LOG, SHIMS
 from jupyter_gpudev.containers.targets import attach_input
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.kernels import provisioner
-from jupyter_gpudev.kernels.first import LAUNCHER, FirstKernel, instructions
+from jupyter_gpudev.kernels.first import LAUNCHER, FirstKernel, instructions, pin_launcher
 from jupyter_gpudev.kernels.process import (
     FIRST_HANDLE,
     FIRST_LISTED,
     FIRST_RUNNING,
     IMAGE_KERNELSPECS,
+    TOP_COLUMNS,
     ContainerProcesses,
+    first_handle,
 )
 from jupyter_gpudev.labels import L_OWNER
 from tests.integration.test_kernels import A100_1, kernel_manager, run
+from tests.leaks import Baseline, assert_nothing_leaked
 
 pytestmark = pytest.mark.integration
 
@@ -195,6 +198,8 @@ def test_the_launcher_notes_its_kernel_exit_and_keeps_the_container_up(
         given = attach_input(container)
         assert given is not None
         container.start()
+        handle = first_handle(pin_launcher(container))  # before it is told anything
+        assert handle != FIRST_HANDLE
         told = instructions(
             connection={"key": "k3y"},
             runtime_id="kernel-t",
@@ -205,14 +210,15 @@ def test_the_launcher_notes_its_kernel_exit_and_keeps_the_container_up(
         given.deliver(told)
         processes = ContainerProcesses(HostPool().get("local"), container)
         # Then the kernel runs while the launcher is listed, with its host PID known
-        assert processes.exit_code(FIRST_HANDLE, "kernel-t") is None
-        assert processes.host_pid(FIRST_HANDLE) is not None
+        assert processes.watch_start(lambda: processes.exit_code(handle, "kernel-t"), 0) is None
+        assert processes.exit_code(handle, "kernel-t") is None
+        assert processes.host_pid(handle) is not None
         # And when it ends, its exit code is the one the launcher wrote
         deadline = time.monotonic() + 20
         code = None
         while code is None and time.monotonic() < deadline:
             time.sleep(0.2)
-            code = processes.exit_code(FIRST_HANDLE, "kernel-t")
+            code = processes.exit_code(handle, "kernel-t")
         assert code == 3
         # And its output went to its log, its connection file is its user's only
         assert processes.log_tail("kernel-t") == ["42 /tmp"]
@@ -428,3 +434,61 @@ async def test_a_kernel_key_is_never_an_argument_where_the_shell_has_no_builtin_
             noted = output(container, ["sh", "-c", "cat /tmp/printf-args 2>/dev/null; true"])
             assert km.session.key not in noted
             assert b"sha256" not in noted  # (the connection's signature scheme)
+
+
+#: A cell of a hostile user: a childless process that lists itself as the launcher
+#: (``/bin/sh -c "#gpudev-kernel-running..."``, a Python running a comment and a sleep), in a
+#: session of its own; it is left a child of the container's init once the kernel is gone.
+DECOY = (
+    "import subprocess, sys\n"
+    "decoy = subprocess.Popen(\n"
+    "    ['/bin/sh', '-c', '#gpudev-kernel-running\\nimport time; time.sleep(600)'],\n"
+    "    executable=sys.executable, start_new_session=True, stdin=subprocess.DEVNULL,\n"
+    "    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,\n"
+    ")\n"
+    "print(decoy.pid)\n"
+)
+
+
+async def test_a_decoy_launcher_neither_keeps_a_dead_first_kernel_alive_nor_stalls_its_pid(
+    manager: DevContainers, docker_client: docker.DockerClient
+) -> None:
+    # Given a dedicated container whose kernel started with it
+    await learn_the_image_kernel(manager, "gpudev-default")
+    baseline = Baseline.take(docker_client, ignore_removed=True)
+    async with running_kernel(manager) as (km, client):
+        container = docker_client.containers.get(docker_name(f"kernel-{km.kernel_id}"))
+        init = container.attrs["State"]["Pid"]
+        gpudev = km.provisioner
+        assert isinstance(gpudev, provisioner.GPUDevProvisioner)
+        handle = gpudev._exec_id
+        # When its user starts a process that lists itself as the launcher
+        _, reply = await run(client, DECOY)
+        assert reply["status"] == "ok", reply
+        ps_args = f"-o pid,ppid,args --cols {TOP_COLUMNS}"
+        rows = docker_client.api.top(str(container.id), ps_args=ps_args)["Processes"]
+        marked = {int(row[0]): int(row[1]) for row in rows if row[2].startswith(FIRST_LISTED)}
+        launcher = next(pid for pid, parent in marked.items() if parent == init)
+        assert len(marked) == 2  # the launcher and the decoy (a child of the kernel)
+        # And the kernel exits
+        client.execute("import os; os._exit(7)")
+        # Then the kernel is seen ended, with its code, within a few seconds
+        deadline = time.monotonic() + 5
+        while await km.is_alive():
+            assert time.monotonic() < deadline, "the decoy kept the ended kernel alive"
+            await asyncio.sleep(0.1)
+        assert await gpudev.poll() == 7
+        # And the decoy runs on, a child of init: only the launcher pinned at the start counted
+        rows = docker_client.api.top(str(container.id), ps_args=ps_args)["Processes"]
+        decoys = [row for row in rows if row[2].startswith(FIRST_LISTED)]
+        assert [int(row[1]) for row in decoys] == [init]
+        assert int(decoys[0][0]) != launcher
+        assert handle == f"{FIRST_HANDLE}:{launcher}"
+        # And the kernel's host PID is looked up once, never waited for, by this handle or
+        # by an earlier version's (a restarted server reaching the kernel again)
+        for looked_up in (handle, FIRST_HANDLE):
+            processes = ContainerProcesses(HostPool().get("local"), container)
+            started = time.monotonic()
+            assert processes.host_pid(looked_up) is None
+            assert time.monotonic() - started < 1
+    assert_nothing_leaked(docker_client, baseline, server_id=manager.server_id)

@@ -4,12 +4,15 @@ how its process is recognised in the engine's process listing."""
 from __future__ import annotations
 
 import json
+import time
 from types import SimpleNamespace
 from typing import Any, cast
 
 import docker.errors
 import pytest
 
+from jupyter_gpudev.kernels import first as first_module
+from jupyter_gpudev.kernels import process
 from jupyter_gpudev.kernels.first import LAUNCHER, FirstKernel, instructions
 from jupyter_gpudev.kernels.placements import PLACEMENTS
 from jupyter_gpudev.kernels.process import (
@@ -19,7 +22,11 @@ from jupyter_gpudev.kernels.process import (
     FIRST_RUNNING,
     ContainerProcesses,
     argv_key,
+    first_handle,
     first_kernel,
+    first_launcher,
+    is_first,
+    launcher_of,
 )
 from jupyter_gpudev.labels import L_OWNER
 
@@ -88,8 +95,13 @@ def test_the_key_is_in_the_input_never_in_the_command() -> None:
 
 
 class _Created:
-    def __init__(self, image: str) -> None:
+    """A container just created and started: its engine lists ``listings`` (one per call, the
+    last one again), docker-init and the launcher by default."""
+
+    def __init__(self, image: str, listings: list[Any] | None = None) -> None:
+        self.id = "c" * 64
         self.attrs = {"Image": image, "Config": {"WorkingDir": "/w", "Labels": {L_OWNER: "a"}}}
+        self.client = SimpleNamespace(api=_Engine(listings or [[INIT_ROW, LAUNCHER_ROW]]))
 
 
 def test_an_image_whose_kernel_command_is_not_known_gets_no_first_kernel() -> None:
@@ -120,6 +132,9 @@ def test_a_known_image_gets_its_kernel_command_and_counts_as_started_once_delive
     first.delivered()
     assert first.started
     assert first.argv == ("python3", "-m", "ipykernel_launcher", "-f", "{connection_file}")
+    # And its launcher's host PID was taken before it was told anything: its handle names it
+    assert first.launcher == 100
+    assert first.handle == "first:100"
 
 
 LAUNCHER_ROW = [
@@ -127,6 +142,58 @@ LAUNCHER_ROW = [
     "90",
     f"{FIRST_LISTED} IFS= read -r connection ... gpudev-kernel sleep infinity",
 ]
+INIT_ROW = ["90", "80", "/sbin/docker-init -- /bin/sh -c #gpudev-kernel-running ..."]
+
+
+def test_the_launcher_is_pinned_once_listed_before_it_is_told_anything() -> None:
+    # Given a container just started whose init has not run the launcher yet
+    image = "sha256:" + "2" * 64
+    PLACEMENTS.remember_argv(argv_key(_Created(image)), ["python3", "{connection_file}"])
+    container = _Created(image, [[INIT_ROW], [INIT_ROW], [INIT_ROW, LAUNCHER_ROW]])
+    first = FirstKernel("kernel-a", lambda *_: b"lines")
+    # When it is told what to run
+    assert first.instructions(None, container) == b"lines"
+    # Then the launcher was waited for, and its PID is the one that counts from then on
+    assert container.client.api.tops == 3
+    assert first.launcher == 100
+
+
+@pytest.mark.parametrize(
+    "listing",
+    [
+        [INIT_ROW],  # never listed
+        [INIT_ROW, LAUNCHER_ROW, ["120", "90", LAUNCHER_ROW[2]]],  # two: which one is not known
+        docker.errors.APIError("Unexpected pid"),  # the engine could not list it
+    ],
+)
+def test_a_launcher_not_pinned_is_told_nothing_and_the_kernel_is_execd(
+    monkeypatch: pytest.MonkeyPatch, listing: Any
+) -> None:
+    monkeypatch.setattr(first_module, "FIRST_PIN_WAIT", 0.05)
+    image = "sha256:" + "3" * 64
+    PLACEMENTS.remember_argv(argv_key(_Created(image)), ["python3", "{connection_file}"])
+    first = FirstKernel("kernel-a", lambda *_: b"lines")
+    assert first.instructions(None, _Created(image, [listing])) == b""
+    first.delivered()
+    assert not first.started
+    assert first.launcher is None
+
+
+def test_the_launcher_is_the_one_marked_process_of_a_container_just_started() -> None:
+    assert launcher_of([INIT_ROW, LAUNCHER_ROW]) == 100
+    assert launcher_of([INIT_ROW]) is None
+    assert launcher_of([INIT_ROW, LAUNCHER_ROW, ["101", "100", LAUNCHER_ROW[2]]]) is None
+    assert launcher_of([["x", "90", LAUNCHER_ROW[2]]]) is None
+
+
+def test_a_first_kernels_handle_names_its_launcher_where_it_was_pinned() -> None:
+    assert first_handle(100) == "first:100"
+    assert first_handle(None) == FIRST_HANDLE
+    assert first_launcher("first:100") == 100
+    assert all(is_first(handle) for handle in ("first", "first:100"))
+    for handle in ("first", "first:", "first:x", "first:-1", f"first:{1 << 40}", "0" * 64):
+        assert first_launcher(handle) is None
+    assert not any(is_first(handle) for handle in ("0" * 64, "pod:kernel-a", "firsts", ""))
 
 
 def test_the_launcher_runs_while_listed_and_its_child_is_the_kernel() -> None:
@@ -178,6 +245,44 @@ def test_no_launcher_listed_means_the_first_kernel_ended() -> None:
 )
 def test_hostile_rows_give_no_pid(rows: list[Any]) -> None:
     assert first_kernel(rows) == (True, None, -1)
+    assert first_kernel(rows, 100) == (True, None, -1)
+
+
+#: A process of the container's user (their kernel runs any code) that calls itself the
+#: launcher: ``/bin/sh -c "#gpudev-kernel-running..."`` exec'd, a child of init once its
+#: parent is gone.
+DECOY = ["200", "90", f"{FIRST_LISTED} sleep 600"]
+ENDED = ["100", "90", f'/bin/sh -c {FIRST_ENDED}3?"$@"?exit gpudev-kernel sleep infinity']
+
+
+def test_a_decoy_does_not_keep_an_ended_pinned_kernel_running() -> None:
+    rows = [INIT_ROW, DECOY, ENDED, ["101", "100", "sleep infinity"]]
+    assert first_kernel(rows, 100) == (False, None, 3)
+
+
+def test_a_decoys_child_is_never_the_pinned_launchers_kernel() -> None:
+    rows = [INIT_ROW, DECOY, ["201", "200", "python3 -c decoy"], LAUNCHER_ROW]
+    rows.append(["101", "100", "python3 -m ipykernel_launcher"])
+    assert first_kernel(rows, 100) == (True, 101, -1)
+    # not forked yet: running, its PID not known, whatever the decoy's child
+    assert first_kernel(rows[:4], 100) == (True, None, -1)
+
+
+def test_a_pinned_launcher_listed_as_something_else_or_not_at_all_ended_without_a_code() -> None:
+    assert first_kernel([INIT_ROW, DECOY, ["100", "90", "sleep infinity"]], 100) == (
+        False,
+        None,
+        -1,
+    )
+    assert first_kernel([INIT_ROW, DECOY, ["201", "200", "python3"]], 100) == (False, None, -1)
+    assert first_kernel([], 100) == (False, None, -1)
+
+
+def test_without_a_pinned_launcher_the_marked_processes_tell_as_before() -> None:
+    # an earlier version's record: any marked process counts (a decoy misleads it)
+    assert first_kernel([INIT_ROW, DECOY, ENDED, ["101", "100", "sleep"]]) == (True, None, -1)
+    assert first_kernel([INIT_ROW, ENDED, ["101", "100", "sleep"]]) == (False, None, 3)
+    assert first_kernel([INIT_ROW, LAUNCHER_ROW, ["101", "100", "python3"]]) == (True, 101, -1)
 
 
 def test_a_value_that_is_not_utf8_leaves_the_kernel_to_an_exec() -> None:
@@ -234,5 +339,53 @@ def test_a_first_kernels_end_is_taken_at_once() -> None:
 
 def test_a_listing_the_engine_cannot_give_leaves_a_running_containers_kernel_running() -> None:
     failing = docker.errors.APIError("Unexpected pid")
-    assert watched(_Engine([failing])).exit_code(FIRST_HANDLE, "kernel-a") is None
-    assert watched(_Engine([failing], running=False)).exit_code(FIRST_HANDLE, "kernel-a") == -1
+    for handle in (FIRST_HANDLE, "first:100"):
+        assert watched(_Engine([failing])).exit_code(handle, "kernel-a") is None
+        assert watched(_Engine([failing], running=False)).exit_code(handle, "kernel-a") == -1
+
+
+def test_a_pinned_kernel_ended_beside_a_decoy_is_seen_ended_at_once() -> None:
+    engine = _Engine([[INIT_ROW, DECOY, ENDED, ["101", "100", "sleep infinity"]]])
+    processes = watched(engine)
+    assert processes.exit_code("first:100", "kernel-a") == 3
+    assert engine.tops == 1
+    started = time.monotonic()
+    assert processes.host_pid("first:100") is None
+    assert time.monotonic() - started < 0.5
+    assert engine.tops == 2
+
+
+def test_a_pinned_kernel_not_listed_is_gone_after_its_looks_whatever_the_decoys() -> None:
+    engine = _Engine([[INIT_ROW, DECOY]])
+    assert watched(engine).exit_code("first:100", "kernel-a") == -1
+    assert engine.tops == process.FIRST_LOOKS
+
+
+def test_a_pinned_kernels_pid_is_its_launchers_child() -> None:
+    rows = [INIT_ROW, DECOY, ["201", "200", "python3"], LAUNCHER_ROW, ["101", "100", "python3"]]
+    processes = watched(_Engine([rows]))
+    assert processes.exit_code("first:100", "kernel-a") is None
+    assert processes.host_pid("first:100") == 101
+
+
+def test_a_kernel_reached_again_is_looked_up_once_not_waited_for() -> None:
+    # A kernel reached again after a restart (no start watched): its launcher forked it long
+    # ago; a decoy (an earlier version's record) or a launcher not forked makes no wait
+    for handle, rows in (
+        (FIRST_HANDLE, [INIT_ROW, DECOY, ENDED]),
+        ("first:100", [INIT_ROW, LAUNCHER_ROW]),
+    ):
+        engine = _Engine([rows])
+        started = time.monotonic()
+        assert watched(engine).host_pid(handle) is None
+        assert time.monotonic() - started < 0.5
+        assert engine.tops == 1
+
+
+def test_a_kernel_just_started_is_waited_for_until_its_launcher_forks_it() -> None:
+    forked = [INIT_ROW, LAUNCHER_ROW, ["101", "100", "python3"]]
+    engine = _Engine([[INIT_ROW, LAUNCHER_ROW], [INIT_ROW, LAUNCHER_ROW], forked])
+    processes = watched(engine)
+    assert processes.watch_start(lambda: None, 0) is None
+    assert processes.host_pid("first:100") == 101
+    assert engine.tops == 3
