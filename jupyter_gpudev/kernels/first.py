@@ -35,8 +35,11 @@ import json
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from ..engine.attribution import container_id
+from ..engine.gpuprocs import PID_MAX
 from ..errors import ENGINE_FAILURES
 from .placements import PLACEMENTS
 from .process import (
@@ -54,6 +57,12 @@ from .process import (
 #: Seconds the launcher of a container just started is waited for in its process listing
 #: (its init runs it within milliseconds of the start).
 FIRST_PIN_WAIT = 1.0
+#: Where the processes of a local engine are read (the server on the engine's machine).
+PROC = Path("/proc")
+#: Seconds the launcher is looked for in ``PROC`` before the engine's listing is asked.
+PROC_PIN_WAIT = 0.02
+#: How the launcher's command line starts in ``/proc/PID/cmdline``.
+_LAUNCHER_CMDLINE = b"/bin/sh\0-c\0" + FIRST_RUNNING.encode()
 
 LAUNCHER = f"""{FIRST_RUNNING}
 IFS= read -r connection || connection=
@@ -112,15 +121,72 @@ def instructions(
         return b""
 
 
-def pin_launcher(container: Any) -> int | None:
-    """The host PID of the launcher of ``container``, started and not told anything yet
-    (``process.launcher_of``); ``None`` when the engine does not list it within
-    ``FIRST_PIN_WAIT`` seconds, or lists several."""
-    api, container_id = container.client.api, str(container.id)
+def _read(path: Path, limit: int) -> bytes | None:
+    try:
+        with path.open("rb") as stream:
+            return stream.read(limit)
+    except OSError:
+        return None
+
+
+def _is_launcher(pid: int, full_id: str, proc: Path) -> bool:
+    """Whether ``pid`` in ``proc`` runs the launcher, in the container ``full_id``."""
+    cmdline = _read(proc / str(pid) / "cmdline", len(_LAUNCHER_CMDLINE))
+    cgroup = _read(proc / str(pid) / "cgroup", 8192)
+    if cmdline != _LAUNCHER_CMDLINE or cgroup is None:
+        return False
+    return container_id(cgroup.decode(errors="replace")) == full_id
+
+
+def launcher_in_proc(init: int, full_id: str, proc: Path = PROC) -> int | None:
+    """The launcher's host PID as this machine's ``/proc`` shows it: the container's init's
+    one child (the init itself in a container without one), its command line the
+    launcher's and its cgroup the container's; ``None`` where that is not so (yet), or this
+    ``/proc`` is not the engine's (a server in a container of its own)."""
+    if not 0 < init <= PID_MAX:
+        return None
+    if _is_launcher(init, full_id, proc):
+        return init
+    listed = _read(proc / str(init) / "task" / str(init) / "children", 4096)
+    children = (listed or b"").split()
+    if len(children) != 1 or not children[0].isdigit():
+        return None
+    child = int(children[0])
+    return child if 0 < child <= PID_MAX and _is_launcher(child, full_id, proc) else None
+
+
+def _pin_in_proc(container: Any) -> int | None:
+    """``launcher_in_proc``, waited for ``PROC_PIN_WAIT`` seconds (its init forks it as the
+    container starts): about 1 ms, where the engine's listing takes 10-12."""
+    try:
+        state = container.client.api.inspect_container(str(container.id)).get("State") or {}
+    except ENGINE_FAILURES:
+        return None
+    init, full_id = state.get("Pid"), str(container.id)
+    if type(init) is not int:
+        return None
+    deadline = time.monotonic() + PROC_PIN_WAIT
+    while True:
+        found = launcher_in_proc(init, full_id)
+        if found is not None or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.002)
+
+
+def pin_launcher(container: Any, *, local: bool = False) -> int | None:
+    """The host PID of the launcher of ``container``, started and not told anything yet:
+    read from this machine's ``/proc`` where the engine is ``local`` and it is there, else
+    from the engine's listing (``process.launcher_of``); ``None`` when the engine does not
+    list it within ``FIRST_PIN_WAIT`` seconds, or lists several."""
+    if local:
+        found = _pin_in_proc(container)
+        if found is not None:
+            return found
+    api, full_id = container.client.api, str(container.id)
     deadline = time.monotonic() + FIRST_PIN_WAIT
     while True:
         try:
-            rows = list_processes(api, container_id)
+            rows = list_processes(api, full_id)
         except ENGINE_FAILURES:
             return None
         launcher = launcher_of(rows)
@@ -159,7 +225,8 @@ class FirstKernel:
             return b""
         data = self._lines(host, container, self.runtime_id, list(argv))
         # Last before the launcher is told: until then no process of the user's runs.
-        self.launcher = pin_launcher(container) if data else None
+        local = bool(getattr(getattr(host, "spec", None), "is_local", False))
+        self.launcher = pin_launcher(container, local=local) if data else None
         if self.launcher is None:
             data = b""
         self._sent = tuple(argv) if data else ()

@@ -23,7 +23,13 @@ from jupyter_gpudev.containers.commandlog import LOG, SHIMS
 from jupyter_gpudev.containers.targets import attach_input
 from jupyter_gpudev.engine import HostPool
 from jupyter_gpudev.kernels import provisioner
-from jupyter_gpudev.kernels.first import LAUNCHER, FirstKernel, instructions, pin_launcher
+from jupyter_gpudev.kernels.first import (
+    LAUNCHER,
+    FirstKernel,
+    instructions,
+    launcher_in_proc,
+    pin_launcher,
+)
 from jupyter_gpudev.kernels.process import (
     FIRST_HANDLE,
     FIRST_LISTED,
@@ -32,6 +38,7 @@ from jupyter_gpudev.kernels.process import (
     TOP_COLUMNS,
     ContainerProcesses,
     first_handle,
+    first_launcher,
 )
 from jupyter_gpudev.labels import L_OWNER
 from tests.integration.test_kernels import A100_1, kernel_manager, run
@@ -200,6 +207,11 @@ def test_the_launcher_notes_its_kernel_exit_and_keeps_the_container_up(
         container.start()
         handle = first_handle(pin_launcher(container))  # before it is told anything
         assert handle != FIRST_HANDLE
+        # (read from this machine's /proc, the launcher the engine lists)
+        assert pin_launcher(container, local=True) == first_launcher(handle)
+        init = int(docker_client.api.inspect_container(str(container.id))["State"]["Pid"])
+        assert launcher_in_proc(init, str(container.id)) == first_launcher(handle)
+        assert launcher_in_proc(init, "0" * 64) is None  # (another container's id)
         told = instructions(
             connection={"key": "k3y"},
             runtime_id="kernel-t",

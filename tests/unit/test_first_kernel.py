@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -389,3 +390,61 @@ def test_a_kernel_just_started_is_waited_for_until_its_launcher_forks_it() -> No
     assert processes.watch_start(lambda: None, 0) is None
     assert processes.host_pid("first:100") == 101
     assert engine.tops == 3
+
+
+FULL_ID = "a" * 64
+CGROUP = f"0::/system.slice/docker-{FULL_ID}.scope\n"
+LAUNCHER_CMDLINE = b"/bin/sh\0-c\0" + LAUNCHER.encode() + b"\0gpudev-kernel\0sleep\0"
+
+
+def fake_proc(root: Path, processes: dict[int, tuple[bytes, str, list[int]]]) -> Path:
+    """A ``/proc`` with ``processes``: PID -> (command line, cgroup, children)."""
+    for pid, (cmdline, cgroup, children) in processes.items():
+        (root / str(pid) / "task" / str(pid)).mkdir(parents=True)
+        (root / str(pid) / "cmdline").write_bytes(cmdline)
+        (root / str(pid) / "cgroup").write_text(cgroup)
+        (root / str(pid) / "task" / str(pid) / "children").write_text(
+            "".join(f"{child} " for child in children)
+        )
+    return root
+
+
+def test_the_launcher_is_read_from_proc_as_the_inits_one_child_in_the_container(
+    tmp_path: Path,
+) -> None:
+    init = (b"/sbin/docker-init\0--\0/bin/sh\0", CGROUP, [101])
+    proc = fake_proc(tmp_path, {100: init, 101: (LAUNCHER_CMDLINE, CGROUP, [])})
+    assert first_module.launcher_in_proc(100, FULL_ID, proc) == 101
+    # Not another container's, nor where the init has another child, or none yet
+    assert first_module.launcher_in_proc(100, "b" * 64, proc) is None
+
+
+@pytest.mark.parametrize(
+    "processes",
+    [
+        # the init has not run the launcher yet (its child still the init's program)
+        {100: (b"/sbin/docker-init\0", CGROUP, [101]), 101: (b"/sbin/docker-init\0", CGROUP, [])},
+        # two children
+        {
+            100: (b"/sbin/docker-init\0", CGROUP, [101, 102]),
+            101: (LAUNCHER_CMDLINE, CGROUP, []),
+            102: (LAUNCHER_CMDLINE, CGROUP, []),
+        },
+        # a process that calls itself the launcher in another cgroup (this /proc is not the
+        # engine's: a server in a container of its own)
+        {100: (b"/sbin/docker-init\0", "0::/\n", [101]), 101: (LAUNCHER_CMDLINE, "0::/\n", [])},
+        # nothing there
+        {},
+    ],
+)
+def test_a_launcher_not_read_from_proc_is_asked_of_the_engine(
+    tmp_path: Path, processes: dict[int, tuple[bytes, str, list[int]]]
+) -> None:
+    assert first_module.launcher_in_proc(100, FULL_ID, fake_proc(tmp_path, processes)) is None
+
+
+def test_a_container_without_an_init_has_the_launcher_as_its_first_process(
+    tmp_path: Path,
+) -> None:
+    proc = fake_proc(tmp_path, {100: (LAUNCHER_CMDLINE, CGROUP, [])})
+    assert first_module.launcher_in_proc(100, FULL_ID, proc) == 100
