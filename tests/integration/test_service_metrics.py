@@ -28,16 +28,22 @@ class HeaderUsers(IdentityProvider):
         return User(username=name) if name else None
 
 
+def as_service(config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
+    """``config`` made the shared service's (as ``jupyter gpudev serve`` sets its ServerApp),
+    its users named by ``HeaderUsers``, their folders under ``tmp_path / "users"``."""
+    monkeypatch.setattr(ServerApp, "gpudev_shared_service", True, raising=False)
+    config.ServerApp.identity_provider_class = HeaderUsers
+    config.GPUDevService.user_root = str(tmp_path / "users" / "{user}")
+    (tmp_path / "users").mkdir()
+    return config
+
+
 @pytest.fixture
 def jp_server_config(
     jp_server_config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Config:
-    # The server is the shared service (jupyter gpudev serve sets this on its ServerApp).
-    monkeypatch.setattr(ServerApp, "gpudev_shared_service", True, raising=False)
-    jp_server_config.ServerApp.identity_provider_class = HeaderUsers
-    jp_server_config.GPUDevService.user_root = str(tmp_path / "users" / "{user}")
+    as_service(jp_server_config, tmp_path, monkeypatch)
     jp_server_config.Access.admin_users = {"boss"}
-    (tmp_path / "users").mkdir()
     return jp_server_config
 
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import docker
 import pytest
-from jupyter_server.auth.identity import IdentityProvider, User
 from jupyter_server.serverapp import ServerApp
 from ptyprocess import PtyProcess
 from tornado.httpclient import HTTPClientError
@@ -28,6 +27,7 @@ from jupyter_gpudev.handlers.base import SETTINGS_KEY
 from jupyter_gpudev.labels import L_SERVER
 from jupyter_gpudev.shared.authority import Authority
 from jupyter_gpudev.shared.terminals import TerminalCount
+from tests.integration.test_service_metrics import as_service
 from tests.leaks import Baseline, assert_nothing_leaked
 
 WSFetch = Callable[..., Awaitable[WebSocketClientConnection]]
@@ -37,24 +37,12 @@ pytestmark = pytest.mark.integration
 ALICE, BOB = "alice", "bob"
 
 
-class HeaderUsers(IdentityProvider):
-    """The user a request names in ``X-Test-User`` (none: not logged in)."""
-
-    def get_user(self, handler: Any) -> User | None:
-        name = handler.request.headers.get("X-Test-User")
-        return User(username=name) if name else None
-
-
 @pytest.fixture
 def jp_server_config(
     jp_server_config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Config:
-    # The server is the shared service (jupyter gpudev serve sets this on its ServerApp).
-    monkeypatch.setattr(ServerApp, "gpudev_shared_service", True, raising=False)
-    jp_server_config.ServerApp.identity_provider_class = HeaderUsers
-    jp_server_config.GPUDevService.user_root = str(tmp_path / "users" / "{user}")
+    as_service(jp_server_config, tmp_path, monkeypatch)
     jp_server_config.GPUDevService.terminals_per_user = 2
-    (tmp_path / "users").mkdir()
     return jp_server_config
 
 
