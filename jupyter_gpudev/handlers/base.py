@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
@@ -52,6 +52,15 @@ class UserViews(Protocol):
     (``shared.authority.Authority``; ``GPUDevApp`` puts it in the settings)."""
 
     def for_user(self, name: str, *, hub_admin: bool = False) -> Services: ...
+
+
+@runtime_checkable
+class AdminStatus(Protocol):
+    """An identity provider that says whether a user is an administrator now, without their
+    token (``shared.identity.HubIdentityProvider``): rights granted earlier are checked
+    again when they are used."""
+
+    async def is_admin(self, name: str) -> bool: ...
 
 
 def authorized_to_execute(method: F) -> F:

@@ -45,7 +45,7 @@ from tornado.websocket import (
 
 from ..access import Caller
 from ..errors import GPUDevError
-from .base import GPUDevHandler, authorized_to_execute, maps_errors
+from .base import AdminStatus, GPUDevHandler, authorized_to_execute, maps_errors
 from .capabilities import AppCapability
 
 #: What a proxied app's pages may do in their sandbox: everything but share an origin with
@@ -644,13 +644,21 @@ class AppProxyHandler(PortProxyHandler):
     async def _target(self, name: str, port: str) -> tuple[str, int]:
         del name, port  # the capability's own
         grant = self.grant
-        who = Caller(grant.user, admin=grant.admin)
-        containers = self.gpudev_of(grant.user, admin=grant.admin).containers
+        admin = grant.admin and await self._still_admin(grant.user)
+        who = Caller(grant.user, admin=admin)
+        containers = self.gpudev_of(grant.user, admin=admin).containers
         target = functools.partial(
             containers.proxy_target, grant.name, grant.port, grant.host, caller=who
         )
         host, target_port = await self.blocking(target)
         return str(host), int(target_port)
+
+    async def _still_admin(self, name: str) -> bool:
+        """Whether ``name``, an administrator when the capability was granted, still is (the
+        shared service asks the Hub, ``AdminStatus``): a demoted administrator's links to
+        other users' apps end with the demotion, not with the capability's lifetime."""
+        provider = self.identity_provider
+        return await provider.is_admin(name) if isinstance(provider, AdminStatus) else True
 
     def _drop_set_cookie(self, name: str) -> bool:
         """Every cookie the app sets: the browser would keep it for Jupyter's origin (and send

@@ -106,6 +106,8 @@ class HubIdentityProvider(IdentityProvider):
         #: By token hash: (when the answer stops being used: on the monotonic clock, then on
         #: the wall clock (the token's expiry), the answer).
         self._cache: dict[str, tuple[float, float, HubUser | str | None]] = {}
+        #: By user name: (when the answer stops being used, on the monotonic clock; admin).
+        self._admins: dict[str, tuple[float, bool]] = {}
 
     @property
     def auth_enabled(self) -> bool:
@@ -156,6 +158,26 @@ class HubIdentityProvider(IdentityProvider):
         else:
             self._cache.pop(key, None)
         return answer
+
+    async def is_admin(self, name: str) -> bool:
+        """Whether the Hub says user ``name`` is an administrator now (read with the
+        service's own token, kept ``cache_seconds``): for rights granted earlier and used
+        without a token (a web app's capability), so that a demotion ends them as it ends a
+        token's. A user the Hub does not know is not one."""
+        cached = self._admins.get(name)
+        if cached is not None and time.monotonic() < cached[0]:
+            return cached[1]
+        if not self.api_url or not self.api_token or not USER_NAME.fullmatch(name):
+            return False
+        account = await self._hub_get(
+            f"/users/{quote(name, safe='')}", self.api_token, service=True
+        )
+        admin = account is not None and account.get("admin") is True
+        if self.cache_seconds > 0:
+            if len(self._admins) > 10_000:  # a bound, not a policy
+                self._admins.clear()
+            self._admins[name] = (time.monotonic() + self.cache_seconds, admin)
+        return admin
 
     async def _ask_hub(self, token: str) -> tuple[HubUser | str | None, float]:
         """The answer for ``token`` and the wall-clock time past which it must not be used."""

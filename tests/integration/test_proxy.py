@@ -21,7 +21,7 @@ import docker
 import pytest
 from docker.models.containers import Container
 from jupyter_server.auth.authorizer import AllowAllAuthorizer
-from jupyter_server.auth.identity import User
+from jupyter_server.auth.identity import PasswordIdentityProvider, User
 from jupyter_server.base.handlers import JupyterHandler
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
 from tornado.websocket import WebSocketClientConnection, websocket_connect
@@ -231,9 +231,27 @@ def script_fetch(jp_fetch: Fetch) -> Fetch:
     return fetch
 
 
+#: The users ``HubLikeIdentity`` says are administrators now (as the Hub would).
+ADMINS_NOW: set[str] = set()
+
+
+class HubLikeIdentity(PasswordIdentityProvider):
+    """The server's usual identity, and whether a user is an administrator now, as the shared
+    service's Hub identity says it (``handlers.base.AdminStatus``)."""
+
+    async def is_admin(self, name: str) -> bool:
+        return name in ADMINS_NOW
+
+
 @pytest.fixture
 def gpudev_config(gpudev_config: dict[str, Any]) -> dict[str, Any]:
-    return {**gpudev_config, "ServerApp": {"authorizer_class": HeaderDeniedAuthorizer}}
+    return {
+        **gpudev_config,
+        "ServerApp": {
+            "authorizer_class": HeaderDeniedAuthorizer,
+            "identity_provider_class": HubLikeIdentity,
+        },
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -878,6 +896,24 @@ async def test_a_forged_expired_or_foreign_capability_reaches_nothing(
         answer = await plain(f"{server}/{capability}/echo")
         assert answer.code == 404, capability
     assert not any("mallory" in json.dumps(seen) for seen in app.seen())
+
+
+async def test_an_administrators_capability_ends_with_their_rights(
+    jp_fetch: Fetch, docker_client: docker.DockerClient, jp_base_url: str, jp_http_port: int
+) -> None:
+    # Given a capability granted to an administrator for another user's app (12 h long)
+    app = await start_app(jp_fetch, docker_client)
+    server = f"http://127.0.0.1:{jp_http_port}{jp_base_url}gpudev/app"
+    grant = AppCapability.grant(app.name, "local", 8000, "mallory", admin=True).mint()
+    ADMINS_NOW.add("mallory")
+    try:
+        assert (await plain(f"{server}/{grant}/echo")).code == 200
+        # When the Hub demotes them
+        ADMINS_NOW.discard("mallory")
+        # Then it reaches nothing more
+        assert (await plain(f"{server}/{grant}/echo")).code == 404
+    finally:
+        ADMINS_NOW.discard("mallory")
 
 
 async def test_a_page_asked_for_without_sec_fetch_headers_is_sent_to_the_sandbox(

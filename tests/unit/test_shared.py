@@ -162,6 +162,21 @@ def test_the_admin_flag_is_what_the_hub_tells_the_service() -> None:
     assert answer.admin
 
 
+def test_whether_a_user_is_an_administrator_now_is_the_hubs_answer_kept_briefly() -> None:
+    # Given the Hub says alice is an administrator
+    provider = hub_provider(admin=True)
+    provider.cache_seconds = 0.2
+    assert asyncio.run(provider.is_admin("alice"))
+    # When it demotes her, then the service says so once its answer is older than the cache
+    _Hub.state["admin"] = False
+    time.sleep(0.3)
+    assert not asyncio.run(provider.is_admin("alice"))
+    # And a name no user can have is not one (the Hub is not asked)
+    asked = _Hub.state["asked"]
+    assert not asyncio.run(provider.is_admin("../alice"))
+    assert _Hub.state["asked"] == asked
+
+
 def test_an_answer_is_kept_no_longer_than_the_cache_or_the_tokens_expiry() -> None:
     # Given a token that expires in 0.3 s and a cache of 5 s
     soon = datetime.fromtimestamp(time.time() + 0.3, tz=timezone.utc).isoformat()
