@@ -15,8 +15,10 @@ jupyter_server serves prometheus_client's default registry at ``/metrics``; ``in
 
 Label values come from users and containers: each is made one printable line of at most
 ``MAX_LABEL`` characters (prometheus_client escapes the rest), and each family has at most
-``MAX_SERIES`` series; how many were left out is ``gpudev_metrics_series_dropped``. A scrape
-never fails for gpudev: what cannot be read is left out, and logged.
+``MAX_SERIES`` series, handed out to owners in turns (one user's many containers or kernels
+never crowd out another's series); how many were left out is
+``gpudev_metrics_series_dropped``. A scrape never fails for gpudev: what cannot be read is left
+out, and logged.
 """
 
 from __future__ import annotations
@@ -48,19 +50,46 @@ def label(value: Any) -> str:
 
 
 class _Family:
-    """One gauge family, its series capped at ``MAX_SERIES``."""
+    """One gauge family, its series capped at ``MAX_SERIES``: gathered by owner, then taken
+    one owner's at a time in turns, so the cap falls on whoever has the most."""
 
     def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
         self.gauge = GaugeMetricFamily(name, documentation, labels=labels)
-        self.count = 0
+        self.pending: list[tuple[str, list[str], float]] = []
         self.dropped = 0
 
-    def add(self, values: Iterable[Any], value: float) -> None:
-        if self.count >= MAX_SERIES:
-            self.dropped += 1
-            return
-        self.count += 1
-        self.gauge.add_metric([label(v) for v in values], value)
+    def add(self, values: Iterable[Any], value: float, *, owner: str = "") -> None:
+        self.pending.append((owner, [label(v) for v in values], value))
+
+    def finish(self) -> GaugeMetricFamily:
+        """The gauge with at most ``MAX_SERIES`` of the series added, in the order added."""
+        taken = _in_turns([owner for owner, _, _ in self.pending], MAX_SERIES)
+        for index, (_, labels, value) in enumerate(self.pending):
+            if index in taken:
+                self.gauge.add_metric(labels, value)
+        self.dropped = len(self.pending) - len(taken)
+        self.pending = []
+        return self.gauge
+
+
+def _in_turns(owners: list[str], limit: int) -> set[int]:
+    """The indexes of at most ``limit`` entries, each owner's first one, then each's second..."""
+    queues: dict[str, list[int]] = {}
+    for index, owner in enumerate(owners):
+        queues.setdefault(owner, []).append(index)
+    taken: set[int] = set()
+    depth = 0
+    while len(taken) < limit and queues:
+        for owner in list(queues):
+            indexes = queues[owner]
+            if depth >= len(indexes):
+                del queues[owner]
+                continue
+            if len(taken) == limit:
+                break
+            taken.add(indexes[depth])
+        depth += 1
+    return taken
 
 
 def _families() -> dict[str, _Family]:
@@ -103,7 +132,7 @@ class GPUMetrics(Collector):
             self._usage(families)
         except Exception:
             self.log.exception("gpudev: /metrics: reading the GPU use failed")
-        yield from (family.gauge for family in families.values())
+        yield from (family.finish() for family in families.values())
         dropped = GaugeMetricFamily(
             "gpudev_metrics_series_dropped",
             f"Series left out of the gpudev gauges (at most {MAX_SERIES} per gauge).",
@@ -114,7 +143,7 @@ class GPUMetrics(Collector):
     def _leases(self, family: _Family) -> None:
         held = Counter(lease.owner for lease in self.usage.containers.ledger.active())
         for user, count in sorted(held.items()):
-            family.add([user], count)
+            family.add([user], count, owner=user)
 
     def _usage(self, families: dict[str, _Family]) -> None:
         access = self.usage.containers.access
@@ -134,10 +163,12 @@ class GPUMetrics(Collector):
                 key = (process.container or "", process.owner or "")
                 held[key] = held.get(key, 0) + process.memory_used_mib
             for (container, owner), mib in sorted(held.items()):
-                families["memory"].add([host.host, gpu.uuid, container, owner], mib)
+                families["memory"].add([host.host, gpu.uuid, container, owner], mib, owner=owner)
         for kernel in host.kernels:
             if kernel.idle_seconds is not None:
-                families["idle"].add([kernel.kernel, kernel.owner], kernel.idle_seconds)
+                families["idle"].add(
+                    [kernel.kernel, kernel.owner], kernel.idle_seconds, owner=kernel.owner
+                )
 
 
 _lock = threading.Lock()

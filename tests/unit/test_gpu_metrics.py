@@ -134,3 +134,27 @@ def test_registering_reads_nothing_and_a_second_install_replaces_the_first() -> 
     assert len(second.reads) == 1
     with pytest.raises(KeyError):
         registry.unregister(GPUMetrics(cast(GPUUse, first)))
+
+
+def test_one_owner_past_the_cap_leaves_every_other_owner_their_series() -> None:
+    # Given alice's containers alone make more memory series and idle kernels than the cap,
+    # and bob has two of each
+    many = tuple(gpudev(f"a{n}", "alice", 1) for n in range(MAX_SERIES + 5))
+    host = HostUsage(
+        "local",
+        (GPUUsage("GPU-1", 0, "A100", 1, 1, 1, (*many, gpudev("b1", "bob", 7))),),
+        kernels=(
+            *(KernelUse(f"ka{n}", f"a{n}", "alice", 1.0) for n in range(MAX_SERIES + 5)),
+            KernelUse("kb1", "b1", "bob", 2.0),
+            KernelUse("kb2", "b1", "bob", 3.0),
+        ),
+    )
+    # When Prometheus scrapes
+    found = scrape(FakeUse([host], []))
+    # Then bob's series are there, the cap still holds, and what was left out is alice's
+    memory = found["gpudev_gpu_memory_used_mib"]
+    idle = found["gpudev_kernel_idle_seconds"]
+    assert len(memory) == len(idle) == MAX_SERIES
+    assert ({"host": "local", "gpu": "GPU-1", "container": "b1", "owner": "bob"}, 7.0) in memory
+    assert [labels["kernel"] for labels, _ in idle if labels["owner"] == "bob"] == ["kb1", "kb2"]
+    assert found["gpudev_metrics_series_dropped"] == [({}, 6.0 + 7.0)]
