@@ -310,7 +310,10 @@ class UserImages:
     ) -> None:
         """``ImageNotAllowed`` when the Dockerfile ``text`` (``what``: whose), built with
         ``args``, names another user's image, or one whose name it leaves to a variable gpudev
-        cannot resolve; the ``ONBUILD`` triggers of its base images the engine has count."""
+        cannot resolve; ``BadRequest`` when it mounts a build cache (``shared_mount``); the
+        ``ONBUILD`` triggers of its base images the engine has count."""
+        for where in references.shared_mounts(text):
+            raise shared_mount(f"{what}, {where}")
         for named in references.images(text, args):
             self.check_named(client, replace_where(named, f"{what}, {named.where}"))
 
@@ -336,6 +339,8 @@ class UserImages:
             )
         if named.base:
             triggers = (image.attrs.get("Config") or {}).get("OnBuild") or []
+            for where in references.trigger_shared_mounts([str(t) for t in triggers], reference):
+                raise shared_mount(f"{named.where}: {where}")
             for trigger in references.trigger_images([str(t) for t in triggers], reference):
                 self.check_named(client, replace_where(trigger, f"{named.where}: {trigger.where}"))
 
@@ -397,6 +402,19 @@ class UserImages:
             f"pattern starting with {LOCAL_ROOT}/)",
             details=details,
         )
+
+
+def shared_mount(where: str) -> BadRequest:
+    """The refusal of a build cache mount (``where``: which line): BuildKit keeps a cache
+    mount's files between builds, every user's builds on the engine alike, under the mount's
+    id (its target when it has none), so one user's build would read what another's left."""
+    return BadRequest(
+        f"{where}: the gpudev service does not take build cache mounts (RUN "
+        "--mount=type=cache): the engine keeps their files for every user's builds alike, so "
+        "another user's build could put files in yours. Leave the mount out (a type written "
+        "with a variable counts as one)",
+        details={"mount": "cache"},
+    )
 
 
 def replace_where(named: Named, where: str) -> Named:

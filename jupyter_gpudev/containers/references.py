@@ -121,6 +121,49 @@ def trigger_images(triggers: list[str], base: str) -> list[Named]:
     return found
 
 
+def shared_mounts(text: str) -> list[str]:
+    """Where the Dockerfile ``text`` mounts what BuildKit keeps between builds, whoever runs
+    them: a ``RUN --mount`` of type ``cache`` (its files are kept under its id, the target when
+    it has none), or of a type written with a variable; in its lines, its ``ONBUILD``
+    triggers, and the lines a heredoc holds (read both ways, as ``images`` does)."""
+    physical = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    directives, start = _directives(physical)
+    escape = "`" if directives.get("escape") == "`" else "\\"
+    found: list[str] = []
+    for heredocs in (False, True):
+        for number, line in _instructions(physical, start, escape, heredocs=heredocs):
+            for where in _cache_mounts(line, f"line {number}"):
+                if where not in found:
+                    found.append(where)
+    return found
+
+
+def trigger_shared_mounts(triggers: list[str], base: str) -> list[str]:
+    """``shared_mounts`` of the ``ONBUILD`` triggers of the image ``base``."""
+    found: list[str] = []
+    for number, trigger in enumerate(triggers, 1):
+        found.extend(_cache_mounts(trigger, f"ONBUILD of {base} line {number}"))
+    return found
+
+
+def _cache_mounts(instruction: str, where: str) -> Iterator[str]:
+    words = instruction.split()
+    if words and words[0].upper() == "ONBUILD":
+        words = words[1:]
+    if not words or words[0].upper() != "RUN":
+        return
+    for value in _flag_values(words[1:], "mount"):
+        fields = [item.strip().partition("=") for row in csv.reader([value]) for item in row]
+        kinds = [
+            setting.strip().lower() for key, _, setting in fields if key.strip().lower() == "type"
+        ]
+        if any("$" in key for key, _, _ in fields) or any(
+            kind == "cache" or "$" in kind for kind in kinds
+        ):
+            shown = value if len(value) <= 80 else value[:77] + "..."
+            yield f"{where}, RUN --mount={shown}"
+
+
 def _directives(physical: list[str]) -> tuple[dict[str, str], int]:
     """The parser directives at the top (lower-case names), and where the lines after them
     start."""

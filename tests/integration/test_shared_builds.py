@@ -21,6 +21,7 @@ from jupyter_gpudev.changes.commit import CommitOptions
 from jupyter_gpudev.containers import StartRequest
 from jupyter_gpudev.containers.model import container_key
 from jupyter_gpudev.environments import ImageNotAllowed
+from jupyter_gpudev.errors import BadRequest
 from jupyter_gpudev.services import Services
 from jupyter_gpudev.shared.authority import Authority
 from tests.integration.shared_views import Names, close, names, new_service, service_config
@@ -226,3 +227,26 @@ def test_the_administrators_allow_list_may_share_a_users_image(
     bob.containers.start(StartRequest(environment="shared", name=f"b-{names.part}"))
     # Then his container runs it
     assert sh(docker_client, f"b-{names.part}", "cat /etc/who-made-me", owner=BOB).strip() == ALICE
+
+
+def test_a_build_cache_mount_is_refused_before_anything_is_built(
+    authority: Authority, names: Names, docker_client: docker.DockerClient
+) -> None:
+    # Given alice's environment whose Dockerfile leaves a file in a BuildKit cache mount, and
+    # bob's whose Dockerfile reads the same cache (pip's own cache would do: same target, no
+    # id), both built with BuildKit (RUN steps trusting the CA bundle); the engine keeps a cache
+    # mount's files between builds, whoever runs them
+    web, cache = f"web-{names.part}", f"gpudev-test-{names.part}"
+    alice, bob = authority.for_user(ALICE), authority.for_user(BOB)
+    for view in (alice, bob):
+        view.containers.mount_policy.mount_ca_bundle = True
+    mount = f"RUN --mount=type=cache,id={cache},target=/c"
+    built(alice, web, f"FROM {PYTHON}\n{mount} sh -c 'echo {ALICE} > /c/wheel'\n")
+    built(bob, web, f"FROM {PYTHON}\n{mount} sh -c 'cat /c/wheel > /seen 2>&1; true'\n")
+    # When alice starts hers, then bob his, Then each is refused before a build: bob's image
+    # never holds what alice's build left in the cache
+    for view, owner, box in ((alice, ALICE, f"a-{names.part}"), (bob, BOB, f"b-{names.part}")):
+        with pytest.raises(BadRequest, match=r"line 2, RUN --mount=type=cache,.*cache mounts"):
+            view.containers.start(StartRequest(environment=web, name=box))
+        with pytest.raises(docker.errors.NotFound):
+            docker_client.containers.get(container_key(box, owner))

@@ -24,7 +24,7 @@ from jupyter_gpudev.containers.namespace import (
     build_reference,
     context_digest,
 )
-from jupyter_gpudev.containers.references import images, trigger_images
+from jupyter_gpudev.containers.references import images, shared_mounts, trigger_images
 from jupyter_gpudev.engine.context import folder_context
 from jupyter_gpudev.environments import ImageNotAllowed
 from jupyter_gpudev.errors import BadRequest, ConfigError
@@ -419,3 +419,48 @@ def test_a_build_through_a_users_proxy_is_refused(bob: UserImages, name: str) ->
     assert name in refused.value.message
     assert "cache" in refused.value.message
     bob.check_build_args({"VERSION": "1", "proxy": "x"}, "The build")  # other names are taken
+
+
+# -- what BuildKit keeps between builds ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "expected"),
+    [
+        ("FROM a\nRUN --mount=type=cache,target=/root/.cache/pip pip install x\n", ["line 2"]),
+        ('FROM a\nRUN --mount="TYPE=Cache,id=pip,target=/c" true\n', ["line 2"]),
+        ("FROM a\nRUN --network=none --mount type=cache,target=/c true\n", ["line 2"]),
+        ("FROM a\nRUN --mount=type=${KIND},target=/c true\n", ["line 2"]),
+        ("FROM a\nRUN --mount=${SPEC} true\n", ["line 2"]),
+        ("FROM a\nONBUILD RUN --mount=type=cache,target=/c true\n", ["line 2"]),
+        ("FROM a\nCOPY <<EOF /x\nRUN --mount=type=cache,target=/c true\nEOF\n", ["line 3"]),
+        ("FROM a\nrun \\\n  --mount=type=cache,target=/c true\n", ["line 2"]),
+        ("FROM a\nRUN --mount=type=bind,target=/m true\n", []),
+        ("FROM a\nRUN --mount=target=/m true\n", []),
+        ("FROM a\nRUN --mount=type=secret,id=x --mount=type=tmpfs,target=/t true\n", []),
+        ("FROM a\nRUN echo --mount=type=cache,target=/c\n", []),
+        ("FROM a\n# RUN --mount=type=cache,target=/c true\n", []),
+    ],
+)
+def test_the_build_caches_a_dockerfile_mounts(dockerfile: str, expected: list[str]) -> None:
+    # Given a Dockerfile, When the mounts BuildKit keeps between builds are listed, Then they
+    # are its cache mounts (and those whose type gpudev cannot read), in lines, ONBUILD
+    # triggers and what a heredoc holds
+    assert [where.split(",")[0] for where in shared_mounts(dockerfile)] == expected
+
+
+def test_a_build_cache_mount_is_refused_in_shared_mode(bob: UserImages) -> None:
+    # BuildKit keeps a cache mount's files between builds, every user's builds alike, keyed
+    # by its id (the target when no id): bob's build would read what alice's left there
+    dockerfile = "FROM python:3\nRUN --mount=type=cache,target=/root/.cache/pip pip install x\n"
+    with pytest.raises(BadRequest) as refused:
+        bob.check_dockerfile(engine(), dockerfile, {}, "The Dockerfile of 'web'")
+    assert refused.value.message.startswith("The Dockerfile of 'web', line 2, ")
+    assert "type=cache" in refused.value.message
+
+
+def test_a_base_image_whose_triggers_mount_a_build_cache_is_refused(bob: UserImages) -> None:
+    trigger = {"Config": {"OnBuild": ["RUN --mount=type=cache,target=/c true"]}}
+    client = engine(FakeImage(OTHER, ["evil:1"], trigger))
+    with pytest.raises(BadRequest, match="ONBUILD of evil:1"):
+        bob.check_dockerfile(client, "FROM evil:1\n", {}, "The Dockerfile of 'web'")
