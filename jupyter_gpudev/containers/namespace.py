@@ -310,10 +310,13 @@ class UserImages:
     ) -> None:
         """``ImageNotAllowed`` when the Dockerfile ``text`` (``what``: whose), built with
         ``args``, names another user's image, or one whose name it leaves to a variable gpudev
-        cannot resolve; ``BadRequest`` when it mounts a build cache (``shared_mount``); the
-        ``ONBUILD`` triggers of its base images the engine has count."""
+        cannot resolve; ``BadRequest`` when it mounts a build cache (``shared_mount``) or
+        has the engine fetch a source (``engine_fetch``); the ``ONBUILD`` triggers of its
+        base images the engine has count."""
         for where in references.shared_mounts(text):
             raise shared_mount(f"{what}, {where}")
+        for where in references.remote_sources(text, args):
+            raise engine_fetch(f"{what}, {where}")
         for named in references.images(text, args):
             self.check_named(client, replace_where(named, f"{what}, {named.where}"))
 
@@ -339,8 +342,11 @@ class UserImages:
             )
         if named.base:
             triggers = (image.attrs.get("Config") or {}).get("OnBuild") or []
-            for where in references.trigger_shared_mounts([str(t) for t in triggers], reference):
+            written = [str(trigger) for trigger in triggers]
+            for where in references.trigger_shared_mounts(written, reference):
                 raise shared_mount(f"{named.where}: {where}")
+            for where in references.trigger_remote_sources(written, reference):
+                raise engine_fetch(f"{named.where}: {where}")
             for trigger in references.trigger_images([str(t) for t in triggers], reference):
                 self.check_named(client, replace_where(trigger, f"{named.where}: {trigger.where}"))
 
@@ -414,6 +420,19 @@ def shared_mount(where: str) -> BadRequest:
         "another user's build could put files in yours. Leave the mount out (a type written "
         "with a variable counts as one)",
         details={"mount": "cache"},
+    )
+
+
+def engine_fetch(where: str) -> BadRequest:
+    """The refusal of an ``ADD`` the engine would fetch itself (``where``: which line): it
+    connects from the host's network, as root, to whatever the URL names: another user's
+    container ports (which ``GPUDEV-PORTS`` keeps other accounts from), the host's loopback."""
+    return BadRequest(
+        f"{where}: the gpudev service does not take ADD from a URL or a git remote (or a "
+        "source it cannot resolve): the engine fetches it itself, from the host's network as "
+        "root, where your containers cannot reach. Download it in a RUN step instead (RUN "
+        "curl ..., or pip, git)",
+        details={"instruction": "ADD"},
     )
 
 

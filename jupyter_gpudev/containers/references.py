@@ -19,6 +19,7 @@ not guessed: the name is then only known up to it (``Named.prefix``), and the ca
 from __future__ import annotations
 
 import csv
+import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ _HEREDOC_RE = re.compile(r"<<(-?)([\"']?)([A-Za-z_][A-Za-z0-9_]*)\2")
 _STAGE_RE = re.compile(r"^[a-z][a-z0-9._-]*\Z")
 #: The instructions whose lines may start heredocs.
 _HEREDOC_INSTRUCTIONS = {"RUN", "COPY", "ADD"}
+#: How a git remote starts where a builder takes an ``ADD`` source for one (besides URLs).
+_GIT_REMOTES = ("git@", "github.com/")
 #: Where the ``# syntax=`` directive's image is named (BuildKit's frontend, not a base).
 SYNTAX = "the # syntax= directive"
 
@@ -121,6 +124,32 @@ def trigger_images(triggers: list[str], base: str) -> list[Named]:
     return found
 
 
+def remote_sources(text: str, args: Mapping[str, str]) -> list[str]:
+    """Where the Dockerfile ``text``, built with ``args``, has the engine fetch something
+    itself: an ``ADD`` whose source is a URL or a git remote, or one whose variables gpudev
+    cannot resolve; in its lines, its ``ONBUILD`` triggers and what heredocs hold (read both
+    ways, as ``images`` does)."""
+    physical = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    directives, start = _directives(physical)
+    escape = "`" if directives.get("escape") == "`" else "\\"
+    found: list[str] = []
+    for heredocs in (False, True):
+        reader = _Reader(args)
+        for _ in reader.read(_instructions(physical, start, escape, heredocs=heredocs)):
+            pass
+        found.extend(where for where in reader.fetched if where not in found)
+    return found
+
+
+def trigger_remote_sources(triggers: list[str], base: str) -> list[str]:
+    """``remote_sources`` of the ``ONBUILD`` triggers of the image ``base``."""
+    reader = _Reader({})
+    for number, trigger in enumerate(triggers, 1):
+        for _ in reader.instruction(number, trigger, trigger=f"ONBUILD of {base}"):
+            pass
+    return reader.fetched
+
+
 def shared_mounts(text: str) -> list[str]:
     """Where the Dockerfile ``text`` mounts what BuildKit keeps between builds, whoever runs
     them: a ``RUN --mount`` of type ``cache`` (its files are kept under its id, the target when
@@ -149,7 +178,7 @@ def trigger_shared_mounts(triggers: list[str], base: str) -> list[str]:
 def _cache_mounts(instruction: str, where: str) -> Iterator[str]:
     words = instruction.split()
     if words and words[0].upper() == "ONBUILD":
-        words = words[1:]
+        words, where = words[1:], f"ONBUILD {where}"
     if not words or words[0].upper() != "RUN":
         return
     for value in _flag_values(words[1:], "mount"):
@@ -221,6 +250,8 @@ class _Reader:
         #: The stages so far, by name (lower case), and how many.
         self.stages: set[str] = set()
         self.count = 0
+        #: Where an ``ADD`` has the engine fetch a source itself (``remote_sources``).
+        self.fetched: list[str] = []
 
     def read(self, lines: Iterator[tuple[int, str]]) -> Iterator[Named]:
         """The images named by ``lines`` (numbered instructions), in order."""
@@ -235,8 +266,9 @@ class _Reader:
             return
         keyword, rest = words[0].upper(), words[1:]
         if keyword == "ONBUILD" and rest:
-            inner = " ".join(rest)
-            yield from _Reader({}).instruction(number, inner, trigger=trigger or "ONBUILD")
+            inner = _Reader({})
+            yield from inner.instruction(number, " ".join(rest), trigger=trigger or "ONBUILD")
+            self.fetched.extend(inner.fetched)
             return
         where = f"{trigger} line {number}" if trigger else f"line {number}"
         if keyword == "ARG":
@@ -248,6 +280,8 @@ class _Reader:
         elif keyword in ("COPY", "ADD"):
             for value in _flag_values(rest, "from"):
                 yield from self._source(value, f"{where}, {keyword} --from")
+            if keyword == "ADD":
+                self._added(rest, where)
         elif keyword == "RUN":
             for value in _flag_values(rest, "mount"):
                 for source in _mount_sources(value):
@@ -280,6 +314,17 @@ class _Reader:
             return  # an earlier stage
         yield Named(written, resolved, prefix, where)
 
+    def _added(self, words: list[str], where: str) -> None:
+        """Note where an ``ADD``'s source is fetched by the engine: a URL, a git remote, or
+        a source with a variable gpudev has no value for."""
+        scope = self.stage if self.stage is not None else self.globals
+        for source in _add_sources(words):
+            resolved, _ = scope.substitute(source)
+            lowered = (resolved or "").strip().lower()
+            if resolved is None or "://" in lowered or lowered.startswith(_GIT_REMOTES):
+                shown = source if len(source) <= 80 else source[:77] + "..."
+                self.fetched.append(f"{where}, ADD {shown}")
+
     def _declare(self, words: list[str], *, arg: bool) -> None:
         scope = self.stage if self.stage is not None else self.globals
         if not arg and len(words) >= 2 and "=" not in words[0]:  # ENV NAME value (old form)
@@ -301,6 +346,23 @@ class _Reader:
                 scope.values[name] = self.globals.values[name]
             else:
                 scope.values[name] = ""  # declared without a value: the builder makes it empty
+
+
+def _add_sources(words: list[str]) -> list[str]:
+    """The sources of an ``ADD`` (its words after the keyword): all but the destination, in
+    the shell form or the JSON form."""
+    index = 0
+    while index < len(words) and words[index].startswith("--"):
+        index += 1
+    rest = words[index:]
+    if rest and rest[0].startswith("["):
+        try:
+            parsed = json.loads(" ".join(rest))
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, list) and all(isinstance(item, str) for item in parsed):
+            return [str(item) for item in parsed[:-1]]
+    return rest[:-1]
 
 
 def _unquoted(value: str) -> str:

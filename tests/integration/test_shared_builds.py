@@ -250,3 +250,30 @@ def test_a_build_cache_mount_is_refused_before_anything_is_built(
             view.containers.start(StartRequest(environment=web, name=box))
         with pytest.raises(docker.errors.NotFound):
             docker_client.containers.get(container_key(box, owner))
+
+
+def test_a_build_cannot_fetch_another_users_web_port_through_the_engine(
+    authority: Authority, names: Names, docker_client: docker.DockerClient
+) -> None:
+    # Given bob's dev container serving a file on a port of its address, which the host's
+    # accounts other than root and the service's cannot reach (GPUDEV-PORTS)
+    alice, bob = authority.for_user(ALICE), authority.for_user(BOB)
+    environment(bob, "py", {"image": PYTHON})
+    box = f"b-{names.part}"
+    bob.containers.start(StartRequest(environment="py", name=box))
+    secret = f"bobs-secret-{names.part}"
+    sh(docker_client, box, f"mkdir -p /srv && echo {secret} > /srv/notes", owner=BOB)
+    container = docker_client.containers.get(container_key(box, BOB))
+    container.exec_run(["python3", "-m", "http.server", "8765", "-d", "/srv"], detach=True)
+    container.reload()
+    address = next(iter(container.attrs["NetworkSettings"]["Networks"].values()))["IPAddress"]
+    sh(docker_client, box, "sleep 1", owner=BOB)
+    # and alice's environment whose Dockerfile ADDs from that port: the engine fetches an ADD's
+    # URL itself, from the host, as root
+    web = f"web-{names.part}"
+    built(alice, web, f"FROM {PYTHON}\nADD http://{address}:8765/notes /stolen\n")
+    # When alice starts it, Then it is refused before a build: her image never holds bob's file
+    with pytest.raises(BadRequest, match=r"line 2, ADD http://.*fetches"):
+        alice.containers.start(StartRequest(environment=web, name=f"a-{names.part}"))
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(container_key(f"a-{names.part}", ALICE))

@@ -24,7 +24,12 @@ from jupyter_gpudev.containers.namespace import (
     build_reference,
     context_digest,
 )
-from jupyter_gpudev.containers.references import images, shared_mounts, trigger_images
+from jupyter_gpudev.containers.references import (
+    images,
+    remote_sources,
+    shared_mounts,
+    trigger_images,
+)
 from jupyter_gpudev.engine.context import folder_context
 from jupyter_gpudev.environments import ImageNotAllowed
 from jupyter_gpudev.errors import BadRequest, ConfigError
@@ -432,7 +437,7 @@ def test_a_build_through_a_users_proxy_is_refused(bob: UserImages, name: str) ->
         ("FROM a\nRUN --network=none --mount type=cache,target=/c true\n", ["line 2"]),
         ("FROM a\nRUN --mount=type=${KIND},target=/c true\n", ["line 2"]),
         ("FROM a\nRUN --mount=${SPEC} true\n", ["line 2"]),
-        ("FROM a\nONBUILD RUN --mount=type=cache,target=/c true\n", ["line 2"]),
+        ("FROM a\nONBUILD RUN --mount=type=cache,target=/c true\n", ["ONBUILD line 2"]),
         ("FROM a\nCOPY <<EOF /x\nRUN --mount=type=cache,target=/c true\nEOF\n", ["line 3"]),
         ("FROM a\nrun \\\n  --mount=type=cache,target=/c true\n", ["line 2"]),
         ("FROM a\nRUN --mount=type=bind,target=/m true\n", []),
@@ -464,3 +469,43 @@ def test_a_base_image_whose_triggers_mount_a_build_cache_is_refused(bob: UserIma
     client = engine(FakeImage(OTHER, ["evil:1"], trigger))
     with pytest.raises(BadRequest, match="ONBUILD of evil:1"):
         bob.check_dockerfile(client, "FROM evil:1\n", {}, "The Dockerfile of 'web'")
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "expected"),
+    [
+        ("FROM a\nADD http://169.254.169.254/latest/meta-data/ /m\n", ["line 2"]),
+        ("FROM a\nadd --chown=1 HTTPS://x.example/a.tgz b.txt /opt/\n", ["line 2"]),
+        ('FROM a\nADD ["ftp://x.example/a", "/a"]\n', ["line 2"]),
+        ("FROM a\nADD git@github.com:o/r.git /r\n", ["line 2"]),
+        ("FROM a\nARG URL=http://10.0.0.1/x\nADD $URL /x\n", ["line 3"]),
+        ("FROM a\nADD ${UNKNOWN} /x\n", ["line 2"]),
+        ("FROM a\nONBUILD ADD http://x.example/a /a\n", ["ONBUILD line 2"]),
+        ("FROM a\nRUN <<EOF\nADD http://x.example/a /a\nEOF\n", ["line 3"]),
+        ("FROM a\nADD pkg.tar.gz /opt/\n", []),
+        ("FROM a\nARG V=1\nADD pkg-${V}.tar.gz /opt/http://x\n", []),
+        ('FROM a\nADD ["a b.txt", "/c"]\n', []),
+        ("FROM a\nCOPY http://x.example/a /a\nRUN curl http://x.example/a\n", []),
+        ("FROM a\nADD <<EOF /x\nhttp://x.example/a\nEOF\n", []),
+    ],
+)
+def test_the_sources_a_dockerfile_has_the_engine_fetch(
+    dockerfile: str, expected: list[str]
+) -> None:
+    # Given a Dockerfile, When the ADD sources the engine itself would fetch (a URL, a git
+    # remote, one gpudev cannot resolve) are listed, Then they are those
+    assert [where.split(",")[0] for where in remote_sources(dockerfile, {})] == expected
+
+
+def test_an_add_from_a_url_is_refused_in_shared_mode(bob: UserImages) -> None:
+    # The engine fetches an ADD's URL itself, as root, from the host's network: another user's
+    # container ports (which GPUDEV-PORTS keeps other accounts from) and the host's loopback
+    dockerfile = "FROM python:3\nADD http://172.17.0.5:8888/notes /stolen\n"
+    with pytest.raises(BadRequest) as refused:
+        bob.check_dockerfile(engine(), dockerfile, {}, "The Dockerfile of 'web'")
+    assert refused.value.message.startswith("The Dockerfile of 'web', line 2, ADD http://")
+    trigger = {"Config": {"OnBuild": ["ADD http://x.example/a /a"]}}
+    with pytest.raises(BadRequest, match="ONBUILD of evil:1"):
+        bob.check_dockerfile(
+            engine(FakeImage(OTHER, ["evil:1"], trigger)), "FROM evil:1\n", {}, "The Dockerfile"
+        )
