@@ -26,7 +26,7 @@ from ..engine import BuildTrust, Progress, Registries, RegistryError, stream_bui
 from ..engine.context import TEXT_LIMIT, folder_context
 from ..environments import Environment
 from ..environments.model import BuildSpec
-from ..errors import ImageError, engine_errors
+from ..errors import BadRequest, ImageError, engine_errors
 from ..labels import L_BUILD_BASES, L_ENV
 from . import references
 from .features import Features, install_features
@@ -168,7 +168,8 @@ def fetch_named(
     credentials only where ``c.Registries.shared_pull_images`` allows); whether any was
     pulled. Not the ``# syntax=`` image (only BuildKit reads it, and gpudev's BuildKit builds
     leave the directive out), nor a name gpudev cannot resolve (the builder pulls it, without
-    credentials). A failed pull is an ``ImageError`` naming where the Dockerfile names it."""
+    credentials). A failed pull is an ``ImageError`` naming where the Dockerfile names it; in
+    shared mode a registry at a private address is refused first (``check_reachable``)."""
     pulled = False
     for named in references.images(text, args):
         ref = (named.resolved or "").strip()
@@ -176,6 +177,12 @@ def fetch_named(
             continue
         if _present(client, ref):
             continue
+        try:
+            registries.check_reachable(ref)
+        except BadRequest as err:
+            raise BadRequest(
+                f"{what}, {named.where}, names {err.message}", details=err.details
+            ) from err
         try:
             registries.pull(client, ref, say)
         except RegistryError as err:

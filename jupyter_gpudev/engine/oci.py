@@ -73,25 +73,40 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def public_addresses(host: str) -> tuple[str, ...] | None:
-    """The addresses ``host`` resolves to (resolved once), if every one is public; else None."""
+def _resolved(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address] | None:
+    """The addresses ``host`` resolves to (once), ``None`` when it does not resolve."""
     try:
         infos = socket.getaddrinfo(host.strip("[]"), None, type=socket.SOCK_STREAM)
     except OSError:
         return None
-    addresses: list[str] = []
-    for info in infos:
-        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-        if not address.is_global or address.is_multicast:
-            return None
-        if str(address) not in addresses:
-            addresses.append(str(address))
-    return tuple(addresses) or None
+    return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+
+
+def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    return address.is_global and not address.is_multicast
+
+
+def public_addresses(host: str) -> tuple[str, ...] | None:
+    """The addresses ``host`` resolves to (resolved once), if every one is public; else None."""
+    resolved = _resolved(host)
+    if not resolved or not all(_public(address) for address in resolved):
+        return None
+    return tuple(dict.fromkeys(str(address) for address in resolved))
 
 
 def public_host(host: str) -> bool:
     """Whether every address ``host`` resolves to is a public one."""
     return public_addresses(host) is not None
+
+
+def private_host(host: str) -> bool:
+    """Whether ``host`` (a name or address, with or without a port) resolves to a loopback,
+    private, link-local or otherwise non-public address; ``False`` when it does not resolve."""
+    name = urllib.parse.urlsplit(f"//{host}").hostname or host
+    if _loopback(name):
+        return True
+    resolved = _resolved(name)
+    return resolved is not None and not all(_public(address) for address in resolved)
 
 
 def _normal(host: str) -> str:

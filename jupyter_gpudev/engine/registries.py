@@ -44,6 +44,7 @@ from traitlets.config import LoggingConfigurable
 
 from ..errors import ENGINE_FAILURES, BadRequest, ConfigError, Forbidden, GPUDevError
 from .buildkit import Progress
+from .oci import private_host
 
 #: Where the credentials of a push or pull came from, for a host added at run time: none.
 ADDED_HOST = "none: a host added at run time is never sent registry credentials"
@@ -271,6 +272,32 @@ class Registries(LoggingConfigurable):
             details={"reference": ref, "prefix": where},
         )
 
+    def check_reachable(self, ref: str) -> None:
+        """Shared mode: ``BadRequest`` when ``ref``'s registry is at a loopback, private or
+        link-local address the administrator configured nothing for (``credentials``, the
+        service's Docker configuration, ``shared_pull_images``): a user's reference must not
+        have the engine (root, on the host) connect into the host's own networks. A name that
+        does not resolve here is left to the engine, which fails the same way."""
+        if self.user is None or self.pulls_with_credentials(ref):
+            return
+        registry = self.registry_of(ref)
+        if registry in self.credentials or self.auth_for(registry)[1] != "none":
+            return
+        if private_host(registry):
+            raise BadRequest(
+                f"{ref}: its registry {registry} is not at a public address, and the gpudev "
+                "service's administrator has not configured it (c.Registries.credentials, "
+                "c.Registries.shared_pull_images)",
+                details={"registry": registry},
+            )
+
+    @staticmethod
+    def registry_of(ref: str) -> str:
+        """The registry host (and port) of the image reference ``ref``."""
+        if "@" not in ref:
+            return Reference.parse(ref).registry
+        return str(docker_auth.resolve_repository_name(ref.split("@", 1)[0])[0])
+
     def pulls_with_credentials(self, ref: str) -> bool:
         """Whether a pull of ``ref`` may carry credentials: always in single-user mode; in
         shared mode when a ``shared_pull_images`` pattern matches it."""
@@ -336,8 +363,10 @@ class Registries(LoggingConfigurable):
 
     def push(self, client: docker.DockerClient, ref: str, say: Progress) -> str:
         """Push ``ref`` with progress; returns the pushed manifest digest ("" if not told). In
-        shared mode only under the user's prefix (``check_push``)."""
+        shared mode only under the user's prefix (``check_push``), to a registry at a public
+        address or one the administrator configured (``check_reachable``)."""
         self.check_push(ref)
+        self.check_reachable(ref)
         reference = Reference.parse(ref)
         auth, source = self._auth(client, reference.registry)
         say({"stage": "push", "message": f"pushing {ref} to {reference.registry}"})
@@ -368,8 +397,7 @@ class Registries(LoggingConfigurable):
     def pull(self, client: docker.DockerClient, ref: str, say: Progress) -> None:
         """Pull ``ref`` with the registry's credentials and progress; in shared mode without
         them unless ``shared_pull_images`` allows it (``pulls_with_credentials``)."""
-        reference = Reference.parse(ref) if "@" not in ref else None
-        registry = reference.registry if reference else docker_auth.resolve_repository_name(ref)[0]
+        registry = self.registry_of(ref)
         if self.pulls_with_credentials(ref):
             auth, source = self._auth(client, registry)
             say({"stage": "pull", "message": f"pulling {ref}"})

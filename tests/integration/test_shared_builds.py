@@ -9,8 +9,10 @@ of another test (or of another engineer's run on the same engine) is touched.
 
 from __future__ import annotations
 
+import http.server
 import io
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from jupyter_gpudev.shared.authority import Authority
 from tests.integration.shared_views import Names, close, names, new_service, service_config
 from tests.integration.test_diff import sh
 from tests.integration.test_shared_images import ALICE, BOB, PYTHON, attempt, hand_over
+from tests.leaks import Baseline, assert_nothing_leaked
 
 pytestmark = pytest.mark.integration
 
@@ -186,6 +189,46 @@ def test_another_users_snapshot_cannot_be_an_environments_image(
         assert isinstance(refused, ImageNotAllowed), (named, refused)
 
 
+def test_a_step_of_another_users_build_cannot_be_named_by_its_id(
+    authority: Authority, names: Names, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    baseline = Baseline.take(docker_client, tmp_path / "state")
+    # Given alice's environment built by the classic builder, whose COPY step copies a file of
+    # hers: the engine keeps that step's image, untagged, as her image's parent
+    web, secret = f"web-{names.part}", f"alices-secret-{names.part}\n"
+    alice, bob = authority.for_user(ALICE), authority.for_user(BOB)
+    steps = f"FROM {PYTHON}\nCOPY secret.txt /secret.txt\nRUN echo step2 > /step2\n"
+    built(alice, web, steps, secret__txt=secret)
+    alices = f"a-{names.part}"
+    alice.containers.start(StartRequest(environment=web, name=alices))
+    step = str(docker_client.images.get(image_of(docker_client, alices, ALICE)[1]).attrs["Parent"])
+    assert docker_client.images.get(step).tags == []
+    bare = step.removeprefix("sha256:")
+    for named in (bare[:12], step, f"sha256:{bare[:12]}"):
+        # When bob's environment names it by a short id or its id and he starts it
+        environment(bob, "theirs", {"image": named})
+        box = f"b-{names.part}"
+        refused = attempt(lambda: bob.containers.start(StartRequest(environment="theirs", name=box)))
+        # Then it is refused, saying images are named by name, and no container of his was made
+        assert isinstance(refused, ImageNotAllowed), (named, refused)
+        assert "by name, not by id" in refused.message
+        assert not docker_client.containers.list(all=True, filters={"name": box})
+        # And the same for a Dockerfile copying from it
+        built(bob, f"steal-{names.part}", f"FROM {PYTHON}\nCOPY --from={named} /secret.txt /x\n")
+        refused = attempt(
+            lambda: bob.containers.start(StartRequest(environment=f"steal-{names.part}", name=box))
+        )
+        assert isinstance(refused, ImageNotAllowed), (named, refused)
+        assert not docker_client.containers.list(all=True, filters={"name": box})
+    alice.containers.remove(alices, force=True)
+    assert_nothing_leaked(
+        docker_client,
+        baseline,
+        state=tmp_path / "state",
+        server_id=authority.service.containers.server_id,
+    )
+
+
 @pytest.mark.parametrize(
     "dockerfile",
     [
@@ -277,3 +320,37 @@ def test_a_build_cannot_fetch_another_users_web_port_through_the_engine(
         alice.containers.start(StartRequest(environment=web, name=f"a-{names.part}"))
     with pytest.raises(docker.errors.NotFound):
         docker_client.containers.get(container_key(f"a-{names.part}", ALICE))
+
+
+def test_a_build_cannot_have_the_engine_reach_the_hosts_loopback_through_a_pull(
+    authority: Authority, names: Names, docker_client: docker.DockerClient
+) -> None:
+    # Given a service on the host's loopback (an HTTP server noting what it is asked)
+    asked: list[str] = []
+
+    class Noting(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # the engine's pull asks GET /v2/ first
+            asked.append(self.path)
+            self.send_error(404)
+
+        do_HEAD = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Noting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        # and alice's environment built FROM an image named at that address
+        web = f"web-{names.part}"
+        port = server.server_address[1]
+        built(authority.for_user(ALICE), web, f"FROM 127.0.0.1:{port}/x:1\n")
+        # When she starts it, Then it is refused, and the engine never connected there
+        with pytest.raises(BadRequest, match="not at a public address"):
+            authority.for_user(ALICE).containers.start(
+                StartRequest(environment=web, name=f"a-{names.part}")
+            )
+        assert asked == []
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -11,7 +11,7 @@ from traitlets.config import Config
 from jupyter_gpudev.containers.namespace import user_repository
 from jupyter_gpudev.engine import Registries
 from jupyter_gpudev.engine.registries import repository_component
-from jupyter_gpudev.errors import Forbidden
+from jupyter_gpudev.errors import BadRequest, Forbidden
 
 ALICE = "gpudev-alice"
 R = "registry.example.com"
@@ -134,3 +134,43 @@ def test_without_an_allow_list_the_services_credentials_fetch_nothing() -> None:
 def test_in_single_user_mode_every_pull_has_the_users_credentials() -> None:
     registries = acting_for(None, shared_pull_images=["nvcr.io/nvidia/*"])
     assert registries.pulls_with_credentials(f"{R}/private/thing:1")
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "127.0.0.1:6543/x:1",
+        "localhost:6543/x",
+        "10.1.2.3/team/x:1",
+        "169.254.169.254/x@sha256:" + "0" * 64,
+        "[::1]:6543/x:1",
+    ],
+)
+def test_a_user_cannot_have_the_engine_pull_or_push_at_a_private_address(ref: str) -> None:
+    # Given the shared service's registries acting for alice, which the administrator
+    # configured for no registry there
+    registries = acting_for(ALICE)
+    # When her Dockerfile or push names a registry at a loopback, private or link-local
+    # address, Then it is refused before the engine (root, on the host) connects there
+    with pytest.raises(BadRequest, match="not at a public address") as refused:
+        registries.check_reachable(ref)
+    assert "c.Registries.credentials" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"credentials": {"127.0.0.1:6543": {"username": "u", "password": "p"}}},
+        {"shared_pull_images": ["127.0.0.1:6543/x:*"]},
+    ],
+)
+def test_a_private_registry_the_administrator_configured_is_reached(
+    settings: dict[str, object],
+) -> None:
+    acting_for(ALICE, **settings).check_reachable("127.0.0.1:6543/x:1")
+
+
+def test_public_and_unresolvable_registries_and_single_user_mode_are_left_to_the_engine() -> None:
+    acting_for(ALICE).check_reachable("8.8.8.8:5000/x:1")
+    acting_for(ALICE).check_reachable("no-such-host.invalid/x:1")  # the engine fails alike
+    acting_for(None).check_reachable("127.0.0.1:6543/x:1")
