@@ -2,10 +2,12 @@
 
 A host PID's container is in ``/proc/PID/cgroup`` (``container_id``): cgroup v1 and v2, the
 engine's cgroupfs driver (``/docker/<id>``) and systemd driver
-(``/system.slice/docker-<id>.scope``), containerd's and CRI-O's CRI scopes and Kubernetes'
-``/kubepods/.../pod<uid>/<id>``; anything else is no container. A PID inside a container's
-namespace (what a kernel's PID file holds) maps to the host's through ``NSpid`` in
-``/proc/PID/status`` (``host_pid``).
+(``/system.slice/docker-<id>.scope``), and a kubelet's pods (``/kubepods/[<qos>/]pod<uid>/<id>``,
+``/kubepods.slice/...`` with containerd's, CRI-O's or cri-dockerd's scope), each only at the
+root of the cgroup tree; anything else is no container, a path under ``/user.slice`` included
+(a local account names its own cgroups there, a rootless engine's containers among them). A
+PID inside a container's namespace (what a kernel's PID file holds) maps to the host's through
+``NSpid`` in ``/proc/PID/status`` (``host_pid``).
 
 Which of a container's processes are looked at for that: each GPU process and its ancestors
 inside its container (``AttributedProcess.lineage``), read by the same pass that reads its
@@ -46,7 +48,18 @@ MAX_DEPTH = 32
 MAX_PIDS = 4096
 
 _ID = re.compile(r"[0-9a-f]{64}\Z")
-_SCOPE = re.compile(r"(?:docker|cri-containerd|crio)-([0-9a-f]{64})\.scope\Z")
+#: The engine's systemd driver: ``docker-<id>.scope`` in ``/system.slice``.
+_ENGINE_SCOPE = re.compile(r"docker-([0-9a-f]{64})\.scope\Z")
+#: A pod's container with the kubelet's systemd driver: its runtime's scope (containerd's CRI,
+#: CRI-O, cri-dockerd) in the pod's slice.
+_POD_SCOPE = re.compile(r"(?:docker|cri-containerd|crio)-([0-9a-f]{64})\.scope\Z")
+#: A pod's cgroup (cgroupfs driver; systemd driver): ``pod`` and its UID (a UUID, or a static
+#: pod's hash), its dashes written as ``_`` in a slice's name.
+_POD_FOLDER = re.compile(r"pod[0-9a-f][0-9a-f-]{0,63}\Z")
+_POD_SLICE = re.compile(r"pod[0-9a-f][0-9a-f_]{0,63}\.slice\Z")
+#: The kubelet's QoS classes with a cgroup of their own (a Guaranteed pod has none).
+_QOS = ("burstable", "besteffort")
+_QOS_SLICES = tuple(f"kubepods-{qos}.slice" for qos in _QOS)
 _HIERARCHY = re.compile(r"[0-9]{1,4}\Z")
 _NUMBER = re.compile(r"[0-9]{1,10}\Z")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -59,24 +72,68 @@ _STATUS_KEYS = ("PPid", "Uid", "NSpid")
 
 
 def _path_container(path: str) -> str | None:
-    """The container a cgroup path names, outermost first; ``None`` for anything else,
-    a path with ``.``, ``..``, an empty part or a control character included."""
+    """The container a cgroup path names; ``None`` for anything else, a path with ``.``,
+    ``..``, an empty part or a control character included.
+
+    Only the paths an engine or a kubelet makes, from the root of the cgroup namespace the
+    file was read in: ``/docker/<id>`` (cgroupfs driver), ``/system.slice/docker-<id>.scope``
+    (systemd driver), ``/kubepods[/<qos>]/pod<uid>/<id>`` and
+    ``/kubepods.slice[/kubepods-<qos>.slice]/kubepods[-<qos>]-pod<uid>.slice/<runtime>-<id>.scope``
+    (a kubelet's two drivers), each with anything below it (a container's own cgroups; an
+    engine or kubelet inside a container is that outer container). The same name elsewhere
+    is no container: under ``/user.slice`` a local account makes what it likes (systemd
+    delegates ``user@UID.service`` to it), so a rootless engine's containers are not known."""
     if not path.startswith("/") or _CONTROL.search(path):
         return None
     parts = path[1:].split("/")
     if any(part in ("", ".", "..") for part in parts):
         return None
-    for index, part in enumerate(parts):
-        scope = _SCOPE.match(part)
-        if scope:
-            return scope.group(1)
-        if index and _ID.match(part):
-            parent = parts[index - 1]
-            if parent == "docker" or (
-                parent.startswith("pod") and "kubepods" in parts[: index - 1]
-            ):
-                return part
+    below = _BELOW.get(parts[0])
+    return below(parts[1:]) if below is not None and len(parts) > 1 else None
+
+
+def _engine_cgroupfs(rest: list[str]) -> str | None:
+    """Below ``/docker``: ``<id>``."""
+    return rest[0] if _ID.match(rest[0]) else None
+
+
+def _engine_systemd(rest: list[str]) -> str | None:
+    """Below ``/system.slice``: ``docker-<id>.scope``."""
+    scope = _ENGINE_SCOPE.match(rest[0])
+    return scope.group(1) if scope else None
+
+
+def _kubepods_cgroupfs(rest: list[str]) -> str | None:
+    """Below ``/kubepods``: ``[<qos>/]pod<uid>/<id>``."""
+    if rest[0] in _QOS:
+        rest = rest[1:]
+    if len(rest) >= 2 and _POD_FOLDER.match(rest[0]) and _ID.match(rest[1]):
+        return rest[1]
     return None
+
+
+def _kubepods_systemd(rest: list[str]) -> str | None:
+    """Below ``/kubepods.slice``: ``[kubepods-<qos>.slice/]kubepods[-<qos>]-pod<uid>.slice/``
+    and a runtime's scope."""
+    prefix = "kubepods-"
+    if rest[0] in _QOS_SLICES:
+        prefix = rest[0].removesuffix(".slice") + "-"
+        rest = rest[1:]
+    if len(rest) < 2 or not rest[0].startswith(prefix):
+        return None
+    if not _POD_SLICE.match(rest[0], len(prefix)):
+        return None
+    scope = _POD_SCOPE.match(rest[1])
+    return scope.group(1) if scope else None
+
+
+#: The top cgroup of each layout, and what reads the rest of its path (never empty).
+_BELOW: dict[str, Callable[[list[str]], str | None]] = {
+    "docker": _engine_cgroupfs,
+    "system.slice": _engine_systemd,
+    "kubepods": _kubepods_cgroupfs,
+    "kubepods.slice": _kubepods_systemd,
+}
 
 
 def container_id(cgroup: str) -> str | None:

@@ -33,6 +33,8 @@ from jupyter_gpudev.engine.attribution import MAX_DEPTH
 ID = "f61150f336b5b32b33516903e55f83249d6d60a738b5289a3b990e1d32c25a5f"
 OTHER_ID = "0b6c3e2a9d41f8e7c5b3a1d9f7e5c3b1a9d7f5e3c1b9a7d5f3e1c9b7a5d3f1e9"
 POD = "3f2a9c41-7b3e-4c55-9d0a-2e6f1b7c3d90"
+#: A static pod's UID: a hash of its manifest, not a UUID.
+STATIC_POD = "6f1b7c3d903f2a9c417b3e4c559d0a2e"
 GPU_0 = "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77"
 GPU_1 = "GPU-8f2a9c41-7b3e-4c55-9d0a-2e6f1b7c3d90"
 
@@ -61,11 +63,6 @@ def v1(path: str, *, unified: str | None = None) -> str:
         pytest.param(f"0::/system.slice/docker-{ID}.scope\n", ID, id="v2-systemd"),
         pytest.param(f"0::/system.slice/docker-{ID}.scope/init.scope\n", ID, id="v2-sub-cgroup"),
         pytest.param(
-            f"0::/user.slice/user-1000.slice/user@1000.service/user.slice/docker-{ID}.scope\n",
-            ID,
-            id="v2-rootless",
-        ),
-        pytest.param(
             "0::/kubepods.slice/kubepods-burstable.slice/"
             f"kubepods-burstable-pod{POD.replace('-', '_')}.slice/cri-containerd-{ID}.scope\n",
             ID,
@@ -78,6 +75,20 @@ def v1(path: str, *, unified: str | None = None) -> str:
         ),
         pytest.param(v1(f"/kubepods/burstable/pod{POD}/{ID}"), ID, id="v1-kubepods-cgroupfs"),
         pytest.param(f"0::/kubepods/pod{POD}/{ID}\n", ID, id="v2-kubepods-guaranteed"),
+        pytest.param(f"0::/kubepods/besteffort/pod{STATIC_POD}/{ID}\n", ID, id="static-pod"),
+        pytest.param(
+            f"0::/kubepods.slice/kubepods-besteffort.slice/"
+            f"kubepods-besteffort-pod{POD.replace('-', '_')}.slice/docker-{ID}.scope\n",
+            ID,
+            id="v2-cri-dockerd-besteffort",
+        ),
+        pytest.param(f"0::/kubepods/pod{POD}/{ID}/sub\n", ID, id="kubepods-sub-cgroup"),
+        pytest.param(v1(f"/docker/{ID}/docker/{OTHER_ID}"), ID, id="nested-engine-outermost"),
+        pytest.param(
+            f"0::/system.slice/docker-{ID}.scope/kubelet.slice/x.slice/crio-{OTHER_ID}.scope\n",
+            ID,
+            id="kubelet-in-a-container-outermost",
+        ),
         pytest.param(f"0::/docker/{ID}", ID, id="no-final-newline"),
     ],
 )
@@ -119,6 +130,76 @@ def test_each_cgroup_layout_names_its_container(cgroup: str, expected: str) -> N
     ],
 )
 def test_anything_else_is_no_container(cgroup: str) -> None:
+    assert container_id(cgroup) is None
+
+
+USER = "/user.slice/user-1000.slice/user@1000.service"
+POD_ = POD.replace("-", "_")
+
+
+@pytest.mark.parametrize(
+    "cgroup",
+    [
+        # what a local account can make in the cgroup subtree systemd delegates to it
+        # (systemd-run --user --scope --unit=docker-<id>, or mkdir): never a container
+        pytest.param(f"0::{USER}/app.slice/docker-{ID}.scope\n", id="user-scope"),
+        pytest.param(f"0::{USER}/user.slice/docker-{ID}.scope\n", id="user-rootless-shape"),
+        pytest.param(f"0::{USER}/docker/{ID}\n", id="user-cgroupfs-shape"),
+        pytest.param(f"0::{USER}/kubepods/pod{POD}/{ID}\n", id="user-kubepods-shape"),
+        pytest.param(
+            f"0::{USER}/kubepods.slice/kubepods-pod{POD_}.slice/cri-containerd-{ID}.scope\n",
+            id="user-kubepods-slice-shape",
+        ),
+        pytest.param(f"0::{USER}/system.slice/docker-{ID}.scope\n", id="user-system-slice"),
+        pytest.param(
+            "".join(
+                f"{9 - i}:{name}:{USER}/app.slice/docker-{ID}.scope\n"
+                if name == "name=systemd"
+                else f"{9 - i}:{name}:/user.slice\n"
+                for i, name in enumerate(V1_HIERARCHIES)
+            ),
+            id="v1-user-named-hierarchy",
+        ),
+        # a container's id part anywhere but where the engine or the kubelet puts it
+        pytest.param(f"0::/docker-{ID}.scope\n", id="scope-at-root"),
+        pytest.param(f"0::/machine.slice/docker-{ID}.scope\n", id="scope-in-another-slice"),
+        pytest.param(f"0::/system.slice/x.slice/docker-{ID}.scope\n", id="scope-too-deep"),
+        pytest.param(f"0::/system.slice/cri-containerd-{ID}.scope\n", id="cri-scope-no-pod"),
+        pytest.param(f"0::/system.slice/crio-{ID}.scope\n", id="crio-scope-no-pod"),
+        pytest.param(f"0::/x/docker/{ID}\n", id="cgroupfs-too-deep"),
+        pytest.param(f"0::/docker/x/{ID}\n", id="cgroupfs-id-too-deep"),
+        pytest.param(f"0::/x/kubepods/pod{POD}/{ID}\n", id="kubepods-not-at-root"),
+        pytest.param(f"0::/kubepods/guaranteed/pod{POD}/{ID}\n", id="kubepods-unknown-qos"),
+        pytest.param(f"0::/kubepods/burstable/x/pod{POD}/{ID}\n", id="kubepods-pod-too-deep"),
+        pytest.param(f"0::/kubepods/burstable/pod{POD}/x/{ID}\n", id="kubepods-id-too-deep"),
+        pytest.param(f"0::/kubepods/{ID}\n", id="kubepods-no-pod"),
+        pytest.param(f"0::/kubepods/burstable/pod{POD.upper()}/{ID}\n", id="kubepods-pod-case"),
+        pytest.param(f"0::/kubepods.slice/docker-{ID}.scope\n", id="kubepods-slice-no-pod"),
+        pytest.param(
+            f"0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-{ID}.scope\n",
+            id="kubepods-slice-qos-no-pod",
+        ),
+        pytest.param(
+            f"0::/kubepods.slice/kubepods-burstable.slice/"
+            f"kubepods-besteffort-pod{POD_}.slice/cri-containerd-{ID}.scope\n",
+            id="kubepods-slice-qos-mismatch",
+        ),
+        pytest.param(
+            f"0::/kubepods.slice/kubepods-burstable.slice/"
+            f"kubepods-burstable-pod{POD_}.slice/x.slice/cri-containerd-{ID}.scope\n",
+            id="kubepods-slice-scope-too-deep",
+        ),
+        pytest.param(
+            f"0::/kubepods.slice/kubepods-pod{POD_}.slice/containerd-{ID}.scope\n",
+            id="kubepods-slice-unknown-runtime",
+        ),
+        pytest.param(
+            f"0::/x.slice/kubepods.slice/kubepods-pod{POD_}.slice/crio-{ID}.scope\n",
+            id="kubepods-slice-not-at-root",
+        ),
+    ],
+)
+def test_a_container_path_elsewhere_is_no_container(cgroup: str) -> None:
     assert container_id(cgroup) is None
 
 
@@ -311,6 +392,18 @@ def test_a_hostile_cgroup_file_is_no_container(
     snapshot = reader(reader_kind, proc).read([200])
     assert snapshot.containers == {200: None}
     assert set(snapshot.statuses) == {200}
+
+
+def test_a_process_in_a_users_own_cgroup_is_not_a_container_named_there(
+    proc: FakeProc, reader_kind: str
+) -> None:
+    # Given a container, and a local account's process in a scope it made in its own cgroup
+    # subtree, named after that container (systemd-run --user --scope --unit=docker-<id>)
+    proc.container(100, 101, ID, f"0::/system.slice/docker-{ID}.scope\n")
+    proc.add(500, 1, (500,), f"0::{USER}/app.slice/docker-{ID}.scope\n", uid=1000)
+    # When both are read, then only the container's process is the container's
+    snapshot = reader(reader_kind, proc).read([101, 500])
+    assert snapshot.containers == {101: ID, 500: None}
 
 
 def test_a_cgroup_file_cannot_forge_records(proc: FakeProc, reader_kind: str) -> None:
