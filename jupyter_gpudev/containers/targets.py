@@ -231,7 +231,8 @@ class Targets:
             uuids: tuple[str, ...] = ()
             if wanted is not None and inventory is not None:
                 try:
-                    uuids = holding.would_lease(host, wanted, inventory)
+                    viewer = None if who.admin else who.name
+                    uuids = holding.would_lease(host, wanted, inventory, viewer=viewer)
                 except NoFreeGPU as err:
                     if not gpus_optional(env, request):
                         raise

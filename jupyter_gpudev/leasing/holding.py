@@ -77,13 +77,17 @@ class GPUHolding:
             held.setdefault(uuid, Lease("", host.name, "", "another dev container", (uuid,), now))
         return leasable_units(inventory), {u: seen_by(lease, viewer) for u, lease in held.items()}
 
-    def would_lease(self, host: Host, wanted: GPURequest, inventory: Inventory) -> tuple[str, ...]:
+    def would_lease(
+        self, host: Host, wanted: GPURequest, inventory: Inventory, *, viewer: str | None
+    ) -> tuple[str, ...]:
         """The GPUs a lease would take now, nothing leased or claimed (a start's plan);
-        ``NoFreeGPU`` when too few are free."""
+        ``NoFreeGPU`` when too few are free, its holders as ``viewer`` may see them (``None``:
+        an administrator)."""
         held = self.ledger.holders(host.name)
         for uuid, claim in self.claims(host).live().items():
             held.setdefault(uuid, Lease("", host.name, claim.holder_name, "", (uuid,), 0))
-        return would_lease(host.name, wanted, leasable_units(inventory), held)
+        seen = {uuid: seen_by(lease, viewer) for uuid, lease in held.items()}
+        return would_lease(host.name, wanted, leasable_units(inventory), seen)
 
     def hold(
         self,

@@ -162,3 +162,21 @@ def test_a_container_named_before_names_were_per_user_stays_its_owners(
     # And stopping hers by name stops the old one
     alice.stop(name)
     assert alice.get(name).state == "exited"
+
+
+def test_a_plan_on_a_busy_host_never_names_another_users_lease(
+    held: Authority, gpu_engine: None
+) -> None:
+    # Given alice holding every GPU of the host
+    name = a_name()
+    alice = view(held, ALICE)
+    hers = start(alice, name, gpus=len(alice.describe_hosts()[0].gpus.gpus))
+    assert hers.lease_id
+    # When bob plans a start with a GPU, Then he is told none is free, as a start tells him:
+    # by another user, without her name, her container or her lease
+    with pytest.raises(GPUDevError) as busy:
+        view(held, BOB).plan(StartRequest(environment="default", name=a_name(), gpus=1))
+    told = f"{busy.value.message} {busy.value.details}"
+    assert "another user" in told
+    for secret in (ALICE, name, hers.lease_id):
+        assert secret not in told
