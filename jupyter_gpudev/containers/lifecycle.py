@@ -26,6 +26,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
+import os
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -37,7 +38,8 @@ from traitlets import Instance, default
 
 from ..access import Caller
 from ..engine import Host, Inventory, LegacyGPUInjection, Progress, Registries
-from ..environments import Environment, EnvironmentManager, MountPolicy
+from ..environments import Environment, EnvironmentManager, MountNotAllowed, MountPolicy
+from ..environments.mounts import engine_binds
 from ..errors import (
     ENGINE_FAILURES,
     BadRequest,
@@ -46,7 +48,7 @@ from ..errors import (
     engine_error,
     engine_errors,
 )
-from ..labels import L_ENV, L_NAME, L_OWNER, labelled_gpus
+from ..labels import L_ENV, L_NAME, L_OWNER, L_WORKSPACE, labelled_gpus
 from ..leasing import Admit, GPUHolding, Leasable, Lease
 from . import options
 from .backend import DevContainerBackend, Starting
@@ -424,6 +426,7 @@ class DevContainers(ContainerLookup):
         uuids = labelled_gpus(labels)
         lease: Lease | None = None
         owner = labels.get(L_OWNER, "unknown")
+        self._check_mounts_again(found_host, container, owner, user)
         with self._room(who, owner, running=user):
             if uuids:  # the GPUs it was created with, leased and claimed again
                 lease = self._holding.hold_again(
@@ -452,6 +455,24 @@ class DevContainers(ContainerLookup):
                     raise engine_error(f"Starting {user!r} again", exc, self.log) from exc
                 raise
         return self.describe(found_host, container, warnings=self._post_start(container, say))
+
+    def _check_mounts_again(self, host: Host, container: Container, owner: str, name: str) -> None:
+        """In the shared service, a stopped container's declared mounts checked again with its
+        owner's rights before the engine starts it again (it finds each bind mount's source by
+        its path again, as root, following links): ``MountNotAllowed`` naming the mount and
+        why, nothing started. The start's check (``MountPolicy.check_again``)."""
+        if self.mount_policy.caller is None or not host.spec.is_local:
+            return
+        workspace = container.labels.get(L_WORKSPACE, "")
+        skip = (workspace, os.path.realpath(workspace)) if workspace else ()
+        state = (self.state_dir, self.host_pool.hosts_file)
+        mounts = engine_binds(container.attrs.get("HostConfig") or {})
+        try:
+            self.mount_policy.check_again(owner, mounts, skip=skip, state=state)
+        except MountNotAllowed as exc:
+            raise MountNotAllowed(
+                f"{name!r} was not started again: {exc.message}", details=exc.details
+            ) from None
 
     def _post_start(self, container: Container, say: Progress) -> tuple[str, ...]:
         """postStartCommand and postAttachCommand run at every start (onCreateCommand,

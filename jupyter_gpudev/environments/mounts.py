@@ -16,12 +16,17 @@ also checked with the caller's rights on this machine, as the kernel would decid
 uid, primary and supplementary groups against the mode bits, or the access ACL, of the source
 and of every folder on the way to it): they must be able to search every folder above it and
 read it (and write it, for a writable mount); a mount that does not say becomes read-only
-where they may not write. A source with a part the caller may rename (they may write its
-parent, and it is not a sticky folder that keeps it) is refused: the engine finds a bind
-mount's source by its path again at every start and resume, so they could swap that part for
-a link to any folder (as ``shared.folders`` lays out users' folders so that no user can).
-Each part is read without following links, and one that is a link by then is refused: the
-path checked is the resolved path the engine gets. The check covers the source and the way to
+where they may not write. A source with a part that anyone but root and the service's own
+account could rename is refused: the caller (they own its parent, whatever its mode, which
+they may change back; or they may write it, and it is not a sticky folder that keeps the
+part), the parent's owner, or another account that may write the parent (a member of a group
+it lets write, a named user of its ACL, every user; in a sticky folder, the part's owner).
+The engine finds a bind mount's source by its path again at every start and resume, so they
+could swap that part for a link to any folder (as ``shared.folders`` lays out users' folders
+so that no user can); so a stopped container's mounts are checked again, with its owner's
+rights, before it starts again (``check_again``). Each part is read without following links,
+and one that is a link by then is refused: the path checked is the resolved path the engine
+gets. The check covers the source and the way to
 it, not its contents: a dev container running as root (``c.DevContainers.allow_root``, a
 single-user server's) reads everything inside a mount whatever its files' modes, so an allowed
 root without ``{user}`` should hold only what every user may read, and a mount holding every
@@ -37,14 +42,16 @@ makes any that exist useless inside the container.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import grp
 import os
 import posixpath
 import pwd
 import stat
 import struct
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +80,7 @@ SYSTEM_TARGETS = (
     "/lib64",
     "/boot",
     "/run",
+    "/var/run",  # where a runtime may read the GPU list from mounts (NVIDIA's volume-mounts mode)
 )
 #: Variables that make pip, requests, OpenSSL, curl, conda, Node.js and git trust a CA bundle.
 CA_BUNDLE_ENV_VARS = (
@@ -210,14 +218,113 @@ class Rights:
                 in_group = True
         return not in_group and by_tag.get(_ACL_OTHER, 0) & want == want
 
+    @classmethod
+    def of_uid(cls, uid: int) -> Rights:
+        """The rights of the account ``uid`` (named ``uid N`` where no account has it)."""
+        try:
+            account = pwd.getpwuid(uid)
+        except KeyError:
+            return cls(f"uid {uid}", uid, frozenset())
+        groups = frozenset(os.getgrouplist(account.pw_name, account.pw_gid))
+        return cls(account.pw_name, uid, groups)
+
     def could_replace(self, parent: str, above: os.stat_result, info: os.stat_result) -> bool:
         """Whether they could rename (and so replace) an entry (``info``) of the folder
-        ``parent`` (``above``): they may write and search it, and it is not a sticky folder
-        that keeps the entries of others (``/tmp``) or it is theirs."""
+        ``parent`` (``above``): they own it (whatever its mode or ACL, which they may change
+        back), or they may write and search it and it is not a sticky folder that keeps the
+        entries of others (``/tmp``) or the entry is theirs."""
+        if self.uid is not None and self.uid == above.st_uid:
+            return True
         if not self.may(parent, above, _WRITE | _SEARCH):
             return False
         sticky = bool(above.st_mode & stat.S_ISVTX)
-        return not sticky or self.uid in (above.st_uid, info.st_uid)
+        return not sticky or self.uid == info.st_uid
+
+
+#: What says that everyone may replace a part (its folder is writable by all).
+EVERYONE = "every user"
+
+
+def _trusted_uids() -> frozenset[int]:
+    """The accounts whose folders on the way to a mount are trusted not to swap a part of it:
+    root and the service's own account (the one running it)."""
+    return frozenset({0, os.geteuid()})
+
+
+def _writers(parent: str, above: os.stat_result) -> set[int]:
+    """The uids that a group or named user entry may give write on ``parent`` (``above``):
+    the members of its group (mode bits or ACL) and of the ACL's named groups, and its named
+    users; whether each really may is for ``Rights.may`` to say."""
+    entries = _access_acl(parent)
+    gids: set[int] = set()
+    uids: set[int] = set()
+    if entries is None:
+        if above.st_mode & (_WRITE << 3):
+            gids.add(above.st_gid)
+    else:
+        for tag, perm, ident in entries:
+            if not perm & _WRITE:
+                continue
+            if tag == _ACL_GROUP_OBJ:
+                gids.add(above.st_gid)
+            elif tag == _ACL_GROUP:
+                gids.add(ident)
+            elif tag == _ACL_USER:
+                uids.add(ident)
+    return uids | _members(gids)
+
+
+def _members(gids: set[int]) -> set[int]:
+    """The uids of the accounts in any of the groups ``gids`` (listed, or their own group)."""
+    if not gids:
+        return set()
+    uids = {account.pw_uid for account in pwd.getpwall() if account.pw_gid in gids}
+    for gid in gids:
+        try:
+            names = grp.getgrgid(gid).gr_mem
+        except KeyError:
+            continue
+        for name in names:
+            with contextlib.suppress(KeyError):
+                uids.add(pwd.getpwnam(name).pw_uid)
+    return uids
+
+
+def replacer(
+    rights: Rights, parent: str, above: os.stat_result, info: os.stat_result
+) -> tuple[str, str] | None:
+    """Who could rename (and so replace) the entry ``info`` of the folder ``parent``
+    (``above``), and why, as (name, reason); ``None`` when only trusted accounts (root, the
+    service's own) could. The caller first (``rights``); then the folder's owner, whatever its
+    mode (they may change it back); then another account it lets write it (a group's member,
+    a named user of its ACL, every user where all may write it), where it is not sticky, or
+    the entry's owner where it is."""
+    why_own, why_write = f"they own {parent}", f"they may write {parent}"
+    if rights.could_replace(parent, above, info):
+        return rights.name, why_own if rights.uid == above.st_uid else why_write
+    trusted = _trusted_uids() | ({rights.uid} if rights.uid is not None else set())
+    if above.st_uid not in trusted:
+        return Rights.of_uid(above.st_uid).name, why_own
+    return _other_writer(parent, above, info, trusted)
+
+
+def _other_writer(
+    parent: str, above: os.stat_result, info: os.stat_result, trusted: frozenset[int] | set[int]
+) -> tuple[str, str] | None:
+    """An account other than ``trusted`` that the folder ``parent`` (``above``) lets rename its
+    entry ``info``: where it is sticky, the entry's owner, if they may write it; else anyone
+    who may write it (every user, a member of a group it lets write, a named user)."""
+    want, why = _WRITE | _SEARCH, f"they may write {parent}"
+    if above.st_mode & stat.S_ISVTX:
+        owner = None if info.st_uid in trusted else Rights.of_uid(info.st_uid)
+        return (owner.name, why) if owner and owner.may(parent, above, want) else None
+    if Rights("", None, frozenset()).may(parent, above, want):
+        return EVERYONE, f"every user may write {parent}"
+    for uid in sorted(_writers(parent, above) - trusted):
+        other = Rights.of_uid(uid)
+        if other.may(parent, above, want):
+            return other.name, why
+    return None
 
 
 class LocalPaths:
@@ -326,10 +433,12 @@ class MountPolicy(LoggingConfigurable):
         caller's rights on this machine (their account and groups against the modes and ACLs
         of the folder and of every folder on the way): they must be able to search the way,
         read it, and write it for a writable mount (one that does not say is read-only where
-        they cannot), and must not be able to rename any folder of its path (they could swap
-        it for a link); a remote host's folders are not mounted for them. A container running
-        as root reads everything inside a mount whatever its files' modes: a root without
-        {user} should hold only what every user may read.""",
+        they cannot), and no folder of its path may be one that anyone but root (and the
+        service's own account) could rename: one in a folder they or another user owns, or
+        may write (it could be swapped for a link); they are checked again when a stopped
+        container starts again. A remote host's folders are not mounted for them. A container
+        running as root reads everything inside a mount whatever its files' modes: a root
+        without {user} should hold only what every user may read.""",
     ).tag(config=True)
 
     mount_ca_bundle = Bool(
@@ -580,7 +689,7 @@ class MountPolicy(LoggingConfigurable):
         folder = "/"
         try:
             above = os.lstat(folder)
-            swappable: tuple[str, str] | None = None
+            swappable: tuple[str, str, str, str] | None = None
             info = above
             for part in [part for part in real.split("/") if part]:
                 if not rights.may(folder, above, _SEARCH):
@@ -589,22 +698,24 @@ class MountPolicy(LoggingConfigurable):
                 info = os.lstat(path)
                 if stat.S_ISLNK(info.st_mode):
                     raise refuse(f"{path} is a link now, not the folder it was; try again")
-                if swappable is None and rights.could_replace(folder, above, info):
-                    swappable = (path, folder)
+                if swappable is None:
+                    found = replacer(rights, folder, above, info)
+                    if found is not None:
+                        swappable = (path, folder, *found)
                 folder, above = path, info
             search = _SEARCH if stat.S_ISDIR(info.st_mode) else 0
             if not rights.may(real, info, _READ | search):
                 raise refuse(f"{who} may not read {real}")
             if swappable is not None:
-                path, parent = swappable
+                path, parent, by, why = swappable
                 instead = (
                     f"mount {parent}, or a folder in it that only root may rename, instead"
-                    if _is_within(parent, root.real)
-                    else f"ask an administrator to make {parent} writable by root only"
+                    if by == who and _is_within(parent, root.real)
+                    else f"ask an administrator to make {parent} root's, writable by root only"
                 )
                 raise refuse(
-                    f"{who} may rename or replace {path} (they may write {parent}), so it could "
-                    f"be a link to another folder by the time the engine mounts it; {instead}"
+                    f"{by} may rename or replace {path} ({why}), so it could be a link to "
+                    f"another folder by the time the engine mounts it; {instead}"
                 )
             return rights.may(real, info, _READ | _WRITE | search)
         except (OSError, ValueError) as exc:
@@ -688,3 +799,87 @@ class MountPolicy(LoggingConfigurable):
                 )
             )
         return resolved
+
+    def check_again(
+        self,
+        owner: str,
+        mounts: Sequence[ResolvedMount],
+        *,
+        skip: Sequence[str] = (),
+        state: Sequence[str] = (),
+    ) -> None:
+        """Check again, with ``owner``'s rights now, the bind mounts of a stopped container of
+        theirs (``mounts``, as the engine has them: ``engine_binds``) before it starts again in
+        the shared service: the engine finds each source by its path again, as root, following
+        links. Each one in an allowed root of theirs is checked as ``resolve`` checked it when
+        the container was made, and must still be the folder it was (no part of it a link);
+        ``skip``: sources that are not declared mounts (the workspace), and the CA bundle and
+        folders outside every allowed root (the driver's files) are the service's own.
+        ``MountNotAllowed`` names the mount and why. Nothing in a single-user server."""
+        if self.caller is None:
+            return
+        policy = self if owner == self.caller else self._acting_for(owner)
+        roots = policy.roots()
+        bundle = "/" + posixpath.normpath(self.ca_bundle_path).lstrip("/")
+        for mount in mounts:
+            if mount.source in skip or (self.mount_ca_bundle and mount.target == bundle):
+                continue
+            if not any(
+                _is_within(mount.source, r.path) or _is_within(mount.source, r.real) for r in roots
+            ):
+                continue
+            why = policy._why_not_again(mount, state)
+            if why is not None:
+                raise MountNotAllowed(
+                    f"The mount of {mount.source} at {mount.target} is refused now: {why}",
+                    details={"source": mount.source, "target": mount.target, "user": owner},
+                )
+
+    def _why_not_again(self, mount: ResolvedMount, state: Sequence[str]) -> str | None:
+        """Why ``mount`` (checked when its container was made) is refused now, or ``None``."""
+        link = _first_link(mount.source)
+        if link is not None:
+            return f"{link} is a link now, not the folder it was when the container was made"
+        try:
+            again = self.resolve(mount.source, mount.target, mount.read_only, state=state)
+        except (MountNotAllowed, BadRequest) as exc:
+            return exc.message
+        if again.source != mount.source:
+            return f"it resolves to {again.source} now"
+        return None
+
+    def _acting_for(self, owner: str) -> MountPolicy:
+        """This policy (its configuration) with ``owner`` as its caller."""
+        traits = {name: getattr(self, name) for name in self.trait_names(config=True)}
+        return MountPolicy(log=self.log, caller=owner, **traits)
+
+
+def _first_link(path: str) -> str | None:
+    """The first part of ``path`` (absolute) that is a symbolic link, or ``None``."""
+    folder = "/"
+    for part in [part for part in path.split("/") if part]:
+        folder = os.path.join(folder, part)
+        if os.path.islink(folder):
+            return folder
+    return None
+
+
+def engine_binds(host_config: Mapping[str, Any]) -> list[ResolvedMount]:
+    """The bind mounts of a container's ``HostConfig`` (its ``Mounts``, and ``Binds``
+    written ``source:target[:options]``), as the engine makes them at each start."""
+    found: list[ResolvedMount] = []
+    for mount in host_config.get("Mounts") or []:
+        if mount.get("Type") == "bind":
+            found.append(
+                ResolvedMount(
+                    str(mount.get("Source", "")),
+                    str(mount.get("Target", "")),
+                    bool(mount.get("ReadOnly", False)),
+                )
+            )
+    for bind in host_config.get("Binds") or []:
+        source, _, rest = str(bind).partition(":")
+        target, _, options = rest.partition(":")
+        if source.startswith("/"):
+            found.append(ResolvedMount(source, target, "ro" in options.split(",")))
+    return found

@@ -25,6 +25,7 @@ from jupyter_gpudev.labels import L_SERVER
 from jupyter_gpudev.services import Services
 from jupyter_gpudev.shared.authority import Authority
 from tests.integration.shared_views import close, new_service, service_config
+from tests.leaks import Baseline, assert_nothing_leaked
 from tests.unit.test_shared_mounts import ALICE, BOB, make, needs_accounts
 
 pytestmark = [pytest.mark.integration, needs_accounts]
@@ -128,3 +129,42 @@ def test_a_folder_of_another_user_is_refused_and_nothing_is_left(
     server = held[0].service.containers.server_id
     assert docker_client.containers.list(all=True, filters={"label": f"{L_SERVER}={server}"}) == []
     assert alice.containers.ledger.active("local") == []
+
+
+def test_a_mount_swapped_for_a_link_while_stopped_is_refused_at_resume(
+    tmp_path: Path,
+    data: Path,
+    held: list[Authority],
+    monkeypatch: pytest.MonkeyPatch,
+    docker_client: docker.DockerClient,
+) -> None:
+    # Given alice's container mounting her folder of a per-user root, started and stopped
+    baseline = Baseline.take(docker_client, ignore_removed=True)
+    held.append(mounting(tmp_path, [{"path": str(data / "{user}"), "writable": True}], monkeypatch))
+    server = held[0].service.containers.server_id
+    alice = held[0].for_user(ALICE)
+    declare(alice, "mine", data / ALICE)
+    name = alice.containers.start(
+        StartRequest(environment="mine", name=f"resume-{secrets.token_hex(3)}", gpus=1)
+    ).key
+    alice.containers.stop(name)
+    # And, nothing changed, it starts again with her folder
+    assert alice.containers.resume(name).status == "running"
+    assert run(docker_client, name, "cat /mnt/data/note.txt") == f"{ALICE}'s note\n"
+    alice.containers.stop(name)
+    # When her folder is a link to bob's by the time it starts again (the engine finds a bind
+    # mount's source by its path again at each start, as root, following links)
+    mine = data / ALICE
+    mine.rename(data / "moved")
+    mine.symlink_to(data / BOB)
+    # Then resuming it is refused, naming the mount and why
+    with pytest.raises(MountNotAllowed) as caught:
+        alice.containers.resume(name)
+    assert caught.value.status == 403
+    assert f"mount of {mine} at /mnt/data" in caught.value.message
+    assert f"{mine} is a link now" in caught.value.message
+    # And nothing started, and no GPU is held
+    assert docker_client.containers.get(docker_name(name)).status == "exited"
+    assert alice.containers.ledger.active("local") == []
+    alice.containers.remove(name, force=True)
+    assert_nothing_leaked(docker_client, baseline, server_id=server)

@@ -154,6 +154,8 @@ def test_a_missing_path_outside_the_roots_is_not_probed(tree: Path) -> None:
         "/lib64/x",
         "/boot",
         "/run/secrets",
+        "/var/run/nvidia-container-devices/all",  # the runtime's GPU list, where it reads mounts
+        "/var/run",
     ],
 )
 def test_system_targets_are_refused(tree: Path, target: str) -> None:

@@ -19,6 +19,7 @@ import struct
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import pytest
 from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_gpudev.environments import MountNotAllowed, MountPolicy, RemotePaths
+from jupyter_gpudev.environments.mounts import ResolvedMount
 from jupyter_gpudev.errors import ConfigError
 from jupyter_gpudev.services import Services
 from jupyter_gpudev.shared.authority import Authority
@@ -354,3 +356,125 @@ def test_single_user_mode_checks_no_ones_rights(tree: Path) -> None:
     # Then bob's private folder and alice's project folder are mounted as before
     assert policy.resolve(str(tree / "data" / BOB), "/mnt/b").source == str(tree / "data" / BOB)
     assert policy.resolve(str(tree / "data" / ALICE / "project"), "/mnt/p").read_only
+
+
+# -- folders on the way that an owner could open again, or another user could swap ----------
+
+
+def as_user(name: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``argv`` run as the account ``name`` (its own uid and groups)."""
+    return subprocess.run(
+        [RUNUSER, "-u", name, "--", *argv], check=False, capture_output=True, text=True
+    )
+
+
+@needs_accounts
+def test_a_folder_the_caller_owns_on_the_way_is_one_they_could_swap_whatever_its_mode(
+    tree: Path, view_of: ViewOf
+) -> None:
+    # Given alice's folder and a folder in it, both hers with their write bits off (0555)
+    mine = tree / "data" / ALICE
+    inner = make(mine / "a", ALICE, 0o755)
+    pub = make(inner / "pub", ALICE, 0o755)
+    mine.chmod(0o555)
+    inner.chmod(0o555)
+    alice = policy_of(view_of, ALICE, [str(tree / "data" / "{user}")])
+    # When she mounts the folder inside them
+    message = refusal(alice, pub)
+    # Then it is refused: she owns the folders, so she may turn their write bits on again and
+    # swap a part for a link by the time the engine mounts it again (at a resume)
+    assert f"{ALICE} may rename or replace {inner} (they own {mine})" in message
+    # As the kernel agrees: she turns the bit on and renames the part
+    assert as_user(ALICE, "chmod", "755", str(mine)).returncode == 0
+    assert as_user(ALICE, "mv", str(inner), str(mine / "moved")).returncode == 0
+
+
+@needs_accounts
+def test_a_folder_another_user_owns_on_the_way_is_refused(tree: Path, view_of: ViewOf) -> None:
+    # Given a root shared by everyone, holding bob's folder (0755), and a folder of root's in it
+    # that everyone may read
+    public = tree / "datasets" / "public"
+    shared = make(public / "shared", "root", 0o755)
+    roots = [str(tree / "datasets")]
+    alice = policy_of(view_of, ALICE, roots)
+    # When alice mounts that folder
+    message = refusal(alice, shared)
+    # Then it is refused: bob could swap it for a link (to a folder only alice may not read,
+    # or one that only root may), whoever owns the folder itself
+    assert f"{BOB} may rename or replace {shared} (they own {public})" in message
+    assert as_user(BOB, "mv", str(shared), str(public / "moved")).returncode == 0
+    # And bob's own view refuses it too: he owns the folder above it
+    (public / "moved").rename(shared)
+    assert f"{BOB} may rename or replace {shared}" in refusal(
+        policy_of(view_of, BOB, roots), shared
+    )
+
+
+@needs_accounts
+def test_a_folder_others_may_write_on_the_way_is_refused(tree: Path, view_of: ViewOf) -> None:
+    # Given, in a root shared by everyone, a folder of root's that bob's group may write, one
+    # that everyone may write, and a sticky one (1777), each holding a folder of root's
+    bobs_group = pwd.getpwnam(BOB).pw_gid
+    team = make(tree / "datasets" / "team", "root", 0o775)
+    os.chown(team, 0, bobs_group)
+    open_ = make(tree / "datasets" / "open", "root", 0o777)
+    sticky = make(tree / "datasets" / "sticky", "root", 0o1777)
+    for folder in (team, open_, sticky):
+        make(folder / "x", "root", 0o755)
+    # And, in the sticky one, a folder of bob's
+    make(sticky / "bobs", BOB, 0o755)
+    alice = policy_of(view_of, ALICE, [str(tree / "datasets")])
+    # Then what bob's group may rename is refused, naming him
+    assert f"{BOB} may rename or replace {team / 'x'} (they may write {team})" in refusal(
+        alice, team / "x"
+    )
+    # And what everyone may rename
+    assert f"may rename or replace {open_ / 'x'}" in refusal(alice, open_ / "x")
+    # And bob's folder in the sticky one, which he may rename there
+    assert f"{BOB} may rename or replace {sticky / 'bobs'}" in refusal(alice, sticky / "bobs")
+    # While root's folder in the sticky one, which only root may rename, is mounted
+    assert alice.resolve(str(sticky / "x"), "/mnt/x").source == str(sticky / "x")
+
+
+# -- a stopped container's mounts, checked again before it starts again -----------------------
+
+
+@needs_accounts
+def test_a_stopped_containers_mounts_are_checked_again_with_its_owners_rights(
+    tree: Path, view_of: ViewOf
+) -> None:
+    # Given alice's mount of her folder, checked when her container was made
+    mine = tree / "data" / ALICE
+    roots: list[Any] = [{"path": str(tree / "data" / "{user}"), "writable": True}]
+    alice = policy_of(view_of, ALICE, roots)
+    mount = alice.resolve(str(mine), "/mnt/mine", read_only=False)
+    state = ("/nonexistent/state",)
+    # Then, nothing changed, it passes again, for her and for an administrator acting for her
+    alice.check_again(ALICE, [mount], state=state)
+    policy_of(view_of, "gpudev-admin-view", roots).check_again(ALICE, [mount], state=state)
+    # And a folder of the workspace's, or one outside every root (the CA bundle, the driver's
+    # files), is not a declared mount: it is not checked
+    alice.check_again(ALICE, [ResolvedMount("/usr/lib", "/usr/lib/x", True)], skip=(), state=state)
+    # When her folder is a link by the time the container starts again (to bob's)
+    mine.rename(tree / "data" / "moved")
+    mine.symlink_to(tree / "data" / BOB)
+    # Then it is refused, naming the mount and why, for her and for an administrator
+    for policy in (alice, policy_of(view_of, "gpudev-admin-view", roots)):
+        with pytest.raises(MountNotAllowed) as caught:
+            policy.check_again(ALICE, [mount], state=state)
+        assert caught.value.status == 403
+        assert f"mount of {mine} at /mnt/mine" in caught.value.message
+        assert f"{mine} is a link now" in caught.value.message
+    # When it is a folder again, but one she owns the parent of (she could swap it again)
+    mine.unlink()
+    (tree / "data" / "moved").rename(mine)
+    os.chown(tree / "data", pwd.getpwnam(ALICE).pw_uid, 0)
+    with pytest.raises(MountNotAllowed, match=f"{ALICE} may rename or replace {mine}"):
+        alice.check_again(ALICE, [mount], state=state)
+    # And a mount she may no longer write (bob's now) is refused as writable
+    os.chown(tree / "data", 0, 0)
+    os.chown(mine, pwd.getpwnam(BOB).pw_uid, 0)
+    mine.chmod(0o755)
+    with pytest.raises(MountNotAllowed, match=f"{ALICE} may not write"):
+        alice.check_again(ALICE, [mount], state=state)
+    alice.check_again(ALICE, [replace(mount, read_only=True)], state=state)
