@@ -108,7 +108,7 @@ def _containers(
             mine = labels.get(L_WORKSPACE) == str(workspace.resolve())
         else:
             mine = container.id not in baseline.containers
-        if not mine or L_CLAIM in labels:
+        if not mine or labels.get(L_CLAIM):  # (a dev container's is empty)
             continue
         if container.name not in kept:
             found.append(f"container {container.name} ({container.status}) left behind")
@@ -140,6 +140,8 @@ def _held(
 ) -> list[str]:
     found: list[str] = []
     for claim in client.containers.list(all=True, filters={"label": L_CLAIM}, ignore_removed=True):
+        if not (claim.labels or {}).get(L_CLAIM):
+            continue  # a dev container (its claim label is set, empty)
         if ledger_id is not None and (claim.labels or {}).get(L_LEDGER) != ledger_id:
             continue
         holder = (claim.labels or {}).get(L_CLAIM_HOLDER, "")

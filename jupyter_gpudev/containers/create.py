@@ -19,6 +19,9 @@ from docker.types import DeviceRequest, LogConfig, Ulimit
 from ..engine.driver import Injection
 from ..environments import Environment, ResolvedMount
 from ..labels import (
+    L_CLAIM,
+    L_CLAIM_AT,
+    L_CLAIM_HOLDER,
     L_CREATED,
     L_ENV,
     L_GPUS,
@@ -109,7 +112,8 @@ def tightest(*limits: int | None) -> int | None:
 
 def labels(env: Environment, target: Target) -> dict[str, str]:
     """gpudev's labels of the container: always every one, even empty, since an image's
-    own labels are inherited by its containers and an image may carry ours."""
+    own labels are inherited by its containers and an image may carry ours (a dev container
+    that kept an image's claim labels would be taken for a stale GPU claim and removed)."""
     return {
         L_MANAGED: "1",
         L_NAME: target.name,
@@ -127,6 +131,11 @@ def labels(env: Environment, target: Target) -> dict[str, str]:
         L_KERNEL: target.kernel_id or "",
         L_PORTS: ",".join(str(port) for port in env.forward_ports),
         L_REMOTE_USER: target.remote_user,
+        # Not a GPU claim (``leasing/claims.py``), not a probe helper.
+        L_CLAIM: "",
+        L_CLAIM_HOLDER: "",
+        L_CLAIM_AT: "",
+        L_PROBE: "",
     }
 
 

@@ -205,9 +205,13 @@ def kernelspec_argv(data: Any) -> list[str] | None:
 
 
 def image_argv(container: Any) -> list[str]:
-    """The image's own python3 kernelspec argv if it has one, else the ipykernel default."""
+    """The image's own python3 kernelspec argv if it has one, else the ipykernel default.
+    Read as the user kernels run as (``exec_user``), by ``cat``'s absolute path: a folder on
+    the container's PATH may be that user's, and the read never runs what they put there as
+    another user (the container's, root where the image's is)."""
+    user = exec_user(container)
     for path in IMAGE_KERNELSPECS:
-        code, output = container.exec_run(["cat", path])
+        code, output = container.exec_run(["/bin/cat", path], user=user)
         argv = kernelspec_argv(output) if code == 0 else None
         if argv is not None:
             return argv

@@ -21,6 +21,10 @@ else is never removed) and the GPU claimed again. Claims are made from a tiny im
 (``gpudev-claim:1``, one text file, imported on first use) so that they inherit no labels from
 a user's image and can run nothing.
 
+A container is taken for a claim only when it is one that ``EngineClaims`` made (``is_claim``):
+its labels alone never make it one, since a container inherits its image's labels and an image
+may carry the claim labels; only a claim is ever removed as stale.
+
 ``docker container prune`` removes claims (they are never started): reconciliation makes them
 again for the running dev containers that hold GPUs.
 """
@@ -35,6 +39,7 @@ import tarfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import docker
 import docker.errors
@@ -57,6 +62,8 @@ from .model import NoFreeGPU
 CLAIM_IMAGE = "gpudev-claim:1"
 #: Claim containers are named this plus the GPU UUID.
 CLAIM_PREFIX = "gpudev-gpu-"
+#: The command claims are created with: the claim image's one file (never run).
+CLAIM_COMMAND = "/GPUDEV-CLAIM"
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _README = b"A GPU claim of jupyter-gpudev: created, never started. See leasing/claims.py.\n"
@@ -101,6 +108,36 @@ class Claim:
             owner=labels.get(L_OWNER, ""),
             at=at,
         )
+
+
+def is_claim(names: Iterable[str], command: str, labels: Mapping[str, str]) -> bool:
+    """Whether a container is a claim ``EngineClaims`` made, from what the engine reports of
+    it: its name (``gpudev-gpu-...``), its command (exactly the claim image's one file) and
+    not a dev container (every dev container is labelled managed, ``L_MANAGED`` ``"1"``,
+    whatever its image says: ``containers.create.labels``). ``names`` as the engine lists them
+    (a leading ``/``)."""
+    return (
+        any(str(name).lstrip("/").startswith(CLAIM_PREFIX) for name in names)
+        and command == CLAIM_COMMAND
+        and labels.get(L_MANAGED) != "1"
+    )
+
+
+def _listed_claim(summary: Mapping[str, Any]) -> Claim | None:
+    """The claim a container of the engine's list is (``None``: not a claim container)."""
+    labels = summary.get("Labels") or {}
+    if not is_claim(summary.get("Names") or (), str(summary.get("Command", "")), labels):
+        return None
+    return Claim.from_labels(str(summary.get("Id", "")), labels)
+
+
+def _inspected_claim(attrs: Mapping[str, Any]) -> Claim | None:
+    """The claim an inspected container is (``None``: not a claim container)."""
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    command = " ".join(str(part) for part in (attrs.get("Path", ""), *(attrs.get("Args") or ())))
+    if not is_claim((str(attrs.get("Name", "")),), command, labels):
+        return None
+    return Claim.from_labels(str(attrs.get("Id", "")), labels)
 
 
 @dataclass(frozen=True)
@@ -168,10 +205,13 @@ class EngineClaims:
 
     def _claims(self) -> list[Claim]:
         with engine_errors("Listing GPU claims", self.log):
-            summaries = self.client.api.containers(all=True, filters={"label": L_CLAIM})
+            # (every dev container has the label too, empty: ``containers.create.labels``)
+            summaries = self.client.api.containers(
+                all=True, filters={"label": L_CLAIM, "name": CLAIM_PREFIX}
+            )
         claims = []
         for summary in summaries:
-            claim = Claim.from_labels(str(summary.get("Id", "")), summary.get("Labels") or {})
+            claim = _listed_claim(summary)
             if claim is not None:
                 claims.append(claim)
         return claims
@@ -225,7 +265,7 @@ class EngineClaims:
         """Create the claim container; its id. ``APIError`` 409 when the name is taken."""
         created = self.client.api.create_container(
             CLAIM_IMAGE,
-            command=["/GPUDEV-CLAIM"],
+            command=[CLAIM_COMMAND],
             name=claim_name(uuid),
             labels=labels,
             network_disabled=True,
@@ -254,8 +294,7 @@ class EngineClaims:
             attrs = self.client.api.inspect_container(claim_name(uuid))
         except docker.errors.NotFound:
             return None
-        labels = (attrs.get("Config") or {}).get("Labels") or {}
-        claim = Claim.from_labels(str(attrs.get("Id", "")), labels)
+        claim = _inspected_claim(attrs)
         if claim is None:  # a container of that name that is not a claim: never touched
             return Claim(uuid, str(attrs.get("Id", "")), "", "", "", float("inf"))
         return claim
@@ -318,7 +357,7 @@ class EngineClaims:
             )
             freed = []
             for summary in summaries:
-                claim = Claim.from_labels(str(summary.get("Id", "")), summary.get("Labels") or {})
+                claim = _listed_claim(summary)
                 if claim is None or claim.holder_id != holder_id:
                     continue
                 self._remove(claim.claim_id)

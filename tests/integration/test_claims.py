@@ -49,8 +49,10 @@ def no_claims_left(docker_client: docker.DockerClient) -> Iterator[None]:
 
 
 def remove_claims(docker_client: docker.DockerClient) -> None:
+    # (every dev container has the claim label too, empty)
     for claim in docker_client.containers.list(all=True, filters={"label": L_CLAIM}):
-        claim.remove(force=True)
+        if (claim.labels or {}).get(L_CLAIM) and not (claim.labels or {}).get(L_MANAGED):
+            claim.remove(force=True)
 
 
 def race(starts: list[Callable[[], DevContainerInfo]]) -> tuple[list[DevContainerInfo], list[Any]]:

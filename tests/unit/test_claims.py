@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from jupyter_gpudev.labels import L_CLAIM, L_CLAIM_AT, L_CLAIM_HOLDER, L_NAME, L_OWNER
+from jupyter_gpudev.labels import L_CLAIM, L_CLAIM_AT, L_CLAIM_HOLDER, L_MANAGED, L_NAME, L_OWNER
 from jupyter_gpudev.leasing import Claim, claim_name
-from jupyter_gpudev.leasing.claims import Holder, is_live
+from jupyter_gpudev.leasing.claims import CLAIM_COMMAND, Holder, is_claim, is_live
 
 UUID = "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77"
 #: The engine's rule for container names.
@@ -71,3 +71,21 @@ def test_labels_without_a_gpu_or_a_holder_are_not_a_claim() -> None:
     )
     # A time that is not a number counts as long ago (stale as soon as the holder stops)
     assert read == Claim(UUID, "x", "h", "n", "o", 0.0)
+
+
+def test_empty_claim_labels_are_not_a_claim() -> None:
+    # (what every dev container carries: ``containers.create.labels``)
+    assert Claim.from_labels("x", {L_CLAIM: "", L_CLAIM_HOLDER: "", L_CLAIM_AT: ""}) is None
+
+
+def test_only_a_container_made_as_a_claim_is_one_whatever_its_labels() -> None:
+    name = f"/{claim_name(UUID)}"
+    labels = {L_CLAIM: UUID, L_CLAIM_HOLDER: "h"}
+    assert is_claim([name], CLAIM_COMMAND, labels)
+    # A dev container (managed), whatever its name, command or image's labels
+    assert not is_claim([name], CLAIM_COMMAND, {**labels, L_MANAGED: "1"})
+    # Another name, or another command (the claim image's file and nothing else)
+    assert not is_claim(["/gpudev-train"], CLAIM_COMMAND, labels)
+    assert not is_claim([], CLAIM_COMMAND, labels)
+    assert not is_claim([name], "sleep infinity", labels)
+    assert not is_claim([name], f"{CLAIM_COMMAND} sleep infinity", labels)
