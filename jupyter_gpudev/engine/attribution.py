@@ -4,10 +4,16 @@ A host PID's container is in ``/proc/PID/cgroup`` (``container_id``): cgroup v1 
 engine's cgroupfs driver (``/docker/<id>``) and systemd driver
 (``/system.slice/docker-<id>.scope``), and a kubelet's pods (``/kubepods/[<qos>/]pod<uid>/<id>``,
 ``/kubepods.slice/...`` with containerd's, CRI-O's or cri-dockerd's scope), each only at the
-root of the cgroup tree; anything else is no container, a path under ``/user.slice`` included
-(a local account names its own cgroups there, a rootless engine's containers among them). A
-PID inside a container's namespace (what a kernel's PID file holds) maps to the host's through
-``NSpid`` in ``/proc/PID/status`` (``host_pid``).
+root of the cgroup tree. A path under ``/user.slice`` is a local account's (systemd delegates
+``user@UID.service`` to it: it names its cgroups there as it likes), so it is no container,
+with one exception: a rootless engine's containers, in its owner's slice
+(``/user.slice/user-UID.slice/user@UID.service/user.slice/docker-<id>.scope``, cgroup v2 and
+the systemd driver), for the owner the host reports only (``rootless_uid``: the owner of the
+engine's socket here, the SSH user on an ``ssh://`` host; ``hosts.DockerEngine.proc_reader``).
+That account owns every container of its engine, so it can name none of another account's; an
+engine that is not rootless reports none, and then no path there is read. Anything else is no
+container. A PID inside a container's namespace (what a kernel's PID file holds) maps to the
+host's through ``NSpid`` in ``/proc/PID/status`` (``host_pid``).
 
 Which of a container's processes are looked at for that: each GPU process and its ancestors
 inside its container (``AttributedProcess.lineage``), read by the same pass that reads its
@@ -71,7 +77,7 @@ _STATUS_KEYS = ("PPid", "Uid", "NSpid")
 # --------------------------------------------------------------------------------------------
 
 
-def _path_container(path: str) -> str | None:
+def _path_container(path: str, rootless_uid: int | None = None) -> str | None:
     """The container a cgroup path names; ``None`` for anything else, a path with ``.``,
     ``..``, an empty part or a control character included.
 
@@ -82,14 +88,30 @@ def _path_container(path: str) -> str | None:
     (a kubelet's two drivers), each with anything below it (a container's own cgroups; an
     engine or kubelet inside a container is that outer container). The same name elsewhere
     is no container: under ``/user.slice`` a local account makes what it likes (systemd
-    delegates ``user@UID.service`` to it), so a rootless engine's containers are not known."""
+    delegates ``user@UID.service`` to it). Only there, and only for ``rootless_uid`` (the
+    account that owns the host's rootless engine; ``None``: none), that engine's systemd
+    driver: ``/user.slice/user-UID.slice/user@UID.service/user.slice/docker-<id>.scope`` and
+    anything below it."""
     if not path.startswith("/") or _CONTROL.search(path):
         return None
     parts = path[1:].split("/")
     if any(part in ("", ".", "..") for part in parts):
         return None
+    if parts[0] == "user.slice":
+        return _rootless(parts[1:], rootless_uid) if len(parts) > 1 else None
     below = _BELOW.get(parts[0])
     return below(parts[1:]) if below is not None and len(parts) > 1 else None
+
+
+def _rootless(rest: list[str], uid: int | None) -> str | None:
+    """Below ``/user.slice``: ``user-UID.slice/user@UID.service/user.slice/docker-<id>.scope``,
+    ``UID`` the rootless engine's owner (``None``: no path here is a container)."""
+    if uid is None or uid < 0 or len(rest) < 4:
+        return None
+    if rest[:3] != [f"user-{uid}.slice", f"user@{uid}.service", "user.slice"]:
+        return None
+    scope = _ENGINE_SCOPE.match(rest[3])
+    return scope.group(1) if scope else None
 
 
 def _engine_cgroupfs(rest: list[str]) -> str | None:
@@ -136,14 +158,17 @@ _BELOW: dict[str, Callable[[list[str]], str | None]] = {
 }
 
 
-def container_id(cgroup: str) -> str | None:
+def container_id(cgroup: str, rootless_uid: int | None = None) -> str | None:
     """The full id of the container a ``/proc/PID/cgroup`` names, or ``None``: no container,
-    an unknown layout, lines that disagree, or a file too large to be the kernel's."""
+    an unknown layout, lines that disagree, or a file too large to be the kernel's.
+    ``rootless_uid``: the account that owns the host's rootless engine (``_path_container``)."""
     # The processes of one container have the same file: a poll reads a few distinct ones.
-    return _container_id_cached(cgroup) if len(cgroup) <= 8192 else _container_id(cgroup)
+    if len(cgroup) <= 8192:
+        return _container_id_cached(cgroup, rootless_uid)
+    return _container_id(cgroup, rootless_uid)
 
 
-def _container_id(cgroup: str) -> str | None:
+def _container_id(cgroup: str, rootless_uid: int | None = None) -> str | None:
     lines = cgroup.split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -159,7 +184,7 @@ def _container_id(cgroup: str) -> str | None:
         _controllers, colon, path = rest.partition(":")
         if not colon or not _HIERARCHY.match(hierarchy):
             continue
-        found_id = _path_container(path)
+        found_id = _path_container(path, rootless_uid)
         if found_id is not None:
             found.add(found_id)
     return found.pop() if len(found) == 1 else None
@@ -273,14 +298,16 @@ class ProcReader(Protocol):
 
 
 class LocalProcReader:
-    """This machine's ``/proc`` (``root``: another folder shaped like it, for tests)."""
+    """This machine's ``/proc`` (``root``: another folder shaped like it, for tests);
+    ``rootless_uid``: the account that owns the engine where it is rootless (``container_id``)."""
 
     #: Bytes read of a cgroup file: more than ``container_id`` takes, so that a larger file is
     #: seen to be one.
     READ_LIMIT = (MAX_CGROUP_LINES + 2) * (MAX_LINE + 1)
 
-    def __init__(self, root: str | Path = "/proc") -> None:
+    def __init__(self, root: str | Path = "/proc", *, rootless_uid: int | None = None) -> None:
         self.root = str(root)
+        self.rootless_uid = rootless_uid
 
     def _file(self, pid: int, name: str, limit: int) -> str | None:
         try:
@@ -301,7 +328,7 @@ class LocalProcReader:
             if status is None:
                 continue
             cgroup = self._file(pid, "cgroup", self.READ_LIMIT)
-            containers[pid] = None if cgroup is None else container_id(cgroup)
+            containers[pid] = None if cgroup is None else container_id(cgroup, self.rootless_uid)
             statuses[pid] = status
         for pid in list(containers):
             current = statuses[pid]
@@ -375,9 +402,10 @@ _PROGRAM = (
 )
 
 
-def parse_proc_output(text: str) -> ProcSnapshot:
+def parse_proc_output(text: str, rootless_uid: int | None = None) -> ProcSnapshot:
     """What ``PROC_PROGRAM`` printed, read as hostile: anything but its records is ignored,
-    at most ``MAX_CGROUP_LINES + 1`` cgroup lines a PID are kept."""
+    at most ``MAX_CGROUP_LINES + 1`` cgroup lines a PID are kept. ``rootless_uid``: as
+    ``container_id``'s."""
     records: list[tuple[str, int, list[str], list[str]]] = []
     current: tuple[str, int, list[str], list[str]] | None = None
     for line in text.split("\n"):
@@ -400,7 +428,7 @@ def parse_proc_output(text: str) -> ProcSnapshot:
             continue
         statuses[pid] = status
         if kind == "p":
-            containers[pid] = container_id("\n".join(cgroup))
+            containers[pid] = container_id("\n".join(cgroup), rootless_uid)
     return ProcSnapshot(containers, statuses)
 
 
@@ -411,10 +439,17 @@ Runner = Callable[[list[str], float], "subprocess.CompletedProcess[str]"]
 class CommandProcReader:
     """A host's ``/proc`` read by one command per read: ``awk`` with a fixed program
     (``PROC_PROGRAM``), the PIDs (checked integers) its arguments, never a shell string
-    built from data; bounded by ``timeout`` and by the runner's output limit."""
+    built from data; bounded by ``timeout`` and by the runner's output limit.
+    ``rootless_uid``: the account that owns the engine where it is rootless (``container_id``)."""
 
     def __init__(
-        self, runner: Runner, timeout: float = 10.0, root: str = "/proc", where: str | None = None
+        self,
+        runner: Runner,
+        timeout: float = 10.0,
+        root: str = "/proc",
+        where: str | None = None,
+        *,
+        rootless_uid: int | None = None,
     ) -> None:
         if not root.startswith("/") or _CONTROL.search(root) or "=" in root:
             raise ValueError(f"not a /proc folder: {root!r}")
@@ -422,6 +457,7 @@ class CommandProcReader:
         self.timeout = timeout
         self.root = root
         self.where = where or "the host"
+        self.rootless_uid = rootless_uid
 
     def argv(self, pids: Iterable[int]) -> list[str]:
         return ["awk", _PROGRAM, self.root, *(str(pid) for pid in valid_pids(pids))]
@@ -444,7 +480,7 @@ class CommandProcReader:
             raise ProbeUnavailable(
                 f"reading /proc on {self.where} failed (exit {result.returncode})"
             )
-        return parse_proc_output(result.stdout)
+        return parse_proc_output(result.stdout, self.rootless_uid)
 
 
 # --------------------------------------------------------------------------------------------

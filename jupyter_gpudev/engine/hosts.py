@@ -54,6 +54,10 @@ from .ssh import SSHConnection, SSHDockerAdapter, SSHTarget
 from .tunnels import Tunnels
 from .watch import ContainerStates
 
+#: Seconds an engine's answer to ``engine_info`` is taken as still true where it is read for
+#: what changes only with a restart of the engine (whether it is rootless).
+ENGINE_INFO_AGE = 10.0
+
 
 def _positive(value: object) -> int | None:
     """A count the engine reported, when it is a positive whole number."""
@@ -98,8 +102,52 @@ class DockerEngine:
     def proc_reader(self) -> ProcReader | None:
         host = self.host
         if host.ssh is not None:
-            return CommandProcReader(host.smi_runner, host.timeout, where=f"host {host.name!r}")
-        return LocalProcReader() if host.spec.is_local else None
+            return CommandProcReader(
+                host.smi_runner,
+                host.timeout,
+                where=f"host {host.name!r}",
+                rootless_uid=self._rootless_uid(),
+            )
+        return LocalProcReader(rootless_uid=self._rootless_uid()) if host.spec.is_local else None
+
+    def _rootless_uid(self) -> int | None:
+        """The account that owns the engine where it is rootless: its containers' cgroups are
+        in that account's systemd user slice (``attribution._path_container``). Here the owner
+        of the engine's unix socket; on an ``ssh://`` host the SSH user (a rootless engine's
+        socket is in its owner's runtime folder, mode 0700: an account other than root that
+        reaches it is its owner). ``None``: root (a rootful engine's socket), an engine that
+        does not say it is rootless (``EngineInfo.rootless``), or either not known. Costs no
+        call to the engine for a root-owned socket, no command on a host whose engine is not
+        rootless (``engine_info`` is one kept ``ENGINE_INFO_AGE`` seconds)."""
+        host = self.host
+        if host.ssh is None:
+            owner = self._socket_owner()
+            return owner if owner and self._engine_rootless() else None
+        if not self._engine_rootless():
+            return None
+        try:
+            uid = (host.user_ids() or "").partition(":")[0]
+        except (GPUDevError, OSError, subprocess.SubprocessError):
+            return None
+        owner = int(uid) if uid.isdigit() and len(uid) <= 10 else None
+        return owner or None
+
+    def _socket_owner(self) -> int | None:
+        """The owner of the engine's socket here (``None``: not a ``unix://`` one, or gone)."""
+        url = urlsplit(self.host.spec.url)
+        if url.scheme != "unix":
+            return None
+        try:
+            return os.stat(url.path).st_uid
+        except (OSError, ValueError):
+            return None
+
+    def _engine_rootless(self) -> bool:
+        """The engine says it is rootless (``False``: it does not, or does not answer)."""
+        try:
+            return self.host.engine_info(max_age=ENGINE_INFO_AGE).rootless
+        except (GPUDevError, OSError):
+            return False
 
     def close(self) -> None:
         """Nothing of its own: the host closes its clients and SSH connection."""

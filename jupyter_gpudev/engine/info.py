@@ -104,6 +104,11 @@ class EngineInfo:
     #: ``docker info``'s ``SecurityOptions`` (``name=seccomp,profile=default``, ``name=rootless``).
     security_options: tuple[str, ...] = ()
 
+    @property
+    def rootless(self) -> bool:
+        """The engine says it runs rootless (``name=rootless`` in ``security_options``)."""
+        return any("name=rootless" in str(option).split(",") for option in self.security_options)
+
 
 @dataclass(frozen=True)
 class HostInfo:

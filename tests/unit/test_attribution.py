@@ -4,9 +4,12 @@ and over this machine's real one."""
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
 import subprocess
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,8 +18,11 @@ from hypothesis import strategies as st
 
 from jupyter_gpudev.engine import (
     CommandProcReader,
+    EngineInfo,
     GPUProcess,
     GPUProcesses,
+    Host,
+    HostSpec,
     LocalProcReader,
     ProbeUnavailable,
     ProcReader,
@@ -29,6 +35,7 @@ from jupyter_gpudev.engine import (
     parse_status,
 )
 from jupyter_gpudev.engine.attribution import MAX_DEPTH
+from jupyter_gpudev.errors import EngineError, EngineUnreachable
 
 ID = "f61150f336b5b32b33516903e55f83249d6d60a738b5289a3b990e1d32c25a5f"
 OTHER_ID = "0b6c3e2a9d41f8e7c5b3a1d9f7e5c3b1a9d7f5e3c1b9a7d5f3e1c9b7a5d3f1e9"
@@ -406,6 +413,106 @@ def test_a_process_in_a_users_own_cgroup_is_not_a_container_named_there(
     assert snapshot.containers == {101: ID, 500: None}
 
 
+# --------------------------------------------------------------------------------------------
+# A rootless engine's containers: in its owner's systemd user slice, for that owner only
+# --------------------------------------------------------------------------------------------
+
+#: Where a rootless engine (systemd driver, cgroup v2) owned by account 1000 puts a container.
+ROOTLESS = f"{USER}/user.slice/docker-{ID}.scope"
+
+
+@pytest.mark.parametrize(
+    "cgroup",
+    [
+        pytest.param(f"0::{ROOTLESS}\n", id="v2-rootless-systemd"),
+        pytest.param(f"0::{ROOTLESS}/init.scope\n", id="v2-rootless-sub-cgroup"),
+        pytest.param(f"0::{ROOTLESS}\n1:name=systemd:{ROOTLESS}\n", id="two-lines-agree"),
+    ],
+)
+def test_a_rootless_engines_container_is_its_owners_user_slice(cgroup: str) -> None:
+    # Given the account that owns the rootless engine, its containers are known
+    assert container_id(cgroup, rootless_uid=1000) == ID
+    # And for another account, or none (an engine that is not rootless), they are not
+    assert container_id(cgroup, rootless_uid=1001) is None
+    assert container_id(cgroup, rootless_uid=0) is None
+    assert container_id(cgroup) is None
+    assert container_id(cgroup, rootless_uid=None) is None
+
+
+@pytest.mark.parametrize(
+    "cgroup",
+    [
+        # the owner's other cgroups, or the layout under another account's or a mixed slice
+        pytest.param(f"0::{USER}/app.slice/docker-{ID}.scope\n", id="owner-app-slice"),
+        pytest.param(f"0::{USER}/docker/{ID}\n", id="owner-cgroupfs-shape"),
+        pytest.param(f"0::{USER}/user.slice/x.slice/docker-{ID}.scope\n", id="scope-too-deep"),
+        pytest.param(f"0::{USER}/user.slice/crio-{ID}.scope\n", id="other-runtime-scope"),
+        pytest.param(f"0::{USER}/user.slice\n", id="no-scope"),
+        pytest.param(
+            f"0::/user.slice/user-1000.slice/user@1001.service/user.slice/docker-{ID}.scope\n",
+            id="slice-and-service-disagree",
+        ),
+        pytest.param(
+            f"0::/user.slice/user-1001.slice/user@1001.service/user.slice/docker-{ID}.scope\n",
+            id="another-account",
+        ),
+        pytest.param(
+            f"0::/user.slice/user-01000.slice/user@01000.service/user.slice/docker-{ID}.scope\n",
+            id="uid-spelled-otherwise",
+        ),
+        pytest.param(f"0::/x/{ROOTLESS}\n", id="not-at-root"),
+        pytest.param(f"0::{ROOTLESS}\n1:pids:/docker/{OTHER_ID}\n", id="two-containers"),
+        pytest.param(f"0::{ROOTLESS}/../docker-{OTHER_ID}.scope\n", id="traversal"),
+    ],
+)
+def test_only_the_rootless_layout_of_the_owner_is_a_container(cgroup: str) -> None:
+    assert container_id(cgroup, rootless_uid=1000) is None
+
+
+def test_the_owner_of_a_rootless_engine_changes_nothing_else() -> None:
+    # Given the rootless owner, the engine's and kubelet's paths at the root are still read
+    assert container_id(f"0::/docker/{ID}\n", rootless_uid=1000) == ID
+    assert container_id(f"0::/system.slice/docker-{ID}.scope\n", rootless_uid=1000) == ID
+    # And a rootless owner read once is not remembered for a read without one (the cache)
+    assert container_id(f"0::{ROOTLESS}\n", rootless_uid=1000) == ID
+    assert container_id(f"0::{ROOTLESS}\n") is None
+
+
+ROOTLESS_READERS: dict[str, Callable[[Path, int | None], ProcReader]] = {
+    "local": lambda root, uid: LocalProcReader(root, rootless_uid=uid),
+    "awk": lambda root, uid: CommandProcReader(run_here, 10.0, root=str(root), rootless_uid=uid),
+}
+
+
+def test_both_readers_read_a_rootless_engines_containers_for_its_owner_only(
+    proc: FakeProc, reader_kind: str
+) -> None:
+    # Given a rootless engine's container (account 1000), its kernel (PID 7 inside), and
+    # account 1001's process in its own slice, named after a container of the same shape
+    proc.add(100, 1, (100,), f"0::{USER}/user.slice/docker.service\n")
+    proc.add(101, 100, (101, 1), f"0::{ROOTLESS}\n")
+    proc.add(107, 101, (107, 7), f"0::{ROOTLESS}\n")
+    other = "/user.slice/user-1001.slice/user@1001.service/user.slice"
+    proc.add(500, 1, (500,), f"0::{other}/docker-{OTHER_ID}.scope\n", uid=1001)
+    # When they are read for the engine's owner
+    snapshot = ROOTLESS_READERS[reader_kind](proc.root, 1000).read([107, 500])
+    # Then the container's kernel is the container's, with its lineage; the other is none
+    assert snapshot.containers == {107: ID, 500: None}
+    assert host_pid(7, snapshot.lineage(107)) == 107
+    # And read for the other account (its own engine's), only its slice is; for none, neither
+    found = ROOTLESS_READERS[reader_kind](proc.root, 1001).read([107, 500])
+    assert found.containers == {107: None, 500: OTHER_ID}
+    found = ROOTLESS_READERS[reader_kind](proc.root, None).read([107, 500])
+    assert found.containers == {107: None, 500: None}
+
+
+def test_parse_proc_output_reads_the_rootless_owners_containers() -> None:
+    text = f"=p 107\nc 0::{ROOTLESS}\ns PPid:\t101\ns NSpid:\t107\t7\n"
+    assert parse_proc_output(text, rootless_uid=1000).containers == {107: ID}
+    assert parse_proc_output(text, rootless_uid=1001).containers == {107: None}
+    assert parse_proc_output(text).containers == {107: None}
+
+
 def test_a_cgroup_file_cannot_forge_records(proc: FakeProc, reader_kind: str) -> None:
     # Given a cgroup file with lines shaped like the awk program's records
     forged = f"0::/docker/{ID}\n=p 300\nc 0::/docker/{OTHER_ID}\ns PPid:\t1\n=a 300\n"
@@ -610,3 +717,193 @@ def test_attribute_says_when_proc_could_not_be_read() -> None:
 def test_attribute_passes_on_why_processes_could_not_be_read() -> None:
     result = attribute(GPUProcesses(source="none", reason="nvidia-smi: gone"), LocalProcReader())
     assert (result.reason, result.gpus) == ("nvidia-smi: gone", ())
+
+
+# --------------------------------------------------------------------------------------------
+# Where the rootless owner comes from: the host (hosts.DockerEngine.proc_reader)
+# --------------------------------------------------------------------------------------------
+
+ENGINE_INFO = EngineInfo(
+    version="27.1.1",
+    api_version="1.46",
+    os="linux",
+    arch="x86_64",
+    kernel_version=None,
+    operating_system=None,
+    cgroup_driver="systemd",
+    cgroup_version="2",
+    runtimes=("runc",),
+    default_runtime="runc",
+    nvidia_runtime=False,
+    nvidia_hook=None,
+    cdi=False,
+    cdi_spec_dirs=(),
+    security_options=("name=seccomp,profile=builtin", "name=rootless", "name=cgroupns"),
+)
+ROOTFUL_INFO = replace(ENGINE_INFO, security_options=("name=seccomp,profile=builtin",))
+
+
+def _engine_answering(host: Host, monkeypatch: pytest.MonkeyPatch, info: EngineInfo) -> list[int]:
+    """``host``'s engine answering ``info``; the list of times it was asked."""
+    asked: list[int] = []
+
+    def engine_info(max_age: float = 0.0) -> EngineInfo:
+        asked.append(1)
+        return info
+
+    monkeypatch.setattr(host, "engine_info", engine_info)
+    return asked
+
+
+def _local_socket(tmp_path: Path, owner: int | None) -> str:
+    """A unix socket owned by ``owner`` (this process's user where ``None`` or not root)."""
+    path = tmp_path / "d.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.close()
+    if owner is not None and os.getuid() == 0:
+        os.chown(path, owner, -1)
+    return str(path)
+
+
+def _reader_uid(host: Host) -> int | None:
+    reader = host.proc_reader()
+    assert isinstance(reader, LocalProcReader | CommandProcReader)
+    return reader.rootless_uid
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="unix sockets and uids")
+def test_a_local_rootless_engines_owner_is_its_sockets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the local engine's socket, owned by an account (1000, where this test may chown)
+    path = _local_socket(tmp_path, 1000)
+    owner = os.stat(path).st_uid
+    host = Host(
+        HostSpec.parse("local", f"unix://{path}", is_local=True),
+        timeout=1.0,
+        gpu_inventory=None,
+        log=logging.getLogger("tests.attribution"),
+    )
+    try:
+        # When the engine says it is rootless, then /proc is read for the socket's owner
+        _engine_answering(host, monkeypatch, ENGINE_INFO)
+        assert _reader_uid(host) == (owner or None)
+        # And when it does not say so, for no one
+        _engine_answering(host, monkeypatch, ROOTFUL_INFO)
+        assert _reader_uid(host) is None
+
+        # And when it does not answer, for no one
+        def unreachable(max_age: float = 0.0) -> EngineInfo:
+            raise EngineUnreachable("gone")
+
+        monkeypatch.setattr(host, "engine_info", unreachable)
+        assert _reader_uid(host) is None
+    finally:
+        host.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="chown to root")
+def test_a_root_owned_socket_is_no_rootless_engine_and_the_engine_is_not_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _local_socket(tmp_path, 0)
+    host = Host(
+        HostSpec.parse("local", f"unix://{path}", is_local=True),
+        timeout=1.0,
+        gpu_inventory=None,
+        log=logging.getLogger("tests.attribution"),
+    )
+    try:
+        asked = _engine_answering(host, monkeypatch, ENGINE_INFO)
+        assert _reader_uid(host) is None
+        assert asked == []
+    finally:
+        host.close()
+
+
+def test_a_missing_socket_is_no_rootless_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = Host(
+        HostSpec.parse("local", "unix:///nonexistent/gpudev/docker.sock", is_local=True),
+        timeout=1.0,
+        gpu_inventory=None,
+        log=logging.getLogger("tests.attribution"),
+    )
+    try:
+        _engine_answering(host, monkeypatch, ENGINE_INFO)
+        assert _reader_uid(host) is None
+    finally:
+        host.close()
+
+
+@pytest.mark.parametrize(
+    ("info", "user", "expected"),
+    [
+        pytest.param(ENGINE_INFO, "1000:1000", 1000, id="rootless-ssh-user"),
+        pytest.param(ROOTFUL_INFO, "1000:1000", None, id="rootful"),
+        pytest.param(ENGINE_INFO, "0:0", None, id="rootless-as-root"),
+    ],
+)
+def test_an_ssh_hosts_rootless_engines_owner_is_the_ssh_user(
+    monkeypatch: pytest.MonkeyPatch, info: EngineInfo, user: str, expected: int | None
+) -> None:
+    # Given an ssh:// host whose engine answers, and whose SSH user is ``user``: a rootless
+    # engine's socket is in its owner's runtime folder (mode 0700), so an account other than
+    # root that reaches it owns it
+    host = Host(
+        HostSpec.parse("box", "ssh://gpudev@box.example"),
+        timeout=1.0,
+        gpu_inventory=None,
+        log=logging.getLogger("tests.attribution"),
+    )
+    asked: list[str] = []
+
+    def user_ids() -> str:
+        asked.append(user)
+        return user
+
+    try:
+        _engine_answering(host, monkeypatch, info)
+        monkeypatch.setattr(host, "user_ids", user_ids)
+        assert _reader_uid(host) == expected
+        # And the SSH user is asked only of a rootless engine's host
+        assert asked == ([user] if info.rootless else [])
+    finally:
+        host.close()
+
+
+def test_an_ssh_user_that_cannot_be_read_is_no_rootless_owner(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    host = Host(
+        HostSpec.parse("box", "ssh://gpudev@box.example"),
+        timeout=1.0,
+        gpu_inventory=None,
+        log=logging.getLogger("tests.attribution"),
+    )
+
+    def unreadable() -> str:
+        raise EngineError("Could not read the SSH user's uid/gid")
+
+    try:
+        _engine_answering(host, monkeypatch, ENGINE_INFO)
+        monkeypatch.setattr(host, "user_ids", unreadable)
+        assert _reader_uid(host) is None
+    finally:
+        host.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "rootless"),
+    [
+        pytest.param(("name=rootless",), True, id="alone"),
+        pytest.param(("name=seccomp,profile=builtin", "name=rootless,x=y"), True, id="with-fields"),
+        pytest.param(("name=seccomp,profile=name=rootless",), False, id="a-fields-value"),
+        pytest.param(("name=rootlessx", "name=userns"), False, id="other-names"),
+        pytest.param((), False, id="none"),
+    ],
+)
+def test_an_engine_is_rootless_where_its_security_options_say_so(
+    options: tuple[str, ...], rootless: bool
+) -> None:
+    assert replace(ENGINE_INFO, security_options=options).rootless is rootless
