@@ -20,6 +20,14 @@ pattern naming that namespace literally (starting with ``localhost/gpudev/`` or
 - a name under ``localhost/gpudev/`` but outside the user's own repository;
 - an image the engine has (by whatever name, its id or a short id) that gpudev made for
   other users and not for this one;
+- an image named by its id or a short id of it (hex digits, with or without ``sha256:``)
+  that gpudev's records do not say is this user's (and with no tag an allow-list pattern
+  matches): the records hold final images only, and an id also names the untagged images of
+  another user's build steps (a classic build's ``COPY`` step holds their build context);
+- an image one of whose other names (a tag, a repository digest's repository) is refused
+  here, unless the records say it is this user's (the engine tags one build made for two
+  users under both repositories); a features build's temporary name of its base
+  (``features.BASE_REPOSITORY``), which any user's base has meanwhile, does not count;
 - ``gpudev-env-*``: single-user mode's builds (and those of the service before this), whose
   owner is not known;
 - a name gpudev cannot resolve (a variable it has no value for) before its repository is
@@ -70,6 +78,13 @@ UNOWNED_BUILDS = (SINGLE_USER_BUILDS, "gpudev-features-", "gpudev-verify-")
 #: The build arguments the engine predefines and leaves out of its build cache (lower case).
 PROXY_ARGS = frozenset(f"{scheme}_proxy" for scheme in ("http", "https", "ftp", "no", "all"))
 _IMAGE_ID_RE = re.compile(r"sha256:([0-9a-f]{64})\Z")
+#: What the engine may read as an image's id or a short id of it (when no image has it as a
+#: name): hex digits, with or without ``sha256:``.
+_ID_LIKE_RE = re.compile(r"(?:sha256:)?([0-9a-f]+)\Z", re.IGNORECASE)
+#: The temporary names of a features build's base (``features.BASE_REPOSITORY``), normalized:
+#: a name the image read as the base has for the time of that build, whoever's build it is,
+#: which says nothing of whose the image is (the name itself cannot be named: ``UNOWNED_BUILDS``).
+_FEATURES_BASE_NAMES = "gpudev-features--base:"
 #: The name a build's Dockerfile has in a context digest (a Dockerfile added to the context
 #: from outside it has a random name there); no file in a context can have it.
 _DOCKERFILE_MARK = "\0dockerfile"
@@ -332,6 +347,9 @@ class UserImages:
             return
         self._check_name(reference, named.where)
         if image is None:
+            whole = _whole_id(reference)  # (no engine, or it has none: known from the records)
+            if whole is not None and self.user not in self.owners(whole):
+                raise self._by_id(named.where, reference)
             return
         owners = self.owners(str(image.id))
         if owners and self.user not in owners:
@@ -340,6 +358,8 @@ class UserImages:
                 f"{reference}, an image gpudev made for another user",
                 {"image": reference},
             )
+        if self.user not in owners:
+            self._check_names_of(image, reference, tags, named.where)
         if named.base:
             triggers = (image.attrs.get("Config") or {}).get("OnBuild") or []
             written = [str(trigger) for trigger in triggers]
@@ -350,6 +370,17 @@ class UserImages:
             for trigger in references.trigger_images([str(t) for t in triggers], reference):
                 self.check_named(client, replace_where(trigger, f"{named.where}: {trigger.where}"))
 
+    def _check_names_of(self, image: Any, reference: str, tags: list[str], where: str) -> None:
+        """Refuse ``image`` (not this user's; named ``reference``, tagged ``tags``) when it is
+        named by its id or a short id, or when another of its names is refused (a tag, the
+        repository of a digest): the name written is not all that says whose an image is."""
+        if _by_id(reference, tags):
+            raise self._by_id(where, reference)
+        digests = [str(digest) for digest in image.attrs.get("RepoDigests") or []]
+        for name in [*tags, *digests]:
+            if not normalize_image_ref(name).startswith(_FEATURES_BASE_NAMES):
+                self._check_name(name, where, written=reference)
+
     def _allowed(self, names: list[str]) -> bool:
         """Whether a pattern of the allow-list naming users' images matches one of ``names``."""
         return any(
@@ -359,8 +390,12 @@ class UserImages:
             for pattern in self.allowed
         )
 
-    def _check_name(self, reference: str, where: str) -> None:
-        """Refuse a name under another user's repository, or of single-user mode's builds."""
+    def _check_name(self, reference: str, where: str, written: str | None = None) -> None:
+        """Refuse a name under another user's repository, or of single-user mode's builds;
+        ``written``: the name the user wrote, when ``reference`` is another name of the image
+        it names."""
+        shown = reference if written is None else f"{written} (an image also named {reference})"
+        details = {"image": reference if written is None else written}
         name = normalize_image_ref(reference).lower()
         repository = name.split("@", 1)[0]
         if ":" in repository.rsplit("/", 1)[-1]:
@@ -369,18 +404,18 @@ class UserImages:
             if not repository.startswith(f"{self.repository}/"):
                 raise self._refused(
                     where,
-                    f"{reference}, an image of another user ({LOCAL_ROOT}/ holds each user's "
+                    f"{shown}, an image of another user ({LOCAL_ROOT}/ holds each user's "
                     f"images; yours are under {self.repository}/)",
-                    {"image": reference},
+                    details,
                 )
         elif repository.startswith(UNOWNED_BUILDS):
             raise self._refused(
                 where,
-                f"{reference}, an image gpudev built outside users' own repositories (a "
+                f"{shown}, an image gpudev built outside users' own repositories (a "
                 "single-user server's environment or features build, or a verify build in "
                 "progress): whose it is is not known, and it may be another user's. Build your "
                 "environment from its Dockerfile instead",
-                {"image": reference},
+                details,
             )
 
     def _check_unresolved(self, named: Named) -> None:
@@ -398,6 +433,17 @@ class UserImages:
             "in it, and it could be another user's image): write the image's name, or give "
             "the variable a value with an ARG default or the build's args",
             {"image": named.written},
+        )
+
+    def _by_id(self, where: str, reference: str) -> ImageNotAllowed:
+        """The refusal of an image named by its id or a short id that is not this user's."""
+        return self._refused(
+            where,
+            f"{reference}, an image id: in shared mode images are named by name, not by id "
+            "(an id can name another user's image, or a step of their build, which no name "
+            f"does). Name the image by its name; yours are under {self.repository}/, and your "
+            "own builds and snapshots may be named by id too",
+            {"image": reference},
         )
 
     @staticmethod
@@ -466,6 +512,27 @@ def _image(client: docker.DockerClient, reference: str) -> Any:
         if exc.status_code == 400:
             return None
         raise
+
+
+def _whole_id(reference: str) -> str | None:
+    """``sha256:HEX``, when ``reference`` is an image's whole id (with or without ``sha256:``),
+    which the engine reads as an id only."""
+    found = _ID_LIKE_RE.match(reference.strip())
+    hexadecimal = found.group(1).lower() if found else ""
+    return f"sha256:{hexadecimal}" if len(hexadecimal) == 64 else None
+
+
+def _by_id(reference: str, tags: Sequence[str]) -> bool:
+    """Whether the engine found the image tagged ``tags`` by its id or a short id of it as
+    ``reference``, not by a name of it (a name may look like a short id: ``deadbeef``, which
+    the engine reads as a name first; ``sha256:...`` and 64 hex digits are ids only)."""
+    found = _ID_LIKE_RE.match(reference.strip())
+    if found is None:
+        return False
+    if len(found.group(1)) == 64 or reference.strip().lower().startswith("sha256:"):
+        return True
+    normalized = normalize_image_ref(reference).lower()
+    return normalized not in {normalize_image_ref(tag).lower() for tag in tags}
 
 
 def _image_id(client: docker.DockerClient, reference: str) -> str | None:

@@ -203,12 +203,13 @@ def test_a_step_of_another_users_build_cannot_be_named_by_its_id(
     alice.containers.start(StartRequest(environment=web, name=alices))
     step = str(docker_client.images.get(image_of(docker_client, alices, ALICE)[1]).attrs["Parent"])
     assert docker_client.images.get(step).tags == []
-    bare = step.removeprefix("sha256:")
+    bare, box = step.removeprefix("sha256:"), f"b-{names.part}"
     for named in (bare[:12], step, f"sha256:{bare[:12]}"):
         # When bob's environment names it by a short id or its id and he starts it
         environment(bob, "theirs", {"image": named})
-        box = f"b-{names.part}"
-        refused = attempt(lambda: bob.containers.start(StartRequest(environment="theirs", name=box)))
+        refused = attempt(
+            lambda: bob.containers.start(StartRequest(environment="theirs", name=box))
+        )
         # Then it is refused, saying images are named by name, and no container of his was made
         assert isinstance(refused, ImageNotAllowed), (named, refused)
         assert "by name, not by id" in refused.message

@@ -269,8 +269,10 @@ def test_a_verified_image_never_replaces_another_users_environment_image(
     (bob.containers.root_dir / ".devcontainer" / env / "Dockerfile").write_text(rendered.new_text)
     hand_over(bob)
     bobs = bob.containers.environments.get(env, bob.containers.root_dir).image_ref()
-    repository, tag = bobs.rsplit(":", 1)
-    docker_client.api.tag(base, repository, tag)
+    # (an image of its own under that name: the base itself named so would be refused to
+    # everyone, every name of an image counting)
+    his = f"FROM {base}\nLABEL test.part={names.part}\n"
+    docker_client.images.build(fileobj=io.BytesIO(his.encode()), tag=bobs, rm=True)
     before = names.image_id(bobs)
     # When alice commits with --verify --write
     alice.committer.commit(box, CommitOptions(verify=True, write=True))

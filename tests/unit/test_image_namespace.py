@@ -16,6 +16,7 @@ import docker.errors
 import pytest
 import requests
 
+from jupyter_gpudev.containers import features
 from jupyter_gpudev.containers.namespace import (
     BuildRecords,
     SnapshotRecords,
@@ -141,9 +142,17 @@ class FakeImages:
         self.known = known
 
     def get(self, reference: str) -> FakeImage:
+        # (as the engine: by a name first, a tag or a repository digest, then by id: the
+        # whole id, with or without sha256:, or any unique prefix of it of 2 hex or more)
         for image in self.known.values():
-            if reference in (image.id, image.id[7:19], *image.tags):
+            digests = image.attrs.get("RepoDigests") or []
+            if reference in (*image.tags, *digests) or f"{reference}:latest" in image.tags:
                 return image
+        hexadecimal = reference.removeprefix("sha256:")
+        if len(hexadecimal) >= 2 and all(c in "0123456789abcdef" for c in hexadecimal):
+            found = [i for i in self.known.values() if i.id[7:].startswith(hexadecimal)]
+            if len(found) == 1:
+                return found[0]
         if reference.startswith("$"):
             invalid = requests.Response()
             invalid.status_code = 400
@@ -222,6 +231,120 @@ def test_an_image_built_for_both_users_is_each_ones(bob: UserImages, tmp_path: P
     client = engine(FakeImage(OTHER, [f"localhost/gpudev/{BOB}/w:1"]))
     # When bob names it, Then it is his
     bob.check(client, OTHER, "The environment 'x'")
+    # And so it is by his name when it has alice's too (the engine tagged it for both)
+    both = [f"localhost/gpudev/{BOB}/w:1", f"localhost/gpudev/{ALICE}/w:1"]
+    bob.check(engine(FakeImage(OTHER, both)), f"localhost/gpudev/{BOB}/w:1", "The environment")
+
+
+#: An image of no one's that gpudev knows of: a step of a classic build, an unowned build.
+STEP = "sha256:" + "5e" * 32
+
+
+def by_id(image_id: str) -> list[str]:
+    """The ways to name an image by its id: whole, without sha256:, short ids of 12 and 2 hex,
+    a short id with sha256:."""
+    bare = image_id.removeprefix("sha256:")
+    return [image_id, bare, bare[:12], bare[:2], f"sha256:{bare[:6]}"]
+
+
+@pytest.mark.parametrize("named_as", by_id(STEP))
+def test_an_untagged_image_cannot_be_named_by_its_id(bob: UserImages, named_as: str) -> None:
+    # Given an engine with an image of no tag that gpudev recorded for no one (the COPY step
+    # of alice's classic build, holding her build context: her final image's parent)
+    client = engine(FakeImage(STEP), FakeImage(OTHER, ["python:3"]))
+    # When bob names it by its id or a short id, as his environment's image or in a Dockerfile
+    # Then it is refused, saying images are named by name in shared mode
+    with pytest.raises(ImageNotAllowed, match="by name, not by id") as refused:
+        bob.check(client, named_as, "The environment 'x'")
+    assert refused.value.message.startswith(f"The environment 'x' names {named_as}")
+    for dockerfile in (f"FROM {named_as}\n", f"FROM python:3\nCOPY --from={named_as} /x /y\n"):
+        with pytest.raises(ImageNotAllowed, match="by name, not by id"):
+            bob.check_dockerfile(client, dockerfile, {}, "The Dockerfile of 'web'")
+
+
+@pytest.mark.parametrize(
+    "tag",
+    [
+        "gpudev-env-web:0123456789ab",
+        "gpudev-verify-web:0123456789ab",
+        "gpudev-features-web:0123456789ab",
+        f"localhost/gpudev/{ALICE}/x:1",
+    ],
+)
+@pytest.mark.parametrize("named_as", [*by_id(STEP)[1:3], "python:alias"])
+def test_an_image_refused_by_one_name_is_refused_by_its_id_and_its_other_names(
+    bob: UserImages, tag: str, named_as: str
+) -> None:
+    # Given an image named as gpudev's unowned builds are, or under alice's repository (that
+    # gpudev has no record of), also tagged python:alias
+    client = engine(FakeImage(STEP, [tag, "python:alias"]))
+    # When bob names it by its id, a short id, or its other name, Then it is refused
+    with pytest.raises(ImageNotAllowed):
+        bob.check(client, named_as, "The environment 'x'")
+
+
+def test_an_image_is_refused_by_the_repository_of_its_digest(bob: UserImages) -> None:
+    # Given an image with a public tag whose repository digest is under alice's repository
+    digests = {"RepoDigests": [f"localhost/gpudev/{ALICE}/x@sha256:{'1' * 64}"]}
+    client = engine(FakeImage(STEP, ["python:alias"], digests))
+    # When bob names it by its tag, Then it is refused
+    with pytest.raises(ImageNotAllowed, match=f"localhost/gpudev/{ALICE}/x@"):
+        bob.check(client, "python:alias", "The environment 'x'")
+
+
+@pytest.mark.parametrize("named_as", by_id(OTHER)[1:3])
+def test_a_public_image_is_named_by_its_name_not_its_id(bob: UserImages, named_as: str) -> None:
+    client = engine(FakeImage(OTHER, ["python:3"]))
+    bob.check(client, "python:3", "The environment 'x'")
+    with pytest.raises(ImageNotAllowed, match="by name, not by id"):
+        bob.check(client, named_as, "The environment 'x'")
+
+
+def test_a_name_that_looks_like_an_id_is_a_name(bob: UserImages) -> None:
+    # Given an image named deadbeef (docker.io/library/deadbeef:latest), its id starting so
+    client = engine(FakeImage("sha256:deadbeef" + "0" * 56, ["deadbeef:latest"]))
+    # When bob names it, Then the engine finds it by its name: it is not refused
+    bob.check(client, "deadbeef", "The environment 'x'")
+
+
+@pytest.mark.parametrize("record", ["build", "snapshot"])
+def test_ones_own_images_may_be_named_by_id(tmp_path: Path, record: str) -> None:
+    # Given an image of no tag that gpudev recorded as bob's build or snapshot
+    if record == "build":
+        BuildRecords(tmp_path).record(STEP, BOB, environment="w", digest="d", reference=MINE)
+    else:
+        SnapshotRecords(tmp_path).record(STEP, BOB, MINE)
+    bob, alice = UserImages(BOB, tmp_path), UserImages(ALICE, tmp_path)
+    client = engine(FakeImage(STEP))
+    # When bob names it by its id, Then it is his; not alice's
+    for named_as in by_id(STEP):
+        bob.check(client, named_as, "The environment 'x'")
+        bob.check(None, named_as, "The environment 'x'")  # a plan without the engine
+        with pytest.raises(ImageNotAllowed):
+            alice.check(client, named_as, "The environment 'x'")
+    # And without the engine, a whole id is known for alice's not hers
+    for named_as in by_id(STEP)[:2]:
+        with pytest.raises(ImageNotAllowed):
+            alice.check(None, named_as, "The environment 'x'")
+
+
+def test_the_allow_list_shares_an_image_named_by_id_by_one_of_its_tags(tmp_path: Path) -> None:
+    client = engine(FakeImage(STEP, ["gpudev-env-web:1"]), FakeImage(OTHER))
+    shared = UserImages(BOB, tmp_path, ["gpudev-env-web:*"])
+    shared.check(client, by_id(STEP)[2], "The environment 'x'")
+    # (an image with no tag, named by id, is refused)
+    with pytest.raises(ImageNotAllowed, match="by name, not by id"):
+        shared.check(client, by_id(OTHER)[2], "The environment 'x'")
+
+
+def test_a_features_builds_temporary_base_name_refuses_nothing_else(bob: UserImages) -> None:
+    # Given a public image that a features build (of any user's) names meanwhile
+    temporary = f"{features.BASE_REPOSITORY}:1700000000-{'0' * 32}"
+    client = engine(FakeImage(OTHER, ["python:3", temporary]))
+    # When bob names it by its name, Then it is not refused; by that temporary name, it is
+    bob.check(client, "python:3", "The environment 'x'")
+    with pytest.raises(ImageNotAllowed):
+        bob.check(client, temporary, "The environment 'x'")
 
 
 def test_the_allow_list_shares_a_users_image_only_with_a_pattern_naming_it(tmp_path: Path) -> None:
