@@ -32,7 +32,7 @@ from tornado import web
 from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import Config
 
-from ..containers import DevContainers, StartRequest
+from ..containers import DevContainerInfo, DevContainers, StartRequest
 from ..containers.placement import gpu_request
 from ..engine import Host
 from ..errors import ENGINE_FAILURES, Conflict, EngineUnreachable, GPUDevError, engine_error
@@ -271,17 +271,19 @@ class GPUDevProvisioner(KernelProvisionerBase):
                 kernel_id=self.kernel_id or None,
                 first_process=first,
             )
+            start = asyncio.get_running_loop().run_in_executor(
+                None, self._manager.start, request, self._log_progress
+            )
             try:
-                info = await self._run(self._manager.start, request, self._log_progress)
+                info = await self._outlast(start)
             finally:
                 if name and self._ports:
                     PLACEMENTS.release_ports(name, self._ports)
-            if self._ports:
-                PLACEMENTS.reserve_ports(info.key, self._ports)
+                if start.done() and not start.cancelled() and start.exception() is None:
+                    # Also when the kernel's start was cancelled meanwhile: what the start
+                    # made is then the kernel's, removed with it (``_guarded``).
+                    self._made(start.result())
             self._first = first if first is not None and first.started else None
-            self._container_name = info.key
-            self.host = info.host  # where placement put it
-            self._dedicated = True
             env = await self._run(
                 self._manager.environments.get, self.environment, self._manager.root_dir
             )
@@ -292,6 +294,35 @@ class GPUDevProvisioner(KernelProvisionerBase):
         # The kernel's own launch command is built in launch_kernel (it runs in the container).
         kwargs["cmd"] = await self._run(self._kernel_argv)
         return kwargs
+
+    async def _outlast(self, start: asyncio.Future[T]) -> T:
+        """The result of a dedicated container's start, which runs on in its thread when the
+        kernel's start is cancelled: then that thread is waited for (the cancellation goes on
+        after it), so that the container it makes is the kernel's and is removed, its lease
+        freed, with the kernel (``_guarded``). A second cancellation ends the wait."""
+        try:
+            return await asyncio.shield(start)
+        except asyncio.CancelledError:
+            try:
+                await asyncio.wait([start])
+            except asyncio.CancelledError:
+                self.log.warning(
+                    "gpudev kernel %s: cancelled again while its container was starting: the "
+                    "container, and its GPUs, may be left until removed, or until the orphan "
+                    "sweep after this server ends",
+                    self.kernel_id,
+                )
+                raise
+            raise
+
+    def _made(self, info: DevContainerInfo) -> None:
+        """The dedicated container its start made is this kernel's (its first kernel's ports
+        held in its name)."""
+        if self._ports:
+            PLACEMENTS.reserve_ports(info.key, self._ports)
+        self._container_name = info.key
+        self.host = info.host  # where placement put it
+        self._dedicated = True
 
     def _first_kernel(self, name: str, kwargs: dict[str, Any]) -> FirstKernel:
         """The dedicated container's first kernel (``kernels.first``), started by the
