@@ -77,13 +77,13 @@ def maps_errors(
     @functools.wraps(method)
     async def wrapper(self: GPUDevHandler, *args: Any, **kwargs: Any) -> None:
         try:
-            with engine_errors(f"{self.request.method} {self.request.path}", self.log):
+            with engine_errors(f"{self.request.method} {self.logged_path}", self.log):
                 await method(self, *args, **kwargs)
         except GPUDevError as err:
             self.log.info(
                 "gpudev %s %s -> %s: %s",
                 self.request.method,
-                self.request.path,
+                self.logged_path,
                 err.status,
                 err.message,
             )
@@ -97,6 +97,12 @@ class GPUDevHandler(APIHandler):
     """Base of every gpudev handler."""
 
     auth_resource = SETTINGS_KEY
+
+    @property
+    def logged_path(self) -> str:
+        """The request's path as gpudev's log lines write it (a handler whose path holds a
+        secret, the proxy's capability, writes it without)."""
+        return self.request.path
 
     @property
     def gpudev(self) -> Services:

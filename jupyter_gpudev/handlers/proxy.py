@@ -6,10 +6,18 @@ the container's web ports are served: its environment's ``forwardPorts`` and the
 ``POST /gpudev/api/containers/NAME/ports``; never any other address or port of the server.
 
 Every request is authenticated and authorised (``execute`` on ``gpudev``) like the REST API. The
-proxied app never sees the user's Jupyter credentials: the token (header or ``?token=``: every
-``token`` parameter, whatever it carries) and the Jupyter cookies are taken out. Proxied apps
-know nothing of Jupyter's ``_xsrf`` token, so it is not asked for; cross-origin requests are
-refused instead (the Origin check, for websockets too).
+proxied app never sees the user's credentials: no ``Authorization`` header reaches it, whatever
+its scheme (Jupyter's token, JupyterHub's, a front proxy's Basic or Bearer credential: nothing
+tells them from the app's own), nor any ``token`` parameter (whatever it carries); of the
+cookies, those of Jupyter, of JupyterHub (``__Host-``/``__Secure-`` prefixed too) and of the
+usual front proxies' logins are taken out (``AppProxyHandler`` forwards none at all). Proxied
+apps know nothing of Jupyter's ``_xsrf`` token, so it is not asked for; cross-origin requests
+are refused instead (the Origin check, for every method and websockets; a GET or HEAD that
+``Sec-Fetch-Site`` says another site sent, unless it opens a page, too).
+
+Response headers that act on Jupyter's whole origin rather than on the one response
+(``ORIGIN_WIDE``: reporting, ``Clear-Site-Data``, HSTS, ``Alt-Svc``, ...) are not passed on,
+nor a ``Set-Cookie`` that a browser would take for one of those credentials.
 
 With ``c.ContainerLookup.isolate_web_apps`` (the default), whatever a browser may show as a page
 (a navigation, a request that accepts HTML, or one without ``Sec-Fetch-Mode``: an older browser,
@@ -21,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hmac
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -72,9 +79,44 @@ _HANDSHAKE = frozenset(
 #: Cookies of Jupyter servers (``username-HOST-PORT`` login cookies, JupyterHub's) and ``_xsrf``.
 _JUPYTER_COOKIE_PREFIXES = ("username-", "jupyterhub-")
 _XSRF_COOKIE = "_xsrf"
+#: The prefixes a browser gives a cookie's name special rules with (any case; longest first):
+#: JupyterHub's ``cookie_host_prefix_enabled`` names its cookies ``__Host-jupyterhub-...``.
+_COOKIE_NAME_PREFIXES = ("__host-http-", "__secure-", "__host-", "__http-")
+#: Login cookies of the usual front proxies (casefolded prefixes): AWS ALB, Cloudflare Access,
+#: oauth2-proxy, Pomerium, Traefik forward-auth, Kubeflow's oidc-authservice, Vouch.
+_FRONT_PROXY_COOKIE_PREFIXES = (
+    "awselbauthsessioncookie",
+    "cf_authorization",
+    "_oauth2_proxy",
+    "_pomerium",
+    "_forward_auth",
+    "authservice_session",
+    "vouchcookie",
+)
+#: Response headers that act on the whole origin (Jupyter's: every path, every later page),
+#: not on the one response: never passed on, on either route. ``WWW-Authenticate`` too: the
+#: browser would ask for a password on Jupyter's origin and keep it for that origin (the app
+#: never gets an ``Authorization`` header anyway).
+ORIGIN_WIDE = frozenset(
+    {
+        "nel",
+        "report-to",
+        "reporting-endpoints",
+        "clear-site-data",
+        "alt-svc",
+        "strict-transport-security",
+        "service-worker-allowed",
+        "set-login",
+        "accept-ch",
+        "critical-ch",
+        "origin-agent-cluster",
+        "www-authenticate",
+    }
+)
 #: Characters left as they are when a decoded path is written back into a URL (RFC 3986).
 _PATH_SAFE = "/:@!$&'()*+,;=-._~"
-_AUTHORIZATION = re.compile(r"(token|bearer)\s+(.+)", re.IGNORECASE)
+#: A capability in a request's path or URI (``/gpudev/app/CAPABILITY``), for the log.
+_CAPABILITY_IN_PATH = re.compile(r"(/gpudev/app/)[^/?#\s]+")
 #: ``Sec-Fetch-Dest`` of requests whose answer a browser shows as a page (in a tab, a frame, an
 #: ``<object>``), whatever their ``Sec-Fetch-Mode``.
 _PAGE_DESTINATIONS = frozenset({"document", "iframe", "frame", "object", "embed", "fencedframe"})
@@ -97,9 +139,38 @@ class UpstreamUnreachable(GPUDevError):
     code = "proxy_unreachable"
 
 
+def _unprefixed(name: str) -> str:
+    """A cookie's name without the prefixes browsers give rules to (``__Host-``, ...)."""
+    lowered = name.lower()
+    for prefix in _COOKIE_NAME_PREFIXES:
+        if lowered.startswith(prefix):
+            return name[len(prefix) :]
+    return name
+
+
 def is_jupyter_cookie(name: str, login_cookie: str) -> bool:
-    """A cookie that authenticates to a Jupyter server (this one or another on the host)."""
-    return name in (_XSRF_COOKIE, login_cookie) or name.startswith(_JUPYTER_COOKIE_PREFIXES)
+    """A cookie that authenticates to a Jupyter server (this one or another on the host, or
+    JupyterHub), its name with or without a ``__Host-``/``__Secure-`` prefix."""
+    bare = _unprefixed(name)
+    return any(
+        each in (_XSRF_COOKIE, login_cookie) or each.startswith(_JUPYTER_COOKIE_PREFIXES)
+        for each in (name, bare)
+    )
+
+
+def is_credential_cookie(name: str, login_cookie: str) -> bool:
+    """A cookie that logs in to Jupyter (``is_jupyter_cookie``) or to a front proxy."""
+    return is_jupyter_cookie(name, login_cookie) or _unprefixed(name).casefold().startswith(
+        _FRONT_PROXY_COOKIE_PREFIXES
+    )
+
+
+def set_cookie_name(value: str) -> str:
+    """The name a browser gives the cookie of a ``Set-Cookie`` value: ``""`` when it has none
+    (no ``=`` before the first ``;``, or nothing before the ``=``); a browser then sends its
+    value alone, so that ``=_xsrf=x`` comes back as ``_xsrf=x``."""
+    name, equals, _ = value.split(";", 1)[0].partition("=")
+    return name.strip() if equals else ""
 
 
 def without_cookies(header: str, drop: Callable[[str], bool]) -> str:
@@ -110,11 +181,6 @@ def without_cookies(header: str, drop: Callable[[str], bool]) -> str:
         if part.strip() and not drop(part.split("=", 1)[0].strip())
     ]
     return "; ".join(kept)
-
-
-def _same(secret: str, expected: str) -> bool:
-    """Constant-time equality, for any characters (compare_digest takes only ASCII str)."""
-    return hmac.compare_digest(secret.encode(), expected.encode())
 
 
 def _as_tornado_reads(value: str) -> str:
@@ -135,6 +201,11 @@ def without_token(query: str) -> str:
     return "&".join(part for part in query.split("&") if part and not is_token(part))
 
 
+def without_capability(text: str) -> str:
+    """A path, URI or URL with the capability after ``/gpudev/app/`` written ``CAP``."""
+    return _CAPABILITY_IN_PATH.sub(r"\1CAP", text)
+
+
 def accepts_page(accept: str) -> bool:
     """Whether an ``Accept`` header asks for a type that a browser shows as a page."""
     return any(kind.split(";", 1)[0].strip().lower() in _PAGE_TYPES for kind in accept.split(","))
@@ -153,11 +224,12 @@ def _connection_scoped(headers: httputil.HTTPHeaders) -> set[str]:
 def forwarded_headers(
     incoming: httputil.HTTPHeaders,
     *,
-    drop_authorization: bool,
     drop_cookie: Callable[[str], bool],
     websocket: bool,
 ) -> httputil.HTTPHeaders:
-    """The request headers the target gets: no hop-by-hop ones, no Jupyter credentials.
+    """The request headers the target gets: no hop-by-hop ones, no ``Authorization`` (whatever
+    its scheme: the browser sends Jupyter's origin's credentials, a front proxy's Basic or
+    Bearer ones too, and nothing tells them from the app's), no cookie ``drop_cookie`` names.
 
     ``Host`` is kept (as a reverse proxy in front of an app usually does), so that an app's
     same-origin checks and the absolute URLs it builds match what the browser sees."""
@@ -169,7 +241,7 @@ def forwarded_headers(
             continue
         if lower in ("content-length", "expect") or (websocket and lower in _HANDSHAKE):
             continue
-        if lower == "authorization" and drop_authorization:
+        if lower == "authorization":
             continue
         if lower == "cookie":
             kept = without_cookies(value, drop_cookie)
@@ -183,15 +255,18 @@ def forwarded_headers(
 def response_headers(
     upstream: httputil.HTTPHeaders, drop_cookie: Callable[[str], bool]
 ) -> Iterable[tuple[str, str]]:
-    """The target's response headers the browser gets: no hop-by-hop ones, and no
-    ``Set-Cookie`` of a cookie ``drop_cookie`` names."""
+    """The target's response headers the browser gets: no hop-by-hop ones, none that acts on
+    the whole origin (``ORIGIN_WIDE``), and no ``Set-Cookie`` of a nameless cookie or of one
+    ``drop_cookie`` names."""
     scoped = _connection_scoped(upstream)
     for name, value in upstream.get_all():
         lower = name.lower()
-        if lower in scoped or lower.startswith("proxy-"):
+        if lower in scoped or lower.startswith("proxy-") or lower in ORIGIN_WIDE:
             continue
-        if lower == "set-cookie" and drop_cookie(value.split("=", 1)[0].strip()):
-            continue
+        if lower == "set-cookie":
+            cookie = set_cookie_name(value)
+            if not cookie or drop_cookie(cookie):
+                continue
         yield name, value
 
 
@@ -253,6 +328,26 @@ class PortProxyHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
         await JupyterHandler.prepare(self, _redirect_to_login=not self._upgrading())
         # Our own answers (errors) are JSON; a proxied response brings its own Content-Type.
         self.set_header("Content-Type", "application/json")
+        if self.request.method in ("GET", "HEAD") and not self._upgrading():
+            self._refuse_cross_site()
+
+    def _refuse_cross_site(self) -> None:
+        """A GET or HEAD (tornado checks no XSRF there, hence no Origin) is refused when it
+        comes from another origin, as other methods and websockets are: by the same rule
+        (``check_origin``: its Origin, if it has one, is this server's or allowed by
+        ``allow_origin``; a token-authenticated request is not a browser's, so not checked).
+        Requests that carry no Origin (a ``<script>`` or ``<img>`` of another site) are
+        refused too when ``Sec-Fetch-Site`` says another site sent them, unless they open a
+        page (``Sec-Fetch-Mode: navigate``: a link, which the sandbox serves)."""
+        if not self.check_origin():
+            raise web.HTTPError(403, "Cross-origin requests to a proxied port are refused")
+        headers = self.request.headers
+        if (
+            headers.get("Sec-Fetch-Site", "").strip().lower() == "cross-site"
+            and headers.get("Sec-Fetch-Mode", "").strip().lower() != "navigate"
+            and not self.skip_check_origin()
+        ):
+            raise web.HTTPError(403, "Cross-site requests to a proxied port are refused")
 
     def check_xsrf_cookie(self) -> None:
         """Proxied apps do not send Jupyter's ``_xsrf`` token, so it is not asked for; a
@@ -367,28 +462,18 @@ class PortProxyHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
         return (rest or "/") + (f"?{query}" if query else "")
 
     def _drop_cookie(self, name: str) -> bool:
-        return is_jupyter_cookie(name, self.identity_provider.get_cookie_name(self))
+        """Whether a cookie the browser sent is kept from the app: one that logs in to
+        Jupyter, JupyterHub or a front proxy."""
+        return is_credential_cookie(name, self.identity_provider.get_cookie_name(self))
 
     def _drop_set_cookie(self, name: str) -> bool:
-        """Whether a cookie the app sets is kept from the browser: one that would replace a
-        Jupyter cookie."""
+        """Whether a cookie the app sets is kept from the browser: one that would replace
+        one of those (a nameless one is never set: ``response_headers``)."""
         return self._drop_cookie(name)
-
-    def _is_jupyter_authorization(self) -> bool:
-        """The Authorization header carries the credential that logged this request in."""
-        match = _AUTHORIZATION.match(self.request.headers.get("Authorization", ""))
-        if match is None:
-            return False
-        token = match.group(2).strip()
-        if self.token and _same(token, self.token):
-            return True
-        # Another identity provider's token (JupyterHub's) that authenticated this request.
-        return bool(self.token_authenticated and not self.get_query_argument("token", ""))
 
     def _headers_for(self, name: str, port: str, *, websocket: bool) -> httputil.HTTPHeaders:
         headers = forwarded_headers(
             self.request.headers,
-            drop_authorization=self._is_jupyter_authorization(),
             drop_cookie=self._drop_cookie,
             websocket=websocket,
         )
@@ -610,7 +695,10 @@ class AppProxyHandler(PortProxyHandler):
     Jupyter login, and served in a sandbox: an opaque origin that shares no cookie and no
     storage with Jupyter. Its own requests (relative links, ``fetch``, websockets) come from
     that opaque origin (``Origin: null``): they are allowed here, the capability decides. It
-    sets no cookie: its path is on Jupyter's origin, where any cookie reaches Jupyter too."""
+    sets no cookie: its path is on Jupyter's origin, where any cookie reaches Jupyter too; so
+    none that the browser sends is the app's, and none is forwarded.
+
+    The capability is a bearer credential: the server's log lines write it as ``CAP``."""
 
     _grant: AppCapability | None = None
 
@@ -665,6 +753,34 @@ class AppProxyHandler(PortProxyHandler):
         it to Jupyter and to every other app); in the sandbox no page can use it anyway."""
         del name
         return True
+
+    def _drop_cookie(self, name: str) -> bool:
+        """Every cookie the browser sends: none is the app's (it sets none here); all are
+        Jupyter's origin's (its login, JupyterHub's, a front proxy's, other apps')."""
+        del name
+        return True
+
+    @property
+    def logged_path(self) -> str:
+        return without_capability(self.request.path)
+
+    def _request_summary(self) -> str:
+        # tornado's words for this request in its warnings (uncaught errors, HTTPError)
+        return without_capability(super()._request_summary())
+
+    def _log(self) -> None:
+        """Jupyter's access log line (``log_request`` writes ``request.uri``, and the
+        ``Referer`` of a failure) with the capability replaced by ``CAP``."""
+        uri, referer = self.request.uri, self.request.headers.get("Referer")
+        self.request.uri = without_capability(uri or "")
+        if referer is not None:
+            self.request.headers["Referer"] = without_capability(referer)
+        try:
+            super()._log()
+        finally:
+            self.request.uri = uri
+            if referer is not None:
+                self.request.headers["Referer"] = referer
 
     def _headers_for(self, name: str, port: str, *, websocket: bool) -> httputil.HTTPHeaders:
         """As for any proxied request; the sandbox's opaque origin (``null``) reaches the app
