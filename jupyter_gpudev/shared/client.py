@@ -90,6 +90,11 @@ class ForwardHandler(APIHandler):
                 "start it from JupyterHub",
             )
             return
+        if any(segment in (".", "..") for segment in path.split("/")):
+            # decoded from %2F: such a path, normalised on the way (a front proxy, the
+            # client), would leave the service's API with this server's token
+            self._fail(404, "not_found", "No such gpudev route")
+            return
         url = f"{base}/gpudev/api/{quote(path, safe='/')}"
         if self.request.query:
             url += "?" + self.request.query

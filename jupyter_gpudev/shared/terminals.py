@@ -30,7 +30,7 @@ from tornado import web
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from ..errors import GPUDevError
-from ..handlers.base import SETTINGS_KEY, GPUDevHandler
+from ..handlers.base import SETTINGS_KEY, GPUDevHandler, authorized_to_execute
 from .authority import Authority
 
 #: The most a client may ask a terminal to be (rows, columns).
@@ -100,6 +100,7 @@ class ContainerTTYHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
         """Token-authenticated (a Hub API token), never cookie-authenticated: nothing to check."""
 
     @web.authenticated
+    @authorized_to_execute
     async def get(self, name: str) -> None:  # type: ignore[override]
         if self.request.headers.get("Upgrade", "").lower() != "websocket":
             raise web.HTTPError(400, "A websocket is expected here")
