@@ -54,6 +54,19 @@ class Confinement:
     pids_limit: int = 0
     memory_bytes: int | None = None
     nano_cpus: int | None = None
+    #: The cap on the log the engine keeps of a container's output (``c.DevContainers``'
+    #: ``log_max_size``, a Docker size, '': none; ``log_max_files``), set only where
+    #: ``log_driver`` keeps it in files (``CAPPED_LOG_DRIVERS``).
+    log_max_size: str = ""
+    log_max_files: int = 0
+    #: The engine's default logging driver ('': not known).
+    log_driver: str = ""
+
+
+#: The logging drivers that keep a container's output in files on the engine's disk, rotated
+#: at ``max-size`` into ``max-file`` files; any other (journald, syslog, ...) is the
+#: administrator's choice, left alone.
+CAPPED_LOG_DRIVERS = ("json-file", "local")
 
 
 @dataclass(frozen=True)
@@ -187,7 +200,19 @@ def create_args(env: Environment, target: Target, confinement: Confinement) -> d
     _run_options(args, env, target.network)
     _confine(args, env, confinement)
     _capabilities(args, env, target)
+    _log(args, confinement)
     return args
+
+
+def _log(args: dict[str, Any], confinement: Confinement) -> None:
+    """The cap on the log the engine keeps of the container's output, where the engine's
+    default driver keeps it in files (json-file's own default keeps all of it)."""
+    if not confinement.log_max_size or confinement.log_driver not in CAPPED_LOG_DRIVERS:
+        return
+    config = {"max-size": confinement.log_max_size}
+    if confinement.log_max_files > 0:
+        config["max-file"] = str(confinement.log_max_files)
+    args["log_config"] = LogConfig(type=confinement.log_driver, config=config)
 
 
 def _capabilities(args: dict[str, Any], env: Environment, target: Target) -> None:

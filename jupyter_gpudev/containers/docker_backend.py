@@ -10,6 +10,7 @@ calls).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, Protocol
 
 import docker.errors
@@ -20,6 +21,7 @@ from ..engine import Host
 from ..errors import BadRequest, Conflict, EngineError, EngineUnreachable, engine_errors
 from ..labels import L_HOST, L_KERNEL, L_MANAGED, L_NAME, L_OWNER, STOPPED
 from .backend import Located, Release, Skipped, Starting
+from .create import Confinement
 from .logs import container_output
 from .lookup import ContainerLookup
 from .model import DevContainerInfo, docker_name, user_name
@@ -30,10 +32,36 @@ from .terminals import terminal_argv
 
 
 class EngineStarts(Protocol):
-    """The lifecycle's start and plan on a Docker engine (``DevContainers``)."""
+    """The lifecycle's start and plan on a Docker engine (``DevContainers``), and the cap on
+    the log an engine keeps of a container's output (``c.DevContainers.log_max_size``,
+    ``log_max_files``)."""
+
+    log_max_size: str
+    log_max_files: int
 
     def start_on_engine(self, starting: Starting) -> DevContainerInfo: ...
     def plan_on_engine(self, starting: Starting) -> dict[str, Any]: ...
+
+
+def log_capped(lifecycle: EngineStarts, starting: Starting) -> Starting:
+    """``starting`` with the lifecycle's log cap in its confinement, and the default logging
+    driver of the engine it goes to (``create_args`` sets the cap only on a driver that keeps
+    the log in files)."""
+    size, files = lifecycle.log_max_size, lifecycle.log_max_files
+    if not size:
+        return starting
+    confine = starting.confinement
+    drivers: dict[str, str] = {}  # host name: its engine's driver, asked once a start
+
+    def capped(host: Host) -> Confinement:
+        if host.name not in drivers:
+            with engine_errors(f"Asking host {host.name!r} for its logging driver"):
+                drivers[host.name] = str(host.client().info().get("LoggingDriver") or "")
+        return replace(
+            confine(host), log_max_size=size, log_max_files=files, log_driver=drivers[host.name]
+        )
+
+    return replace(starting, confinement=capped)
 
 
 class DockerBackend:
@@ -51,7 +79,7 @@ class DockerBackend:
         starting: Starting,
     ) -> DevContainerInfo:
         """A start on an engine: the lifecycle places it, leases and claims its GPUs."""
-        return lifecycle.start_on_engine(starting)
+        return lifecycle.start_on_engine(log_capped(lifecycle, starting))
 
     @classmethod
     def plan(
@@ -61,7 +89,7 @@ class DockerBackend:
         starting: Starting,
     ) -> dict[str, Any]:
         """What a start on an engine would create (``DevContainers.plan_on_engine``)."""
-        return lifecycle.plan_on_engine(starting)
+        return lifecycle.plan_on_engine(log_capped(lifecycle, starting))
 
     # -- finding and reading -------------------------------------------------------------------
 
@@ -246,7 +274,7 @@ class DockerBackend:
                 details={"changes": changed[:50]},
             )
         with engine_errors(f"Removing {user_name(name)!r}", lookup.log):
-            container.remove(force=True)
+            container.remove(force=True, v=True)  # and its anonymous volumes
         release(host, container)
         if lookup.changes is not None:
             lookup.changes.forget(str(container.id))

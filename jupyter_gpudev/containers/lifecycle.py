@@ -130,6 +130,8 @@ class DevContainers(ContainerLookup):
     pids_limit = options.PIDS_LIMIT
     memory_limit = options.MEMORY_LIMIT
     cpu_limit = options.CPU_LIMIT
+    log_max_size = options.LOG_MAX_SIZE
+    log_max_files = options.LOG_MAX_FILES
 
     environments = Instance(EnvironmentManager)
     limits = Instance(UserLimits, help="Each user's limits (``c.UserLimits``).")

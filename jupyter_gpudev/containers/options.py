@@ -10,8 +10,12 @@ never assigned to a second one.
 
 from __future__ import annotations
 
-from traitlets import Bool, Enum, Float, Int, List, Unicode
+from typing import Any
 
+from traitlets import Bool, Enum, Float, Int, List, TraitError, Unicode
+from traitlets.utils.descriptions import class_of
+
+from ..environments.model import parse_docker_size
 from ..traits import PositiveFloat
 
 # -- ContainerLookup -------------------------------------------------------------------------
@@ -205,4 +209,40 @@ CPU_LIMIT = Float(
     min=0.0,
     help="""The most CPUs' worth of time one dev container may use (4.5; 0 or more; 0: no
         limit). An environment may ask for less (customizations.gpudev.cpus), never more.""",
+).tag(config=True)
+
+
+class _LogSize(Unicode[str, str | bytes]):
+    """A Docker size ('10m', '1g') or '': checked as it is set."""
+
+    info_text = "a Docker size like '10m' or '1g', or ''"
+
+    def validate(self, obj: Any, value: Any) -> str:
+        text = str(super().validate(obj, value))
+        if text.strip():
+            try:
+                parse_docker_size(text)
+            except ValueError as exc:
+                raise TraitError(
+                    f"The value of the '{self.name}' trait of {class_of(obj)} instance should "
+                    f"be {self.info_text}: {exc}"
+                ) from None
+        return text.strip()
+
+
+LOG_MAX_SIZE = _LogSize(
+    "10m",
+    help="""The most bytes of a dev container's output (its main process's, what its
+        processes write to /proc/1/fd/1) the engine keeps in one log file, as a Docker size
+        ('10m'); the engine keeps log_max_files such files, the oldest dropped. Set only where
+        the engine's default logging driver keeps logs in files (json-file, local); another
+        driver the administrator chose (journald, syslog, ...) is left alone. Empty: the
+        engine's own default (json-file's is no limit at all).""",
+).tag(config=True)
+
+LOG_MAX_FILES = Int(
+    2,
+    min=1,
+    help="""How many log files of log_max_size bytes the engine keeps of a dev container's
+        output (1 or more).""",
 ).tag(config=True)

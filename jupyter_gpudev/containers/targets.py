@@ -302,7 +302,7 @@ class Targets:
                 self.put_wrappers(container)
             except BaseException:
                 with contextlib.suppress(docker.errors.DockerException):
-                    container.remove(force=True)
+                    container.remove(force=True, v=True)
                 raise
         return container
 

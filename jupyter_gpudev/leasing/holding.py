@@ -220,7 +220,7 @@ class GPUHolding:
             deadline = time.monotonic() + patience
             while True:
                 try:
-                    container.remove(force=True)
+                    container.remove(force=True, v=True)  # its anonymous volumes too
                     break
                 except docker.errors.NotFound:
                     break  # gone already

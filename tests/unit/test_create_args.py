@@ -240,3 +240,34 @@ def test_a_helper_container_takes_the_administrators_tighter_limits() -> None:
     # And with no administrator limit at all, the helper's own apply
     args = helper_args(Confinement())
     assert (args["pids_limit"], args["mem_limit"]) == (HELPER_PIDS, HELPER_MEMORY)
+
+
+@pytest.mark.parametrize("driver", ["json-file", "local"])
+def test_the_log_the_engine_keeps_is_capped_on_a_driver_that_keeps_it_on_disk(driver: str) -> None:
+    # Given an engine whose default logging driver keeps a container's output in files, and
+    # the administrator's cap (c.DevContainers.log_max_size, log_max_files)
+    confinement = Confinement(log_max_size="10m", log_max_files=2, log_driver=driver)
+    # When a dev container's arguments are built
+    args = create_args(environment(), target(), confinement)
+    # Then its log is that driver's, rotated at the cap
+    assert args["log_config"] == {
+        "Type": driver,
+        "Config": {"max-size": "10m", "max-file": "2"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("size", "driver"),
+    [
+        ("10m", "journald"),  # the administrator's driver is left alone
+        ("10m", "syslog"),
+        ("10m", ""),  # the engine's driver not known
+        ("", "json-file"),  # no cap asked: the engine's default
+    ],
+)
+def test_the_log_is_left_to_the_engine_without_a_cap_or_on_another_driver(
+    size: str, driver: str
+) -> None:
+    confinement = Confinement(log_max_size=size, log_max_files=2, log_driver=driver)
+    args = create_args(environment(), target(), confinement)
+    assert "log_config" not in args
