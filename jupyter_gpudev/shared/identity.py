@@ -9,12 +9,17 @@ another user's shared server) is refused with 403. Whether the user is an admini
 when the token expires are read with the service's own token (``GET /users/NAME``, ``GET
 /users/NAME/tokens/ID``), never taken from what the caller's token may see. Answers are cached
 under a hash of the token, never the token itself, for ``cache_seconds`` (5 s) and never past
-the token's expiry, so a revocation or an administrator's demotion takes effect within that.
+the token's expiry, so a revocation or an administrator's demotion takes effect within that
+(a token the Hub refused is kept too: asked again only after that). At most
+``concurrent_lookups`` (4) tokens are asked about at a time: a flood of unknown tokens cannot
+take every connection of the process's HTTP client (10), and a check that cannot start within
+``timeout`` is refused with 503 (try again).
 No cookies, no login page: the service has an API only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -28,7 +33,7 @@ from urllib.parse import quote
 from jupyter_server.auth.identity import IdentityProvider, User
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
-from traitlets import Float, Unicode, default
+from traitlets import Float, Int, Unicode, default
 
 from ..traits import PositiveFloat
 
@@ -81,9 +86,21 @@ class HubIdentityProvider(IdentityProvider):
         the old rights at most this long; 0: ask the Hub on every request).""",
     ).tag(config=True)
 
-    timeout = PositiveFloat(10.0, help="Seconds to wait for the Hub's answer (more than 0).").tag(
-        config=True
-    )
+    timeout = PositiveFloat(
+        10.0,
+        help="""Seconds to wait for the Hub's answer, and for a turn to ask it
+        (concurrent_lookups) (more than 0).""",
+    ).tag(config=True)
+
+    concurrent_lookups = Int(
+        4,
+        min=1,
+        help="""How many tokens the service asks the Hub about at a time (1 or more): each
+        token it has not seen (or no longer keeps, cache_seconds) costs a Hub request, so this
+        bounds what a flood of unknown tokens costs the Hub and the service's HTTP client (10
+        connections, shared with its other requests). A check that cannot start within
+        timeout is refused with 503 (the caller tries again).""",
+    ).tag(config=True)
 
     @default("token")
     def _no_token(self) -> str:
@@ -108,6 +125,9 @@ class HubIdentityProvider(IdentityProvider):
         self._cache: dict[str, tuple[float, float, HubUser | str | None]] = {}
         #: By user name: (when the answer stops being used, on the monotonic clock; admin).
         self._admins: dict[str, tuple[float, bool]] = {}
+        #: The bound on lookups in flight, and the event loop it was made for (a semaphore
+        #: serves one loop only).
+        self._lookups: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
 
     @property
     def auth_enabled(self) -> bool:
@@ -149,7 +169,7 @@ class HubIdentityProvider(IdentityProvider):
         # the token's expiry on the wall clock (the Hub's time).
         if cached is not None and time.monotonic() < cached[0] and time.time() < cached[1]:
             return cached[2]
-        answer, expires = await self._ask_hub(token)
+        answer, expires = await self._ask_hub_in_turn(token)
         if self.cache_seconds > 0 and expires > time.time():
             if len(self._cache) > 10_000:  # a bound, not a policy: drop the oldest half
                 for old in sorted(self._cache, key=lambda k: self._cache[k][0])[:5_000]:
@@ -178,6 +198,30 @@ class HubIdentityProvider(IdentityProvider):
                 self._admins.clear()
             self._admins[name] = (time.monotonic() + self.cache_seconds, admin)
         return admin
+
+    async def _ask_hub_in_turn(self, token: str) -> tuple[HubUser | str | None, float]:
+        """``_ask_hub`` once one of the ``concurrent_lookups`` turns is free; 503 if none is
+        within ``timeout``."""
+        loop = asyncio.get_running_loop()
+        if self._lookups is None or self._lookups[0] is not loop:
+            self._lookups = (loop, asyncio.Semaphore(self.concurrent_lookups))
+        turns = self._lookups[1]
+        try:
+            await asyncio.wait_for(turns.acquire(), self.timeout)
+        except asyncio.TimeoutError:
+            self.log.warning(
+                "gpudev service: a token check waited %gs for one of %d turns to ask the Hub "
+                "(c.HubIdentityProvider.concurrent_lookups); refused with 503",
+                self.timeout,
+                self.concurrent_lookups,
+            )
+            raise web.HTTPError(
+                503, "The gpudev service is busy checking tokens, try again"
+            ) from None
+        try:
+            return await self._ask_hub(token)
+        finally:
+            turns.release()
 
     async def _ask_hub(self, token: str) -> tuple[HubUser | str | None, float]:
         """The answer for ``token`` and the wall-clock time past which it must not be used."""

@@ -11,6 +11,10 @@ The kernels it runs for clients outlive it: they are written in the kernel table
 folder (``shared.kernel_table``), which ``GPUDevApp`` checks when it starts, and reached again
 once its event loop runs (``KernelProcesses.restore``), before its orphan sweep, which leaves
 their containers alone (``DevContainers.stop_orphan_kernels``' ``keep``).
+
+Request bodies are bounded (``MAX_BODY_SIZE``, 4 MiB, not jupyter_server's 512 MiB): tornado
+reads a request's whole body before its handler, and so before the token is checked; anyone
+who reaches the port could otherwise make the service hold 512 MiB per connection.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from urllib.parse import urlparse
 
 from jupyter_server.serverapp import ServerApp
 from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
-from traitlets import default
+from traitlets import Integer, default
 from traitlets.config import Configurable
 
 from ..errors import GPUDevError
@@ -31,6 +35,12 @@ from .identity import HubIdentityProvider
 
 #: The service's own configurable classes (besides every part's, ``services.CLASSES``).
 SHARED_CLASSES: tuple[type[Configurable], ...] = (GPUDevService, HubIdentityProvider)
+
+#: The largest request body the service reads (bytes). Its API's bodies are small JSON
+#: objects: a start request, a kernel launch (its key, cwd and session name), a host; the
+#: largest a person makes is a commit's ``exclude`` list: 10,000 change ids at most
+#: (``changes.model``), about 2.5 MB when each is a 250-character path.
+MAX_BODY_SIZE = 4 << 20
 
 
 class NoFilesManager(AsyncLargeFileManager):
@@ -56,6 +66,23 @@ class GPUDevServer(ServerApp):
 
     #: ``GPUDevApp`` acts as the shared authority in this server.
     gpudev_shared_service = True
+
+    max_body_size = Integer(
+        MAX_BODY_SIZE,
+        config=True,
+        help="""The largest request body the service reads, in bytes (4 MiB): a larger one is
+        refused (400) and its connection closed before any of it is read. Every body is read
+        whole before the caller's token is checked, so this bounds what anyone who reaches the
+        port can make the service hold per connection. Its API's largest body is a commit's
+        list of excluded changes (10,000 ids at most).""",
+    )
+
+    max_buffer_size = Integer(
+        MAX_BODY_SIZE,
+        config=True,
+        help="""The most bytes the service buffers from one connection (4 MiB; see
+        max_body_size).""",
+    )
 
     @default("identity_provider_class")
     def _default_identity_provider_class(self) -> type[HubIdentityProvider]:

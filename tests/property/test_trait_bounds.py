@@ -20,6 +20,7 @@ BOUNDS: list[tuple[type[HasTraits], str, float, bool]] = [
     (ServiceKernelProvisioner, "unreachable_grace", 0.0, False),
     (HubIdentityProvider, "cache_seconds", 0.0, False),
     (HubIdentityProvider, "timeout", 0.0, True),
+    (HubIdentityProvider, "concurrent_lookups", 1, False),
 ]
 
 
