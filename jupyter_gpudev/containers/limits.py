@@ -1,5 +1,5 @@
-"""Per-user limits: how many GPUs, running and pinned dev containers one user may
-hold at once, and how much memory and CPU one of their containers may use.
+"""Per-user limits: how many GPUs, running, pinned and kept dev containers and kernels one
+user may hold at once, and how much memory and CPU one of their containers may use.
 
 ``UserLimits`` is the administrator's configuration (``c.UserLimits.*``, with a form per
 group); ``Limits`` what applies to one user; ``holdings`` what a user's containers hold now;
@@ -39,9 +39,13 @@ from .lookup import ContainerLookup
 #: The memory and CPU limits of a dev container in the shared service unless configured.
 SHARED_MEMORY = "32g"
 SHARED_CPUS = 8.0
+#: The kernels one user may run in the shared service, and the dev containers they may keep
+#: (any state), unless configured.
+SHARED_KERNELS = 32
+SHARED_CONTAINERS = 16
 
 #: What ``c.UserLimits.groups`` may set for a group.
-GROUP_KEYS = ("gpus", "running", "pinned", "memory", "cpus")
+GROUP_KEYS = ("gpus", "running", "pinned", "containers", "kernels", "memory", "cpus")
 
 #: The most container names a refusal lists.
 _NAMED = 10
@@ -67,14 +71,20 @@ class Limits:
     cpus: Limit
     memory_default: int = 0
     cpus_default: int = 0
+    #: Dev containers kept, in any state (a start of a new one beyond it is refused).
+    containers: Limit = Limit(0, "c.UserLimits.containers")
+    #: Kernels the shared service runs for the user at once (``shared.kernels``).
+    kernels: Limit = Limit(0, "c.UserLimits.kernels")
 
 
 @dataclass(frozen=True)
 class Holdings:
-    """A user's dev containers now, by name: running (or starting), and pinned (any state)."""
+    """A user's dev containers now, by name: running (or starting), pinned (any state), and
+    every one kept (any state)."""
 
     running: tuple[str, ...] = ()
     pinned: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
 
 
 def _count(key: str, value: Any, where: str) -> int:
@@ -127,6 +137,28 @@ class UserLimits(LoggingConfigurable):
         pin beyond it is refused (409; 0 or more; 0: no limit).""",
     ).tag(config=True)
 
+    containers = Int(
+        None,
+        allow_none=True,
+        min=0,
+        help=f"""The most dev containers one user may keep, in any state (a stopped one holds
+        its engine's disk), on every host together, kernels' own containers and pods included:
+        a start of a new one beyond it is refused (409) until one is removed (or committed and
+        removed); resuming one is not (0 or more; 0: no limit). Default: {SHARED_CONTAINERS}
+        in the shared service, no limit in single-user mode.""",
+    ).tag(config=True)
+
+    kernels = Int(
+        None,
+        allow_none=True,
+        min=0,
+        help=f"""The most kernels the shared service runs for one user at once (their
+        servers' gpudev kernels, in shared and dedicated dev containers alike): a launch
+        beyond it is refused (409) until one of theirs is shut down; a restart is not (0 or
+        more; 0: no limit). Default: {SHARED_KERNELS}. Not applied in single-user mode, whose
+        kernels are the user's own server's.""",
+    ).tag(config=True)
+
     memory = Unicode(
         None,
         allow_none=True,
@@ -167,10 +199,11 @@ class UserLimits(LoggingConfigurable):
         key_trait=Unicode(),
         value_trait=Dict(),
         help="""Other limits for the members of groups, e.g. {"gpu-heavy": {"gpus": 8,
-        "running": 4, "memory": "256g"}} (keys: gpus, running, pinned, memory, cpus; 0 or
-        '': no limit). A user's groups are those of their account on the service's machine
-        (not JupyterHub's groups). A user in several of them gets the largest value of each
-        key (no limit above all); a key none of their groups sets is the setting above.""",
+        "running": 4, "memory": "256g"}} (keys: gpus, running, pinned, containers, kernels,
+        memory, cpus; 0 or '': no limit). A user's groups are those of their account on the
+        service's machine (not JupyterHub's groups). A user in several of them gets the
+        largest value of each key (no limit above all); a key none of their groups sets is the
+        setting above.""",
     ).tag(config=True)
 
     @validate("memory", "memory_default")
@@ -224,6 +257,8 @@ class UserLimits(LoggingConfigurable):
         # Unset: on in the shared service, off in single-user mode.
         memory = pick("memory", _given(self.memory, SHARED_MEMORY if shared else ""))
         cpus = pick("cpus", _given(self.cpus, SHARED_CPUS if shared else 0.0))
+        containers = pick("containers", _given(self.containers, SHARED_CONTAINERS if shared else 0))
+        kernels = pick("kernels", _given(self.kernels, SHARED_KERNELS if shared else 0))
         memory_default = (
             memory.value
             if self.memory_default is None
@@ -242,6 +277,8 @@ class UserLimits(LoggingConfigurable):
             cpus=cpus,
             memory_default=_within(memory_default, memory.value),
             cpus_default=_within(cpus_default, cpus.value),
+            containers=containers,
+            kernels=kernels,
         )
 
 
@@ -392,10 +429,11 @@ def owner_lock(ledger_id: str, owner: str) -> threading.Lock:
 
 def holdings(lookup: ContainerLookup, owner: str) -> Holdings:
     """``owner``'s dev containers on every host that answers: running (or starting: created,
-    paused, a pod not yet running) and pinned, by name. A host that cannot be asked now is
-    left out (logged)."""
+    paused, a pod not yet running), pinned, and all, by name. A host that cannot be asked now
+    is left out (logged)."""
     running: list[str] = []
     pinned: list[str] = []
+    every: list[str] = []
     for name in lookup.host_pool.names():
         try:
             states = lookup.backend(lookup.host_pool.get(name)).owned(owner)
@@ -407,7 +445,8 @@ def holdings(lookup: ContainerLookup, owner: str) -> Holdings:
             continue
         running += [container for container, state in states.items() if state not in STOPPED]
         pinned += [container for container in states if container in kept]
-    return Holdings(tuple(sorted(running)), tuple(sorted(pinned)))
+        every += list(states)
+    return Holdings(tuple(sorted(running)), tuple(sorted(pinned)), tuple(sorted(every)))
 
 
 def check_room(
@@ -419,21 +458,39 @@ def check_room(
     pinning: str = "",
     gpus: int = 0,
 ) -> None:
-    """Refuse (``LimitReached``) one more running (``running``: a name, the container
-    starting again, not counted) or pinned (``pinning``: its name) container of
-    ``whose.owner``, or ``gpus`` more GPUs, beyond their ``limits``."""
+    """Refuse (``LimitReached``) one more running (``running``: ``True``, a new container,
+    also counted against the containers kept; a name, the container starting again, not
+    counted) or pinned (``pinning``: its name) container of ``whose.owner``, or ``gpus``
+    more GPUs, beyond their ``limits``."""
     owner = whose.owner
-    if (running and limits.running.value) or (pinning and limits.pinned.value):
+    if _counted(limits, running, pinning):
         held = holdings(lookup, owner)
         if running:
             others = [name for name in held.running if name != running]
             check_count(limits.running, others, whose, what="running dev container", undo="stop")
+        if running is True:
+            check_count(
+                limits.containers,
+                held.kept,
+                whose,
+                what="dev container",
+                undo="remove (or commit and remove)",
+            )
         if pinning:
             others = [name for name in held.pinned if name != pinning]
             check_count(limits.pinned, others, whose, what="pinned dev container", undo="unpin")
     if gpus and limits.gpus.value:
         leases = [lease for lease in lookup.ledger.active() if lease.owner == owner]
         check_gpus(limits.gpus, leases, gpus, whose)
+
+
+def _counted(limits: Limits, running: str | bool, pinning: str) -> bool:
+    """Whether a limit on the containers ``check_room`` is asked about is set."""
+    return bool(
+        (running and limits.running.value)
+        or (running is True and limits.containers.value)
+        or (pinning and limits.pinned.value)
+    )
 
 
 @contextlib.contextmanager
@@ -449,7 +506,7 @@ def room(
     while the start, resume or pin the count allows is made, so that no other one passes
     the same count (only where such a limit is set); their GPUs are counted in the ledger's
     transaction (``admit_gpus``)."""
-    if not (running and limits.running.value) and not (pinning and limits.pinned.value):
+    if not _counted(limits, running, pinning):
         yield
         return
     with owner_lock(lookup.ledger_id, whose.owner):

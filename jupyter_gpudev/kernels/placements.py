@@ -22,6 +22,16 @@ from ..errors import Conflict
 #: ``(host, container name)`` of a shared container.
 Key = tuple[str, str]
 
+#: The ports a kernel's five are drawn from, in its container.
+FIRST_PORT, LAST_PORT = 40000, 59999
+PORT_COUNT = LAST_PORT - FIRST_PORT + 1
+
+
+class NoFreePorts(Conflict):
+    """A container's kernels hold all the ports its kernels are given (``choose_ports``)."""
+
+    code = "no_free_ports"
+
 
 class KernelService(Protocol):
     """What a client-mode server asks the shared service about kernels (``shared.client``)."""
@@ -152,13 +162,28 @@ class KernelPlacements:
     # -- ports and kernel commands --------------------------------------------------------------
 
     def choose_ports(self, container: str, count: int) -> tuple[int, ...]:
-        """``count`` ports no other kernel of this process uses in ``container``."""
+        """``count`` ports no other kernel of this process uses in ``container``;
+        ``NoFreePorts`` when fewer are free (its kernels hold every one)."""
         with self._lock:
             used = self._ports_in_use.setdefault(container, set())
+            taken = sum(1 for port in used if FIRST_PORT <= port <= LAST_PORT)
+            free = PORT_COUNT - taken
+            if free < count:
+                if not used:
+                    del self._ports_in_use[container]
+                raise NoFreePorts(
+                    f"{container!r} has no free kernel ports: its kernels hold {taken} of "
+                    f"its {PORT_COUNT} ports and a kernel needs {count}: shut down some of "
+                    "its kernels, or start this one in another dev container",
+                    details={"container": container, "free": free, "wanted": count},
+                )
             rng = random.SystemRandom()
             ports: list[int] = []
+            if taken > PORT_COUNT // 2:  # few left: drawn from those, not by trial
+                left = [p for p in range(FIRST_PORT, LAST_PORT + 1) if p not in used]
+                ports = rng.sample(left, count)
             while len(ports) < count:
-                port = rng.randint(40000, 59999)
+                port = rng.randint(FIRST_PORT, LAST_PORT)
                 if port not in used and port not in ports:
                     ports.append(port)
             used.update(ports)

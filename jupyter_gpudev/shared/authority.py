@@ -70,6 +70,25 @@ class GPUDevService(LoggingConfigurable):
         descriptors) and the host's ptys (/proc/sys/kernel/pty/max).""",
     ).tag(config=True)
 
+    terminal_input_buffer = Int(
+        1024 * 1024,
+        min=1,
+        help="""The most input, in bytes, the service holds for one terminal into a dev
+        container while the container does not read it (its input is written to the
+        pseudo-terminal without waiting): past it the terminal is closed, the websocket's
+        close reason naming this setting (1 or more; a websocket message is at most 64 KiB
+        in any case).""",
+    ).tag(config=True)
+
+    terminal_output_buffer = Int(
+        4 * 1024 * 1024,
+        min=1,
+        help="""The most output, in bytes, the service holds unsent for one terminal into a
+        dev container whose client reads it slower than it comes: past it the service stops
+        reading the terminal (its process waits) until the client has taken it (1 or
+        more).""",
+    ).tag(config=True)
+
     def folders(self) -> UserFolders:
         """Users' folders under ``user_root``; ``ConfigError`` for a layout users could
         redirect."""
@@ -105,6 +124,11 @@ class Authority:
         self.service.containers.access = self._access(SERVICE_USER, admin=True)
         self.service.containers.registries.user = SERVICE_USER
         containers = self.service.containers
+        if not containers.limits.gpus:  # its default; not changed, to break no deployment
+            log.warning(
+                "gpudev: c.UserLimits.gpus is 0 (no limit): one user may hold every GPU; "
+                "set it (and c.UserLimits.groups for more to some) to share them"
+            )
         self.host_pool = self.service.host_pool
         #: The service's credentials are never sent with a build (``engine.registries``).
         self.host_pool.withhold_build_credentials()

@@ -38,6 +38,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Unicode
 from traitlets.config import LoggingConfigurable
 
+from ..containers.limits import Whose, check_count
 from ..errors import BadRequest, GPUDevError, NotFound
 from ..handlers.base import GPUDevHandler, UserViews, authorized_to_execute, maps_errors
 from ..kernels.placements import PLACEMENTS
@@ -218,11 +219,18 @@ class KernelProcesses:
         container = str(_field(body, "container", str, "") or "")
         gpus = _field(body, "gpus", int, None)
         host = str(_field(body, "host", str, "") or "")
+        limit = view.containers.limits.for_user(
+            owner, shared=not view.containers.access.single_user
+        ).kernels
         await self._ready()
         async with self._lock:
             kernel = self._kernels.get((owner, kernel_id))
             fresh = kernel is None
             if kernel is None:
+                # Counted by owner under the lock, with the launches under way: one more
+                # beyond c.UserLimits.kernels is refused (a relaunch is no new kernel).
+                held = sorted(kid for (who, kid) in self._kernels if who == owner)
+                check_count(limit, held, Whose(owner, owner), what="kernel", undo="shut down")
                 kernel = _service_kernel(
                     view, kernel_id, kernel_name=kernel_name, key=key, scheme=scheme, log=self.log
                 )

@@ -11,8 +11,10 @@ without a lease, no lease without a container.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -23,13 +25,16 @@ import pytest
 
 from jupyter_gpudev.containers import DevContainerInfo, DevContainers, StartRequest, docker_name
 from jupyter_gpudev.errors import GPUDevError
+from jupyter_gpudev.kernels.placements import PLACEMENTS
 from jupyter_gpudev.labels import L_OWNER, L_SERVER
 from jupyter_gpudev.shared.authority import Authority
+from jupyter_gpudev.shared.kernels import KernelProcesses
 from tests.integration.shared_views import close, new_service, service_config
 
 pytestmark = pytest.mark.integration
 
 ALICE, BOB = "gpudev-alice", "gpudev-bob"
+LOG = logging.getLogger("gpudev-test")
 #: The two GPUs of the fake nvidia-smi.
 GPU_0 = "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77"
 GPU_1 = "GPU-8f2a9c41-7b3e-4c55-9d0a-2e6f1b7c3d90"
@@ -218,6 +223,34 @@ def test_an_administrator_resuming_a_users_container_counts_it_for_that_user(
     assert f"{ALICE} has 1 of 1 running" in refused.message
 
 
+def test_a_user_keeps_no_more_containers_than_allowed_stopped_ones_included(
+    service: Make, docker_client: docker.DockerClient
+) -> None:
+    # Given two kept containers allowed to each user (no running limit), and alice keeping
+    # two stopped ones
+    held = service(containers=2)
+    alice, bob = containers_of(held, ALICE), containers_of(held, BOB)
+    names = [start(alice, f"k{n}-{part()}").name for n in range(2)]
+    for name in names:
+        alice.stop(name)
+    # When she starts a third
+    refused = refusal(lambda: start(alice, f"k3-{part()}"))
+    # Then it is refused, naming the limit, her containers and what to do
+    assert (refused.status, refused.code) == (409, "limit_reached"), refused.message
+    assert "2 of 2 dev containers" in refused.message
+    assert "c.UserLimits.containers" in refused.message
+    assert "remove (or commit and remove)" in refused.message
+    assert all(name in refused.message for name in names)
+    assert len(owned_on_engine(docker_client, held, ALICE)) == 2
+    # And resuming one she keeps is not refused, and bob starts his own
+    assert alice.resume(names[0]).state == "running"
+    start(bob, f"kb-{part()}")
+    # And once she removes one, she starts another
+    alice.remove(names[1], force=True)
+    start(alice, f"k4-{part()}")
+    assert len(owned_on_engine(docker_client, held, ALICE)) == 2
+
+
 # -- concurrency ----------------------------------------------------------------------------
 
 
@@ -272,6 +305,71 @@ def test_concurrent_gpu_starts_of_one_user_pass_a_gpu_limit_of_one_once(
     assert [r.code for r in refused] == ["limit_reached"] * 3, [r.message for r in refused]
     assert gpus_leased_to(held, ALICE) == 1
     assert owned_on_engine(docker_client, held, ALICE) == [started[0].key]
+
+
+def test_concurrent_starts_of_one_user_pass_a_containers_limit_of_one_once(
+    service: Make, docker_client: docker.DockerClient
+) -> None:
+    # Given one kept container allowed to each user, and no running limit
+    held = service(containers=1, running=0)
+    alice = containers_of(held, ALICE)
+    # When alice starts four at once (each passes the count before its build)
+    results = concurrently([partial(start, alice, f"ck{n}-{part()}") for n in range(4)])
+    # Then exactly one was made: the count under her lock, before the container is created
+    started = [r for r in results if isinstance(r, DevContainerInfo)]
+    refused = [r for r in results if isinstance(r, GPUDevError)]
+    assert len(started) == 1, [getattr(r, "message", r) for r in results]
+    assert [r.code for r in refused] == ["limit_reached"] * 3, [r.message for r in refused]
+    assert all("c.UserLimits.containers" in r.message for r in refused)
+    assert owned_on_engine(docker_client, held, ALICE) == [started[0].key]
+
+
+# -- kernels --------------------------------------------------------------------------------
+
+
+async def test_a_user_launches_no_more_kernels_through_the_service_than_allowed(
+    service: Make, docker_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given one kernel allowed to each user, and alice's kernel launched through the service
+    monkeypatch.setattr(PLACEMENTS, "_kernels_in", {})
+    monkeypatch.setattr(PLACEMENTS, "_ports_in_use", {})
+    held = service(kernels=1)
+    processes = KernelProcesses(LOG)
+    view = held.for_user(ALICE)
+    first = str(uuid.uuid4())
+    await processes.launch(view, ALICE, kernel_body(first))
+    made = owned_on_engine(docker_client, held, ALICE)
+    assert len(made) == 1, made
+    try:
+        # When her server launches a second kernel
+        second = str(uuid.uuid4())
+        with pytest.raises(GPUDevError) as caught:
+            await processes.launch(view, ALICE, kernel_body(second))
+        # Then it is refused, naming the limit and her kernel, and nothing was started
+        refused = caught.value
+        assert (refused.status, refused.code) == (409, "limit_reached"), refused.message
+        assert "1 of 1 kernel" in refused.message
+        assert "c.UserLimits.kernels" in refused.message
+        assert first in refused.message
+        assert owned_on_engine(docker_client, held, ALICE) == made
+        with pytest.raises(GPUDevError, match="No kernel"):
+            await processes.poll(ALICE, second)
+        assert await processes.poll(ALICE, first) is None
+    finally:
+        await processes.cleanup(ALICE, first, {})
+    assert owned_on_engine(docker_client, held, ALICE) == []
+
+
+def kernel_body(kernel_id: str) -> dict[str, Any]:
+    """What a client's provisioner sends to launch a kernel (``kernels.remote``)."""
+    return {
+        "kernel_id": kernel_id,
+        "environment": "default",
+        "key": secrets.token_hex(32),
+        "signature_scheme": "hmac-sha256",
+        "kernel_name": "gpudev-default",
+        "env": {},
+    }
 
 
 # -- memory and CPUs ------------------------------------------------------------------------

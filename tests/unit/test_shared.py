@@ -22,13 +22,14 @@ from tornado.web import HTTPError
 from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_gpudev.access import Access, Caller
-from jupyter_gpudev.errors import BadRequest, ConfigError, Forbidden, NotFound
+from jupyter_gpudev.containers.limits import UserLimits
+from jupyter_gpudev.errors import BadRequest, ConfigError, Forbidden, LimitReached, NotFound
 from jupyter_gpudev.kernels.kernelspecs import EnvironmentEntry, SharedEntry, display_name
 from jupyter_gpudev.labels import L_LEDGER, L_OWNER
 from jupyter_gpudev.shared.authority import Authority, GPUDevService
 from jupyter_gpudev.shared.client import KeptConnections
 from jupyter_gpudev.shared.identity import HubIdentityProvider, HubUser, request_token
-from jupyter_gpudev.shared.kernels import KernelProcesses
+from jupyter_gpudev.shared.kernels import KernelProcesses, ServiceKernel
 from jupyter_gpudev.shared.service_api import error_from, info_from
 from tests.ports import free_port
 
@@ -273,6 +274,33 @@ def test_administrators_come_from_the_hub_or_the_configuration(tmp_path: Path) -
     held.close()
 
 
+def test_the_service_warns_once_at_its_start_when_one_user_may_hold_every_gpu(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given no c.UserLimits.gpus (its default, 0): the service warns when it starts
+    with caplog.at_level(logging.WARNING, logger="gpudev-test"):
+        held = authority(tmp_path)
+        held.for_user("alice")
+    warned = [r.getMessage() for r in caplog.records if "c.UserLimits.gpus" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert "one user may hold every GPU" in warned[0]
+    held.close()
+    # And with a limit set, it does not
+    caplog.clear()
+    config = Config()
+    config.DevContainers.state_dir = str(tmp_path / "state2")
+    config.GPUDevService.user_root = str(tmp_path / "users2" / "{user}")
+    config.UserLimits.gpus = 2
+    with caplog.at_level(logging.WARNING, logger="gpudev-test"):
+        limited = Authority(
+            tmp_path,
+            parent=LoggingConfigurable(config=config),
+            log=logging.getLogger("gpudev-test"),
+        )
+    assert not [r for r in caplog.records if "c.UserLimits.gpus" in r.getMessage()]
+    limited.close()
+
+
 def test_a_users_view_protects_that_users_private_folders(tmp_path: Path) -> None:
     held = authority(tmp_path)
     protected = held.for_user(ME).containers.mount_policy.protected_paths
@@ -346,6 +374,53 @@ def test_another_users_kernel_does_not_exist_for_them() -> None:
         asyncio.run(processes.cleanup("bob", "abc", {}))
     with pytest.raises(BadRequest):
         asyncio.run(processes.signal("alice", "abc", 19))  # SIGSTOP: not a client's to send
+
+
+class Reached(Exception):
+    """The launch got past the count (the kernel's own start stands in)."""
+
+
+def test_a_user_launches_no_more_kernels_than_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given two kernels allowed to each user, and alice running two (bob one)
+    async def started(self: ServiceKernel, **kwargs: Any) -> dict[str, Any]:
+        raise Reached(self.kernel_id)
+
+    monkeypatch.setattr(ServiceKernel, "pre_launch", started)
+    processes = KernelProcesses(logging.getLogger("gpudev-test"))
+    view: Any = SimpleNamespace(
+        containers=SimpleNamespace(
+            limits=UserLimits(kernels=2), access=SimpleNamespace(single_user=False)
+        )
+    )
+
+    async def relaunched(**kwargs: Any) -> dict[str, Any]:
+        raise Reached("relaunch")
+
+    for owner, kernel_id in (("alice", "a1"), ("alice", "a2"), ("bob", "b1")):
+        kernel = SimpleNamespace(use_session=lambda *_: None, pre_launch=relaunched)
+        processes._kernels[(owner, kernel_id)] = kernel  # type: ignore[assignment]
+
+    def launch(owner: str, kernel_id: str) -> None:
+        body = {"kernel_id": kernel_id, "key": "k"}
+        asyncio.run(processes.launch(view, owner, body))
+
+    # When alice launches a third
+    with pytest.raises(LimitReached) as caught:
+        launch("alice", "a3")
+    # Then it is refused with a 409 naming the setting and her kernels, and nothing is kept
+    refused = caught.value
+    assert (refused.status, refused.code) == (409, "limit_reached")
+    assert "2 of 2 kernels" in refused.message
+    assert "c.UserLimits.kernels" in refused.message
+    assert refused.details["held"] == ["a1", "a2"]
+    assert ("alice", "a3") not in processes._kernels
+    # And a relaunch (a restart) of one of hers is no new kernel: not refused
+    with pytest.raises(Reached, match="relaunch"):
+        launch("alice", "a1")
+    # And bob, whose kernels are counted apart, launches his second
+    with pytest.raises(Reached):
+        launch("bob", "b2")
+    assert ("bob", "b2") not in processes._kernels  # its failed launch forgotten
 
 
 def gpudev_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,8 +22,10 @@ from jupyter_gpudev.containers.limits import (
     admit_gpus,
     check_count,
     check_gpus,
+    check_room,
     container_resources,
     owner_lock,
+    room,
 )
 from jupyter_gpudev.engine import GPU, HostPool, Inventory
 from jupyter_gpudev.environments import Environment
@@ -60,6 +63,7 @@ def test_single_user_mode_has_no_limit_unless_configured() -> None:
     assert (limits.gpus.value, limits.running.value, limits.pinned.value) == (0, 0, 0)
     assert (limits.memory.value, limits.cpus.value) == (0, 0)
     assert (limits.memory_default, limits.cpus_default) == (0, 0)
+    assert (limits.kernels.value, limits.containers.value) == (0, 0)
 
 
 def test_the_shared_service_limits_memory_and_cpus_unless_configured_otherwise() -> None:
@@ -73,6 +77,24 @@ def test_the_shared_service_limits_memory_and_cpus_unless_configured_otherwise()
     # And an administrator turns them off with '' and 0
     off = UserLimits(memory="", cpus=0.0).for_user("alice", shared=True)
     assert (off.memory.value, off.cpus.value, off.memory_default, off.cpus_default) == (0, 0, 0, 0)
+
+
+def test_the_shared_service_limits_kernels_and_kept_containers_unless_configured() -> None:
+    # Given no configuration, in the shared service
+    limits = UserLimits().for_user("alice", shared=True)
+    # Then a user runs 32 kernels in its service at most, and keeps 16 containers
+    assert limits.kernels == Limit(32, "c.UserLimits.kernels")
+    assert limits.containers == Limit(16, "c.UserLimits.containers")
+    # And an administrator sets them, or turns them off with 0
+    set_ = UserLimits(kernels=4, containers=2).for_user("alice", shared=True)
+    assert (set_.kernels.value, set_.containers.value) == (4, 2)
+    off = UserLimits(kernels=0, containers=0).for_user("alice", shared=True)
+    assert (off.kernels.value, off.containers.value) == (0, 0)
+    # And a group gets its own
+    heavy = grouped({"big"}, groups={"big": {"kernels": 64, "containers": 0}})
+    mine = heavy.for_user("alice", shared=True)
+    assert mine.kernels == Limit(64, "c.UserLimits.groups['big']['kernels']")
+    assert mine.containers == Limit(0, "c.UserLimits.groups['big']['containers']")
 
 
 def test_a_default_is_never_more_than_the_most_a_container_may_use() -> None:
@@ -125,6 +147,8 @@ def test_groups_are_those_of_the_users_account_on_this_machine() -> None:
         ({"groups": {"g": {"gpu": 1}}}, "groups['g']['gpu']: not a limit"),
         ({"groups": {"g": {"gpus": -1}}}, "groups['g']['gpus']: a whole number"),
         ({"groups": {"g": {"running": 1.5}}}, "groups['g']['running']: a whole number"),
+        ({"groups": {"g": {"kernels": -1}}}, "groups['g']['kernels']: a whole number"),
+        ({"groups": {"g": {"containers": "2"}}}, "groups['g']['containers']: a whole number"),
         ({"groups": {"g": {"memory": "lots"}}}, "groups['g']['memory']"),
         ({"groups": {"g": {"cpus": "4"}}}, "groups['g']['cpus']: a number of CPUs"),
         ({"memory": "lots"}, "c.UserLimits.memory"),
@@ -216,6 +240,56 @@ def test_a_long_list_of_containers_is_cut_short() -> None:
         "unpin one of 'box-00', "
     )
     assert refused.message.endswith("'box-09' and 4 more first")
+
+
+# -- containers kept, in any state ----------------------------------------------------------
+
+
+def lookup_of(states: dict[str, str]) -> Any:
+    """A ``ContainerLookup`` whose one host holds alice's containers in ``states``."""
+    backend = SimpleNamespace(owned=lambda owner: dict(states) if owner == "alice" else {})
+    return SimpleNamespace(
+        host_pool=SimpleNamespace(names=lambda: ["local"], get=lambda name: name),
+        backend=lambda _host: backend,
+        ledger=SimpleNamespace(pinned=lambda _host: set(), active=list),
+        ledger_id="ledger-kept",
+        log=None,
+    )
+
+
+KEPT = {"a": "exited", "b": "exited", "c": "running"}
+
+
+def test_a_start_beyond_the_containers_a_user_keeps_is_refused_stopped_ones_counted() -> None:
+    # Given three containers of alice's, two of them stopped, and three allowed
+    limits = UserLimits(containers=3).for_user("alice", shared=True)
+    # When she starts a new one
+    refused = refusal(lambda: check_room(lookup_of(KEPT), limits, ME, running=True))
+    # Then it is refused, naming the setting, her containers and what to do
+    assert refused.message == (
+        "You have 3 of 3 dev containers allowed to you (c.UserLimits.containers): remove "
+        "(or commit and remove) one of 'a', 'b', 'c' first"
+    )
+    assert refused.details["held"] == ["a", "b", "c"]
+    # And resuming one she keeps adds none: not refused by it
+    check_room(lookup_of(KEPT), limits, ME, running="a")
+    # And below the limit, or with none, a start passes
+    check_room(lookup_of({"a": "exited"}), limits, ME, running=True)
+    check_room(lookup_of(KEPT), UserLimits().for_user("alice", shared=False), ME, running=True)
+
+
+def test_the_containers_limit_alone_holds_the_owners_lock_while_a_start_is_made() -> None:
+    # Given only a containers limit (no running one)
+    limits = UserLimits(containers=5, running=0).for_user("alice", shared=True)
+    lock = owner_lock("ledger-kept", "alice")
+    # Then the start's room holds alice's lock (the next start counts the one made)
+    with room(lookup_of(KEPT), limits, ME, running=True):
+        assert lock.locked()
+    assert not lock.locked()
+    # And is refused under it at the limit
+    full = UserLimits(containers=3).for_user("alice", shared=True)
+    with pytest.raises(LimitReached), room(lookup_of(KEPT), full, ME, running=True):
+        pass
 
 
 # -- memory and CPUs of a new container -----------------------------------------------------
