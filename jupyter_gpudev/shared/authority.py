@@ -97,7 +97,7 @@ class GPUDevService(LoggingConfigurable):
     def root_of(self, name: str, folders: UserFolders | None = None) -> Path:
         """User ``name``'s folder, checked now (and made if missing); ``Forbidden`` when it
         cannot be used."""
-        if not USER_NAME.fullmatch(name):
+        if not USER_NAME.fullmatch(name) or name == SERVICE_USER:  # the service's own view's
             raise Forbidden("This user name cannot be given a folder on the GPU hosts")
         return (folders or self.folders()).folder_of(name, _account_of(name))
 

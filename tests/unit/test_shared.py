@@ -216,8 +216,9 @@ def test_a_users_folder_comes_from_the_template(tmp_path: Path) -> None:
     assert service.root_of("alice") == tmp_path / "work" / "alice"  # no account needed
 
 
-@pytest.mark.parametrize("name", ["../x", "a/b", "", ".hidden"])
+@pytest.mark.parametrize("name", ["../x", "a/b", "", ".hidden", "gpudev-service"])
 def test_a_name_that_cannot_name_a_folder_is_refused(name: str) -> None:
+    # (gpudev-service: the name the service's own view acts as, its kernels' scope)
     with pytest.raises(Forbidden):
         GPUDevService(user_root="/srv/{user}").root_of(name)
 
