@@ -11,6 +11,7 @@ environment; nothing from the container is run here.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import json
 import os
@@ -23,6 +24,9 @@ from urllib.parse import quote
 
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
+
+#: Bytes of input read for one message (see ``_relay``).
+READ = 8192
 
 
 def _size() -> tuple[int, int]:
@@ -61,12 +65,16 @@ async def _relay(socket: WebSocketClientConnection) -> int:
         rows, columns = _size()
         socket.write_message(json.dumps(["set_size", rows, columns]))
 
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
     def readable() -> None:
-        data = os.read(stdin, 65536)
+        # At most READ bytes a message: escaped as JSON (6 characters a byte at worst), within
+        # the service's 64 KiB a message; a character cut between reads is decoded whole.
+        data = os.read(stdin, READ)
         if not data:
             socket.close()
             return
-        socket.write_message(json.dumps(["stdin", data.decode(errors="replace")]))
+        socket.write_message(json.dumps(["stdin", decoder.decode(data)]))
 
     saved = termios.tcgetattr(stdin) if os.isatty(stdin) else None
     if saved is not None:

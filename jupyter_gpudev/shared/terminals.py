@@ -11,6 +11,12 @@ needs no Docker command line or socket.
 Each terminal holds a process and a pty of the service's machine until it ends, so the service
 counts them (``TerminalCount``): at most ``c.GPUDevService.terminals_per_user`` per user and
 ``terminals_total`` in all; one more is refused (429) before the websocket opens.
+
+No terminal may stop the service's event loop or grow its memory without bound: the pty is
+non-blocking; a terminal's input waits in a buffer, written as its process reads it, and the
+terminal is closed once more than ``c.GPUDevService.terminal_input_buffer`` waits (a websocket
+message is at most ``MAX_MESSAGE`` bytes); its output is read no faster than the websocket sends
+it (reading stops while more than ``c.GPUDevService.terminal_output_buffer`` is unsent).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -35,6 +42,13 @@ from .authority import Authority
 
 #: The most a client may ask a terminal to be (rows, columns).
 MAX_SIZE = (1000, 1000)
+
+#: The largest websocket message a terminal's client may send, in bytes (tornado's default: 10
+#: MiB). Larger: the websocket is closed (1009).
+MAX_MESSAGE = 64 * 1024
+
+#: The most a terminal writes to, or reads from, its pty at once, in bytes.
+CHUNK = 65536
 
 #: Where the service keeps its ``TerminalCount`` (its web application's settings).
 COUNT_KEY = "gpudev_terminals"
@@ -92,6 +106,21 @@ class ContainerTTYHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
     _process: PtyProcess | None = None
     #: The user whose count this terminal holds, until ``_end`` gives it back.
     _counted: str | None = None
+    #: Input not yet written to the pty (at most ``_input_limit`` bytes).
+    _input: bytearray
+    _input_limit = 1024 * 1024
+    #: Bytes of output handed to ``write_message`` whose writes have not completed; the pty
+    #: is not read while it is over ``_output_limit``.
+    _unsent = 0
+    _output_limit = 4 * 1024 * 1024
+    #: Whether the event loop watches the pty for output (``_reading``) or for room for
+    #: input (``_writing``).
+    _reading = False
+    _writing = False
+
+    @property
+    def max_message_size(self) -> int:
+        return MAX_MESSAGE
 
     async def prepare(self) -> None:  # type: ignore[override]
         await JupyterHandler.prepare(self, _redirect_to_login=False)
@@ -113,6 +142,9 @@ class ContainerTTYHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
             user, per_user=limits.terminals_per_user, total=limits.terminals_total
         )
         self._counted = user
+        self._input_limit = limits.terminal_input_buffer
+        self._output_limit = limits.terminal_output_buffer
+        self._name = name
         try:
             containers = self.gpudev.containers
             try:
@@ -146,8 +178,11 @@ class ContainerTTYHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
             self._end()  # tornado logs it and closes the websocket
             raise
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        fd = self._process.fd
-        asyncio.get_running_loop().add_reader(fd, self._readable)
+        self._input = bytearray()
+        # Neither a full pty (its process reads no input) nor a spurious wake-up blocks the
+        # service's event loop.
+        os.set_blocking(self._process.fd, False)
+        self._read(True)
         self.log.info("gpudev: terminal in %s opened for %s", name, self.current_user.username)
 
     def _readable(self) -> None:
@@ -155,16 +190,84 @@ class ContainerTTYHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
         if process is None:
             return
         try:
-            data = os.read(process.fd, 65536)
-        except OSError:
+            data = os.read(process.fd, CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:  # EIO: the terminal's process has ended
             data = b""
         if not data:
             self._end()
             return
         text = self._decoder.decode(data)
-        if text:
-            with contextlib.suppress(WebSocketClosedError):
-                self.write_message(json.dumps(["stdout", text]))
+        if not text:
+            return
+        message = json.dumps(["stdout", text])  # ASCII: its length is its size
+        try:
+            written = self.write_message(message)
+        except WebSocketClosedError:
+            return
+        self._unsent += len(message)
+        written.add_done_callback(functools.partial(self._sent, len(message)))
+        if self._unsent > self._output_limit:
+            self._read(False)  # until the client has taken some of it
+
+    def _sent(self, size: int, written: asyncio.Future[None]) -> None:
+        """One output message's write has completed (or failed: the websocket closed)."""
+        self._unsent -= size
+        if not written.cancelled():
+            written.exception()  # retrieved: a closed websocket's is expected
+        if self._unsent <= self._output_limit // 2:
+            self._read(True)
+
+    def _read(self, on: bool) -> None:
+        """Watch the pty for output, or stop watching it."""
+        process = self._process
+        if process is None or on == self._reading:
+            return
+        loop = asyncio.get_running_loop()
+        if on:
+            loop.add_reader(process.fd, self._readable)
+        else:
+            loop.remove_reader(process.fd)
+        self._reading = on
+
+    def _writable(self) -> None:
+        """Write what input the pty takes now; watch it for room while some is left."""
+        process = self._process
+        if process is None:
+            return
+        while self._input:
+            try:
+                written = os.write(process.fd, self._input[:CHUNK])
+            except BlockingIOError:
+                break
+            except OSError:  # EIO: the terminal's process has ended (``_readable`` ends it)
+                self._input.clear()
+                break
+            del self._input[:written]
+        waiting = bool(self._input)
+        if waiting != self._writing:
+            loop = asyncio.get_running_loop()
+            if waiting:
+                loop.add_writer(process.fd, self._writable)
+            else:
+                loop.remove_writer(process.fd)
+            self._writing = waiting
+
+    def _input_overflows(self) -> None:
+        """Close the terminal: more input waits than ``terminal_input_buffer``."""
+        limit = self._input_limit
+        self.log.warning(
+            "gpudev: terminal in %s of %s closed: its process did not read its input, more than "
+            "c.GPUDevService.terminal_input_buffer (%d bytes) waited",
+            self._name,
+            self._counted,
+            limit,
+        )
+        reason = f"Input not read: over c.GPUDevService.terminal_input_buffer ({limit} bytes)"
+        with contextlib.suppress(WebSocketClosedError):
+            self.close(1009, reason)
+        self._end()
 
     def on_message(self, message: str | bytes) -> None:
         process = self._process
@@ -177,8 +280,12 @@ class ContainerTTYHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
         if not isinstance(command, list) or not command:
             return
         if command[0] == "stdin" and len(command) == 2 and isinstance(command[1], str):
-            with contextlib.suppress(OSError):
-                process.write(command[1].encode())
+            data = command[1].encode()
+            if len(self._input) + len(data) > self._input_limit:
+                self._input_overflows()
+                return
+            self._input += data
+            self._writable()
         elif command[0] == "set_size" and len(command) >= 3:
             rows, cols = command[1], command[2]
             whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (rows, cols))
@@ -196,8 +303,13 @@ class ContainerTTYHandler(WebSocketMixin, WebSocketHandler, GPUDevHandler):
             TerminalCount.of(self.settings).give_back(counted)
         if process is None:
             return
+        loop = asyncio.get_running_loop()
         with contextlib.suppress(ValueError, OSError):
-            asyncio.get_running_loop().remove_reader(process.fd)
+            loop.remove_reader(process.fd)
+        with contextlib.suppress(ValueError, OSError):
+            loop.remove_writer(process.fd)
+        self._reading = self._writing = False
+        self._input.clear()
         if process.isalive():
             with contextlib.suppress(OSError):
                 process.kill(signal.SIGHUP)
