@@ -44,10 +44,14 @@ def test_piped_input_goes_in_messages_the_service_takes(monkeypatch: pytest.Monk
     piped = os.fdopen(reading, "rb", buffering=0)
     monkeypatch.setattr(sys, "stdin", piped)
 
+    def feed() -> None:
+        os.write(writing, data)
+        os.close(writing)
+
     async def relay() -> FakeSocket:
         socket = FakeSocket()
         loop = asyncio.get_running_loop()
-        feeding = loop.run_in_executor(None, lambda: (os.write(writing, data), os.close(writing)))
+        feeding = loop.run_in_executor(None, feed)
         await asyncio.wait_for(attach._relay(cast(Any, socket)), 30)
         await feeding
         return socket
