@@ -8,10 +8,11 @@ and answered with a generic message that echoes nothing from the engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
@@ -19,7 +20,7 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from ..errors import Forbidden, GPUDevError, engine_errors
+from ..errors import Forbidden, GPUDevError, LimitReached, engine_errors
 from ..kernels.culler import GPUCuller
 from ..services import Services
 
@@ -27,6 +28,8 @@ from ..services import Services
 SETTINGS_KEY = "gpudev"
 #: Where ``GPUDevApp`` puts the reclaimer of a client-mode server's kernels.
 CULLER_KEY = "gpudev_culler"
+#: Where the shared service keeps its ``OperationCount`` (its web application's settings).
+OPERATIONS_KEY = "gpudev_operations"
 
 T = TypeVar("T")
 
@@ -52,6 +55,52 @@ class UserViews(Protocol):
     (``shared.authority.Authority``; ``GPUDevApp`` puts it in the settings)."""
 
     def for_user(self, name: str, *, hub_admin: bool = False) -> Services: ...
+
+    @property
+    def operations_per_user(self) -> int:
+        """``c.GPUDevService.operations_per_user`` (0: no limit)."""
+        ...
+
+
+class OperationCount:
+    """The blocking operations the shared service runs for each user now: requests other
+    than reads (starts, stops, commits, removals: seconds to minutes each, in workers every
+    user shares) and kernel launches. One more than ``c.GPUDevService.operations_per_user``
+    of a user's is refused at once (``LimitReached``), not queued behind theirs for the
+    workers others wait for. Only the event loop uses it: no lock."""
+
+    def __init__(self) -> None:
+        self.by_user: dict[str, int] = {}
+
+    @classmethod
+    def of(cls, settings: dict[str, Any]) -> OperationCount:
+        """The count of the web application whose ``settings`` these are."""
+        count = settings.get(OPERATIONS_KEY)
+        if not isinstance(count, cls):
+            count = settings[OPERATIONS_KEY] = cls()
+        return count
+
+    @contextlib.contextmanager
+    def held(self, user: str, limit: int) -> Iterator[None]:
+        """One operation of ``user``'s while the block runs; ``LimitReached`` when they have
+        ``limit`` running already (0: no limit)."""
+        running = self.by_user.get(user, 0)
+        if limit and running >= limit:
+            raise LimitReached(
+                f"You have {running} operations running in the gpudev service, the most one "
+                "user may at once (c.GPUDevService.operations_per_user): try again once one "
+                "has ended",
+                details={"limit": "operations_per_user", "running": running},
+            )
+        self.by_user[user] = running + 1
+        try:
+            yield
+        finally:
+            left = self.by_user.get(user, 0) - 1
+            if left > 0:
+                self.by_user[user] = left
+            else:
+                self.by_user.pop(user, None)
 
 
 @runtime_checkable
@@ -137,9 +186,17 @@ class GPUDevHandler(APIHandler):
 
     async def blocking(self, func: Callable[..., T], *args: Any) -> T:
         """Run a blocking call (Docker SDK, NVML, nvidia-smi) off the event loop, in the
-        workers of its kind of request (``executor_for``)."""
-        executor = executor_for(self.request.method or "GET")
-        return await asyncio.get_running_loop().run_in_executor(executor, func, *args)
+        workers of its kind of request (``executor_for``); in the shared service, one of the
+        caller's operations (``OperationCount``) unless the request is a read."""
+        method = self.request.method or "GET"
+        run = asyncio.get_running_loop().run_in_executor
+        held = self.settings.get(SETTINGS_KEY)
+        user = self.current_user
+        if method.upper() in ("GET", "HEAD") or isinstance(held, Services) or user is None:
+            return await run(executor_for(method), func, *args)
+        limit = cast(UserViews, held).operations_per_user
+        with OperationCount.of(self.settings).held(user.username, limit):
+            return await run(executor_for(method), func, *args)
 
     def wants_events(self) -> bool:
         return "text/event-stream" in self.request.headers.get("Accept", "")

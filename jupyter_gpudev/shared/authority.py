@@ -89,6 +89,17 @@ class GPUDevService(LoggingConfigurable):
         more).""",
     ).tag(config=True)
 
+    operations_per_user = Int(
+        4,
+        min=0,
+        help="""The most blocking operations one user may have running at once in the service:
+        requests other than reads (starts, stops, removals, commits, pushes, port changes,
+        each seconds to minutes in workers every user shares) and kernel launches. One more is
+        refused (409, "try again once one has ended") rather than queued behind them, where
+        every other user's would wait too (0 or more; 0: no limit). Administrators are
+        limited like everyone else.""",
+    ).tag(config=True)
+
     def folders(self) -> UserFolders:
         """Users' folders under ``user_root``; ``ConfigError`` for a layout users could
         redirect."""
@@ -141,6 +152,11 @@ class Authority:
         return Access(
             parent=self._parent, log=self._log, user=name, admin_users=admins, single_user=False
         )
+
+    @property
+    def operations_per_user(self) -> int:
+        """``c.GPUDevService.operations_per_user`` (``handlers.base.OperationCount``)."""
+        return int(self.settings.operations_per_user)
 
     def for_user(self, name: str, *, hub_admin: bool = False) -> Services:
         """User ``name``'s view (``hub_admin``: the Hub says they are an administrator). Their

@@ -40,7 +40,13 @@ from traitlets.config import LoggingConfigurable
 
 from ..containers.limits import Whose, check_count
 from ..errors import BadRequest, GPUDevError, NotFound
-from ..handlers.base import GPUDevHandler, UserViews, authorized_to_execute, maps_errors
+from ..handlers.base import (
+    GPUDevHandler,
+    OperationCount,
+    UserViews,
+    authorized_to_execute,
+    maps_errors,
+)
 from ..kernels.placements import PLACEMENTS
 from ..kernels.process import DEFAULT_ARGV
 from ..kernels.provisioner import GPUDevProvisioner, KernelLaunchError
@@ -166,6 +172,8 @@ class KernelProcesses:
         self.table = table
         self.views = views
         self._restoring: asyncio.Future[tuple[int, int]] | None = None
+        #: Launches under way by owner: each one of their operations in the service.
+        self.launching = OperationCount()
 
     async def _ready(self) -> None:
         """A call waits for the restore under way: a kernel is not reported gone meanwhile."""
@@ -241,10 +249,12 @@ class KernelProcesses:
                 self._kernels[(owner, kernel_id)] = kernel
             else:  # a relaunch: the client's key again (a restored kernel had none)
                 kernel.use_session(key, scheme)
+        operations = self.views.operations_per_user if self.views is not None else 0
         try:
-            kwargs = await kernel.pre_launch(env=kept, cwd=cwd)
-            connection = dict(await kernel.launch_kernel(kwargs.pop("cmd"), **kwargs))
-            await self._save(owner, view.containers.access.local().admin, kernel)
+            with self.launching.held(owner, operations):
+                kwargs = await kernel.pre_launch(env=kept, cwd=cwd)
+                connection = dict(await kernel.launch_kernel(kwargs.pop("cmd"), **kwargs))
+                await self._save(owner, view.containers.access.local().admin, kernel)
         except KernelLaunchError as err:
             await self._launch_failed(owner, kernel, fresh)
             raise err.error from None

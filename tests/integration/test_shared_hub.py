@@ -51,6 +51,8 @@ c.GPUInventory.nvidia_smi_path = {smi!r}
 c.GPUInventory.cache_seconds = 0.0
 c.DevContainers.state_dir = {state!r}
 c.DevContainers.stop_timeout = 2
+# Eight starts of one user's at once race for the GPUs below (the default lets 4 run at once)
+c.GPUDevService.operations_per_user = 8
 # A second entry for the same engine (through a real sshd): a lease holds whichever asks
 c.HostPool.hosts = {hosts!r}
 """

@@ -194,6 +194,8 @@ def test_a_file_with_a_loose_mode_is_made_the_services_alone(tmp_path: Path) -> 
 class Views:
     """Each owner's view, as ``Authority.for_user`` gives it (nothing in it is used here)."""
 
+    operations_per_user = 0
+
     def __init__(self, refused: frozenset[str] = frozenset()) -> None:
         self.asked: list[tuple[str, bool]] = []
         self.refused = refused
