@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from ..engine import Host, Progress
+from ..engine.hosts import ENGINE_INFO_AGE
 from ..errors import engine_errors
 from . import classify, compare, layer_diff, model
 from .dockerfile import change_items
@@ -42,9 +43,6 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
 
 _log = logging.getLogger(__name__)
-#: Seconds the engine's data root and security options read for one capture serve the next
-#: ones (a listing counts every container's changes; they change only with a restart).
-ENGINE_INFO_AGE = 10.0
 
 
 @dataclass

@@ -18,6 +18,7 @@ from docker.models.containers import Container
 
 from ..access import Caller
 from ..engine import Host
+from ..engine.hosts import ENGINE_INFO_AGE
 from ..errors import BadRequest, Conflict, EngineError, EngineUnreachable, engine_errors
 from ..labels import L_HOST, L_KERNEL, L_MANAGED, L_NAME, L_OWNER, STOPPED
 from .backend import Located, Release, Skipped, Starting
@@ -51,15 +52,10 @@ def log_capped(lifecycle: EngineStarts, starting: Starting) -> Starting:
     if not size:
         return starting
     confine = starting.confinement
-    drivers: dict[str, str] = {}  # host name: its engine's driver, asked once a start
 
     def capped(host: Host) -> Confinement:
-        if host.name not in drivers:
-            with engine_errors(f"Asking host {host.name!r} for its logging driver"):
-                drivers[host.name] = str(host.client().info().get("LoggingDriver") or "")
-        return replace(
-            confine(host), log_max_size=size, log_max_files=files, log_driver=drivers[host.name]
-        )
+        driver = host.engine_info(max_age=ENGINE_INFO_AGE).logging_driver or ""
+        return replace(confine(host), log_max_size=size, log_max_files=files, log_driver=driver)
 
     return replace(starting, confinement=capped)
 

@@ -55,7 +55,8 @@ from .tunnels import Tunnels
 from .watch import ContainerStates
 
 #: Seconds an engine's answer to ``engine_info`` is taken as still true where it is read for
-#: what changes only with a restart of the engine (whether it is rootless).
+#: what changes only with a restart of the engine (its data root, security options, default
+#: logging driver, whether it is rootless).
 ENGINE_INFO_AGE = 10.0
 
 
@@ -422,6 +423,7 @@ class Host:
             memory_mib=(_positive(info.get("MemTotal")) or 0) // (1 << 20) or None,
             data_root=str(info["DockerRootDir"]) if info.get("DockerRootDir") else None,
             security_options=tuple(str(o) for o in info.get("SecurityOptions") or ()),
+            logging_driver=str(info["LoggingDriver"]) if info.get("LoggingDriver") else None,
         )
 
     def free_storage_mib(self, path: str) -> int | None:

@@ -103,6 +103,8 @@ class EngineInfo:
     data_root: str | None = None
     #: ``docker info``'s ``SecurityOptions`` (``name=seccomp,profile=default``, ``name=rootless``).
     security_options: tuple[str, ...] = ()
+    #: The engine's default logging driver (``json-file``, ``journald``, ...).
+    logging_driver: str | None = None
 
     @property
     def rootless(self) -> bool:
