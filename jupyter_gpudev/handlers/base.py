@@ -50,6 +50,18 @@ def executor_for(method: str) -> ThreadPoolExecutor:
 F = TypeVar("F", bound=Callable[..., Awaitable[None]])
 
 
+C = TypeVar("C")
+
+
+def kept_in(settings: dict[str, Any], key: str, kind: Callable[[], C]) -> C:
+    """The one ``kind()`` of the web application whose ``settings`` these are, under ``key``
+    (made at the first ask)."""
+    kept = settings.get(key)
+    if kept is None:
+        kept = settings[key] = kind()
+    return cast(C, kept)
+
+
 class UserViews(Protocol):
     """What the shared service holds instead of one ``Services``: each user's view of them
     (``shared.authority.Authority``; ``GPUDevApp`` puts it in the settings)."""
@@ -75,10 +87,7 @@ class OperationCount:
     @classmethod
     def of(cls, settings: dict[str, Any]) -> OperationCount:
         """The count of the web application whose ``settings`` these are."""
-        count = settings.get(OPERATIONS_KEY)
-        if not isinstance(count, cls):
-            count = settings[OPERATIONS_KEY] = cls()
-        return count
+        return kept_in(settings, OPERATIONS_KEY, cls)
 
     @contextlib.contextmanager
     def held(self, user: str, limit: int) -> Iterator[None]:

@@ -37,7 +37,7 @@ from tornado import web
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from ..errors import GPUDevError
-from ..handlers.base import SETTINGS_KEY, GPUDevHandler, authorized_to_execute
+from ..handlers.base import SETTINGS_KEY, GPUDevHandler, authorized_to_execute, kept_in
 from .authority import Authority
 
 #: The most a client may ask a terminal to be (rows, columns).
@@ -66,10 +66,7 @@ class TerminalCount:
     @classmethod
     def of(cls, settings: dict[str, Any]) -> TerminalCount:
         """The count of the web application whose ``settings`` these are."""
-        count = settings.get(COUNT_KEY)
-        if not isinstance(count, cls):
-            count = settings[COUNT_KEY] = cls()
-        return count
+        return kept_in(settings, COUNT_KEY, cls)
 
     def take(self, user: str, *, per_user: int, total: int) -> None:
         """Count one more terminal of ``user``; a 429 naming the setting when it would be

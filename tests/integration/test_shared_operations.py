@@ -11,7 +11,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +22,15 @@ from tornado.httpclient import HTTPClientError, HTTPResponse
 from traitlets.config import Config
 
 from jupyter_gpudev.containers import DevContainers
-from jupyter_gpudev.handlers.base import SETTINGS_KEY, OperationCount
+from jupyter_gpudev.handlers.base import OperationCount
 from jupyter_gpudev.shared.authority import Authority
 from tests.integration.test_service_metrics import HeaderUsers, as_service
-from tests.integration.test_shared_terminal_limits import remove_containers
+from tests.integration.test_shared_terminal_limits import authority, remove_containers
 from tests.leaks import Baseline, assert_nothing_leaked
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
+
+__all__ = ["authority"]  # the fixture, shared with test_shared_terminal_limits
 
 pytestmark = pytest.mark.integration
 
@@ -50,14 +52,6 @@ def jp_server_config(
     jp_server_config.ServerApp.identity_provider_class = TokenUsers
     jp_server_config.GPUDevService.operations_per_user = 1
     return jp_server_config
-
-
-@pytest.fixture
-def authority(jp_serverapp: ServerApp, docker_client: docker.DockerClient) -> Iterator[Authority]:
-    held = jp_serverapp.web_app.settings[SETTINGS_KEY]
-    assert isinstance(held, Authority)
-    yield held
-    remove_containers(docker_client, held)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -25,13 +25,13 @@ from tornado.httpclient import HTTPResponse
 from tornado.websocket import WebSocketClientConnection, WebSocketClosedError
 from traitlets.config import Config
 
-from jupyter_gpudev.handlers.base import SETTINGS_KEY
 from jupyter_gpudev.shared.authority import Authority
 from jupyter_gpudev.shared.terminals import TerminalCount
 from tests.integration.test_service_metrics import as_service
 from tests.integration.test_shared_terminal_limits import (
     ALICE,
     as_user,
+    authority,
     open_tty,
     remove_containers,
     start,
@@ -42,6 +42,8 @@ from tests.leaks import Baseline, assert_nothing_leaked
 
 WSFetch = Callable[..., Awaitable[WebSocketClientConnection]]
 Fetch = Callable[..., Awaitable[HTTPResponse]]
+
+__all__ = ["authority"]  # the fixture, shared with test_shared_terminal_limits
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -54,15 +56,6 @@ def jp_server_config(
     jp_server_config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Config:
     return as_service(jp_server_config, tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def authority(jp_serverapp: ServerApp, docker_client: docker.DockerClient) -> Iterator[Authority]:
-    """The service's authority; its dev containers are removed after the test."""
-    held = jp_serverapp.web_app.settings[SETTINGS_KEY]
-    assert isinstance(held, Authority)
-    yield held
-    remove_containers(docker_client, held)
 
 
 class Stalls:
