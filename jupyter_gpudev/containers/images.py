@@ -154,6 +154,16 @@ def _ensure_own(
     return ref, image
 
 
+def _registry_in(prefix: str) -> str | None:
+    """The registry host of an image name known up to ``prefix`` (the text before a variable
+    gpudev has no value for), where the prefix names one: ``127.0.0.1:5000/x:`` or, its port
+    left to a variable, ``127.0.0.1:``; ``None`` for a Docker Hub name (``python:``)."""
+    head = prefix.split("/", 1)[0] if "/" in prefix else prefix.split(":", 1)[0]
+    if "." in head or ":" in head or head.lower() == "localhost":
+        return head if "/" in prefix or ":" in prefix else None
+    return None
+
+
 def fetch_named(
     client: docker.DockerClient,
     registries: Registries,
@@ -168,16 +178,22 @@ def fetch_named(
     credentials only where ``c.Registries.shared_pull_images`` allows); whether any was
     pulled. Not the ``# syntax=`` image (only BuildKit reads it, and gpudev's BuildKit builds
     leave the directive out), nor a name gpudev cannot resolve (the builder pulls it, without
-    credentials). A failed pull is an ``ImageError`` naming where the Dockerfile names it; in
+    credentials; in shared mode its registry, where the name's known part names one, is held
+    to the same rule). A failed pull is an ``ImageError`` naming where the Dockerfile names it; in
     shared mode a registry at a private address is refused first (``check_reachable``)."""
     pulled = False
     for named in references.images(text, args):
         ref = (named.resolved or "").strip()
-        if named.where == references.SYNTAX or not ref or ref == "scratch":
-            continue
-        if _present(client, ref):
+        if named.where == references.SYNTAX or ref == "scratch":
             continue
         try:
+            if not ref:  # the builder pulls it: its registry, where known, is checked here
+                registry = _registry_in(named.prefix.strip())
+                if registry:
+                    registries.check_registry_reachable(registry, named.written)
+                continue
+            if _present(client, ref):
+                continue
             registries.check_reachable(ref)
         except BadRequest as err:
             raise BadRequest(

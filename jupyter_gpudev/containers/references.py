@@ -37,8 +37,10 @@ _HEREDOC_RE = re.compile(r"<<(-?)([\"']?)([A-Za-z_][A-Za-z0-9_]*)\2")
 _STAGE_RE = re.compile(r"^[a-z][a-z0-9._-]*\Z")
 #: The instructions whose lines may start heredocs.
 _HEREDOC_INSTRUCTIONS = {"RUN", "COPY", "ADD"}
-#: How a git remote starts where a builder takes an ``ADD`` source for one (besides URLs).
+#: How a git remote starts where a builder takes an ``ADD`` source for one (besides URLs):
+#: these, and any ``user@host:path`` (``_SCP_REMOTE``).
 _GIT_REMOTES = ("git@", "github.com/")
+_SCP_REMOTE = re.compile(r"^[^/\s@]+@[^/\s:]+:")
 #: Where the ``# syntax=`` directive's image is named (BuildKit's frontend, not a base).
 SYNTAX = "the # syntax= directive"
 
@@ -182,11 +184,9 @@ def _cache_mounts(instruction: str, where: str) -> Iterator[str]:
     if not words or words[0].upper() != "RUN":
         return
     for value in _flag_values(words[1:], "mount"):
-        fields = [item.strip().partition("=") for row in csv.reader([value]) for item in row]
-        kinds = [
-            setting.strip().lower() for key, _, setting in fields if key.strip().lower() == "type"
-        ]
-        if any("$" in key for key, _, _ in fields) or any(
+        fields = _mount_fields(value)
+        kinds = [setting for key, setting in fields if key == "type"]
+        if any("$" in key for key, _ in fields) or any(
             kind == "cache" or "$" in kind for kind in kinds
         ):
             shown = value if len(value) <= 80 else value[:77] + "..."
@@ -320,8 +320,9 @@ class _Reader:
         scope = self.stage if self.stage is not None else self.globals
         for source in _add_sources(words):
             resolved, _ = scope.substitute(source)
-            lowered = (resolved or "").strip().lower()
-            if resolved is None or "://" in lowered or lowered.startswith(_GIT_REMOTES):
+            lowered = _lexed(resolved or "").strip().lower()
+            remote = "://" in lowered or _SCP_REMOTE.match(lowered) is not None
+            if resolved is None or remote or lowered.startswith(_GIT_REMOTES):
                 shown = source if len(source) <= 80 else source[:77] + "..."
                 self.fetched.append(f"{where}, ADD {shown}")
 
@@ -388,8 +389,44 @@ def _flag_values(words: list[str], flag: str) -> Iterator[str]:
 
 def _mount_sources(value: str) -> Iterator[str]:
     """The ``from=`` of a ``RUN --mount`` (comma-separated ``key=value`` fields, CSV-quoted)."""
+    for key, source in _mount_fields(value, lower=False):
+        if key == "from" and source:
+            yield source
+
+
+def _mount_fields(value: str, *, lower: bool = True) -> list[tuple[str, str]]:
+    """The ``key=value`` fields of a ``RUN --mount`` as BuildKit reads them: split as CSV,
+    each part through the shell's quotes and escapes (``_lexed``); keys in lower case, and
+    values too with ``lower``."""
+    fields = []
     for row in csv.reader([value]):
         for item in row:
-            key, _, source = item.strip().partition("=")
-            if key.strip().lower() == "from" and source:
-                yield source.strip()
+            key, _, setting = item.strip().partition("=")
+            setting = _lexed(setting).strip()
+            fields.append((_lexed(key).strip().lower(), setting.lower() if lower else setting))
+    return fields
+
+
+def _lexed(word: str) -> str:
+    """``word`` as the builders' shell lexer reads it: quotes taken out, an escaped character
+    kept without its escape. Both the backslash and the backtick count as the escape, whichever
+    the file's is: reading more as escapes finds more URLs and cache mounts, never fewer."""
+    out: list[str] = []
+    quote = ""
+    index = 0
+    while index < len(word):
+        char = word[index]
+        escaped = char in "\\`" and index + 1 < len(word)
+        if quote and char == quote:
+            quote = ""
+        elif quote == "'":
+            out.append(char)
+        elif not quote and char in "'\"":
+            quote = char
+        elif escaped:
+            index += 1
+            out.append(word[index])
+        else:
+            out.append(char)
+        index += 1
+    return "".join(out)

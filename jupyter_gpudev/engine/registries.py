@@ -280,12 +280,18 @@ class Registries(LoggingConfigurable):
         does not resolve here is left to the engine, which fails the same way."""
         if self.user is None or self.pulls_with_credentials(ref):
             return
-        registry = self.registry_of(ref)
+        self.check_registry_reachable(self.registry_of(ref), ref)
+
+    def check_registry_reachable(self, registry: str, what: str) -> None:
+        """``check_reachable`` for the registry host (and port) ``registry`` of a reference
+        known only up to a variable (``what``: how it is written)."""
+        if self.user is None:
+            return
         if registry in self.credentials or self.auth_for(registry)[1] != "none":
             return
         if private_host(registry):
             raise BadRequest(
-                f"{ref}: its registry {registry} is not at a public address, and the gpudev "
+                f"{what}: its registry {registry} is not at a public address, and the gpudev "
                 "service's administrator has not configured it (c.Registries.credentials, "
                 "c.Registries.shared_pull_images)",
                 details={"registry": registry},

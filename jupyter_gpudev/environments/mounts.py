@@ -251,10 +251,10 @@ def _trusted_uids() -> frozenset[int]:
     return frozenset({0, os.geteuid()})
 
 
-def _writers(parent: str, above: os.stat_result) -> set[int]:
-    """The uids that a group or named user entry may give write on ``parent`` (``above``):
-    the members of its group (mode bits or ACL) and of the ACL's named groups, and its named
-    users; whether each really may is for ``Rights.may`` to say."""
+def _writers(parent: str, above: os.stat_result) -> tuple[set[int], set[int]]:
+    """The groups and the named users an entry may give write on ``parent`` (``above``): its
+    group (mode bits or ACL) and the ACL's named groups, and its named users; whether each of
+    their accounts really may is for ``Rights.may`` to say."""
     entries = _access_acl(parent)
     gids: set[int] = set()
     uids: set[int] = set()
@@ -271,7 +271,7 @@ def _writers(parent: str, above: os.stat_result) -> set[int]:
                 gids.add(ident)
             elif tag == _ACL_USER:
                 uids.add(ident)
-    return uids | _members(gids)
+    return gids, uids
 
 
 def _members(gids: set[int]) -> set[int]:
@@ -320,11 +320,25 @@ def _other_writer(
         return (owner.name, why) if owner and owner.may(parent, above, want) else None
     if Rights("", None, frozenset()).may(parent, above, want):
         return EVERYONE, f"every user may write {parent}"
-    for uid in sorted(_writers(parent, above) - trusted):
+    gids, uids = _writers(parent, above)
+    for uid in sorted((uids | _members(gids)) - trusted):
         other = Rights.of_uid(uid)
         if other.may(parent, above, want):
             return other.name, why
+    # A group's members a directory service does not list here (no enumeration) may too:
+    # any group but root's and the service's own counts, where its entry lets it search.
+    group_search = above.st_mode & (_SEARCH << 3) if _access_acl(parent) is None else True
+    for gid in sorted(gids - {0, os.getegid()}):
+        if group_search:
+            return f"members of group {_group_name(gid)}", why
     return None
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
 class LocalPaths:

@@ -323,8 +323,16 @@ def test_a_build_cannot_fetch_another_users_web_port_through_the_engine(
         docker_client.containers.get(container_key(f"a-{names.part}", ALICE))
 
 
+@pytest.mark.parametrize(
+    "base",
+    [
+        "127.0.0.1:{port}/x:1",
+        "127.0.0.1:{port}/x:${{NOPE:-1}}",  # a tag gpudev cannot resolve; the builder can
+        "127.0.0.1:{port}/x@${{DIGEST:-sha256:" + "0" * 64 + "}}",
+    ],
+)
 def test_a_build_cannot_have_the_engine_reach_the_hosts_loopback_through_a_pull(
-    authority: Authority, names: Names, docker_client: docker.DockerClient
+    authority: Authority, names: Names, docker_client: docker.DockerClient, base: str
 ) -> None:
     # Given a service on the host's loopback (an HTTP server noting what it is asked)
     asked: list[str] = []
@@ -345,7 +353,7 @@ def test_a_build_cannot_have_the_engine_reach_the_hosts_loopback_through_a_pull(
         # and alice's environment built FROM an image named at that address
         web = f"web-{names.part}"
         port = server.server_address[1]
-        built(authority.for_user(ALICE), web, f"FROM 127.0.0.1:{port}/x:1\n")
+        built(authority.for_user(ALICE), web, f"FROM {base.format(port=port)}\n")
         # When she starts it, Then it is refused, and the engine never connected there
         with pytest.raises(BadRequest, match="not at a public address"):
             authority.for_user(ALICE).containers.start(

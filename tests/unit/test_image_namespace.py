@@ -632,3 +632,39 @@ def test_an_add_from_a_url_is_refused_in_shared_mode(bob: UserImages) -> None:
         bob.check_dockerfile(
             engine(FakeImage(OTHER, ["evil:1"], trigger)), "FROM evil:1\n", {}, "The Dockerfile"
         )
+
+
+@pytest.mark.parametrize(
+    "dockerfile",
+    [
+        "FROM a\nADD http:\\/\\/127.0.0.1:8765/x /d\n",
+        "FROM a\nADD http:''//127.0.0.1:8765/x /d\n",
+        'FROM a\nADD "http://127.0.0.1:8765/x" /d\n',
+        "FROM a\nADD h\\ttp://127.0.0.1/x /d\n",
+        "FROM a\nADD foo@10.0.0.1:repo /d\n",
+        "FROM a\nADD git@10.0.0.1:repo.git /d\n",
+    ],
+)
+def test_an_add_url_written_with_escapes_or_quotes_is_still_one(dockerfile: str) -> None:
+    # The builders take escapes and quotes out of an ADD's source before they read it
+    assert [where.split(",")[0] for where in remote_sources(dockerfile, {})] == ["line 2"]
+
+
+@pytest.mark.parametrize(
+    "mount",
+    [
+        "type=ca\\che,id=x,target=/c",
+        'type="cache",target=/c',
+        "type='cache',target=/c",
+        "ty\\pe=cache,target=/c",
+    ],
+)
+def test_a_cache_mount_written_with_escapes_or_quotes_is_still_one(mount: str) -> None:
+    # BuildKit reads each field of a --mount through the shell's rules first
+    dockerfile = f"FROM a\nRUN --mount={mount} true\n"
+    assert [where.split(",")[0] for where in shared_mounts(dockerfile)] == ["line 2"]
+
+
+def test_a_mount_from_an_image_written_with_escapes_is_still_that_image() -> None:
+    found = named("FROM a\nRUN --mount=type=bind,from=im\\g:2,target=/m true\n")
+    assert [resolved for resolved, _ in found] == ["a", "img:2"]

@@ -478,3 +478,22 @@ def test_a_stopped_containers_mounts_are_checked_again_with_its_owners_rights(
     with pytest.raises(MountNotAllowed, match=f"{ALICE} may not write"):
         alice.check_again(ALICE, [mount], state=state)
     alice.check_again(ALICE, [replace(mount, read_only=True)], state=state)
+
+
+@needs_accounts
+def test_a_folder_a_group_without_listed_members_may_write_is_refused(
+    tree: Path, view_of: ViewOf
+) -> None:
+    # Given, in a root shared by everyone, a folder of root's that a group may write whose
+    # members this machine cannot list (a directory service without enumeration: no account
+    # here names it), holding a folder of root's
+    unlisted = 54_321
+    assert all(account.pw_gid != unlisted for account in pwd.getpwall())
+    team = make(tree / "datasets" / "team", "root", 0o775)
+    os.chown(team, 0, unlisted)
+    make(team / "x", "root", 0o755)
+    alice = policy_of(view_of, ALICE, [str(tree / "datasets")])
+    # Then it is refused: any member could rename it
+    assert f"members of group {unlisted} may rename or replace {team / 'x'}" in refusal(
+        alice, team / "x"
+    )
