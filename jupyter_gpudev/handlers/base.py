@@ -200,8 +200,12 @@ class GPUDevHandler(APIHandler):
         method = self.request.method or "GET"
         run = asyncio.get_running_loop().run_in_executor
         held = self.settings.get(SETTINGS_KEY)
+        # (a single-user server's handlers, the proxy's among them, are not counted: their
+        # user is not asked for, which a capability's request has none of)
+        if method.upper() in ("GET", "HEAD") or isinstance(held, Services):
+            return await run(executor_for(method), func, *args)
         user = self.current_user
-        if method.upper() in ("GET", "HEAD") or isinstance(held, Services) or user is None:
+        if user is None:
             return await run(executor_for(method), func, *args)
         limit = cast(UserViews, held).operations_per_user
         with OperationCount.of(self.settings).held(user.username, limit):
