@@ -17,8 +17,12 @@ websockets:
    driver file in the snapshot;
 4. a kernel from the environment's picker entry runs a CUDA matrix product (plain Python with
    ``--no-gpu``) and the result is checked; NVML lists its process and
-   ``GET /gpudev/api/usage?kernel=ID`` reports NVML's memory for it (GPU only); DELETE, then
-   the time until NVML shows the GPU free (``--no-gpu``: until the lease is released);
+   ``GET /gpudev/api/usage?kernel=ID`` reports NVML's memory for it (GPU only); the cost of
+   a usage poll (the server's process read and attribution, in-process) against the bare read
+   (``nvmlDeviceGetComputeRunningProcesses`` on every GPU; ``--no-gpu``: the fake
+   ``nvidia-smi``'s), and that it puts the kernel's process in its container (GPU only);
+   DELETE, then the time until NVML shows the GPU free (``--no-gpu``: until the lease is
+   released);
 5. a second kernel left idle is reclaimed, its GPU (lease) freed, its container stopped;
 6. floors (GPU only): ``docker run`` of the same image, devices and mounts with the same Python
    code to its first CUDA result; ``docker stop`` of such a container until NVML shows the GPU
@@ -39,6 +43,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -63,6 +68,7 @@ from gpu_e2e_parts import (
     Server,
     gpu_facts,
     import_image,
+    poll_cost,
     render,
     server_config,
     stage_kernel_files,
@@ -85,6 +91,9 @@ props = torch.cuda.get_device_properties(0)
 print(json.dumps({"ok": exact and error < 1e-2, "error": error, "pid": os.getpid(),
     "device_count": torch.cuda.device_count(), "name": props.name, "uuid": str(props.uuid)}))
 """
+#: Timed runs of each path of the poll's cost on a GPU run (five with ``--no-gpu``: each read
+#: of the fake ``nvidia-smi`` there is a Python process start).
+POLL_RUNS = 200
 #: Without a GPU: plain Python, checked the same way.
 CPU_CODE = """
 import json, os
@@ -389,6 +398,7 @@ async def user_steps(
             (usage, nvml.in_container(str(kernel_container.id))),
         )
         floor_args = same_devices(kernel_container)
+    await measure_poll(mode=mode, gpu=gpu, container_id=str(kernel_container.id), record=record)
     release = await shut_down(
         mode=mode,
         work=work,
@@ -455,6 +465,37 @@ async def user_steps(
             cold=cold,
             release=release,
             record=record,
+        )
+
+
+async def measure_poll(*, mode: Mode, gpu: str, container_id: str, record: Record) -> None:
+    """The cost of a usage poll against the bare process read (the issue's goal: at most 2x),
+    with the kernel's process on the GPU; on a GPU run, that the poll puts it in its
+    container."""
+    runs = POLL_RUNS if mode.gpu else 5
+    rows, attribution = await asyncio.to_thread(poll_cost, mode, runs)
+    medians = [statistics.median(samples) for _, samples in rows]
+    for (name, samples), median in zip(rows, medians, strict=True):
+        p90 = statistics.quantiles(samples, n=10)[-1] if len(samples) > 1 else median
+        record.value(
+            f"poll cost ({len(samples)} runs): {name}",
+            f"median {median * 1000:.3f} ms, p90 {p90 * 1000:.3f} ms",
+        )
+    record.value(
+        "poll cost: a poll / the bare process read (goal at most 2x)",
+        f"{medians[-1] / medians[0]:.2f}x",
+    )
+    record.facts["poll cost"] = (
+        f"a usage poll {medians[-1] / medians[0]:.2f}x the bare process read "
+        f"({medians[-1] * 1000:.3f} ms against {medians[0] * 1000:.3f} ms)"
+    )
+    if mode.gpu:
+        use = attribution.gpu(gpu)
+        found = [p for p in (use.processes if use else ()) if p.container_id == container_id]
+        record.check(
+            "the poll attributes the kernel's GPU process to its container",
+            bool(found),
+            attribution.to_json(),
         )
 
 

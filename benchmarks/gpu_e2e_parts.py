@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import docker
+import timing
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.websocket import websocket_connect
 
@@ -55,10 +56,13 @@ class Mode:
     def for_run(cls, gpu: bool) -> Mode:
         if gpu:
             python = os.environ.get("GPU_E2E_PYTHON", "/opt/torch/.venv/bin/python3")
+            mounts = {str(Path(python).parents[2])}  # /opt/torch
+            if not Path(sys.base_prefix).is_relative_to("/usr"):
+                mounts.add(sys.base_prefix)  # the venv's interpreter, where no image holds it
             return cls(
                 gpu=True,
                 kernel_python=python,
-                mounts=(str(Path(python).parents[2]),),  # /opt/torch
+                mounts=tuple(sorted(mounts)),
                 image_dirs=(
                     "bin",
                     "sbin",
@@ -107,8 +111,12 @@ class Record:
             raise CheckFailed(f"{name}: {seen}")
 
     def figure(self, name: str, seconds: float) -> None:
-        self.figures.append((name, f"{seconds * 1000:.0f} ms"))
-        self.log(f"FIGURE {name}: {seconds * 1000:.0f} ms")
+        self.value(name, f"{seconds * 1000:.0f} ms")
+
+    def value(self, name: str, text: str) -> None:
+        """A figure already written out (a median of many runs, a ratio)."""
+        self.figures.append((name, text))
+        self.log(f"FIGURE {name}: {text}")
 
 
 def wait_for(probe: Callable[[], bool], timeout: float, interval: float = 0.005) -> float | None:
@@ -231,6 +239,58 @@ def gpu_facts(gpu_uuid: str) -> dict[str, str]:
         "GPU": f"{pynvml.nvmlDeviceGetName(handle)} ({gpu_uuid})",
         "driver": str(pynvml.nvmlSystemGetDriverVersion()),
     }
+
+
+def poll_cost(mode: Mode, runs: int) -> tuple[list[tuple[str, list[float]]], Any]:
+    """What one usage poll costs, in-process, as the server reads it (``GPUInventory`` with no
+    cache, ``attribute`` through ``LocalProcReader``), against the bare process read: NVML's
+    ``nvmlDeviceGetComputeRunningProcesses`` on every GPU (GPU run), the fake ``nvidia-smi``'s
+    ``--query-compute-apps`` (``--no-gpu``). The samples of each path, floor first, and the
+    attribution of one read."""
+    from jupyter_gpudev.engine import (  # noqa: PLC0415 - the server's package, carried
+        GPUInventory,
+        LocalProcReader,
+        attribute,
+    )
+
+    reader = LocalProcReader()
+    if mode.gpu:
+        import pynvml  # noqa: PLC0415 - only where a GPU is
+
+        pynvml.nvmlInit()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        inventory = GPUInventory(backend="nvml", cache_seconds=0.0)
+
+        def floor() -> None:
+            for handle in handles:
+                pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+
+        floor_name = "nvmlDeviceGetComputeRunningProcesses alone, every GPU"
+    else:
+        smi = ROOT / "tests" / "fixtures" / "fake-nvidia-smi"
+        inventory = GPUInventory(backend="nvidia-smi", nvidia_smi_path=str(smi), cache_seconds=0.0)
+        floor = inventory.processes  # type: ignore[assignment]
+        floor_name = "the fake nvidia-smi's process read alone"
+    try:
+        processes = inventory.processes()
+        rows = [
+            (floor_name, timing.timed(floor, runs)),
+            (
+                "GPUInventory.processes (compute, graphics, samples)",
+                timing.timed(inventory.processes, runs),
+            ),
+            (
+                "attribute: /proc to containers",
+                timing.timed(lambda: attribute(processes, reader), runs),
+            ),
+            (
+                "a poll: GPUInventory.processes + attribute",
+                timing.timed(lambda: attribute(inventory.processes(), reader), runs),
+            ),
+        ]
+        return rows, attribute(inventory.processes(), reader)
+    finally:
+        inventory.close()
 
 
 # -- the server ---------------------------------------------------------------------------------

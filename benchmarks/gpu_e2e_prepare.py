@@ -47,7 +47,8 @@ ENGINE_FILES: dict[str, dict[str, str]] = {
 }
 
 #: What the GPU machine's Python 3.12 (/opt/torch/.venv) already holds (the device tool's
-#: KINDS.md, read 2026-11-17): such a dependency is not carried.
+#: KINDS.md, read 2026-11-17; platformdirs is not there, though jupyter_core needs it): such a
+#: dependency is not carried.
 PRESENT = frozenset(
     {
         "anyio",
@@ -66,7 +67,6 @@ PRESENT = frozenset(
         "nvidia-ml-py",
         "packaging",
         "pip",
-        "platformdirs",
         "prometheus-client",
         "psutil",
         "pygments",
