@@ -5,6 +5,7 @@ Jupyter server it drives as a user would."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import os
@@ -266,15 +267,37 @@ def poll_cost(mode: Mode, runs: int) -> tuple[list[tuple[str, list[float]]], Any
                 pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
 
         floor_name = "nvmlDeviceGetComputeRunningProcesses alone, every GPU"
+
+        def utilisation(since: int) -> Callable[[], None]:
+            def read() -> None:
+                for handle in handles:
+                    with contextlib.suppress(pynvml.NVMLError):  # no sample since then
+                        pynvml.nvmlDeviceGetProcessUtilization(handle, since)
+
+            return read
+
+        parts = [
+            (
+                "nvmlDeviceGetGraphicsRunningProcesses alone, every GPU",
+                _each(handles, pynvml.nvmlDeviceGetGraphicsRunningProcesses),
+            ),
+            ("nvmlDeviceGetProcessUtilization alone, every sample kept", utilisation(0)),
+            (
+                "nvmlDeviceGetProcessUtilization alone, samples of the last second",
+                utilisation(int((time.time() - 1) * 1e6)),
+            ),
+        ]
     else:
         smi = ROOT / "tests" / "fixtures" / "fake-nvidia-smi"
         inventory = GPUInventory(backend="nvidia-smi", nvidia_smi_path=str(smi), cache_seconds=0.0)
         floor = inventory.processes  # type: ignore[assignment]
         floor_name = "the fake nvidia-smi's process read alone"
+        parts = []
     try:
         processes = inventory.processes()
         rows = [
             (floor_name, timing.timed(floor, runs)),
+            *((name, timing.timed(read, runs)) for name, read in parts),
             (
                 "GPUInventory.processes (compute, graphics, samples)",
                 timing.timed(inventory.processes, runs),
@@ -291,6 +314,14 @@ def poll_cost(mode: Mode, runs: int) -> tuple[list[tuple[str, list[float]]], Any
         return rows, attribute(inventory.processes(), reader)
     finally:
         inventory.close()
+
+
+def _each(handles: list[Any], call: Callable[[Any], Any]) -> Callable[[], None]:
+    def read() -> None:
+        for handle in handles:
+            call(handle)
+
+    return read
 
 
 # -- the server ---------------------------------------------------------------------------------

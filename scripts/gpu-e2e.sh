@@ -37,6 +37,8 @@ prepare() {
 
 WORK=""
 PYTHON=""
+LOADER_LIB="/usr/lib/x86_64-linux-gnu/libdevmapper.so.1.02.1"
+PLACED_LIB=""
 ENGINE_PIDS=()
 cleanup() {
   local status=$?
@@ -60,6 +62,7 @@ cleanup() {
     awk '$4 ~ /^10\.213\./ && $2 ~ /^br-/ {print $2}' | sort -u |
     while read -r bridge; do ip link delete "$bridge" 2>/dev/null || true; done
   ip link delete "$BRIDGE" 2>/dev/null || true
+  if [ -n "$PLACED_LIB" ]; then rm -f "$LOADER_LIB"; fi
   if [ -n "${RESULTS:-}" ] && [ -d "$RESULTS" ]; then
     cat "$WORK/containerd.log" "$WORK/dockerd.log" >"$RESULTS/engine.log" 2>/dev/null || true
   fi
@@ -104,6 +107,14 @@ EOF
     [ -S "$WORK/containerd.sock" ] && break
     sleep 0.1
   done
+  # runc runs dockerd's libnetwork-setkey hook (a network's container start) without the
+  # LD_LIBRARY_PATH below: where this machine lacks libdevmapper, the carried one goes where
+  # the loader looks by default for as long as the engine runs (removed at the end).
+  if ! ldconfig -p 2>/dev/null | grep -qF 'libdevmapper.so.1.02.1 ' &&
+    [ -d /usr/lib/x86_64-linux-gnu ] && [ ! -e "$LOADER_LIB" ]; then
+    cp "$bin/lib/libdevmapper.so.1.02.1" "$LOADER_LIB"
+    PLACED_LIB=1
+  fi
   local bridge="none"
   if ip link show docker0 >/dev/null 2>&1; then
     ip link delete "$BRIDGE" 2>/dev/null || true # one a killed run left

@@ -60,6 +60,17 @@ def proc_bus_id(pci_bus_id: str) -> str:
     return f"{domain[-4:].rjust(4, '0')}:{rest}"
 
 
+def _is_program(path: Path) -> bool:
+    """Whether ``path`` is a compiled program (an ELF file). A script named nvidia-smi (a
+    wrapper that runs the driver's binary from elsewhere, as some machine images have) does
+    not run once mounted alone in a container."""
+    try:
+        with path.open("rb") as file:
+            return file.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
 class LegacyGPUInjection(LoggingConfigurable):
     """Inject the NVIDIA driver by hand where the engine has no hook. ``c.LegacyGPUInjection``."""
 
@@ -108,7 +119,8 @@ class LegacyGPUInjection(LoggingConfigurable):
     binary_dirs = List(
         Unicode(),
         default_value=["/usr/bin", "/usr/local/nvidia/bin"],
-        help="Folders searched for nvidia-smi, in this order.",
+        help="""Folders searched for nvidia-smi, in this order: the first compiled program of
+        that name is mounted (a wrapper script is passed over).""",
     ).tag(config=True)
 
     def _minor(self, gpu: GPU) -> int:
@@ -175,12 +187,10 @@ class LegacyGPUInjection(LoggingConfigurable):
             for lib in libraries
         ]
         for folder in self.binary_dirs:
-            smi = Path(folder) / "nvidia-smi"
-            if smi.exists():
+            smi = (Path(folder) / "nvidia-smi").resolve()
+            if _is_program(smi):
                 mounts.append(
-                    Mount(
-                        f"{BIN_TARGET}/nvidia-smi", str(smi.resolve()), type="bind", read_only=True
-                    )
+                    Mount(f"{BIN_TARGET}/nvidia-smi", str(smi), type="bind", read_only=True)
                 )
                 break
         return Injection(

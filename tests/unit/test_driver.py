@@ -84,3 +84,32 @@ def test_the_libraries_all_come_from_the_first_folder_with_libcuda(tmp_path: Pat
         "libnvidia-ml.so.580.159.04",
         "libnvidia-ptxjitcompiler.so.580.159.04",
     ]
+
+
+def test_a_wrapper_script_named_nvidia_smi_is_not_mounted(tmp_path: Path) -> None:
+    # Given a host whose first nvidia-smi on the search path is a shell wrapper that runs the
+    # driver's binary from its folder (seen on the GPU machine: mounted alone in a container,
+    # it finds only itself), and the driver's binary (an ELF file) in a later folder
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidia0").write_text("")
+    lib, wrapper, driver = tmp_path / "lib", tmp_path / "bin", tmp_path / "nvidia-bin"
+    for folder in (lib, wrapper, driver):
+        folder.mkdir()
+    (lib / "libcuda.so.1").write_text("")
+    (wrapper / "nvidia-smi").write_text('#!/bin/sh\nexec /usr/local/nvidia/bin/nvidia-smi "$@"\n')
+    (driver / "nvidia-smi").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(57))
+    gpu = GPU(uuid="GPU-a", index=0, name="NVIDIA H100", minor_number=0)
+
+    def plan(binary_dirs: list[Path]) -> list[str]:
+        injection = LegacyGPUInjection(
+            device_dir=str(tmp_path / "dev"),
+            proc_dir=str(tmp_path / "none"),
+            library_dirs=[str(lib)],
+            binary_dirs=[str(d) for d in binary_dirs],
+        ).plan([gpu], ["GPU-a"])
+        return [m["Source"] for m in injection.mounts if m["Target"].endswith("/nvidia-smi")]
+
+    # Then the driver's binary is mounted, not the wrapper
+    assert plan([wrapper, driver]) == [str(driver / "nvidia-smi")]
+    # And with only the wrapper there is no nvidia-smi in the container rather than a broken one
+    assert plan([wrapper]) == []
