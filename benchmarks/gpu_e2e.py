@@ -24,9 +24,11 @@ websockets:
    DELETE, then the time until NVML shows the GPU free (``--no-gpu``: until the lease is
    released);
 5. a second kernel left idle is reclaimed, its GPU (lease) freed, its container stopped;
-6. floors (GPU only): ``docker run`` of the same image, devices and mounts with the same Python
-   code to its first CUDA result; ``docker stop`` of such a container until NVML shows the GPU
-   free.
+6. floors: a local ipykernel (no container, the machine's Python) running the same code, from
+   ``shutdown_kernel`` until NVML shows its process off the GPU (``--no-gpu``: until it is
+   gone), orderly and killed; GPU only: ``docker run`` of the same image, devices and mounts
+   with the same Python code to its first CUDA result; ``docker stop`` of such a container
+   until NVML shows the GPU free.
 
 Results: ``gpu-e2e.md`` (machine, driver, date, each figure and check), ``gpu-e2e.log``, the
 server's log and ``results.json`` in the results folder; on a GPU run also
@@ -94,6 +96,8 @@ print(json.dumps({"ok": exact and error < 1e-2, "error": error, "pid": os.getpid
 #: Timed runs of each path of the poll's cost on a GPU run (five with ``--no-gpu``: each read
 #: of the fake ``nvidia-smi`` there is a Python process start).
 POLL_RUNS = 200
+#: Shutdowns of a local ipykernel timed for the floor, orderly and killed.
+LOCAL_RUNS = 3
 #: Without a GPU: plain Python, checked the same way.
 CPU_CODE = """
 import json, os
@@ -456,6 +460,11 @@ async def user_steps(
         last_seen,
     )
 
+    local = await local_kernel_floor(mode=mode, code=kernel_code, nvml=nvml, record=record)
+    record.facts["against a local ipykernel"] = (
+        f"{'GPU freed' if mode.gpu else 'lease released'} {release / local:.2f}x a local "
+        f"ipykernel's orderly shutdown ({(release - local) * 1000:.0f} ms more)"
+    )
     if mode.gpu:
         await floors(
             engine=engine,
@@ -557,6 +566,75 @@ def lease_probe(work: Path, name: str) -> Callable[[], bool]:
 
     ledger = LeaseLedger(work / "state" / "leases.sqlite")
     return lambda: ledger.for_container("local", name) is None
+
+
+async def local_kernel_floor(*, mode: Mode, code: str, nvml: Nvml | None, record: Record) -> float:
+    """The floor of a kernel's shutdown: an ipykernel of this machine's Python, no container,
+    started by jupyter_client, running the same code; from ``shutdown_kernel`` until NVML shows
+    its process off the GPU (``--no-gpu``: until its process is gone), orderly (``now=False``,
+    as a DELETE asks) and killed (``now=True``). Each ``LOCAL_RUNS`` times; the orderly
+    median is returned."""
+    from jupyter_client.manager import AsyncKernelManager  # noqa: PLC0415
+
+    def gone(pid: int) -> Callable[[], bool]:
+        if mode.gpu:
+            assert nvml is not None
+            return lambda: pid not in nvml.processes()
+        return lambda: not _alive(pid)
+
+    medians: dict[bool, float] = {}
+    for now in (False, True):
+        samples = []
+        for _ in range(LOCAL_RUNS):
+            manager = AsyncKernelManager(kernel_name="python3")
+            await manager.start_kernel()
+            client = manager.client()
+            client.start_channels()
+            try:
+                await client.wait_for_ready(timeout=120)
+                reply = await client.execute_interactive(code, timeout=180)
+                if reply["content"]["status"] != "ok":
+                    raise CheckFailed(f"the local kernel's code failed: {reply['content']}")
+            finally:
+                client.stop_channels()
+            provisioner = manager.provisioner
+            pid = getattr(provisioner, "pid", None)
+            if pid is None:
+                raise CheckFailed("the local kernel has no process id")
+            probe = gone(int(pid))
+            if probe():
+                raise CheckFailed(f"the local kernel's process {pid} is not seen before shutdown")
+            with watching(probe, 60) as (go, result):
+                await asyncio.sleep(0.1)
+                go.set()
+                await manager.shutdown_kernel(now=now)
+                while not result:  # noqa: ASYNC110 - the watcher is a thread
+                    await asyncio.sleep(0.005)
+            if result[0] is None:
+                raise CheckFailed("the local kernel's process was not gone within 60 s")
+            samples.append(float(result[0]))
+        medians[now] = statistics.median(samples)
+        record.value(
+            f"floor: a local ipykernel, shutdown_kernel(now={now}) to its process "
+            + ("off the GPU by NVML" if mode.gpu else "gone")
+            + f" (median of {LOCAL_RUNS})",
+            f"{medians[now] * 1000:.0f} ms ({', '.join(f'{t * 1000:.0f}' for t in samples)})",
+        )
+    return medians[False]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A child not yet reaped still answers: its state tells.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 async def floors(
