@@ -218,6 +218,8 @@ class GPUDevApp(ExtensionApp):
         # the reconcile, which leaves their containers alone.
         restoring = self.processes.start_restore() if self.processes is not None else None
         self._reconcile_task = asyncio.ensure_future(self._reconcile(restoring))
+        # Dev containers whose GPUs do no work: the server's own, or every user's (service).
+        self._own.gpu_idle.start()
         if self.services is not None:  # kernels run in single-user servers only
             self.services.culler.start()
             PLACEMENTS.warm = self.services.warm
@@ -266,6 +268,7 @@ class GPUDevApp(ExtensionApp):
         own = getattr(self, "_own", None)
         if own is not None:
             metrics.uninstall(own.metrics)
+            await own.gpu_idle.stop()
         services = getattr(self, "services", None)
         if services is not None:
             await services.culler.stop()

@@ -20,6 +20,8 @@ from .changes.capture import ChangeCapture
 from .changes.commit import Committer
 from .changes.tracker import ChangeTracker
 from .containers.features import Features
+from .containers.gpu_idle import GPUIdleContainers
+from .containers.idle_notes import IdleNotes
 from .containers.lifecycle import DevContainers
 from .containers.limits import UserLimits
 from .containers.lookup import ContainerLookup
@@ -52,6 +54,7 @@ CLASSES: tuple[type[Configurable], ...] = (
     Registries,
     Features,
     GPUCuller,
+    GPUIdleContainers,
     ImageBootstrapper,
     GPUDevProvisioner,
     ServiceKernelProvisioner,
@@ -70,6 +73,8 @@ class SharedParts:
     ledger: LeaseLedger
     server_id: str
     access: Access
+    #: What listings say of GPU-idle dev containers (``containers.gpu_idle``).
+    idle_notes: IdleNotes | None = None
 
 
 class Services:
@@ -105,7 +110,12 @@ class Services:
         self.kernels = kernels
         more: dict[str, Any] = {}
         if shared is not None:
-            more = {"access": shared.access, "ledger": shared.ledger, "server_id": shared.server_id}
+            more = {
+                "access": shared.access,
+                "ledger": shared.ledger,
+                "server_id": shared.server_id,
+                "idle_notes": shared.idle_notes,
+            }
         self.containers = DevContainers(
             root_dir=root_dir, host_pool=self.host_pool, kernels=self.kernels, **more, **source
         )
@@ -121,6 +131,9 @@ class Services:
         self.usage = GPUUse(self.containers, kernels=self.kernels)
         #: The reclaim messages say what a kernel holds.
         self.culler.usage = self.usage
+        #: Dev containers whose GPUs do no work, stopped (the server's, or the service's own
+        #: view's, runs it: ``c.GPUIdleContainers``).
+        self.gpu_idle = GPUIdleContainers(self.containers, self.usage, **source)
         #: Its Prometheus gauges, read on each scrape (the server installs it on /metrics).
         self.metrics = GPUMetrics(self.usage, log or logging.getLogger("jupyter_gpudev"))
 

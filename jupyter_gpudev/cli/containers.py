@@ -16,6 +16,11 @@ from .base import ContainerCommand, GPUDevSubcommand
 from .usage import UsageError, bad_value, got
 
 
+def _one_line(text: str) -> str:
+    """A warning as one line of text (it may quote a devcontainer.json's or a feature's)."""
+    return printable(text).replace("\r", "\\r").replace("\n", "\\n")
+
+
 def format_containers(infos: list[DevContainerInfo]) -> str:
     if not infos:
         return "No dev containers."
@@ -34,9 +39,9 @@ def format_containers(infos: list[DevContainerInfo]) -> str:
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows
-    )
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    lines += [f"{info.name}: {_one_line(warning)}" for info in infos for warning in info.warnings]
+    return "\n".join(lines)
 
 
 class EnvsApp(ContainerCommand):

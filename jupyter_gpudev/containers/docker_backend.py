@@ -176,7 +176,12 @@ class DockerBackend:
                 if lookup.changes is not None
                 else None
             ),
-            warnings=warnings,
+            warnings=(
+                *warnings,
+                *lookup.idle_notes.for_container(
+                    host.name, name, running=container.status == "running"
+                ),
+            ),
         )
 
     def container(self, native: Container, name: str) -> Container:  # noqa: ARG002

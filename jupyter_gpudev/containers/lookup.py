@@ -35,6 +35,7 @@ from ..leasing import LeaseLedger
 from . import options
 from .backend import DevContainerBackend, Located, Skipped
 from .hooks import ChangeTracking, KernelTracking
+from .idle_notes import IdleNotes
 from .model import DevContainerInfo, KernelInfo, docker_name, given_name, keys_meant, user_name
 from .pods import PodListings, Pods, pods_of
 from .ports import AddedPorts, engine_address
@@ -92,10 +93,13 @@ class ContainerLookup(LoggingConfigurable):
         kernels: KernelTracking | None = None,
         changes: ChangeTracking | None = None,
         ledger: LeaseLedger | None = None,
+        *,
+        idle_notes: IdleNotes | None = None,
         **kwargs: Any,
     ) -> None:
         """``ledger``: a lease ledger shared with other managers (the shared service's views
-        of each user); default: this manager's own, in ``state_dir``, opened on first use."""
+        of each user); default: this manager's own, in ``state_dir``, opened on first use.
+        ``idle_notes``: likewise shared (``gpu_idle``)."""
         super().__init__(**kwargs)
         self.root_dir = Path(root_dir).resolve()
         self.server_id = server_id or secrets.token_hex(6)
@@ -107,6 +111,9 @@ class ContainerLookup(LoggingConfigurable):
         #: container whose ``docker diff`` is not empty: nothing is lost unclassified.
         self.changes = changes
         self._ledger: LeaseLedger | None = ledger
+        #: What listings say of GPU-idle dev containers (``gpu_idle``): in the shared
+        #: service, one for every view (``services.SharedParts``).
+        self.idle_notes = idle_notes if idle_notes is not None else IdleNotes()
         #: Who owns what gpudev writes into the workspace (uid, gid): the user, in the shared
         #: service's view of them; ``None`` (single-user mode): whoever runs the server.
         self.workspace_owner: tuple[int, int] | None = None

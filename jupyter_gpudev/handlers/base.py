@@ -12,7 +12,7 @@ import contextlib
 import functools
 import json
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
@@ -30,6 +30,8 @@ SETTINGS_KEY = "gpudev"
 CULLER_KEY = "gpudev_culler"
 #: Where the shared service keeps its ``OperationCount`` (its web application's settings).
 OPERATIONS_KEY = "gpudev_operations"
+#: And its ``ReadQueue``.
+READS_KEY = "gpudev_reads"
 
 T = TypeVar("T")
 
@@ -62,6 +64,7 @@ def kept_in(settings: dict[str, Any], key: str, kind: Callable[[], C]) -> C:
     return cast(C, kept)
 
 
+@runtime_checkable
 class UserViews(Protocol):
     """What the shared service holds instead of one ``Services``: each user's view of them
     (``shared.authority.Authority``; ``GPUDevApp`` puts it in the settings)."""
@@ -71,6 +74,11 @@ class UserViews(Protocol):
     @property
     def operations_per_user(self) -> int:
         """``c.GPUDevService.operations_per_user`` (0: no limit)."""
+        ...
+
+    @property
+    def reads_per_user(self) -> int:
+        """``c.GPUDevService.reads_per_user`` (0: no limit)."""
         ...
 
 
@@ -110,6 +118,42 @@ class OperationCount:
                 self.by_user[user] = left
             else:
                 self.by_user.pop(user, None)
+
+
+class ReadQueue:
+    """The reads (GET, HEAD) the shared service runs for each user now: a listing, a diff or
+    a log holds one of the workers every user's reads share (a diff of a container with many
+    changes, seconds). At most ``c.GPUDevService.reads_per_user`` of a user's run at once;
+    more wait for theirs (not for the workers), so one user's many reads never hold every
+    worker, and the panel's parallel polls are never refused. Only the event loop uses it."""
+
+    def __init__(self) -> None:
+        #: Per user with reads running or waiting: their semaphore and how many there are.
+        self.by_user: dict[str, tuple[asyncio.Semaphore, int]] = {}
+
+    @classmethod
+    def of(cls, settings: dict[str, Any]) -> ReadQueue:
+        """The queue of the web application whose ``settings`` these are."""
+        return kept_in(settings, READS_KEY, cls)
+
+    @contextlib.asynccontextmanager
+    async def held(self, user: str, limit: int) -> AsyncIterator[None]:
+        """One read of ``user``'s while the block runs, once fewer than ``limit`` of theirs
+        run (0: no limit)."""
+        if not limit:
+            yield
+            return
+        semaphore, waiting = self.by_user.get(user) or (asyncio.Semaphore(limit), 0)
+        self.by_user[user] = (semaphore, waiting + 1)
+        try:
+            async with semaphore:
+                yield
+        finally:
+            semaphore, waiting = self.by_user[user]
+            if waiting > 1:
+                self.by_user[user] = (semaphore, waiting - 1)
+            else:
+                del self.by_user[user]
 
 
 @runtime_checkable
@@ -196,19 +240,24 @@ class GPUDevHandler(APIHandler):
     async def blocking(self, func: Callable[..., T], *args: Any) -> T:
         """Run a blocking call (Docker SDK, NVML, nvidia-smi) off the event loop, in the
         workers of its kind of request (``executor_for``); in the shared service, one of the
-        caller's operations (``OperationCount``) unless the request is a read."""
+        caller's reads (``ReadQueue``) or operations (``OperationCount``)."""
         method = self.request.method or "GET"
         run = asyncio.get_running_loop().run_in_executor
         held = self.settings.get(SETTINGS_KEY)
-        # (a single-user server's handlers, the proxy's among them, are not counted: their
-        # user is not asked for, which a capability's request has none of)
-        if method.upper() in ("GET", "HEAD") or isinstance(held, Services):
+        # Only the shared service counts: a single-user server's handlers (the proxy's among
+        # them: their user is not asked for, which a capability's request has none of) and
+        # a client-mode server's own (its kernels' reclaim; no view there) are not.
+        if not isinstance(held, UserViews):
             return await run(executor_for(method), func, *args)
         user = self.current_user
         if user is None:
             return await run(executor_for(method), func, *args)
-        limit = cast(UserViews, held).operations_per_user
-        with OperationCount.of(self.settings).held(user.username, limit):
+        if method.upper() in ("GET", "HEAD"):
+            # at most half the read workers for one user, whatever the setting
+            limit = min(held.reads_per_user, max(1, _WORKERS // 2)) or held.reads_per_user
+            async with ReadQueue.of(self.settings).held(user.username, limit):
+                return await run(executor_for(method), func, *args)
+        with OperationCount.of(self.settings).held(user.username, held.operations_per_user):
             return await run(executor_for(method), func, *args)
 
     def wants_events(self) -> bool:

@@ -100,6 +100,17 @@ class GPUDevService(LoggingConfigurable):
         limited like everyone else.""",
     ).tag(config=True)
 
+    reads_per_user = Int(
+        8,
+        min=0,
+        help="""The most reads of one user's the service runs at once (listings, diffs, logs,
+        GPU use: each holds one of the workers every user's reads share, a diff of a container
+        with many changes for seconds). More wait for theirs to end, not for the workers, so
+        that one user's many reads never hold them all; never more than half the read
+        workers (the machine's CPUs + 4, at most 32), whatever this says (0 or more; 0: no
+        limit). Administrators are limited like everyone else.""",
+    ).tag(config=True)
+
     def folders(self) -> UserFolders:
         """Users' folders under ``user_root``; ``ConfigError`` for a layout users could
         redirect."""
@@ -158,6 +169,11 @@ class Authority:
         """``c.GPUDevService.operations_per_user`` (``handlers.base.OperationCount``)."""
         return int(self.settings.operations_per_user)
 
+    @property
+    def reads_per_user(self) -> int:
+        """``c.GPUDevService.reads_per_user`` (``handlers.base.ReadQueue``)."""
+        return int(self.settings.reads_per_user)
+
     def for_user(self, name: str, *, hub_admin: bool = False) -> Services:
         """User ``name``'s view (``hub_admin``: the Hub says they are an administrator). Their
         folder is checked again at each call: a view is kept only while it is the same."""
@@ -178,7 +194,13 @@ class Authority:
 
     def _view(self, name: str, admin: bool, root: Path) -> Services:
         host_pool, ledger, server_id = self._parts
-        parts = SharedParts(host_pool, ledger, server_id, self._access(name, admin=admin))
+        parts = SharedParts(
+            host_pool,
+            ledger,
+            server_id,
+            self._access(name, admin=admin),
+            idle_notes=self.service.containers.idle_notes,
+        )
         kernels = self.kernels.scoped(name)
         view = Services(root, parent=self._parent, log=self._log, shared=parts, kernels=kernels)
         account = _account_of(name)

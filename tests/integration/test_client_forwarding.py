@@ -74,3 +74,25 @@ async def test_a_path_leaving_the_services_api_is_not_forwarded(jp_fetch: Fetch,
     # While a plain path is forwarded, under the service's API
     await jp_fetch("gpudev", "api", "containers")
     assert Noting.asked == ["/gpudev/api/containers"]
+
+
+async def test_its_own_reclaim_routes_answer(jp_fetch: Fetch) -> None:
+    # Given a user's server in client mode, whose GPU kernels' reclaim is its own (the panel
+    # asks it for the warnings and for "keep"), When the panel asks for them
+    answer = await jp_fetch("gpudev", "api", "reclaims")
+    # Then it answers itself (no kernel of its own holds a GPU: none), never the service
+    assert answer.code == 200
+    assert b'"reclaims": []' in answer.body
+    # And "keep" of a kernel it does not run is that kernel's 404, not a server error
+    with pytest.raises(HTTPClientError) as unknown:
+        await jp_fetch(
+            "gpudev",
+            "api",
+            "kernels",
+            "0123abcd-0000-4000-8000-000000000000",
+            "keep",
+            method="POST",
+            body=b"",
+        )
+    assert unknown.value.code == 404
+    assert Noting.asked == []

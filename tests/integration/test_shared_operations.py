@@ -22,7 +22,8 @@ from tornado.httpclient import HTTPClientError, HTTPResponse
 from traitlets.config import Config
 
 from jupyter_gpudev.containers import DevContainers
-from jupyter_gpudev.handlers.base import OperationCount
+from jupyter_gpudev.containers.lookup import ContainerLookup
+from jupyter_gpudev.handlers.base import OperationCount, ReadQueue
 from jupyter_gpudev.shared.authority import Authority
 from tests.integration.test_service_metrics import HeaderUsers, as_service
 from tests.integration.test_shared_terminal_limits import authority, remove_containers
@@ -51,6 +52,7 @@ def jp_server_config(
     as_service(jp_server_config, tmp_path, monkeypatch)
     jp_server_config.ServerApp.identity_provider_class = TokenUsers
     jp_server_config.GPUDevService.operations_per_user = 1
+    jp_server_config.GPUDevService.reads_per_user = 1
     return jp_server_config
 
 
@@ -111,3 +113,55 @@ async def test_one_operation_past_a_users_limit_is_refused_at_once(
     assert OperationCount.of(jp_serverapp.web_app.settings).by_user == {}
     remove_containers(docker_client, authority)
     assert_nothing_leaked(docker_client, baseline, server_id=authority.service.containers.server_id)
+
+
+class SlowListings:
+    """Each listing of containers waits until ``go`` is set (at most 30 s), as a diff of a
+    container with many changes, or a listing on a slow engine, would; ``began`` counts the
+    listings that have begun, by user."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.began: dict[str, int] = {}
+
+
+@pytest.fixture
+def slow_listings(monkeypatch: pytest.MonkeyPatch) -> SlowListings:
+    slow = SlowListings()
+    listing = ContainerLookup.list
+
+    def waiting(self: ContainerLookup, *args: Any, **kwargs: Any) -> Any:
+        user = self.access.user
+        slow.began[user] = slow.began.get(user, 0) + 1
+        slow.go.wait(30)
+        return listing(self, *args, **kwargs)
+
+    monkeypatch.setattr(ContainerLookup, "list", waiting)
+    return slow
+
+
+def get_listing(jp_fetch: Fetch, user: str) -> Awaitable[HTTPResponse]:
+    return jp_fetch("gpudev", "api", "containers", headers={"X-Test-User": user})
+
+
+async def test_a_users_reads_past_their_limit_wait_for_theirs_not_the_workers(
+    jp_fetch: Fetch, jp_serverapp: ServerApp, slow_listings: SlowListings
+) -> None:
+    # Given alice's read under way (slow: reads hold the workers every user's reads share)
+    first = asyncio.ensure_future(get_listing(jp_fetch, ALICE))
+    await asyncio.sleep(0.5)
+    assert slow_listings.began == {ALICE: 1}
+    # When she reads once more (her limit is 1), Then it waits for hers: no worker is taken
+    second = asyncio.ensure_future(get_listing(jp_fetch, ALICE))
+    await asyncio.sleep(0.5)
+    assert slow_listings.began == {ALICE: 1}
+    assert not second.done()
+    # While bob's read runs at once
+    his = asyncio.ensure_future(get_listing(jp_fetch, BOB))
+    await asyncio.sleep(0.5)
+    assert slow_listings.began == {ALICE: 1, BOB: 1}
+    # And once her first read has ended, her second runs; all are answered, none refused
+    slow_listings.go.set()
+    assert [(await f).code for f in (first, second, his)] == [200, 200, 200]
+    assert slow_listings.began == {ALICE: 2, BOB: 1}
+    assert ReadQueue.of(jp_serverapp.web_app.settings).by_user == {}

@@ -54,9 +54,11 @@ def test_without_a_gpu_the_server_uses_the_fake_inventory_and_leaves_the_firewal
     assert config["MountPolicy"]["allowed_roots"] == list(mode.mounts)
     assert sys.prefix in mode.mounts
     assert config["GPUCuller"]["idle_timeout"] == gpu_e2e_parts.IDLE_TIMEOUT
-    # And on a GPU machine: NVML, and the PyTorch venv as the one allowed mount
+    # And on a GPU machine: NVML, and the PyTorch venv as the allowed mount (with its
+    # interpreter's folder where that is outside /usr, which the imported image holds)
     gpu = gpu_e2e_parts.Mode.for_run(gpu=True)
-    assert gpu.mounts == ("/opt/torch",)
+    outside = not Path(sys.base_prefix).is_relative_to("/usr")
+    assert set(gpu.mounts) == {"/opt/torch", *([sys.base_prefix] if outside else [])}
     assert gpu_e2e_parts.server_config(tmp_path, gpu, "gpudev", {})["GPUInventory"] == {
         "backend": "nvml"
     }

@@ -195,6 +195,7 @@ class Views:
     """Each owner's view, as ``Authority.for_user`` gives it (nothing in it is used here)."""
 
     operations_per_user = 0
+    reads_per_user = 0
 
     def __init__(self, refused: frozenset[str] = frozenset()) -> None:
         self.asked: list[tuple[str, bool]] = []
