@@ -82,7 +82,35 @@ def _resolved(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address] 
     return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
 
 
+#: IPv6 prefixes whose last 32 bits are an IPv4 address that a translator or the host's own
+#: tunnel reaches: NAT64's well-known prefix, SIIT's IPv4-translated and the deprecated
+#: IPv4-compatible addresses.
+_V4_IN_LAST_32 = tuple(
+    ipaddress.ip_network(prefix) for prefix in ("64:ff9b::/96", "::ffff:0:0:0/96", "::/96")
+)
+#: NAT64's local-use prefix: where in it an IPv4 address sits is the network's choice.
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address stands for, where some tunnel or translator takes
+    it (mapped, 6to4, Teredo's client, NAT64, SIIT, IPv4-compatible)."""
+    found = [address.ipv4_mapped, address.sixtofour]
+    if address.teredo is not None:
+        found.append(address.teredo[1])
+    if any(address in prefix for prefix in _V4_IN_LAST_32) and int(address) & 0xFFFFFFFF:
+        found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    return [v4 for v4 in found if v4 is not None]
+
+
 def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``address`` is a public one, an IPv6 address standing for an IPv4 one only if
+    that is public too."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address in _NAT64_LOCAL:
+            return False
+        if not all(_public(v4) for v4 in _embedded_ipv4(address)):
+            return False
     return address.is_global and not address.is_multicast
 
 

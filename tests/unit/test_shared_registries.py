@@ -144,6 +144,16 @@ def test_in_single_user_mode_every_pull_has_the_users_credentials() -> None:
         "10.1.2.3/team/x:1",
         "169.254.169.254/x@sha256:" + "0" * 64,
         "[::1]:6543/x:1",
+        # IPv6 forms of a loopback or private IPv4 address, which a tunnel or a translator
+        # (6to4, NAT64 on an IPv6-only network, Teredo, SIIT) takes there
+        "[2002:7f00:1::]:6543/x:1",  # 6to4 of 127.0.0.1
+        "[2002:a01:203::1]/x:1",  # 6to4 of 10.1.2.3
+        "[64:ff9b::7f00:1]:6543/x:1",  # NAT64 (well-known prefix) of 127.0.0.1
+        "[64:ff9b::a9fe:a9fe]/x:1",  # NAT64 of 169.254.169.254, the cloud metadata address
+        "[64:ff9b:1::a01:203]/x:1",  # NAT64 (local-use prefix) of 10.1.2.3
+        "[::ffff:0:7f00:1]:6543/x:1",  # IPv4-translated (SIIT) 127.0.0.1
+        "[::7f00:1]:6543/x:1",  # IPv4-compatible 127.0.0.1
+        "[2001:0:4136:e378:8000:63bf:80fe:fdfc]/x:1",  # Teredo whose client is 127.1.2.3
     ],
 )
 def test_a_user_cannot_have_the_engine_pull_or_push_at_a_private_address(ref: str) -> None:
@@ -172,5 +182,8 @@ def test_a_private_registry_the_administrator_configured_is_reached(
 
 def test_public_and_unresolvable_registries_and_single_user_mode_are_left_to_the_engine() -> None:
     acting_for(ALICE).check_reachable("8.8.8.8:5000/x:1")
+    acting_for(ALICE).check_reachable("[2002:808:808::]:5000/x:1")  # 6to4 of 8.8.8.8
+    acting_for(ALICE).check_reachable("[64:ff9b::808:808]:5000/x:1")  # NAT64 of 8.8.8.8
+    acting_for(ALICE).check_reachable("[2606:4700:4700::1111]/x:1")
     acting_for(ALICE).check_reachable("no-such-host.invalid/x:1")  # the engine fails alike
     acting_for(None).check_reachable("127.0.0.1:6543/x:1")
