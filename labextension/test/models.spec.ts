@@ -282,6 +282,35 @@ describe('ContainersModel', () => {
     model.dispose();
   });
 
+  it('shows the warnings the list gives while it gives them', async () => {
+    // A GPU-idle dev container's listing says when it will be stopped, then
+    // why it was (c.GPUIdleContainers), then nothing once it runs again.
+    const listed = [
+      [
+        'Its GPUs have done no work for 50 min: it will be stopped at 10:00 UTC'
+      ],
+      ['Stopped at 10:00 UTC and kept, its GPUs freed'],
+      []
+    ];
+    let call = 0;
+    const model = new ContainersModel({
+      auto: false,
+      api: {
+        fetchEnvironments: () =>
+          Promise.resolve({ environments: [], problems: [] }),
+        fetchContainers: () =>
+          Promise.resolve({
+            containers: [container('c1', { warnings: listed[call++] ?? [] })]
+          })
+      }
+    });
+    for (const expected of listed) {
+      await model.refresh();
+      expect(model.state.containers[0]?.warnings).toEqual(expected);
+    }
+    model.dispose();
+  });
+
   it('keeps the count of changes an action answer did not make', async () => {
     const model = new ContainersModel({
       auto: false,
