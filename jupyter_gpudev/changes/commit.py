@@ -309,6 +309,7 @@ class Committer:
                     f"the patched Dockerfile of {env.name!r}",
                     say,
                     self.capture.containers.mount_policy.build_trust(),
+                    timeout=manager.build_timeout or None,
                     fileobj=context,
                     custom_context=True,
                     dockerfile=VERIFY_DOCKERFILE,
@@ -369,6 +370,7 @@ class Committer:
             trust=manager.mount_policy.build_trust(),
             mine=mine,
             owner=manager.workspace_owner,
+            timeout=manager.build_timeout or None,
         )
         with engine_errors(f"Installing the features of {env.name!r}", self.log):
             return str(client.images.get(ref).id)

@@ -134,12 +134,14 @@ def install_features(
     settings: Features | None = None,
     mine: UserImages | None = None,
     owner: tuple[int, int] | None = None,
+    timeout: float | None = None,
 ) -> str:
     """The image of ``env`` with its features installed on ``base`` (built when missing);
     returns its reference. ``mine``: shared mode's user, whose own repository the image is
     tagged in (``namespace.build_reference``) and who reuses only an image built for them from
     the same digest (``UserImages.reusable``); ``owner``: who a lockfile written in the
-    workspace belongs to (the user's uid and gid in shared mode).
+    workspace belongs to (the user's uid and gid in shared mode); ``timeout``: the build's
+    limit (``c.DevContainers.build_timeout``).
 
     The features' files are held in memory from their fetch until the build context is
     written to a temporary file: by one install per user and ``MAX_FEATURES_INSTALLS`` in the
@@ -211,6 +213,7 @@ def install_features(
                 f"the features of {env.name!r}",
                 say,
                 trust,
+                timeout=timeout,
                 fileobj=context,
                 custom_context=True,
                 dockerfile="Dockerfile",

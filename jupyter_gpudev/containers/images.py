@@ -47,19 +47,20 @@ def ensure_image(
     mine: UserImages | None = None,
     features: Features | None = None,
     owner: tuple[int, int] | None = None,
+    timeout: float | None = None,
 ) -> tuple[str, list[str]]:
     """Build or pull the environment's image when the host lacks it; returns its reference and
     its ``Config.Env`` (for the CUDA check). A build trusts ``trust``'s CA bundle. ``mine``:
     shared mode's user (see the module). The environment's Dev Container Features are then
     installed on it (``features.install_features``; ``features``: ``c.Features``, read from
     ``registries``' configuration when not given; ``owner``: who a lockfile it writes in the
-    workspace belongs to)."""
+    workspace belongs to; ``timeout``: each build's, ``c.DevContainers.build_timeout``)."""
     if mine is not None:
         ref, image = _ensure_own(
-            client, env, say, log, registries=registries, trust=trust, mine=mine
+            client, env, say, log, registries=registries, trust=trust, mine=mine, timeout=timeout
         )
     else:
-        ref, image = _ensure_single(client, env, registries, say, log, trust=trust)
+        ref, image = _ensure_single(client, env, registries, say, log, trust=trust, timeout=timeout)
     if env.features:
         ref = install_features(
             client,
@@ -72,6 +73,7 @@ def ensure_image(
             settings=features,
             mine=mine,
             owner=owner,
+            timeout=timeout,
         )
         image = client.images.get(ref)
     return ref, list(image.attrs.get("Config", {}).get("Env") or [])
@@ -85,6 +87,7 @@ def _ensure_single(
     log: Any,
     *,
     trust: BuildTrust | None,
+    timeout: float | None,
 ) -> tuple[str, Any]:
     """``ensure_image`` in single-user mode: the reference and the image."""
     ref = env.image_ref()
@@ -99,7 +102,7 @@ def _ensure_single(
             image = None
     if image is None:
         if env.build is not None:
-            build(client, env, ref, say, log, trust=trust)
+            build(client, env, ref, say, log, trust=trust, timeout=timeout)
         else:
             pull(client, registries, ref, say)
         image = client.images.get(ref)
@@ -115,6 +118,7 @@ def _ensure_own(
     registries: Registries,
     trust: BuildTrust | None,
     mine: UserImages,
+    timeout: float | None,
 ) -> tuple[str, Any]:
     """``ensure_image`` in shared mode: the reference and the image."""
     spec = env.build
@@ -146,7 +150,16 @@ def _ensure_own(
         if image_id is None:
             if fetch_named(client, registries, text, dict(spec.args), say=say, what=what):
                 mine.check_dockerfile(client, text, dict(spec.args), what)  # what was pulled
-            build(client, env, ref, say, log, trust=trust, context=(archive, name, text))
+            build(
+                client,
+                env,
+                ref,
+                say,
+                log,
+                trust=trust,
+                context=(archive, name, text),
+                timeout=timeout,
+            )
             image = client.images.get(ref)
             mine.builds.record(
                 str(image.id), mine.user, environment=env.name, digest=digest, reference=ref
@@ -289,10 +302,11 @@ def build(
     *,
     trust: BuildTrust | None = None,
     context: tuple[IO[bytes], str, str] | None = None,
+    timeout: float | None = None,
 ) -> None:
     """Build the environment's image as ``ref``, streaming the build's progress; ``context``:
     the context already packed (the tar, the Dockerfile's name in it and its text), else its
-    folder is packed for the build."""
+    folder is packed for the build; ``timeout``: the build's limit (``stream_build``)."""
     spec = env.build
     if spec is None:
         raise ImageError(f"The environment {env.name!r} has no build")
@@ -309,6 +323,7 @@ def build(
             f"the image of {env.name!r}",
             say,
             trust,
+            timeout=timeout,
             **sent,
             tag=ref,
             buildargs=dict(spec.args),

@@ -132,6 +132,7 @@ class DevContainers(ContainerLookup):
     cpu_limit = options.CPU_LIMIT
     log_max_size = options.LOG_MAX_SIZE
     log_max_files = options.LOG_MAX_FILES
+    build_timeout = options.BUILD_TIMEOUT
 
     environments = Instance(EnvironmentManager)
     limits = Instance(UserLimits, help="Each user's limits (``c.UserLimits``).")
@@ -218,6 +219,7 @@ class DevContainers(ContainerLookup):
             trust=trust,
             mine=mine,
             owner=self.workspace_owner,
+            timeout=self.build_timeout or None,
         )
         if inventory is not None:
             check_cuda(image, image_env, host.name, inventory)

@@ -246,3 +246,13 @@ LOG_MAX_FILES = Int(
     help="""How many log files of log_max_size bytes the engine keeps of a dev container's
         output (1 or more).""",
 ).tag(config=True)
+
+BUILD_TIMEOUT = Float(
+    7200.0,
+    min=0.0,
+    help="""Seconds an image build may take (an environment's Dockerfile, its features, a
+        commit's rebuild): past it the build is stopped (the engine cancels it and removes the
+        step's container) and the start or commit fails saying so. A build that never ends
+        would otherwise hold one of the server's workers, and in the shared service one of
+        its user's operations, for good (0 or more; 0: no limit).""",
+).tag(config=True)

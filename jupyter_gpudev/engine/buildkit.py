@@ -49,6 +49,7 @@ import h2.exceptions
 from .. import safefs
 from ..errors import EngineError, ImageError
 from .context import pack_context, read_checked
+from .deadline import BuildDeadline
 
 #: Progress events: ``{"stage": str, "message": str}``; the CLI prints them, the API streams them.
 Progress = Callable[[dict[str, Any]], None]
@@ -492,10 +493,11 @@ def buildkit_build(
     buildargs: Mapping[str, str] | None = None,
     target: str | None = None,
     labels: Mapping[str, str] | None = None,
+    timeout: float | None = None,
 ) -> str | None:
     """Build the context tar ``context`` (made by ``trusted_folder_context`` or
     ``trusted_tar_context``) with BuildKit, its ``RUN`` steps trusting ``trust``; returns the
-    image id. Errors as ``stream_build``."""
+    image id. Errors and ``timeout`` as ``stream_build``."""
     api: Any = client.api  # docker-py's build() has no BuildKit version or session
     progress = _Progress(say)
     image_id: str | None = None
@@ -526,24 +528,41 @@ def buildkit_build(
                 timeout=None,
             )
             api._raise_for_status(response)
-            for event in api._stream_helper(response, decode=True):
-                if event.get("id") == "moby.buildkit.trace" and isinstance(event.get("aux"), str):
-                    progress.trace(event["aux"])
-                    continue
-                aux = event.get("aux")
-                if isinstance(aux, dict) and aux.get("ID"):
-                    image_id = str(aux["ID"])
-                if "error" in event or "errorDetail" in event:
-                    detail = (event.get("errorDetail") or {}).get("message") or event["error"]
-                    raise ImageError(
-                        f"Building {what} failed: {str(detail).strip()}",
-                        details={"log": progress.tail},
-                    )
-                text = str(event.get("stream") or "")
-                for piece in text.splitlines():
-                    progress.line(piece)
+            with BuildDeadline(timeout, api, response) as deadline:
+                try:
+                    image_id = _read_events(api, response, what, progress)
+                except Exception as exc:
+                    if deadline.cut:
+                        raise ImageError(
+                            deadline.message(what), details={"log": progress.tail}
+                        ) from exc
+                    raise
+            if deadline.cut:
+                raise ImageError(deadline.message(what), details={"log": progress.tail})
         finally:
             session.close()
+    return image_id
+
+
+def _read_events(api: Any, response: Any, what: str, progress: _Progress) -> str | None:
+    """Read a BuildKit build's stream to its end; the image id it named."""
+    image_id: str | None = None
+    for event in api._stream_helper(response, decode=True):
+        if event.get("id") == "moby.buildkit.trace" and isinstance(event.get("aux"), str):
+            progress.trace(event["aux"])
+            continue
+        aux = event.get("aux")
+        if isinstance(aux, dict) and aux.get("ID"):
+            image_id = str(aux["ID"])
+        if "error" in event or "errorDetail" in event:
+            detail = (event.get("errorDetail") or {}).get("message") or event["error"]
+            raise ImageError(
+                f"Building {what} failed: {str(detail).strip()}",
+                details={"log": progress.tail},
+            )
+        text = str(event.get("stream") or "")
+        for piece in text.splitlines():
+            progress.line(piece)
     return image_id
 
 

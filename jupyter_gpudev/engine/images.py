@@ -38,6 +38,7 @@ from .buildkit import (
     trusted_tar_context,
 )
 from .context import folder_context
+from .deadline import BuildDeadline, response_of
 
 APT_SOURCE_FILES = (
     "/etc/apt/sources.list.d/debian.sources",
@@ -69,9 +70,13 @@ def stream_build(
     what: str,
     say: Progress,
     trust: BuildTrust | None = None,
+    *,
+    timeout: float | None = None,
     **build_args: Any,
 ) -> str | None:
-    """Run ``docker build`` with its log streamed to ``say``; returns the image id.
+    """Run ``docker build`` with its log streamed to ``say``; returns the image id. Past
+    ``timeout`` seconds (``None``: no limit) the build is stopped (``deadline``), an
+    ``ImageError`` saying so.
 
     ``build_args`` are docker-py's: a context folder (``path``, ``dockerfile`` in it or an
     absolute path) or a file (``fileobj``: a context tar with ``custom_context``, or the
@@ -83,7 +88,7 @@ def stream_build(
     propagate to the caller.
     """
     if trust is not None:
-        return _trusted_build(client, what, say, trust, build_args)
+        return _trusted_build(client, what, say, trust, build_args, timeout=timeout)
     if "path" in build_args:
         path = build_args.pop("path")
         archive, name = folder_context(path, build_args.pop("dockerfile", None))
@@ -92,6 +97,7 @@ def stream_build(
                 client,
                 what,
                 say,
+                timeout=timeout,
                 fileobj=archive,
                 custom_context=True,
                 dockerfile=name,
@@ -99,7 +105,7 @@ def stream_build(
             )
     made = _StepImages()
     try:
-        return _classic_build(client, what, say, made, build_args)
+        return _classic_build(client, what, say, made, build_args, timeout=timeout)
     except BaseException:
         remove_cut_steps(client, list(made.ids), made.started)
         raise
@@ -111,10 +117,30 @@ def _classic_build(
     say: Progress,
     made: _StepImages,
     build_args: dict[str, Any],
+    *,
+    timeout: float | None,
 ) -> str | None:
-    tail: list[str] = []
+    tail: list[str] = []  # the build's last lines, for its error
+    stream = client.api.build(rm=True, forcerm=True, decode=True, **build_args)
+    with BuildDeadline(timeout, client.api, response_of(stream)) as deadline:
+        try:
+            image_id = _read_classic(stream, what, say, made, tail)
+        except Exception as exc:
+            if deadline.cut:
+                raise ImageError(deadline.message(what), details={"log": tail}) from exc
+            raise
+    if deadline.cut:
+        raise ImageError(deadline.message(what), details={"log": tail})
+    return image_id
+
+
+def _read_classic(
+    stream: Iterator[dict[str, Any]], what: str, say: Progress, made: _StepImages, tail: list[str]
+) -> str | None:
+    """Read a classic build's stream to its end (its last lines kept in ``tail``); the image
+    id it named."""
     image_id: str | None = None
-    for event in client.api.build(rm=True, forcerm=True, decode=True, **build_args):
+    for event in stream:
         aux = event.get("aux")
         if isinstance(aux, dict) and aux.get("ID"):
             image_id = str(aux["ID"])
@@ -125,7 +151,7 @@ def _classic_build(
             raise ImageError(f"Building {what} failed: {detail.strip()}", details={"log": tail})
         text = str(event.get("stream") or event.get("status") or "")
         for line in filter(None, (part.rstrip() for part in text.splitlines())):
-            tail = [*tail[-29:], line]
+            tail[:] = [*tail[-29:], line]
             made.read(line)
             say({"stage": "build", "message": line})
     return image_id
@@ -220,6 +246,8 @@ def _trusted_build(
     say: Progress,
     trust: BuildTrust,
     build_args: dict[str, Any],
+    *,
+    timeout: float | None,
 ) -> str | None:
     keys = ("tag", "buildargs", "target", "labels")
     options = {k: build_args[k] for k in keys if k in build_args}
@@ -233,7 +261,7 @@ def _trusted_build(
         text = build_args["fileobj"].read().decode("utf-8", "replace")
         context = trusted_tar_context(None, text, trust)
     say({"stage": "build", "message": "building with BuildKit: RUN steps trust the CA bundle"})
-    return buildkit_build(client, what, say, context, trust, **options)
+    return buildkit_build(client, what, say, context, trust, timeout=timeout, **options)
 
 
 def _deb822_stanzas(text: str) -> Iterator[dict[str, str]]:
