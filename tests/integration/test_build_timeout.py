@@ -112,3 +112,37 @@ def test_a_start_whose_build_never_ends_fails_saying_so_and_leaves_nothing(
     while running_sleeps(docker_client, f"sleep {seconds}"):
         assert time.monotonic() < deadline, "the step still runs after the start failed"
         time.sleep(0.5)
+
+
+def test_a_build_over_ssh_past_its_time_limit_is_stopped(
+    tmp_path: Path,
+    ssh_server: Any,
+    remote_smi: Path,
+    docker_client: docker.DockerClient,
+) -> None:
+    # Given an ssh:// host (the local engine through the real sshd: its API over a channel
+    # of the host's one SSH connection) and a Dockerfile whose step never ends
+    from tests.integration.test_remote_hosts import make_manager  # noqa: PLC0415
+
+    manager = make_manager(tmp_path, ssh_server, remote_smi, local=False)
+    try:
+        client = manager.host_pool.get("far").client()
+        seconds = 3000 + secrets.randbelow(1000)
+        began = time.monotonic()
+        # When it is built over SSH with a limit of 4 s
+        with pytest.raises(ImageError, match="took longer than 4 s"):
+            stream_build(
+                client,
+                "the test's image",
+                lambda _event: None,
+                timeout=4.0,
+                fileobj=io.BytesIO(f"FROM {BASE}\nRUN sleep {seconds}\n".encode()),
+            )
+        # Then it is stopped at the limit, and the engine cancelled the build
+        assert time.monotonic() - began < 20
+        deadline = time.monotonic() + 20
+        while running_sleeps(docker_client, f"sleep {seconds}"):
+            assert time.monotonic() < deadline, "the step still runs after the build was stopped"
+            time.sleep(0.5)
+    finally:
+        manager.host_pool.close()
