@@ -172,7 +172,8 @@ def _registry_in(prefix: str) -> str | None:
     gpudev has no value for), where the prefix names one: ``127.0.0.1:5000/x:`` or, its port
     left to a variable, ``127.0.0.1:``; ``None`` for a Docker Hub name (``python:``)."""
     head = prefix.split("/", 1)[0] if "/" in prefix else prefix.split(":", 1)[0]
-    if "." in head or ":" in head or head.lower() == "localhost":
+    # (an upper-case letter: a host, as newer engines read it; a path is lower case)
+    if "." in head or ":" in head or head.lower() == "localhost" or head != head.lower():
         return head if "/" in prefix or ":" in prefix else None
     return None
 

@@ -104,6 +104,23 @@ def sends_credentials(client: docker.DockerClient) -> bool:
     return not isinstance(getattr(client.api, "_auth_configs", None), NoCredentials)
 
 
+#: The registries users of the shared service may name by default (``shared_registries``):
+#: public ones whose hosts no user controls.
+SHARED_REGISTRIES = (
+    "docker.io",
+    "index.docker.io",
+    "registry-1.docker.io",
+    "nvcr.io",
+    "ghcr.io",
+    "quay.io",
+    "registry.k8s.io",
+    "gcr.io",
+    "*.gcr.io",
+    "*.pkg.dev",
+    "public.ecr.aws",
+    "mcr.microsoft.com",
+)
+
 #: ``[registry/]path[:tag]``, lower-case path components as the distribution spec has them.
 _REFERENCE_RE = re.compile(
     r"^(?:(?P<registry>(?:[a-zA-Z0-9-]+\.)*[a-zA-Z0-9-]+(?::[0-9]{1,5})?|\[[0-9a-fA-F:]+\](?::[0-9]{1,5})?)/)?"
@@ -218,6 +235,19 @@ class Registries(LoggingConfigurable):
         them the service's credentials fetch. Default: none. Single-user mode ignores it.""",
     ).tag(config=True)
 
+    shared_registries = List(
+        Unicode(),
+        default_value=list(SHARED_REGISTRIES),
+        help="""Shared mode: the registries (host[:port], fnmatch patterns) users' images,
+        base images and pushes may name, besides those the administrator configured
+        credentials for. The engine, root on the host, follows whatever redirect a registry
+        answers with (to the host's loopback or private network, carrying a push's body) and
+        resolves its name again itself: a registry users may name must be one no user
+        controls. Default: Docker Hub, nvcr.io, ghcr.io, quay.io, registry.k8s.io, gcr.io and
+        *.gcr.io, *.pkg.dev, public.ecr.aws, mcr.microsoft.com. Single-user mode ignores
+        it.""",
+    ).tag(config=True)
+
     push_prefix = Unicode(
         f"{USER_FIELD}/",
         help="""Shared mode: where in each registry a user may push (commit --push), whatever
@@ -296,13 +326,28 @@ class Registries(LoggingConfigurable):
                 "c.Registries.shared_pull_images)",
                 details={"registry": registry},
             )
+        if not any(
+            fnmatch.fnmatchcase(registry.lower(), p.lower()) for p in self.shared_registries
+        ):
+            raise BadRequest(
+                f"{what}: its registry {registry} is not one the gpudev service lets its users "
+                "reach: ask an administrator to add it (c.Registries.shared_registries), or "
+                "use an image of a listed registry",
+                details={"registry": registry},
+            )
 
     @staticmethod
     def registry_of(ref: str) -> str:
-        """The registry host (and port) of the image reference ``ref``."""
+        """The registry host (and port) of the image reference ``ref``. A first component
+        with an upper-case letter is a host, as newer engines read it (a path is lower
+        case)."""
         if "@" not in ref:
             return Reference.parse(ref).registry
-        return str(docker_auth.resolve_repository_name(ref.split("@", 1)[0])[0])
+        name = ref.split("@", 1)[0]
+        first = name.split("/", 1)[0]
+        if "/" in name and first != first.lower():
+            return first
+        return str(docker_auth.resolve_repository_name(name)[0])
 
     def pulls_with_credentials(self, ref: str) -> bool:
         """Whether a pull of ``ref`` may carry credentials: always in single-user mode; in

@@ -107,8 +107,8 @@ class GPUDevService(LoggingConfigurable):
         GPU use: each holds one of the workers every user's reads share, a diff of a container
         with many changes for seconds). More wait for theirs to end, not for the workers, so
         that one user's many reads never hold them all; never more than half the read
-        workers (the machine's CPUs + 4, at most 32), whatever this says (0 or more; 0: no
-        limit). Administrators are limited like everyone else.""",
+        workers (the machine's CPUs + 4, at most 32) unless 0 (0 or more; 0: no limit at
+        all). Administrators are limited like everyone else.""",
     ).tag(config=True)
 
     def folders(self) -> UserFolders:

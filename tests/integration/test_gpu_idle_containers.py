@@ -5,13 +5,16 @@ hand, on a clock the test moves (the reclaim's own clock, its only seam)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import docker
 import pytest
+from tornado.httpclient import HTTPResponse
 
 from jupyter_gpudev.containers import DevContainerInfo, DevContainers, StartRequest
 from jupyter_gpudev.containers.gpu_idle import GPUIdleContainers
@@ -231,3 +234,44 @@ def test_the_shared_service_stops_a_users_gpu_idle_container_and_tells_them(
     assert "Stopped at" in info.warnings[0]
     assert listed(bob, "forgotten").warnings == ()
     assert len(bob.start(StartRequest(environment="default", name="his", gpus=2)).gpu_uuids) == 2
+
+
+@pytest.fixture
+def gpudev_config(gpudev_config: dict[str, Any]) -> dict[str, Any]:
+    """The test server's: the reclaim on, looking every half second (the server's own)."""
+    return {
+        **gpudev_config,
+        "GPUIdleContainers": {"timeout": 3.0, "warning_seconds": 2.0, "check_interval": 0.5},
+        "GPUInventory": {"cache_seconds": 0.0},
+    }
+
+
+async def test_the_server_runs_the_reclaim_it_is_configured_with(
+    jp_fetch: Callable[..., Awaitable[HTTPResponse]],
+    gpu_engine: None,
+    utilisation: Callable[..., None],
+    docker_client: docker.DockerClient,
+) -> None:
+    # Given a real Jupyter server with gpudev whose reclaim is on, and a dev container started
+    # through its API holding a GPU that does nothing
+    body = json.dumps({"environment": "default", "name": "served-idle", "gpus": 1})
+    started = json.loads(
+        (await jp_fetch("gpudev", "api", "containers", method="POST", body=body)).body
+    )
+    try:
+        # When the server's own looks have seen it idle past the timeout
+        async def state() -> str:
+            answer = await jp_fetch("gpudev", "api", "containers", "served-idle")
+            return str(json.loads(answer.body)["state"])
+
+        for _ in range(60):
+            if await state() != "running":
+                break
+            await asyncio.sleep(0.25)
+        # Then it was stopped and kept, its lease released, its listing saying why
+        info = json.loads((await jp_fetch("gpudev", "api", "containers", "served-idle")).body)
+        assert info["state"] == "exited"
+        assert info["lease_id"] is None
+        assert any("c.GPUIdleContainers.timeout" in w for w in info["warnings"])
+    finally:
+        docker_client.containers.get(started["container_id"]).remove(force=True)

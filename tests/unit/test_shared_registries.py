@@ -180,10 +180,53 @@ def test_a_private_registry_the_administrator_configured_is_reached(
     acting_for(ALICE, **settings).check_reachable("127.0.0.1:6543/x:1")
 
 
-def test_public_and_unresolvable_registries_and_single_user_mode_are_left_to_the_engine() -> None:
-    acting_for(ALICE).check_reachable("8.8.8.8:5000/x:1")
-    acting_for(ALICE).check_reachable("[2002:808:808::]:5000/x:1")  # 6to4 of 8.8.8.8
-    acting_for(ALICE).check_reachable("[64:ff9b::808:808]:5000/x:1")  # NAT64 of 8.8.8.8
-    acting_for(ALICE).check_reachable("[2606:4700:4700::1111]/x:1")
-    acting_for(ALICE).check_reachable("no-such-host.invalid/x:1")  # the engine fails alike
+def test_the_usual_registries_and_single_user_mode_are_left_to_the_engine() -> None:
+    for ref in (
+        "python:3.12",
+        "docker.io/library/python:3.12",
+        "nvcr.io/nvidia/pytorch:24.05-py3",
+        "ghcr.io/team/tool:1",
+        "quay.io/org/x@sha256:" + "0" * 64,
+    ):
+        acting_for(ALICE).check_reachable(ref)
     acting_for(None).check_reachable("127.0.0.1:6543/x:1")
+    acting_for(None).check_reachable("registry.attacker.example/x:1")
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "registry.attacker.example/x:1",
+        "8.8.8.8:5000/x:1",
+        "[2606:4700:4700::1111]/x:1",
+        "no-such-host.invalid/x:1",
+    ],
+)
+def test_a_registry_the_administrator_did_not_list_is_refused_in_shared_mode(ref: str) -> None:
+    # Given the shared service's default list of registries users may reach, When alice's
+    # environment, Dockerfile or push names a registry not on it (one that could answer the
+    # engine with a redirect to the host's loopback, or a name that resolves there later)
+    with pytest.raises(BadRequest, match=r"c\.Registries\.shared_registries") as refused:
+        acting_for(ALICE).check_reachable(ref)
+    # Then it is refused before the engine connects there, naming what to ask for
+    assert refused.value.details["registry"] in ref
+    # And the administrator may add it
+    registry = refused.value.details["registry"]
+    if registry not in ("8.8.8.8:5000", "[2606:4700:4700::1111]", "no-such-host.invalid"):
+        acting_for(ALICE, shared_registries=[registry]).check_reachable(ref)
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "LOCALHOST/x@sha256:" + "0" * 64,
+        "IP6-LOCALHOST/x@sha256:" + "0" * 64,
+        "Metadata/x@sha256:" + "0" * 64,
+    ],
+)
+def test_a_host_in_upper_case_is_a_host_not_a_docker_hub_path(ref: str) -> None:
+    # Newer engines (reference v0.5, Docker 25) read a first component with an upper-case
+    # letter as the registry: so does the check, which read it as Docker Hub's
+    assert Registries.registry_of(ref) == ref.split("/", 1)[0]
+    with pytest.raises(BadRequest):
+        acting_for(ALICE).check_reachable(ref)
