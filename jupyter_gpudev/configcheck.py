@@ -37,6 +37,12 @@ def one_line(text: str, limit: int = SHOWN) -> str:
     return escaped + ("..." if cut else "")
 
 
+def error_line(text: str) -> str:
+    """A message as one line of an error, whole: each character a terminal would act on or
+    hide escaped (whatever a request or a container put in it)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def shown(value: str) -> str:
     """A value as typed, quoted, for one line of a message (escaped, ``...`` after a cut)."""
     escaped, cut = _escaped(value, SHOWN)

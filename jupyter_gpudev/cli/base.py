@@ -18,7 +18,7 @@ from traitlets.config import Config, Configurable
 from traitlets.config.loader import KVArgParseConfigLoader
 
 from .._version import __version__
-from ..configcheck import check_config, one_line, shown
+from ..configcheck import check_config, error_line, one_line, shown
 from ..containers import DevContainers
 from ..errors import BadRequest, ConfigError, GPUDevError, engine_errors
 from ..services import CLASSES, Services
@@ -121,7 +121,7 @@ class GPUDevApplication(JupyterApp):
             err.details["usage"] = err.usage
         if as_json:
             print(json.dumps(err.to_json(), indent=2))
-        print(f"error: {err.message}", file=sys.stderr)
+        print(f"error: {error_line(err.message)}", file=sys.stderr)
         if isinstance(err, UsageError):
             print(f"usage: {err.usage} (--help lists the options)", file=sys.stderr)
 

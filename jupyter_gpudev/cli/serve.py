@@ -14,6 +14,7 @@ from traitlets import TraitError, validate
 from traitlets.config import Configurable
 from traitlets.config.loader import KVArgParseConfigLoader
 
+from ..configcheck import error_line
 from ..shared.server import GPUDevServer
 from .usage import UsageError, UsageLoader, got
 
@@ -61,6 +62,6 @@ class ServeApp(GPUDevServer):
 
     def refuse(self, err: UsageError) -> None:
         """The error on one line, the usage after it; exit 2."""
-        print(f"error: {err.message}", file=sys.stderr)
+        print(f"error: {error_line(err.message)}", file=sys.stderr)
         print(f"usage: {USAGE} (--help lists the options)", file=sys.stderr)
         self.exit(err.exit_code)
