@@ -260,12 +260,15 @@ async def test_the_server_runs_the_reclaim_it_is_configured_with(
     )
     try:
         # When the server's own looks have seen it idle past the timeout
-        async def state() -> str:
+        # (its lease is released once it has really stopped: a listing between shows it
+        # stopped with its lease)
+        async def reclaimed() -> bool:
             answer = await jp_fetch("gpudev", "api", "containers", "served-idle")
-            return str(json.loads(answer.body)["state"])
+            info = json.loads(answer.body)
+            return info["state"] != "running" and info["lease_id"] is None
 
-        for _ in range(60):
-            if await state() != "running":
+        for _ in range(120):
+            if await reclaimed():
                 break
             await asyncio.sleep(0.25)
         # Then it was stopped and kept, its lease released, its listing saying why
