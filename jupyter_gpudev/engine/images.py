@@ -54,8 +54,10 @@ _REQUIREMENT_RE = re.compile(
 _TAG_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,200}\Z")
 #: The classic builder's line naming the image a step made (or found in its cache).
 _STEP_IMAGE_RE = re.compile(r"^ ---> ([0-9a-f]{12})\Z")
-#: The classic builder's error when a step's own command failed (not the engine).
-_COMMAND_FAILED_RE = re.compile(r"returned a non-zero code: \d+")
+#: The classic builder's error when a step's command ended with a non-zero code: its own
+#: failure, unless a signal killed it (128 + the signal's number: the engine stopping kills a
+#: running step, as does the kernel's OOM killer).
+_COMMAND_FAILED_RE = re.compile(r"returned a non-zero code: (\d+)")
 #: Seconds the removal of what a cut build made keeps trying while its engine does not
 #: answer (one restarting), in the background.
 CUT_STEPS_PATIENCE = 20.0
@@ -145,10 +147,16 @@ def _read_classic(
         if isinstance(aux, dict) and aux.get("ID"):
             image_id = str(aux["ID"])
         if "error" in event:
-            detail = str(event.get("errorDetail", {}).get("message") or event["error"])
-            if _COMMAND_FAILED_RE.search(detail):
+            detail = str(event.get("errorDetail", {}).get("message") or event["error"]).strip()
+            failed = _COMMAND_FAILED_RE.search(detail)
+            if failed and int(failed.group(1)) > 128:
+                detail += (
+                    f" (killed by signal {int(failed.group(1)) - 128}: the engine stopped, "
+                    "or the step ran out of memory)"
+                )
+            elif failed:
                 made.ids.clear()  # the finished steps stay the engine's cache for a retry
-            raise ImageError(f"Building {what} failed: {detail.strip()}", details={"log": tail})
+            raise ImageError(f"Building {what} failed: {detail}", details={"log": tail})
         text = str(event.get("stream") or event.get("status") or "")
         for line in filter(None, (part.rstrip() for part in text.splitlines())):
             tail[:] = [*tail[-29:], line]
@@ -182,16 +190,16 @@ class _StepImages:
 
 def remove_cut_steps(client: docker.DockerClient, made: list[str], since: float) -> None:
     """After a build that failed for another reason than a step's own command (the engine
-    restarting, a dropped SSH host; a step that fails only then is the engine's doing, its
-    error saying anything): remove the images its steps ``made`` that nothing names now
-    (dangling: a finished step's image is left when the next step never ran), and one a step
-    made on one of them that the log never named (the cut came first). The log is the
-    build's output, which its steps write too: an image is removed only when nothing names it
-    (no tag, no digest), it was made ``since`` the build began (less ``CUT_STEPS_SLACK``
-    seconds, another machine's clock), and no container uses it (``force`` off). In the
-    background (the failure is said at once: over a dropped SSH connection an engine request
-    may hang), tried again while the engine does not answer, for up to
-    ``CUT_STEPS_PATIENCE`` seconds."""
+    restarting, a dropped SSH host, a step killed by a signal; a step that fails only then is
+    the engine's doing, its error saying anything): remove the images its steps ``made`` that
+    nothing names now (dangling: a finished step's image is left when the next step never
+    ran), and one a step made on one of them that the log never named (the cut came first).
+    The log is the build's output, which its steps write too: an image is removed only when
+    nothing names it (no tag, no digest), it was made ``since`` the build began (less
+    ``CUT_STEPS_SLACK`` seconds, another machine's clock), and no container uses it
+    (``force`` off). In the background (the failure is said at once: over a dropped SSH
+    connection an engine request may hang), tried again while the engine does not answer,
+    for up to ``CUT_STEPS_PATIENCE`` seconds."""
     if not made:
         return
     threading.Thread(

@@ -249,8 +249,9 @@ def test_a_start_cut_in_its_lifecycle_command_fails_and_leaves_nothing(
 class CutAt:
     """A progress callback that stops the engine at the first event of ``stage`` whose message
     starts with ``prefix`` (by default the second step of a build: it is cut while its stream
-    is open); with ``restart``, a thread starts it again right away (a service manager's
-    restart), else the test does."""
+    is open), after one that starts with ``after`` where given, ``wait`` seconds later; with
+    ``restart``, a thread starts it again right away (a service manager's restart), else the
+    test does."""
 
     def __init__(
         self,
@@ -259,18 +260,28 @@ class CutAt:
         prefix: str = "Step 2/",
         *,
         restart: bool = False,
+        after: str | None = None,
+        wait: float = 0.0,
     ) -> None:
         self.engine = engine
         self.stage = stage
         self.prefix = prefix
         self.restart = restart
+        self.after = after
+        self.wait = wait
         self.cut = False
         self._thread: threading.Thread | None = None
 
     def __call__(self, event: dict[str, Any]) -> None:
         if self.cut or event.get("stage") != self.stage:
             return
-        if str(event.get("message", "")).startswith(self.prefix):
+        message = str(event.get("message", ""))
+        if self.after is not None:
+            if message.startswith(self.after):
+                self.after = None
+            return
+        if message.startswith(self.prefix):
+            time.sleep(self.wait)
             self.cut = True
             self.engine.stop()
             if self.restart:
@@ -336,6 +347,31 @@ def test_a_build_cut_after_a_finished_step_leaves_no_image_of_it(
     assert "env" in caught.value.message
     cut.back()
     # Then no image of the build is left, dangling or not
+    assert_nothing_leaked(engine.client(), baseline, state=state, server_id=manager.server_id)
+    assert {str(i.id) for i in engine.client().images.list(all=True)} == images
+
+
+def test_a_build_cut_while_a_step_runs_leaves_no_image_of_it(
+    make: Callable[..., DevContainers], engine: Engine, tmp_path: Path
+) -> None:
+    # The engine stopping kills the running step's process: the build's last word is that
+    # step's command "returned a non-zero code: 137", which is not the command's own failure
+    # (found in CI: the step after the cut ran for a moment before the engine went down).
+    manager = make(
+        {"build": {"dockerfile": "Dockerfile"}},
+        {"Dockerfile": "FROM gpudev-python:bookworm\nRUN echo run-one > /one\nRUN sleep 60\n"},
+    )
+    state = tmp_path / "state"
+    baseline = Baseline.take(engine.client(), state)
+    images = {str(i.id) for i in engine.client().images.list(all=True)}
+    # When the engine restarts while the third step's command runs
+    cut = CutAt(engine, prefix=" ---> Running in", after="Step 3/", restart=True, wait=1.0)
+    with pytest.raises(GPUDevError) as caught:
+        manager.start(StartRequest(environment="env", name="built5"), progress=cut)
+    # Then the error says the step was killed, not that it failed of itself
+    assert "killed" in caught.value.message, caught.value.message
+    cut.back()
+    # And no image of the build is left, dangling or not
     assert_nothing_leaked(engine.client(), baseline, state=state, server_id=manager.server_id)
     assert {str(i.id) for i in engine.client().images.list(all=True)} == images
 
