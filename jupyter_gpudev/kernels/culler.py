@@ -183,7 +183,7 @@ class GPUCuller(LoggingConfigurable):
         for kernel_id, provisioner in kernels:
             host = hosts.get(provisioner.host or local)
             gpus = _kernel_gpus(kernel_id, host, provisioner.gpu_uuids())
-            working = [_working(gpu) for gpu in gpus]
+            working = [_working(gpu) for gpu in gpus] + [_left_working(kernel_id, host)]
             if gpus and None not in working and not any(working):
                 quiet[kernel_id] = self._quiet.get(kernel_id, now)
             if gpus:
@@ -310,6 +310,21 @@ def _kernel_gpus(
     if host is None or host.reason is not None:
         return ()  # its processes are not known: nothing is said
     return kernel_gpus(kernel_id, host.gpus, leased)
+
+
+def _left_working(kernel_id: str, host: HostUsage | None) -> bool:
+    """Whether a process the kernel left running in its container (``!nohup job &``:
+    re-parented to the container's init, so held by no kernel) does work on a GPU. The
+    container is the kernel's own (the culler looks only at those): reclaiming the kernel
+    stops it, and the job with it."""
+    if host is None or host.reason is not None:
+        return False
+    processes = [p for gpu in host.gpus for p in gpu.processes]
+    containers = {k.container for k in host.kernels if k.kernel == kernel_id}
+    containers |= {p.container for p in processes if p.kernel == kernel_id and p.container}
+    return any(
+        p.orphan and p.container in containers and (p.sm_percent or 0) > 0 for p in processes
+    )
 
 
 def _working(gpu: KernelGPU) -> bool | None:

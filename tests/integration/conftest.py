@@ -14,7 +14,7 @@ from traitlets.config import Config
 from jupyter_gpudev.changes.tracker import track_changes
 from jupyter_gpudev.containers import DevContainers
 from jupyter_gpudev.engine import HostPool
-from jupyter_gpudev.labels import L_MANAGED, L_SERVER, L_WORKSPACE
+from jupyter_gpudev.labels import L_CLAIM_HOLDER, L_MANAGED, L_SERVER, L_WORKSPACE
 from tests.conftest import FAKE_SMI, FIXTURES
 from tests.registry import Registry, RegistryMissing, run_registry
 from tests.sshd import SSHDMissing, SSHServer, run_sshd
@@ -36,11 +36,17 @@ def docker_client() -> Iterator[docker.DockerClient]:
 
 
 def remove_containers(docker_client: docker.DockerClient, manager: DevContainers) -> None:
-    """Remove every container ``manager`` made and close its hosts' connections."""
+    """Remove every container ``manager`` made, with the GPU claims they held (removed
+    behind gpudev's back, their claims would be left to the next claim of those GPUs), and
+    close its hosts' connections."""
     for container in docker_client.containers.list(
         all=True, filters={"label": f"{L_SERVER}={manager.server_id}"}
     ):
         container.remove(force=True)
+        for claim in docker_client.containers.list(
+            all=True, filters={"label": f"{L_CLAIM_HOLDER}={container.id}"}
+        ):
+            claim.remove(force=True)
     manager.host_pool.close()
 
 

@@ -155,14 +155,29 @@ class GPUUseOf:
     """What the culler reads of ``GPUUse``: the hosts' GPUs, the kernel's processes on them
     (``sm``: their share of the GPU, ``None``: not sampled), the local host's name."""
 
-    def __init__(self, kernel_id: str, mib: int, sm: int | None, gpu_busy: int = 0) -> None:
-        self.set(kernel_id, mib, sm, gpu_busy)
+    def __init__(
+        self,
+        kernel_id: str,
+        mib: int,
+        sm: int | None,
+        gpu_busy: int = 0,
+        left: tuple[ProcessUse, ...] = (),
+    ) -> None:
+        self.set(kernel_id, mib, sm, gpu_busy, left)
         self.host_pool = type("Pool", (), {"local_name": "local"})()
         self.broken = False
 
-    def set(self, kernel_id: str, mib: int, sm: int | None, gpu_busy: int = 0) -> None:
+    def set(
+        self,
+        kernel_id: str,
+        mib: int,
+        sm: int | None,
+        gpu_busy: int = 0,
+        left: tuple[ProcessUse, ...] = (),
+    ) -> None:
+        """``left``: other processes on the GPU (a job the kernel left running, another's)."""
         process = ProcessUse("gpudev", mib, sm, None, container="c", owner="u", kernel=kernel_id)
-        gpu = GPUUsage("GPU-a", 0, "NVIDIA H100", 81559, mib, gpu_busy, (process,))
+        gpu = GPUUsage("GPU-a", 0, "NVIDIA H100", 81559, mib, gpu_busy, (process, *left))
         self.hosts = [HostUsage("local", (gpu,))]
 
     def usage(self, host: str | None = None) -> list[HostUsage]:
@@ -247,3 +262,28 @@ def test_0_turns_a_reclaim_off_and_a_look_needs_an_interval() -> None:
             GPUCuller(km, **dict[str, Any]({name: -1}))
     with pytest.raises(TraitError, match=r"'check_interval' trait .* should be more than 0"):
         GPUCuller(km, check_interval=0)
+
+
+async def test_gpu_idle_reclaim_counts_a_job_the_kernel_left_running_in_its_container(
+    clock: list[float],
+) -> None:
+    # Given a kernel whose own process does nothing on its GPU while a job it started
+    # (`!nohup python train.py &`: re-parented to the container's init, so left behind)
+    # works on it, in the kernel's container: stopping that container would kill the job
+    km = KernelManager({"gpu": Kernel(Provisioner(("GPU-a",)), at(0), execution_state="busy")})
+    job = ProcessUse("gpudev", 30000, 95, 40, container="c", owner="u", orphan=True)
+    use = GPUUseOf("gpu", 1024, 0, gpu_busy=95, left=(job,))
+    on = culler(km, clock, gpu_idle_timeout=300)
+    on.usage = cast(GPUUse, use)
+    assert await on.check() == []
+    # When it has worked so for longer than the GPU idle timeout
+    clock[0] = T0 + 1000
+    # Then the kernel is neither announced nor reclaimed
+    assert await on.check() == []
+    assert on.pending() == []
+    # But a busy process of another container on the same GPU is not the kernel's work
+    other = ProcessUse("gpudev", 30000, 95, 40, container="d", owner="u", orphan=True)
+    use.set("gpu", 1024, 0, gpu_busy=95, left=(other,))
+    assert await on.check() == []
+    clock[0] = T0 + 1400
+    assert await on.check() == ["gpu"]
