@@ -19,6 +19,7 @@ from traitlets.config.loader import DeferredConfig, LazyConfigValue
 
 from .errors import ConfigError
 from .traits import PositiveFloat
+from .untrusted import escape_unprintable
 
 #: How many characters of a value a usage error shows (escaped, then cut).
 SHOWN = 60
@@ -27,7 +28,7 @@ SHOWN = 60
 def _escaped(text: str, limit: int) -> tuple[str, bool]:
     """``text`` with each character a terminal would act on or hide (controls, line breaks,
     bidi marks) escaped as Python writes it, cut at ``limit`` characters; whether it was."""
-    escaped = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[: limit + 1])
+    escaped = escape_unprintable(text[: limit + 1])
     return escaped[:limit], len(escaped) > limit or len(text) > limit
 
 
@@ -40,7 +41,7 @@ def one_line(text: str, limit: int = SHOWN) -> str:
 def error_line(text: str) -> str:
     """A message as one line of an error, whole: each character a terminal would act on or
     hide escaped (whatever a request or a container put in it)."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return escape_unprintable(text)
 
 
 def shown(value: str) -> str:

@@ -4,7 +4,8 @@ An API server's JSON is read with ``as_dict`` and ``as_list`` (a field of the wr
 as empty, never as an error). What a cluster, an engine or a container says is shown as one
 line with ``clean`` (control characters as spaces, cut), or, where its lines matter (a
 container's output, a progress message), with ``printable`` (each control character escaped,
-so that a terminal shows it and never acts on it).
+so that a terminal shows it and never acts on it); a name or a message on one line of a table
+or an error, with ``escape_unprintable`` (line breaks and bidirectional marks escaped too).
 """
 
 from __future__ import annotations
@@ -57,6 +58,16 @@ def printable(text: str) -> str:
     ``ESC ]52;...`` cannot set the clipboard), newlines, tabs and the carriage return of a
     CRLF kept, and the rest, any script's text, as it is."""
     return _UNPRINTABLE_RE.sub(_escaped, text)
+
+
+def escape_unprintable(text: str) -> str:
+    """``text`` (a name or a message from a user, a request or a container) as one line a
+    terminal shows whole and never acts on: every character Python deems unprintable written
+    out as an escape: controls and line breaks, and also the format and separator characters
+    that reorder or hide text (bidirectional overrides, zero-width spaces, U+2028)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def link_stays_inside(path: str, target: str) -> bool:

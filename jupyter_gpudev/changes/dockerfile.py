@@ -31,6 +31,7 @@ from typing import Any
 
 from ..containers.references import escape_character
 from ..errors import BadRequest
+from ..untrusted import escape_unprintable
 from . import accounts as user_accounts
 from . import model, names
 from . import tools as tool_state
@@ -60,13 +61,6 @@ _SOURCE_HOME_RE = re.compile(
 
 def _is_path(value: str) -> bool:
     return model.safe_text(value) and value.startswith("/")
-
-
-def _printable(text: str) -> str:
-    """``text`` with every unprintable character escaped (a report or a label shows it)."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _env_quoted(value: str) -> str:
@@ -491,11 +485,11 @@ def _env_lines(changes: ChangeSet, reported: list[str]) -> list[str]:
     """``ENV`` lines of a ``writable`` change set; credentials and unset variables reported."""
     lines = [f"ENV {name}={_env_quoted(changes.env[name])}" for name in sorted(changes.env)]
     reported.extend(
-        f"environment variable {_printable(name)}: looks like a credential, not written"
+        f"environment variable {escape_unprintable(name)}: looks like a credential, not written"
         for name in changes.env_secrets
     )
     reported.extend(
-        f"environment variable {_printable(name)}: unset in the container (a Dockerfile "
+        f"environment variable {escape_unprintable(name)}: unset in the container (a Dockerfile "
         "cannot unset it)"
         for name in changes.env_removed
     )
@@ -571,7 +565,7 @@ def change_items(changes: ChangeSet) -> list[ChangeItem]:
             ChangeItem(model.env_id(name), "env", f"{name}={shown}", "environment variable")
         )
     return [
-        ChangeItem(i.id, i.kind, _printable(i.label), _printable(i.detail))
+        ChangeItem(i.id, i.kind, escape_unprintable(i.label), escape_unprintable(i.detail))
         if not (i.label.isprintable() and i.detail.isprintable())
         else i
         for i in items
@@ -641,7 +635,7 @@ def command_lines(commands: list[str]) -> list[str]:
     if len(commands) > SHOWN_COMMANDS:
         lines.append(f"#   ... {len(commands) - SHOWN_COMMANDS} earlier")
     for command in commands[-SHOWN_COMMANDS:]:
-        shown = _printable(command).rstrip("\\`")  # a comment continues nothing
+        shown = escape_unprintable(command).rstrip("\\`")  # a comment continues nothing
         lines.append(f"#   {shown if len(shown) <= 300 else shown[:297] + '...'}")
     return lines
 
@@ -704,10 +698,10 @@ def change_lines(
         body.append("RUN " + json.dumps(["rm", "-rf", "--", *sorted(files.deleted)]))
     body += _env_lines(changes, reported)
     reported.extend(f"{path}: looks like a credential, not copied" for path in files.secrets)
-    reported = [_printable(r) for r in reported]
+    reported = [escape_unprintable(r) for r in reported]
     if not body:
         return [], [], reported
-    where = _printable(f"{container} (environment {environment})")
+    where = escape_unprintable(f"{container} (environment {environment})")
     lines = [f"{MARK} changes of dev container {where} ---"]
     lines += comment_lines(message)
     lines += command_lines(changes.commands)

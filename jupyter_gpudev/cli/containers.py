@@ -11,36 +11,36 @@ from traitlets import Bool, Int, List, Unicode
 from ..containers import DevContainerInfo, DevContainers, StartRequest
 from ..containers.plan import as_kubectl_list, plan_text
 from ..errors import BadRequest
-from ..untrusted import printable
+from ..untrusted import escape_unprintable, printable
 from .base import ContainerCommand, GPUDevSubcommand
 from .usage import UsageError, bad_value, got
-
-
-def _one_line(text: str) -> str:
-    """A warning as one line of text (it may quote a devcontainer.json's or a feature's)."""
-    return printable(text).replace("\r", "\\r").replace("\n", "\\n")
 
 
 def format_containers(infos: list[DevContainerInfo]) -> str:
     if not infos:
         return "No dev containers."
-    rows = [("NAME", "HOST", "ENVIRONMENT", "STATE", "GPUS", "OWNER", "PORTS")]
+    rows: list[tuple[str, ...]] = [
+        ("NAME", "HOST", "ENVIRONMENT", "STATE", "GPUS", "OWNER", "PORTS")
+    ]
     for info in infos:
         ports = ",".join(f"{c}->127.0.0.1:{h}" for c, h in info.ports.items())
-        rows.append(
-            (
-                info.name,
-                info.host,
-                info.environment,
-                info.status + (" (pinned)" if info.pinned else ""),
-                ",".join(info.gpu_uuids) or "-",
-                info.owner,
-                ports or "-",
-            )
+        cells = (
+            info.name,
+            info.host,
+            info.environment,
+            info.status + (" (pinned)" if info.pinned else ""),
+            ",".join(info.gpu_uuids) or "-",
+            info.owner,
+            ports or "-",
         )
+        rows.append(tuple(map(escape_unprintable, cells)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
-    lines += [f"{info.name}: {_one_line(warning)}" for info in infos for warning in info.warnings]
+    lines += [
+        f"{escape_unprintable(info.name)}: {escape_unprintable(warning)}"
+        for info in infos
+        for warning in info.warnings
+    ]
     return "\n".join(lines)
 
 

@@ -11,7 +11,7 @@ from traitlets import Bool, Float
 
 from ..containers.usage import GPUUse
 from ..shared.kernel_table import KernelTable, RecordedKernels
-from ..untrusted import as_dict, as_list, printable
+from ..untrusted import as_dict, as_list, escape_unprintable
 from .base import ContainerCommand, GPUDevSubcommand
 
 
@@ -24,8 +24,9 @@ def _percent(value: Any) -> str:
 
 
 def _text(value: Any) -> str:
-    """A value from the server (whose names came from users and containers), printable."""
-    return printable(str(value)) if value is not None else "-"
+    """A value from the server (whose names came from users and containers) as one line
+    shown whole: a line break or a bidirectional override in a name forges no row."""
+    return escape_unprintable(str(value)) if value is not None else "-"
 
 
 def _idle(seconds: Any) -> str:
@@ -42,7 +43,7 @@ def _idle(seconds: Any) -> str:
 
 def _short(kernel: Any) -> str:
     """A kernel id as ``top`` shows it: its first 8 characters (``--json`` has it whole)."""
-    return printable(kernel)[:8] if isinstance(kernel, str) else ""
+    return escape_unprintable(kernel)[:8] if isinstance(kernel, str) else ""
 
 
 def _idle_by(host: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

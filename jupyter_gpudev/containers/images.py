@@ -167,15 +167,46 @@ def _ensure_own(
     return ref, image
 
 
+#: What ``_registry_in`` says of a name whose registry the variable after its prefix decides.
+_UNKNOWN_REGISTRY = "?"
+
+
 def _registry_in(prefix: str) -> str | None:
     """The registry host of an image name known up to ``prefix`` (the text before a variable
     gpudev has no value for), where the prefix names one: ``127.0.0.1:5000/x:`` or, its port
-    left to a variable, ``127.0.0.1:``; ``None`` for a Docker Hub name (``python:``)."""
-    head = prefix.split("/", 1)[0] if "/" in prefix else prefix.split(":", 1)[0]
+    left to a variable, ``127.0.0.1:``; ``None`` for a Docker Hub name (``python:``, a tag
+    begun: ``python:3.12-``); ``_UNKNOWN_REGISTRY`` where the variable decides it (before the
+    name's first ``/``, unless a tag has begun: ``metadata:`` and ``${NOPE:-80/x}`` make the
+    host and port ``metadata:80``)."""
+    if "@" in prefix:  # the name is whole: a digest follows
+        prefix = prefix.split("@", 1)[0] + ":tag"
+    if "/" not in prefix:
+        head, colon, after = prefix.partition(":")
+        if not colon or after.isdigit() or not after:  # a host, or a host and its port, so far
+            if colon and ("." in head or head.lower() == "localhost" or head != head.lower()):
+                return head  # a host by any reading: its port is left to the variable
+            return _UNKNOWN_REGISTRY
+        return None
+    head = prefix.split("/", 1)[0]
     # (an upper-case letter: a host, as newer engines read it; a path is lower case)
     if "." in head or ":" in head or head.lower() == "localhost" or head != head.lower():
-        return head if "/" in prefix or ":" in prefix else None
+        return head
     return None
+
+
+def _check_builders_pull(registries: Registries, written: str, prefix: str) -> None:
+    """Shared mode: refuse a name the builder pulls (``written``, known up to ``prefix``)
+    from a registry users may not reach, or whose registry gpudev cannot tell."""
+    registry = _registry_in(prefix)
+    if registry == _UNKNOWN_REGISTRY and registries.user is not None:
+        raise BadRequest(
+            f"{written}: a variable gpudev has no value for decides its registry, which the "
+            "gpudev service must check first: give the variable a value (an ARG default, a "
+            "build argument) or write the registry out (docker.io/library/python:${TAG})",
+            details={"image": written},
+        )
+    if registry and registry != _UNKNOWN_REGISTRY:
+        registries.check_registry_reachable(registry, written)
 
 
 def fetch_named(
@@ -202,9 +233,7 @@ def fetch_named(
             continue
         try:
             if not ref:  # the builder pulls it: its registry, where known, is checked here
-                registry = _registry_in(named.prefix.strip())
-                if registry:
-                    registries.check_registry_reachable(registry, named.written)
+                _check_builders_pull(registries, named.written, named.prefix.strip())
                 continue
             if _present(client, ref):
                 continue

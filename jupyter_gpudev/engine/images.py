@@ -58,6 +58,8 @@ _STEP_IMAGE_RE = re.compile(r"^ ---> ([0-9a-f]{12})\Z")
 #: failure, unless a signal killed it (128 + the signal's number: the engine stopping kills a
 #: running step, as does the kernel's OOM killer).
 _COMMAND_FAILED_RE = re.compile(r"returned a non-zero code: (\d+)")
+#: The last of Linux's standard signals (a code above 128 + it is a command's own).
+_LAST_SIGNAL = 31
 #: Seconds the removal of what a cut build made keeps trying while its engine does not
 #: answer (one restarting), in the background.
 CUT_STEPS_PATIENCE = 20.0
@@ -149,7 +151,7 @@ def _read_classic(
         if "error" in event:
             detail = str(event.get("errorDetail", {}).get("message") or event["error"]).strip()
             failed = _COMMAND_FAILED_RE.search(detail)
-            if failed and int(failed.group(1)) > 128:
+            if failed and 0 < int(failed.group(1)) - 128 <= _LAST_SIGNAL:
                 detail += (
                     f" (killed by signal {int(failed.group(1)) - 128}: the engine stopped, "
                     "or the step ran out of memory)"

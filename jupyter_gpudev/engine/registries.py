@@ -447,7 +447,10 @@ class Registries(LoggingConfigurable):
 
     def pull(self, client: docker.DockerClient, ref: str, say: Progress) -> None:
         """Pull ``ref`` with the registry's credentials and progress; in shared mode without
-        them unless ``shared_pull_images`` allows it (``pulls_with_credentials``)."""
+        them unless ``shared_pull_images`` allows it (``pulls_with_credentials``), and only
+        from a registry users may reach (``check_reachable``: every pull a user's reference
+        makes comes here, an environment's image as a Dockerfile's base)."""
+        self.check_reachable(ref)
         registry = self.registry_of(ref)
         if self.pulls_with_credentials(ref):
             auth, source = self._auth(client, registry)

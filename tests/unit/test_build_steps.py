@@ -4,8 +4,12 @@ what a build cut by its engine removes (``remove_cut_steps``)."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
-from jupyter_gpudev.engine.images import MAX_STEP_IDS, _remove_steps, _StepImages
+import pytest
+
+from jupyter_gpudev.engine.images import MAX_STEP_IDS, _read_classic, _remove_steps, _StepImages
+from jupyter_gpudev.errors import ImageError
 
 LOG = """Step 1/5 : FROM gpudev-python:bookworm
  ---> 1111111111aa
@@ -95,3 +99,36 @@ def test_a_log_of_forged_step_lines_is_kept_bounded() -> None:
     for n in range(100_000):
         steps.read(f" ---> {n:012x}")
     assert len(steps.ids) <= MAX_STEP_IDS
+
+
+def _failed_with(code: int) -> tuple[str, list[str]]:
+    """A classic build whose third step ends with ``code``: its error, and what is left
+    to remove of the images its steps made."""
+    made = _StepImages()
+    events: list[dict[str, Any]] = [
+        {"stream": "Step 2/3 : RUN echo one > /one\n"},
+        {"stream": " ---> 3333333333cc\n"},
+        {"stream": "Step 3/3 : RUN ./train\n"},
+        {
+            "error": "x",
+            "errorDetail": {
+                "message": f"The command '/bin/sh -c ./train' returned a non-zero code: {code}"
+            },
+        },
+    ]
+    with pytest.raises(ImageError) as failed:
+        _read_classic(iter(events), "env", lambda _event: None, made, [])
+    return failed.value.message, list(made.ids)
+
+
+def test_a_step_killed_by_a_signal_counts_as_cut_and_its_own_failure_keeps_the_cache() -> None:
+    # The engine stopping kills a running step (SIGKILL: 137): cut, its steps' images removed
+    message, left = _failed_with(137)
+    assert "killed by signal 9" in message
+    assert left == ["3333333333cc"]
+    # A command that exits with its own code (200 is no signal's) failed of itself: its
+    # finished steps stay the engine's cache
+    for code in (1, 127, 200, 255):
+        message, left = _failed_with(code)
+        assert "signal" not in message
+        assert left == []

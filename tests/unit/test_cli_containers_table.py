@@ -40,3 +40,16 @@ def test_a_warning_cannot_drive_the_terminal() -> None:
     assert "\x07" not in text
     assert text.splitlines()[-1].startswith("box: command failed")
     assert len(text.splitlines()) == 3
+
+
+def test_no_cell_or_warning_can_reorder_or_hide_text() -> None:
+    # Given an owner (shown to an administrator) and a warning with bidirectional overrides,
+    # zero-width and line-separator characters, a line break
+    box = info("the command \u2066failed\u2069 \u200b\u2028next")
+    box = DevContainerInfo(**{**box.__dict__, "owner": "eve\u202e\nroot"})
+    text = format_containers([box])
+    # Then each is written out as an escape, and each row stays one line
+    for char in ("\u202e", "\u2066", "\u2069", "\u200b", "\u2028"):
+        assert char not in text
+    assert len(text.splitlines()) == 3
+    assert "\\u202e" in text.splitlines()[1]

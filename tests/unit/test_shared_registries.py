@@ -8,6 +8,7 @@ import pytest
 from traitlets import TraitError
 from traitlets.config import Config
 
+from jupyter_gpudev.containers.images import fetch_named
 from jupyter_gpudev.containers.namespace import user_repository
 from jupyter_gpudev.engine import Registries
 from jupyter_gpudev.engine.registries import repository_component
@@ -230,3 +231,65 @@ def test_a_host_in_upper_case_is_a_host_not_a_docker_hub_path(ref: str) -> None:
     assert Registries.registry_of(ref) == ref.split("/", 1)[0]
     with pytest.raises(BadRequest):
         acting_for(ALICE).check_reachable(ref)
+
+
+class NoEngine:
+    """A Docker client whose engine has every image looked for, and must not pull any."""
+
+    class images:  # (docker-py's attribute)
+        @staticmethod
+        def get(_ref: str) -> object:
+            return object()
+
+    @property
+    def api(self) -> object:
+        raise AssertionError("the engine was asked to pull")
+
+
+@pytest.mark.parametrize(
+    "ref", ["127.0.0.1:6543/x:1", "[::1]:5000/x:1", "registry.attacker.example/x:1"]
+)
+def test_an_environments_image_is_pulled_only_from_a_registry_users_may_reach(ref: str) -> None:
+    # Given the shared service's registries acting for alice, When her environment's
+    # devcontainer.json (or a start request) names an image at a registry she may not reach,
+    # Then its pull is refused before the engine (root, on the host) connects there
+    with pytest.raises(BadRequest, match="registry"):
+        acting_for(ALICE).pull(NoEngine(), ref, lambda _event: None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "dockerfile",
+    [
+        "FROM metadata:${NOPE:-80/x}\n",  # the builder reads metadata:80/x: a host and port
+        "FROM metadata:8${NOPE:-0/x}\n",
+        "FROM ${NOPE:-127.0.0.1:5000/x}\n",
+        "FROM local${NOPE:-host:5000/x}\n",
+        "FROM python:3.12\nCOPY --from=gitlab:${NOPE:-80/x} /a /b\n",
+    ],
+)
+def test_a_name_whose_registry_a_variable_decides_is_refused_in_shared_mode(
+    dockerfile: str,
+) -> None:
+    # Given alice's Dockerfile naming an image whose registry gpudev cannot tell (a variable
+    # it has no value for, which the builder expands, comes before the name's first '/')
+    # When its images are fetched for her, Then it is refused before the builder pulls it
+    with pytest.raises(BadRequest, match="variable") as refused:
+        fetch_named(NoEngine(), acting_for(ALICE), dockerfile, {}, say=print, what="W")  # type: ignore[arg-type]
+    assert refused.value.message.startswith("W, line ")
+    # And in single-user mode the builder is left to it
+    fetch_named(NoEngine(), acting_for(None), dockerfile, {}, say=print, what="W")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "dockerfile",
+    [
+        "FROM python:3.12-${NOPE}\n",  # a tag: Docker Hub's
+        "FROM docker.io/library/python:${NOPE}\n",
+        "FROM nvidia/cuda:12.4-${NOPE}\n",
+        "FROM python@${NOPE}\n",  # the name is whole before its digest
+    ],
+)
+def test_a_name_whose_registry_is_known_up_to_a_variable_is_left_to_the_builder(
+    dockerfile: str,
+) -> None:
+    fetch_named(NoEngine(), acting_for(ALICE), dockerfile, {}, say=print, what="W")  # type: ignore[arg-type]

@@ -107,3 +107,18 @@ def test_each_process_shows_its_kernel_short_id_its_idle_time_and_what_was_left_
 def test_a_kernel_id_from_the_server_cannot_drive_the_terminal() -> None:
     hosts = [{"host": "local", "gpus": [{**GPU, "processes": [process(kernel="\x1b[2Jab")]}]}]
     assert "\x1b" not in format_usage(hosts)
+
+
+def test_a_name_cannot_forge_a_row_or_reorder_one() -> None:
+    # Given an owner name (a Hub user name, its characters the authenticator's choice) with a
+    # line break and a right-to-left override, which an administrator's `top` shows
+    owner = "eve\n  local GPU 0 pid 1: 70.0 GiB\u202egnp.x"
+    hosts = [{"host": "local", "gpus": [{**GPU, "processes": [process(owner=owner)]}]}]
+    text = format_usage(hosts)
+    # Then it stays on its own row, every character shown, none acted on
+    assert len(text.splitlines()) == len(
+        format_usage([{"host": "local", "gpus": [{**GPU, "processes": [process()]}]}]).splitlines()
+    )
+    assert "\u202e" not in text
+    assert "\\n" in text
+    assert "\\u202e" in text
