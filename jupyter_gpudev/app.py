@@ -151,7 +151,10 @@ class GPUDevApp(ExtensionApp):
             self.authority = Authority(root_dir, parent=self, log=self.log)
             self.settings[SETTINGS_KEY] = self.authority
             self.processes = KernelProcesses(
-                self.log, table=self._kernel_table(self.authority), views=self.authority
+                self.log,
+                table=self._kernel_table(self.authority),
+                views=self.authority,
+                abandoned_timeout=self.authority.abandoned_kernel_timeout,
             )
             self.settings[PROCESSES_KEY] = self.processes
             self._own = self.authority.service
@@ -217,6 +220,8 @@ class GPUDevApp(ExtensionApp):
         # The shared service's kernels of clients reached again (calls for them wait), then
         # the reconcile, which leaves their containers alone.
         restoring = self.processes.start_restore() if self.processes is not None else None
+        if self.processes is not None:  # and those no server asks after any more, ended
+            self.processes.start_looking()
         self._reconcile_task = asyncio.ensure_future(self._reconcile(restoring))
         # Dev containers whose GPUs do no work: the server's own, or every user's (service).
         self._own.gpu_idle.start()
@@ -275,6 +280,9 @@ class GPUDevApp(ExtensionApp):
             PLACEMENTS.warm = None
             provisioner.set_manager(None)
             services.close()
+        processes = getattr(self, "processes", None)
+        if processes is not None:
+            await processes.stop_looking()
         authority = getattr(self, "authority", None)
         if authority is not None:
             authority.close()

@@ -10,6 +10,8 @@ machine reaches the kernel's ports.
 
 Only this server sees the kernel's messages: while it runs, its polls tell the service the
 kernel's last activity (``ACTIVITY_EVERY``), which the service's GPU use shows as its idle time.
+They also tell it that a server still holds the kernel: a launched kernel is polled at least
+every ``ASK_EVERY`` seconds, by its restarter or, without one, by a task of its own.
 
 The kernel outlives a restart of the service, which reaches it again from its kernel table;
 meanwhile (the service unreachable, at most ``unreachable_grace`` seconds) the kernel is taken
@@ -37,6 +39,9 @@ SERVICE_PROVISIONER = "gpudev-service"
 UNREACHABLE_STATUSES = frozenset({502, 503, 504})
 #: At most one report of a kernel's activity to the service in this many seconds.
 ACTIVITY_EVERY = 15.0
+#: A launched kernel is polled at least this often, restarter or not (``autorestart`` off):
+#: the service ends one no server asked after for ``c.GPUDevService.abandoned_kernel_timeout``.
+ASK_EVERY = 60.0
 
 
 class ServiceError(web.HTTPError):
@@ -78,6 +83,8 @@ class ServiceKernelProvisioner(KernelProvisionerBase):
     _unreachable_since: float = 0.0
     _activity_told: datetime | None = None
     _activity_told_at: float = -ACTIVITY_EVERY
+    _asked_at: float = 0.0
+    _asking: asyncio.Task[None] | None = None
     #: Set by the GPU culler: at shutdown, stop the container but keep it (a reclaim).
     keep_container: bool = False
 
@@ -144,14 +151,29 @@ class ServiceKernelProvisioner(KernelProvisionerBase):
         if self._connection is None:
             raise ServiceError(500, "The gpudev service gave no connection for the kernel")
         self._launched = True
+        self._asked_at = time.monotonic()
+        if self._asking is None or self._asking.done():
+            self._asking = asyncio.ensure_future(self._keep_asking())
         km: Any = self.parent
         connection = {**self._connection, "key": km.session.key}
         return cast(KernelConnectionInfo, connection)
+
+    async def _keep_asking(self) -> None:
+        """Poll the kernel when nothing did for ``ASK_EVERY`` seconds, while it runs here."""
+        while self._launched and self._exit_code is None:
+            await asyncio.sleep(max(0.0, self._asked_at + ASK_EVERY - time.monotonic()))
+            if self._launched and time.monotonic() - self._asked_at >= ASK_EVERY:
+                try:
+                    await self.poll()
+                except Exception as exc:  # the restarter's poll says it, if there is one
+                    self._asked_at = time.monotonic()
+                    self.log.debug("gpudev kernel %s: not asked after: %r", self.kernel_id, exc)
 
     async def poll(self) -> int | None:
         if not self._launched:
             return 0
         if self._exit_code is None:
+            self._asked_at = time.monotonic()
             try:
                 self._exit_code = await self.service.poll(str(self.kernel_id))
             except ServiceError as err:
@@ -221,6 +243,9 @@ class ServiceKernelProvisioner(KernelProvisionerBase):
         )
         if not restart:
             self._launched = False
+            if self._asking is not None:
+                self._asking.cancel()
+                self._asking = None
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         info: dict[str, Any] = await super().get_provisioner_info()

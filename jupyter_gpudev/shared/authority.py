@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from traitlets import Int, Unicode
+from traitlets import Float, Int, Unicode
 from traitlets.config import Configurable, LoggingConfigurable
 
 from ..access import Access
@@ -111,6 +111,16 @@ class GPUDevService(LoggingConfigurable):
         all). Administrators are limited like everyone else.""",
     ).tag(config=True)
 
+    abandoned_kernel_timeout = Float(
+        900.0,
+        min=0.0,
+        help="""Seconds a kernel the service runs for a user's server goes on once no server
+        asks after it (a running server asks every few seconds, at least every minute): its
+        server was killed, or its machine is gone. It is then ended as a shutdown would end
+        it: its dedicated container removed, or stopped and kept with its changes, its GPUs
+        freed (0 or more; 0: it runs until its owner ends it).""",
+    ).tag(config=True)
+
     def folders(self) -> UserFolders:
         """Users' folders under ``user_root``; ``ConfigError`` for a layout users could
         redirect."""
@@ -168,6 +178,11 @@ class Authority:
     def operations_per_user(self) -> int:
         """``c.GPUDevService.operations_per_user`` (``handlers.base.OperationCount``)."""
         return int(self.settings.operations_per_user)
+
+    @property
+    def abandoned_kernel_timeout(self) -> float:
+        """``c.GPUDevService.abandoned_kernel_timeout`` (``shared.kernels``)."""
+        return float(self.settings.abandoned_kernel_timeout)
 
     @property
     def reads_per_user(self) -> int:

@@ -13,6 +13,11 @@ a restarted service reaches it again (``restore``): the kernels whose process st
 kept, by the same owner and id; those that ended meanwhile are released as a cleanup would.
 A relaunch (a restart of the kernel) brings the client's key again, as every launch does.
 
+A kernel whose server stopped asking after it (killed, its machine gone: a running server
+polls each kernel every few seconds, ``kernels.remote`` at least every ``ASK_EVERY`` seconds)
+is ended after ``c.GPUDevService.abandoned_kernel_timeout`` as its shutdown would end it
+(``end_abandoned``): its dedicated container removed, or kept with its changes, its GPUs freed.
+
 A kernel running (launched, or reached again) is in its owner's view's kernel registry
 (``Authority.kernels``, ``kernels.live``) by the id its client's server gave it, with its
 process's host PID: GPU use (``GET /gpudev/api/usage``, its ``?kernel=ID``, ``/metrics``)
@@ -25,6 +30,7 @@ before the first report, and none from an older client).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import signal
@@ -59,6 +65,10 @@ SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGKILL, signal.SIGHU
 SCHEMES = frozenset({"hmac-sha256", "hmac-sha512", "hmac-md5"})
 #: Where ``GPUDevApp`` puts the service's ``KernelProcesses``.
 PROCESSES_KEY = "gpudev_kernel_processes"
+#: The setting of how long a kernel no server asks after runs on.
+ABANDONED_SETTING = "c.GPUDevService.abandoned_kernel_timeout"
+#: The most seconds between two looks for abandoned kernels.
+ABANDONED_LOOK_EVERY = 60.0
 
 
 class _Session:
@@ -164,10 +174,23 @@ class KernelProcesses:
     them (tests of the HTTP layer) the kernels live as long as the process."""
 
     def __init__(
-        self, log: Any, table: KernelTable | None = None, views: UserViews | None = None
+        self,
+        log: Any,
+        table: KernelTable | None = None,
+        views: UserViews | None = None,
+        *,
+        abandoned_timeout: float = 0.0,
+        clock: Any = time.monotonic,
     ) -> None:
         self.log = log
         self._kernels: dict[tuple[str, str], ServiceKernel] = {}
+        #: Seconds a kernel no server asks after runs on (``end_abandoned``; 0: for good).
+        self.abandoned_timeout = abandoned_timeout
+        self._clock = clock
+        #: When (``clock``) each kernel's server last asked after it, or it was launched or
+        #: reached again.
+        self._asked: dict[tuple[str, str], float] = {}
+        self._looking: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self.table = table
         self.views = views
@@ -181,9 +204,11 @@ class KernelProcesses:
             await asyncio.shield(self._restoring)
 
     def _get(self, owner: str, kernel_id: str) -> ServiceKernel:
+        """The owner's kernel, which its server asked after now."""
         kernel = self._kernels.get((owner, kernel_id))
         if kernel is None:
             raise NotFound(f"No kernel {kernel_id!r} of yours runs here")
+        self._asked[(owner, kernel_id)] = self._clock()
         return kernel
 
     async def _run(self, func: Any, *args: Any) -> Any:
@@ -249,6 +274,7 @@ class KernelProcesses:
                 self._kernels[(owner, kernel_id)] = kernel
             else:  # a relaunch: the client's key again (a restored kernel had none)
                 kernel.use_session(key, scheme)
+            self._asked[(owner, kernel_id)] = self._clock()
         operations = self.views.operations_per_user if self.views is not None else 0
         try:
             with self.launching.held(owner, operations):
@@ -275,6 +301,7 @@ class KernelProcesses:
         if not fresh:
             return
         self._kernels.pop((owner, str(kernel.kernel_id)), None)
+        self._asked.pop((owner, str(kernel.kernel_id)), None)
         if kernel.has_process:  # started, but not written: not left running unknown
             self.log.warning("gpudev kernel %s: not written in the table, ended", kernel.kernel_id)
             await kernel.kill()
@@ -299,6 +326,7 @@ class KernelProcesses:
         await kernel.cleanup(restart=restart)
         if not restart:
             self._kernels.pop((owner, kernel_id), None)
+            self._asked.pop((owner, kernel_id), None)
             await self._forget(owner, kernel_id)
 
     async def activity(self, owner: str, kernel_id: str, body: Any) -> None:
@@ -319,6 +347,74 @@ class KernelProcesses:
         registry = kernel._view.kernels
         if registry is not None:
             registry.record_activity(kernel_id, when)
+
+    # -- kernels whose server is gone ------------------------------------------------------------
+
+    async def end_abandoned(self) -> list[tuple[str, str]]:
+        """End the kernels no server asked after (polled, signalled, told their activity)
+        for ``abandoned_timeout`` seconds, as their shutdown would: the process killed, a
+        dedicated container removed, or kept with its changes, the GPUs freed; the record
+        forgotten. A running server asks every few seconds: such a kernel's server was
+        killed, or its machine is gone, and nothing else would ever end it. Returns the
+        (owner, kernel id) of those ended."""
+        if not self.abandoned_timeout:
+            return []
+        await self._ready()
+        now = self._clock()
+        due = [
+            key
+            for key, asked in list(self._asked.items())
+            if now - asked > self.abandoned_timeout and key in self._kernels
+        ]
+        ended = []
+        for owner, kernel_id in due:
+            kernel = self._kernels.get((owner, kernel_id))
+            silent = self._clock() - self._asked.get((owner, kernel_id), now)
+            if kernel is None or silent <= self.abandoned_timeout:
+                continue  # cleaned up, or asked after, meanwhile
+            self.log.warning(
+                "gpudev kernel %s of %s: no server asked after it for %.0f s (%s): ended, "
+                "its GPUs freed",
+                kernel_id,
+                owner,
+                silent,
+                ABANDONED_SETTING,
+            )
+            try:
+                if kernel.has_process:
+                    await kernel.kill()
+                await kernel.cleanup(restart=False)
+            except Exception:  # tried again at the next look
+                self.log.exception("gpudev kernel %s: ending it failed", kernel_id)
+                continue
+            self._kernels.pop((owner, kernel_id), None)
+            self._asked.pop((owner, kernel_id), None)
+            await self._forget(owner, kernel_id)
+            ended.append((owner, kernel_id))
+        return ended
+
+    def start_looking(self) -> None:
+        """Look for abandoned kernels every ``ABANDONED_LOOK_EVERY`` seconds (a quarter of
+        the timeout, if less) on the running loop (``GPUDevApp`` starts it); not at all
+        while ``abandoned_timeout`` is 0."""
+        if self._looking is None and self.abandoned_timeout:
+            self._looking = asyncio.ensure_future(self._look())
+
+    async def _look(self) -> None:
+        every = min(ABANDONED_LOOK_EVERY, self.abandoned_timeout / 4)
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self.end_abandoned()
+            except Exception:
+                self.log.exception("gpudev: the look for abandoned kernels failed; it goes on")
+
+    async def stop_looking(self) -> None:
+        if self._looking is not None:
+            self._looking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._looking
+            self._looking = None
 
     # -- after a restart of the service ---------------------------------------------------------
 
@@ -368,6 +464,7 @@ class KernelProcesses:
         for (record, kernel), code in zip(kernels, codes, strict=True):
             if code is None:
                 self._kernels.setdefault((record.owner, record.kernel_id), kernel)
+                self._asked[(record.owner, record.kernel_id)] = self._clock()  # from now on
                 await self._run(kernel._register)  # the view's kernel registry, if any
         await asyncio.gather(*(self._release(r, k, code) for r, k, code in ended))
         kept, forgotten = len(kernels) - len(ended), len(ended)

@@ -329,6 +329,10 @@ def test_a_build_cannot_fetch_another_users_web_port_through_the_engine(
         "127.0.0.1:{port}/x:1",
         "127.0.0.1:{port}/x:${{NOPE:-1}}",  # a tag gpudev cannot resolve; the builder can
         "127.0.0.1:{port}/x@${{DIGEST:-sha256:" + "0" * 64 + "}}",
+        # a registry the builder reads from a variable gpudev cannot resolve
+        "${{NOPE:-127.0.0.1:{port}/x:1}}",
+        # not a build: the environment's image itself
+        "image 127.0.0.1:{port}/x:1",
     ],
 )
 def test_a_build_cannot_have_the_engine_reach_the_hosts_loopback_through_a_pull(
@@ -353,9 +357,13 @@ def test_a_build_cannot_have_the_engine_reach_the_hosts_loopback_through_a_pull(
         # and alice's environment built FROM an image named at that address
         web = f"web-{names.part}"
         port = server.server_address[1]
-        built(authority.for_user(ALICE), web, f"FROM {base.format(port=port)}\n")
+        named = base.format(port=port)
+        if named.startswith("image "):
+            environment(authority.for_user(ALICE), web, {"image": named.split(" ", 1)[1]})
+        else:
+            built(authority.for_user(ALICE), web, f"FROM {named}\n")
         # When she starts it, Then it is refused, and the engine never connected there
-        with pytest.raises(BadRequest, match="not at a public address"):
+        with pytest.raises(BadRequest, match=r"not at a public address|a variable"):
             authority.for_user(ALICE).containers.start(
                 StartRequest(environment=web, name=f"a-{names.part}")
             )

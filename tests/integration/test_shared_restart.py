@@ -443,3 +443,40 @@ async def test_a_clients_kernel_survives_the_service_killed_and_started_again(
     log = service_process.log()
     assert "1 kernels of clients reached again, 0 that had ended forgotten" in log
     assert "kept: its kernel was reached again after a restart" in log
+
+
+async def test_a_kernel_no_server_asks_after_is_ended_and_its_gpu_freed(
+    services: Callable[[], Service], docker_client: docker.DockerClient
+) -> None:
+    # Given alice's GPU kernel, launched through the service, whose server then dies without
+    # shutting it down (it asks nothing more), and another of hers whose server lives on
+    held, processes = services()
+    processes.abandoned_timeout = 2.0
+    gone, gone_key = str(uuid.uuid4()), secrets.token_hex(32)
+    answer = await processes.launch(
+        held.for_user(ALICE), ALICE, {**launch_body(gone, gone_key), "gpus": 1}
+    )
+    container = answer["container"]
+    assert answer["gpu_uuids"]
+    assert held.service.containers.ledger.for_container("local", container) is not None
+    live = str(uuid.uuid4())
+    await processes.launch(held.for_user(ALICE), ALICE, launch_body(live, secrets.token_hex(32)))
+    # When the timeout passes, the live one's server polling it meanwhile
+    assert await processes.end_abandoned() == []
+    for _ in range(6):
+        await asyncio.sleep(0.5)
+        assert await processes.poll(ALICE, live) is None
+    ended = await processes.end_abandoned()
+    # Then the abandoned kernel is ended as its shutdown would end it: its dedicated
+    # container removed (nothing changed in it), its GPU lease freed, its record forgotten
+    assert ended == [(ALICE, gone)]
+    with pytest.raises(NotFound):
+        await processes.poll(ALICE, gone)
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(docker_name(container))
+    assert held.service.containers.ledger.for_container("local", container) is None
+    records = KernelTable(held.service.containers.state_dir, log=LOG).load()
+    assert [r.kernel_id for r in records] == [live]
+    # And the kernel whose server asks after it runs on
+    assert await processes.poll(ALICE, live) is None
+    await processes.cleanup(ALICE, live, {})

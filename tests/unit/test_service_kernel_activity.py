@@ -132,3 +132,48 @@ def test_a_clients_polls_tell_the_service_its_kernels_activity_when_it_changed(
     manager.last_activity = datetime(2026, 1, 1, 0, 2, tzinfo=timezone.utc)
     kernel._activity_told_at -= remote.ACTIVITY_EVERY  # as if that much time had passed
     assert asyncio.run(kernel.poll()) is None
+
+
+class Asked(Told):
+    """The service, counting the polls it is asked and the cleanups."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.polls = 0
+
+    async def poll(self, kernel_id: str) -> int | None:
+        del kernel_id
+        self.polls += 1
+        return None
+
+    async def cleanup(self, kernel_id: str, **_: Any) -> None:
+        del kernel_id
+
+
+def test_a_launched_kernel_is_asked_after_without_a_restarter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a client-mode kernel in a server that never polls it (autorestart off: no
+    # restarter), ASK_EVERY short
+    service = Asked()
+    monkeypatch.setattr(PLACEMENTS, "service", service)
+    monkeypatch.setattr(remote, "ASK_EVERY", 0.05)
+    manager = Manager()
+    manager.session = SimpleNamespace(key=b"k")  # type: ignore[attr-defined]
+    kernel = ServiceKernelProvisioner(kernel_id="k1", parent=manager)
+    kernel._connection = {"ip": "127.0.0.1"}
+    kernel._container_name = "box"
+
+    async def scenario() -> tuple[int, int]:
+        await kernel.launch_kernel(["x"])
+        # When it runs for a while, Then the service is asked after it all the same
+        await asyncio.sleep(0.4)
+        asked = service.polls
+        # And once it is shut down, no more
+        await kernel.cleanup()
+        await asyncio.sleep(0.2)
+        return asked, service.polls
+
+    asked, after = asyncio.run(scenario())
+    assert asked >= 3
+    assert after == asked
