@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.server
 import io
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -329,8 +330,9 @@ def test_a_build_cannot_fetch_another_users_web_port_through_the_engine(
         "127.0.0.1:{port}/x:1",
         "127.0.0.1:{port}/x:${{NOPE:-1}}",  # a tag gpudev cannot resolve; the builder can
         "127.0.0.1:{port}/x@${{DIGEST:-sha256:" + "0" * 64 + "}}",
-        # a registry the builder reads from a variable gpudev cannot resolve
-        "${{NOPE:-127.0.0.1:{port}/x:1}}",
+        # a Docker Hub name and tag, to gpudev: a host (this machine's name: its loopback,
+        # on Debian) and port once the builder expands the variable gpudev cannot resolve
+        "{host}:${{NOPE:-{port}/x:1}}",
         # not a build: the environment's image itself
         "image 127.0.0.1:{port}/x:1",
     ],
@@ -357,7 +359,7 @@ def test_a_build_cannot_have_the_engine_reach_the_hosts_loopback_through_a_pull(
         # and alice's environment built FROM an image named at that address
         web = f"web-{names.part}"
         port = server.server_address[1]
-        named = base.format(port=port)
+        named = base.format(port=port, host=socket.gethostname())
         if named.startswith("image "):
             environment(authority.for_user(ALICE), web, {"image": named.split(" ", 1)[1]})
         else:
