@@ -26,7 +26,7 @@ from ..engine import BuildTrust, Progress, Registries, RegistryError, stream_bui
 from ..engine.context import TEXT_LIMIT, folder_context
 from ..environments import Environment
 from ..environments.model import BuildSpec
-from ..errors import BadRequest, ImageError, engine_errors
+from ..errors import BadRequest, GPUDevError, ImageError, engine_errors
 from ..labels import L_BUILD_BASES, L_ENV
 from . import references
 from .features import Features, install_features
@@ -178,6 +178,8 @@ def _registry_in(prefix: str) -> str | None:
     begun: ``python:3.12-``); ``_UNKNOWN_REGISTRY`` where the variable decides it (before the
     name's first ``/``, unless a tag has begun: ``metadata:`` and ``${NOPE:-80/x}`` make the
     host and port ``metadata:80``)."""
+    if prefix.startswith("["):  # an IPv6 address: a host, whole once its bracket closes
+        return prefix[: prefix.index("]") + 1] if "]" in prefix else _UNKNOWN_REGISTRY
     if "@" in prefix:  # the name is whole: a digest follows
         prefix = prefix.split("@", 1)[0] + ":tag"
     if "/" not in prefix:
@@ -194,11 +196,25 @@ def _registry_in(prefix: str) -> str | None:
     return None
 
 
-def _check_builders_pull(registries: Registries, written: str, prefix: str) -> None:
-    """Shared mode: refuse a name the builder pulls (``written``, known up to ``prefix``)
-    from a registry users may not reach, or whose registry gpudev cannot tell."""
+def _check_builders_pull(registries: Registries, named: references.Named) -> None:
+    """Shared mode: refuse a name the builder pulls itself (gpudev has no value for one of
+    its variables) from a registry users may not reach, or whose registry gpudev cannot
+    tell: the name as the builder reads it with those variables unset is checked whole;
+    where that is no name, or a platform ARG may be set, its registry as far as known."""
+    if registries.user is None:
+        return
+    guess = (named.unset or "").strip()
+    if guess:
+        try:
+            Registries.registry_of(guess)
+        except (ValueError, GPUDevError):
+            pass  # no name the builder could pull either
+        else:
+            registries.check_reachable(guess)
+            return
+    written, prefix = named.written, named.prefix.strip()
     registry = _registry_in(prefix)
-    if registry == _UNKNOWN_REGISTRY and registries.user is not None:
+    if registry == _UNKNOWN_REGISTRY:
         raise BadRequest(
             f"{written}: a variable gpudev has no value for decides its registry, which the "
             "gpudev service must check first: give the variable a value (an ARG default, a "
@@ -233,7 +249,7 @@ def fetch_named(
             continue
         try:
             if not ref:  # the builder pulls it: its registry, where known, is checked here
-                _check_builders_pull(registries, named.written, named.prefix.strip())
+                _check_builders_pull(registries, named)
                 continue
             if _present(client, ref):
                 continue

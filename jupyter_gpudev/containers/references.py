@@ -57,6 +57,17 @@ class Named:
     where: str
     #: A ``FROM`` line's image (its ``ONBUILD`` triggers run in this build).
     base: bool = False
+    #: The name as the builder reads it when every variable gpudev has no value for is unset
+    #: (``${X:-word}`` its word); ``None`` where one is a platform ARG BuildKit sets itself.
+    unset: str | None = field(default=None, compare=False)
+
+
+#: The ARGs BuildKit gives every build without a declaration (``--platform`` and the like).
+PLATFORM_ARGS = frozenset(
+    f"{side}{part}"
+    for side in ("BUILD", "TARGET")
+    for part in ("PLATFORM", "OS", "ARCH", "VARIANT")
+)
 
 
 @dataclass
@@ -64,6 +75,26 @@ class _Scope:
     """The variables an instruction sees; ``None`` for one declared without a value known."""
 
     values: dict[str, str | None] = field(default_factory=dict)
+
+    def unset(self, text: str) -> str | None:
+        """``text`` as the builder reads it where every variable without a value known here
+        is unset; ``None`` when one is a platform ARG (BuildKit sets those)."""
+        out: list[str] = []
+        position = 0
+        for match in _VARIABLE_RE.finditer(text):
+            out.append(text[position : match.start()])
+            name = match.group("braced") or match.group("bare")
+            if name in PLATFORM_ARGS and self.values.get(name) is None:
+                return None
+            value = self.values.get(name) or ""
+            op, word = match.group("op"), match.group("word") or ""
+            if op == ":-":
+                value = value or word
+            elif op == ":+":
+                value = word if value else ""
+            out.append(value)
+            position = match.end()
+        return "".join(out) + text[position:]
 
     def substitute(self, text: str) -> tuple[str | None, str]:
         """``text`` with its variables substituted, and the part before the first one that
@@ -298,7 +329,8 @@ class _Reader:
         alias = rest[2].lower() if len(rest) >= 3 and rest[1].upper() == "AS" else None
         resolved, prefix = self.globals.substitute(written)
         if resolved is None or resolved.lower() not in self.stages:
-            yield Named(written, resolved, prefix, f"{where}, FROM", base=True)
+            unset = self.globals.unset(written)
+            yield Named(written, resolved, prefix, f"{where}, FROM", base=True, unset=unset)
         self.count += 1
         if alias and _STAGE_RE.match(alias):
             self.stages.add(alias)
@@ -312,7 +344,7 @@ class _Reader:
             resolved.lower() in self.stages or (resolved.isdigit() and int(resolved) < self.count)
         ):
             return  # an earlier stage
-        yield Named(written, resolved, prefix, where)
+        yield Named(written, resolved, prefix, where, unset=scope.unset(written))
 
     def _added(self, words: list[str], where: str) -> None:
         """Note where an ``ADD``'s source is fetched by the engine: a URL, a git remote, or

@@ -151,6 +151,22 @@ def _service_kernel(
     return kernel
 
 
+def _session_of(body: dict[str, Any]) -> tuple[str, str]:
+    """The key and signature scheme of a launch's body."""
+    key = _field(body, "key", str, "")
+    scheme = _field(body, "signature_scheme", str, "hmac-sha256")
+    if not key or len(key) > 512 or scheme not in SCHEMES:
+        raise BadRequest("'key' and 'signature_scheme' must be a session's")
+    return str(key), str(scheme)
+
+
+def _kept_env(body: dict[str, Any]) -> dict[str, str]:
+    """What of a launch's environment the kernel gets: its session's name."""
+    env = _field(body, "env", dict, {}) or {}
+    session_name = env.get("JPY_SESSION_NAME")
+    return {"JPY_SESSION_NAME": session_name} if isinstance(session_name, str) else {}
+
+
 def _field(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
     """``body[name]`` (or ``default``) if ``None`` or of type ``kind`` (a bool is no int)."""
     value = body.get(name, default)
@@ -190,6 +206,8 @@ class KernelProcesses:
         #: When (``clock``) each kernel's server last asked after it, or it was launched or
         #: reached again.
         self._asked: dict[tuple[str, str], float] = {}
+        #: The kernels whose launch (or relaunch) is under way: never abandoned meanwhile.
+        self._launching: set[tuple[str, str]] = set()
         self._looking: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self.table = table
@@ -239,13 +257,8 @@ class KernelProcesses:
         kernel_id = body.get("kernel_id")
         if not isinstance(kernel_id, str) or not KERNEL_ID.fullmatch(kernel_id):
             raise BadRequest("'kernel_id' must be a kernel id")
-        key = _field(body, "key", str, "")
-        scheme = _field(body, "signature_scheme", str, "hmac-sha256")
-        if not key or len(key) > 512 or scheme not in SCHEMES:
-            raise BadRequest("'key' and 'signature_scheme' must be a session's")
-        env = _field(body, "env", dict, {}) or {}
-        session_name = env.get("JPY_SESSION_NAME")
-        kept = {"JPY_SESSION_NAME": session_name} if isinstance(session_name, str) else {}
+        key, scheme = _session_of(body)
+        kept = _kept_env(body)
         cwd = _field(body, "cwd", str, None)
         kernel_name = str(_field(body, "kernel_name", str, "") or "")
         environment = str(_field(body, "environment", str, "default"))
@@ -275,6 +288,7 @@ class KernelProcesses:
             else:  # a relaunch: the client's key again (a restored kernel had none)
                 kernel.use_session(key, scheme)
             self._asked[(owner, kernel_id)] = self._clock()
+            self._launching.add((owner, kernel_id))
         operations = self.views.operations_per_user if self.views is not None else 0
         try:
             with self.launching.held(owner, operations):
@@ -287,6 +301,8 @@ class KernelProcesses:
         except BaseException:
             await self._launch_failed(owner, kernel, fresh)
             raise
+        finally:
+            self._launch_ended(owner, kernel_id)
         connection.pop("key", None)  # the client has it; it is never sent back
         return {
             "connection": connection,
@@ -296,6 +312,12 @@ class KernelProcesses:
             "gpu_uuids": list(kernel.gpu_uuids()),
             "idle_timeout": kernel.idle_timeout(),
         }
+
+    def _launch_ended(self, owner: str, kernel_id: str) -> None:
+        """A pull or a build may take long: the server's asking counts from the launch's end."""
+        self._launching.discard((owner, kernel_id))
+        if (owner, kernel_id) in self._asked:
+            self._asked[(owner, kernel_id)] = self._clock()
 
     async def _launch_failed(self, owner: str, kernel: ServiceKernel, fresh: bool) -> None:
         if not fresh:
@@ -360,18 +382,17 @@ class KernelProcesses:
         if not self.abandoned_timeout:
             return []
         await self._ready()
-        now = self._clock()
-        due = [
-            key
-            for key, asked in list(self._asked.items())
-            if now - asked > self.abandoned_timeout and key in self._kernels
-        ]
         ended = []
-        for owner, kernel_id in due:
-            kernel = self._kernels.get((owner, kernel_id))
-            silent = self._clock() - self._asked.get((owner, kernel_id), now)
-            if kernel is None or silent <= self.abandoned_timeout:
-                continue  # cleaned up, or asked after, meanwhile
+        for owner, kernel_id in list(self._asked):
+            async with self._lock:  # taken out under the launches' lock: a relaunch or a
+                # cleanup that comes now finds no kernel (404)
+                key = (owner, kernel_id)
+                kernel = self._kernels.get(key)
+                silent = self._clock() - self._asked.get(key, self._clock())
+                if kernel is None or key in self._launching or silent <= self.abandoned_timeout:
+                    continue  # cleaned up, launching, or asked after
+                self._kernels.pop(key, None)
+                self._asked.pop(key, None)
             self.log.warning(
                 "gpudev kernel %s of %s: no server asked after it for %.0f s (%s): ended, "
                 "its GPUs freed",
@@ -384,11 +405,9 @@ class KernelProcesses:
                 if kernel.has_process:
                     await kernel.kill()
                 await kernel.cleanup(restart=False)
-            except Exception:  # tried again at the next look
+            except Exception:  # kept in the table: the next start of the service sees to it
                 self.log.exception("gpudev kernel %s: ending it failed", kernel_id)
                 continue
-            self._kernels.pop((owner, kernel_id), None)
-            self._asked.pop((owner, kernel_id), None)
             await self._forget(owner, kernel_id)
             ended.append((owner, kernel_id))
         return ended

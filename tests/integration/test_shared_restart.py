@@ -466,6 +466,10 @@ async def test_a_kernel_no_server_asks_after_is_ended_and_its_gpu_freed(
     for _ in range(6):
         await asyncio.sleep(0.5)
         assert await processes.poll(ALICE, live) is None
+    # (a kernel whose relaunch is under way, its image pulled or built, is never abandoned)
+    processes._launching.add((ALICE, gone))
+    assert await processes.end_abandoned() == []
+    processes._launching.discard((ALICE, gone))
     ended = await processes.end_abandoned()
     # Then the abandoned kernel is ended as its shutdown would end it: its dedicated
     # container removed (nothing changed in it), its GPU lease freed, its record forgotten
