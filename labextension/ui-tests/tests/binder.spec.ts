@@ -1,6 +1,8 @@
 import { expect, test } from '@jupyterlab/galata';
 import type { ChildProcess } from 'child_process';
 import { spawn } from 'child_process';
+import * as fs from 'fs';
+import * as os from 'os';
 import * as path from 'path';
 
 import { PANEL_ID } from './helpers';
@@ -36,13 +38,31 @@ test.describe('GPU Dev without a Docker engine', () => {
   let output = '';
 
   test.beforeAll(async () => {
+    // Settings of its own: JupyterLab's question about its news (a toast that
+    // a fresh profile shows a few seconds after the page loads) is answered,
+    // as Galata answers it for the page of its own server; on a slow machine
+    // it came up as the form opened and took the focus from it.
+    const settings = fs.mkdtempSync(
+      path.join(os.tmpdir(), 'gpudev-ui-settings-')
+    );
+    const notification = path.join(
+      settings,
+      '@jupyterlab',
+      'apputils-extension'
+    );
+    fs.mkdirSync(notification, { recursive: true });
+    fs.writeFileSync(
+      path.join(notification, 'notification.jupyterlab-settings'),
+      JSON.stringify({ fetchNews: 'false' })
+    );
     server = spawn(
       'jupyter',
       [
         'lab',
         '--config',
         'jupyter_server_test_config.py',
-        `--ServerApp.port=${PORT}`
+        `--ServerApp.port=${PORT}`,
+        `--LabApp.user_settings_dir=${settings}`
       ],
       {
         cwd: UI_TESTS,
